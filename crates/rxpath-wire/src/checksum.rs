@@ -1,0 +1,72 @@
+//! The Internet checksum (RFC 1071), with pseudo-headers for TCP and UDP.
+
+use std::net::IpAddr;
+
+/// One's-complement sum of `data` as big-endian 16-bit words, not folded.
+pub fn sum(data: &[u8]) -> u32 {
+    let mut acc: u64 = 0;
+    let mut chunks = data.chunks_exact(2);
+    for c in &mut chunks {
+        acc += u16::from_be_bytes([c[0], c[1]]) as u64;
+    }
+    if let [last] = chunks.remainder() {
+        acc += (*last as u64) << 8;
+    }
+    while acc >> 32 != 0 {
+        acc = (acc & 0xffff_ffff) + (acc >> 32);
+    }
+    acc as u32
+}
+
+/// Fold a 32-bit sum to 16 bits (not complemented).
+pub fn fold(mut s: u32) -> u16 {
+    while s >> 16 != 0 {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s as u16
+}
+
+/// Sum of the TCP/UDP pseudo-header for `src → dst`, protocol and L4 length.
+pub fn pseudo_header(src: IpAddr, dst: IpAddr, protocol: u8, l4_len: u32) -> u32 {
+    let mut s: u64 = protocol as u64 + (l4_len >> 16) as u64 + (l4_len & 0xffff) as u64;
+    let mut add = |b: &[u8]| s += sum(b) as u64;
+    match (src, dst) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            add(&a.octets());
+            add(&b.octets());
+        }
+        (a, b) => {
+            add(&to_v6(a));
+            add(&to_v6(b));
+        }
+    }
+    fold((s & 0xffff_ffff) as u32 + (s >> 32) as u32) as u32
+}
+
+fn to_v6(a: IpAddr) -> [u8; 16] {
+    match a {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) => a.octets(),
+    }
+}
+
+/// Checksum of an L4 segment (header + payload) with its pseudo-header:
+/// the value to store in the checksum field when the field is zero, or `0`
+/// when verifying a segment whose field is filled in and correct.
+pub fn l4(src: IpAddr, dst: IpAddr, protocol: u8, segment: &[u8]) -> u16 {
+    let s = pseudo_header(src, dst, protocol, segment.len() as u32) as u64 + sum(segment) as u64;
+    !fold((s & 0xffff_ffff) as u32 + (s >> 32) as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc1071_example() {
+        // RFC 1071 section 3: 00 01 f2 03 f4 f5 f6 f7 sums to ddf2.
+        let d = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
+        assert_eq!(fold(sum(&d)), 0xddf2);
+        assert_eq!(fold(sum(&[0xab])), 0xab00);
+    }
+}

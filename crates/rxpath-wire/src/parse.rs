@@ -1,0 +1,299 @@
+//! One pass over a received frame: the kernel's flow dissector.
+//!
+//! [`parse`] walks Ethernet (and VLAN tags), IPv4 or IPv6 (with extension
+//! headers), and TCP or UDP, and returns the [`Headers`] the receive path
+//! needs: layer offsets, the [`FlowKey`], fragment status and where the L4
+//! payload lies. A frame that is not IP (ARP, LLDP, ...) is not an error: it
+//! parses with [`L3::Other`]. A header that is truncated or inconsistent is an
+//! [`Error`](crate::Error), which the caller counts as a `malformed` drop.
+//!
+//! `parse` never panics on any input; the property test at the end of this
+//! file feeds it random and mutated frames to hold it to that.
+
+use crate::ethernet::{self, ethertype};
+use crate::ipv4::{self, protocol};
+use crate::{ipv6, tcp, udp, FlowKey, IpAddrs, Result};
+
+/// The network layer found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum L3 {
+    /// IPv4.
+    Ipv4,
+    /// IPv6.
+    Ipv6,
+    /// Anything else, with its ethertype.
+    Other(u16),
+    /// Not parsed yet.
+    #[default]
+    None,
+}
+
+/// The transport layer found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum L4 {
+    /// TCP, with its flag bits.
+    Tcp {
+        /// Flags (see [`tcp::flags`]).
+        flags: u16,
+    },
+    /// UDP.
+    Udp,
+    /// Another protocol (ICMP, ESP, ...), or a later fragment.
+    Other(u8),
+    /// No L4 (non-IP frame).
+    #[default]
+    None,
+}
+
+/// What [`parse`] learned about a frame. Offsets are from the start of the
+/// frame.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Headers {
+    /// VLAN ids, outermost first (0 = none).
+    pub vlan: [u16; ethernet::MAX_TAGS],
+    /// Network layer.
+    pub l3: L3,
+    /// Offset of the network header.
+    pub l3_offset: u16,
+    /// Transport layer.
+    pub l4: L4,
+    /// Offset of the transport header (equal to `payload_offset` if none).
+    pub l4_offset: u16,
+    /// Offset of the L4 payload.
+    pub payload_offset: u16,
+    /// Length of the L4 payload (IP padding excluded).
+    pub payload_len: u16,
+    /// True for any IP fragment.
+    pub fragment: bool,
+    /// True when IPv4 options or IPv6 extension headers are present.
+    pub ip_options: bool,
+    /// The 5-tuple (ports zero without a port-carrying L4 header).
+    pub flow: FlowKey,
+}
+
+impl Headers {
+    /// True when the frame is TCP or UDP with its header present.
+    pub fn has_ports(&self) -> bool {
+        matches!(self.l4, L4::Tcp { .. } | L4::Udp)
+    }
+}
+
+/// Parse a frame from its Ethernet header.
+pub fn parse(frame: &[u8]) -> Result<Headers> {
+    let eth = ethernet::Frame::new_checked(frame)?;
+    let tags = eth.walk_tags()?;
+    let mut h = Headers {
+        vlan: tags.vlan,
+        l3_offset: tags.l3_offset as u16,
+        ..Headers::default()
+    };
+    let l3 = &frame[tags.l3_offset..];
+    let (proto, l4_rel, l3_end) = match tags.ethertype {
+        ethertype::IPV4 => {
+            let ip = ipv4::Packet::new_checked(l3)?;
+            h.l3 = L3::Ipv4;
+            h.fragment = ip.is_fragment();
+            h.ip_options = ip.has_options();
+            h.flow.addrs = IpAddrs::V4 {
+                src: ip.src().octets(),
+                dst: ip.dst().octets(),
+            };
+            let proto = if ip.is_later_fragment() {
+                None
+            } else {
+                Some(ip.protocol())
+            };
+            h.flow.protocol = ip.protocol();
+            (proto, ip.header_len(), ip.total_len() as usize)
+        }
+        ethertype::IPV6 => {
+            let ip = ipv6::Packet::new_checked(l3)?;
+            let chain = ip.walk()?;
+            h.l3 = L3::Ipv6;
+            h.fragment = chain.fragment.is_some();
+            h.ip_options = chain.ext_headers > 0;
+            h.flow.addrs = IpAddrs::V6 {
+                src: ip.src().octets(),
+                dst: ip.dst().octets(),
+            };
+            h.flow.protocol = chain.protocol;
+            let proto = if chain.has_l4() {
+                Some(chain.protocol)
+            } else {
+                None
+            };
+            (
+                proto,
+                chain.offset,
+                ipv6::HEADER_LEN + ip.payload_len() as usize,
+            )
+        }
+        other => {
+            h.l3 = L3::Other(other);
+            h.l4_offset = tags.l3_offset as u16;
+            h.payload_offset = h.l4_offset;
+            h.payload_len = (frame.len() - tags.l3_offset) as u16;
+            return Ok(h);
+        }
+    };
+    let l4 = &l3[l4_rel..l3_end];
+    h.l4_offset = (tags.l3_offset + l4_rel) as u16;
+    let payload_rel = match proto {
+        Some(protocol::TCP) => {
+            let t = tcp::Packet::new_checked(l4)?;
+            h.l4 = L4::Tcp { flags: t.flags() };
+            h.flow.src_port = t.src_port();
+            h.flow.dst_port = t.dst_port();
+            t.header_len()
+        }
+        Some(protocol::UDP) if !h.fragment => {
+            let u = udp::Packet::new_checked(l4)?;
+            h.l4 = L4::Udp;
+            h.flow.src_port = u.src_port();
+            h.flow.dst_port = u.dst_port();
+            // The UDP length bounds the payload within the IP payload.
+            h.payload_offset = h.l4_offset + udp::HEADER_LEN as u16;
+            h.payload_len = u.len() - udp::HEADER_LEN as u16;
+            return Ok(h);
+        }
+        Some(p) => {
+            h.l4 = L4::Other(p);
+            0
+        }
+        None => {
+            h.l4 = L4::Other(h.flow.protocol);
+            0
+        }
+    };
+    h.payload_offset = h.l4_offset + payload_rel as u16;
+    h.payload_len = (l4.len() - payload_rel) as u16;
+    Ok(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::{self, Spec};
+    use crate::Error;
+    use proptest::prelude::*;
+    use std::net::IpAddr;
+
+    fn v4() -> (IpAddr, IpAddr) {
+        ("198.18.0.1".parse().unwrap(), "198.18.1.1".parse().unwrap())
+    }
+
+    #[test]
+    fn udp_v4_frame() {
+        let (s, d) = v4();
+        let f = build::udp(&Spec::new(s, d, 5000, 53), b"hello");
+        let h = parse(&f).unwrap();
+        assert_eq!(h.l3, L3::Ipv4);
+        assert_eq!(h.l4, L4::Udp);
+        assert_eq!(
+            (h.l3_offset, h.l4_offset, h.payload_offset, h.payload_len),
+            (14, 34, 42, 5)
+        );
+        assert_eq!(h.flow, FlowKey::new(s, d, 5000, 53, 17));
+        assert_eq!(&f[42..47], b"hello");
+    }
+
+    #[test]
+    fn tcp_v6_vlan_frame() {
+        let s: IpAddr = "2001:2::1".parse().unwrap();
+        let d: IpAddr = "2001:2::2".parse().unwrap();
+        let mut spec = Spec::new(s, d, 40000, 443);
+        spec.vlan = Some(7);
+        let f = build::tcp(
+            &spec,
+            1000,
+            1,
+            tcp::flags::ACK | tcp::flags::PSH,
+            &[],
+            &[9; 100],
+        );
+        let h = parse(&f).unwrap();
+        assert_eq!(h.vlan, [7, 0]);
+        assert_eq!(h.l3_offset, 18);
+        assert_eq!(
+            h.l4,
+            L4::Tcp {
+                flags: tcp::flags::ACK | tcp::flags::PSH
+            }
+        );
+        assert_eq!(h.payload_len, 100);
+        assert_eq!(h.flow.protocol, 6);
+        assert_eq!(h.flow.dst_port, 443);
+    }
+
+    #[test]
+    fn arp_is_not_an_error() {
+        let mut f = vec![0xffu8; 6];
+        f.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06]);
+        f.extend_from_slice(&[0; 28]);
+        let h = parse(&f).unwrap();
+        assert_eq!(h.l3, L3::Other(ethertype::ARP));
+        assert_eq!(h.l4, L4::None);
+    }
+
+    #[test]
+    fn later_fragment_has_no_ports() {
+        let (s, d) = v4();
+        let mut f = build::udp(&Spec::new(s, d, 5000, 53), b"hello world");
+        // fragment offset 1 (8 bytes)
+        f[14 + 6] = 0x00;
+        f[14 + 7] = 0x01;
+        let h = parse(&f).unwrap();
+        assert!(h.fragment);
+        assert_eq!(h.l4, L4::Other(17));
+        assert_eq!((h.flow.src_port, h.flow.dst_port), (0, 0));
+    }
+
+    #[test]
+    fn malformed_reported() {
+        let (s, d) = v4();
+        let f = build::udp(&Spec::new(s, d, 5000, 53), b"hello");
+        assert_eq!(parse(&f[..20]), Err(Error::Truncated("ipv4")));
+        let mut g = f.clone();
+        g[14] = 0x43;
+        assert_eq!(parse(&g), Err(Error::BadIhl));
+        let mut g = f.clone();
+        g[14 + 20 + 5] = 200; // UDP length past the IP payload
+        assert_eq!(parse(&g), Err(Error::BadLength("udp")));
+        let f = build::tcp(&Spec::new(s, d, 1, 2), 0, 0, tcp::flags::ACK, &[], &[]);
+        let mut g = f.clone();
+        g[14 + 20 + 12] = 0x30;
+        assert_eq!(parse(&g), Err(Error::BadTcpOffset));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        /// No input makes the parser panic, and offsets stay within the frame.
+        #[test]
+        fn never_panics_on_random_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            if let Ok(h) = parse(&bytes) {
+                prop_assert!(h.payload_offset as usize + h.payload_len as usize <= bytes.len());
+            }
+        }
+
+        /// Mutating any byte of a valid frame (or cutting it) never panics.
+        #[test]
+        fn never_panics_on_mutated_frames(
+            pos in 0usize..120, val in any::<u8>(), cut in 0usize..130, v6 in any::<bool>(), tcp in any::<bool>()
+        ) {
+            let (s, d): (IpAddr, IpAddr) = if v6 {
+                ("2001:2::1".parse().unwrap(), "2001:2::2".parse().unwrap())
+            } else { v4() };
+            let spec = Spec::new(s, d, 1, 2);
+            let mut f = if tcp {
+                build::tcp(&spec, 1, 1, tcp::flags::ACK, &[1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2], &[7; 40])
+            } else {
+                build::udp(&spec, &[7; 40])
+            };
+            if pos < f.len() { f[pos] = val; }
+            f.truncate(cut);
+            if let Ok(h) = parse(&f) {
+                prop_assert!(h.payload_offset as usize + h.payload_len as usize <= f.len());
+            }
+        }
+    }
+}
