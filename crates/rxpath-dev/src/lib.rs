@@ -1,1 +1,83 @@
-//! placeholder
+//! # rxpath-dev: where packets come from
+//!
+//! The device boundary of rxpath, shaped like a driver's RX queue under
+//! `napi->poll(napi, budget)`:
+//!
+//! 1. [`sys::umem`]: the frame pool, one region of fixed-size frames, owned
+//!    frame by frame through [`Frame`] tokens (like an AF_XDP UMEM).
+//! 2. [`sys::ring`]: SPSC descriptor rings that move frames between the device
+//!    and the stack (fill → device → RX → stack → fill).
+//! 3. [`RxQueue`]: what NAPI polls: pull descriptors, publish, recycle frames,
+//!    and an [`IrqLine`] for interrupt (wakeup) mitigation.
+//! 4. [`sim`]: a simulated multi-queue NIC with RSS over the Toeplitz hash,
+//!    descriptor rings that drop when full (`rx_missed_errors`), interrupt
+//!    coalescing, and seeded traffic sources; plus a same-thread "null" queue
+//!    that measures engine cost alone.
+//!
+//! `unsafe` is confined to [`sys`].
+#![deny(missing_docs, missing_debug_implementations)]
+#![deny(unsafe_code)]
+
+#[allow(unsafe_code)]
+pub mod sys;
+
+pub mod irq;
+pub mod sim;
+
+pub use irq::IrqLine;
+pub use sys::ring::Desc;
+pub use sys::umem::{Frame, FramePool, Umem, UmemError, DEFAULT_FRAME_SIZE};
+
+use serde::Serialize;
+
+/// Counters kept by the device for one queue, read by the stats code.
+/// Mirrors `rx_missed_errors` / `rx_no_buffer_count` of `ethtool -S`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct DeviceQueueStats {
+    /// Packets the device offered to this queue (sent on the wire to it).
+    pub offered: u64,
+    /// Packets written into the RX ring.
+    pub rx_ring: u64,
+    /// Dropped because the RX ring was full (`rx_missed_errors`).
+    pub rx_missed: u64,
+    /// Dropped because no frame was posted in the fill ring (`rx_no_buffer`).
+    pub rx_no_buffer: u64,
+    /// Interrupts (wakeups) raised.
+    pub wakeups: u64,
+}
+
+/// One receive queue of a device, as NAPI sees it.
+///
+/// Calling context: owner thread only (whoever holds the queue's NAPI).
+/// None of these methods sleeps.
+pub trait RxQueue {
+    /// The frame region this queue's frames live in.
+    fn umem(&self) -> &Umem;
+
+    /// Queue index on its device.
+    fn queue_index(&self) -> u16;
+
+    /// Take the next received descriptor. Does not touch packet bytes.
+    fn pull(&mut self) -> Option<Desc>;
+
+    /// Hand the pulled RX slots back to the device (once per poll, like a
+    /// driver's CQ doorbell update).
+    fn pull_done(&mut self);
+
+    /// Give a frame back to the device to be filled again.
+    fn recycle(&mut self, frame: Frame);
+
+    /// Publish recycled frames (once per poll).
+    fn recycle_done(&mut self);
+
+    /// The queue's interrupt line, if the device raises interrupts.
+    fn irq(&self) -> Option<&IrqLine>;
+
+    /// True when descriptors are waiting (used when re-arming the interrupt,
+    /// so that a packet that raced with `napi_complete_done` is not stranded).
+    fn has_pending(&mut self) -> bool;
+
+    /// Device counters for this queue.
+    fn device_stats(&self) -> DeviceQueueStats;
+}

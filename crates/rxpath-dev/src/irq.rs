@@ -1,0 +1,92 @@
+//! Interrupt lines: how a device wakes the thread that runs its NAPI.
+//!
+//! Mirrors the driver side of interrupt mitigation: the device raises the
+//! line only while it is armed; raising disarms it (`napi_schedule` masks the
+//! queue's IRQ) and `napi_complete_done` re-arms it. Between the two the NAPI
+//! is polled and no further wakeups are paid for. Coalescing (`rx-usecs`,
+//! `rx-frames`) decides *when* an armed device raises the line; see
+//! [`crate::sim`].
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::thread::Thread;
+
+/// One queue's interrupt line.
+#[derive(Debug)]
+pub struct IrqLine {
+    armed: AtomicBool,
+    pending: AtomicBool,
+    wakeups: AtomicU64,
+    waiter: Mutex<Option<Thread>>,
+}
+
+impl Default for IrqLine {
+    fn default() -> Self {
+        IrqLine {
+            armed: AtomicBool::new(true),
+            pending: AtomicBool::new(false),
+            wakeups: AtomicU64::new(0),
+            waiter: Mutex::new(None),
+        }
+    }
+}
+
+impl IrqLine {
+    /// Register the thread to unpark when the line is raised.
+    pub fn set_waiter(&self, t: Thread) {
+        *self.waiter.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+    }
+
+    /// True while the device may raise the line.
+    #[inline]
+    pub fn is_armed(&self) -> bool {
+        self.armed.load(Ordering::Acquire)
+    }
+
+    /// Device side: raise the line if armed. Returns true if it fired.
+    /// Disarms the line (the IRQ is masked until re-armed).
+    pub fn raise(&self) -> bool {
+        // The swap's Acquire pairs with the Release in `arm`.
+        if !self.armed.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        self.wakeups.fetch_add(1, Ordering::Relaxed);
+        // Release pairs with the Acquire in `take`: ring contents published
+        // before the raise are visible to whoever takes the interrupt.
+        self.pending.store(true, Ordering::Release);
+        if let Some(t) = self
+            .waiter
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            t.unpark();
+        }
+        true
+    }
+
+    /// NAPI side: consume a raised interrupt (the hard-IRQ handler calling
+    /// `napi_schedule`). Returns true if one was pending.
+    #[inline]
+    pub fn take(&self) -> bool {
+        self.pending.load(Ordering::Relaxed) && self.pending.swap(false, Ordering::Acquire)
+    }
+
+    /// NAPI side: re-enable the interrupt (`napi_complete_done`).
+    #[inline]
+    pub fn arm(&self) {
+        // Pairs with the AcqRel swap in `raise`.
+        self.armed.store(true, Ordering::Release);
+    }
+
+    /// NAPI side: mask the interrupt (busy-poll or polling mode).
+    #[inline]
+    pub fn disarm(&self) {
+        self.armed.store(false, Ordering::Release);
+    }
+
+    /// Interrupts raised so far.
+    pub fn wakeups(&self) -> u64 {
+        self.wakeups.load(Ordering::Relaxed)
+    }
+}

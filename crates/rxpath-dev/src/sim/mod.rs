@@ -1,0 +1,730 @@
+//! A simulated multi-queue NIC.
+//!
+//! The NIC side ([`SimPort`]) and the host side ([`SimRxQueue`], one per
+//! queue) share a frame region and talk only through descriptor rings, as a
+//! real NIC and driver do:
+//!
+//! ```text
+//!  Traffic ──▶ RSS: queue = indir[toeplitz(5-tuple) % 128]
+//!               │  frame from the queue's fill ring (none: rx_no_buffer)
+//!               │  write the packet (DMA)
+//!               ▼  RX ring (full: rx_missed)        coalescing ──▶ IrqLine
+//!  SimRxQueue::pull ◀── RX ring                     (rx-usecs, rx-frames)
+//!  SimRxQueue::recycle ──▶ fill ring
+//! ```
+//!
+//! Two producer modes: [`SimPort::run`] on another thread writes every frame
+//! (so the host meets cold data, as after DMA), and [`NullQueue`] is a
+//! same-thread queue whose frames were written once, which measures the
+//! engine's cost alone (like DPDK's `net_null`).
+//!
+//! Tests drive a port by hand with [`SimPort::send`], [`SimPort::inject`]
+//! and [`SimPort::flush`] with simulated time.
+
+pub mod traffic;
+
+use crate::sys::ring::{self, Consumer, Desc, Producer};
+use crate::sys::umem::{Frame, FramePool, Umem, UmemError};
+use crate::{DeviceQueueStats, IrqLine, RxQueue};
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+pub use traffic::{Mix, Traffic, TrafficConfig};
+
+/// Interrupt coalescing, as `ethtool -C`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Coalesce {
+    /// Raise at most this long (µs) after the first unsignalled packet.
+    pub rx_usecs: u32,
+    /// Raise once this many packets are unsignalled (0 acts as 1).
+    pub rx_frames: u32,
+}
+
+impl Default for Coalesce {
+    fn default() -> Self {
+        // mlx5's defaults.
+        Coalesce {
+            rx_usecs: 8,
+            rx_frames: 128,
+        }
+    }
+}
+
+/// Simulated NIC configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SimConfig {
+    /// RX queues (1..=64).
+    pub queues: usize,
+    /// RX ring entries per queue (power of two, 64..=16384).
+    pub ring_size: usize,
+    /// Frames per queue posted to the fill ring (defaults to 2 × ring).
+    pub frames_per_queue: usize,
+    /// Frame size.
+    pub frame_size: usize,
+    /// Interrupt coalescing.
+    pub coalesce: Coalesce,
+    /// RSS indirection table entries (power of two).
+    pub indir_size: usize,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            queues: 2,
+            ring_size: 1024,
+            frames_per_queue: 2048,
+            frame_size: crate::DEFAULT_FRAME_SIZE,
+            coalesce: Coalesce::default(),
+            indir_size: 128,
+        }
+    }
+}
+
+/// Errors building a simulated NIC.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SimError {
+    /// A parameter is out of range.
+    #[error("{0}")]
+    Config(String),
+    /// The frame region could not be made.
+    #[error(transparent)]
+    Umem(#[from] UmemError),
+}
+
+#[derive(Debug, Default)]
+struct QueueShared {
+    irq: IrqLine,
+    offered: AtomicU64,
+    rx_ring: AtomicU64,
+    rx_missed: AtomicU64,
+    rx_no_buffer: AtomicU64,
+}
+
+#[derive(Debug)]
+struct PortQueue {
+    rx: Producer,
+    fill: Consumer,
+    spare: Vec<Frame>,
+    shared: Arc<QueueShared>,
+    /// Packets written since the last interrupt.
+    unsignalled: u32,
+    first_unsignalled_ns: u64,
+    offered: u64,
+    rx_ring: u64,
+    rx_missed: u64,
+    rx_no_buffer: u64,
+}
+
+impl PortQueue {
+    fn frame(&mut self) -> Option<Frame> {
+        self.spare
+            .pop()
+            .or_else(|| self.fill.pop().map(|d| d.frame))
+    }
+}
+
+/// The NIC side of a simulated device: receives packets "from the wire"
+/// and places them on queues.
+#[derive(Debug)]
+pub struct SimPort {
+    umem: Arc<Umem>,
+    indir: Vec<u16>,
+    queues: Vec<PortQueue>,
+    coalesce: Coalesce,
+    scratch: Box<[u8]>,
+}
+
+/// The host side of one simulated queue.
+#[derive(Debug)]
+pub struct SimRxQueue {
+    index: u16,
+    umem: Arc<Umem>,
+    rx: Consumer,
+    fill: Producer,
+    shared: Arc<QueueShared>,
+}
+
+/// Build a simulated NIC: the port (NIC side) and one host queue per RX queue.
+pub fn build(cfg: &SimConfig) -> Result<(SimPort, Vec<SimRxQueue>), SimError> {
+    if !(1..=64).contains(&cfg.queues) {
+        return Err(SimError::Config(format!(
+            "queues must be in 1..=64, got {}",
+            cfg.queues
+        )));
+    }
+    if !cfg.ring_size.is_power_of_two() || !(64..=16384).contains(&cfg.ring_size) {
+        return Err(SimError::Config(format!(
+            "ring size must be a power of two in 64..=16384, got {}",
+            cfg.ring_size
+        )));
+    }
+    if cfg.frames_per_queue == 0 || !cfg.indir_size.is_power_of_two() {
+        return Err(SimError::Config(
+            "frames per queue must be > 0, indirection size a power of two".into(),
+        ));
+    }
+    let total = cfg.queues * cfg.frames_per_queue;
+    let (umem, mut frames) = Umem::new(total, cfg.frame_size)?;
+    let fill_size = total.next_power_of_two();
+    let mut port_queues = Vec::with_capacity(cfg.queues);
+    let mut host_queues = Vec::with_capacity(cfg.queues);
+    for q in 0..cfg.queues {
+        let (rx_p, rx_c) = ring::ring(cfg.ring_size, umem.id());
+        let (mut fill_p, fill_c) = ring::ring(fill_size, umem.id());
+        for f in frames.drain(..cfg.frames_per_queue) {
+            fill_p
+                .push(Desc::empty(f))
+                .expect("fill ring holds every frame");
+        }
+        fill_p.submit();
+        let shared = Arc::new(QueueShared::default());
+        port_queues.push(PortQueue {
+            rx: rx_p,
+            fill: fill_c,
+            spare: Vec::new(),
+            shared: shared.clone(),
+            unsignalled: 0,
+            first_unsignalled_ns: 0,
+            offered: 0,
+            rx_ring: 0,
+            rx_missed: 0,
+            rx_no_buffer: 0,
+        });
+        host_queues.push(SimRxQueue {
+            index: q as u16,
+            umem: umem.clone(),
+            rx: rx_c,
+            fill: fill_p,
+            shared,
+        });
+    }
+    // The default indirection table spreads entries round robin, as
+    // `ethtool -X equal N` does.
+    let indir = (0..cfg.indir_size)
+        .map(|i| (i % cfg.queues) as u16)
+        .collect();
+    let port = SimPort {
+        umem,
+        indir,
+        queues: port_queues,
+        coalesce: cfg.coalesce,
+        scratch: vec![0; cfg.frame_size].into_boxed_slice(),
+    };
+    Ok((port, host_queues))
+}
+
+/// Why [`SimPort::inject`] did not place a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceDrop {
+    /// RX ring full.
+    Missed,
+    /// No frame in the fill ring.
+    NoBuffer,
+    /// Frame larger than a frame buffer.
+    TooLong,
+}
+
+impl SimPort {
+    /// The frame region.
+    pub fn umem(&self) -> &Arc<Umem> {
+        &self.umem
+    }
+
+    /// Number of queues.
+    pub fn queues(&self) -> usize {
+        self.queues.len()
+    }
+
+    /// RSS: the queue for an RX hash (`indir[hash % size]`).
+    #[inline]
+    pub fn queue_for(&self, rxhash: u32) -> usize {
+        self.indir[rxhash as usize & (self.indir.len() - 1)] as usize
+    }
+
+    /// Replace the indirection table (`ethtool -X`). Entries must name
+    /// existing queues and the length must be a power of two.
+    pub fn set_indirection(&mut self, table: Vec<u16>) -> Result<(), SimError> {
+        if !table.len().is_power_of_two() || table.iter().any(|&q| q as usize >= self.queues.len())
+        {
+            return Err(SimError::Config("bad indirection table".into()));
+        }
+        self.indir = table;
+        Ok(())
+    }
+
+    /// Receive the next packet of `traffic` from the wire and place it on its
+    /// queue (not yet visible to the host; see [`flush`](Self::flush)).
+    /// Returns the queue, or the drop.
+    #[inline]
+    pub fn send(&mut self, traffic: &mut Traffic) -> Result<usize, DeviceDrop> {
+        let flow = traffic.pick();
+        let qi = self.queue_for(traffic.rxhash(flow));
+        let q = &mut self.queues[qi];
+        q.offered += 1;
+        let Some(mut frame) = q.frame() else {
+            q.rx_no_buffer += 1;
+            // The packet still existed on the wire: advance its flow.
+            traffic.write_flow(flow, &mut self.scratch);
+            return Err(DeviceDrop::NoBuffer);
+        };
+        let Some(w) = traffic.write_flow(flow, self.umem.data_mut(&mut frame)) else {
+            q.spare.push(frame);
+            return Err(DeviceDrop::TooLong);
+        };
+        Self::place(
+            q,
+            Desc {
+                frame,
+                off: 0,
+                len: w.len as u16,
+                rxhash: w.rxhash,
+            },
+        )
+        .map(|_| qi)
+    }
+
+    #[inline]
+    fn place(q: &mut PortQueue, d: Desc) -> Result<(), DeviceDrop> {
+        match q.rx.push(d) {
+            Ok(()) => {
+                q.rx_ring += 1;
+                q.unsignalled += 1;
+                Ok(())
+            }
+            Err(d) => {
+                q.rx_missed += 1;
+                q.spare.push(d.frame);
+                Err(DeviceDrop::Missed)
+            }
+        }
+    }
+
+    /// Place raw bytes on the queue RSS picks for `rxhash` (tests, replay).
+    pub fn inject(&mut self, bytes: &[u8], rxhash: u32) -> Result<usize, DeviceDrop> {
+        let qi = self.queue_for(rxhash);
+        let q = &mut self.queues[qi];
+        q.offered += 1;
+        if bytes.len() > self.umem.frame_size() {
+            return Err(DeviceDrop::TooLong);
+        }
+        let Some(mut frame) = q.frame() else {
+            q.rx_no_buffer += 1;
+            return Err(DeviceDrop::NoBuffer);
+        };
+        self.umem.data_mut(&mut frame)[..bytes.len()].copy_from_slice(bytes);
+        Self::place(
+            q,
+            Desc {
+                frame,
+                off: 0,
+                len: bytes.len() as u16,
+                rxhash,
+            },
+        )
+        .map(|_| qi)
+    }
+
+    /// Publish placed packets to the host, take back recycled frames, update
+    /// counters, and raise interrupts as the coalescing settings say.
+    /// `now_ns` is any monotonic clock in nanoseconds.
+    pub fn flush(&mut self, now_ns: u64) {
+        let frames = self.coalesce.rx_frames.max(1);
+        let usecs_ns = self.coalesce.rx_usecs as u64 * 1000;
+        for q in &mut self.queues {
+            q.rx.submit();
+            q.fill.release();
+            let s = &q.shared;
+            s.offered.store(q.offered, Ordering::Relaxed);
+            s.rx_ring.store(q.rx_ring, Ordering::Relaxed);
+            s.rx_missed.store(q.rx_missed, Ordering::Relaxed);
+            s.rx_no_buffer.store(q.rx_no_buffer, Ordering::Relaxed);
+            if q.unsignalled == 0 {
+                continue;
+            }
+            if !s.irq.is_armed() {
+                // NAPI is polling this queue and will see the packets.
+                q.unsignalled = 0;
+                continue;
+            }
+            if q.first_unsignalled_ns == 0 {
+                q.first_unsignalled_ns = now_ns.max(1);
+            }
+            if q.unsignalled >= frames || now_ns.saturating_sub(q.first_unsignalled_ns) >= usecs_ns
+            {
+                s.irq.raise();
+                q.unsignalled = 0;
+                q.first_unsignalled_ns = 0;
+            }
+        }
+    }
+
+    /// Producer thread body: send `traffic` until `stop`, at `pps` packets per
+    /// second or as fast as possible, flushing every `batch` packets. Returns
+    /// the packets offered.
+    pub fn run(
+        &mut self,
+        traffic: &mut Traffic,
+        stop: &AtomicBool,
+        pps: Option<u64>,
+        batch: usize,
+    ) -> u64 {
+        let start = Instant::now();
+        let mut sent = 0u64;
+        let batch = batch.max(1) as u64;
+        while !stop.load(Ordering::Relaxed) {
+            let now = start.elapsed();
+            let due = match pps {
+                Some(r) => ((now.as_nanos() * r as u128) / 1_000_000_000) as u64,
+                None => sent + batch,
+            };
+            let n = due.saturating_sub(sent).min(batch);
+            for _ in 0..n {
+                let _ = self.send(traffic);
+            }
+            sent += n;
+            self.flush(now.as_nanos() as u64 + 1);
+            if n == 0 {
+                std::hint::spin_loop();
+                if pps.is_some_and(|r| r < 100_000) {
+                    std::thread::sleep(Duration::from_micros(5));
+                }
+            }
+        }
+        self.flush(start.elapsed().as_nanos() as u64 + 1);
+        sent
+    }
+
+    /// Stop the device and gather every frame back into a pool: frames in
+    /// RX rings, fill rings, and the port's spares. Call after the host side
+    /// has stopped polling; the result says whether every frame came home.
+    pub fn reclaim(mut self, queues: Vec<SimRxQueue>) -> FramePool {
+        let mut frames = Vec::with_capacity(self.umem.frames());
+        for (pq, mut hq) in self.queues.iter_mut().zip(queues) {
+            pq.rx.submit();
+            hq.fill.submit();
+            while let Some(d) = hq.rx.pop() {
+                frames.push(d.frame);
+            }
+            hq.rx.release();
+            while let Some(d) = pq.fill.pop() {
+                frames.push(d.frame);
+            }
+            pq.fill.release();
+            frames.append(&mut pq.spare);
+        }
+        FramePool::from_frames(self.umem.clone(), frames)
+    }
+}
+
+impl SimRxQueue {
+    /// Counters of this queue as the NIC keeps them.
+    pub fn stats(&self) -> DeviceQueueStats {
+        let s = &self.shared;
+        DeviceQueueStats {
+            offered: s.offered.load(Ordering::Relaxed),
+            rx_ring: s.rx_ring.load(Ordering::Relaxed),
+            rx_missed: s.rx_missed.load(Ordering::Relaxed),
+            rx_no_buffer: s.rx_no_buffer.load(Ordering::Relaxed),
+            wakeups: s.irq.wakeups(),
+        }
+    }
+}
+
+impl RxQueue for SimRxQueue {
+    fn umem(&self) -> &Umem {
+        &self.umem
+    }
+    fn queue_index(&self) -> u16 {
+        self.index
+    }
+    #[inline]
+    fn pull(&mut self) -> Option<Desc> {
+        self.rx.pop()
+    }
+    #[inline]
+    fn pull_done(&mut self) {
+        self.rx.release();
+    }
+    #[inline]
+    fn recycle(&mut self, frame: Frame) {
+        if let Err(d) = self.fill.push(Desc::empty(frame)) {
+            // The fill ring is sized for every frame of the region, so this
+            // cannot happen; if it did, keeping the frame is impossible and
+            // losing it would break "every frame comes home", so say so.
+            panic!("fill ring overflow with {:?}", d.frame);
+        }
+    }
+    #[inline]
+    fn recycle_done(&mut self) {
+        self.fill.submit();
+    }
+    fn irq(&self) -> Option<&IrqLine> {
+        Some(&self.shared.irq)
+    }
+    fn has_pending(&mut self) -> bool {
+        !self.rx.is_empty()
+    }
+    fn device_stats(&self) -> DeviceQueueStats {
+        self.stats()
+    }
+}
+
+/// A same-thread queue whose frames were written once at creation and are
+/// handed out again and again, in FIFO order: the engine's cost alone, as
+/// DPDK's `net_null` PMD measures a forwarding engine. Never empty, never
+/// raises interrupts.
+#[derive(Debug)]
+pub struct NullQueue {
+    index: u16,
+    umem: Arc<Umem>,
+    free: VecDeque<Frame>,
+    meta: Vec<(u16, u32)>,
+    pulled: u64,
+}
+
+impl NullQueue {
+    /// `frames` frames of `traffic`, written once.
+    pub fn new(index: u16, frames: usize, traffic: &mut Traffic) -> Result<Self, SimError> {
+        let (umem, tokens) = Umem::new(frames, crate::DEFAULT_FRAME_SIZE)?;
+        let mut meta = vec![(0, 0); frames];
+        let mut free = VecDeque::with_capacity(frames);
+        for mut f in tokens {
+            let w = traffic
+                .write_next(umem.data_mut(&mut f))
+                .ok_or_else(|| SimError::Config("packet larger than a frame".into()))?;
+            meta[f.index() as usize] = (w.len as u16, w.rxhash);
+            free.push_back(f);
+        }
+        Ok(NullQueue {
+            index,
+            umem,
+            free,
+            meta,
+            pulled: 0,
+        })
+    }
+
+    /// Return the pool; every frame must have been recycled.
+    pub fn into_pool(self) -> FramePool {
+        FramePool::from_frames(self.umem, self.free.into())
+    }
+}
+
+impl RxQueue for NullQueue {
+    fn umem(&self) -> &Umem {
+        &self.umem
+    }
+    fn queue_index(&self) -> u16 {
+        self.index
+    }
+    #[inline]
+    fn pull(&mut self) -> Option<Desc> {
+        let frame = self.free.pop_front()?;
+        let (len, rxhash) = self.meta[frame.index() as usize];
+        self.pulled += 1;
+        Some(Desc {
+            frame,
+            off: 0,
+            len,
+            rxhash,
+        })
+    }
+    #[inline]
+    fn pull_done(&mut self) {}
+    #[inline]
+    fn recycle(&mut self, frame: Frame) {
+        self.free.push_back(frame);
+    }
+    #[inline]
+    fn recycle_done(&mut self) {}
+    fn irq(&self) -> Option<&IrqLine> {
+        None
+    }
+    fn has_pending(&mut self) -> bool {
+        !self.free.is_empty()
+    }
+    fn device_stats(&self) -> DeviceQueueStats {
+        DeviceQueueStats {
+            offered: self.pulled,
+            rx_ring: self.pulled,
+            ..Default::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rxpath_wire::toeplitz::Toeplitz;
+
+    fn small() -> SimConfig {
+        SimConfig {
+            queues: 2,
+            ring_size: 64,
+            frames_per_queue: 96,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn rss_spreads_flows_and_keeps_a_flow_on_one_queue() {
+        let (mut port, mut queues) = build(&small()).unwrap();
+        let mut t = Traffic::new(
+            TrafficConfig {
+                flows: 64,
+                mix: Mix::Udp,
+                ..Default::default()
+            },
+            &Toeplitz::default(),
+        );
+        let mut per_q = [0usize; 2];
+        let mut flow_q = std::collections::HashMap::new();
+        for _ in 0..40 {
+            let flow = t.peek_pick();
+            if let Ok(q) = port.send(&mut t) {
+                assert_eq!(q, port.queue_for(t.rxhash(flow)));
+                per_q[q] += 1;
+                assert_eq!(*flow_q.entry(flow).or_insert(q), q);
+            }
+        }
+        port.flush(1);
+        for (i, q) in queues.iter_mut().enumerate() {
+            let mut n = 0;
+            while let Some(d) = q.pull() {
+                let h = rxpath_wire::parse(&q.umem().data(&d.frame)[..d.len as usize]).unwrap();
+                assert_eq!(Toeplitz::default().hash_flow(&h.flow, true), d.rxhash);
+                q.recycle(d.frame);
+                n += 1;
+            }
+            q.pull_done();
+            q.recycle_done();
+            assert_eq!(n, per_q[i]);
+        }
+        assert!(per_q[0] > 5 && per_q[1] > 5, "{per_q:?}");
+        assert!(port.reclaim(queues).is_home());
+    }
+
+    #[test]
+    fn full_ring_counts_missed_and_frames_come_home() {
+        let (mut port, queues) = build(&SimConfig {
+            queues: 1,
+            ..small()
+        })
+        .unwrap();
+        let mut t = Traffic::new(
+            TrafficConfig {
+                flows: 4,
+                mix: Mix::Udp,
+                ..Default::default()
+            },
+            &Toeplitz::default(),
+        );
+        let results: Vec<_> = (0..100).map(|_| port.send(&mut t)).collect();
+        port.flush(1);
+        let st = queues[0].stats();
+        assert_eq!(st.offered, 100);
+        assert_eq!(st.rx_ring, 64);
+        assert_eq!(st.rx_missed, 36);
+        assert_eq!(
+            results
+                .iter()
+                .filter(|r| **r == Err(DeviceDrop::Missed))
+                .count(),
+            36
+        );
+        assert!(port.reclaim(queues).is_home());
+    }
+
+    #[test]
+    fn empty_fill_ring_counts_no_buffer() {
+        let cfg = SimConfig {
+            queues: 1,
+            ring_size: 64,
+            frames_per_queue: 10,
+            ..Default::default()
+        };
+        let (mut port, queues) = build(&cfg).unwrap();
+        let mut t = Traffic::new(
+            TrafficConfig {
+                flows: 1,
+                mix: Mix::Udp,
+                ..Default::default()
+            },
+            &Toeplitz::default(),
+        );
+        for _ in 0..15 {
+            let _ = port.send(&mut t);
+        }
+        port.flush(1);
+        let st = queues[0].stats();
+        assert_eq!((st.rx_ring, st.rx_no_buffer), (10, 5));
+        assert!(port.reclaim(queues).is_home());
+    }
+
+    #[test]
+    fn coalescing_by_frames_and_by_time() {
+        let cfg = SimConfig {
+            queues: 1,
+            coalesce: Coalesce {
+                rx_usecs: 10,
+                rx_frames: 4,
+            },
+            ..small()
+        };
+        let (mut port, mut queues) = build(&cfg).unwrap();
+        let mut t = Traffic::new(
+            TrafficConfig {
+                flows: 1,
+                mix: Mix::Udp,
+                ..Default::default()
+            },
+            &Toeplitz::default(),
+        );
+        let irq = |q: &SimRxQueue| q.stats().wakeups;
+        for _ in 0..3 {
+            port.send(&mut t).unwrap();
+        }
+        port.flush(1_000);
+        assert_eq!(irq(&queues[0]), 0, "3 frames, 0 µs: no interrupt yet");
+        port.flush(5_000);
+        assert_eq!(irq(&queues[0]), 0, "4 µs: still within rx-usecs");
+        port.flush(11_000);
+        assert_eq!(irq(&queues[0]), 1, "rx-usecs expired");
+        assert!(queues[0].irq().unwrap().take());
+        // Masked until re-armed: more packets, no interrupt.
+        for _ in 0..8 {
+            port.send(&mut t).unwrap();
+        }
+        port.flush(20_000);
+        assert_eq!(irq(&queues[0]), 1);
+        queues[0].irq().unwrap().arm();
+        for _ in 0..4 {
+            port.send(&mut t).unwrap();
+        }
+        port.flush(20_500);
+        assert_eq!(irq(&queues[0]), 2, "rx-frames reached");
+        while let Some(d) = queues[0].pull() {
+            queues[0].recycle(d.frame);
+        }
+        queues[0].pull_done();
+        queues[0].recycle_done();
+        assert!(port.reclaim(queues).is_home());
+    }
+
+    #[test]
+    fn null_queue_cycles_its_frames() {
+        let mut t = Traffic::new(TrafficConfig::default(), &Toeplitz::default());
+        let mut q = NullQueue::new(0, 8, &mut t).unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..24 {
+            let d = q.pull().unwrap();
+            assert!(rxpath_wire::parse(&q.umem().data(&d.frame)[..d.len as usize]).is_ok());
+            seen.insert(d.frame.index());
+            q.recycle(d.frame);
+        }
+        assert_eq!(seen.len(), 8);
+        assert!(q.into_pool().is_home());
+    }
+}

@@ -1,0 +1,376 @@
+//! Seeded traffic sources for the simulated NIC.
+//!
+//! A [`Traffic`] holds a set of flows and writes one packet of one of them
+//! per call, straight into a frame. Flow kinds:
+//!
+//! - **UDP**: datagrams of a fixed frame size.
+//! - **TCP bulk**: MSS-sized segments of a stream of messages, PSH on the
+//!   last segment of each message (what a sender's TSO/GSO emits).
+//! - **TCP request/response**: short PSH segments, one per request.
+//!
+//! Packets of different flows interleave in a seeded random order, as they
+//! would on a NIC fed by many senders. Addresses come from 198.18.0.0/15
+//! (IPv4) and 2001:2::/48 (IPv6), both set aside for benchmarking.
+
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+use rxpath_wire::build::{self, Spec};
+use rxpath_wire::ipv4::protocol;
+use rxpath_wire::tcp::flags;
+use rxpath_wire::toeplitz::Toeplitz;
+use rxpath_wire::FlowKey;
+use serde::Serialize;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
+
+/// Which flows to generate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Mix {
+    /// UDP only.
+    Udp,
+    /// TCP bulk only.
+    TcpBulk,
+    /// TCP request/response only.
+    TcpRr,
+    /// Half UDP, a quarter each TCP bulk and TCP request/response; one flow
+    /// in eight is IPv6 and one in eight VLAN-tagged.
+    Mixed,
+}
+
+impl FromStr for Mix {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "udp" => Ok(Mix::Udp),
+            "tcp-bulk" | "bulk" => Ok(Mix::TcpBulk),
+            "tcp-rr" | "rr" => Ok(Mix::TcpRr),
+            "mixed" => Ok(Mix::Mixed),
+            _ => Err(format!(
+                "unknown mix '{s}' (expected udp, tcp-bulk, tcp-rr or mixed)"
+            )),
+        }
+    }
+}
+
+/// Traffic parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TrafficConfig {
+    /// Number of flows.
+    pub flows: usize,
+    /// Flow kinds.
+    pub mix: Mix,
+    /// UDP frame size in bytes (60..=1514).
+    pub udp_frame: usize,
+    /// TCP MSS (payload bytes per bulk segment).
+    pub mss: usize,
+    /// TCP bulk message size (a PSH ends each).
+    pub message: usize,
+    /// TCP request size.
+    pub request: usize,
+    /// Seed of the random generator.
+    pub seed: u64,
+}
+
+impl Default for TrafficConfig {
+    fn default() -> Self {
+        TrafficConfig {
+            flows: 64,
+            mix: Mix::Mixed,
+            udp_frame: 60,
+            mss: 1448,
+            message: 64 * 1024,
+            request: 64,
+            seed: 1,
+        }
+    }
+}
+
+impl TrafficConfig {
+    /// Check the parameters; the message names the offending value.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.flows == 0 || self.flows > 1 << 20 {
+            return Err(format!("flows must be in 1..=1048576, got {}", self.flows));
+        }
+        if !(60..=1514).contains(&self.udp_frame) {
+            return Err(format!(
+                "UDP frame size must be in 60..=1514, got {}",
+                self.udp_frame
+            ));
+        }
+        if !(1..=1448).contains(&self.mss) {
+            return Err(format!("MSS must be in 1..=1448, got {}", self.mss));
+        }
+        if self.message == 0 || !(1..=1448).contains(&self.request) {
+            return Err("message must be > 0 and request in 1..=1448".into());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Udp,
+    Bulk,
+    Rr,
+}
+
+#[derive(Debug, Clone)]
+struct Flow {
+    spec: Spec,
+    kind: Kind,
+    key: FlowKey,
+    rxhash: u32,
+    seq: u32,
+    ack: u32,
+    msg_left: usize,
+    tsval: u32,
+}
+
+/// What [`Traffic::write_next`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// Frame length.
+    pub len: usize,
+    /// The NIC's RSS hash of the packet's flow.
+    pub rxhash: u32,
+    /// Index of the flow.
+    pub flow: usize,
+}
+
+/// A seeded packet source.
+#[derive(Debug)]
+pub struct Traffic {
+    cfg: TrafficConfig,
+    flows: Vec<Flow>,
+    rng: Pcg64Mcg,
+    payload: Box<[u8]>,
+}
+
+impl Traffic {
+    /// Create the flows. Uses `toeplitz` to give each flow the RSS hash a NIC
+    /// would compute.
+    pub fn new(cfg: TrafficConfig, toeplitz: &Toeplitz) -> Self {
+        let mut rng = Pcg64Mcg::seed_from_u64(cfg.seed);
+        let flows = (0..cfg.flows)
+            .map(|i| {
+                let kind = match cfg.mix {
+                    Mix::Udp => Kind::Udp,
+                    Mix::TcpBulk => Kind::Bulk,
+                    Mix::TcpRr => Kind::Rr,
+                    Mix::Mixed => match i % 4 {
+                        0 | 2 => Kind::Udp,
+                        1 => Kind::Bulk,
+                        _ => Kind::Rr,
+                    },
+                };
+                let v6 = cfg.mix == Mix::Mixed && i % 8 == 7;
+                let (src, dst): (IpAddr, IpAddr) = if v6 {
+                    (
+                        Ipv6Addr::new(0x2001, 2, 0, 1, 0, 0, (i >> 16) as u16, i as u16).into(),
+                        Ipv6Addr::new(0x2001, 2, 0, 2, 0, 0, 0, 1).into(),
+                    )
+                } else {
+                    // Sources 198.18.0.0/16, destination 198.19.0.1.
+                    (
+                        Ipv4Addr::new(198, 18, (i >> 8) as u8, i as u8).into(),
+                        Ipv4Addr::new(198, 19, 0, 1).into(),
+                    )
+                };
+                let sport = 1024 + (i as u16 % 60000);
+                let dport = match kind {
+                    Kind::Udp => 9000,
+                    Kind::Bulk => 5201,
+                    Kind::Rr => 11111,
+                };
+                let mut spec = Spec::new(src, dst, sport, dport);
+                if cfg.mix == Mix::Mixed && i % 8 == 3 {
+                    spec.vlan = Some(100);
+                }
+                let proto = if kind == Kind::Udp {
+                    protocol::UDP
+                } else {
+                    protocol::TCP
+                };
+                let key = FlowKey::new(src, dst, sport, dport, proto);
+                Flow {
+                    spec,
+                    kind,
+                    key,
+                    rxhash: toeplitz.hash_flow(&key, true),
+                    seq: rng.gen(),
+                    ack: rng.gen(),
+                    msg_left: cfg.message,
+                    tsval: rng.gen(),
+                }
+            })
+            .collect();
+        let payload = (0..9000u32).map(|i| (i * 7 + 3) as u8).collect();
+        Traffic {
+            cfg,
+            flows,
+            rng,
+            payload,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TrafficConfig {
+        &self.cfg
+    }
+
+    /// Number of flows.
+    pub fn flows(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// A flow's key.
+    pub fn flow_key(&self, i: usize) -> FlowKey {
+        self.flows[i].key
+    }
+
+    /// Choose the flow of the next packet (seeded random order).
+    #[inline]
+    pub fn pick(&mut self) -> usize {
+        if self.flows.len() == 1 {
+            0
+        } else {
+            self.rng.gen_range(0..self.flows.len())
+        }
+    }
+
+    /// The flow [`pick`](Self::pick) will return next, without consuming it.
+    pub fn peek_pick(&self) -> usize {
+        let mut rng = self.rng.clone();
+        if self.flows.len() == 1 {
+            0
+        } else {
+            rng.gen_range(0..self.flows.len())
+        }
+    }
+
+    /// The RSS hash of flow `i`.
+    #[inline]
+    pub fn rxhash(&self, i: usize) -> u32 {
+        self.flows[i].rxhash
+    }
+
+    /// Write the next packet of a randomly chosen flow into `buf`.
+    /// Returns `None` if `buf` is too small for it.
+    pub fn write_next(&mut self, buf: &mut [u8]) -> Option<Written> {
+        let i = self.pick();
+        self.write_flow(i, buf)
+    }
+
+    /// Write the next packet of flow `i` into `buf`.
+    pub fn write_flow(&mut self, i: usize, buf: &mut [u8]) -> Option<Written> {
+        let cfg = self.cfg;
+        let f = &mut self.flows[i];
+        f.spec.ip_id = f.spec.ip_id.wrapping_add(1);
+        let len = match f.kind {
+            Kind::Udp => {
+                let payload_len = cfg.udp_frame.saturating_sub(f.spec.l3_header_end() + 8);
+                build::write_udp(buf, &f.spec, &self.payload[..payload_len]).ok()?
+            }
+            Kind::Bulk | Kind::Rr => {
+                let (n, fl) = if f.kind == Kind::Bulk {
+                    let n = f.msg_left.min(cfg.mss);
+                    f.msg_left -= n;
+                    let psh = f.msg_left == 0;
+                    if psh {
+                        f.msg_left = cfg.message;
+                    }
+                    (n, flags::ACK | if psh { flags::PSH } else { 0 })
+                } else {
+                    (cfg.request, flags::ACK | flags::PSH)
+                };
+                f.tsval = f.tsval.wrapping_add(1);
+                let mut opts = [1, 1, 8, 10, 0, 0, 0, 0, 0, 0, 0, 0];
+                opts[4..8].copy_from_slice(&f.tsval.to_be_bytes());
+                opts[8..12].copy_from_slice(&0x1000u32.to_be_bytes());
+                let len =
+                    build::write_tcp(buf, &f.spec, f.seq, f.ack, fl, &opts, &self.payload[..n])
+                        .ok()?;
+                f.seq = f.seq.wrapping_add(n as u32);
+                len
+            }
+        };
+        Some(Written {
+            len,
+            rxhash: f.rxhash,
+            flow: i,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bulk_segments_are_contiguous_with_psh_at_message_end() {
+        let cfg = TrafficConfig {
+            flows: 1,
+            mix: Mix::TcpBulk,
+            message: 4000,
+            ..Default::default()
+        };
+        let mut t = Traffic::new(cfg, &Toeplitz::default());
+        let mut buf = [0u8; 2048];
+        let mut next_seq = None;
+        let mut psh_at = vec![];
+        let mut bytes = 0;
+        for n in 0..9 {
+            let w = t.write_next(&mut buf).unwrap();
+            let h = rxpath_wire::parse(&buf[..w.len]).unwrap();
+            let tcp =
+                rxpath_wire::tcp::Packet::new_checked(&buf[h.l4_offset as usize..w.len]).unwrap();
+            if let Some(s) = next_seq {
+                assert_eq!(tcp.seq(), s);
+            }
+            next_seq = Some(tcp.seq().wrapping_add(h.payload_len as u32));
+            bytes += h.payload_len as usize;
+            if tcp.flags() & flags::PSH != 0 {
+                psh_at.push((n, bytes));
+            }
+        }
+        // 4000 = 1448 + 1448 + 1104: PSH every third segment.
+        assert_eq!(psh_at, vec![(2, 4000), (5, 8000), (8, 12000)]);
+    }
+
+    #[test]
+    fn same_seed_same_traffic() {
+        let cfg = TrafficConfig {
+            flows: 32,
+            ..Default::default()
+        };
+        let tz = Toeplitz::default();
+        let (mut a, mut b) = (Traffic::new(cfg, &tz), Traffic::new(cfg, &tz));
+        let (mut x, mut y) = ([0u8; 2048], [0u8; 2048]);
+        for _ in 0..200 {
+            let (wa, wb) = (a.write_next(&mut x).unwrap(), b.write_next(&mut y).unwrap());
+            assert_eq!(wa, wb);
+            assert_eq!(x[..wa.len], y[..wb.len]);
+        }
+    }
+
+    #[test]
+    fn mixed_has_v6_vlan_udp_tcp() {
+        let cfg = TrafficConfig {
+            flows: 16,
+            ..Default::default()
+        };
+        let mut t = Traffic::new(cfg, &Toeplitz::default());
+        let mut buf = [0u8; 2048];
+        let (mut v6, mut vlan, mut udp, mut tcp) = (0, 0, 0, 0);
+        for i in 0..16 {
+            let w = t.write_flow(i, &mut buf).unwrap();
+            let h = rxpath_wire::parse(&buf[..w.len]).unwrap();
+            v6 += h.flow.is_v6() as u32;
+            vlan += (h.vlan[0] != 0) as u32;
+            udp += (h.l4 == rxpath_wire::L4::Udp) as u32;
+            tcp += matches!(h.l4, rxpath_wire::L4::Tcp { .. }) as u32;
+            assert_eq!(h.flow, t.flow_key(i));
+        }
+        assert_eq!((v6, vlan, udp, tcp), (2, 2, 8, 8));
+    }
+}
