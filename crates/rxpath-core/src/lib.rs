@@ -1,1 +1,32 @@
-//! placeholder
+//! # rxpath-core: the receive path, stage by stage
+//!
+//! The deterministic part of rxpath: plain data structures driven by method
+//! calls and a [`Clock`](time::Clock) passed in. Nothing here opens a file
+//! descriptor, spawns a thread or reads the OS clock, so every rule is tested
+//! with synthetic packets and simulated time. The stages, in the order a
+//! packet meets them:
+//!
+//! 1. [`napi`]: one NAPI instance per device queue, with a `napi_id`, a
+//!    `poll(budget)` that does RX bulking (seed 001: pull and prefetch a
+//!    bundle, then run the stack on it), `napi_complete_done`, and the state
+//!    bits that let a busy-polling socket own a NAPI for a while (seed 000).
+//! 2. [`softnet`]: `net_rx_action`: the poll list, `netdev_budget`,
+//!    `netdev_budget_usecs`, `time_squeeze`.
+//! 3. [`packet`]: what the stack receives: a frame plus metadata
+//!    (`napi_id`, RX hash, parsed headers), and the [`Stack`](packet::Stack)
+//!    trait each later stage implements (GRO, steering, sockets).
+//! 4. [`stats`]: per-NAPI and per-queue counters; every packet is accounted
+//!    for: `received = delivered + Σ dropped[reason]`.
+#![forbid(unsafe_code)]
+#![deny(missing_docs, missing_debug_implementations)]
+
+pub mod napi;
+pub mod packet;
+pub mod softnet;
+pub mod stats;
+pub mod time;
+
+pub use napi::{BundleMode, Napi, NapiId, NapiState, NapiTable};
+pub use packet::{Meta, Packet, RxCtx, Stack};
+pub use softnet::{Softnet, SoftnetConfig};
+pub use stats::{DropReason, NapiStats};

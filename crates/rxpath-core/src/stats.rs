@@ -1,0 +1,174 @@
+//! Counters, named as the kernel names them.
+//!
+//! Every packet NAPI takes from a queue is accounted for: it is delivered
+//! (reached the end of the path) or dropped with a named [`DropReason`].
+//! [`NapiStats::accounted`] checks `received = delivered + Σ dropped`, and the
+//! tests assert it under load. Device-level losses (`rx_missed`,
+//! `rx_no_buffer`) happen before NAPI sees a packet and are kept by the device
+//! ([`rxpath_dev::DeviceQueueStats`]).
+
+use serde::Serialize;
+use std::fmt;
+
+/// Why a packet was dropped. Each reason has its own counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum DropReason {
+    /// A header was truncated or inconsistent.
+    Malformed,
+    /// Not IPv4/IPv6, or an IP protocol the path does not handle.
+    UnhandledProto,
+    /// Dropped on purpose at the lowest RX level (the `rxdrop` benchmark,
+    /// like XDP_DROP or the seed's drop point in the driver).
+    Rxdrop,
+    /// Rejected by the filter stage.
+    Filter,
+    /// The worker's backlog was full (`netdev_max_backlog`).
+    BacklogFull,
+    /// No socket bound to the destination.
+    NoSocket,
+    /// The socket's receive queue was full (SO_RCVBUF).
+    SocketQueueFull,
+}
+
+impl DropReason {
+    /// All reasons, in counter order.
+    pub const ALL: [DropReason; 7] = [
+        DropReason::Malformed,
+        DropReason::UnhandledProto,
+        DropReason::Rxdrop,
+        DropReason::Filter,
+        DropReason::BacklogFull,
+        DropReason::NoSocket,
+        DropReason::SocketQueueFull,
+    ];
+
+    /// The counter's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Malformed => "malformed",
+            DropReason::UnhandledProto => "unhandled_proto",
+            DropReason::Rxdrop => "rxdrop",
+            DropReason::Filter => "filter",
+            DropReason::BacklogFull => "backlog_full",
+            DropReason::NoSocket => "no_socket",
+            DropReason::SocketQueueFull => "socket_queue_full",
+        }
+    }
+}
+
+impl fmt::Display for DropReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Drop counters by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Drops([u64; DropReason::ALL.len()]);
+
+impl Drops {
+    /// Count one drop.
+    #[inline]
+    pub fn add(&mut self, r: DropReason, n: u64) {
+        self.0[r as usize] += n;
+    }
+    /// The counter for `r`.
+    pub fn get(&self, r: DropReason) -> u64 {
+        self.0[r as usize]
+    }
+    /// Sum over reasons.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+    /// Non-zero counters with their names.
+    pub fn iter(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        DropReason::ALL
+            .iter()
+            .map(|&r| (r, self.get(r)))
+            .filter(|&(_, n)| n > 0)
+    }
+    fn merge(&mut self, o: &Drops) {
+        for (a, b) in self.0.iter_mut().zip(o.0.iter()) {
+            *a += b;
+        }
+    }
+}
+
+impl Serialize for Drops {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(DropReason::ALL.len()))?;
+        for r in DropReason::ALL {
+            m.serialize_entry(r.name(), &self.get(r))?;
+        }
+        m.end()
+    }
+}
+
+/// Counters of one NAPI instance (one device queue).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct NapiStats {
+    /// Packets taken from the queue.
+    pub received: u64,
+    /// Bytes taken from the queue.
+    pub bytes: u64,
+    /// Packets that reached the end of the path.
+    pub delivered: u64,
+    /// Dropped packets by reason.
+    pub dropped: Drops,
+    /// Calls of `poll`.
+    pub polls: u64,
+    /// Polls that used their whole budget (stayed scheduled).
+    pub polls_full: u64,
+    /// Bundles handed to the stack (RX bulking).
+    pub bundles: u64,
+    /// `napi_complete_done` calls that completed the NAPI.
+    pub completions: u64,
+    /// Interrupts taken (`napi_schedule` from the IRQ line).
+    pub wakeups: u64,
+}
+
+impl NapiStats {
+    /// `received == delivered + Σ dropped`.
+    pub fn accounted(&self) -> bool {
+        self.received == self.delivered + self.dropped.total()
+    }
+
+    /// Add another instance's counters.
+    pub fn merge(&mut self, o: &NapiStats) {
+        self.received += o.received;
+        self.bytes += o.bytes;
+        self.delivered += o.delivered;
+        self.dropped.merge(&o.dropped);
+        self.polls += o.polls;
+        self.polls_full += o.polls_full;
+        self.bundles += o.bundles;
+        self.completions += o.completions;
+        self.wakeups += o.wakeups;
+    }
+}
+
+/// Per-thread `softnet_stat` counters (`/proc/net/softnet_stat`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct SoftnetStats {
+    /// Packets processed by `net_rx_action` on this thread.
+    pub processed: u64,
+    /// Times `net_rx_action` stopped with work left because `netdev_budget`
+    /// or `netdev_budget_usecs` ran out.
+    pub time_squeeze: u64,
+    /// `net_rx_action` invocations.
+    pub rx_actions: u64,
+}
+
+impl SoftnetStats {
+    /// Add another thread's counters.
+    pub fn merge(&mut self, o: &SoftnetStats) {
+        self.processed += o.processed;
+        self.time_squeeze += o.time_squeeze;
+        self.rx_actions += o.rx_actions;
+    }
+}

@@ -1,0 +1,479 @@
+//! NAPI semantics on the simulated NIC, driven by hand with simulated time.
+
+use rxpath_core::napi::{
+    bits, BundleMode, Napi, NapiState, NapiTable, MIN_NAPI_ID, NAPI_POLL_WEIGHT,
+};
+use rxpath_core::packet::{Sink, Stack};
+use rxpath_core::softnet::{Softnet, SoftnetConfig};
+use rxpath_core::time::{ManualClock, SteppingClock};
+use rxpath_core::{DropReason, Packet, RxCtx};
+use rxpath_dev::sim::{
+    self, Coalesce, Mix, SimConfig, SimPort, SimRxQueue, Traffic, TrafficConfig,
+};
+use rxpath_dev::RxQueue;
+use rxpath_wire::toeplitz::Toeplitz;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+fn nic(queues: usize, ring: usize) -> (SimPort, Vec<SimRxQueue>) {
+    sim::build(&SimConfig {
+        queues,
+        ring_size: ring,
+        frames_per_queue: ring * 2,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn udp(flows: usize) -> Traffic {
+    Traffic::new(
+        TrafficConfig {
+            flows,
+            mix: Mix::Udp,
+            ..Default::default()
+        },
+        &Toeplitz::default(),
+    )
+}
+
+/// Fill every queue with at least `n` packets.
+fn fill(port: &mut SimPort, t: &mut Traffic, n: usize) {
+    let mut per_q = vec![0; port.queues()];
+    while per_q.iter().any(|&c| c < n) {
+        if let Ok(q) = port.send(t) {
+            per_q[q] += 1;
+        }
+    }
+    port.flush(1);
+}
+
+fn napis(queues: Vec<SimRxQueue>, bundle: usize, interrupts: bool) -> Vec<Napi<SimRxQueue>> {
+    queues
+        .into_iter()
+        .map(|q| {
+            Napi::new(
+                q,
+                NAPI_POLL_WEIGHT,
+                BundleMode {
+                    size: bundle,
+                    split_on_hash: false,
+                },
+                interrupts,
+            )
+        })
+        .collect()
+}
+
+/// Counts what the stack sees per poll, to check the budget from inside.
+#[derive(Default)]
+struct Counting {
+    seen: usize,
+}
+impl Stack for Counting {
+    fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
+        self.seen += 1;
+        ctx.deliver(pkt);
+    }
+}
+
+fn reclaim(port: SimPort, napis: Vec<Napi<SimRxQueue>>) -> bool {
+    let queues = napis.into_iter().map(|n| n.into_queue()).collect();
+    port.reclaim(queues).is_home()
+}
+
+#[test]
+fn a_poll_never_takes_more_than_its_budget() {
+    let (mut port, queues) = nic(1, 1024);
+    let mut t = udp(8);
+    fill(&mut port, &mut t, 200);
+    for bundle in [1, 16, 64] {
+        let (mut port2, queues2) = nic(1, 1024);
+        fill(&mut port2, &mut udp(8), 200);
+        let mut n = napis(queues2, bundle, true);
+        assert!(n[0].state().schedule_prep());
+        for budget in [1, 7, 64, 64] {
+            let mut s = Counting::default();
+            let r = n[0].poll(budget, &mut s, 0);
+            assert_eq!(r.work, budget, "bundle {bundle}");
+            assert_eq!(s.seen, budget);
+            assert!(!r.completed, "a full poll stays scheduled");
+            assert_ne!(n[0].state().bits() & bits::SCHED, 0);
+        }
+        // 200 - 136 = 64 left: a 64 budget takes them all but is "full".
+        let r = n[0].poll(100, &mut Counting::default(), 0);
+        assert_eq!(r.work, 64);
+        assert!(r.completed, "a poll below budget completes");
+        assert_eq!(n[0].state().bits() & bits::SCHED, 0);
+        assert!(n[0].stats().accounted());
+        assert!(reclaim(port2, n));
+    }
+    assert!(port.reclaim(queues).is_home());
+}
+
+#[test]
+fn net_rx_action_polls_each_napi_once_with_its_weight() {
+    let (mut port, queues) = nic(2, 1024);
+    let mut t = udp(64);
+    fill(&mut port, &mut t, 300);
+    let mut n = napis(queues, 16, true);
+    let mut sn = Softnet::new(SoftnetConfig::default());
+    for i in 0..2 {
+        assert!(n[i].state().schedule_prep());
+        sn.schedule(i);
+    }
+    let clock = ManualClock::new(0);
+    let r = sn.net_rx_action(&mut n, &mut Sink, &clock);
+    // 64 + 64 < 300, but each NAPI is polled once per call (repoll list).
+    assert_eq!((r.work, r.polls, r.squeezed), (128, 2, false));
+    assert_eq!(sn.pending(), 2, "both used their weight and stay listed");
+    assert_eq!(sn.stats().time_squeeze, 0);
+    while sn.pending() > 0 {
+        sn.net_rx_action(&mut n, &mut Sink, &clock);
+    }
+    let total: u64 = n.iter().map(|x| x.stats().received).sum();
+    let offered: u64 = n.iter().map(|x| x.queue().stats().rx_ring).sum();
+    assert_eq!(total, offered);
+    assert!(n
+        .iter()
+        .all(|x| x.stats().polls_full + x.stats().completions == x.stats().polls));
+    assert!(reclaim(port, n));
+}
+
+#[test]
+fn netdev_budget_is_honoured_and_time_squeeze_counted() {
+    let (mut port, queues) = nic(6, 1024);
+    let mut t = udp(256);
+    fill(&mut port, &mut t, 200);
+    let mut n = napis(queues, 64, true);
+    let mut sn = Softnet::new(SoftnetConfig {
+        netdev_budget: 300,
+        netdev_budget_usecs: 2000,
+    });
+    for i in 0..6 {
+        assert!(n[i].state().schedule_prep());
+        sn.schedule(i);
+    }
+    let clock = ManualClock::new(0);
+    let r = sn.net_rx_action(&mut n, &mut Sink, &clock);
+    // 64 × 5 = 320 ≥ 300: the fifth poll exhausts the budget.
+    assert_eq!((r.work, r.polls, r.squeezed), (320, 5, true));
+    assert_eq!(sn.stats().time_squeeze, 1);
+    assert_eq!(n[5].stats().polls, 0);
+    // The NAPI that was not polled is first in line next time.
+    let r = sn.net_rx_action(&mut n, &mut Sink, &clock);
+    assert_eq!(n[5].stats().polls, 1);
+    assert_eq!(r.polls, 5);
+    while sn.pending() > 0 {
+        sn.net_rx_action(&mut n, &mut Sink, &clock);
+    }
+    assert!(reclaim(port, n));
+}
+
+#[test]
+fn netdev_budget_usecs_is_honoured() {
+    let (mut port, queues) = nic(4, 1024);
+    let mut t = udp(64);
+    fill(&mut port, &mut t, 100);
+    let mut n = napis(queues, 16, true);
+    let mut sn = Softnet::new(SoftnetConfig {
+        netdev_budget: 100_000,
+        netdev_budget_usecs: 2000,
+    });
+    for i in 0..4 {
+        assert!(n[i].state().schedule_prep());
+        sn.schedule(i);
+    }
+    // Every clock read advances 600 µs: start, then two reads per poll
+    // (poll time, limit check): the limit (2000 µs) is reached on the
+    // second poll's check (at 2400 µs).
+    let clock = SteppingClock::new(600_000);
+    let r = sn.net_rx_action(&mut n, &mut Sink, &clock);
+    assert_eq!(r.polls, 2);
+    assert!(r.squeezed);
+    assert_eq!(sn.stats().time_squeeze, 1);
+    assert_eq!(sn.pending(), 4);
+    while sn.pending() > 0 {
+        sn.net_rx_action(&mut n, &mut Sink, &ManualClock::new(0));
+    }
+    assert!(reclaim(port, n));
+}
+
+#[test]
+fn split_on_hash_cuts_bundles_where_the_flow_changes() {
+    let (mut port, queues) = nic(1, 1024);
+    // Two flows, alternating in runs of 3: A A A B B B A A A ...
+    let mut t = udp(2);
+    let mut buf = [0u8; 2048];
+    for i in 0..24 {
+        let w = t.write_flow((i / 3) % 2, &mut buf).unwrap();
+        port.inject(&buf[..w.len], w.rxhash).unwrap();
+    }
+    port.flush(1);
+    let mut n = Napi::new(
+        queues.into_iter().next().unwrap(),
+        64,
+        BundleMode {
+            size: 16,
+            split_on_hash: true,
+        },
+        true,
+    );
+    assert!(n.state().schedule_prep());
+    let r = n.poll(64, &mut Sink, 0);
+    assert_eq!(r.work, 24);
+    assert_eq!(n.stats().bundles, 8, "one bundle per run of 3");
+    assert!(n.stats().accounted());
+    assert!(port.reclaim(vec![n.into_queue()]).is_home());
+}
+
+#[test]
+fn completion_rearms_the_interrupt_and_catches_a_racing_packet() {
+    let cfg = SimConfig {
+        queues: 1,
+        ring_size: 256,
+        frames_per_queue: 512,
+        coalesce: Coalesce {
+            rx_usecs: 0,
+            rx_frames: 1,
+        },
+        ..Default::default()
+    };
+    let (mut port, queues) = sim::build(&cfg).unwrap();
+    let mut n = napis(queues, 16, true);
+    let mut t = udp(4);
+    port.send(&mut t).unwrap();
+    port.flush(10);
+    assert!(n[0].take_irq(), "interrupt taken, NAPI scheduled");
+    assert_eq!(n[0].stats().wakeups, 1);
+    assert!(
+        !n[0].queue().irq().unwrap().is_armed(),
+        "masked while scheduled"
+    );
+    // More packets while scheduled: no new interrupt.
+    port.send(&mut t).unwrap();
+    port.flush(20);
+    assert_eq!(n[0].queue().stats().wakeups, 1);
+    let r = n[0].poll(64, &mut Sink, 0);
+    assert_eq!((r.work, r.completed), (2, true));
+    assert!(
+        n[0].queue().irq().unwrap().is_armed(),
+        "re-armed by napi_complete_done"
+    );
+    assert!(reclaim(port, n));
+}
+
+/// A queue whose packets become visible only after the poll's last pull,
+/// as when a packet lands between the driver's final check and the re-arm.
+struct Racy {
+    inner: SimRxQueue,
+    hide: bool,
+}
+impl RxQueue for Racy {
+    fn umem(&self) -> &rxpath_dev::Umem {
+        self.inner.umem()
+    }
+    fn queue_index(&self) -> u16 {
+        0
+    }
+    fn pull(&mut self) -> Option<rxpath_dev::Desc> {
+        if self.hide {
+            None
+        } else {
+            self.inner.pull()
+        }
+    }
+    fn pull_done(&mut self) {
+        self.inner.pull_done();
+        self.hide = false;
+    }
+    fn recycle(&mut self, f: rxpath_dev::Frame) {
+        self.inner.recycle(f)
+    }
+    fn recycle_done(&mut self) {
+        self.inner.recycle_done()
+    }
+    fn irq(&self) -> Option<&rxpath_dev::IrqLine> {
+        self.inner.irq()
+    }
+    fn has_pending(&mut self) -> bool {
+        self.inner.has_pending()
+    }
+    fn device_stats(&self) -> rxpath_dev::DeviceQueueStats {
+        self.inner.stats()
+    }
+}
+
+#[test]
+fn a_packet_racing_with_completion_raises_the_line_at_rearm() {
+    let cfg = SimConfig {
+        queues: 1,
+        ring_size: 256,
+        frames_per_queue: 512,
+        ..Default::default()
+    };
+    let (mut port, queues) = sim::build(&cfg).unwrap();
+    let q = Racy {
+        inner: queues.into_iter().next().unwrap(),
+        hide: true,
+    };
+    let mut n = Napi::new(q, 64, BundleMode::default(), true);
+    n.queue().irq().unwrap().disarm(); // masked: the packet raises nothing
+    port.send(&mut udp(1)).unwrap();
+    port.flush(1);
+    assert_eq!(n.queue().device_stats().wakeups, 0);
+    assert!(n.state().schedule_prep());
+    let r = n.poll(64, &mut Sink, 0);
+    assert_eq!(
+        (r.work, r.completed),
+        (0, true),
+        "the poll saw an empty ring"
+    );
+    assert_eq!(
+        n.queue().device_stats().wakeups,
+        1,
+        "re-arm with work pending raised the line"
+    );
+    assert!(n.take_irq(), "and the NAPI is scheduled again");
+    let r = n.poll(64, &mut Sink, 0);
+    assert_eq!(r.work, 1, "the packet is not stranded");
+    assert!(port.reclaim(vec![n.into_queue().inner]).is_home());
+}
+
+#[test]
+fn a_busy_poller_owns_the_napi_and_the_napi_thread_stays_off() {
+    let s = NapiState::default();
+    assert!(s.try_busy_poll());
+    assert!(s.in_busy_poll());
+    // The NAPI thread's interrupt handler cannot schedule it...
+    assert!(!s.schedule_prep());
+    assert_ne!(
+        s.bits() & bits::MISSED,
+        0,
+        "...but records that it missed one"
+    );
+    // A second busy poller cannot take it either.
+    assert!(!s.try_busy_poll());
+    // Giving it back reports the missed interrupt, and the NAPI is free.
+    assert!(s.busy_poll_stop());
+    assert_eq!(s.bits(), 0);
+    assert!(s.schedule_prep());
+    // While the NAPI thread owns it, a busy poller cannot take it.
+    assert!(!s.try_busy_poll());
+    assert!(s.complete());
+    // Completion with MISSED keeps it scheduled for one more poll.
+    assert!(s.schedule_prep());
+    assert!(!s.schedule_prep());
+    assert!(!s.complete());
+    assert_ne!(s.bits() & bits::SCHED, 0);
+    assert!(s.complete());
+    assert_eq!(s.bits(), 0);
+    // Disabled: nobody takes it.
+    assert!(s.disable());
+    assert!(!s.schedule_prep() && !s.try_busy_poll());
+    s.enable();
+    assert!(s.try_busy_poll());
+}
+
+#[test]
+fn two_threads_hammering_one_napi_never_own_it_together() {
+    let state = Arc::new(NapiState::default());
+    let owners = Arc::new(AtomicU32::new(0));
+    let polls = Arc::new(AtomicU64::new(0));
+    let run = |busy: bool| {
+        let (state, owners, polls) = (state.clone(), owners.clone(), polls.clone());
+        std::thread::spawn(move || {
+            for _ in 0..200_000 {
+                let got = if busy {
+                    state.try_busy_poll()
+                } else {
+                    state.schedule_prep()
+                };
+                if got {
+                    assert_eq!(
+                        owners.fetch_add(1, Ordering::SeqCst),
+                        0,
+                        "two owners at once"
+                    );
+                    polls.fetch_add(1, Ordering::Relaxed);
+                    std::hint::spin_loop();
+                    owners.fetch_sub(1, Ordering::SeqCst);
+                    if busy {
+                        state.busy_poll_stop();
+                    } else {
+                        while !state.complete() {
+                            // MISSED: poll once more while still owning it.
+                            assert_eq!(owners.fetch_add(1, Ordering::SeqCst), 0);
+                            owners.fetch_sub(1, Ordering::SeqCst);
+                        }
+                    }
+                }
+            }
+        })
+    };
+    let (a, b) = (run(true), run(false));
+    a.join().unwrap();
+    b.join().unwrap();
+    assert!(polls.load(Ordering::Relaxed) > 0);
+    assert_eq!(state.bits() & (bits::SCHED | bits::IN_BUSY_POLL), 0);
+}
+
+#[test]
+fn napi_ids_are_unique_and_stamped_on_every_packet() {
+    let (mut port, queues) = nic(3, 256);
+    let mut n = napis(queues, 16, true);
+    let mut table = NapiTable::default();
+    let ids: Vec<_> = n
+        .iter_mut()
+        .map(|x| table.add(x, |x| x.queue().queue_index()))
+        .collect();
+    assert_eq!(
+        ids.iter().map(|i| i.0).collect::<Vec<_>>(),
+        vec![MIN_NAPI_ID, MIN_NAPI_ID + 1, MIN_NAPI_ID + 2]
+    );
+    assert_eq!(table.get(ids[1]), Some(&1));
+    struct Check(Vec<(u16, u32)>);
+    impl Stack for Check {
+        fn receive(&mut self, p: Packet, ctx: &mut RxCtx<'_>) {
+            self.0.push((p.meta.queue, p.meta.napi_id.0));
+            ctx.deliver(p);
+        }
+    }
+    let mut t = udp(32);
+    fill(&mut port, &mut t, 10);
+    let mut c = Check(vec![]);
+    for x in n.iter_mut() {
+        assert!(x.state().schedule_prep());
+        let _ = x.poll(64, &mut c, 0);
+    }
+    assert!(c.0.len() >= 30);
+    assert!(c.0.iter().all(|&(q, id)| id == MIN_NAPI_ID + q as u32));
+    assert_eq!(table.remove(ids[0]), Some(0));
+    assert!(table.get(ids[0]).is_none());
+    assert!(reclaim(port, n));
+}
+
+#[test]
+fn bad_descriptors_and_malformed_frames_are_counted_drops() {
+    let (mut port, queues) = nic(1, 256);
+    let mut t = udp(1);
+    let mut buf = [0u8; 2048];
+    let w = t.write_flow(0, &mut buf).unwrap();
+    port.inject(&buf[..w.len], 1).unwrap(); // good
+    port.inject(&buf[..20], 1).unwrap(); // truncated IPv4
+    port.inject(&[0u8; 3], 1).unwrap(); // not even Ethernet
+    let mut arp = buf;
+    arp[12] = 0x08;
+    arp[13] = 0x06;
+    port.inject(&arp[..60], 1).unwrap(); // ARP: not for this path
+    port.flush(1);
+    let mut n = napis(queues, 16, true);
+    assert!(n[0].state().schedule_prep());
+    let _ = n[0].poll(64, &mut Sink, 0);
+    let s = n[0].stats();
+    assert_eq!(s.received, 4);
+    assert_eq!(s.delivered, 1);
+    assert_eq!(s.dropped.get(DropReason::Malformed), 2);
+    assert_eq!(s.dropped.get(DropReason::UnhandledProto), 1);
+    assert!(s.accounted());
+    assert!(reclaim(port, n));
+}
