@@ -481,10 +481,10 @@ impl<Q: RxQueue> Napi<Q> {
         done
     }
 
-    /// Stop: hand back a descriptor pulled but not yet processed, so the
-    /// frame is not lost. Returns its frame, if any.
-    pub fn take_carry(&mut self) -> Option<Frame> {
-        self.carry.take().map(|d| d.frame)
+    /// True if packets wait: in the ring, or pulled and carried over to the
+    /// next poll (a bundle cut on a hash change at the end of the budget).
+    pub fn has_work(&mut self) -> bool {
+        self.carry.is_some() || self.queue.has_pending()
     }
 
     /// Set the id (done by [`NapiTable::add`]).

@@ -1,1 +1,27 @@
-//! placeholder
+//! # rxpath-runtime: threads, sleeping and the real clock
+//!
+//! The part of rxpath that meets the OS scheduler. It runs the deterministic
+//! stages of `rxpath-core` on threads:
+//!
+//! - a **NAPI thread** owns one or more NAPIs and runs `net_rx_action` on
+//!   them. In *interrupt mode* it sleeps until a queue's IRQ line fires,
+//!   schedules that NAPI, polls until the poll list is empty (NAPIs complete
+//!   and re-arm their lines), and sleeps again. In *polling mode* the lines
+//!   stay masked and the thread schedules every NAPI it owns on every loop,
+//!   never sleeping (like threaded busy polling).
+//! - a **producer thread** plays the NIC: it runs the simulated port, writes
+//!   frames on another core (cold data for the NAPI thread, as after DMA)
+//!   and raises IRQ lines as the coalescing settings say.
+//!
+//! [`run::run`] wires these up for `rxpath run` and the benchmarks, reports
+//! once per interval, and at the end stops the producer, drains the queues,
+//! gathers every frame back and says whether all came home.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs, missing_debug_implementations)]
+
+pub mod clock;
+pub mod run;
+
+pub use clock::MonotonicClock;
+pub use run::{run, Producer, Report, RunConfig, RunError, StackKind, Tick};

@@ -1,0 +1,213 @@
+//! `rxpath bench`: experiments that print ratios measured in one run.
+
+use crate::opts::{BenchCmd, RxdropArgs};
+use anyhow::{Context, Result};
+use rxpath_core::napi::BundleMode;
+use rxpath_dev::sim::{Mix, SimConfig, TrafficConfig};
+use rxpath_runtime::{Producer, RunConfig, StackKind};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn bench(cmd: BenchCmd) -> Result<ExitCode> {
+    match cmd {
+        BenchCmd::Rxdrop(a) => rxdrop(a),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return 0.0;
+    }
+    v[v.len() / 2]
+}
+
+fn rxdrop_config(bundle: usize, split: bool, producer: Producer, duration: Duration) -> RunConfig {
+    RunConfig {
+        sim: SimConfig {
+            queues: 1,
+            ring_size: 1024,
+            frames_per_queue: 4096,
+            ..SimConfig::default()
+        },
+        traffic: TrafficConfig {
+            flows: 64,
+            mix: Mix::Udp,
+            udp_frame: 60,
+            ..TrafficConfig::default()
+        },
+        bundle: BundleMode {
+            size: bundle,
+            split_on_hash: split,
+        },
+        interrupts: false,
+        producer,
+        stack: StackKind::Rxdrop,
+        threads: 1,
+        duration,
+        tick: duration * 2,
+        pin: true,
+        ..RunConfig::default()
+    }
+}
+
+fn measure(cfg: &RunConfig) -> Result<(f64, rxpath_runtime::Report)> {
+    let r = rxpath_runtime::run(cfg, |_| {})?;
+    anyhow::ensure!(
+        r.consistent(),
+        "accounting failed in benchmark run: {}",
+        crate::report::summary(&r)
+    );
+    Ok((r.rx_pps(), r))
+}
+
+fn rxdrop(a: RxdropArgs) -> Result<ExitCode> {
+    let d = a.duration;
+    let cold: [(&str, usize, bool); 4] = [
+        ("bundle 1 (per packet)", 1, false),
+        ("bundle 16", 16, false),
+        ("bundle 64", 64, false),
+        ("bundle 16, split on hash", 16, true),
+    ];
+    println!("rxpath bench rxdrop: lowest RX level (pull, parse Ethernet/IP/L4, drop), 60-byte UDP, 64 flows, 1 queue, weight 64, polling mode");
+    println!(
+        "{} round(s) of {:.1}s per configuration, median kept",
+        a.rounds,
+        d.as_secs_f64()
+    );
+    let mut cold_pps: Vec<Vec<f64>> = vec![Vec::new(); cold.len()];
+    let mut missed: Vec<u64> = vec![0; cold.len()];
+    let mut null_pps = Vec::new();
+    for round in 0..a.rounds {
+        for (i, &(_, b, split)) in cold.iter().enumerate() {
+            let (pps, r) = measure(&rxdrop_config(b, split, Producer::Thread { pps: None }, d))?;
+            cold_pps[i].push(pps);
+            missed[i] += r.device_total().rx_missed;
+        }
+        let (pps, _) = measure(&rxdrop_config(16, false, Producer::Null, d))?;
+        null_pps.push(pps);
+        eprintln!("round {} done", round + 1);
+    }
+    let cold_med: Vec<f64> = cold_pps.iter().map(|v| median(v.clone())).collect();
+    let base = cold_med[0];
+    println!("\n## Cold data (producer thread on the other core writes every frame)\n");
+    println!("| configuration | Mpps | vs bundle 1 | producer drops (rx_missed) |");
+    println!("|---|---:|---:|---:|");
+    for (i, (name, _, _)) in cold.iter().enumerate() {
+        println!(
+            "| {name} | {:.2} | {:.2}x | {} |",
+            cold_med[i] / 1e6,
+            cold_med[i] / base,
+            missed[i]
+        );
+    }
+    let null_med = median(null_pps);
+    println!("\n## Null mode (engine alone, same thread; frames written once)\n");
+    println!("| engine | Mpps | vs DPDK |");
+    println!("|---|---:|---:|");
+    let dpdk = if a.no_dpdk {
+        Err(anyhow::anyhow!("skipped (--no-dpdk)"))
+    } else {
+        dpdk_null_rxonly(d * a.rounds as u32)
+    };
+    match &dpdk {
+        Ok(dpdk_pps) => {
+            println!(
+                "| rxpath null, bundle 16, parse + drop | {:.2} | {:.2}x |",
+                null_med / 1e6,
+                null_med / dpdk_pps
+            );
+            println!(
+                "| dpdk-testpmd net_null rxonly (no parse) | {:.2} | 1.00x |",
+                dpdk_pps / 1e6
+            );
+        }
+        Err(e) => {
+            println!(
+                "| rxpath null, bundle 16, parse + drop | {:.2} | n/a |",
+                null_med / 1e6
+            );
+            println!("| dpdk-testpmd net_null rxonly | not measured: {e} | |");
+        }
+    }
+    if a.json {
+        let j = serde_json::json!({
+            "cold_mpps": cold.iter().zip(&cold_med).map(|((n, _, _), v)| (n.to_string(), v / 1e6)).collect::<std::collections::BTreeMap<_, _>>(),
+            "ratio_bundle16_vs_1": cold_med[1] / base,
+            "ratio_bundle64_vs_1": cold_med[2] / base,
+            "null_mpps": null_med / 1e6,
+            "dpdk_null_mpps": dpdk.as_ref().ok().map(|v| v / 1e6),
+        });
+        println!("\n{}", serde_json::to_string_pretty(&j)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Run `dpdk-testpmd` with the net_null PMD in rxonly mode for `d` and
+/// return its mean Rx-pps (the first, warm-up sample is skipped).
+fn dpdk_null_rxonly(d: Duration) -> Result<f64> {
+    let bin = which("dpdk-testpmd")
+        .context("dpdk-testpmd not installed (apt-get install dpdk dpdk-dev librte-net-null23)")?;
+    let mut child = Command::new(bin)
+        .args([
+            "--no-huge",
+            "-m",
+            "1024",
+            "--no-pci",
+            "--vdev",
+            "net_null0",
+            "-l",
+            "0-1",
+            "--log-level=error",
+            "--",
+            "--forward-mode=rxonly",
+            "--total-num-mbufs=16384",
+            "--stats-period",
+            "1",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting dpdk-testpmd")?;
+    let stdout = child.stdout.take().context("testpmd stdout")?;
+    let start = Instant::now();
+    let mut samples = Vec::new();
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    while start.elapsed() < d + Duration::from_secs(2) {
+        line.clear();
+        if reader.read_line(&mut line)? == 0 {
+            break;
+        }
+        if let Some(rest) = line.trim().strip_prefix("Rx-pps:") {
+            if let Some(v) = rest
+                .split_whitespace()
+                .next()
+                .and_then(|x| x.parse::<f64>().ok())
+            {
+                samples.push(v);
+            }
+        }
+    }
+    drop(child.stdin.take()); // testpmd exits on EOF at its "Press enter" prompt
+    let _ = child.kill();
+    let _ = child.wait();
+    let useful: Vec<f64> = samples
+        .iter()
+        .skip(1)
+        .copied()
+        .filter(|v| *v > 0.0)
+        .collect();
+    anyhow::ensure!(!useful.is_empty(), "dpdk-testpmd printed no Rx-pps samples");
+    Ok(useful.iter().sum::<f64>() / useful.len() as f64)
+}
+
+fn which(name: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| std::path::Path::new(d).join(name))
+        .find(|p| p.is_file())
+}

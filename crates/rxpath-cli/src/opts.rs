@@ -1,0 +1,244 @@
+//! Command-line options, named as the kernel names the knobs.
+
+use anyhow::{bail, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use rxpath_core::napi::BundleMode;
+use rxpath_core::softnet::SoftnetConfig;
+use rxpath_dev::sim::{Coalesce, Mix, SimConfig, TrafficConfig};
+use rxpath_runtime::{Producer, RunConfig, StackKind};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// The Linux kernel's fast receive path, in user space.
+#[derive(Debug, Parser)]
+#[command(name = "rxpath", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Run the receive path (default: simulated 2-queue NIC, mixed flows, 5 s).
+    Run(RunArgs),
+    /// Benchmarks that print ratios measured in one run.
+    #[command(subcommand)]
+    Bench(BenchCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCmd {
+    /// Mpps at the lowest RX level (pull, parse, drop): bundle 1 vs 16 vs 64
+    /// on cold data, and null mode beside DPDK testpmd when installed.
+    Rxdrop(RxdropArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ModeArg {
+    /// Sleep until a queue's interrupt line fires (coalesced wakeups).
+    Interrupt,
+    /// Never sleep: poll every queue continuously.
+    Poll,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ProducerArg {
+    /// A producer thread on another core writes every frame (cold data).
+    Thread,
+    /// Same-thread null queues: the engine's cost alone.
+    Null,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum StackArg {
+    /// Deliver TCP/UDP at the end of the path, drop the rest.
+    Sink,
+    /// Parse and drop everything (lowest RX level).
+    Rxdrop,
+}
+
+/// Options shared by `run` and the benchmarks.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// RX queues of the simulated NIC.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub queues: u16,
+    /// Number of flows.
+    #[arg(long, default_value_t = 64)]
+    pub flows: usize,
+    /// Flow mix: udp, tcp-bulk, tcp-rr or mixed.
+    #[arg(long, default_value = "mixed")]
+    pub mix: Mix,
+    /// Run time: 5, 5s, 500ms, 1m.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// RX bulking: descriptors per bundle (1 = per packet).
+    #[arg(long, default_value_t = 16)]
+    pub bundle: usize,
+    /// Also cut bundles where the RX hash changes.
+    #[arg(long)]
+    pub split_on_hash: bool,
+    /// NAPI weight (packets per poll).
+    #[arg(long, default_value_t = 64)]
+    pub weight: usize,
+    /// net.core.netdev_budget: packets per net_rx_action.
+    #[arg(long, default_value_t = 300)]
+    pub netdev_budget: usize,
+    /// net.core.netdev_budget_usecs: time per net_rx_action.
+    #[arg(long, default_value_t = 2000)]
+    pub netdev_budget_usecs: u64,
+    /// interrupt (sleep until woken) or poll (never sleep).
+    #[arg(long, value_enum, default_value_t = ModeArg::Interrupt)]
+    pub mode: ModeArg,
+    /// thread (producer on another core) or null (engine alone).
+    #[arg(long, value_enum, default_value_t = ProducerArg::Thread)]
+    pub producer: ProducerArg,
+    /// What the end of the path does.
+    #[arg(long, value_enum, default_value_t = StackArg::Sink)]
+    pub stack: StackArg,
+    /// Offered rate in packets per second (default: as fast as possible).
+    #[arg(long)]
+    pub pps: Option<u64>,
+    /// Interrupt coalescing: µs after the first packet (ethtool rx-usecs).
+    #[arg(long, default_value_t = 8)]
+    pub rx_usecs: u32,
+    /// Interrupt coalescing: packets (ethtool rx-frames).
+    #[arg(long, default_value_t = 128)]
+    pub rx_frames: u32,
+    /// RX ring entries per queue (power of two).
+    #[arg(long, default_value_t = 1024)]
+    pub ring: usize,
+    /// NAPI threads.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// UDP frame size in bytes (60..=1514).
+    #[arg(long, default_value_t = 60)]
+    pub udp_size: usize,
+    /// Seed of the traffic generator.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Do not pin threads to cores.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Print the final report as JSON on stdout (per-second lines go to stderr).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RxdropArgs {
+    /// Seconds per measurement.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Rounds (each measures every configuration once; the median is kept).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Skip DPDK testpmd even if installed.
+    #[arg(long)]
+    pub no_dpdk: bool,
+    /// Print results as JSON too.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Accept 5, 5s, 500ms, 2m.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let err = || format!("'{s}' is not a duration (try 5, 5s, 500ms or 1m)");
+    let (num, mul) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num.trim().parse().map_err(|_| err())?;
+    if !v.is_finite() || v <= 0.0 || v * mul > 86_400.0 {
+        return Err(err());
+    }
+    Ok(Duration::from_secs_f64(v * mul))
+}
+
+impl RunArgs {
+    /// Build and check the run configuration.
+    pub fn config(&self) -> Result<RunConfig> {
+        if !self.ring.is_power_of_two() || !(64..=16384).contains(&self.ring) {
+            bail!(
+                "--ring must be a power of two in 64..=16384, got {}",
+                self.ring
+            );
+        }
+        if self.pps == Some(0) {
+            bail!("--pps must be > 0");
+        }
+        let traffic = TrafficConfig {
+            flows: self.flows,
+            mix: self.mix,
+            udp_frame: self.udp_size,
+            seed: self.seed,
+            ..TrafficConfig::default()
+        };
+        let sim = SimConfig {
+            queues: self.queues as usize,
+            ring_size: self.ring,
+            frames_per_queue: self.ring * 2,
+            coalesce: Coalesce {
+                rx_usecs: self.rx_usecs,
+                rx_frames: self.rx_frames,
+            },
+            ..SimConfig::default()
+        };
+        Ok(RunConfig {
+            sim,
+            traffic,
+            weight: self.weight,
+            bundle: BundleMode {
+                size: self.bundle,
+                split_on_hash: self.split_on_hash,
+            },
+            softnet: SoftnetConfig {
+                netdev_budget: self.netdev_budget,
+                netdev_budget_usecs: self.netdev_budget_usecs,
+            },
+            interrupts: matches!(self.mode, ModeArg::Interrupt),
+            producer: match self.producer {
+                ProducerArg::Thread => Producer::Thread { pps: self.pps },
+                ProducerArg::Null => Producer::Null,
+            },
+            stack: match self.stack {
+                StackArg::Sink => StackKind::Sink,
+                StackArg::Rxdrop => StackKind::Rxdrop,
+            },
+            threads: self.threads,
+            duration: self.duration,
+            tick: Duration::from_secs(1),
+            pin: !self.no_pin,
+            null_frames: 512,
+        })
+    }
+}
+
+/// clap prints multi-line errors with usage; ours are one line. Help and
+/// version go out as clap renders them.
+pub fn exit_on_clap_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            ExitCode::SUCCESS
+        }
+        _ => {
+            let text = e.render().to_string();
+            let first = text
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("bad arguments");
+            let first = first.trim_start_matches("error: ");
+            eprintln!("rxpath: error: {first} (see rxpath --help)");
+            ExitCode::from(2)
+        }
+    }
+}

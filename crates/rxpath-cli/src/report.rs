@@ -1,0 +1,180 @@
+//! `rxpath run`: a line per second and a final summary (table or JSON).
+
+use crate::opts::RunArgs;
+use anyhow::Result;
+use rxpath_core::stats::DropReason;
+use rxpath_runtime::{Producer, Report, Tick};
+use std::io::Write;
+use std::process::ExitCode;
+
+pub fn run(a: RunArgs) -> Result<ExitCode> {
+    let cfg = a.config()?;
+    let json = a.json;
+    let mut last = Tick::default();
+    let line = |t: &Tick, last: &Tick| {
+        let dt = (t.elapsed - last.elapsed).as_secs_f64().max(1e-9);
+        let pkts = (t.napi.received - last.napi.received) as f64;
+        let bytes = (t.napi.bytes - last.napi.bytes) as f64;
+        let dropped = t.napi.dropped.total() - last.napi.dropped.total();
+        format!(
+            "{:6.1}s  rx {:8.3} Mpps {:7.3} Gbit/s  missed {:>9}  no_buf {:>7}  dropped {:>7}  wakeups/s {:>8.0}",
+            t.elapsed.as_secs_f64(),
+            pkts / dt / 1e6,
+            bytes * 8.0 / dt / 1e9,
+            t.device.rx_missed - last.device.rx_missed,
+            t.device.rx_no_buffer - last.device.rx_no_buffer,
+            dropped,
+            (t.napi.wakeups - last.napi.wakeups) as f64 / dt,
+        )
+    };
+    let header = describe(&cfg);
+    if json {
+        eprintln!("{header}");
+    } else {
+        println!("{header}");
+    }
+    let report = rxpath_runtime::run(&cfg, |t| {
+        let l = line(t, &last);
+        if json {
+            eprintln!("{l}");
+        } else {
+            println!("{l}");
+            let _ = std::io::stdout().flush();
+        }
+        last = *t;
+    })?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&json_report(&report))?);
+    } else {
+        print!("{}", summary(&report));
+    }
+    Ok(if report.consistent() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn describe(cfg: &rxpath_runtime::RunConfig) -> String {
+    let src = match cfg.producer {
+        Producer::Thread { pps: Some(p) } => format!("sim NIC, producer thread at {p} pps"),
+        Producer::Thread { pps: None } => "sim NIC, producer thread as fast as possible".into(),
+        Producer::Null => "null queues (engine alone)".into(),
+    };
+    format!(
+        "rxpath run: {src}; {} queues, {} flows ({:?}), {:.1}s; weight {}, bundle {}{}, netdev_budget {}/{}us, {} mode, {} NAPI thread(s)",
+        cfg.sim.queues,
+        cfg.traffic.flows,
+        cfg.traffic.mix,
+        cfg.duration.as_secs_f64(),
+        cfg.weight,
+        cfg.bundle.size,
+        if cfg.bundle.split_on_hash { " (split on hash)" } else { "" },
+        cfg.softnet.netdev_budget,
+        cfg.softnet.netdev_budget_usecs,
+        if cfg.interrupts && cfg.producer != Producer::Null { "interrupt" } else { "polling" },
+        cfg.threads,
+    )
+}
+
+pub fn summary(r: &Report) -> String {
+    let mut s = String::new();
+    let n = r.napi_total();
+    let d = r.device_total();
+    let secs = r.elapsed.as_secs_f64();
+    s += &format!(
+        "\nsummary: {:.3} Mpps, {:.3} Gbit/s received over {:.2}s\n\n",
+        r.rx_pps() / 1e6,
+        n.bytes as f64 * 8.0 / secs / 1e9,
+        secs
+    );
+    s += &format!(
+        "{:>5} {:>7} {:>12} {:>14} {:>12} {:>10} {:>10} {:>9} {:>10} {:>9} {:>10} {:>8}\n",
+        "queue",
+        "napi_id",
+        "received",
+        "bytes",
+        "delivered",
+        "dropped",
+        "polls",
+        "full",
+        "bundles",
+        "wakeups",
+        "missed",
+        "no_buf"
+    );
+    for q in &r.queues {
+        s += &format!(
+            "{:>5} {:>7} {:>12} {:>14} {:>12} {:>10} {:>10} {:>9} {:>10} {:>9} {:>10} {:>8}\n",
+            q.queue,
+            q.napi_id.0,
+            q.napi.received,
+            q.napi.bytes,
+            q.napi.delivered,
+            q.napi.dropped.total(),
+            q.napi.polls,
+            q.napi.polls_full,
+            q.napi.bundles,
+            q.napi.wakeups,
+            q.device.rx_missed,
+            q.device.rx_no_buffer
+        );
+    }
+    s += "\ndrops by reason:";
+    let mut any = false;
+    for (reason, count) in n.dropped.iter() {
+        s += &format!(" {reason}={count}");
+        any = true;
+    }
+    if !any {
+        s += " none";
+    }
+    s += &format!(
+        "\ndevice: offered={} rx_ring={} rx_missed={} rx_no_buffer={}",
+        d.offered, d.rx_ring, d.rx_missed, d.rx_no_buffer
+    );
+    let sq: u64 = r.softnet.iter().map(|x| x.time_squeeze).sum();
+    let actions: u64 = r.softnet.iter().map(|x| x.rx_actions).sum();
+    s += &format!("\nsoftnet: net_rx_action={actions} time_squeeze={sq}");
+    s += &format!(
+        "\naccounting: received {} = delivered {} + dropped {}: {}",
+        n.received,
+        n.delivered,
+        n.dropped.total(),
+        if n.accounted() { "ok" } else { "MISMATCH" }
+    );
+    s += &format!(
+        "\nframes: {}/{} back in the pool: {}\n",
+        r.frames_home,
+        r.frames_total,
+        if r.frames_home == r.frames_total {
+            "ok"
+        } else {
+            "LOST FRAMES"
+        }
+    );
+    s
+}
+
+pub fn json_report(r: &Report) -> serde_json::Value {
+    let n = r.napi_total();
+    let drops: serde_json::Map<String, serde_json::Value> = DropReason::ALL
+        .iter()
+        .map(|d| (d.name().to_string(), n.dropped.get(*d).into()))
+        .collect();
+    serde_json::json!({
+        "rx_pps": r.rx_pps(),
+        "rx_gbps": n.bytes as f64 * 8.0 / r.elapsed.as_secs_f64() / 1e9,
+        "elapsed_s": r.elapsed.as_secs_f64(),
+        "total": n,
+        "drops": drops,
+        "device": r.device_total(),
+        "queues": r.queues,
+        "softnet": r.softnet,
+        "frames_total": r.frames_total,
+        "frames_home": r.frames_home,
+        "accounted": n.accounted(),
+        "consistent": r.consistent(),
+        "config": r.config,
+    })
+}

@@ -1,0 +1,561 @@
+//! `rxpath run`: the pipeline on threads, with a report per interval.
+
+use crate::clock::MonotonicClock;
+use rxpath_core::napi::{BundleMode, Napi, NapiId, NapiTable, NAPI_POLL_WEIGHT};
+use rxpath_core::packet::{RxDrop, Sink, Stack};
+use rxpath_core::softnet::{Softnet, SoftnetConfig};
+use rxpath_core::stats::{NapiStats, SoftnetStats};
+use rxpath_dev::sim::{self, NullQueue, SimConfig, SimError, Traffic, TrafficConfig};
+use rxpath_dev::{DeviceQueueStats, RxQueue};
+use rxpath_wire::toeplitz::Toeplitz;
+use serde::Serialize;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Where packets come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Producer {
+    /// A producer thread on another core plays the NIC and writes every
+    /// frame (cold data); `pps` limits its rate (None: as fast as possible).
+    Thread {
+        /// Offered packets per second, or as fast as possible.
+        pps: Option<u64>,
+    },
+    /// Same-thread null queues: frames written once, handed out forever.
+    /// Measures the engine alone. Always polling mode.
+    Null,
+}
+
+/// What the end of the path does with packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StackKind {
+    /// Deliver TCP/UDP packets (the path's current end), drop the rest.
+    Sink,
+    /// Parse and drop everything (seed 001's lowest RX level).
+    Rxdrop,
+}
+
+/// Everything `run` needs.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct RunConfig {
+    /// The simulated NIC.
+    pub sim: SimConfig,
+    /// The traffic it receives.
+    pub traffic: TrafficConfig,
+    /// NAPI weight.
+    pub weight: usize,
+    /// RX bulking.
+    pub bundle: BundleMode,
+    /// `netdev_budget` and `netdev_budget_usecs`.
+    pub softnet: SoftnetConfig,
+    /// Interrupt mode (sleep until an IRQ line fires) or polling mode.
+    pub interrupts: bool,
+    /// Where packets come from.
+    pub producer: Producer,
+    /// What the end of the path does.
+    pub stack: StackKind,
+    /// NAPI threads (NAPIs are spread over them round robin).
+    pub threads: usize,
+    /// How long to run.
+    pub duration: Duration,
+    /// Report interval.
+    pub tick: Duration,
+    /// Pin NAPI threads to the first cores and the producer to the last.
+    pub pin: bool,
+    /// Frames per null queue.
+    pub null_frames: usize,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            sim: SimConfig::default(),
+            traffic: TrafficConfig::default(),
+            weight: NAPI_POLL_WEIGHT,
+            bundle: BundleMode::default(),
+            softnet: SoftnetConfig::default(),
+            interrupts: true,
+            producer: Producer::Thread { pps: None },
+            stack: StackKind::Sink,
+            threads: 1,
+            duration: Duration::from_secs(5),
+            tick: Duration::from_secs(1),
+            pin: true,
+            null_frames: 512,
+        }
+    }
+}
+
+/// Errors starting a run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Bad parameter.
+    #[error("{0}")]
+    Config(String),
+    /// The simulated NIC could not be built.
+    #[error(transparent)]
+    Sim(#[from] SimError),
+    /// A thread could not be started or panicked.
+    #[error("thread failure: {0}")]
+    Thread(String),
+}
+
+/// Counters of one queue at the end of a run.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct QueueReport {
+    /// Queue index.
+    pub queue: u16,
+    /// Its NAPI's id.
+    pub napi_id: NapiId,
+    /// NAPI counters.
+    pub napi: NapiStats,
+    /// Device counters.
+    pub device: DeviceQueueStats,
+}
+
+/// The result of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The configuration.
+    pub config: RunConfig,
+    /// Wall time from start to stop (before draining).
+    pub elapsed: Duration,
+    /// Per queue.
+    pub queues: Vec<QueueReport>,
+    /// Per NAPI thread.
+    pub softnet: Vec<SoftnetStats>,
+    /// Packets NAPI received before the stop (the rate's numerator).
+    pub received_in_window: u64,
+    /// Frames in the region.
+    pub frames_total: usize,
+    /// Frames back in the pool after the run.
+    pub frames_home: usize,
+}
+
+impl Report {
+    /// All queues' NAPI counters summed.
+    pub fn napi_total(&self) -> NapiStats {
+        let mut t = NapiStats::default();
+        for q in &self.queues {
+            t.merge(&q.napi);
+        }
+        t
+    }
+
+    /// All queues' device counters summed.
+    pub fn device_total(&self) -> DeviceQueueStats {
+        sum_device(self.queues.iter().map(|q| q.device))
+    }
+
+    /// Packets per second received by NAPI during the timed window.
+    pub fn rx_pps(&self) -> f64 {
+        self.received_in_window as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// True when every packet is accounted for and every frame came home.
+    pub fn consistent(&self) -> bool {
+        let d = self.device_total();
+        let n = self.napi_total();
+        let device_ok = matches!(self.config.producer, Producer::Null)
+            || d.offered == d.rx_ring + d.rx_missed + d.rx_no_buffer && n.received == d.rx_ring;
+        n.accounted() && device_ok && self.frames_home == self.frames_total
+    }
+}
+
+fn sum_device(it: impl Iterator<Item = DeviceQueueStats>) -> DeviceQueueStats {
+    let mut t = DeviceQueueStats::default();
+    for d in it {
+        t.offered += d.offered;
+        t.rx_ring += d.rx_ring;
+        t.rx_missed += d.rx_missed;
+        t.rx_no_buffer += d.rx_no_buffer;
+        t.wakeups += d.wakeups;
+    }
+    t
+}
+
+/// What the reporter sees once per interval: totals so far.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tick {
+    /// Time since start.
+    pub elapsed: Duration,
+    /// NAPI counters summed over queues.
+    pub napi: NapiStats,
+    /// Device counters summed over queues.
+    pub device: DeviceQueueStats,
+    /// Softnet counters summed over threads.
+    pub softnet: SoftnetStats,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Live {
+    queues: Vec<(u16, NapiStats, DeviceQueueStats)>,
+    softnet: SoftnetStats,
+}
+
+struct ThreadOut<Q: RxQueue> {
+    napis: Vec<Napi<Q>>,
+    softnet: SoftnetStats,
+    received_at_stop: u64,
+}
+
+/// Run the pipeline as configured; `on_tick` is called once per
+/// [`RunConfig::tick`] with totals so far.
+pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, RunError> {
+    validate(cfg)?;
+    let tz = Toeplitz::default();
+    let mut traffic = Traffic::new(cfg.traffic, &tz);
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let pin_to = |i: usize| {
+        if cfg.pin && !cores.is_empty() {
+            Some(cores[i % cores.len()])
+        } else {
+            None
+        }
+    };
+    let mut table: NapiTable<u16> = NapiTable::default();
+    let stop_napi = Arc::new(AtomicBool::new(false));
+    let window_over = Arc::new(AtomicBool::new(false));
+    match cfg.producer {
+        Producer::Null => {
+            let mut groups: Vec<Vec<Napi<NullQueue>>> =
+                (0..cfg.threads).map(|_| Vec::new()).collect();
+            for q in 0..cfg.sim.queues {
+                let nq = NullQueue::new(q as u16, cfg.null_frames, &mut traffic)?;
+                let mut napi = Napi::new(nq, cfg.weight, cfg.bundle, false);
+                table.add(&mut napi, |n| n.queue().queue_index());
+                groups[q % cfg.threads].push(napi);
+            }
+            let (outs, elapsed, live) = drive(
+                cfg,
+                groups,
+                &pin_to,
+                &stop_napi,
+                &window_over,
+                None::<fn() -> ()>,
+                &mut on_tick,
+            )?;
+            let mut frames_total = 0;
+            let mut frames_home = 0;
+            let mut queues = Vec::new();
+            let mut softnet = Vec::new();
+            let mut received_in_window = 0;
+            for o in outs {
+                softnet.push(o.softnet);
+                received_in_window += o.received_at_stop;
+                for n in o.napis {
+                    queues.push(queue_report(&n));
+                    let pool = n.into_queue().into_pool();
+                    frames_total += pool.umem().frames();
+                    frames_home += pool.available();
+                }
+            }
+            let _ = live;
+            queues.sort_by_key(|q| q.queue);
+            Ok(Report {
+                config: *cfg,
+                elapsed,
+                queues,
+                softnet,
+                received_in_window,
+                frames_total,
+                frames_home,
+            })
+        }
+        Producer::Thread { pps } => {
+            let (mut port, host) = sim::build(&cfg.sim)?;
+            let mut groups: Vec<Vec<Napi<sim::SimRxQueue>>> =
+                (0..cfg.threads).map(|_| Vec::new()).collect();
+            for q in host {
+                let i = q.queue_index() as usize;
+                let mut napi = Napi::new(q, cfg.weight, cfg.bundle, cfg.interrupts);
+                table.add(&mut napi, |n| n.queue().queue_index());
+                groups[i % cfg.threads].push(napi);
+            }
+            let stop_producer = Arc::new(AtomicBool::new(false));
+            let producer_core = if cores.len() > 1 {
+                pin_to(cores.len() - 1)
+            } else {
+                None
+            };
+            let sp = stop_producer.clone();
+            let producer = thread::Builder::new()
+                .name("rxpath-nic".into())
+                .spawn(move || {
+                    if let Some(c) = producer_core {
+                        core_affinity::set_for_current(c);
+                    }
+                    port.run(&mut traffic, &sp, pps, 32);
+                    port
+                })
+                .map_err(|e| RunError::Thread(e.to_string()))?;
+            let stop_p = stop_producer.clone();
+            let (outs, elapsed, _live) = drive(
+                cfg,
+                groups,
+                &pin_to,
+                &stop_napi,
+                &window_over,
+                Some(move || stop_p.store(true, Ordering::Relaxed)),
+                &mut on_tick,
+            )
+            .inspect_err(|_| stop_producer.store(true, Ordering::Relaxed))?;
+            let port = producer
+                .join()
+                .map_err(|_| RunError::Thread("producer panicked".into()))?;
+            let mut queues = Vec::new();
+            let mut softnet = Vec::new();
+            let mut host = Vec::new();
+            let mut received_in_window = 0;
+            for o in outs {
+                softnet.push(o.softnet);
+                received_in_window += o.received_at_stop;
+                for n in o.napis {
+                    queues.push(queue_report(&n));
+                    host.push(n.into_queue());
+                }
+            }
+            host.sort_by_key(|q| q.queue_index());
+            queues.sort_by_key(|q| q.queue);
+            let pool = port.reclaim(host);
+            Ok(Report {
+                config: *cfg,
+                elapsed,
+                queues,
+                softnet,
+                received_in_window,
+                frames_total: pool.umem().frames(),
+                frames_home: pool.available(),
+            })
+        }
+    }
+}
+
+fn validate(cfg: &RunConfig) -> Result<(), RunError> {
+    let bad = |m: String| Err(RunError::Config(m));
+    if cfg.threads == 0 || cfg.threads > cfg.sim.queues {
+        return bad(format!(
+            "threads must be in 1..=queues ({}), got {}",
+            cfg.sim.queues, cfg.threads
+        ));
+    }
+    if !(1..=1024).contains(&cfg.weight) {
+        return bad(format!("weight must be in 1..=1024, got {}", cfg.weight));
+    }
+    if !(1..=1024).contains(&cfg.bundle.size) || cfg.bundle.size > cfg.weight {
+        return bad(format!(
+            "bundle must be in 1..=weight ({}), got {}",
+            cfg.weight, cfg.bundle.size
+        ));
+    }
+    if cfg.softnet.netdev_budget == 0 || cfg.softnet.netdev_budget_usecs == 0 {
+        return bad("netdev_budget and netdev_budget_usecs must be > 0".into());
+    }
+    if cfg.duration.is_zero() {
+        return bad("duration must be > 0".into());
+    }
+    if cfg.null_frames < cfg.weight {
+        return bad(format!(
+            "null frames must be at least the weight ({})",
+            cfg.weight
+        ));
+    }
+    cfg.traffic.validate().map_err(RunError::Config)
+}
+
+fn queue_report<Q: RxQueue>(n: &Napi<Q>) -> QueueReport {
+    QueueReport {
+        queue: n.queue().queue_index(),
+        napi_id: n.id(),
+        napi: *n.stats(),
+        device: n.queue().device_stats(),
+    }
+}
+
+type Outs<Q> = (Vec<ThreadOut<Q>>, Duration, Live);
+
+/// Start the NAPI threads, tick until the duration is over, stop the
+/// producer (if any), let the threads drain and collect them.
+fn drive<Q, F>(
+    cfg: &RunConfig,
+    groups: Vec<Vec<Napi<Q>>>,
+    pin_to: &dyn Fn(usize) -> Option<core_affinity::CoreId>,
+    stop_napi: &Arc<AtomicBool>,
+    window_over: &Arc<AtomicBool>,
+    stop_producer: Option<F>,
+    on_tick: &mut dyn FnMut(&Tick),
+) -> Result<Outs<Q>, RunError>
+where
+    Q: RxQueue + Send + 'static,
+    F: FnOnce(),
+{
+    let live = Arc::new(Mutex::new(Live::default()));
+    let mut handles = Vec::new();
+    for (t, napis) in groups.into_iter().enumerate() {
+        let (stop, over, live) = (stop_napi.clone(), window_over.clone(), live.clone());
+        let core = pin_to(t);
+        let (kind, softnet, interrupts) = (cfg.stack, cfg.softnet, cfg.interrupts);
+        let h = thread::Builder::new()
+            .name(format!("rxpath-napi/{t}"))
+            .spawn(move || {
+                if let Some(c) = core {
+                    core_affinity::set_for_current(c);
+                }
+                match kind {
+                    StackKind::Sink => {
+                        napi_thread(t, napis, Sink, softnet, interrupts, &stop, &over, &live)
+                    }
+                    StackKind::Rxdrop => {
+                        napi_thread(t, napis, RxDrop, softnet, interrupts, &stop, &over, &live)
+                    }
+                }
+            })
+            .map_err(|e| RunError::Thread(e.to_string()))?;
+        handles.push(h);
+    }
+    let start = Instant::now();
+    let mut next = start + cfg.tick;
+    let end = start + cfg.duration;
+    loop {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        thread::sleep(next.min(end).saturating_duration_since(now));
+        if Instant::now() >= next {
+            next += cfg.tick;
+            on_tick(&tick(&live, start));
+        }
+    }
+    window_over.store(true, Ordering::Release);
+    let elapsed = start.elapsed();
+    if let Some(f) = stop_producer {
+        f();
+    }
+    // Give the producer's final flush time to land, then drain and stop.
+    thread::sleep(Duration::from_millis(20));
+    stop_napi.store(true, Ordering::Release);
+    let mut outs = Vec::new();
+    for h in handles {
+        h.thread().unpark();
+        outs.push(
+            h.join()
+                .map_err(|_| RunError::Thread("NAPI thread panicked".into()))?,
+        );
+    }
+    let l = live.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    Ok((outs, elapsed, l))
+}
+
+fn tick(live: &Mutex<Live>, start: Instant) -> Tick {
+    let l = live.lock().unwrap_or_else(|e| e.into_inner());
+    let mut napi = NapiStats::default();
+    for (_, n, _) in &l.queues {
+        napi.merge(n);
+    }
+    Tick {
+        elapsed: start.elapsed(),
+        napi,
+        device: sum_device(l.queues.iter().map(|q| q.2)),
+        softnet: l.softnet,
+    }
+}
+
+/// The body of a NAPI thread.
+#[allow(clippy::too_many_arguments)]
+fn napi_thread<Q: RxQueue, S: Stack>(
+    t: usize,
+    mut napis: Vec<Napi<Q>>,
+    mut stack: S,
+    cfg: SoftnetConfig,
+    interrupts: bool,
+    stop: &AtomicBool,
+    window_over: &AtomicBool,
+    live: &Mutex<Live>,
+) -> ThreadOut<Q> {
+    let clock = MonotonicClock::default();
+    let me = thread::current();
+    for n in &napis {
+        if let Some(irq) = n.queue().irq() {
+            irq.set_waiter(me.clone());
+        }
+    }
+    let mut sn = Softnet::new(cfg);
+    let mut loops = 0u64;
+    let mut received_at_stop = None;
+    let publish = |napis: &Vec<Napi<Q>>, sn: &Softnet| {
+        let mut l = live.lock().unwrap_or_else(|e| e.into_inner());
+        for n in napis {
+            let qi = n.queue().queue_index();
+            let entry = (qi, *n.stats(), n.queue().device_stats());
+            match l.queues.iter_mut().find(|e| e.0 == qi) {
+                Some(e) => *e = entry,
+                None => l.queues.push(entry),
+            }
+        }
+        // Threads own disjoint NAPIs; softnet totals are per thread, so
+        // only thread 0 reports them live (the final report has all).
+        if t == 0 {
+            l.softnet = *sn.stats();
+        }
+    };
+    loop {
+        if received_at_stop.is_none() && window_over.load(Ordering::Acquire) {
+            received_at_stop = Some(napis.iter().map(|n| n.stats().received).sum::<u64>());
+        }
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
+        if interrupts {
+            for (i, n) in napis.iter_mut().enumerate() {
+                if n.take_irq() {
+                    sn.schedule(i);
+                }
+            }
+        } else {
+            for (i, n) in napis.iter_mut().enumerate() {
+                if !sn.is_scheduled(i) && n.state().schedule_prep() {
+                    sn.schedule(i);
+                }
+            }
+        }
+        loops += 1;
+        if loops % 1024 == 0 {
+            publish(&napis, &sn);
+        }
+        if sn.pending() == 0 {
+            if interrupts {
+                // Sleep until an IRQ line fires (it unparks us), with a
+                // timeout so a stop request is seen.
+                thread::park_timeout(Duration::from_millis(2));
+            }
+            continue;
+        }
+        sn.net_rx_action(&mut napis, &mut stack, &clock);
+    }
+    // Drain: poll everything until the queues are empty, ignoring IRQ lines,
+    // so every frame goes back to its fill ring (napi_disable's job).
+    loop {
+        for (i, n) in napis.iter_mut().enumerate() {
+            if !sn.is_scheduled(i) && n.has_work() && n.state().schedule_prep() {
+                sn.schedule(i);
+            }
+        }
+        if sn.pending() == 0 {
+            break;
+        }
+        sn.net_rx_action(&mut napis, &mut stack, &clock);
+    }
+    publish(&napis, &sn);
+    let received_at_stop =
+        received_at_stop.unwrap_or_else(|| napis.iter().map(|n| n.stats().received).sum::<u64>());
+    ThreadOut {
+        napis,
+        softnet: *sn.stats(),
+        received_at_stop,
+    }
+}
