@@ -398,7 +398,9 @@ where
     for (t, napis) in groups.into_iter().enumerate() {
         let (stop, over, live) = (stop_napi.clone(), window_over.clone(), live.clone());
         let core = pin_to(t);
-        let (kind, softnet, interrupts) = (cfg.stack, cfg.softnet, cfg.interrupts);
+        // Null queues have no interrupt line: always polling mode.
+        let interrupts = cfg.interrupts && cfg.producer != Producer::Null;
+        let (kind, softnet) = (cfg.stack, cfg.softnet);
         let h = thread::Builder::new()
             .name(format!("rxpath-napi/{t}"))
             .spawn(move || {
@@ -537,16 +539,13 @@ fn napi_thread<Q: RxQueue, S: Stack>(
         }
         sn.net_rx_action(&mut napis, &mut stack, &clock);
     }
-    // Drain: poll everything until the queues are empty, ignoring IRQ lines,
-    // so every frame goes back to its fill ring (napi_disable's job).
-    loop {
+    // Drain: poll until no queue has work, ignoring IRQ lines, so every
+    // frame goes back to its fill ring (napi_disable's job).
+    while napis.iter_mut().any(|n| n.has_work()) {
         for (i, n) in napis.iter_mut().enumerate() {
-            if !sn.is_scheduled(i) && n.has_work() && n.state().schedule_prep() {
+            if !sn.is_scheduled(i) && n.state().schedule_prep() {
                 sn.schedule(i);
             }
-        }
-        if sn.pending() == 0 {
-            break;
         }
         sn.net_rx_action(&mut napis, &mut stack, &clock);
     }

@@ -143,6 +143,8 @@ pub struct SimRxQueue {
     umem: Arc<Umem>,
     rx: Consumer,
     fill: Producer,
+    /// Frames the fill ring had no room for yet (retried on `recycle_done`).
+    backlog: Vec<Frame>,
     shared: Arc<QueueShared>,
 }
 
@@ -167,7 +169,9 @@ pub fn build(cfg: &SimConfig) -> Result<(SimPort, Vec<SimRxQueue>), SimError> {
     }
     let total = cfg.queues * cfg.frames_per_queue;
     let (umem, mut frames) = Umem::new(total, cfg.frame_size)?;
-    let fill_size = total.next_power_of_two();
+    // A slot the NIC popped stays occupied until its next `flush` releases
+    // it, so the fill ring needs room for every frame twice over.
+    let fill_size = (2 * total).next_power_of_two();
     let mut port_queues = Vec::with_capacity(cfg.queues);
     let mut host_queues = Vec::with_capacity(cfg.queues);
     for q in 0..cfg.queues {
@@ -197,6 +201,7 @@ pub fn build(cfg: &SimConfig) -> Result<(SimPort, Vec<SimRxQueue>), SimError> {
             umem: umem.clone(),
             rx: rx_c,
             fill: fill_p,
+            backlog: Vec::new(),
             shared,
         });
     }
@@ -407,6 +412,7 @@ impl SimPort {
             while let Some(d) = hq.rx.pop() {
                 frames.push(d.frame);
             }
+            frames.append(&mut hq.backlog);
             hq.rx.release();
             while let Some(d) = pq.fill.pop() {
                 frames.push(d.frame);
@@ -450,14 +456,19 @@ impl RxQueue for SimRxQueue {
     #[inline]
     fn recycle(&mut self, frame: Frame) {
         if let Err(d) = self.fill.push(Desc::empty(frame)) {
-            // The fill ring is sized for every frame of the region, so this
-            // cannot happen; if it did, keeping the frame is impossible and
-            // losing it would break "every frame comes home", so say so.
-            panic!("fill ring overflow with {:?}", d.frame);
+            // The fill ring is sized so this does not happen; if the NIC is
+            // slow to release slots, keep the frame and retry.
+            self.backlog.push(d.frame);
         }
     }
     #[inline]
     fn recycle_done(&mut self) {
+        while let Some(f) = self.backlog.pop() {
+            if let Err(d) = self.fill.push(Desc::empty(f)) {
+                self.backlog.push(d.frame);
+                break;
+            }
+        }
         self.fill.submit();
     }
     fn irq(&self) -> Option<&IrqLine> {
@@ -542,8 +553,11 @@ impl RxQueue for NullQueue {
     fn irq(&self) -> Option<&IrqLine> {
         None
     }
+    /// A null device is never drained: it reports nothing pending so that
+    /// stopping (which polls until queues are empty) ends at once. Every
+    /// frame is back in the queue after each poll anyway.
     fn has_pending(&mut self) -> bool {
-        !self.free.is_empty()
+        false
     }
     fn device_stats(&self) -> DeviceQueueStats {
         DeviceQueueStats {
