@@ -450,15 +450,12 @@ impl<Q: RxQueue> Napi<Q> {
                     },
                 };
                 let parsed = if end <= umem.frame_size() {
-                    rxpath_wire::parse(&umem.data(&pkt.frame)[d.off as usize..end])
+                    rxpath_wire::parse_into(&umem.data(&pkt.frame)[d.off as usize..end], &mut pkt.meta.headers)
                 } else {
                     Err(rxpath_wire::Error::BadLength("descriptor"))
                 };
                 match parsed {
-                    Ok(h) => {
-                        pkt.meta.headers = h;
-                        stack.receive(pkt, &mut ctx);
-                    }
+                    Ok(()) => stack.receive(pkt, &mut ctx),
                     Err(_) => ctx.drop(pkt, DropReason::Malformed),
                 }
             }

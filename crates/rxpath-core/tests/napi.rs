@@ -183,12 +183,12 @@ fn netdev_budget_usecs_is_honoured() {
         assert!(n[i].state().schedule_prep());
         sn.schedule(i);
     }
-    // Every clock read advances 600 µs: start, then two reads per poll
-    // (poll time, limit check): the limit (2000 µs) is reached on the
-    // second poll's check (at 2400 µs).
-    let clock = SteppingClock::new(600_000);
+    // Every clock read advances 900 µs: one read at the start (0), one after
+    // each poll (900, 1800, 2700): the limit (2000 µs) is seen after the
+    // third poll, with a fourth NAPI still listed.
+    let clock = SteppingClock::new(900_000);
     let r = sn.net_rx_action(&mut n, &mut Sink, &clock);
-    assert_eq!(r.polls, 2);
+    assert_eq!(r.polls, 3);
     assert!(r.squeezed);
     assert_eq!(sn.stats().time_squeeze, 1);
     assert_eq!(sn.pending(), 4);
