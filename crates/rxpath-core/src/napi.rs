@@ -433,10 +433,11 @@ impl<Q: RxQueue> Napi<Q> {
                 stats,
                 now_ns,
             };
+            let (mut pkts, mut bytes) = (0u64, 0u64);
             for d in scratch.drain(..) {
-                ctx.stats.received += 1;
-                ctx.stats.bytes += d.len as u64;
-                let end = d.off as usize + d.len as usize;
+                pkts += 1;
+                bytes += d.len as u64;
+                let (off, end) = (d.off as usize, d.off as usize + d.len as usize);
                 let mut pkt = Packet {
                     frame: d.frame,
                     off: d.off,
@@ -449,16 +450,17 @@ impl<Q: RxQueue> Napi<Q> {
                         ..Meta::default()
                     },
                 };
-                let parsed = if end <= umem.frame_size() {
-                    rxpath_wire::parse_into(&umem.data(&pkt.frame)[d.off as usize..end], &mut pkt.meta.headers)
-                } else {
-                    Err(rxpath_wire::Error::BadLength("descriptor"))
+                let parsed = match umem.data(&pkt.frame).get(off..end) {
+                    Some(bytes) => rxpath_wire::parse_into(bytes, &mut pkt.meta.headers),
+                    None => Err(rxpath_wire::Error::BadLength("descriptor")),
                 };
                 match parsed {
                     Ok(()) => stack.receive(pkt, &mut ctx),
                     Err(_) => ctx.drop(pkt, DropReason::Malformed),
                 }
             }
+            ctx.stats.received += pkts;
+            ctx.stats.bytes += bytes;
             stack.bundle_done(&mut ctx);
         }
         // A carried descriptor was pulled but not processed within budget:

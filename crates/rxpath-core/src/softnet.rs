@@ -119,7 +119,11 @@ impl Softnet {
         let mut budget = self.cfg.netdev_budget as isize;
         let mut list = std::mem::take(&mut self.poll_list);
         let mut repoll = std::mem::take(&mut self.repoll);
-        let mut res = RxActionResult { work: 0, polls: 0, squeezed: false };
+        let mut res = RxActionResult {
+            work: 0,
+            polls: 0,
+            squeezed: false,
+        };
         self.stats.rx_actions += 1;
         while let Some(i) = list.pop_front() {
             let napi = &mut napis[i];

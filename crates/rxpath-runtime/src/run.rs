@@ -289,7 +289,7 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                     if let Some(c) = producer_core {
                         core_affinity::set_for_current(c);
                     }
-                    port.run(&mut traffic, &sp, pps, 32);
+                    port.run(&mut traffic, &sp, pps, 64);
                     port
                 })
                 .map_err(|e| RunError::Thread(e.to_string()))?;

@@ -108,21 +108,30 @@ pub fn parse_into(frame: &[u8], h: &mut Headers) -> Result<()> {
 fn parse_fast(f: &[u8], h: &mut Headers) -> bool {
     const L3: usize = ethernet::HEADER_LEN;
     const L4: usize = L3 + ipv4::HEADER_LEN;
-    if f.len() < L4 + udp::HEADER_LEN || f[12] != 0x08 || f[13] != 0x00 || f[L3] != 0x45 {
+    // Bounds are checked once here; the fixed-size view lets the compiler
+    // drop every later check.
+    let Some(hdr) = f.get(..L4 + udp::HEADER_LEN) else {
+        return false;
+    };
+    let Ok(b): core::result::Result<&[u8; L4 + udp::HEADER_LEN], _> = hdr.try_into() else {
+        return false;
+    };
+    let be = |i: usize| u16::from_be_bytes([b[i], b[i + 1]]);
+    if be(12) != ethertype::IPV4 || b[L3] != 0x45 {
         return false;
     }
-    let total = u16::from_be_bytes([f[L3 + 2], f[L3 + 3]]) as usize;
-    let frag = u16::from_be_bytes([f[L3 + 6], f[L3 + 7]]);
-    if total < ipv4::HEADER_LEN + udp::HEADER_LEN || L3 + total > f.len() || frag & 0x3fff != 0 {
+    let total = be(L3 + 2) as usize;
+    if total < ipv4::HEADER_LEN + udp::HEADER_LEN
+        || L3 + total > f.len()
+        || be(L3 + 6) & 0x3fff != 0
+    {
         return false;
     }
-    let proto = f[L3 + 9];
-    let sport = u16::from_be_bytes([f[L4], f[L4 + 1]]);
-    let dport = u16::from_be_bytes([f[L4 + 2], f[L4 + 3]]);
+    let proto = b[L3 + 9];
     let l4_len = total - ipv4::HEADER_LEN;
     let (l4, payload_off, payload_len) = match proto {
         protocol::UDP => {
-            let ulen = u16::from_be_bytes([f[L4 + 4], f[L4 + 5]]) as usize;
+            let ulen = be(L4 + 4) as usize;
             if ulen < udp::HEADER_LEN || ulen > l4_len {
                 return false;
             }
@@ -132,19 +141,26 @@ fn parse_fast(f: &[u8], h: &mut Headers) -> bool {
             if l4_len < tcp::HEADER_LEN {
                 return false;
             }
-            let hl = ((f[L4 + 12] >> 4) as usize) * 4;
+            // Within `f`: L4 + 13 < L3 + total since l4_len >= 20.
+            let off_flags = u16::from_be_bytes([f[L4 + 12], f[L4 + 13]]);
+            let hl = ((off_flags >> 12) as usize) * 4;
             if hl < tcp::HEADER_LEN || hl > l4_len {
                 return false;
             }
-            let flags = u16::from_be_bytes([f[L4 + 12], f[L4 + 13]]) & 0x01ff;
-            (L4::Tcp { flags }, L4 + hl, l4_len - hl)
+            (
+                L4::Tcp {
+                    flags: off_flags & 0x01ff,
+                },
+                L4 + hl,
+                l4_len - hl,
+            )
         }
         _ => return false,
     };
-    let mut src = [0u8; 4];
-    let mut dst = [0u8; 4];
-    src.copy_from_slice(&f[L3 + 12..L3 + 16]);
-    dst.copy_from_slice(&f[L3 + 16..L3 + 20]);
+    let sport = be(L4);
+    let dport = be(L4 + 2);
+    let src = [b[L3 + 12], b[L3 + 13], b[L3 + 14], b[L3 + 15]];
+    let dst = [b[L3 + 16], b[L3 + 17], b[L3 + 18], b[L3 + 19]];
     h.vlan = [0; ethernet::MAX_TAGS];
     h.l3 = L3::Ipv4;
     h.l3_offset = L3 as u16;
@@ -154,7 +170,12 @@ fn parse_fast(f: &[u8], h: &mut Headers) -> bool {
     h.payload_len = payload_len as u16;
     h.fragment = false;
     h.ip_options = false;
-    h.flow = FlowKey { addrs: IpAddrs::V4 { src, dst }, src_port: sport, dst_port: dport, protocol: proto };
+    h.flow = FlowKey {
+        addrs: IpAddrs::V4 { src, dst },
+        src_port: sport,
+        dst_port: dport,
+        protocol: proto,
+    };
     true
 }
 

@@ -124,6 +124,8 @@ struct Flow {
     ack: u32,
     msg_left: usize,
     tsval: u32,
+    /// A UDP flow's frame, built once: the NIC side only copies it.
+    template: Option<Box<[u8]>>,
 }
 
 /// What [`Traffic::write_next`] wrote.
@@ -142,9 +144,15 @@ pub struct Written {
 pub struct Traffic {
     cfg: TrafficConfig,
     flows: Vec<Flow>,
-    rng: Pcg64Mcg,
+    /// The seeded order in which flows send, drawn once: picking the next
+    /// flow is then a table lookup, which keeps the NIC side cheap.
+    order: Box<[u32]>,
+    pos: usize,
     payload: Box<[u8]>,
 }
+
+/// Length of the precomputed flow order (a power of two).
+const ORDER_LEN: usize = 1 << 16;
 
 impl Traffic {
     /// Create the flows. Uses `toeplitz` to give each flow the RSS hash a NIC
@@ -192,6 +200,12 @@ impl Traffic {
                     protocol::TCP
                 };
                 let key = FlowKey::new(src, dst, sport, dport, proto);
+                let template = (kind == Kind::Udp).then(|| {
+                    let payload_len = cfg.udp_frame.saturating_sub(spec.l3_header_end() + 8);
+                    let payload: Vec<u8> =
+                        (0..payload_len as u32).map(|i| (i * 7 + 3) as u8).collect();
+                    build::udp(&spec, &payload).into_boxed_slice()
+                });
                 Flow {
                     spec,
                     kind,
@@ -201,14 +215,18 @@ impl Traffic {
                     ack: rng.gen(),
                     msg_left: cfg.message,
                     tsval: rng.gen(),
+                    template,
                 }
             })
             .collect();
         let payload = (0..9000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let n = cfg.flows.max(1);
+        let order = (0..ORDER_LEN).map(|_| rng.gen_range(0..n) as u32).collect();
         Traffic {
             cfg,
             flows,
-            rng,
+            order,
+            pos: 0,
             payload,
         }
     }
@@ -231,21 +249,14 @@ impl Traffic {
     /// Choose the flow of the next packet (seeded random order).
     #[inline]
     pub fn pick(&mut self) -> usize {
-        if self.flows.len() == 1 {
-            0
-        } else {
-            self.rng.gen_range(0..self.flows.len())
-        }
+        let i = self.order[self.pos & (ORDER_LEN - 1)] as usize;
+        self.pos = self.pos.wrapping_add(1);
+        i
     }
 
     /// The flow [`pick`](Self::pick) will return next, without consuming it.
     pub fn peek_pick(&self) -> usize {
-        let mut rng = self.rng.clone();
-        if self.flows.len() == 1 {
-            0
-        } else {
-            rng.gen_range(0..self.flows.len())
-        }
+        self.order[self.pos & (ORDER_LEN - 1)] as usize
     }
 
     /// The RSS hash of flow `i`.
@@ -266,12 +277,19 @@ impl Traffic {
         let cfg = self.cfg;
         let f = &mut self.flows[i];
         f.spec.ip_id = f.spec.ip_id.wrapping_add(1);
-        let len = match f.kind {
-            Kind::Udp => {
+        let len = match (&f.template, f.kind) {
+            // UDP datagrams of a flow are identical: copy the frame built at
+            // start (a NIC's DMA is a copy too), so that the producer thread
+            // is cheap and the host side is what gets measured.
+            (Some(t), _) => {
+                buf.get_mut(..t.len())?.copy_from_slice(t);
+                t.len()
+            }
+            (None, Kind::Udp) => {
                 let payload_len = cfg.udp_frame.saturating_sub(f.spec.l3_header_end() + 8);
                 build::write_udp(buf, &f.spec, &self.payload[..payload_len]).ok()?
             }
-            Kind::Bulk | Kind::Rr => {
+            (None, Kind::Bulk | Kind::Rr) => {
                 let (n, fl) = if f.kind == Kind::Bulk {
                     let n = f.msg_left.min(cfg.mss);
                     f.msg_left -= n;
