@@ -76,6 +76,13 @@ impl Stack for Counting {
     }
 }
 
+fn schedule_all(n: &mut [Napi<SimRxQueue>], sn: &mut Softnet) {
+    for (i, x) in n.iter().enumerate() {
+        assert!(x.state().schedule_prep());
+        sn.schedule(i);
+    }
+}
+
 fn reclaim(port: SimPort, napis: Vec<Napi<SimRxQueue>>) -> bool {
     let queues = napis.into_iter().map(|n| n.into_queue()).collect();
     port.reclaim(queues).is_home()
@@ -117,10 +124,7 @@ fn net_rx_action_polls_each_napi_once_with_its_weight() {
     fill(&mut port, &mut t, 300);
     let mut n = napis(queues, 16, true);
     let mut sn = Softnet::new(SoftnetConfig::default());
-    for i in 0..2 {
-        assert!(n[i].state().schedule_prep());
-        sn.schedule(i);
-    }
+    schedule_all(&mut n, &mut sn);
     let clock = ManualClock::new(0);
     let r = sn.net_rx_action(&mut n, &mut Sink, &clock);
     // 64 + 64 < 300, but each NAPI is polled once per call (repoll list).
@@ -149,10 +153,7 @@ fn netdev_budget_is_honoured_and_time_squeeze_counted() {
         netdev_budget: 300,
         netdev_budget_usecs: 2000,
     });
-    for i in 0..6 {
-        assert!(n[i].state().schedule_prep());
-        sn.schedule(i);
-    }
+    schedule_all(&mut n, &mut sn);
     let clock = ManualClock::new(0);
     let r = sn.net_rx_action(&mut n, &mut Sink, &clock);
     // 64 × 5 = 320 ≥ 300: the fifth poll exhausts the budget.
@@ -179,10 +180,7 @@ fn netdev_budget_usecs_is_honoured() {
         netdev_budget: 100_000,
         netdev_budget_usecs: 2000,
     });
-    for i in 0..4 {
-        assert!(n[i].state().schedule_prep());
-        sn.schedule(i);
-    }
+    schedule_all(&mut n, &mut sn);
     // Every clock read advances 900 µs: one read at the start (0), one after
     // each poll (900, 1800, 2700): the limit (2000 µs) is seen after the
     // third poll, with a fourth NAPI still listed.

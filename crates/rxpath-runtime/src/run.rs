@@ -526,7 +526,7 @@ fn napi_thread<Q: RxQueue, S: Stack>(
             }
         }
         loops += 1;
-        if loops % 1024 == 0 {
+        if loops.is_multiple_of(1024) {
             publish(&napis, &sn);
         }
         if sn.pending() == 0 {

@@ -162,7 +162,11 @@ pub fn write_tcp(
     let hl = tcp::HEADER_LEN + options.len();
     let l4_len = hl + payload.len();
     let total = spec.l3_header_end() + l4_len;
-    if buf.len() < total || options.len() % 4 != 0 || hl > 60 || l4_len > u16::MAX as usize - 40 {
+    if buf.len() < total
+        || !options.len().is_multiple_of(4)
+        || hl > 60
+        || l4_len > u16::MAX as usize - 40
+    {
         return Err(TooSmall);
     }
     let off = write_l2_l3(buf, spec, protocol::TCP, l4_len);
