@@ -58,7 +58,9 @@ fn interrupt_mode_sleeps_and_wakes_and_accounts_for_everything() {
         n.received
     );
     assert!(n.wakeups <= bound, "{} wakeups, bound {bound}", n.wakeups);
-    assert_eq!(d.rx_missed + d.rx_no_buffer, 0, "no loss at 100k pps");
+    // Loss is possible (a descheduled NAPI thread lets the ring fill), but
+    // every offered packet is either in the ring or a counted device drop.
+    assert_eq!(d.offered, d.rx_ring + d.rx_missed + d.rx_no_buffer);
     assert!(r.consistent(), "{r:?}");
     assert_eq!(r.frames_home, r.frames_total);
     assert!(
