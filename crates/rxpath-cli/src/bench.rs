@@ -23,6 +23,13 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// "min–max" of a sample in Mpps.
+fn range(v: &[f64]) -> String {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(0.0, f64::max);
+    format!("{:.1}–{:.1}", lo / 1e6, hi / 1e6)
+}
+
 fn rxdrop_config(bundle: usize, split: bool, producer: Producer, duration: Duration) -> RunConfig {
     RunConfig {
         sim: SimConfig {
@@ -79,6 +86,12 @@ fn rxdrop(a: RxdropArgs) -> Result<ExitCode> {
     let mut cold_pps: Vec<Vec<f64>> = vec![Vec::new(); cold.len()];
     let mut missed: Vec<u64> = vec![0; cold.len()];
     let mut null_pps = Vec::new();
+    let mut dpdk_pps = Vec::new();
+    let mut dpdk_err = if a.no_dpdk {
+        Some("skipped (--no-dpdk)".to_string())
+    } else {
+        None
+    };
     for round in 0..a.rounds {
         for (i, &(_, b, split)) in cold.iter().enumerate() {
             let (pps, r) = measure(&rxdrop_config(b, split, Producer::Thread { pps: None }, d))?;
@@ -87,48 +100,59 @@ fn rxdrop(a: RxdropArgs) -> Result<ExitCode> {
         }
         let (pps, _) = measure(&rxdrop_config(16, false, Producer::Null, d))?;
         null_pps.push(pps);
+        // DPDK in the same round, so that both see the same machine.
+        if dpdk_err.is_none() {
+            match dpdk_null_rxonly(d) {
+                Ok(p) => dpdk_pps.push(p),
+                Err(e) => dpdk_err = Some(format!("{e:#}")),
+            }
+        }
         eprintln!("round {} done", round + 1);
     }
     let cold_med: Vec<f64> = cold_pps.iter().map(|v| median(v.clone())).collect();
     let base = cold_med[0];
     println!("\n## Cold data (producer thread on the other core writes every frame)\n");
-    println!("| configuration | Mpps | vs bundle 1 | producer drops (rx_missed) |");
-    println!("|---|---:|---:|---:|");
+    println!("| configuration | Mpps (median) | range | vs bundle 1 | NIC drops, all rounds (rx_missed) |");
+    println!("|---|---:|---:|---:|---:|");
     for (i, (name, _, _)) in cold.iter().enumerate() {
         println!(
-            "| {name} | {:.2} | {:.2}x | {} |",
+            "| {name} | {:.2} | {} | {:.2}x | {} |",
             cold_med[i] / 1e6,
+            range(&cold_pps[i]),
             cold_med[i] / base,
             missed[i]
         );
     }
-    let null_med = median(null_pps);
+    let null_med = median(null_pps.clone());
     println!("\n## Null mode (engine alone, same thread; frames written once)\n");
-    println!("| engine | Mpps | vs DPDK |");
-    println!("|---|---:|---:|");
-    let dpdk = if a.no_dpdk {
-        Err(anyhow::anyhow!("skipped (--no-dpdk)"))
-    } else {
-        dpdk_null_rxonly(d * a.rounds as u32)
+    println!("| engine | Mpps (median) | range | vs DPDK |");
+    println!("|---|---:|---:|---:|");
+    let dpdk = match dpdk_err {
+        None if !dpdk_pps.is_empty() => Ok(median(dpdk_pps.clone())),
+        None => Err(anyhow::anyhow!("no samples")),
+        Some(e) => Err(anyhow::anyhow!(e)),
     };
     match &dpdk {
-        Ok(dpdk_pps) => {
+        Ok(dpdk_med) => {
             println!(
-                "| rxpath null, bundle 16, parse + drop | {:.2} | {:.2}x |",
+                "| rxpath null, bundle 16, parse + drop | {:.2} | {} | {:.2}x |",
                 null_med / 1e6,
-                null_med / dpdk_pps
+                range(&null_pps),
+                null_med / dpdk_med
             );
             println!(
-                "| dpdk-testpmd net_null rxonly (no parse) | {:.2} | 1.00x |",
-                dpdk_pps / 1e6
+                "| dpdk-testpmd net_null rxonly (no parse) | {:.2} | {} | 1.00x |",
+                dpdk_med / 1e6,
+                range(&dpdk_pps)
             );
         }
         Err(e) => {
             println!(
-                "| rxpath null, bundle 16, parse + drop | {:.2} | n/a |",
-                null_med / 1e6
+                "| rxpath null, bundle 16, parse + drop | {:.2} | {} | n/a |",
+                null_med / 1e6,
+                range(&null_pps)
             );
-            println!("| dpdk-testpmd net_null rxonly | not measured: {e} | |");
+            println!("| dpdk-testpmd net_null rxonly | not measured: {e} | | |");
         }
     }
     if a.json {
@@ -137,6 +161,8 @@ fn rxdrop(a: RxdropArgs) -> Result<ExitCode> {
             "ratio_bundle16_vs_1": cold_med[1] / base,
             "ratio_bundle64_vs_1": cold_med[2] / base,
             "null_mpps": null_med / 1e6,
+            "null_mpps_rounds": null_pps.iter().map(|v| v / 1e6).collect::<Vec<_>>(),
+            "dpdk_null_mpps_rounds": dpdk_pps.iter().map(|v| v / 1e6).collect::<Vec<_>>(),
             "dpdk_null_mpps": dpdk.as_ref().ok().map(|v| v / 1e6),
         });
         println!("\n{}", serde_json::to_string_pretty(&j)?);
