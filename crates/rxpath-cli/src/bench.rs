@@ -110,22 +110,25 @@ fn rxdrop(a: RxdropArgs) -> Result<ExitCode> {
         eprintln!("round {} done", round + 1);
     }
     let cold_med: Vec<f64> = cold_pps.iter().map(|v| median(v.clone())).collect();
-    let base = cold_med[0];
+    // Ratios are taken within each round (both sides saw the same machine)
+    // and then the median over rounds is kept.
+    let ratio = |a: &[f64], b: &[f64]| median(a.iter().zip(b).map(|(x, y)| x / y).collect());
+    let cold_ratio: Vec<f64> = cold_pps.iter().map(|v| ratio(v, &cold_pps[0])).collect();
     println!("\n## Cold data (producer thread on the other core writes every frame)\n");
-    println!("| configuration | Mpps (median) | range | vs bundle 1 | NIC drops, all rounds (rx_missed) |");
+    println!("| configuration | Mpps (median) | range | vs bundle 1 (median of per-round ratios) | NIC drops, all rounds (rx_missed) |");
     println!("|---|---:|---:|---:|---:|");
     for (i, (name, _, _)) in cold.iter().enumerate() {
         println!(
             "| {name} | {:.2} | {} | {:.2}x | {} |",
             cold_med[i] / 1e6,
             range(&cold_pps[i]),
-            cold_med[i] / base,
+            cold_ratio[i],
             missed[i]
         );
     }
     let null_med = median(null_pps.clone());
     println!("\n## Null mode (engine alone, same thread; frames written once)\n");
-    println!("| engine | Mpps (median) | range | vs DPDK |");
+    println!("| engine | Mpps (median) | range | vs DPDK (median of per-round ratios) |");
     println!("|---|---:|---:|---:|");
     let dpdk = match dpdk_err {
         None if !dpdk_pps.is_empty() => Ok(median(dpdk_pps.clone())),
@@ -138,7 +141,7 @@ fn rxdrop(a: RxdropArgs) -> Result<ExitCode> {
                 "| rxpath null, bundle 16, parse + drop | {:.2} | {} | {:.2}x |",
                 null_med / 1e6,
                 range(&null_pps),
-                null_med / dpdk_med
+                ratio(&null_pps, &dpdk_pps)
             );
             println!(
                 "| dpdk-testpmd net_null rxonly (no parse) | {:.2} | {} | 1.00x |",
@@ -158,8 +161,9 @@ fn rxdrop(a: RxdropArgs) -> Result<ExitCode> {
     if a.json {
         let j = serde_json::json!({
             "cold_mpps": cold.iter().zip(&cold_med).map(|((n, _, _), v)| (n.to_string(), v / 1e6)).collect::<std::collections::BTreeMap<_, _>>(),
-            "ratio_bundle16_vs_1": cold_med[1] / base,
-            "ratio_bundle64_vs_1": cold_med[2] / base,
+            "ratio_bundle16_vs_1": cold_ratio[1],
+            "ratio_bundle64_vs_1": cold_ratio[2],
+            "ratio_null_vs_dpdk": dpdk.as_ref().ok().map(|_| ratio(&null_pps, &dpdk_pps)),
             "null_mpps": null_med / 1e6,
             "null_mpps_rounds": null_pps.iter().map(|v| v / 1e6).collect::<Vec<_>>(),
             "dpdk_null_mpps_rounds": dpdk_pps.iter().map(|v| v / 1e6).collect::<Vec<_>>(),

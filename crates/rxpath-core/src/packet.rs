@@ -86,14 +86,14 @@ impl<'a> RxCtx<'a> {
     }
 
     /// The packet reached the end of the path: count it, free its frame.
-    #[inline]
+    #[inline(always)]
     pub fn deliver(&mut self, p: Packet) {
         self.stats.delivered += 1;
         self.recycle.push(p.frame);
     }
 
     /// The packet is dropped for `reason`: count it, free its frame.
-    #[inline]
+    #[inline(always)]
     pub fn drop(&mut self, p: Packet, reason: DropReason) {
         self.stats.dropped.add(reason, 1);
         self.recycle.push(p.frame);
@@ -126,7 +126,7 @@ pub trait Stack {
 pub struct Sink;
 
 impl Stack for Sink {
-    #[inline]
+    #[inline(always)]
     fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
         use rxpath_wire::L4;
         match pkt.meta.headers.l4 {
@@ -142,7 +142,7 @@ impl Stack for Sink {
 pub struct RxDrop;
 
 impl Stack for RxDrop {
-    #[inline]
+    #[inline(always)]
     fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
         ctx.drop(pkt, DropReason::Rxdrop);
     }

@@ -239,23 +239,14 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 None::<fn() -> ()>,
                 &mut on_tick,
             )?;
-            let mut frames_total = 0;
-            let mut frames_home = 0;
-            let mut queues = Vec::new();
-            let mut softnet = Vec::new();
-            let mut received_in_window = 0;
-            for o in outs {
-                softnet.push(o.softnet);
-                received_in_window += o.received_at_stop;
-                for n in o.napis {
-                    queues.push(queue_report(&n));
-                    let pool = n.into_queue().into_pool();
-                    frames_total += pool.umem().frames();
-                    frames_home += pool.available();
-                }
-            }
             let _ = live;
-            queues.sort_by_key(|q| q.queue);
+            let (queues, softnet, received_in_window, host) = collect(outs);
+            let (mut frames_total, mut frames_home) = (0, 0);
+            for q in host {
+                let pool = q.into_pool();
+                frames_total += pool.umem().frames();
+                frames_home += pool.available();
+            }
             Ok(Report {
                 config: *cfg,
                 elapsed,
@@ -307,20 +298,7 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
             let port = producer
                 .join()
                 .map_err(|_| RunError::Thread("producer panicked".into()))?;
-            let mut queues = Vec::new();
-            let mut softnet = Vec::new();
-            let mut host = Vec::new();
-            let mut received_in_window = 0;
-            for o in outs {
-                softnet.push(o.softnet);
-                received_in_window += o.received_at_stop;
-                for n in o.napis {
-                    queues.push(queue_report(&n));
-                    host.push(n.into_queue());
-                }
-            }
-            host.sort_by_key(|q| q.queue_index());
-            queues.sort_by_key(|q| q.queue);
+            let (queues, softnet, received_in_window, host) = collect(outs);
             let pool = port.reclaim(host);
             Ok(Report {
                 config: *cfg,
@@ -333,6 +311,25 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
             })
         }
     }
+}
+
+type Collected<Q> = (Vec<QueueReport>, Vec<SoftnetStats>, u64, Vec<Q>);
+
+/// Gather what the NAPI threads gave back: per-queue reports and the
+/// queues themselves, both in queue order.
+fn collect<Q: RxQueue>(outs: Vec<ThreadOut<Q>>) -> Collected<Q> {
+    let (mut queues, mut softnet, mut host, mut received) = (Vec::new(), Vec::new(), Vec::new(), 0);
+    for o in outs {
+        softnet.push(o.softnet);
+        received += o.received_at_stop;
+        for n in o.napis {
+            queues.push(queue_report(&n));
+            host.push(n.into_queue());
+        }
+    }
+    host.sort_by_key(|q| q.queue_index());
+    queues.sort_by_key(|q| q.queue);
+    (queues, softnet, received, host)
 }
 
 fn validate(cfg: &RunConfig) -> Result<(), RunError> {

@@ -185,7 +185,7 @@ impl Umem {
     }
 
     /// The bytes of a frame.
-    #[inline]
+    #[inline(always)]
     pub fn data<'a>(&'a self, f: &'a Frame) -> &'a [u8] {
         self.check(f);
         // SAFETY: `check` bounds the slice inside the region. `f` is the only
