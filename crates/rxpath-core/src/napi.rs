@@ -473,9 +473,7 @@ impl<Q: RxQueue> Napi<Q> {
         };
         stack.poll_done(&mut ctx);
         queue.pull_done();
-        for f in recycle.drain(..) {
-            queue.recycle(f);
-        }
+        queue.recycle_bulk(recycle);
         queue.recycle_done();
         done
     }

@@ -68,6 +68,14 @@ pub trait RxQueue {
     /// Give a frame back to the device to be filled again.
     fn recycle(&mut self, frame: Frame);
 
+    /// Give back many frames at once, emptying `frames` (the end of a poll).
+    /// The default recycles them one by one.
+    fn recycle_bulk(&mut self, frames: &mut Vec<Frame>) {
+        for f in frames.drain(..) {
+            self.recycle(f);
+        }
+    }
+
     /// Publish recycled frames (once per poll).
     fn recycle_done(&mut self);
 

@@ -578,6 +578,10 @@ impl RxQueue for NullQueue {
         self.free.push(frame);
     }
     #[inline]
+    fn recycle_bulk(&mut self, frames: &mut Vec<Frame>) {
+        self.free.append(frames);
+    }
+    #[inline]
     fn recycle_done(&mut self) {}
     fn irq(&self) -> Option<&IrqLine> {
         None
