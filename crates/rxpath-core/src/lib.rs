@@ -27,6 +27,6 @@ pub mod stats;
 pub mod time;
 
 pub use napi::{BundleMode, Napi, NapiId, NapiState, NapiTable};
-pub use packet::{Meta, Packet, RxCtx, Stack};
+pub use packet::{Frag, Meta, Packet, PollEnd, RxCtx, Stack};
 pub use softnet::{Softnet, SoftnetConfig};
 pub use stats::{DropReason, NapiStats};

@@ -46,9 +46,9 @@
 //! `napi_complete_done()` and `napi_busy_loop()`/`busy_poll_stop()` in
 //! net/core/dev.c.
 
-use crate::packet::{Meta, Packet, RxCtx, Stack};
+use crate::packet::{Meta, Packet, PollEnd, RxCtx, Stack};
 use crate::stats::{DropReason, NapiStats};
-use rxpath_dev::{Desc, Frame, RxQueue};
+use rxpath_dev::{desc_flags, Desc, Frame, RxQueue};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt;
@@ -226,7 +226,9 @@ pub struct Napi<Q: RxQueue> {
     scratch: Vec<Desc>,
     carry: Option<Desc>,
     recycle: Vec<Frame>,
+    chains: Vec<Vec<crate::packet::Frag>>,
     stats: NapiStats,
+    timer: Option<u64>,
 }
 
 impl<Q: RxQueue> fmt::Debug for Napi<Q> {
@@ -268,7 +270,9 @@ impl<Q: RxQueue> Napi<Q> {
             scratch: Vec::with_capacity(weight),
             carry: None,
             recycle: Vec::with_capacity(weight * 2),
+            chains: Vec::new(),
             stats: NapiStats::default(),
+            timer: None,
         }
     }
 
@@ -340,11 +344,17 @@ impl<Q: RxQueue> Napi<Q> {
         self.stats.polls += 1;
         if work >= budget {
             self.stats.polls_full += 1;
+            if let Some(t) = self.finish(stack, now_ns, PollEnd::Full) {
+                self.timer = Some(t);
+            }
             return PollResult {
                 work,
                 completed: false,
             };
         }
+        // `napi_complete_done(work)`: the stack flushes (all of GRO, or
+        // with gro_flush_timeout only what is old, arming the timer).
+        self.timer = self.finish(stack, now_ns, PollEnd::Complete { work_done: work });
         let completed = self.complete_done(work);
         PollResult { work, completed }
     }
@@ -357,6 +367,9 @@ impl<Q: RxQueue> Napi<Q> {
         self.stats.polls += 1;
         if work >= budget {
             self.stats.polls_full += 1;
+        }
+        if let Some(t) = self.finish(stack, now_ns, PollEnd::Full) {
+            self.timer = Some(t);
         }
         work
     }
@@ -395,6 +408,7 @@ impl<Q: RxQueue> Napi<Q> {
             scratch,
             carry,
             recycle,
+            chains,
             stats,
             ..
         } = self;
@@ -431,6 +445,7 @@ impl<Q: RxQueue> Napi<Q> {
                 umem,
                 recycle,
                 stats,
+                chains,
                 now_ns,
             };
             let (mut pkts, mut bytes) = (0u64, 0u64);
@@ -447,8 +462,11 @@ impl<Q: RxQueue> Napi<Q> {
                         napi_id: *id,
                         rxhash: d.rxhash,
                         rx_ns: now_ns,
+                        csum_ok: d.flags & desc_flags::CSUM_OK != 0,
+                        segs: 1,
                         ..Meta::default()
                     },
+                    frags: Vec::new(),
                 };
                 let parsed = match umem.data(&pkt.frame).get(off..end) {
                     Some(bytes) => rxpath_wire::parse_into(bytes, &mut pkt.meta.headers),
@@ -465,17 +483,50 @@ impl<Q: RxQueue> Napi<Q> {
         }
         // A carried descriptor was pulled but not processed within budget:
         // it stays first in line for the next poll (it is not counted yet).
+        done
+    }
+
+    /// The end of a poll: let the stack flush (GRO), hand the RX slots back
+    /// and recycle freed frames. Returns the timer the stack asks for.
+    fn finish<S: Stack>(&mut self, stack: &mut S, now_ns: u64, end: PollEnd) -> Option<u64> {
+        let Napi {
+            queue,
+            recycle,
+            chains,
+            stats,
+            ..
+        } = self;
         let mut ctx = RxCtx {
             umem: queue.umem(),
             recycle,
             stats,
+            chains,
             now_ns,
         };
-        stack.poll_done(&mut ctx);
+        let timer = stack.poll_done(&mut ctx, end);
         queue.pull_done();
         queue.recycle_bulk(recycle);
         queue.recycle_done();
-        done
+        timer
+    }
+
+    /// The NAPI's timer (the kernel's `napi->timer`, armed by
+    /// `napi_complete_done` when `gro_flush_timeout` is set): its deadline.
+    pub fn timer(&self) -> Option<u64> {
+        self.timer
+    }
+
+    /// `napi_watchdog()`: if the timer is due at `now_ns`, disarm it and try
+    /// to schedule the NAPI. Returns true if the caller now owns it and must
+    /// put it on its poll list.
+    pub fn fire_timer(&mut self, now_ns: u64) -> bool {
+        match self.timer {
+            Some(t) if now_ns >= t => {
+                self.timer = None;
+                self.state.schedule_prep()
+            }
+            _ => false,
+        }
     }
 
     /// True if packets wait: in the ring, or pulled and carried over to the

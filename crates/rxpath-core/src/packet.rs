@@ -26,21 +26,51 @@ pub struct Meta {
     pub rxhash: u32,
     /// Receive time, ns on the path's clock (0 if not stamped).
     pub rx_ns: u64,
+    /// The device verified the L4 checksum (`CHECKSUM_UNNECESSARY`).
+    pub csum_ok: bool,
+    /// Segments in this packet: 1, or more after GRO merged a chain.
+    pub segs: u16,
     /// Parsed headers.
     pub headers: Headers,
 }
 
 /// A received packet: ownership of its frame plus metadata.
+///
+/// After GRO a packet can be a chain: the head frame holds the headers and
+/// the first segment's payload, and `frags` the payload of every further
+/// segment, each still in its own frame (no copy). `frags` is empty (and
+/// allocates nothing) for a plain packet.
 #[derive(Debug)]
 pub struct Packet {
-    /// The frame holding the packet.
+    /// The frame holding the packet (the head of a chain).
     pub frame: Frame,
     /// Offset of the packet in the frame.
     pub off: u16,
-    /// Length of the packet.
+    /// Length of the packet in the head frame.
     pub len: u16,
     /// Metadata.
     pub meta: Meta,
+    /// Further payload in other frames, in order (GRO).
+    pub frags: Vec<Frag>,
+}
+
+/// Payload bytes of a merged segment, in its own frame.
+#[derive(Debug)]
+pub struct Frag {
+    /// The frame.
+    pub frame: Frame,
+    /// Offset of the payload in the frame.
+    pub off: u16,
+    /// Payload length.
+    pub len: u16,
+}
+
+impl Packet {
+    /// Frames (segments) this packet holds: 1 + the chain.
+    #[inline]
+    pub fn frames(&self) -> u64 {
+        1 + self.frags.len() as u64
+    }
 }
 
 /// The context a stage runs in: frame bytes, counters, and where frames go.
@@ -52,6 +82,7 @@ pub struct RxCtx<'a> {
     pub(crate) umem: &'a Umem,
     pub(crate) recycle: &'a mut Vec<Frame>,
     pub(crate) stats: &'a mut NapiStats,
+    pub(crate) chains: &'a mut Vec<Vec<Frag>>,
     /// The time of this poll.
     pub now_ns: u64,
 }
@@ -63,14 +94,40 @@ impl<'a> RxCtx<'a> {
         umem: &'a Umem,
         recycle: &'a mut Vec<Frame>,
         stats: &'a mut NapiStats,
+        chains: &'a mut Vec<Vec<Frag>>,
         now_ns: u64,
     ) -> Self {
         RxCtx {
             umem,
             recycle,
             stats,
+            chains,
             now_ns,
         }
+    }
+
+    /// An empty chain vector, reused from packets already consumed, so that
+    /// steady-state GRO does not allocate.
+    #[inline]
+    pub fn take_chain(&mut self) -> Vec<Frag> {
+        self.chains.pop().unwrap_or_default()
+    }
+
+    /// Counters of the NAPI this context belongs to.
+    pub fn stats(&self) -> &NapiStats {
+        self.stats
+    }
+
+    /// The payload of every frame of a packet, in order: the head frame's
+    /// L4 payload, then each fragment.
+    pub fn payload_parts<'p>(&'p self, p: &'p Packet) -> impl Iterator<Item = &'p [u8]> + 'p {
+        let h = &p.meta.headers;
+        let off = p.off as usize + h.payload_offset as usize;
+        let head = &self.umem.data(&p.frame)[off..off + h.payload_len as usize];
+        std::iter::once(head).chain(p.frags.iter().map(move |f| {
+            let o = f.off as usize;
+            &self.umem.data(&f.frame)[o..o + f.len as usize]
+        }))
     }
 
     /// The packet's bytes.
@@ -85,19 +142,43 @@ impl<'a> RxCtx<'a> {
         self.umem
     }
 
-    /// The packet reached the end of the path: count it, free its frame.
+    /// The packet reached the end of the path: count its frames (segments),
+    /// free them.
     #[inline(always)]
     pub fn deliver(&mut self, p: Packet) {
-        self.stats.delivered += 1;
-        self.recycle.push(p.frame);
+        self.stats.delivered += p.frames();
+        self.release(p);
     }
 
-    /// The packet is dropped for `reason`: count it, free its frame.
+    #[inline(always)]
+    fn release(&mut self, mut p: Packet) {
+        self.recycle.push(p.frame);
+        if p.frags.capacity() > 0 {
+            self.recycle.extend(p.frags.drain(..).map(|f| f.frame));
+            self.chains.push(p.frags);
+        }
+    }
+
+    /// The packet is dropped for `reason`: count its frames, free them.
     #[inline(always)]
     pub fn drop(&mut self, p: Packet, reason: DropReason) {
-        self.stats.dropped.add(reason, 1);
-        self.recycle.push(p.frame);
+        self.stats.dropped.add(reason, p.frames());
+        self.release(p);
     }
+}
+
+/// How a poll ended, as the stages see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PollEnd {
+    /// The poll used its whole budget; the NAPI stays scheduled (the kernel
+    /// then flushes only GRO packets older than a tick: `napi_gro_flush(n,
+    /// HZ >= 1000)` in `napi_poll`).
+    Full,
+    /// The queue ran dry: `napi_complete_done(work_done)`.
+    Complete {
+        /// Packets this poll took.
+        work_done: usize,
+    },
 }
 
 /// A stage of the receive path: what NAPI's second loop hands packets to
@@ -111,8 +192,12 @@ pub trait Stack {
     /// The end of a bundle (RX bulking): stages that batch work flush here.
     fn bundle_done(&mut self, _ctx: &mut RxCtx<'_>) {}
 
-    /// The end of a poll, before `napi_complete_done` (GRO flushes here).
-    fn poll_done(&mut self, _ctx: &mut RxCtx<'_>) {}
+    /// The end of a poll (GRO flushes here). `end` says whether NAPI stays
+    /// scheduled or completes. Returns a timer deadline (ns) if the stage
+    /// needs the NAPI polled again then (`gro_flush_timeout`).
+    fn poll_done(&mut self, _ctx: &mut RxCtx<'_>, _end: PollEnd) -> Option<u64> {
+        None
+    }
 
     /// Packets held inside the stage, not yet delivered or dropped.
     fn held(&self) -> u64 {

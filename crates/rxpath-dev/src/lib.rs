@@ -25,7 +25,7 @@ pub mod irq;
 pub mod sim;
 
 pub use irq::IrqLine;
-pub use sys::ring::Desc;
+pub use sys::ring::{desc_flags, Desc};
 pub use sys::umem::{Frame, FramePool, Umem, UmemError, DEFAULT_FRAME_SIZE};
 
 use serde::Serialize;

@@ -36,6 +36,14 @@ pub struct Desc {
     pub len: u16,
     /// RX hash computed by the device (0 = none).
     pub rxhash: u32,
+    /// Device flags (see [`desc_flags`]).
+    pub flags: u32,
+}
+
+/// Flags a device sets on a received descriptor.
+pub mod desc_flags {
+    /// The device verified the L4 checksum (`CHECKSUM_UNNECESSARY`).
+    pub const CSUM_OK: u32 = 1;
 }
 
 impl Desc {
@@ -46,6 +54,7 @@ impl Desc {
             off: 0,
             len: 0,
             rxhash: 0,
+            flags: 0,
         }
     }
 }
@@ -158,7 +167,7 @@ impl Producer {
             index as u64 | (d.off as u64) << 32 | (d.len as u64) << 48,
             Ordering::Relaxed,
         );
-        slot[1].store(d.rxhash as u64, Ordering::Relaxed);
+        slot[1].store(d.rxhash as u64 | (d.flags as u64) << 32, Ordering::Relaxed);
         self.local_prod = self.local_prod.wrapping_add(1);
         Ok(())
     }
@@ -217,6 +226,7 @@ impl Consumer {
             off: (w0 >> 32) as u16,
             len: (w0 >> 48) as u16,
             rxhash: w1 as u32,
+            flags: (w1 >> 32) as u32,
         })
     }
 
@@ -256,6 +266,7 @@ mod tests {
                 off: 64,
                 len: 100 + i,
                 rxhash: i as u32,
+                flags: 1,
             })
             .unwrap();
         }
@@ -266,7 +277,10 @@ mod tests {
         p.submit();
         for i in 0..4 {
             let d = c.pop().unwrap();
-            assert_eq!((d.off, d.len, d.rxhash), (64, 100 + i, i as u32));
+            assert_eq!(
+                (d.off, d.len, d.rxhash, d.flags),
+                (64, 100 + i, i as u32, 1)
+            );
             pool.free(d.frame);
         }
         assert_eq!(c.pop(), None);
@@ -291,6 +305,7 @@ mod tests {
                     off: 0,
                     len: i as u16,
                     rxhash: 0,
+                    flags: 0,
                 };
                 loop {
                     match p.push(d) {
