@@ -10,7 +10,9 @@
 //!    `poll(budget)` that does RX bulking (seed 001: pull and prefetch a
 //!    bundle, then run the stack on it), `napi_complete_done`, and the state
 //!    bits that let a busy-polling socket own a NAPI for a while (seed 000).
-//! 2. [`softnet`]: `net_rx_action`: the poll list, `netdev_budget`,
+//! 2. [`gro`]: GRO per NAPI with the kernel's merge rules,
+//!    `napi_complete_done` and `gro_flush_timeout` (seed 004).
+//! 3. [`softnet`]: `net_rx_action`: the poll list, `netdev_budget`,
 //!    `netdev_budget_usecs`, `time_squeeze`.
 //! 3. [`packet`]: what the stack receives: a frame plus metadata
 //!    (`napi_id`, RX hash, parsed headers), and the [`Stack`](packet::Stack)
@@ -20,6 +22,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 
+pub mod gro;
 pub mod napi;
 pub mod packet;
 pub mod softnet;

@@ -1,0 +1,855 @@
+//! GRO: generic receive offload, per NAPI, with the flush timer of seed 004.
+//!
+//! Mirrors `dev_gro_receive()` (net/core/gro.c), `inet_gro_receive()`,
+//! `ipv6_gro_receive()` and `tcp_gro_receive()` (net/ipv4/tcp_offload.c):
+//!
+//! - held packets live in [`GRO_HASH_BUCKETS`] = 8 buckets chosen by the RX
+//!   hash, at most [`MAX_GRO_SKBS`] = 8 per bucket; when a bucket is full its
+//!   oldest packet is flushed (`gro_flush_oldest`);
+//! - a segment joins a held packet of the same flow (same L2 header,
+//!   addresses, ports; same IPv6 flow label) when every [`Check`] passes;
+//!   a merged packet is a chain of frames with one header (the head's), not
+//!   a copy;
+//! - each call returns a [`GroResult`] like the kernel's `gro_result`:
+//!   `Merged`, `Held`, or `Normal` (passed up as is).
+//!
+//! The checks, in the order `tcp_gro_receive` makes them, each counted by
+//! name: not TCP, IPv4 options, fragments, IPv6 extension headers other than
+//! hop-by-hop/routing/destination options, bad checksum (when the device did
+//! not verify it), no payload; then against the held packet: CWR, other flag
+//! differences (FIN and PSH excepted), ACK number, TCP options (byte for
+//! byte, timestamps included), IPv4 TTL/TOS/DF, IPv4 ID (incrementing, or
+//! fixed with DF), IPv6 traffic class/hop limit, a segment longer than the
+//! held packet's MSS (`gso_size`), a sequence gap, and the 64 KiB limit. A
+//! segment shorter than the MSS is merged and ends the packet; a segment
+//! with URG, PSH, RST, SYN or FIN ends it at once: **PSH is never delayed**.
+//!
+//! When a check against a held packet fails, the held packet is flushed and
+//! the new segment starts a new one (or goes up at once if it carries a
+//! flag or no payload), as in the kernel. One difference: for a segment that
+//! fails the IP-level checks (options, fragment, bad checksum) the kernel
+//! passes it up without flushing a held packet of its flow, which can reorder
+//! the flow; we flush that packet first, so a flow is never reordered.
+//!
+//! ## Flushing (seed 004)
+//!
+//! [`Gro::poll_done`] runs at the end of every NAPI poll:
+//!
+//! - a poll that used its whole budget (NAPI stays scheduled) flushes only
+//!   packets older than one tick: `napi_gro_flush(n, HZ >= 1000)`. We count
+//!   ticks as whole milliseconds of the clock (HZ = 1000);
+//! - `napi_complete_done(work_done)` with `gro_flush_timeout` = 0 (the
+//!   default) flushes everything;
+//! - with `gro_flush_timeout` > 0 and a poll that found work, it flushes only
+//!   packets older than a tick and arms the NAPI timer for now + timeout; the
+//!   timer re-polls the NAPI, and that poll (no work) flushes everything. So
+//!   while traffic flows a flow's packets are kept across polls, and once it
+//!   stops nothing is held longer than the timeout plus one poll (under
+//!   continuous traffic, at most a tick plus one poll).
+//!
+//! As in the seed, completion still re-enables the interrupt: new packets
+//! wake the NAPI before the timer if they come first.
+//!
+//! The timeout is a [`GroKnob`], read at every poll, so it can be changed
+//! while running. [`Adaptive`] goes beyond the kernel: it picks the timeout
+//! from what it sees (bulk segments that merge vs. request/response
+//! segments that end packets at once).
+//!
+//! UDP is not merged: the kernel merges UDP only for sockets that ask for it
+//! (`UDP_GRO`) or for tunnels; [`Gro::check`] has the place where that hook
+//! goes.
+
+use crate::packet::{Frag, Packet, PollEnd, RxCtx, Stack};
+use rxpath_wire::ipv4::protocol;
+use rxpath_wire::tcp::flags;
+use rxpath_wire::{L3, L4};
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// `GRO_HASH_BUCKETS`.
+pub const GRO_HASH_BUCKETS: usize = 8;
+/// `MAX_GRO_SKBS`: held packets per bucket.
+pub const MAX_GRO_SKBS: usize = 8;
+/// `GRO_LEGACY_MAX_SIZE`: a merged packet (IP header onwards) stays below this.
+pub const GRO_MAX_SIZE: usize = 65536;
+/// One jiffy at HZ = 1000, in ns.
+pub const TICK_NS: u64 = 1_000_000;
+
+/// The kernel's `gro_result`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum GroResult {
+    /// Joined a held packet.
+    Merged,
+    /// Held as the start of a new packet.
+    Held,
+    /// Passed up as is.
+    Normal,
+}
+
+/// Why a segment was not merged (each has a counter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Check {
+    /// Not TCP (UDP GRO is opt-in in the kernel and off here).
+    NotTcp,
+    /// IPv4 header with options.
+    IpOptions,
+    /// IP fragment.
+    Fragment,
+    /// IPv6 extension header GRO does not handle (fragment), or extension
+    /// headers that differ from the held packet's.
+    Ipv6ExtHeader,
+    /// Checksum wrong (checked when the device did not).
+    BadChecksum,
+    /// No TCP payload (pure ACK).
+    NoPayload,
+    /// CWR set on the new segment.
+    Cwr,
+    /// TCP flags differ (other than CWR, FIN, PSH).
+    FlagsDiffer,
+    /// ACK number differs.
+    AckDiffer,
+    /// TCP options differ (byte for byte; timestamps included).
+    OptionsDiffer,
+    /// IPv4 TTL, TOS or DF differ.
+    TtlTosDf,
+    /// IPv4 ID neither incrementing nor fixed with DF.
+    IpId,
+    /// IPv6 traffic class or hop limit differ.
+    TclassHopLimit,
+    /// Segment longer than the held packet's MSS.
+    TooLong,
+    /// Sequence number not contiguous.
+    SeqGap,
+    /// The merged packet would reach 64 KiB.
+    SizeLimit,
+}
+
+impl Check {
+    /// All checks, in counter order.
+    pub const ALL: [Check; 16] = [
+        Check::NotTcp,
+        Check::IpOptions,
+        Check::Fragment,
+        Check::Ipv6ExtHeader,
+        Check::BadChecksum,
+        Check::NoPayload,
+        Check::Cwr,
+        Check::FlagsDiffer,
+        Check::AckDiffer,
+        Check::OptionsDiffer,
+        Check::TtlTosDf,
+        Check::IpId,
+        Check::TclassHopLimit,
+        Check::TooLong,
+        Check::SeqGap,
+        Check::SizeLimit,
+    ];
+}
+
+/// Why a held packet was flushed (passed up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlushReason {
+    /// A PSH segment ended it.
+    Psh,
+    /// A flag ended it (URG, RST, SYN, FIN) or a flag difference/CWR.
+    Flags,
+    /// A segment shorter than the MSS ended it.
+    Short,
+    /// Its bucket was full; it was the oldest.
+    BucketFull,
+    /// It reached the 64 KiB limit.
+    Size,
+    /// Another check failed for the next segment of its flow.
+    Mismatch,
+    /// End of a poll (`napi_complete_done`, or older than a tick).
+    PollEnd,
+    /// The `gro_flush_timeout` timer.
+    Timer,
+}
+
+impl FlushReason {
+    /// All reasons, in counter order.
+    pub const ALL: [FlushReason; 8] = [
+        FlushReason::Psh,
+        FlushReason::Flags,
+        FlushReason::Short,
+        FlushReason::BucketFull,
+        FlushReason::Size,
+        FlushReason::Mismatch,
+        FlushReason::PollEnd,
+        FlushReason::Timer,
+    ];
+}
+
+/// Segments-per-packet histogram buckets: 1, 2, 3–4, 5–8, 9–16, 17–32,
+/// 33–64, 65+.
+pub const SEGS_BUCKETS: usize = 8;
+
+/// GRO counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct GroStats {
+    /// Segments (packets) that entered GRO.
+    pub packets_in: u64,
+    /// Packets passed up (merged chains and normal packets).
+    pub packets_out: u64,
+    /// Segments passed up inside those packets.
+    pub segments_out: u64,
+    /// Results by kind: merged, held, normal.
+    pub merged: u64,
+    /// See `merged`.
+    pub held: u64,
+    /// See `merged`.
+    pub normal: u64,
+    /// Segments per packet passed up (see [`SEGS_BUCKETS`]).
+    pub segs_hist: [u64; SEGS_BUCKETS],
+    /// Flushes by [`FlushReason`] (index = position in `FlushReason::ALL`).
+    pub flushes: [u64; 8],
+    /// Segments not merged, by [`Check`] (index = position in `Check::ALL`).
+    pub not_merged: [u64; 16],
+    /// Time from NAPI receive to pass-up, log2 ns buckets (2^i ns).
+    pub latency_log2: [u64; 32],
+}
+
+impl GroStats {
+    /// Mean segments per packet passed up.
+    pub fn segs_per_packet(&self) -> f64 {
+        if self.packets_out == 0 {
+            0.0
+        } else {
+            self.segments_out as f64 / self.packets_out as f64
+        }
+    }
+
+    /// Flushes for one reason.
+    pub fn flushes(&self, r: FlushReason) -> u64 {
+        self.flushes[FlushReason::ALL.iter().position(|&x| x == r).unwrap_or(0)]
+    }
+
+    /// Segments not merged for one check.
+    pub fn not_merged(&self, c: Check) -> u64 {
+        self.not_merged[Check::ALL.iter().position(|&x| x == c).unwrap_or(0)]
+    }
+
+    /// Latency quantile estimate (upper bound of the log2 bucket), ns.
+    pub fn latency_quantile(&self, q: f64) -> u64 {
+        let total: u64 = self.latency_log2.iter().sum();
+        if total == 0 {
+            return 0;
+        }
+        let target = (total as f64 * q).ceil() as u64;
+        let mut seen = 0;
+        for (i, &n) in self.latency_log2.iter().enumerate() {
+            seen += n;
+            if seen >= target {
+                return 1u64 << i;
+            }
+        }
+        1 << 31
+    }
+
+    /// Add another instance's counters.
+    pub fn merge(&mut self, o: &GroStats) {
+        self.packets_in += o.packets_in;
+        self.packets_out += o.packets_out;
+        self.segments_out += o.segments_out;
+        self.merged += o.merged;
+        self.held += o.held;
+        self.normal += o.normal;
+        let add = |a: &mut [u64], b: &[u64]| a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+        add(&mut self.segs_hist, &o.segs_hist);
+        add(&mut self.flushes, &o.flushes);
+        add(&mut self.not_merged, &o.not_merged);
+        add(&mut self.latency_log2, &o.latency_log2);
+    }
+}
+
+/// `/sys/class/net/<dev>/gro_flush_timeout`, in ns: shared by every NAPI of
+/// a device, read at every poll, changeable while running.
+#[derive(Debug, Clone, Default)]
+pub struct GroKnob(Arc<AtomicU64>);
+
+impl GroKnob {
+    /// A knob set to `ns`.
+    pub fn new(ns: u64) -> Self {
+        GroKnob(Arc::new(AtomicU64::new(ns)))
+    }
+    /// Current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+    /// Change it (takes effect at the next poll end).
+    pub fn set(&self, ns: u64) {
+        self.0.store(ns, Ordering::Relaxed)
+    }
+}
+
+/// Adaptive flush timeout: beyond the kernel. Keeps an average of how many
+/// segments are bulk (full-MSS segments without PSH, which merge) versus
+/// request/response (segments that end a packet at once); uses `max_ns` while
+/// bulk dominates and 0 otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Adaptive {
+    /// Timeout used for bulk traffic.
+    pub max_ns: u64,
+    /// Bulk share above which the timer is used.
+    pub threshold: f64,
+}
+
+impl Default for Adaptive {
+    fn default() -> Self {
+        Adaptive {
+            max_ns: 20_000,
+            threshold: 0.5,
+        }
+    }
+}
+
+/// GRO configuration of one NAPI.
+#[derive(Debug, Clone, Default)]
+pub struct GroConfig {
+    /// GRO on (`ethtool -K dev gro on`).
+    pub enabled: bool,
+    /// `gro_flush_timeout`.
+    pub flush_timeout: GroKnob,
+    /// Choose the timeout from the traffic instead of the knob.
+    pub adaptive: Option<Adaptive>,
+}
+
+struct Held {
+    pkt: Packet,
+    /// Arrival of the first segment, ns.
+    first_ns: u64,
+    count: u16,
+    /// `gso_size`: the first segment's payload length.
+    mss: u16,
+    next_seq: u32,
+    /// IP length from the network header on (headers + all payload).
+    ip_len: u32,
+    fixed_id: bool,
+}
+
+/// One NAPI's GRO state.
+pub struct Gro {
+    cfg: GroConfig,
+    buckets: [Vec<Held>; GRO_HASH_BUCKETS],
+    held_segments: u64,
+    stats: GroStats,
+    armed: Option<u64>,
+    bulk_ewma: f64,
+}
+
+impl std::fmt::Debug for Gro {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gro")
+            .field("enabled", &self.cfg.enabled)
+            .field("held_segments", &self.held_segments)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+/// The parts of a segment the checks compare, read once.
+struct Seg {
+    seq: u32,
+    flags: u16,
+    len: usize,
+}
+
+impl Gro {
+    /// A GRO instance.
+    pub fn new(cfg: GroConfig) -> Self {
+        Gro {
+            cfg,
+            buckets: Default::default(),
+            held_segments: 0,
+            stats: GroStats::default(),
+            armed: None,
+            bulk_ewma: 0.0,
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &GroStats {
+        &self.stats
+    }
+
+    /// Segments currently held.
+    pub fn held(&self) -> u64 {
+        self.held_segments
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GroConfig {
+        &self.cfg
+    }
+
+    /// The flush timeout in force now (the knob, or the adaptive choice).
+    pub fn effective_timeout(&self) -> u64 {
+        match self.cfg.adaptive {
+            Some(a) if self.bulk_ewma > a.threshold => a.max_ns,
+            Some(_) => 0,
+            None => self.cfg.flush_timeout.get(),
+        }
+    }
+
+    fn count_check(&mut self, c: Check) {
+        let i = Check::ALL.iter().position(|&x| x == c).unwrap_or(0);
+        self.stats.not_merged[i] += 1;
+    }
+
+    /// `napi_gro_receive()`: offer one parsed packet. Packets that leave GRO
+    /// go to `inner`.
+    pub fn receive<S: Stack + ?Sized>(
+        &mut self,
+        pkt: Packet,
+        ctx: &mut RxCtx<'_>,
+        inner: &mut S,
+    ) -> GroResult {
+        self.stats.packets_in += 1;
+        if !self.cfg.enabled {
+            self.stats.normal += 1;
+            self.pass_up(pkt, ctx, inner);
+            return GroResult::Normal;
+        }
+        let hash = if pkt.meta.rxhash != 0 {
+            pkt.meta.rxhash
+        } else {
+            rxpath_wire::hash::flow_hash(&pkt.meta.headers.flow)
+        };
+        let bucket = hash as usize & (GRO_HASH_BUCKETS - 1);
+        let seg = match self.eligible(&pkt, ctx) {
+            Ok(seg) => seg,
+            Err(c) => {
+                self.count_check(c);
+                self.sample(false);
+                // Keep the flow in order: a held packet of this flow goes first.
+                if let Some(i) = self.lookup(bucket, &pkt, ctx) {
+                    self.flush_at(bucket, i, FlushReason::Mismatch, ctx, inner);
+                }
+                self.stats.normal += 1;
+                self.pass_up(pkt, ctx, inner);
+                return GroResult::Normal;
+            }
+        };
+        let ends =
+            seg.flags & (flags::URG | flags::PSH | flags::RST | flags::SYN | flags::FIN) != 0;
+        if let Some(i) = self.lookup(bucket, &pkt, ctx) {
+            match self.can_merge(&self.buckets[bucket][i], &pkt, &seg, ctx) {
+                Ok(()) => {
+                    let short = seg.len < self.buckets[bucket][i].mss as usize;
+                    self.merge(bucket, i, pkt, &seg, ctx);
+                    self.stats.merged += 1;
+                    self.sample(!ends && !short);
+                    if ends || short {
+                        let r = if seg.flags & flags::PSH != 0 {
+                            FlushReason::Psh
+                        } else if ends {
+                            FlushReason::Flags
+                        } else {
+                            FlushReason::Short
+                        };
+                        self.flush_at(bucket, i, r, ctx, inner);
+                    }
+                    return GroResult::Merged;
+                }
+                Err(c) => {
+                    self.count_check(c);
+                    let r = match c {
+                        Check::Cwr | Check::FlagsDiffer => FlushReason::Flags,
+                        Check::SizeLimit => FlushReason::Size,
+                        _ => FlushReason::Mismatch,
+                    };
+                    self.flush_at(bucket, i, r, ctx, inner);
+                }
+            }
+        }
+        // A new packet: held unless it must go up at once (no payload was
+        // excluded above; flags end it).
+        self.sample(!ends);
+        if ends {
+            self.stats.normal += 1;
+            self.pass_up(pkt, ctx, inner);
+            return GroResult::Normal;
+        }
+        if self.buckets[bucket].len() >= MAX_GRO_SKBS {
+            self.flush_at(bucket, 0, FlushReason::BucketFull, ctx, inner);
+        }
+        let h = &pkt.meta.headers;
+        let ip_len = (h.payload_offset - h.l3_offset) as u32 + seg.len as u32;
+        let fixed_id = false;
+        self.buckets[bucket].push(Held {
+            first_ns: pkt.meta.rx_ns,
+            count: 1,
+            mss: seg.len as u16,
+            next_seq: seg.seq.wrapping_add(seg.len as u32),
+            ip_len,
+            fixed_id,
+            pkt,
+        });
+        self.held_segments += 1;
+        self.stats.held += 1;
+        GroResult::Held
+    }
+
+    fn sample(&mut self, bulk: bool) {
+        if self.cfg.adaptive.is_some() {
+            self.bulk_ewma += ((bulk as u8 as f64) - self.bulk_ewma) / 64.0;
+        }
+    }
+
+    /// The checks on the segment alone (`inet_gro_receive`,
+    /// `ipv6_gro_receive`, `tcp4_gro_receive`).
+    fn eligible(&self, pkt: &Packet, ctx: &RxCtx<'_>) -> Result<Seg, Check> {
+        let h = &pkt.meta.headers;
+        let L4::Tcp { flags: tcp_flags } = h.l4 else {
+            // UDP GRO (`udp_gro_receive` for sockets with UDP_GRO, or
+            // tunnels) would go here; the kernel does not merge plain UDP.
+            return Err(if h.fragment {
+                Check::Fragment
+            } else {
+                Check::NotTcp
+            });
+        };
+        if h.fragment {
+            return Err(Check::Fragment);
+        }
+        let b = ctx.data(pkt);
+        match h.l3 {
+            L3::Ipv4 if h.ip_options => return Err(Check::IpOptions),
+            L3::Ipv6 if h.ip_options => {
+                // Hop-by-hop, routing and destination options are pulled
+                // (`ipv6_gso_pull_exthdrs`) and must match the held packet's;
+                // the parser reports anything else as a fragment or non-TCP.
+            }
+            L3::Ipv4 | L3::Ipv6 => {}
+            _ => return Err(Check::NotTcp),
+        }
+        if !pkt.meta.csum_ok {
+            let l4 = &b[h.l4_offset as usize..(h.payload_offset + h.payload_len) as usize];
+            if rxpath_wire::checksum::l4(h.flow.src(), h.flow.dst(), protocol::TCP, l4) != 0 {
+                return Err(Check::BadChecksum);
+            }
+            if h.l3 == L3::Ipv4 {
+                let ip = rxpath_wire::ipv4::Packet::new_unchecked(&b[h.l3_offset as usize..]);
+                if !ip.verify_checksum() {
+                    return Err(Check::BadChecksum);
+                }
+            }
+        }
+        if h.payload_len == 0 {
+            return Err(Check::NoPayload);
+        }
+        let t = h.l4_offset as usize;
+        let be32 = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        Ok(Seg {
+            seq: be32(t + 4),
+            flags: tcp_flags,
+            len: h.payload_len as usize,
+        })
+    }
+
+    /// `gro_list_prepare` + the IP and TCP lookups: the held packet of the
+    /// same flow in `bucket`, if any.
+    fn lookup(&self, bucket: usize, pkt: &Packet, ctx: &RxCtx<'_>) -> Option<usize> {
+        let h = &pkt.meta.headers;
+        let b = ctx.data(pkt);
+        self.buckets[bucket].iter().position(|p| {
+            let h2 = &p.pkt.meta.headers;
+            if h2.flow != h.flow || h2.l3_offset != h.l3_offset || h2.l3 != h.l3 {
+                return false;
+            }
+            let b2 = ctx.data(&p.pkt);
+            let l3 = h.l3_offset as usize;
+            // Same MACs, tags and ethertype.
+            if b[..l3] != b2[..l3] {
+                return false;
+            }
+            if h.l3 == L3::Ipv6 {
+                // Version and flow label (`first_word & 0xF00FFFFF`), and the
+                // same extension headers.
+                let fl = |x: &[u8]| {
+                    u32::from_be_bytes([x[l3], x[l3 + 1], x[l3 + 2], x[l3 + 3]]) & 0xF00F_FFFF
+                };
+                let ext = b.get(l3 + 40..h.l4_offset as usize);
+                let ext2 = b2.get(l3 + 40..h2.l4_offset as usize);
+                if fl(b) != fl(b2) || ext != ext2 {
+                    return false;
+                }
+            }
+            true
+        })
+    }
+
+    /// The checks against the held packet (`tcp_gro_receive`,
+    /// `inet_gro_flush`, the IPv6 flush conditions, `skb_gro_receive`).
+    fn can_merge(&self, p: &Held, pkt: &Packet, seg: &Seg, ctx: &RxCtx<'_>) -> Result<(), Check> {
+        let h = &pkt.meta.headers;
+        let h2 = &p.pkt.meta.headers;
+        let b = ctx.data(pkt);
+        let b2 = ctx.data(&p.pkt);
+        let (t, t2) = (h.l4_offset as usize, h2.l4_offset as usize);
+        let flags2 = u16::from_be_bytes([b2[t2 + 12], b2[t2 + 13]]) & 0x01ff;
+        if seg.flags & flags::CWR != 0 {
+            return Err(Check::Cwr);
+        }
+        if (seg.flags ^ flags2) & !(flags::CWR | flags::FIN | flags::PSH) != 0 {
+            return Err(Check::FlagsDiffer);
+        }
+        if b[t + 8..t + 12] != b2[t2 + 8..t2 + 12] {
+            return Err(Check::AckDiffer);
+        }
+        let thl = (h.payload_offset as usize) - t;
+        let thl2 = (h2.payload_offset as usize) - t2;
+        if thl != thl2 || b[t + 20..t + thl] != b2[t2 + 20..t2 + thl2] {
+            return Err(Check::OptionsDiffer);
+        }
+        let l3 = h.l3_offset as usize;
+        match h.l3 {
+            L3::Ipv4 => {
+                // ttl, tos, DF must match; the ID increments by the number of
+                // segments held, or stays fixed with DF (`inet_gro_flush`).
+                if b[l3 + 8] != b2[l3 + 8]
+                    || b[l3 + 1] != b2[l3 + 1]
+                    || (b[l3 + 6] ^ b2[l3 + 6]) & 0x40 != 0
+                {
+                    return Err(Check::TtlTosDf);
+                }
+                let id = u16::from_be_bytes([b[l3 + 4], b[l3 + 5]]);
+                let id2 = u16::from_be_bytes([b2[l3 + 4], b2[l3 + 5]]);
+                let df = b[l3 + 6] & 0x40 != 0;
+                let offset = id.wrapping_sub(id2);
+                let fixed = p.fixed_id || (p.count == 1 && df && offset == 0);
+                let want = if fixed { 0 } else { p.count };
+                if offset != want {
+                    return Err(Check::IpId);
+                }
+            }
+            L3::Ipv6 => {
+                let tc = |x: &[u8]| (u16::from_be_bytes([x[l3], x[l3 + 1]]) >> 4) & 0xff;
+                if tc(b) != tc(b2) || b[l3 + 7] != b2[l3 + 7] {
+                    return Err(Check::TclassHopLimit);
+                }
+            }
+            _ => return Err(Check::NotTcp),
+        }
+        if seg.len > p.mss as usize {
+            return Err(Check::TooLong);
+        }
+        if seg.seq != p.next_seq {
+            return Err(Check::SeqGap);
+        }
+        if p.ip_len as usize + seg.len >= GRO_MAX_SIZE {
+            return Err(Check::SizeLimit);
+        }
+        Ok(())
+    }
+
+    /// `skb_gro_receive`: chain the segment's payload to the held packet; its
+    /// header is not kept. FIN and PSH are carried into the head's flags.
+    fn merge(&mut self, bucket: usize, i: usize, pkt: Packet, seg: &Seg, ctx: &mut RxCtx<'_>) {
+        let h = pkt.meta.headers;
+        let held = &mut self.buckets[bucket][i];
+        if held.count == 1 {
+            // Decide fixed-ID mode on the second segment, as the kernel does.
+            let b = ctx.data(&pkt);
+            let b2 = ctx.data(&held.pkt);
+            let l3 = h.l3_offset as usize;
+            if h.l3 == L3::Ipv4 && b[l3 + 6] & 0x40 != 0 && b[l3 + 4..l3 + 6] == b2[l3 + 4..l3 + 6]
+            {
+                held.fixed_id = true;
+            }
+        }
+        if held.pkt.frags.capacity() == 0 {
+            held.pkt.frags = ctx.take_chain();
+        }
+        let carry = seg.flags & (flags::FIN | flags::PSH);
+        if carry != 0 {
+            let t = held.pkt.off as usize + held.pkt.meta.headers.l4_offset as usize;
+            let d = ctx.umem().data_mut(&mut held.pkt.frame);
+            d[t + 13] |= carry as u8;
+        }
+        held.pkt.frags.push(Frag {
+            frame: pkt.frame,
+            off: pkt.off + h.payload_offset,
+            len: h.payload_len,
+        });
+        held.count += 1;
+        held.next_seq = held.next_seq.wrapping_add(seg.len as u32);
+        held.ip_len += seg.len as u32;
+        held.pkt.meta.segs = held.count;
+        self.held_segments += 1;
+    }
+
+    /// `napi_gro_complete`: fix the head's lengths and pass it up.
+    fn flush_at<S: Stack + ?Sized>(
+        &mut self,
+        bucket: usize,
+        i: usize,
+        r: FlushReason,
+        ctx: &mut RxCtx<'_>,
+        inner: &mut S,
+    ) {
+        let held = self.buckets[bucket].remove(i);
+        self.held_segments -= held.count as u64;
+        let ri = FlushReason::ALL.iter().position(|&x| x == r).unwrap_or(0);
+        self.stats.flushes[ri] += 1;
+        let mut pkt = held.pkt;
+        if held.count > 1 {
+            let h = pkt.meta.headers;
+            let l3 = pkt.off as usize + h.l3_offset as usize;
+            let d = ctx.umem().data_mut(&mut pkt.frame);
+            match h.l3 {
+                L3::Ipv4 => {
+                    let mut ip = rxpath_wire::ipv4::Packet::new_unchecked(&mut d[l3..]);
+                    ip.set_total_len(held.ip_len as u16);
+                    ip.fill_checksum();
+                }
+                _ => {
+                    let mut ip = rxpath_wire::ipv6::Packet::new_unchecked(&mut d[l3..]);
+                    ip.set_payload_len(
+                        (held.ip_len as usize - rxpath_wire::ipv6::HEADER_LEN) as u16,
+                    );
+                }
+            }
+            // The TCP checksum covered the first segment only; the chain's
+            // segments were each verified, as the kernel's CHECKSUM_PARTIAL
+            // conversion trusts.
+            pkt.meta.csum_ok = true;
+        }
+        self.pass_up(pkt, ctx, inner);
+    }
+
+    fn pass_up<S: Stack + ?Sized>(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>, inner: &mut S) {
+        let segs = pkt.frames();
+        self.stats.packets_out += 1;
+        self.stats.segments_out += segs;
+        let bucket = (64 - (segs.max(1) - 1).leading_zeros() as usize).min(SEGS_BUCKETS - 1);
+        self.stats.segs_hist[bucket] += 1;
+        let lat = ctx.now_ns.saturating_sub(pkt.meta.rx_ns).max(1);
+        self.stats.latency_log2[(64 - lat.leading_zeros() as usize).min(31)] += 1;
+        inner.receive(pkt, ctx);
+    }
+
+    /// Flush everything held (`napi_gro_flush(n, false)`).
+    pub fn flush_all<S: Stack + ?Sized>(
+        &mut self,
+        r: FlushReason,
+        ctx: &mut RxCtx<'_>,
+        inner: &mut S,
+    ) {
+        for b in 0..GRO_HASH_BUCKETS {
+            while !self.buckets[b].is_empty() {
+                self.flush_at(b, 0, r, ctx, inner);
+            }
+        }
+    }
+
+    /// Flush packets whose first segment arrived in an earlier tick
+    /// (`napi_gro_flush(n, true)` with HZ = 1000).
+    pub fn flush_old<S: Stack + ?Sized>(
+        &mut self,
+        r: FlushReason,
+        ctx: &mut RxCtx<'_>,
+        inner: &mut S,
+    ) {
+        let tick = ctx.now_ns / TICK_NS;
+        for b in 0..GRO_HASH_BUCKETS {
+            let mut i = 0;
+            while i < self.buckets[b].len() {
+                if self.buckets[b][i].first_ns / TICK_NS != tick {
+                    self.flush_at(b, i, r, ctx, inner);
+                } else {
+                    i += 1;
+                }
+            }
+        }
+    }
+
+    /// The end of a poll: flush as the kernel does and say whether to arm
+    /// the NAPI timer (see the module docs).
+    pub fn poll_done<S: Stack + ?Sized>(
+        &mut self,
+        ctx: &mut RxCtx<'_>,
+        end: PollEnd,
+        inner: &mut S,
+    ) -> Option<u64> {
+        if self.held_segments == 0 {
+            self.armed = None;
+            return None;
+        }
+        match end {
+            PollEnd::Full => {
+                self.flush_old(FlushReason::PollEnd, ctx, inner);
+                self.armed
+            }
+            PollEnd::Complete { work_done } => {
+                let timeout = if work_done > 0 {
+                    self.effective_timeout()
+                } else {
+                    0
+                };
+                if timeout > 0 {
+                    self.flush_old(FlushReason::PollEnd, ctx, inner);
+                    let at = ctx.now_ns + timeout;
+                    self.armed = Some(at);
+                    if self.held_segments > 0 {
+                        return Some(at);
+                    }
+                    return None;
+                }
+                let r = match self.armed {
+                    Some(t) if ctx.now_ns >= t => FlushReason::Timer,
+                    _ => FlushReason::PollEnd,
+                };
+                self.flush_all(r, ctx, inner);
+                self.armed = None;
+                None
+            }
+        }
+    }
+}
+
+/// GRO in front of the next stage: a [`Stack`] that runs [`Gro`] and hands
+/// what leaves it to `inner`.
+#[derive(Debug)]
+pub struct GroStage<S> {
+    /// The GRO state.
+    pub gro: Gro,
+    /// The next stage.
+    pub inner: S,
+}
+
+impl<S: Stack> GroStage<S> {
+    /// GRO before `inner`.
+    pub fn new(cfg: GroConfig, inner: S) -> Self {
+        GroStage {
+            gro: Gro::new(cfg),
+            inner,
+        }
+    }
+}
+
+impl<S: Stack> Stack for GroStage<S> {
+    #[inline]
+    fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
+        let _ = self.gro.receive(pkt, ctx, &mut self.inner);
+    }
+    fn bundle_done(&mut self, ctx: &mut RxCtx<'_>) {
+        self.inner.bundle_done(ctx);
+    }
+    fn poll_done(&mut self, ctx: &mut RxCtx<'_>, end: PollEnd) -> Option<u64> {
+        let t = self.gro.poll_done(ctx, end, &mut self.inner);
+        let u = self.inner.poll_done(ctx, end);
+        match (t, u) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+    fn held(&self) -> u64 {
+        self.gro.held() + self.inner.held()
+    }
+}

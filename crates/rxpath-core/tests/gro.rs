@@ -1,0 +1,540 @@
+//! GRO rules, flushing and the flush timer, with literal segments and
+//! simulated time.
+
+use proptest::prelude::*;
+use rxpath_core::gro::{Check, FlushReason, Gro, GroConfig, GroKnob, GroResult, TICK_NS};
+use rxpath_core::packet::{Frag, Meta, Packet, PollEnd, RxCtx, Stack};
+use rxpath_core::stats::NapiStats;
+use rxpath_dev::{Frame, FramePool};
+use rxpath_wire::build::{self, Spec};
+use rxpath_wire::tcp::flags;
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+const MSS: usize = 1448;
+const TS: [u8; 12] = [1, 1, 8, 10, 0, 0, 0, 9, 0, 0, 0, 7];
+
+/// What left GRO.
+#[derive(Debug, Clone, PartialEq)]
+struct Out {
+    sport: u16,
+    seq: u32,
+    segs: u16,
+    payload: Vec<u8>,
+    at: u64,
+    first_rx: u64,
+}
+
+#[derive(Default)]
+struct Collect(Vec<Out>);
+
+impl Stack for Collect {
+    fn receive(&mut self, p: Packet, ctx: &mut RxCtx<'_>) {
+        let payload: Vec<u8> = ctx.payload_parts(&p).flatten().copied().collect();
+        let b = ctx.data(&p);
+        let t = p.meta.headers.l4_offset as usize;
+        self.0.push(Out {
+            sport: p.meta.headers.flow.src_port,
+            seq: u32::from_be_bytes([b[t + 4], b[t + 5], b[t + 6], b[t + 7]]),
+            segs: p.frames() as u16,
+            payload,
+            at: ctx.now_ns,
+            first_rx: p.meta.rx_ns,
+        });
+        ctx.deliver(p);
+    }
+}
+
+/// A segment to build.
+#[derive(Debug, Clone)]
+struct Seg {
+    v6: bool,
+    sport: u16,
+    seq: u32,
+    ack: u32,
+    flags: u16,
+    opts: Vec<u8>,
+    len: usize,
+    ip_id: u16,
+    ttl: u8,
+    tos: u8,
+    df: bool,
+    vlan: Option<u16>,
+    fill: u8,
+}
+
+impl Seg {
+    fn new(seq: u32) -> Seg {
+        Seg {
+            v6: false,
+            sport: 40000,
+            seq,
+            ack: 1,
+            flags: flags::ACK,
+            opts: TS.to_vec(),
+            len: MSS,
+            ip_id: 100,
+            ttl: 64,
+            tos: 0,
+            df: false,
+            vlan: None,
+            fill: (seq % 251) as u8,
+        }
+    }
+    fn bytes(&self) -> Vec<u8> {
+        let (s, d): (IpAddr, IpAddr) = if self.v6 {
+            ("2001:2::1".parse().unwrap(), "2001:2::2".parse().unwrap())
+        } else {
+            ("198.18.0.1".parse().unwrap(), "198.18.0.2".parse().unwrap())
+        };
+        let mut spec = Spec::new(s, d, self.sport, 5201);
+        spec.ip_id = self.ip_id;
+        spec.ttl = self.ttl;
+        spec.tos = self.tos;
+        spec.df = self.df;
+        spec.vlan = self.vlan;
+        let payload: Vec<u8> = (0..self.len)
+            .map(|i| self.fill.wrapping_add(i as u8))
+            .collect();
+        build::tcp(&spec, self.seq, self.ack, self.flags, &self.opts, &payload)
+    }
+    /// The next segment of the same flow.
+    fn next(&self) -> Seg {
+        let mut n = self.clone();
+        n.seq = self.seq.wrapping_add(self.len as u32);
+        n.ip_id = self.ip_id.wrapping_add(1);
+        n.fill = self.fill.wrapping_add(self.len as u8);
+        n.flags = flags::ACK;
+        n
+    }
+}
+
+struct Harness {
+    pool: FramePool,
+    recycle: Vec<Frame>,
+    chains: Vec<Vec<Frag>>,
+    stats: NapiStats,
+    gro: Gro,
+    out: Collect,
+    fed: u64,
+}
+
+impl Harness {
+    fn new(timeout: u64) -> Harness {
+        let cfg = GroConfig {
+            enabled: true,
+            flush_timeout: GroKnob::new(timeout),
+            adaptive: None,
+        };
+        Harness {
+            pool: FramePool::new(4096, 2048).unwrap(),
+            recycle: vec![],
+            chains: vec![],
+            stats: NapiStats::default(),
+            gro: Gro::new(cfg),
+            out: Collect::default(),
+            fed: 0,
+        }
+    }
+
+    fn feed_raw(&mut self, bytes: &[u8], now: u64, rxhash: u32, csum_ok: bool) -> GroResult {
+        let mut f = self.pool.alloc().expect("frame");
+        let umem = self.pool.umem().clone();
+        umem.data_mut(&mut f)[..bytes.len()].copy_from_slice(bytes);
+        let headers = rxpath_wire::parse(bytes).expect("test segments parse");
+        let meta = Meta {
+            rxhash,
+            rx_ns: now,
+            csum_ok,
+            segs: 1,
+            headers,
+            ..Meta::default()
+        };
+        let pkt = Packet {
+            frame: f,
+            off: 0,
+            len: bytes.len() as u16,
+            meta,
+            frags: Vec::new(),
+        };
+        self.fed += 1;
+        let mut ctx = RxCtx::new(
+            &umem,
+            &mut self.recycle,
+            &mut self.stats,
+            &mut self.chains,
+            now,
+        );
+        let r = self.gro.receive(pkt, &mut ctx, &mut self.out);
+        self.give_back();
+        r
+    }
+
+    fn feed(&mut self, s: &Seg, now: u64) -> GroResult {
+        self.feed_raw(&s.bytes(), now, 0, false)
+    }
+
+    fn poll_end(&mut self, end: PollEnd, now: u64) -> Option<u64> {
+        let umem = self.pool.umem().clone();
+        let mut ctx = RxCtx::new(
+            &umem,
+            &mut self.recycle,
+            &mut self.stats,
+            &mut self.chains,
+            now,
+        );
+        let t = self.gro.poll_done(&mut ctx, end, &mut self.out);
+        self.give_back();
+        t
+    }
+
+    fn flush(&mut self, now: u64) {
+        let _ = self.poll_end(PollEnd::Complete { work_done: 0 }, now);
+    }
+
+    fn give_back(&mut self) {
+        for f in self.recycle.drain(..) {
+            self.pool.free(f);
+        }
+    }
+
+    /// Segments per packet that left GRO, in order.
+    fn shape(&self) -> Vec<u16> {
+        self.out.0.iter().map(|o| o.segs).collect()
+    }
+
+    fn finish(mut self) {
+        self.flush(u64::MAX / 2);
+        assert_eq!(self.gro.held(), 0);
+        assert_eq!(self.stats.delivered, self.fed, "every segment left GRO");
+        assert!(self.pool.is_home(), "every frame came home");
+    }
+}
+
+/// Feed two segments, flush, return the shape (segments per packet out).
+fn pair(a: &Seg, b: &Seg) -> Vec<u16> {
+    let mut h = Harness::new(0);
+    h.feed(a, 1);
+    h.feed(b, 2);
+    h.flush(3);
+    let s = h.shape();
+    h.finish();
+    s
+}
+
+#[test]
+fn a_contiguous_pair_merges_into_one_chain_with_one_header() {
+    let a = Seg::new(1000);
+    let b = a.next();
+    let mut h = Harness::new(0);
+    assert_eq!(h.feed(&a, 1), GroResult::Held);
+    assert_eq!(h.feed(&b, 2), GroResult::Merged);
+    assert_eq!(h.gro.held(), 2);
+    h.flush(3);
+    assert_eq!(h.shape(), vec![2]);
+    let o = &h.out.0[0];
+    assert_eq!(o.seq, 1000);
+    let mut expect = a.bytes()[66..].to_vec();
+    expect.extend_from_slice(&b.bytes()[66..]);
+    assert_eq!(o.payload, expect, "payload is the concatenation");
+    assert_eq!(h.gro.stats().flushes(FlushReason::PollEnd), 1);
+    h.finish();
+}
+
+#[test]
+fn each_rule_broken_alone_prevents_the_merge() {
+    let a = Seg::new(5000);
+    let good = a.next();
+    assert_eq!(pair(&a, &good), vec![2], "the base pair merges");
+    type Mutate = fn(&mut Seg, &mut Seg);
+    let cases: Vec<(&str, Mutate)> = vec![
+        ("ack number", |_, b| b.ack += 1),
+        ("timestamp option value", |_, b| b.opts[7] = 10),
+        ("option length", |_, b| b.opts = vec![1, 1, 1, 1]),
+        ("sequence gap", |_, b| b.seq += 1),
+        ("ttl", |_, b| b.ttl = 63),
+        ("tos", |_, b| b.tos = 4),
+        ("df", |_, b| b.df = true),
+        ("ip id not incrementing", |_, b| b.ip_id += 1),
+        ("longer than mss", |a, b| {
+            a.len = 1000;
+            b.seq = a.seq + 1000;
+            b.len = 1001
+        }),
+        ("other flag differs (ECE)", |_, b| b.flags |= flags::ECE),
+        ("cwr", |_, b| b.flags |= flags::CWR),
+        ("psh on the first", |a, _| a.flags |= flags::PSH),
+        ("urg on the first", |a, _| a.flags |= flags::URG),
+        ("rst on the first", |a, _| a.flags |= flags::RST),
+        ("syn on the first", |a, _| a.flags |= flags::SYN),
+        ("fin on the first", |a, _| a.flags |= flags::FIN),
+        ("other flow (port)", |_, b| b.sport += 1),
+        ("other vlan", |_, b| b.vlan = Some(7)),
+        ("no payload", |_, b| b.len = 0),
+    ];
+    for (name, m) in cases {
+        let (mut x, mut y) = (a.clone(), good.clone());
+        m(&mut x, &mut y);
+        assert_eq!(pair(&x, &y), vec![1, 1], "{name} must not merge");
+    }
+}
+
+#[test]
+fn ipv6_rules_and_fixed_id_with_df() {
+    let mut a = Seg::new(1);
+    a.v6 = true;
+    let b = a.next();
+    assert_eq!(pair(&a, &b), vec![2]);
+    let mut c = b.clone();
+    c.ttl = 1; // hop limit
+    assert_eq!(pair(&a, &c), vec![1, 1]);
+    let mut c = b.clone();
+    c.tos = 8; // traffic class
+    assert_eq!(pair(&a, &c), vec![1, 1]);
+    // IPv4 with DF and a fixed ID merges; without DF it does not.
+    let mut a = Seg::new(1);
+    a.df = true;
+    let mut b = a.next();
+    b.ip_id = a.ip_id;
+    assert_eq!(pair(&a, &b), vec![2]);
+    a.df = false;
+    b.df = false;
+    assert_eq!(pair(&a, &b), vec![1, 1]);
+}
+
+#[test]
+fn ip_level_checks_go_up_normal_and_keep_the_flow_in_order() {
+    let a = Seg::new(1);
+    let b = a.next();
+    // IPv4 options: rebuild b with IHL 6 by hand.
+    let mut opt = b.bytes();
+    opt.splice(34..34, [1u8, 1, 1, 0]);
+    opt[14] = 0x46;
+    let tl = u16::from_be_bytes([opt[16], opt[17]]) + 4;
+    opt[16..18].copy_from_slice(&tl.to_be_bytes());
+    rxpath_wire::ipv4::Packet::new_unchecked(&mut opt[14..]).fill_checksum();
+    let mut h = Harness::new(0);
+    h.feed(&a, 1);
+    assert_eq!(h.feed_raw(&opt, 2, 0, true), GroResult::Normal);
+    assert_eq!(h.gro.stats().not_merged(Check::IpOptions), 1);
+    assert_eq!(h.shape(), vec![1, 1]);
+    assert_eq!(h.out.0[0].seq, 1, "held packet of the flow went first");
+    h.finish();
+
+    // Bad checksum (the device did not verify it): not merged.
+    let mut bad = b.bytes();
+    let n = bad.len();
+    bad[n - 1] ^= 0xff;
+    let mut h = Harness::new(0);
+    h.feed(&a, 1);
+    assert_eq!(h.feed_raw(&bad, 2, 0, false), GroResult::Normal);
+    assert_eq!(h.gro.stats().not_merged(Check::BadChecksum), 1);
+    h.finish();
+
+    // Fragment.
+    let mut frag = b.bytes();
+    frag[20] = 0x20; // MF
+    rxpath_wire::ipv4::Packet::new_unchecked(&mut frag[14..]).fill_checksum();
+    let mut h = Harness::new(0);
+    h.feed(&a, 1);
+    assert_eq!(h.feed_raw(&frag, 2, 0, true), GroResult::Normal);
+    assert_eq!(h.gro.stats().not_merged(Check::Fragment), 1);
+    h.finish();
+}
+
+#[test]
+fn short_and_psh_segments_end_the_packet_at_once() {
+    let a = Seg::new(1);
+    let mut b = a.next();
+    b.len = 500;
+    let c = b.next();
+    let mut h = Harness::new(0);
+    h.feed(&a, 1);
+    assert_eq!(
+        h.feed(&b, 2),
+        GroResult::Merged,
+        "a shorter segment is merged"
+    );
+    assert_eq!(h.shape(), vec![2], "...and ends the packet");
+    assert_eq!(h.gro.stats().flushes(FlushReason::Short), 1);
+    assert_eq!(h.feed(&c, 3), GroResult::Held);
+    let mut d = c.next();
+    d.flags |= flags::PSH;
+    assert_eq!(h.feed(&d, 4), GroResult::Merged);
+    assert_eq!(h.shape(), vec![2, 2], "PSH is never delayed");
+    assert_eq!(h.gro.stats().flushes(FlushReason::Psh), 1);
+    assert_eq!(h.gro.held(), 0);
+    h.finish();
+}
+
+#[test]
+fn merged_size_stays_under_64k() {
+    let mut h = Harness::new(0);
+    let mut s = Seg::new(1);
+    for i in 0..50 {
+        h.feed(&s, i);
+        s = s.next();
+    }
+    h.flush(100);
+    let shape = h.shape();
+    // 20 IP + 32 TCP + 45 × 1448 = 65212 < 65536; a 46th would not fit.
+    // (45 × 1448 = 65160: what the kernel's GRO makes of an iperf3 stream.)
+    assert_eq!(shape, vec![45, 5]);
+    assert_eq!(h.gro.stats().flushes(FlushReason::Size), 1);
+    assert_eq!(h.gro.stats().not_merged(Check::SizeLimit), 1);
+    h.finish();
+}
+
+#[test]
+fn a_full_bucket_flushes_its_oldest() {
+    let mut h = Harness::new(0);
+    // Nine flows whose RX hashes all select bucket 3.
+    for f in 0..9u16 {
+        let mut s = Seg::new(1);
+        s.sport = 1000 + f;
+        h.feed_raw(&s.bytes(), f as u64, 8 * f as u32 + 3, false);
+    }
+    assert_eq!(h.gro.stats().flushes(FlushReason::BucketFull), 1);
+    assert_eq!(h.out.0.len(), 1);
+    assert_eq!(h.out.0[0].sport, 1000, "the oldest went");
+    assert_eq!(h.gro.held(), 8);
+    h.finish();
+}
+
+#[test]
+fn flush_timeout_keeps_packets_across_polls_and_the_timer_flushes_them() {
+    let t = 2_000;
+    let mut h = Harness::new(t);
+    let mut s = Seg::new(1);
+    h.feed(&s, 10);
+    // The poll found work: nothing young is flushed, the timer is armed.
+    assert_eq!(
+        h.poll_end(PollEnd::Complete { work_done: 1 }, 10),
+        Some(10 + t)
+    );
+    assert_eq!(h.gro.held(), 1);
+    // Traffic continues: the next poll merges across the poll boundary.
+    s = s.next();
+    assert_eq!(h.feed(&s, 500), GroResult::Merged);
+    assert_eq!(
+        h.poll_end(PollEnd::Complete { work_done: 1 }, 500),
+        Some(500 + t)
+    );
+    // Traffic stops: the timer's poll finds nothing and flushes everything.
+    assert_eq!(
+        h.poll_end(PollEnd::Complete { work_done: 0 }, 500 + t),
+        None
+    );
+    assert_eq!(h.shape(), vec![2]);
+    assert_eq!(h.gro.stats().flushes(FlushReason::Timer), 1);
+    let o = &h.out.0[0];
+    assert!(
+        o.at - o.first_rx <= 500 + t,
+        "held {} ns",
+        o.at - o.first_rx
+    );
+    // The knob changes while running: 0 flushes at the next completion.
+    s = s.next();
+    h.feed(&s, 10_000);
+    h.gro.config().flush_timeout.set(0);
+    assert_eq!(h.poll_end(PollEnd::Complete { work_done: 1 }, 10_000), None);
+    assert_eq!(h.gro.held(), 0);
+    h.finish();
+}
+
+#[test]
+fn full_polls_flush_only_packets_older_than_a_tick() {
+    let mut h = Harness::new(0);
+    let mut a = Seg::new(1);
+    a.sport = 1;
+    let mut b = Seg::new(1);
+    b.sport = 2;
+    h.feed(&a, 100);
+    h.feed(&b, TICK_NS + 100);
+    h.poll_end(PollEnd::Full, TICK_NS + 200);
+    assert_eq!(h.out.0.iter().map(|o| o.sport).collect::<Vec<_>>(), vec![1]);
+    assert_eq!(h.gro.held(), 1);
+    h.finish();
+}
+
+#[test]
+fn udp_is_not_merged() {
+    let spec = Spec::new(
+        "198.18.0.1".parse().unwrap(),
+        "198.18.0.2".parse().unwrap(),
+        1,
+        2,
+    );
+    let mut h = Harness::new(0);
+    for _ in 0..3 {
+        assert_eq!(
+            h.feed_raw(&build::udp(&spec, &[1; 100]), 1, 0, true),
+            GroResult::Normal
+        );
+    }
+    assert_eq!(h.gro.stats().not_merged(Check::NotTcp), 3);
+    h.finish();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Per flow, the payload after GRO is the input payload, in order; every
+    /// frame comes home; with the timer, an idle flow is flushed within the
+    /// timeout plus one poll, a busy one within a tick plus one poll.
+    #[test]
+    fn payload_in_order_and_bounded_hold(
+        flows in 1usize..12,
+        steps in proptest::collection::vec((0usize..12, 1usize..=MSS, 0u8..10, 0u64..3000), 1..300),
+        timeout in prop::sample::select(vec![0u64, 2_000, 50_000]),
+        poll_every in 1usize..20,
+    ) {
+        let mut h = Harness::new(timeout);
+        let mut next: Vec<Seg> = (0..flows).map(|f| { let mut s = Seg::new(7 * f as u32); s.sport = 100 + f as u16; s }).collect();
+        let mut sent: HashMap<u16, Vec<u8>> = HashMap::new();
+        let mut now = 1u64;
+        let mut timer: Option<u64> = None;
+        let mut since_poll = 0;
+        for (i, &(f, len, flag, gap)) in steps.iter().enumerate() {
+            now += gap;
+            // The NAPI timer fires before anything that comes later.
+            if let Some(t) = timer {
+                if now >= t {
+                    timer = h.poll_end(PollEnd::Complete { work_done: 0 }, t);
+                }
+            }
+            let f = f % flows;
+            let mut s = next[f].clone();
+            s.len = len;
+            if flag == 0 { s.flags |= flags::PSH; }
+            let bytes = s.bytes();
+            sent.entry(s.sport).or_default().extend_from_slice(&bytes[66..]);
+            h.feed_raw(&bytes, now, 0, i % 2 == 0);
+            let mut n = s.next();
+            n.len = MSS;
+            next[f] = n;
+            since_poll += 1;
+            if since_poll == poll_every {
+                since_poll = 0;
+                let t = h.poll_end(PollEnd::Complete { work_done: poll_every }, now);
+                if t.is_some() { timer = t; }
+            }
+        }
+        // The last poll, then the timer if armed: everything must be out.
+        let t = h.poll_end(PollEnd::Complete { work_done: since_poll }, now);
+        if let Some(t) = t.or(timer) {
+            h.poll_end(PollEnd::Complete { work_done: 0 }, t.max(now));
+        }
+        prop_assert_eq!(h.gro.held(), 0);
+        let mut got: HashMap<u16, Vec<u8>> = HashMap::new();
+        for o in &h.out.0 {
+            got.entry(o.sport).or_default().extend_from_slice(&o.payload);
+            // Hold bound: a packet leaves at the latest at the timer's poll
+            // after its flow's last segment, or a tick after it started.
+            let bound = timeout.max(TICK_NS) + 3000 * (poll_every as u64 + 1);
+            prop_assert!(o.at - o.first_rx <= bound, "held {} ns > {}", o.at - o.first_rx, bound);
+        }
+        prop_assert_eq!(got, sent);
+        h.finish();
+    }
+}
