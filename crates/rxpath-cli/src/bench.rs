@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 pub fn bench(cmd: BenchCmd) -> Result<ExitCode> {
     match cmd {
         BenchCmd::Rxdrop(a) => rxdrop(a),
+        BenchCmd::Gro(a) => crate::bench_gro::gro(a),
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     if v.is_empty() {
         return 0.0;
@@ -59,7 +60,7 @@ fn rxdrop_config(bundle: usize, split: bool, producer: Producer, duration: Durat
     }
 }
 
-fn measure(cfg: &RunConfig) -> Result<(f64, rxpath_runtime::Report)> {
+pub(crate) fn measure(cfg: &RunConfig) -> Result<(f64, rxpath_runtime::Report)> {
     let r = rxpath_runtime::run(cfg, |_| {})?;
     anyhow::ensure!(
         r.consistent(),

@@ -1,6 +1,7 @@
 //! `rxpath`: the command line.
 
 mod bench;
+mod bench_gro;
 mod opts;
 mod report;
 

@@ -2,10 +2,11 @@
 
 use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use rxpath_core::gro::Adaptive;
 use rxpath_core::napi::BundleMode;
 use rxpath_core::softnet::SoftnetConfig;
 use rxpath_dev::sim::{Coalesce, Mix, SimConfig, TrafficConfig};
-use rxpath_runtime::{Producer, RunConfig, StackKind};
+use rxpath_runtime::{GroSettings, Producer, RunConfig, StackKind};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -31,6 +32,34 @@ pub enum BenchCmd {
     /// Mpps at the lowest RX level (pull, parse, drop): bundle 1 vs 16 vs 64
     /// on cold data, and null mode beside DPDK testpmd when installed.
     Rxdrop(RxdropArgs),
+    /// Seed 004's experiment: GRO with gro_flush_timeout 0 vs N ns (and
+    /// adaptive) on 200 bulk TCP flows, and request/response latency.
+    Gro(GroBenchArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct GroBenchArgs {
+    /// Seconds per measurement.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Rounds (each measures every configuration once; medians are kept).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// The fixed gro_flush_timeout to compare with 0, in ns (the seed: 2000).
+    #[arg(long, default_value_t = 2000)]
+    pub timeout: u64,
+    /// A longer fixed timeout, also the adaptive mode's timeout for bulk traffic, in ns.
+    #[arg(long, default_value_t = 20_000)]
+    pub adaptive_max: u64,
+    /// Request/response offered rate, packets per second.
+    #[arg(long, default_value_t = 100_000)]
+    pub rr_pps: u64,
+    /// Bulk offered rate, packets per second (the seed: 811k).
+    #[arg(long, default_value_t = 811_000)]
+    pub bulk_pps: u64,
+    /// Print results as JSON too.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -55,6 +84,8 @@ pub enum StackArg {
     Sink,
     /// Parse and drop everything (lowest RX level).
     Rxdrop,
+    /// Deliver, and measure send-to-delivery latency of stamped TCP request/response packets.
+    Latency,
 }
 
 /// Options shared by `run` and the benchmarks.
@@ -117,12 +148,30 @@ pub struct RunArgs {
     /// Seed of the traffic generator.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Segments a bulk TCP flow sends back to back (a TSO chunk); 1 interleaves all flows.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub burst: u16,
     /// Do not pin threads to cores.
     #[arg(long)]
     pub no_pin: bool,
+    /// GRO on every queue's NAPI (the kernel's default is on).
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub gro: OnOff,
+    /// gro_flush_timeout in ns: keep GRO packets across polls while traffic flows.
+    #[arg(long, default_value_t = 0)]
+    pub gro_flush_timeout: u64,
+    /// Adaptive flush timeout: use up to NS for bulk traffic, 0 for request/response.
+    #[arg(long, value_name = "NS")]
+    pub gro_adaptive: Option<u64>,
     /// Print the final report as JSON on stdout (per-second lines go to stderr).
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -177,6 +226,8 @@ impl RunArgs {
             mix: self.mix,
             udp_frame: self.udp_size,
             seed: self.seed,
+            stamp: matches!(self.stack, StackArg::Latency),
+            burst: self.burst as usize,
             ..TrafficConfig::default()
         };
         let sim = SimConfig {
@@ -209,12 +260,20 @@ impl RunArgs {
             stack: match self.stack {
                 StackArg::Sink => StackKind::Sink,
                 StackArg::Rxdrop => StackKind::Rxdrop,
+                StackArg::Latency => StackKind::Latency,
             },
             threads: self.threads,
             duration: self.duration,
             tick: Duration::from_secs(1),
             pin: !self.no_pin,
             null_frames: 512,
+            gro: (self.gro == OnOff::On).then_some(GroSettings {
+                flush_timeout_ns: self.gro_flush_timeout,
+                adaptive: self.gro_adaptive.map(|max_ns| Adaptive {
+                    max_ns,
+                    ..Adaptive::default()
+                }),
+            }),
         })
     }
 }

@@ -61,8 +61,15 @@ fn describe(cfg: &rxpath_runtime::RunConfig) -> String {
         Producer::Thread { pps: None } => "sim NIC, producer thread as fast as possible".into(),
         Producer::Null => "null queues (engine alone)".into(),
     };
+    let gro = match cfg.gro {
+        None => "gro off".to_string(),
+        Some(g) => match g.adaptive {
+            Some(a) => format!("gro on, adaptive flush timeout up to {} ns", a.max_ns),
+            None => format!("gro on, gro_flush_timeout {} ns", g.flush_timeout_ns),
+        },
+    };
     format!(
-        "rxpath run: {src}; {} queues, {} flows ({:?}), {:.1}s; weight {}, bundle {}{}, netdev_budget {}/{}us, {} mode, {} NAPI thread(s)",
+        "rxpath run: {src}; {} queues, {} flows ({:?}), {:.1}s; weight {}, bundle {}{}, netdev_budget {}/{}us, {} mode, {} NAPI thread(s), {gro}",
         cfg.sim.queues,
         cfg.traffic.flows,
         cfg.traffic.mix,
@@ -133,6 +140,30 @@ pub fn summary(r: &Report) -> String {
         "\ndevice: offered={} rx_ring={} rx_missed={} rx_no_buffer={}",
         d.offered, d.rx_ring, d.rx_missed, d.rx_no_buffer
     );
+    if let Some(g) = r.gro_total() {
+        use rxpath_core::gro::FlushReason;
+        s += &format!(
+            "\ngro: in={} out={} ({:.2} segments/packet) merged={} held={} normal={}; flushes:",
+            g.packets_in,
+            g.packets_out,
+            g.segs_per_packet(),
+            g.merged,
+            g.held,
+            g.normal
+        );
+        for reason in FlushReason::ALL {
+            let n = g.flushes(reason);
+            if n > 0 {
+                s += &format!(
+                    " {}={n}",
+                    serde_json::to_value(reason)
+                        .unwrap_or_default()
+                        .as_str()
+                        .unwrap_or("?")
+                );
+            }
+        }
+    }
     let sq: u64 = r.softnet.iter().map(|x| x.time_squeeze).sum();
     let actions: u64 = r.softnet.iter().map(|x| x.rx_actions).sum();
     s += &format!("\nsoftnet: net_rx_action={actions} time_squeeze={sq}");
@@ -174,6 +205,8 @@ pub fn json_report(r: &Report) -> serde_json::Value {
         "frames_total": r.frames_total,
         "frames_home": r.frames_home,
         "accounted": n.accounted(),
+        "gro": r.gro_total(),
+        "gro_segs_per_packet": r.gro_total().map(|g| g.segs_per_packet()),
         "consistent": r.consistent(),
         "config": r.config,
     })

@@ -46,6 +46,7 @@
 //! `napi_complete_done()` and `napi_busy_loop()`/`busy_poll_stop()` in
 //! net/core/dev.c.
 
+use crate::gro::{FlushReason, Gro, GroConfig};
 use crate::packet::{Meta, Packet, PollEnd, RxCtx, Stack};
 use crate::stats::{DropReason, NapiStats};
 use rxpath_dev::{desc_flags, Desc, Frame, RxQueue};
@@ -229,6 +230,7 @@ pub struct Napi<Q: RxQueue> {
     chains: Vec<Vec<crate::packet::Frag>>,
     stats: NapiStats,
     timer: Option<u64>,
+    gro: Option<Gro>,
 }
 
 impl<Q: RxQueue> fmt::Debug for Napi<Q> {
@@ -273,6 +275,7 @@ impl<Q: RxQueue> Napi<Q> {
             chains: Vec::new(),
             stats: NapiStats::default(),
             timer: None,
+            gro: None,
         }
     }
 
@@ -309,6 +312,47 @@ impl<Q: RxQueue> Napi<Q> {
     /// Counters.
     pub fn stats(&self) -> &NapiStats {
         &self.stats
+    }
+
+    /// Turn GRO on for this NAPI (`ethtool -K dev gro on`); each NAPI has
+    /// its own flow table, as in the kernel. `None` turns it off (packets
+    /// held are given back by [`Napi::flush_gro`] first).
+    pub fn set_gro(&mut self, cfg: Option<GroConfig>) {
+        self.gro = cfg.map(Gro::new);
+    }
+
+    /// This NAPI's GRO, if on.
+    pub fn gro(&self) -> Option<&Gro> {
+        self.gro.as_ref()
+    }
+
+    /// Segments held in GRO (`received = delivered + dropped + held`).
+    pub fn held(&self) -> u64 {
+        self.gro.as_ref().map_or(0, |g| g.held())
+    }
+
+    /// Pass up everything GRO holds (stopping, or turning GRO off).
+    /// Calling context: the owner, as for `poll`.
+    pub fn flush_gro<S: Stack>(&mut self, stack: &mut S, now_ns: u64) {
+        if let Some(g) = self.gro.as_mut() {
+            let Napi {
+                queue,
+                recycle,
+                chains,
+                stats,
+                ..
+            } = self;
+            let mut ctx = RxCtx {
+                umem: queue.umem(),
+                recycle,
+                stats,
+                chains,
+                now_ns,
+            };
+            g.flush_all(FlushReason::PollEnd, &mut ctx, stack);
+            queue.recycle_bulk(recycle);
+            queue.recycle_done();
+        }
     }
 
     /// Bundle mode.
@@ -410,6 +454,7 @@ impl<Q: RxQueue> Napi<Q> {
             recycle,
             chains,
             stats,
+            gro,
             ..
         } = self;
         let qi = queue.queue_index();
@@ -473,7 +518,13 @@ impl<Q: RxQueue> Napi<Q> {
                     None => Err(rxpath_wire::Error::BadLength("descriptor")),
                 };
                 match parsed {
-                    Ok(()) => stack.receive(pkt, &mut ctx),
+                    // napi_gro_receive() when GRO is on, else straight up.
+                    Ok(()) => match gro {
+                        Some(g) => {
+                            let _ = g.receive(pkt, &mut ctx, stack);
+                        }
+                        None => stack.receive(pkt, &mut ctx),
+                    },
                     Err(_) => ctx.drop(pkt, DropReason::Malformed),
                 }
             }
@@ -494,6 +545,7 @@ impl<Q: RxQueue> Napi<Q> {
             recycle,
             chains,
             stats,
+            gro,
             ..
         } = self;
         let mut ctx = RxCtx {
@@ -503,7 +555,11 @@ impl<Q: RxQueue> Napi<Q> {
             chains,
             now_ns,
         };
-        let timer = stack.poll_done(&mut ctx, end);
+        let gro_timer = gro.as_mut().and_then(|g| g.poll_done(&mut ctx, end, stack));
+        let timer = match (gro_timer, stack.poll_done(&mut ctx, end)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         queue.pull_done();
         queue.recycle_bulk(recycle);
         queue.recycle_done();

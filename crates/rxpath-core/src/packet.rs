@@ -11,7 +11,7 @@
 //! frame towards the device's fill ring.
 
 use crate::napi::NapiId;
-use crate::stats::{DropReason, NapiStats};
+use crate::stats::{DropReason, LatencyHist, NapiStats};
 use rxpath_dev::{Frame, Umem};
 use rxpath_wire::Headers;
 
@@ -202,6 +202,38 @@ pub trait Stack {
     /// Packets held inside the stage, not yet delivered or dropped.
     fn held(&self) -> u64 {
         0
+    }
+
+    /// The latency this stage measured, if it measures any.
+    fn latency(&self) -> Option<&LatencyHist> {
+        None
+    }
+}
+
+/// The end of the path for latency experiments: delivers like [`Sink`], and
+/// for TCP packets whose payload starts with a send time stamped by the
+/// simulated NIC ([`rxpath_dev::mono_ns`], 8 bytes little endian) records
+/// the time until this stage saw it (the poll's `now`).
+#[derive(Debug, Default, Clone)]
+pub struct LatencySink {
+    /// Send-to-delivery latency of stamped packets.
+    pub hist: LatencyHist,
+}
+
+impl Stack for LatencySink {
+    fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
+        let h = &pkt.meta.headers;
+        if matches!(h.l4, rxpath_wire::L4::Tcp { .. }) && h.payload_len >= 8 {
+            let off = pkt.off as usize + h.payload_offset as usize;
+            let b = &ctx.umem.data(&pkt.frame)[off..off + 8];
+            let sent = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+            self.hist.record(ctx.now_ns.saturating_sub(sent));
+        }
+        Sink.receive(pkt, ctx);
+    }
+
+    fn latency(&self) -> Option<&LatencyHist> {
+        Some(&self.hist)
     }
 }
 

@@ -172,3 +172,87 @@ impl SoftnetStats {
         self.rx_actions += o.rx_actions;
     }
 }
+
+/// A latency histogram with 1 µs buckets up to [`LatencyHist::MAX_US`] µs
+/// (and one overflow bucket).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LatencyHist {
+    buckets: Vec<u64>,
+    count: u64,
+    sum_ns: u128,
+}
+
+impl Default for LatencyHist {
+    fn default() -> Self {
+        LatencyHist {
+            buckets: vec![0; Self::MAX_US + 1],
+            count: 0,
+            sum_ns: 0,
+        }
+    }
+}
+
+impl LatencyHist {
+    /// The last bucket counts everything at or above this many µs.
+    pub const MAX_US: usize = 20_000;
+
+    /// Record one sample.
+    #[inline]
+    pub fn record(&mut self, ns: u64) {
+        let us = (ns / 1000) as usize;
+        self.buckets[us.min(Self::MAX_US)] += 1;
+        self.count += 1;
+        self.sum_ns += ns as u128;
+    }
+
+    /// Samples recorded.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Mean, ns.
+    pub fn mean_ns(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.sum_ns as f64 / self.count as f64
+        }
+    }
+
+    /// Quantile `q` (0..=1), as the upper edge of its 1 µs bucket, in ns.
+    pub fn quantile_ns(&self, q: f64) -> u64 {
+        if self.count == 0 {
+            return 0;
+        }
+        let target = ((self.count as f64) * q).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (us, &n) in self.buckets.iter().enumerate() {
+            seen += n;
+            if seen >= target {
+                return (us as u64 + 1) * 1000;
+            }
+        }
+        (Self::MAX_US as u64 + 1) * 1000
+    }
+
+    /// Add another histogram.
+    pub fn merge(&mut self, o: &LatencyHist) {
+        for (a, b) in self.buckets.iter_mut().zip(&o.buckets) {
+            *a += b;
+        }
+        self.count += o.count;
+        self.sum_ns += o.sum_ns;
+    }
+}
+
+impl Serialize for LatencyHist {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(4))?;
+        m.serialize_entry("count", &self.count)?;
+        m.serialize_entry("mean_ns", &self.mean_ns())?;
+        m.serialize_entry("p50_ns", &self.quantile_ns(0.5))?;
+        m.serialize_entry("p99_ns", &self.quantile_ns(0.99))?;
+        m.end()
+    }
+}

@@ -5,6 +5,7 @@
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
+use rxpath_core::gro::{GroConfig, GroKnob};
 use rxpath_core::napi::{BundleMode, Napi};
 use rxpath_core::packet::Sink;
 use rxpath_core::softnet::{Softnet, SoftnetConfig};
@@ -26,6 +27,7 @@ struct Case {
     burst: usize,
     malformed_pct: u32,
     mix: Mix,
+    gro_timeout: Option<u64>,
     seed: u64,
 }
 
@@ -41,7 +43,10 @@ fn case() -> impl Strategy<Value = Case> {
         0usize..4000,
         1usize..300,
         0u32..20,
-        prop::sample::select(vec![Mix::Udp, Mix::TcpBulk, Mix::TcpRr, Mix::Mixed]),
+        (
+            prop::sample::select(vec![Mix::Udp, Mix::TcpBulk, Mix::TcpRr, Mix::Mixed]),
+            prop::sample::select(vec![None, Some(0u64), Some(2_000), Some(50_000)]),
+        ),
         any::<u64>(),
     )
         .prop_map(
@@ -56,7 +61,7 @@ fn case() -> impl Strategy<Value = Case> {
                 packets,
                 burst,
                 malformed_pct,
-                mix,
+                (mix, gro_timeout),
                 seed,
             )| Case {
                 queues,
@@ -70,6 +75,7 @@ fn case() -> impl Strategy<Value = Case> {
                 burst,
                 malformed_pct,
                 mix,
+                gro_timeout,
                 seed,
             },
         )
@@ -101,7 +107,7 @@ fn run(c: &Case) -> Result<(), TestCaseError> {
     let mut napis: Vec<_> = queues
         .into_iter()
         .map(|q| {
-            Napi::new(
+            let mut n = Napi::new(
                 q,
                 c.weight,
                 BundleMode {
@@ -109,7 +115,13 @@ fn run(c: &Case) -> Result<(), TestCaseError> {
                     split_on_hash: c.split,
                 },
                 true,
-            )
+            );
+            n.set_gro(c.gro_timeout.map(|t| GroConfig {
+                enabled: true,
+                flush_timeout: GroKnob::new(t),
+                adaptive: None,
+            }));
+            n
         })
         .collect();
     let mut sn = Softnet::new(SoftnetConfig {
@@ -137,18 +149,24 @@ fn run(c: &Case) -> Result<(), TestCaseError> {
         }
         clock.advance(rng.gen_range(0..10_000));
         port.flush(clock.now());
-        // Hard IRQ: schedule the NAPIs whose lines fired.
+        // Hard IRQ and NAPI timers: schedule the NAPIs whose lines fired.
         for (i, n) in napis.iter_mut().enumerate() {
-            if n.take_irq() {
+            if n.take_irq() || (!sn.is_scheduled(i) && n.fire_timer(clock.now())) {
                 sn.schedule(i);
             }
         }
         sn.net_rx_action(&mut napis, &mut Sink, &clock);
-        let idle = sn.pending() == 0 && napis.iter_mut().all(|n| !n.queue_mut().has_pending());
+        let idle = sn.pending() == 0
+            && napis
+                .iter_mut()
+                .all(|n| !n.queue_mut().has_pending() && n.timer().is_none());
         if sent == c.packets && idle {
             break;
         }
         // Packets below rx-frames wait for rx-usecs: time moves on above.
+    }
+    for n in napis.iter() {
+        prop_assert_eq!(n.held(), 0, "the timer flushed everything GRO held");
     }
     let mut offered = 0;
     for n in &napis {

@@ -29,6 +29,17 @@ pub use sys::ring::{desc_flags, Desc};
 pub use sys::umem::{Frame, FramePool, Umem, UmemError, DEFAULT_FRAME_SIZE};
 
 use serde::Serialize;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// Nanoseconds since this process first asked: the one monotonic clock the
+/// device layer and the runtime share, so a time stamped by a producer
+/// thread and one read by a NAPI thread compare.
+#[inline]
+pub fn mono_ns() -> u64 {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    ORIGIN.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
+}
 
 /// Counters kept by the device for one queue, read by the stats code.
 /// Mirrors `rx_missed_errors` / `rx_no_buffer_count` of `ethtool -S`.

@@ -24,4 +24,4 @@ pub mod clock;
 pub mod run;
 
 pub use clock::MonotonicClock;
-pub use run::{run, Producer, Report, RunConfig, RunError, StackKind, Tick};
+pub use run::{run, GroSettings, Producer, Report, RunConfig, RunError, StackKind, Tick};

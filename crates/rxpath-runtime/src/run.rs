@@ -1,10 +1,12 @@
 //! `rxpath run`: the pipeline on threads, with a report per interval.
 
 use crate::clock::MonotonicClock;
+use rxpath_core::gro::{Adaptive, GroConfig, GroKnob, GroStats};
 use rxpath_core::napi::{BundleMode, Napi, NapiId, NapiTable, NAPI_POLL_WEIGHT};
-use rxpath_core::packet::{RxDrop, Sink, Stack};
+use rxpath_core::packet::{LatencySink, RxDrop, Sink, Stack};
 use rxpath_core::softnet::{Softnet, SoftnetConfig};
-use rxpath_core::stats::{NapiStats, SoftnetStats};
+use rxpath_core::stats::{LatencyHist, NapiStats, SoftnetStats};
+use rxpath_core::time::Clock;
 use rxpath_dev::sim::{self, NullQueue, SimConfig, SimError, Traffic, TrafficConfig};
 use rxpath_dev::{DeviceQueueStats, RxQueue};
 use rxpath_wire::toeplitz::Toeplitz;
@@ -37,6 +39,9 @@ pub enum StackKind {
     Sink,
     /// Parse and drop everything (seed 001's lowest RX level).
     Rxdrop,
+    /// Deliver like `Sink`, and measure send-to-delivery latency of
+    /// stamped request/response packets.
+    Latency,
 }
 
 /// Everything `run` needs.
@@ -68,6 +73,17 @@ pub struct RunConfig {
     pub pin: bool,
     /// Frames per null queue.
     pub null_frames: usize,
+    /// GRO on every NAPI (None: off).
+    pub gro: Option<GroSettings>,
+}
+
+/// GRO settings of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct GroSettings {
+    /// `gro_flush_timeout` in ns (0: flush at every completion).
+    pub flush_timeout_ns: u64,
+    /// Choose the timeout from the traffic instead.
+    pub adaptive: Option<Adaptive>,
 }
 
 impl Default for RunConfig {
@@ -86,6 +102,7 @@ impl Default for RunConfig {
             tick: Duration::from_secs(1),
             pin: true,
             null_frames: 512,
+            gro: None,
         }
     }
 }
@@ -115,6 +132,10 @@ pub struct QueueReport {
     pub napi: NapiStats,
     /// Device counters.
     pub device: DeviceQueueStats,
+    /// GRO counters, when GRO is on.
+    pub gro: Option<GroStats>,
+    /// Segments still held in GRO (0 after a clean stop).
+    pub held: u64,
 }
 
 /// The result of a run.
@@ -134,6 +155,8 @@ pub struct Report {
     pub frames_total: usize,
     /// Frames back in the pool after the run.
     pub frames_home: usize,
+    /// Send-to-delivery latency (with `StackKind::Latency`).
+    pub latency: Option<LatencyHist>,
 }
 
 impl Report {
@@ -142,6 +165,15 @@ impl Report {
         let mut t = NapiStats::default();
         for q in &self.queues {
             t.merge(&q.napi);
+        }
+        t
+    }
+
+    /// All queues' GRO counters summed (None when GRO is off).
+    pub fn gro_total(&self) -> Option<GroStats> {
+        let mut t: Option<GroStats> = None;
+        for g in self.queues.iter().filter_map(|q| q.gro) {
+            t.get_or_insert_with(GroStats::default).merge(&g);
         }
         t
     }
@@ -162,7 +194,8 @@ impl Report {
         let n = self.napi_total();
         let device_ok = matches!(self.config.producer, Producer::Null)
             || d.offered == d.rx_ring + d.rx_missed + d.rx_no_buffer && n.received == d.rx_ring;
-        n.accounted() && device_ok && self.frames_home == self.frames_total
+        let held: u64 = self.queues.iter().map(|q| q.held).sum();
+        n.accounted() && held == 0 && device_ok && self.frames_home == self.frames_total
     }
 }
 
@@ -201,6 +234,7 @@ struct ThreadOut<Q: RxQueue> {
     napis: Vec<Napi<Q>>,
     softnet: SoftnetStats,
     received_at_stop: u64,
+    latency: Option<LatencyHist>,
 }
 
 /// Run the pipeline as configured; `on_tick` is called once per
@@ -218,6 +252,13 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
         }
     };
     let mut table: NapiTable<u16> = NapiTable::default();
+    // One gro_flush_timeout per device, shared by its NAPIs.
+    let knob = GroKnob::new(cfg.gro.map_or(0, |g| g.flush_timeout_ns));
+    let gro_cfg = cfg.gro.map(|g| GroConfig {
+        enabled: true,
+        flush_timeout: knob.clone(),
+        adaptive: g.adaptive,
+    });
     let stop_napi = Arc::new(AtomicBool::new(false));
     let window_over = Arc::new(AtomicBool::new(false));
     match cfg.producer {
@@ -227,6 +268,7 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
             for q in 0..cfg.sim.queues {
                 let nq = NullQueue::new(q as u16, cfg.null_frames, &mut traffic)?;
                 let mut napi = Napi::new(nq, cfg.weight, cfg.bundle, false);
+                napi.set_gro(gro_cfg.clone());
                 table.add(&mut napi, |n| n.queue().queue_index());
                 groups[q % cfg.threads].push(napi);
             }
@@ -240,7 +282,7 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 &mut on_tick,
             )?;
             let _ = live;
-            let (queues, softnet, received_in_window, host) = collect(outs);
+            let (queues, softnet, received_in_window, host, latency) = collect(outs);
             let (mut frames_total, mut frames_home) = (0, 0);
             for q in host {
                 let pool = q.into_pool();
@@ -255,6 +297,7 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 received_in_window,
                 frames_total,
                 frames_home,
+                latency,
             })
         }
         Producer::Thread { pps } => {
@@ -264,6 +307,7 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
             for q in host {
                 let i = q.queue_index() as usize;
                 let mut napi = Napi::new(q, cfg.weight, cfg.bundle, cfg.interrupts);
+                napi.set_gro(gro_cfg.clone());
                 table.add(&mut napi, |n| n.queue().queue_index());
                 groups[i % cfg.threads].push(napi);
             }
@@ -298,7 +342,7 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
             let port = producer
                 .join()
                 .map_err(|_| RunError::Thread("producer panicked".into()))?;
-            let (queues, softnet, received_in_window, host) = collect(outs);
+            let (queues, softnet, received_in_window, host, latency) = collect(outs);
             let pool = port.reclaim(host);
             Ok(Report {
                 config: *cfg,
@@ -308,18 +352,29 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 received_in_window,
                 frames_total: pool.umem().frames(),
                 frames_home: pool.available(),
+                latency,
             })
         }
     }
 }
 
-type Collected<Q> = (Vec<QueueReport>, Vec<SoftnetStats>, u64, Vec<Q>);
+type Collected<Q> = (
+    Vec<QueueReport>,
+    Vec<SoftnetStats>,
+    u64,
+    Vec<Q>,
+    Option<LatencyHist>,
+);
 
 /// Gather what the NAPI threads gave back: per-queue reports and the
 /// queues themselves, both in queue order.
 fn collect<Q: RxQueue>(outs: Vec<ThreadOut<Q>>) -> Collected<Q> {
     let (mut queues, mut softnet, mut host, mut received) = (Vec::new(), Vec::new(), Vec::new(), 0);
+    let mut latency: Option<LatencyHist> = None;
     for o in outs {
+        if let Some(l) = &o.latency {
+            latency.get_or_insert_with(LatencyHist::default).merge(l);
+        }
         softnet.push(o.softnet);
         received += o.received_at_stop;
         for n in o.napis {
@@ -329,7 +384,7 @@ fn collect<Q: RxQueue>(outs: Vec<ThreadOut<Q>>) -> Collected<Q> {
     }
     host.sort_by_key(|q| q.queue_index());
     queues.sort_by_key(|q| q.queue);
-    (queues, softnet, received, host)
+    (queues, softnet, received, host, latency)
 }
 
 fn validate(cfg: &RunConfig) -> Result<(), RunError> {
@@ -370,6 +425,8 @@ fn queue_report<Q: RxQueue>(n: &Napi<Q>) -> QueueReport {
         napi_id: n.id(),
         napi: *n.stats(),
         device: n.queue().device_stats(),
+        gro: n.gro().map(|g| *g.stats()),
+        held: n.held(),
     }
 }
 
@@ -411,6 +468,16 @@ where
                     StackKind::Rxdrop => {
                         napi_thread(t, napis, RxDrop, softnet, interrupts, &stop, &over, &live)
                     }
+                    StackKind::Latency => napi_thread(
+                        t,
+                        napis,
+                        LatencySink::default(),
+                        softnet,
+                        interrupts,
+                        &stop,
+                        &over,
+                        &live,
+                    ),
                 }
             })
             .map_err(|e| RunError::Thread(e.to_string()))?;
@@ -476,7 +543,7 @@ fn napi_thread<Q: RxQueue, S: Stack>(
     window_over: &AtomicBool,
     live: &Mutex<Live>,
 ) -> ThreadOut<Q> {
-    let clock = MonotonicClock::default();
+    let clock = MonotonicClock;
     let me = thread::current();
     for n in &napis {
         if let Some(irq) = n.queue().irq() {
@@ -522,15 +589,37 @@ fn napi_thread<Q: RxQueue, S: Stack>(
                 }
             }
         }
+        // NAPI timers (gro_flush_timeout): `napi_watchdog` schedules the
+        // NAPI when its timer expires.
+        let next_timer = napis.iter().filter_map(|n| n.timer()).min();
+        let mut now = None;
+        if let Some(t) = next_timer {
+            let n_ns = clock.now_ns();
+            now = Some(n_ns);
+            if n_ns >= t {
+                for (i, n) in napis.iter_mut().enumerate() {
+                    if !sn.is_scheduled(i) && n.fire_timer(n_ns) {
+                        sn.schedule(i);
+                    }
+                }
+            }
+        }
         loops += 1;
         if loops.is_multiple_of(1024) {
             publish(&napis, &sn);
         }
         if sn.pending() == 0 {
             if interrupts {
-                // Sleep until an IRQ line fires (it unparks us), with a
-                // timeout so a stop request is seen.
-                thread::park_timeout(Duration::from_millis(2));
+                // Sleep until an IRQ line fires (it unparks us) or the next
+                // NAPI timer is due, with a cap so a stop request is seen.
+                let cap = Duration::from_millis(2);
+                let wait = match (next_timer, now) {
+                    (Some(t), Some(n)) => Duration::from_nanos(t.saturating_sub(n)).min(cap),
+                    _ => cap,
+                };
+                if !wait.is_zero() {
+                    thread::park_timeout(wait);
+                }
             }
             continue;
         }
@@ -546,6 +635,10 @@ fn napi_thread<Q: RxQueue, S: Stack>(
         }
         sn.net_rx_action(&mut napis, &mut stack, &clock);
     }
+    // Whatever GRO still holds goes up, so every packet is accounted for.
+    for n in napis.iter_mut() {
+        n.flush_gro(&mut stack, clock.now_ns());
+    }
     publish(&napis, &sn);
     let received_at_stop =
         received_at_stop.unwrap_or_else(|| napis.iter().map(|n| n.stats().received).sum::<u64>());
@@ -553,5 +646,6 @@ fn napi_thread<Q: RxQueue, S: Stack>(
         napis,
         softnet: *sn.stats(),
         received_at_stop,
+        latency: stack.latency().cloned(),
     }
 }

@@ -148,3 +148,52 @@ fn bad_configuration_is_an_error_not_a_panic() {
     .unwrap_err();
     assert!(e.to_string().contains("ring size"), "{e}");
 }
+
+#[test]
+fn gro_with_the_flush_timer_merges_bulk_and_accounts_for_every_segment() {
+    use rxpath_runtime::GroSettings;
+    let run_with = |timeout: u64| {
+        let cfg = RunConfig {
+            traffic: TrafficConfig {
+                flows: 16,
+                mix: Mix::TcpBulk,
+                burst: 45,
+                message: 45 * 1448,
+                ..Default::default()
+            },
+            producer: Producer::Thread { pps: Some(200_000) },
+            sim: SimConfig {
+                coalesce: Coalesce {
+                    rx_usecs: 0,
+                    rx_frames: 1,
+                },
+                ..base().sim
+            },
+            gro: Some(GroSettings {
+                flush_timeout_ns: timeout,
+                adaptive: None,
+            }),
+            ..base()
+        };
+        run(&cfg, |_| {}).unwrap()
+    };
+    for timeout in [0, 50_000] {
+        let r = run_with(timeout);
+        let g = r.gro_total().expect("gro on");
+        assert!(r.consistent(), "{r:?}");
+        assert_eq!(g.packets_in, r.napi_total().received);
+        assert_eq!(g.segments_out, g.packets_in, "every segment left GRO");
+        assert!(g.merged > 0, "bulk segments merged");
+        assert!(
+            g.segs_per_packet() > 1.5,
+            "{} segments/packet",
+            g.segs_per_packet()
+        );
+        if timeout > 0 {
+            assert!(
+                g.flushes(rxpath_core::gro::FlushReason::Timer) > 0,
+                "the timer flushed"
+            );
+        }
+    }
+}

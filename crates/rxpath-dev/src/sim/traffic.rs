@@ -67,6 +67,12 @@ pub struct TrafficConfig {
     pub message: usize,
     /// TCP request size.
     pub request: usize,
+    /// Segments a bulk flow sends back to back once it sends (a TSO/GSO
+    /// chunk leaving the sender at line rate); 1 interleaves every segment.
+    pub burst: usize,
+    /// Stamp request/response payloads with the send time ([`crate::mono_ns`],
+    /// 8 bytes little endian at the start of the payload), for latency.
+    pub stamp: bool,
     /// Seed of the random generator.
     pub seed: u64,
 }
@@ -80,6 +86,8 @@ impl Default for TrafficConfig {
             mss: 1448,
             message: 64 * 1024,
             request: 64,
+            stamp: false,
+            burst: 1,
             seed: 1,
         }
     }
@@ -148,6 +156,8 @@ pub struct Traffic {
     /// flow is then a table lookup, which keeps the NIC side cheap.
     order: Box<[u32]>,
     pos: usize,
+    burst_flow: usize,
+    burst_left: usize,
     payload: Box<[u8]>,
 }
 
@@ -227,6 +237,8 @@ impl Traffic {
             flows,
             order,
             pos: 0,
+            burst_flow: 0,
+            burst_left: 0,
             payload,
         }
     }
@@ -249,13 +261,24 @@ impl Traffic {
     /// Choose the flow of the next packet (seeded random order).
     #[inline]
     pub fn pick(&mut self) -> usize {
+        if self.burst_left > 0 {
+            self.burst_left -= 1;
+            return self.burst_flow;
+        }
         let i = self.order[self.pos & (ORDER_LEN - 1)] as usize;
         self.pos = self.pos.wrapping_add(1);
+        if self.cfg.burst > 1 && self.flows[i].kind == Kind::Bulk {
+            self.burst_flow = i;
+            self.burst_left = self.cfg.burst - 1;
+        }
         i
     }
 
     /// The flow [`pick`](Self::pick) will return next, without consuming it.
     pub fn peek_pick(&self) -> usize {
+        if self.burst_left > 0 {
+            return self.burst_flow;
+        }
         self.order[self.pos & (ORDER_LEN - 1)] as usize
     }
 
@@ -301,14 +324,25 @@ impl Traffic {
                 } else {
                     (cfg.request, flags::ACK | flags::PSH)
                 };
-                f.tsval = f.tsval.wrapping_add(1);
+                // TCP's timestamp clock ticks in milliseconds, so the
+                // segments of one message share a TSval; it moves on with
+                // each message (or request).
                 let mut opts = [1, 1, 8, 10, 0, 0, 0, 0, 0, 0, 0, 0];
                 opts[4..8].copy_from_slice(&f.tsval.to_be_bytes());
                 opts[8..12].copy_from_slice(&0x1000u32.to_be_bytes());
-                let len =
+                let len = if f.kind == Kind::Rr && cfg.stamp && n >= 8 {
+                    let mut p = [0u8; 1448];
+                    p[..n].copy_from_slice(&self.payload[..n]);
+                    p[..8].copy_from_slice(&crate::mono_ns().to_le_bytes());
+                    build::write_tcp(buf, &f.spec, f.seq, f.ack, fl, &opts, &p[..n]).ok()?
+                } else {
                     build::write_tcp(buf, &f.spec, f.seq, f.ack, fl, &opts, &self.payload[..n])
-                        .ok()?;
+                        .ok()?
+                };
                 f.seq = f.seq.wrapping_add(n as u32);
+                if fl & flags::PSH != 0 {
+                    f.tsval = f.tsval.wrapping_add(1);
+                }
                 len
             }
         };

@@ -1,0 +1,213 @@
+//! `rxpath bench gro`: seed 004's experiment on the simulated NIC.
+//!
+//! Bulk: 200 TCP streams (64 KiB messages, PSH at each end, MSS 1448) over
+//! 8 queues, offered as fast as the producer thread can write them; GRO with
+//! `gro_flush_timeout` 0, a fixed timeout, and the adaptive mode. The seed's
+//! figure of merit is the ACK rate, one ACK per GRO packet passed up: we
+//! report packets passed up per second and segments per GRO packet.
+//!
+//! Request/response: 200 TCP request/response flows (64-byte PSH requests
+//! stamped with their send time) at a fixed rate, same three settings:
+//! send-to-delivery latency p50/p99 and packets passed up per second.
+
+use crate::bench::{measure, median};
+use crate::opts::GroBenchArgs;
+use anyhow::Result;
+use rxpath_core::gro::Adaptive;
+use rxpath_dev::sim::{Coalesce, Mix, SimConfig, TrafficConfig};
+use rxpath_runtime::{GroSettings, Producer, RunConfig, StackKind};
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy)]
+enum Setting {
+    Fixed(u64),
+    Adaptive(u64),
+}
+
+impl Setting {
+    fn name(&self) -> String {
+        match self {
+            Setting::Fixed(0) => "gro_flush_timeout 0 (default)".into(),
+            Setting::Fixed(t) => format!("gro_flush_timeout {t} ns"),
+            Setting::Adaptive(m) => format!("adaptive (up to {m} ns)"),
+        }
+    }
+    fn gro(&self) -> GroSettings {
+        match *self {
+            Setting::Fixed(t) => GroSettings {
+                flush_timeout_ns: t,
+                adaptive: None,
+            },
+            Setting::Adaptive(m) => GroSettings {
+                flush_timeout_ns: 0,
+                adaptive: Some(Adaptive {
+                    max_ns: m,
+                    ..Adaptive::default()
+                }),
+            },
+        }
+    }
+}
+
+/// A TSO chunk: 45 segments of 1448 bytes, the last with PSH (what this
+/// machine's kernel GRO makes of an iperf3 stream: 65160-byte packets).
+const CHUNK: usize = 45;
+
+fn config(mix: Mix, pps: Option<u64>, s: Setting, d: Duration) -> RunConfig {
+    RunConfig {
+        sim: SimConfig {
+            queues: 8,
+            ring_size: 1024,
+            frames_per_queue: 2048,
+            // A NIC tuned for RPC latency: an interrupt per packet (the
+            // seed's premise: NICs do not delay interrupts for bulk).
+            coalesce: Coalesce {
+                rx_usecs: 0,
+                rx_frames: 1,
+            },
+            ..SimConfig::default()
+        },
+        traffic: TrafficConfig {
+            flows: 200,
+            mix,
+            stamp: mix == Mix::TcpRr,
+            burst: CHUNK,
+            message: CHUNK * 1448,
+            ..TrafficConfig::default()
+        },
+        interrupts: true,
+        producer: Producer::Thread { pps },
+        stack: if mix == Mix::TcpRr {
+            StackKind::Latency
+        } else {
+            StackKind::Sink
+        },
+        threads: 1,
+        duration: d,
+        tick: d * 2,
+        pin: true,
+        gro: Some(s.gro()),
+        ..RunConfig::default()
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+struct Sample {
+    segs_per_pkt: Vec<f64>,
+    pkts_up_per_s: Vec<f64>,
+    segs_in_per_s: Vec<f64>,
+    p50_us: Vec<f64>,
+    p99_us: Vec<f64>,
+}
+
+pub fn gro(a: GroBenchArgs) -> Result<ExitCode> {
+    let settings = [
+        Setting::Fixed(0),
+        Setting::Fixed(a.timeout),
+        Setting::Fixed(a.adaptive_max),
+        Setting::Adaptive(a.adaptive_max),
+    ];
+    let d = a.duration;
+    println!(
+        "rxpath bench gro: seed 004 on the simulated NIC; 8 queues, 1 NAPI thread, interrupt mode (rx-usecs 0, rx-frames 1)"
+    );
+    println!(
+        "bulk: 200 TCP streams at {} pkt/s (the seed's rate), each sending {CHUNK}-segment TSO chunks ending in PSH",
+        a.bulk_pps
+    );
+    println!(
+        "{} round(s) of {:.1}s per configuration, medians kept",
+        a.rounds,
+        d.as_secs_f64()
+    );
+    let mut bulk: Vec<Sample> = vec![Sample::default(); settings.len()];
+    let mut rr: Vec<Sample> = vec![Sample::default(); settings.len()];
+    for round in 0..a.rounds {
+        for (i, s) in settings.iter().enumerate() {
+            for (mix, pps, out) in [
+                (Mix::TcpBulk, Some(a.bulk_pps), &mut bulk),
+                (Mix::TcpRr, Some(a.rr_pps), &mut rr),
+            ] {
+                let (_, r) = measure(&config(mix, pps, *s, d))?;
+                let g = r.gro_total().unwrap_or_default();
+                let secs = r.elapsed.as_secs_f64();
+                let o = &mut out[i];
+                o.segs_per_pkt.push(g.segs_per_packet());
+                o.pkts_up_per_s.push(g.packets_out as f64 / secs);
+                o.segs_in_per_s.push(g.packets_in as f64 / secs);
+                if let Some(l) = &r.latency {
+                    o.p50_us.push(l.quantile_ns(0.5) as f64 / 1000.0);
+                    o.p99_us.push(l.quantile_ns(0.99) as f64 / 1000.0);
+                }
+            }
+        }
+        eprintln!("round {} done", round + 1);
+    }
+    let med = |v: &Vec<f64>| median(v.clone());
+    println!("\n## Bulk: 200 TCP streams\n");
+    println!("| setting | segments in/s | packets passed up/s | segments per GRO packet | packets up vs timeout 0 |");
+    println!("|---|---:|---:|---:|---:|");
+    let base_up = med(&bulk[0].pkts_up_per_s);
+    for (i, s) in settings.iter().enumerate() {
+        let up = med(&bulk[i].pkts_up_per_s);
+        println!(
+            "| {} | {:.0} | {:.0} | {:.2} | {:.1}x fewer |",
+            s.name(),
+            med(&bulk[i].segs_in_per_s),
+            up,
+            med(&bulk[i].segs_per_pkt),
+            base_up / up.max(1.0)
+        );
+    }
+    println!(
+        "\n## Request/response: 200 TCP flows, {} requests/s, PSH on every request\n",
+        a.rr_pps
+    );
+    println!("| setting | packets passed up/s | latency p50 (µs) | latency p99 (µs) |");
+    println!("|---|---:|---:|---:|");
+    for (i, s) in settings.iter().enumerate() {
+        println!(
+            "| {} | {:.0} | {:.0} | {:.0} |",
+            s.name(),
+            med(&rr[i].pkts_up_per_s),
+            med(&rr[i].p50_us),
+            med(&rr[i].p99_us)
+        );
+    }
+    // Adaptive against the best fixed setting on each kind of traffic.
+    let fixed = 0..settings.len() - 1;
+    let ad = settings.len() - 1;
+    let best_bulk = fixed
+        .clone()
+        .map(|i| med(&bulk[i].segs_per_pkt))
+        .fold(0.0, f64::max);
+    let ad_bulk = med(&bulk[ad].segs_per_pkt);
+    let best_p99 = fixed
+        .map(|i| med(&rr[i].p99_us))
+        .fold(f64::INFINITY, f64::min);
+    let ad_p99 = med(&rr[ad].p99_us);
+    println!("\n## Adaptive vs the best fixed setting\n");
+    println!("| traffic | best fixed | adaptive | adaptive / best |");
+    println!("|---|---:|---:|---:|");
+    println!("| bulk, segments per GRO packet (higher is better) | {best_bulk:.2} | {ad_bulk:.2} | {:.2} |", ad_bulk / best_bulk);
+    println!(
+        "| request/response, p99 µs (lower is better) | {best_p99:.0} | {ad_p99:.0} | {:.2} |",
+        ad_p99 / best_p99.max(1e-9)
+    );
+    if a.json {
+        let j = serde_json::json!({
+            "bulk": settings.iter().zip(&bulk).map(|(s, b)| serde_json::json!({
+                "setting": s.name(), "segs_per_pkt": med(&b.segs_per_pkt), "pkts_up_per_s": med(&b.pkts_up_per_s),
+                "segs_in_per_s": med(&b.segs_in_per_s) })).collect::<Vec<_>>(),
+            "rr": settings.iter().zip(&rr).map(|(s, b)| serde_json::json!({
+                "setting": s.name(), "pkts_up_per_s": med(&b.pkts_up_per_s), "p50_us": med(&b.p50_us), "p99_us": med(&b.p99_us) })).collect::<Vec<_>>(),
+            "packets_up_ratio_0_vs_timeout": base_up / med(&bulk[1].pkts_up_per_s).max(1.0),
+            "packets_up_ratio_0_vs_long_timeout": base_up / med(&bulk[2].pkts_up_per_s).max(1.0),
+            "adaptive_over_best_bulk": ad_bulk / best_bulk,
+            "adaptive_over_best_rr_p99": ad_p99 / best_p99.max(1e-9),
+        });
+        println!("\n{}", serde_json::to_string_pretty(&j)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
