@@ -1,7 +1,26 @@
-//! The only place in rxpath where `unsafe` lives: the frame region and the
-//! descriptor rings that move frame ownership between threads (and, later,
-//! AF_XDP and AF_PACKET sockets). Every `unsafe` block carries a
-//! `// SAFETY:` line.
+//! The only place in rxpath where `unsafe` lives: the frame region, the
+//! descriptor rings that move frame ownership between threads, and the
+//! system calls of the real-interface backends. Every `unsafe` block carries
+//! a `// SAFETY:` line; system calls go through [`syscall!`].
 
+/// Call a libc function and turn `-1` into the thread's `io::Error`, as mio
+/// does.
+macro_rules! syscall {
+    ($fn: ident ( $($arg: expr),* $(,)* ) ) => {{
+        #[allow(unused_unsafe)]
+        // SAFETY: each call site passes arguments that satisfy the libc
+        // function's contract (valid fds, pointers to live, sized buffers);
+        // see the comment at the call.
+        let res = unsafe { libc::$fn($($arg, )*) };
+        if res == -1 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(res)
+        }
+    }};
+}
+
+pub mod af_packet;
 pub mod ring;
+pub mod sched;
 pub mod umem;
