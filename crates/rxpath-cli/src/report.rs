@@ -164,6 +164,15 @@ pub fn summary(r: &Report) -> String {
             }
         }
     }
+    if let Some(g) = r.gro_total() {
+        let labels = ["1", "2", "3-4", "5-8", "9-16", "17-32", "33-64", "65+"];
+        s += "\ngro segments per packet:";
+        for (l, n) in labels.iter().zip(g.segs_hist.iter()) {
+            if *n > 0 {
+                s += &format!(" {l}:{n}");
+            }
+        }
+    }
     let sq: u64 = r.softnet.iter().map(|x| x.time_squeeze).sum();
     let actions: u64 = r.softnet.iter().map(|x| x.rx_actions).sum();
     s += &format!("\nsoftnet: net_rx_action={actions} time_squeeze={sq}");

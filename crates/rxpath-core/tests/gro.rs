@@ -241,25 +241,22 @@ fn a_contiguous_pair_merges_into_one_chain_with_one_header() {
     h.finish();
 }
 
-#[test]
-fn each_rule_broken_alone_prevents_the_merge() {
-    let a = Seg::new(5000);
-    let good = a.next();
-    assert_eq!(pair(&a, &good), vec![2], "the base pair merges");
-    type Mutate = fn(&mut Seg, &mut Seg);
-    let cases: Vec<(&str, Mutate)> = vec![
-        ("ack number", |_, b| b.ack += 1),
-        ("timestamp option value", |_, b| b.opts[7] = 10),
+type Mutate = fn(&mut Seg, &mut Seg);
+
+fn rule_cases() -> Vec<(&'static str, Mutate)> {
+    vec![
+        ("ack number", |_, b| b.ack = b.ack.wrapping_add(1)),
+        ("timestamp option value", |_, b| b.opts[7] ^= 1),
         ("option length", |_, b| b.opts = vec![1, 1, 1, 1]),
-        ("sequence gap", |_, b| b.seq += 1),
-        ("ttl", |_, b| b.ttl = 63),
-        ("tos", |_, b| b.tos = 4),
-        ("df", |_, b| b.df = true),
-        ("ip id not incrementing", |_, b| b.ip_id += 1),
+        ("sequence gap", |_, b| b.seq = b.seq.wrapping_add(1)),
+        ("ttl", |_, b| b.ttl ^= 1),
+        ("tos", |_, b| b.tos ^= 4),
+        ("df", |a, b| b.df = !a.df),
+        ("ip id not incrementing", |_, b| {
+            b.ip_id = b.ip_id.wrapping_add(1)
+        }),
         ("longer than mss", |a, b| {
-            a.len = 1000;
-            b.seq = a.seq + 1000;
-            b.len = 1001
+            b.len = a.len + 1;
         }),
         ("other flag differs (ECE)", |_, b| b.flags |= flags::ECE),
         ("cwr", |_, b| b.flags |= flags::CWR),
@@ -268,14 +265,50 @@ fn each_rule_broken_alone_prevents_the_merge() {
         ("rst on the first", |a, _| a.flags |= flags::RST),
         ("syn on the first", |a, _| a.flags |= flags::SYN),
         ("fin on the first", |a, _| a.flags |= flags::FIN),
-        ("other flow (port)", |_, b| b.sport += 1),
-        ("other vlan", |_, b| b.vlan = Some(7)),
+        ("other flow (port)", |_, b| {
+            b.sport = b.sport.wrapping_add(1)
+        }),
+        ("other vlan", |a, b| {
+            b.vlan = Some(a.vlan.map_or(7, |v| v ^ 1))
+        }),
         ("no payload", |_, b| b.len = 0),
-    ];
-    for (name, m) in cases {
-        let (mut x, mut y) = (a.clone(), good.clone());
-        m(&mut x, &mut y);
-        assert_eq!(pair(&x, &y), vec![1, 1], "{name} must not merge");
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// For a generated pair of contiguous segments (random sequence, ACK,
+    /// length, IP ID, TTL, TOS, DF, VLAN, family), the pair merges; with
+    /// exactly one rule broken, it never does.
+    #[test]
+    fn each_rule_broken_alone_prevents_the_merge(
+        seq in any::<u32>(), ack in any::<u32>(), len in 2usize..MSS, id in any::<u16>(),
+        ttl in 1u8..255, tos in prop::sample::select(vec![0u8, 0x10, 0xb8]), df in any::<bool>(),
+        vlan in prop::option::of(1u16..4000), v6 in any::<bool>(),
+    ) {
+        let mut a = Seg::new(seq);
+        a.ack = ack;
+        a.len = len;
+        a.ip_id = id;
+        a.ttl = ttl;
+        a.tos = tos;
+        a.df = df;
+        a.vlan = vlan;
+        a.v6 = v6;
+        let b = a.next();
+        let mut b = b;
+        b.len = len;
+        prop_assert_eq!(pair(&a, &b), vec![2], "the base pair merges");
+        for (name, m) in rule_cases() {
+            // Rules that only exist for IPv4 are skipped for IPv6 pairs.
+            if v6 && matches!(name, "df" | "ip id not incrementing") {
+                continue;
+            }
+            let (mut x, mut y) = (a.clone(), b.clone());
+            m(&mut x, &mut y);
+            prop_assert_eq!(pair(&x, &y), vec![1, 1], "{} must not merge", name);
+        }
     }
 }
 
