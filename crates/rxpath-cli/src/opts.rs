@@ -25,6 +25,44 @@ pub enum Cmd {
     /// Benchmarks that print ratios measured in one run.
     #[command(subcommand)]
     Bench(BenchCmd),
+    /// Build, remove or show the test topology: a veth pair, host end here,
+    /// peer end in a network namespace, addresses from 198.18.0.0/15.
+    Lab(LabArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LabAction {
+    /// Build it (idempotent).
+    Up,
+    /// Remove it (idempotent).
+    Down,
+    /// Show what exists.
+    Status,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LabArgs {
+    /// up, down or status.
+    #[arg(value_enum)]
+    pub action: LabAction,
+    /// RX/TX queues on each veth end.
+    #[arg(long, default_value_t = 2)]
+    pub queues: usize,
+    /// GRO on the host end.
+    #[arg(long)]
+    pub gro: bool,
+    /// Threaded NAPI on the host end (turns GRO on: veth needs it).
+    #[arg(long)]
+    pub threaded: bool,
+    /// Host-side interface name.
+    #[arg(long, default_value = "rxp0")]
+    pub host_if: String,
+    /// Peer-side interface name.
+    #[arg(long, default_value = "rxp1")]
+    pub peer_if: String,
+    /// Peer namespace name.
+    #[arg(long, default_value = "rxp-peer")]
+    pub netns: String,
 }
 
 #[derive(Debug, Subcommand)]

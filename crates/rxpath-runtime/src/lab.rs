@@ -126,3 +126,210 @@ impl Drop for VethLab {
         let _ = sh("ip", &["netns", "del", &self.ns]);
     }
 }
+
+/// The `rxpath lab` topology: a veth pair whose host end lives in the
+/// caller's namespace (where `rxpath run --iface` opens it) and whose peer
+/// end lives in namespace `ns` (where generators and clients run).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    /// Peer namespace.
+    pub ns: String,
+    /// Host-side interface.
+    pub host_if: String,
+    /// Peer-side interface (in `ns`).
+    pub peer_if: String,
+    /// RX/TX queues on each end.
+    pub queues: usize,
+    /// GRO on the host end.
+    pub gro: bool,
+    /// Threaded NAPI on the host end (turns GRO on first: veth needs it).
+    pub threaded: bool,
+}
+
+/// Host-side address.
+pub const HOST_ADDR: &str = "198.18.0.1";
+/// Peer-side address.
+pub const PEER_ADDR: &str = "198.18.0.2";
+
+impl Default for Topology {
+    fn default() -> Self {
+        Topology {
+            ns: "rxp-peer".into(),
+            host_if: "rxp0".into(),
+            peer_if: "rxp1".into(),
+            queues: 2,
+            gro: false,
+            threaded: false,
+        }
+    }
+}
+
+/// What `status` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabStatus {
+    /// The peer namespace exists.
+    pub ns: bool,
+    /// The host interface exists.
+    pub host_if: bool,
+    /// Its RX queue count, if it exists.
+    pub queues: Option<usize>,
+    /// `ethtool -k` says GRO is on.
+    pub gro: Option<bool>,
+    /// `/sys/class/net/<if>/threaded`.
+    pub threaded: Option<bool>,
+}
+
+impl Topology {
+    /// Check names and sizes.
+    pub fn validate(&self) -> io::Result<()> {
+        let bad = |m: String| Err(io::Error::new(io::ErrorKind::InvalidInput, m));
+        for n in [&self.host_if, &self.peer_if] {
+            if n.is_empty()
+                || n.len() > 15
+                || !n
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                return bad(format!("bad interface name '{n}' (1-15 of [A-Za-z0-9_-])"));
+            }
+        }
+        if self.ns.is_empty() || self.ns.contains('/') {
+            return bad(format!("bad namespace name '{}'", self.ns));
+        }
+        if !(1..=64).contains(&self.queues) {
+            return bad(format!("queues must be in 1..=64, got {}", self.queues));
+        }
+        Ok(())
+    }
+
+    /// Build the topology. Idempotent: if it exists it is brought to the
+    /// asked settings. On any failure, what was made is removed.
+    pub fn up(&self) -> io::Result<()> {
+        self.validate()?;
+        let st = self.status();
+        if st.ns && st.host_if && st.queues == Some(self.queues) {
+            return self.settings();
+        }
+        if st.ns || st.host_if {
+            self.down()?;
+        }
+        let r = self.build();
+        if r.is_err() {
+            let _ = self.down();
+        }
+        r
+    }
+
+    fn build(&self) -> io::Result<()> {
+        let q = self.queues.to_string();
+        sh("ip", &["netns", "add", &self.ns])?;
+        sh(
+            "ip",
+            &[
+                "link",
+                "add",
+                &self.host_if,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &self.peer_if,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+                "netns",
+                &self.ns,
+            ],
+        )?;
+        sh(
+            "ip",
+            &[
+                "addr",
+                "add",
+                &format!("{HOST_ADDR}/24"),
+                "dev",
+                &self.host_if,
+            ],
+        )?;
+        sh(
+            "ip",
+            &[
+                "-n",
+                &self.ns,
+                "addr",
+                "add",
+                &format!("{PEER_ADDR}/24"),
+                "dev",
+                &self.peer_if,
+            ],
+        )?;
+        sh("ip", &["link", "set", &self.host_if, "up"])?;
+        sh("ip", &["-n", &self.ns, "link", "set", &self.peer_if, "up"])?;
+        sh("ip", &["-n", &self.ns, "link", "set", "lo", "up"])?;
+        self.settings()
+    }
+
+    fn settings(&self) -> io::Result<()> {
+        let gro = if self.gro || self.threaded {
+            "on"
+        } else {
+            "off"
+        };
+        sh("ethtool", &["-K", &self.host_if, "gro", gro])?;
+        let path = format!("/sys/class/net/{}/threaded", self.host_if);
+        std::fs::write(&path, if self.threaded { "1" } else { "0" })
+            .map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+        Ok(())
+    }
+
+    /// Remove the topology (idempotent).
+    pub fn down(&self) -> io::Result<()> {
+        if self.status().host_if {
+            sh("ip", &["link", "del", &self.host_if])?;
+        }
+        if self.status().ns {
+            sh("ip", &["netns", "del", &self.ns])?;
+        }
+        Ok(())
+    }
+
+    /// What exists now.
+    pub fn status(&self) -> LabStatus {
+        let ns = sh("ip", &["netns", "list"])
+            .map(|o| {
+                o.lines()
+                    .any(|l| l.split_whitespace().next() == Some(self.ns.as_str()))
+            })
+            .unwrap_or(false);
+        let base = format!("/sys/class/net/{}", self.host_if);
+        let host_if = std::path::Path::new(&base).exists();
+        let queues = host_if
+            .then(|| std::fs::read_dir(format!("{base}/queues")).ok())
+            .flatten()
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+                    .count()
+            });
+        let gro = host_if
+            .then(|| sh("ethtool", &["-k", &self.host_if]).ok())
+            .flatten()
+            .map(|o| o.lines().any(|l| l.trim() == "generic-receive-offload: on"));
+        let threaded = host_if
+            .then(|| std::fs::read_to_string(format!("{base}/threaded")).ok())
+            .flatten()
+            .map(|s| s.trim() == "1");
+        LabStatus {
+            ns,
+            host_if,
+            queues,
+            gro,
+            threaded,
+        }
+    }
+}
