@@ -6,7 +6,7 @@ use rxpath_core::gro::Adaptive;
 use rxpath_core::napi::BundleMode;
 use rxpath_core::softnet::SoftnetConfig;
 use rxpath_dev::sim::{Coalesce, Mix, SimConfig, TrafficConfig};
-use rxpath_runtime::{GroSettings, Producer, RunConfig, StackKind};
+use rxpath_runtime::{GroSettings, IfName, Producer, RunConfig, StackKind};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -108,6 +108,16 @@ pub enum ModeArg {
     Poll,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    /// AF_XDP if it can be used, else AF_PACKET (with a message).
+    Auto,
+    /// AF_XDP.
+    Xdp,
+    /// AF_PACKET (TPACKET_V3 with fanout).
+    Packet,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum ProducerArg {
     /// A producer thread on another core writes every frame (cold data).
@@ -156,9 +166,15 @@ pub struct RunArgs {
     /// net.core.netdev_budget_usecs: time per net_rx_action.
     #[arg(long, default_value_t = 2000)]
     pub netdev_budget_usecs: u64,
-    /// interrupt (sleep until woken) or poll (never sleep).
+    /// NAPI: interrupt (sleep until woken) or poll (never sleep).
     #[arg(long, value_enum, default_value_t = ModeArg::Interrupt)]
-    pub mode: ModeArg,
+    pub napi: ModeArg,
+    /// Receive from a real interface instead of the simulated NIC.
+    #[arg(long, value_name = "IF")]
+    pub iface: Option<String>,
+    /// Backend for --iface: xdp (AF_XDP), packet (AF_PACKET), or auto.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub mode: BackendArg,
     /// thread (producer on another core) or null (engine alone).
     #[arg(long, value_enum, default_value_t = ProducerArg::Thread)]
     pub producer: ProducerArg,
@@ -290,10 +306,21 @@ impl RunArgs {
                 netdev_budget: self.netdev_budget,
                 netdev_budget_usecs: self.netdev_budget_usecs,
             },
-            interrupts: matches!(self.mode, ModeArg::Interrupt),
-            producer: match self.producer {
-                ProducerArg::Thread => Producer::Thread { pps: self.pps },
-                ProducerArg::Null => Producer::Null,
+            interrupts: matches!(self.napi, ModeArg::Interrupt),
+            producer: match (&self.iface, self.producer) {
+                (Some(name), _) => {
+                    if self.mode == BackendArg::Xdp {
+                        bail!("the AF_XDP backend is not built yet: use --mode packet (or auto)");
+                    }
+                    if self.mode == BackendArg::Auto {
+                        eprintln!("rxpath: AF_XDP backend not built yet; using AF_PACKET (TPACKET_V3, fanout hash) on {name}");
+                    }
+                    Producer::Packet {
+                        iface: IfName::new(name)?,
+                    }
+                }
+                (None, ProducerArg::Thread) => Producer::Thread { pps: self.pps },
+                (None, ProducerArg::Null) => Producer::Null,
             },
             stack: match self.stack {
                 StackArg::Sink => StackKind::Sink,

@@ -60,6 +60,7 @@ fn describe(cfg: &rxpath_runtime::RunConfig) -> String {
         Producer::Thread { pps: Some(p) } => format!("sim NIC, producer thread at {p} pps"),
         Producer::Thread { pps: None } => "sim NIC, producer thread as fast as possible".into(),
         Producer::Null => "null queues (engine alone)".into(),
+        Producer::Packet { iface } => format!("{} via AF_PACKET", iface.as_str()),
     };
     let gro = match cfg.gro {
         None => "gro off".to_string(),

@@ -22,6 +22,7 @@
 pub mod sys;
 
 pub mod irq;
+pub mod packet;
 pub mod sim;
 
 pub use irq::IrqLine;

@@ -282,8 +282,14 @@ impl Topology {
         };
         sh("ethtool", &["-K", &self.host_if, "gro", gro])?;
         let path = format!("/sys/class/net/{}/threaded", self.host_if);
-        std::fs::write(&path, if self.threaded { "1" } else { "0" })
-            .map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+        let now = std::fs::read_to_string(&path)
+            .map(|s| s.trim() == "1")
+            .unwrap_or(false);
+        if self.threaded != now {
+            // veth refuses threaded NAPI unless GRO is on (set just above).
+            std::fs::write(&path, if self.threaded { "1" } else { "0" })
+                .map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+        }
         Ok(())
     }
 

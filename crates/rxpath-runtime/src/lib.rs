@@ -25,4 +25,6 @@ pub mod lab;
 pub mod run;
 
 pub use clock::MonotonicClock;
-pub use run::{run, GroSettings, Producer, Report, RunConfig, RunError, StackKind, Tick};
+pub use run::{
+    check_iface, run, GroSettings, IfName, Producer, Report, RunConfig, RunError, StackKind, Tick,
+};

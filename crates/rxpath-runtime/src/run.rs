@@ -7,6 +7,7 @@ use rxpath_core::packet::{LatencySink, RxDrop, Sink, Stack};
 use rxpath_core::softnet::{Softnet, SoftnetConfig};
 use rxpath_core::stats::{LatencyHist, NapiStats, SoftnetStats};
 use rxpath_core::time::Clock;
+use rxpath_dev::packet::PacketQueue;
 use rxpath_dev::sim::{self, NullQueue, SimConfig, SimError, Traffic, TrafficConfig};
 use rxpath_dev::{DeviceQueueStats, RxQueue};
 use rxpath_wire::toeplitz::Toeplitz;
@@ -29,6 +30,70 @@ pub enum Producer {
     /// Same-thread null queues: frames written once, handed out forever.
     /// Measures the engine alone. Always polling mode.
     Null,
+    /// A real interface through AF_PACKET (TPACKET_V3 rings in a fanout
+    /// group, one per queue).
+    Packet {
+        /// Interface name.
+        iface: IfName,
+    },
+}
+
+/// An interface name (at most 15 bytes, as IFNAMSIZ allows), stored inline
+/// so that configurations stay `Copy`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct IfName([u8; 16]);
+
+impl IfName {
+    /// Check and store a name.
+    pub fn new(name: &str) -> Result<IfName, RunError> {
+        if name.is_empty() || name.len() > 15 || name.contains(['/', ' ', '\0']) {
+            return Err(RunError::Config(format!("bad interface name '{name}'")));
+        }
+        let mut b = [0u8; 16];
+        b[..name.len()].copy_from_slice(name.as_bytes());
+        Ok(IfName(b))
+    }
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        let n = self.0.iter().position(|&c| c == 0).unwrap_or(16);
+        std::str::from_utf8(&self.0[..n]).unwrap_or("?")
+    }
+}
+
+impl std::fmt::Debug for IfName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
+impl Serialize for IfName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// Check that `iface` exists and is up, and that we may open raw sockets;
+/// each failure is one line that names the fix.
+pub fn check_iface(iface: &str) -> Result<(), RunError> {
+    // Asked through the socket API, so the answer is for this thread's
+    // network namespace (sysfs shows the mount namespace's).
+    match rxpath_dev::sys::af_packet::iface_up(iface) {
+        Ok(None) => {
+            return Err(RunError::Device(format!(
+                "no interface named {iface} (see `ip link`; `rxpath lab up` makes a test pair rxp0/rxp1)"
+            )))
+        }
+        Ok(Some(false)) => {
+            return Err(RunError::Device(format!("interface {iface} is down: run `ip link set {iface} up`")))
+        }
+        _ => {}
+    }
+    if !rxpath_dev::sys::sched::is_root() {
+        return Err(RunError::Device(format!(
+            "opening {iface} needs CAP_NET_RAW: run as root, or `setcap cap_net_raw,cap_net_admin+ep $(which rxpath)`"
+        )));
+    }
+    Ok(())
 }
 
 /// What the end of the path does with packets.
@@ -119,6 +184,9 @@ pub enum RunError {
     /// A thread could not be started or panicked.
     #[error("thread failure: {0}")]
     Thread(String),
+    /// The interface could not be opened.
+    #[error("{0}")]
+    Device(String),
 }
 
 /// Counters of one queue at the end of a run.
@@ -282,6 +350,54 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 &mut on_tick,
             )?;
             let _ = live;
+            let (queues, softnet, received_in_window, host, latency) = collect(outs);
+            let (mut frames_total, mut frames_home) = (0, 0);
+            for q in host {
+                let pool = q.into_pool();
+                frames_total += pool.umem().frames();
+                frames_home += pool.available();
+            }
+            Ok(Report {
+                config: *cfg,
+                elapsed,
+                queues,
+                softnet,
+                received_in_window,
+                frames_total,
+                frames_home,
+                latency,
+            })
+        }
+        Producer::Packet { iface } => {
+            let name = iface.as_str();
+            check_iface(name)?;
+            let nq = cfg.sim.queues;
+            let group = (std::process::id() & 0xffff) as u16;
+            let mut groups: Vec<Vec<Napi<PacketQueue>>> =
+                (0..cfg.threads).map(|_| Vec::new()).collect();
+            for q in 0..nq {
+                let pq = PacketQueue::open(
+                    name,
+                    q as u16,
+                    (nq > 1).then_some(group),
+                    cfg.sim.frames_per_queue,
+                    cfg.interrupts,
+                )
+                .map_err(|e| RunError::Device(format!("AF_PACKET on {name}: {e}")))?;
+                let mut napi = Napi::new(pq, cfg.weight, cfg.bundle, cfg.interrupts);
+                napi.set_gro(gro_cfg.clone());
+                table.add(&mut napi, |n| n.queue().queue_index());
+                groups[q % cfg.threads].push(napi);
+            }
+            let (outs, elapsed, _live) = drive(
+                cfg,
+                groups,
+                &pin_to,
+                &stop_napi,
+                &window_over,
+                None::<fn()>,
+                &mut on_tick,
+            )?;
             let (queues, softnet, received_in_window, host, latency) = collect(outs);
             let (mut frames_total, mut frames_home) = (0, 0);
             for q in host {
@@ -627,7 +743,11 @@ fn napi_thread<Q: RxQueue, S: Stack>(
     }
     // Drain: poll until no queue has work, ignoring IRQ lines, so every
     // frame goes back to its fill ring (napi_disable's job).
-    while napis.iter_mut().any(|n| n.has_work()) {
+    // A real interface keeps receiving after the stop; what arrives later
+    // stays in the kernel's ring, so the drain is bounded.
+    let mut rounds = 0;
+    while rounds < 100_000 && napis.iter_mut().any(|n| n.has_work()) {
+        rounds += 1;
         for (i, n) in napis.iter_mut().enumerate() {
             if !sn.is_scheduled(i) && n.state().schedule_prep() {
                 sn.schedule(i);

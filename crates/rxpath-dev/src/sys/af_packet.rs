@@ -117,3 +117,396 @@ impl RawSocket {
         Ok(Some(n as usize))
     }
 }
+
+// ---- TPACKET_V3 receive ring ---------------------------------------------
+
+const PACKET_VERSION: libc::c_int = 10;
+const TPACKET_V3: libc::c_int = 2;
+const PACKET_RX_RING: libc::c_int = 5;
+const PACKET_STATISTICS: libc::c_int = 6;
+const PACKET_FANOUT: libc::c_int = 18;
+const PACKET_FANOUT_HASH: u32 = 0;
+const TP_STATUS_KERNEL: u32 = 0;
+const TP_STATUS_USER: u32 = 1;
+const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
+
+#[repr(C)]
+struct TpacketReq3 {
+    tp_block_size: u32,
+    tp_block_nr: u32,
+    tp_frame_size: u32,
+    tp_frame_nr: u32,
+    tp_retire_blk_tov: u32,
+    tp_sizeof_priv: u32,
+    tp_feature_req_word: u32,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct TpacketStatsV3 {
+    tp_packets: u32,
+    tp_drops: u32,
+    tp_freeze_q_cnt: u32,
+}
+
+// Offsets in `struct tpacket_block_desc` (version, offset_to_priv, then the
+// v1 block header) and `struct tpacket3_hdr`, from <linux/if_packet.h>.
+const BD_STATUS: usize = 8;
+const BD_NUM_PKTS: usize = 12;
+const BD_FIRST_PKT: usize = 16;
+const PH_NEXT: usize = 0;
+const PH_SNAPLEN: usize = 12;
+const PH_LEN: usize = 16;
+const PH_STATUS: usize = 20;
+const PH_MAC: usize = 24;
+const PH_RXHASH: usize = 28;
+const PH_VLAN_TCI: usize = 32;
+
+/// Geometry of a TPACKET_V3 ring.
+#[derive(Debug, Clone, Copy)]
+pub struct RingConfig {
+    /// Bytes per block (a multiple of the page size).
+    pub block_size: usize,
+    /// Blocks.
+    pub block_nr: usize,
+    /// Frame size hint (TPACKET_V3 packs packets into blocks).
+    pub frame_size: usize,
+    /// A block is handed to user space at the latest after this many ms.
+    pub retire_ms: u32,
+    /// Join this PACKET_FANOUT group (hash mode): several rings on one
+    /// interface then split its traffic by flow, like RSS queues.
+    pub fanout_group: Option<u16>,
+}
+
+impl Default for RingConfig {
+    fn default() -> Self {
+        RingConfig {
+            block_size: 1 << 20,
+            block_nr: 16,
+            frame_size: 2048,
+            retire_ms: 1,
+            fanout_group: None,
+        }
+    }
+}
+
+/// One received packet in the ring.
+#[derive(Debug)]
+pub struct RxSlot<'a> {
+    /// The bytes captured (from the MAC header).
+    pub data: &'a [u8],
+    /// Length on the wire (may exceed `data`).
+    pub wire_len: u32,
+    /// The kernel's `skb->hash` for the packet.
+    pub rxhash: u32,
+    /// VLAN tag the kernel took out of the frame, if any.
+    pub vlan_tci: Option<u16>,
+}
+
+/// A TPACKET_V3 ring: the kernel fills blocks of packets, user space reads a
+/// block and hands it back.
+#[derive(Debug)]
+pub struct PacketRing {
+    sock: RawSocket,
+    map: *mut u8,
+    map_len: usize,
+    cfg: RingConfig,
+    block: usize,
+    /// Packets left in the current block, and the offset of the next one.
+    left: u32,
+    next: usize,
+    in_block: bool,
+}
+
+// SAFETY: the mapping is owned by this value and only touched through
+// `&mut self`; the kernel side synchronises through block_status.
+unsafe impl Send for PacketRing {}
+
+impl PacketRing {
+    /// Open a TPACKET_V3 ring on `iface`.
+    pub fn open(iface: &str, cfg: RingConfig) -> io::Result<PacketRing> {
+        let page = 4096;
+        if cfg.block_size == 0
+            || !cfg.block_size.is_multiple_of(page)
+            || cfg.block_nr == 0
+            || cfg.frame_size < 128
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "bad TPACKET_V3 ring geometry",
+            ));
+        }
+        let ifindex = ifindex(iface)?;
+        let fd = syscall!(socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            ETH_P_ALL_BE as i32
+        ))?;
+        // SAFETY: `socket` returned a new descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let raw = fd.as_raw_fd();
+        let v: libc::c_int = TPACKET_V3;
+        // Points to a live c_int.
+        syscall!(setsockopt(
+            raw,
+            libc::SOL_PACKET,
+            PACKET_VERSION,
+            &v as *const _ as *const libc::c_void,
+            4
+        ))?;
+        let req = TpacketReq3 {
+            tp_block_size: cfg.block_size as u32,
+            tp_block_nr: cfg.block_nr as u32,
+            tp_frame_size: cfg.frame_size as u32,
+            tp_frame_nr: (cfg.block_size / cfg.frame_size * cfg.block_nr) as u32,
+            tp_retire_blk_tov: cfg.retire_ms,
+            tp_sizeof_priv: 0,
+            tp_feature_req_word: 0,
+        };
+        // Points to a live TpacketReq3 of the size passed.
+        syscall!(setsockopt(
+            raw,
+            libc::SOL_PACKET,
+            PACKET_RX_RING,
+            &req as *const _ as *const libc::c_void,
+            std::mem::size_of::<TpacketReq3>() as libc::socklen_t
+        ))?;
+        let map_len = cfg.block_size * cfg.block_nr;
+        // SAFETY: mapping the ring the kernel just set up on this socket,
+        // with the length it was configured with.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_LOCKED,
+                raw,
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: all-zero is a valid sockaddr_ll.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = ETH_P_ALL_BE;
+        sll.sll_ifindex = ifindex;
+        let ring = PacketRing {
+            sock: RawSocket { fd, ifindex },
+            map: map as *mut u8,
+            map_len,
+            cfg,
+            block: 0,
+            left: 0,
+            next: 0,
+            in_block: false,
+        };
+        // Points to a live sockaddr_ll of the size passed.
+        syscall!(bind(
+            raw,
+            &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t
+        ))?;
+        if let Some(g) = cfg.fanout_group {
+            let arg: u32 = g as u32 | (PACKET_FANOUT_HASH << 16);
+            // Points to a live u32.
+            syscall!(setsockopt(
+                raw,
+                libc::SOL_PACKET,
+                PACKET_FANOUT,
+                &arg as *const _ as *const libc::c_void,
+                4
+            ))?;
+        }
+        Ok(ring)
+    }
+
+    /// The socket (for `poll`).
+    pub fn socket(&self) -> &RawSocket {
+        &self.sock
+    }
+
+    fn block_ptr(&self, b: usize) -> *mut u8 {
+        // SAFETY: b < block_nr, so the offset is inside the mapping.
+        unsafe { self.map.add(b * self.cfg.block_size) }
+    }
+
+    fn status(&self, b: usize) -> &std::sync::atomic::AtomicU32 {
+        // SAFETY: block_status is a 4-byte aligned u32 inside the mapping,
+        // shared with the kernel; reading and writing it atomically is how
+        // the kernel's TPACKET_V3 protocol hands blocks over.
+        unsafe { &*(self.block_ptr(b).add(BD_STATUS) as *const std::sync::atomic::AtomicU32) }
+    }
+
+    fn read_u32(&self, p: *const u8, off: usize) -> u32 {
+        // SAFETY: callers pass pointers inside a block the kernel handed to
+        // us (status USER), with offsets inside its headers.
+        unsafe { std::ptr::read_unaligned(p.add(off) as *const u32) }
+    }
+
+    /// True when a packet is waiting.
+    pub fn has_pending(&self) -> bool {
+        (self.in_block && self.left > 0)
+            || self
+                .status(self.block)
+                .load(std::sync::atomic::Ordering::Acquire)
+                & TP_STATUS_USER
+                != 0
+    }
+
+    /// The next packet, if any. Blocks are handed back to the kernel once
+    /// every packet in them has been returned.
+    pub fn next_packet(&mut self) -> Option<RxSlot<'_>> {
+        use std::sync::atomic::Ordering;
+        if self.in_block && self.left == 0 {
+            // Pairs with the kernel's read of block_status before it fills
+            // the block again: everything we read happened before this.
+            self.status(self.block)
+                .store(TP_STATUS_KERNEL, Ordering::Release);
+            self.in_block = false;
+            self.block = (self.block + 1) % self.cfg.block_nr;
+        }
+        if !self.in_block {
+            // Acquire pairs with the kernel's smp_wmb + status write: the
+            // packets are visible once USER is.
+            if self.status(self.block).load(Ordering::Acquire) & TP_STATUS_USER == 0 {
+                return None;
+            }
+            let bp = self.block_ptr(self.block);
+            self.left = self.read_u32(bp, BD_NUM_PKTS);
+            self.next = self.read_u32(bp, BD_FIRST_PKT) as usize;
+            self.in_block = true;
+            if self.left == 0 {
+                return self.next_packet();
+            }
+        }
+        let bp = self.block_ptr(self.block);
+        if self.next >= self.cfg.block_size {
+            self.left = 0;
+            return None;
+        }
+        // SAFETY: `next` is an offset the kernel wrote inside this block.
+        let ph = unsafe { bp.add(self.next) };
+        let snaplen = self.read_u32(ph, PH_SNAPLEN) as usize;
+        let wire_len = self.read_u32(ph, PH_LEN);
+        let status = self.read_u32(ph, PH_STATUS);
+        // SAFETY: tp_mac is a u16 offset from the packet header.
+        let mac = unsafe { std::ptr::read_unaligned(ph.add(PH_MAC) as *const u16) } as usize;
+        let rxhash = self.read_u32(ph, PH_RXHASH);
+        let tci = self.read_u32(ph, PH_VLAN_TCI) as u16;
+        let next_off = self.read_u32(ph, PH_NEXT) as usize;
+        self.left -= 1;
+        self.next = if next_off == 0 {
+            self.cfg.block_size
+        } else {
+            self.next + next_off
+        };
+        let start = (ph as usize - bp as usize) + mac;
+        let len = snaplen.min(self.cfg.block_size.saturating_sub(start));
+        // SAFETY: [start, start+len) lies inside the block (clamped above),
+        // which stays ours until we hand it back on a later call, and `&mut
+        // self` is borrowed for the slice's life.
+        let data = unsafe { std::slice::from_raw_parts(bp.add(start), len) };
+        Some(RxSlot {
+            data,
+            wire_len,
+            rxhash,
+            vlan_tci: (status & TP_STATUS_VLAN_VALID != 0).then_some(tci & 0x0fff),
+        })
+    }
+
+    /// The kernel's counters since the last call: (packets, drops).
+    pub fn kernel_stats(&self) -> io::Result<(u32, u32)> {
+        let mut st = TpacketStatsV3::default();
+        let mut len = std::mem::size_of::<TpacketStatsV3>() as libc::socklen_t;
+        // Points to a live TpacketStatsV3 and its length.
+        syscall!(getsockopt(
+            self.sock.fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            PACKET_STATISTICS,
+            &mut st as *mut _ as *mut libc::c_void,
+            &mut len as *mut libc::socklen_t
+        ))?;
+        Ok((st.tp_packets, st.tp_drops))
+    }
+
+    /// Wait up to `timeout` for the socket to become readable.
+    pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
+        let mut pfd = libc::pollfd {
+            fd: self.sock.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // Points to one live pollfd.
+        Ok(syscall!(poll(&mut pfd as *mut libc::pollfd, 1, ms))? > 0)
+    }
+}
+
+impl Drop for PacketRing {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what `open` mapped; no slice into it
+        // outlives `&mut self` borrows.
+        unsafe { libc::munmap(self.map as *mut libc::c_void, self.map_len) };
+    }
+}
+
+/// A duplicate of a ring's descriptor, to wait for readability from another
+/// thread (the "interrupt" of an AF_PACKET queue).
+#[derive(Debug)]
+pub struct FdWaiter(OwnedFd);
+
+impl PacketRing {
+    /// A waiter on this ring's socket.
+    pub fn waiter(&self) -> io::Result<FdWaiter> {
+        Ok(FdWaiter(self.sock.fd.try_clone()?))
+    }
+}
+
+impl FdWaiter {
+    /// Wait up to `timeout` for the socket to become readable.
+    pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
+        let mut pfd = libc::pollfd {
+            fd: self.0.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // Points to one live pollfd.
+        Ok(syscall!(poll(&mut pfd as *mut libc::pollfd, 1, ms))? > 0)
+    }
+}
+
+/// Whether interface `name` (in the calling thread's network namespace) is
+/// administratively up: `Ok(None)` if it does not exist.
+pub fn iface_up(name: &str) -> io::Result<Option<bool>> {
+    if ifindex(name).is_err() {
+        return Ok(None);
+    }
+    // SAFETY: ifreq is plain data; all-zero is valid.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr
+        .ifr_name
+        .iter_mut()
+        .zip(name.as_bytes().iter().take(libc::IFNAMSIZ - 1))
+    {
+        *d = *s as libc::c_char;
+    }
+    let fd = syscall!(socket(
+        libc::AF_INET,
+        libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+        0
+    ))?;
+    // SAFETY: `socket` returned a new descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // Points to a live ifreq with the name set.
+    syscall!(ioctl(
+        fd.as_raw_fd(),
+        libc::SIOCGIFFLAGS,
+        &mut ifr as *mut libc::ifreq
+    ))?;
+    // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
+    let flags = unsafe { ifr.ifr_ifru.ifru_flags };
+    Ok(Some(flags as i32 & libc::IFF_UP != 0))
+}

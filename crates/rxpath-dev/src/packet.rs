@@ -1,0 +1,196 @@
+//! The AF_PACKET backend: one TPACKET_V3 ring per queue, the rings of an
+//! interface joined in a PACKET_FANOUT hash group so that each flow lands
+//! on one queue (software RSS). Used when XDP cannot be.
+//!
+//! The kernel has already copied each packet into its ring; we copy it once
+//! more into a frame of our pool so that the rest of the path sees the same
+//! frames as with every other device (AF_XDP will not need that copy). A
+//! packet that finds no free frame is dropped and counted `rx_no_buffer`;
+//! packets the kernel dropped because the ring was full are `rx_missed`.
+//!
+//! Interrupts: a small thread per queue waits for the socket to become
+//! readable while the queue's [`IrqLine`] is armed and raises it, which is
+//! level-triggered interrupt semantics over `poll(2)`.
+
+use crate::sys::af_packet::{PacketRing, RingConfig};
+use crate::sys::ring::Desc;
+use crate::sys::umem::{Frame, FramePool, Umem};
+use crate::{DeviceQueueStats, IrqLine, RxQueue};
+use std::cell::Cell;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// One AF_PACKET receive queue.
+#[derive(Debug)]
+pub struct PacketQueue {
+    index: u16,
+    ring: PacketRing,
+    umem: Arc<Umem>,
+    free: Vec<Frame>,
+    irq: Arc<IrqLine>,
+    irq_thread: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
+    seen: u64,
+    no_buffer: u64,
+    kernel_drops: Cell<u64>,
+}
+
+impl PacketQueue {
+    /// Open queue `index` of `iface`: a TPACKET_V3 ring in fanout group
+    /// `group` (all queues of one interface share it), with `frames` frames
+    /// of our own. With `interrupts`, a thread raises the queue's IRQ line
+    /// when packets wait.
+    pub fn open(
+        iface: &str,
+        index: u16,
+        group: Option<u16>,
+        frames: usize,
+        interrupts: bool,
+    ) -> io::Result<Self> {
+        let ring = PacketRing::open(
+            iface,
+            RingConfig {
+                fanout_group: group,
+                ..RingConfig::default()
+            },
+        )?;
+        let pool = FramePool::new(frames, crate::DEFAULT_FRAME_SIZE)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let umem = pool.umem().clone();
+        let mut free = Vec::with_capacity(frames);
+        let mut pool = pool;
+        while let Some(f) = pool.alloc() {
+            free.push(f);
+        }
+        let irq = Arc::new(IrqLine::default());
+        let irq_thread = if interrupts {
+            let waiter = ring.waiter()?;
+            let stop = Arc::new(AtomicBool::new(false));
+            let (s, line) = (stop.clone(), irq.clone());
+            let h = std::thread::Builder::new()
+                .name(format!("rxpath-irq/{index}"))
+                .spawn(move || {
+                    while !s.load(Ordering::Relaxed) {
+                        if !line.is_armed() {
+                            std::thread::sleep(Duration::from_micros(20));
+                            continue;
+                        }
+                        if let Ok(true) = waiter.wait(Duration::from_millis(2)) {
+                            if !line.raise() {
+                                std::thread::yield_now();
+                            }
+                        }
+                    }
+                })?;
+            Some((stop, h))
+        } else {
+            None
+        };
+        Ok(PacketQueue {
+            index,
+            ring,
+            umem,
+            free,
+            irq,
+            irq_thread,
+            seen: 0,
+            no_buffer: 0,
+            kernel_drops: Cell::new(0),
+        })
+    }
+
+    /// Stop the interrupt thread and give back the pool (all frames must have
+    /// been recycled).
+    pub fn into_pool(mut self) -> FramePool {
+        self.stop_irq();
+        let free = std::mem::take(&mut self.free);
+        FramePool::from_frames(self.umem.clone(), free)
+    }
+
+    fn stop_irq(&mut self) {
+        if let Some((stop, h)) = self.irq_thread.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for PacketQueue {
+    fn drop(&mut self) {
+        self.stop_irq();
+    }
+}
+
+impl RxQueue for PacketQueue {
+    fn umem(&self) -> &Umem {
+        &self.umem
+    }
+    fn queue_index(&self) -> u16 {
+        self.index
+    }
+    fn pull(&mut self) -> Option<Desc> {
+        loop {
+            let slot = self.ring.next_packet()?;
+            self.seen += 1;
+            let Some(mut frame) = self.free.pop() else {
+                self.no_buffer += 1;
+                continue;
+            };
+            let buf = self.umem.data_mut(&mut frame);
+            let d = slot.data;
+            // The kernel took the VLAN tag out of the frame; put it back so
+            // the path sees the frame as it was on the wire.
+            let len = match slot.vlan_tci {
+                Some(tci) if d.len() >= 12 && d.len() + 4 <= buf.len() => {
+                    buf[..12].copy_from_slice(&d[..12]);
+                    buf[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
+                    buf[14..16].copy_from_slice(&tci.to_be_bytes());
+                    buf[16..16 + d.len() - 12].copy_from_slice(&d[12..]);
+                    d.len() + 4
+                }
+                _ => {
+                    let n = d.len().min(buf.len());
+                    buf[..n].copy_from_slice(&d[..n]);
+                    n
+                }
+            };
+            return Some(Desc {
+                frame,
+                off: 0,
+                len: len as u16,
+                rxhash: slot.rxhash,
+                flags: 0,
+            });
+        }
+    }
+    fn pull_done(&mut self) {}
+    fn recycle(&mut self, frame: Frame) {
+        self.free.push(frame);
+    }
+    fn recycle_bulk(&mut self, frames: &mut Vec<Frame>) {
+        self.free.append(frames);
+    }
+    fn recycle_done(&mut self) {}
+    fn irq(&self) -> Option<&IrqLine> {
+        self.irq_thread.as_ref().map(|_| &*self.irq)
+    }
+    fn has_pending(&mut self) -> bool {
+        self.ring.has_pending()
+    }
+    fn device_stats(&self) -> DeviceQueueStats {
+        if let Ok((_, drops)) = self.ring.kernel_stats() {
+            self.kernel_drops
+                .set(self.kernel_drops.get() + drops as u64);
+        }
+        let missed = self.kernel_drops.get();
+        DeviceQueueStats {
+            offered: self.seen + missed,
+            rx_ring: self.seen - self.no_buffer,
+            rx_missed: missed,
+            rx_no_buffer: self.no_buffer,
+            wakeups: self.irq.wakeups(),
+        }
+    }
+}
