@@ -172,6 +172,18 @@ pub struct RunArgs {
     /// Receive from a real interface instead of the simulated NIC.
     #[arg(long, value_name = "IF")]
     pub iface: Option<String>,
+    /// Replay a pcap file through the simulated NIC instead of generated traffic.
+    #[arg(long, value_name = "FILE", conflicts_with = "iface")]
+    pub pcap: Option<std::path::PathBuf>,
+    /// Times to play --pcap (0: until the run ends).
+    #[arg(long, default_value_t = 1)]
+    pub loops: u64,
+    /// Keep the recorded pacing of --pcap (else as fast as possible).
+    #[arg(long)]
+    pub paced: bool,
+    /// Write every packet that reaches the end of the path (after GRO) to a pcap file.
+    #[arg(long, value_name = "FILE")]
+    pub capture: Option<std::path::PathBuf>,
     /// Backend for --iface: xdp (AF_XDP), packet (AF_PACKET), or auto.
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub mode: BackendArg,
@@ -319,6 +331,11 @@ impl RunArgs {
                         iface: IfName::new(name)?,
                     }
                 }
+                (None, _) if self.pcap.is_some() => Producer::Pcap {
+                    path: self.pcap.clone().unwrap_or_default(),
+                    loops: self.loops,
+                    paced: self.paced,
+                },
                 (None, ProducerArg::Thread) => Producer::Thread { pps: self.pps },
                 (None, ProducerArg::Null) => Producer::Null,
             },
@@ -339,6 +356,7 @@ impl RunArgs {
                     ..Adaptive::default()
                 }),
             }),
+            capture: self.capture.clone(),
         })
     }
 }

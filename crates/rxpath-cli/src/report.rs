@@ -56,11 +56,25 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
 }
 
 fn describe(cfg: &rxpath_runtime::RunConfig) -> String {
-    let src = match cfg.producer {
+    let src = match &cfg.producer {
         Producer::Thread { pps: Some(p) } => format!("sim NIC, producer thread at {p} pps"),
         Producer::Thread { pps: None } => "sim NIC, producer thread as fast as possible".into(),
         Producer::Null => "null queues (engine alone)".into(),
         Producer::Packet { iface } => format!("{} via AF_PACKET", iface.as_str()),
+        Producer::Pcap { path, loops, paced } => format!(
+            "pcap {} replayed {} through the sim NIC{}",
+            path.display(),
+            if *loops == 0 {
+                "in a loop".to_string()
+            } else {
+                format!("{loops} time(s)")
+            },
+            if *paced {
+                " at recorded pacing"
+            } else {
+                " as fast as possible"
+            }
+        ),
     };
     let gro = match cfg.gro {
         None => "gro off".to_string(),

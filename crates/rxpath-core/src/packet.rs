@@ -137,6 +137,13 @@ impl<'a> RxCtx<'a> {
         &self.umem.data(&p.frame)[off..off + p.len as usize]
     }
 
+    /// The bytes of one fragment of a chain.
+    #[inline]
+    pub fn frag_data<'p>(&'p self, f: &'p Frag) -> &'p [u8] {
+        let o = f.off as usize;
+        &self.umem.data(&f.frame)[o..o + f.len as usize]
+    }
+
     /// The frame region.
     pub fn umem(&self) -> &Umem {
         self.umem

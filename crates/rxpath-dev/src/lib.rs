@@ -23,6 +23,7 @@ pub mod sys;
 
 pub mod irq;
 pub mod packet;
+pub mod pcap;
 pub mod sim;
 
 pub use irq::IrqLine;

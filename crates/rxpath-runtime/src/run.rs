@@ -12,13 +12,14 @@ use rxpath_dev::sim::{self, NullQueue, SimConfig, SimError, Traffic, TrafficConf
 use rxpath_dev::{DeviceQueueStats, RxQueue};
 use rxpath_wire::toeplitz::Toeplitz;
 use serde::Serialize;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 /// Where packets come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Producer {
     /// A producer thread on another core plays the NIC and writes every
@@ -35,6 +36,15 @@ pub enum Producer {
     Packet {
         /// Interface name.
         iface: IfName,
+    },
+    /// A pcap file replayed through the simulated NIC by a producer thread.
+    Pcap {
+        /// The file.
+        path: PathBuf,
+        /// Times to play it (0: until the run ends).
+        loops: u64,
+        /// Keep the recorded spacing (else as fast as possible).
+        paced: bool,
     },
 }
 
@@ -110,7 +120,7 @@ pub enum StackKind {
 }
 
 /// Everything `run` needs.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct RunConfig {
     /// The simulated NIC.
     pub sim: SimConfig,
@@ -140,6 +150,9 @@ pub struct RunConfig {
     pub null_frames: usize,
     /// GRO on every NAPI (None: off).
     pub gro: Option<GroSettings>,
+    /// Write every packet that reaches the end of the path (after GRO) to
+    /// this pcap file.
+    pub capture: Option<PathBuf>,
 }
 
 /// GRO settings of a run.
@@ -168,6 +181,7 @@ impl Default for RunConfig {
             pin: true,
             null_frames: 512,
             gro: None,
+            capture: None,
         }
     }
 }
@@ -358,7 +372,7 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 frames_home += pool.available();
             }
             Ok(Report {
-                config: *cfg,
+                config: cfg.clone(),
                 elapsed,
                 queues,
                 softnet,
@@ -406,7 +420,7 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 frames_home += pool.available();
             }
             Ok(Report {
-                config: *cfg,
+                config: cfg.clone(),
                 elapsed,
                 queues,
                 softnet,
@@ -416,7 +430,15 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 latency,
             })
         }
-        Producer::Thread { pps } => {
+        Producer::Thread { .. } | Producer::Pcap { .. } => {
+            let trace = match &cfg.producer {
+                Producer::Pcap { path, .. } => Some(
+                    rxpath_dev::pcap::Trace::load(path)
+                        .map_err(|e| RunError::Device(format!("pcap replay: {e}")))?,
+                ),
+                _ => None,
+            };
+            let producer_kind = cfg.producer.clone();
             let (mut port, host) = sim::build(&cfg.sim)?;
             let mut groups: Vec<Vec<Napi<sim::SimRxQueue>>> =
                 (0..cfg.threads).map(|_| Vec::new()).collect();
@@ -440,7 +462,15 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                     if let Some(c) = producer_core {
                         core_affinity::set_for_current(c);
                     }
-                    port.run(&mut traffic, &sp, pps, 64);
+                    match (producer_kind, trace) {
+                        (Producer::Pcap { loops, paced, .. }, Some(t)) => {
+                            port.run_trace(&t, loops, paced, &sp);
+                        }
+                        (Producer::Thread { pps }, _) => {
+                            port.run(&mut traffic, &sp, pps, 64);
+                        }
+                        _ => {}
+                    }
                     port
                 })
                 .map_err(|e| RunError::Thread(e.to_string()))?;
@@ -461,7 +491,7 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
             let (queues, softnet, received_in_window, host, latency) = collect(outs);
             let pool = port.reclaim(host);
             Ok(Report {
-                config: *cfg,
+                config: cfg.clone(),
                 elapsed,
                 queues,
                 softnet,
@@ -564,9 +594,17 @@ where
     F: FnOnce(),
 {
     let live = Arc::new(Mutex::new(Live::default()));
+    let capture = match &cfg.capture {
+        Some(p) => Some(Arc::new(Mutex::new(
+            rxpath_dev::pcap::Writer::create(p)
+                .map_err(|e| RunError::Device(format!("capture: {e}")))?,
+        ))),
+        None => None,
+    };
     let mut handles = Vec::new();
     for (t, napis) in groups.into_iter().enumerate() {
         let (stop, over, live) = (stop_napi.clone(), window_over.clone(), live.clone());
+        let cap = capture.clone();
         let core = pin_to(t);
         // Null queues have no interrupt line: always polling mode.
         let interrupts = cfg.interrupts && cfg.producer != Producer::Null;
@@ -577,17 +615,35 @@ where
                 if let Some(c) = core {
                     core_affinity::set_for_current(c);
                 }
+                let tap = |inner| Tap {
+                    inner,
+                    w: cap.clone(),
+                };
                 match kind {
-                    StackKind::Sink => {
-                        napi_thread(t, napis, Sink, softnet, interrupts, &stop, &over, &live)
-                    }
-                    StackKind::Rxdrop => {
-                        napi_thread(t, napis, RxDrop, softnet, interrupts, &stop, &over, &live)
-                    }
+                    StackKind::Sink => napi_thread(
+                        t,
+                        napis,
+                        tap(Sinks::Sink(Sink)),
+                        softnet,
+                        interrupts,
+                        &stop,
+                        &over,
+                        &live,
+                    ),
+                    StackKind::Rxdrop => napi_thread(
+                        t,
+                        napis,
+                        tap(Sinks::Rxdrop(RxDrop)),
+                        softnet,
+                        interrupts,
+                        &stop,
+                        &over,
+                        &live,
+                    ),
                     StackKind::Latency => napi_thread(
                         t,
                         napis,
-                        LatencySink::default(),
+                        tap(Sinks::Latency(LatencySink::default())),
                         softnet,
                         interrupts,
                         &stop,
@@ -630,7 +686,79 @@ where
         );
     }
     let l = live.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some(w) = capture.and_then(|c| Arc::try_unwrap(c).ok()) {
+        w.into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+            .finish()
+            .map_err(|e| RunError::Device(format!("capture: {e}")))?;
+    }
     Ok((outs, elapsed, l))
+}
+
+/// The ends of the path a run can use.
+enum Sinks {
+    Sink(Sink),
+    Rxdrop(RxDrop),
+    Latency(LatencySink),
+}
+
+impl Stack for Sinks {
+    #[inline]
+    fn receive(&mut self, pkt: rxpath_core::Packet, ctx: &mut rxpath_core::RxCtx<'_>) {
+        match self {
+            Sinks::Sink(s) => s.receive(pkt, ctx),
+            Sinks::Rxdrop(s) => s.receive(pkt, ctx),
+            Sinks::Latency(s) => s.receive(pkt, ctx),
+        }
+    }
+    fn latency(&self) -> Option<&LatencyHist> {
+        match self {
+            Sinks::Latency(s) => s.latency(),
+            _ => None,
+        }
+    }
+}
+
+/// A capture point: writes every packet it sees (a GRO chain as one
+/// packet: the head frame, then each fragment's payload) to a pcap file,
+/// then hands it on.
+struct Tap<S> {
+    inner: S,
+    w: Option<Arc<Mutex<rxpath_dev::pcap::Writer>>>,
+}
+
+impl<S: Stack> Stack for Tap<S> {
+    #[inline]
+    fn receive(&mut self, pkt: rxpath_core::Packet, ctx: &mut rxpath_core::RxCtx<'_>) {
+        if let Some(w) = &self.w {
+            let mut parts: Vec<&[u8]> = Vec::with_capacity(1 + pkt.frags.len());
+            parts.push(ctx.data(&pkt));
+            parts.extend(pkt.frags.iter().map(|f| ctx.frag_data(f)));
+            let ts = Duration::from_nanos(ctx.now_ns);
+            // A write error loses the capture, not the packet.
+            let _ = w
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .write(ts, &parts);
+        }
+        self.inner.receive(pkt, ctx);
+    }
+    fn bundle_done(&mut self, ctx: &mut rxpath_core::RxCtx<'_>) {
+        self.inner.bundle_done(ctx)
+    }
+    fn poll_done(
+        &mut self,
+        ctx: &mut rxpath_core::RxCtx<'_>,
+        end: rxpath_core::PollEnd,
+    ) -> Option<u64> {
+        self.inner.poll_done(ctx, end)
+    }
+    fn held(&self) -> u64 {
+        self.inner.held()
+    }
+    fn latency(&self) -> Option<&LatencyHist> {
+        self.inner.latency()
+    }
 }
 
 fn tick(live: &Mutex<Live>, start: Instant) -> Tick {
