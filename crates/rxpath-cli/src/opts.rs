@@ -321,14 +321,17 @@ impl RunArgs {
             interrupts: matches!(self.napi, ModeArg::Interrupt),
             producer: match (&self.iface, self.producer) {
                 (Some(name), _) => {
-                    if self.mode == BackendArg::Xdp {
-                        bail!("the AF_XDP backend is not built yet: use --mode packet (or auto)");
-                    }
-                    if self.mode == BackendArg::Auto {
-                        eprintln!("rxpath: AF_XDP backend not built yet; using AF_PACKET (TPACKET_V3, fanout hash) on {name}");
-                    }
-                    Producer::Packet {
-                        iface: IfName::new(name)?,
+                    let iface = IfName::new(name)?;
+                    match self.mode {
+                        BackendArg::Packet => Producer::Packet { iface },
+                        BackendArg::Xdp => Producer::Xdp {
+                            iface,
+                            fallback: false,
+                        },
+                        BackendArg::Auto => Producer::Xdp {
+                            iface,
+                            fallback: true,
+                        },
                     }
                 }
                 (None, _) if self.pcap.is_some() => Producer::Pcap {

@@ -61,6 +61,7 @@ fn describe(cfg: &rxpath_runtime::RunConfig) -> String {
         Producer::Thread { pps: None } => "sim NIC, producer thread as fast as possible".into(),
         Producer::Null => "null queues (engine alone)".into(),
         Producer::Packet { iface } => format!("{} via AF_PACKET", iface.as_str()),
+        Producer::Xdp { iface, .. } => format!("{} via AF_XDP", iface.as_str()),
         Producer::Pcap { path, loops, paced } => format!(
             "pcap {} replayed {} through the sim NIC{}",
             path.display(),

@@ -9,6 +9,7 @@ use rxpath_core::stats::{LatencyHist, NapiStats, SoftnetStats};
 use rxpath_core::time::Clock;
 use rxpath_dev::packet::PacketQueue;
 use rxpath_dev::sim::{self, NullQueue, SimConfig, SimError, Traffic, TrafficConfig};
+use rxpath_dev::sys::xdp::{XdpMode, XdpProgram, XdpQueue};
 use rxpath_dev::{DeviceQueueStats, RxQueue};
 use rxpath_wire::toeplitz::Toeplitz;
 use serde::Serialize;
@@ -36,6 +37,15 @@ pub enum Producer {
     Packet {
         /// Interface name.
         iface: IfName,
+    },
+    /// A real interface through AF_XDP (an XDP program redirecting by
+    /// queue into one AF_XDP socket per queue); with `fallback`, AF_PACKET
+    /// is used when XDP cannot be, with a message.
+    Xdp {
+        /// Interface name.
+        iface: IfName,
+        /// Fall back to AF_PACKET if XDP fails.
+        fallback: bool,
     },
     /// A pcap file replayed through the simulated NIC by a producer thread.
     Pcap {
@@ -364,6 +374,83 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 &mut on_tick,
             )?;
             let _ = live;
+            let (queues, softnet, received_in_window, host, latency) = collect(outs);
+            let (mut frames_total, mut frames_home) = (0, 0);
+            for q in host {
+                let pool = q.into_pool();
+                frames_total += pool.umem().frames();
+                frames_home += pool.available();
+            }
+            Ok(Report {
+                config: cfg.clone(),
+                elapsed,
+                queues,
+                softnet,
+                received_in_window,
+                frames_total,
+                frames_home,
+                latency,
+            })
+        }
+        Producer::Xdp { iface, fallback } => {
+            let name = iface.as_str();
+            check_iface(name)?;
+            let nq = cfg.sim.queues;
+            let opened = XdpProgram::attach(name, nq as u32).and_then(|prog| {
+                let prog = Arc::new(prog);
+                let mut qs = Vec::new();
+                for q in 0..nq {
+                    qs.push(XdpQueue::open(
+                        name,
+                        q as u16,
+                        cfg.sim.frames_per_queue,
+                        prog.clone(),
+                        cfg.interrupts,
+                    )?);
+                }
+                Ok((prog.mode, qs))
+            });
+            let (mode, qs) = match opened {
+                Ok(x) => x,
+                Err(e) if fallback => {
+                    eprintln!("rxpath: AF_XDP on {name} failed ({e}); using AF_PACKET instead");
+                    let mut c = cfg.clone();
+                    c.producer = Producer::Packet { iface };
+                    return run(&c, on_tick);
+                }
+                Err(e) => return Err(RunError::Device(format!("AF_XDP on {name}: {e}"))),
+            };
+            eprintln!(
+                "rxpath: AF_XDP on {name}: {} XDP, {} mode, {} queue(s)",
+                if mode == XdpMode::Native {
+                    "native"
+                } else {
+                    "generic (skb)"
+                },
+                if qs.iter().all(|q| q.zero_copy()) {
+                    "zero-copy"
+                } else {
+                    "copy"
+                },
+                nq
+            );
+            let mut groups: Vec<Vec<Napi<XdpQueue>>> =
+                (0..cfg.threads).map(|_| Vec::new()).collect();
+            for (q, xq) in qs.into_iter().enumerate() {
+                let mut napi = Napi::new(xq, cfg.weight, cfg.bundle, cfg.interrupts);
+                napi.set_gro(gro_cfg.clone());
+                table.add(&mut napi, |n| n.queue().queue_index());
+                groups[q % cfg.threads].push(napi);
+            }
+            let (outs, elapsed, _live) = drive(
+                cfg,
+                groups,
+                &pin_to,
+                &stop_napi,
+                &window_over,
+                None::<fn()>,
+                &mut on_tick,
+            )?;
             let (queues, softnet, received_in_window, host, latency) = collect(outs);
             let (mut frames_total, mut frames_home) = (0, 0);
             for q in host {

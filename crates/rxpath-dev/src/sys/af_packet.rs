@@ -465,6 +465,11 @@ impl PacketRing {
 }
 
 impl FdWaiter {
+    /// Wait on a descriptor this waiter now owns.
+    pub fn from_owned(fd: OwnedFd) -> FdWaiter {
+        FdWaiter(fd)
+    }
+
     /// Wait up to `timeout` for the socket to become readable.
     pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
         let mut pfd = libc::pollfd {

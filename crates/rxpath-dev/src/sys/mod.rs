@@ -24,3 +24,4 @@ pub mod af_packet;
 pub mod ring;
 pub mod sched;
 pub mod umem;
+pub mod xdp;

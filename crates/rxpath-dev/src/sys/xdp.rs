@@ -1,0 +1,462 @@
+//! AF_XDP: an XDP program that redirects by `rx_queue_index` into an
+//! XSKMAP, loaded with the `bpf()` system call and attached with a BPF link
+//! (so it goes away when the process dies), and one AF_XDP socket per queue
+//! whose UMEM is our frame region. The rings are driven with `xdpilone`.
+//!
+//! The program (16 instructions, written out below) takes only IPv4 and
+//! IPv6 frames; everything else (ARP, LLDP, ...) is passed to the kernel, as
+//! is any frame for a queue without a socket.
+
+use super::af_packet::{ifindex, FdWaiter};
+use super::ring::Desc;
+use super::umem::{Frame, FramePool, Umem};
+use crate::{DeviceQueueStats, IrqLine, RxQueue};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+const BPF_PROG_TYPE_XDP: u32 = 6;
+const BPF_XDP: u32 = 37;
+const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+const XDP_PASS: i32 = 2;
+const BPF_FUNC_REDIRECT_MAP: i32 = 51;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Insn {
+    code: u8,
+    regs: u8,
+    off: i16,
+    imm: i32,
+}
+
+const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+    Insn {
+        code,
+        regs: dst | (src << 4),
+        off,
+        imm,
+    }
+}
+
+/// The program: redirect IPv4/IPv6 to the XSK of the receiving queue,
+/// pass the rest. `map_fd` goes into the 64-bit immediate load.
+fn program(map_fd: i32) -> [Insn; 17] {
+    [
+        insn(0x61, 2, 1, 0, 0),                     // r2 = ctx->data
+        insn(0x61, 3, 1, 4, 0),                     // r3 = ctx->data_end
+        insn(0xbf, 4, 2, 0, 0),                     // r4 = r2
+        insn(0x07, 4, 0, 0, 14),                    // r4 += 14
+        insn(0x2d, 4, 3, 10, 0),                    // if r4 > r3 goto pass (+10 → 15)
+        insn(0x69, 5, 2, 12, 0),                    // r5 = *(u16 *)(r2 + 12): ethertype
+        insn(0x15, 5, 0, 2, 0x0008),                // if r5 == htons(0x0800) goto redirect
+        insn(0x15, 5, 0, 1, 0xdd86),                // if r5 == htons(0x86dd) goto redirect
+        insn(0x05, 0, 0, 6, 0),                     // goto pass (+6 → 15)
+        insn(0x61, 2, 1, 16, 0),                    // redirect: r2 = ctx->rx_queue_index
+        insn(0x18, 1, 1, 0, map_fd),                // r1 = map (BPF_PSEUDO_MAP_FD), low half
+        insn(0x00, 0, 0, 0, 0),                     //   high half
+        insn(0xb7, 3, 0, 0, XDP_PASS),              // r3 = XDP_PASS (if no socket)
+        insn(0x85, 0, 0, 0, BPF_FUNC_REDIRECT_MAP), // call bpf_redirect_map
+        insn(0x95, 0, 0, 0, 0),                     // exit
+        insn(0xb7, 0, 0, 0, XDP_PASS),              // pass: r0 = XDP_PASS
+        insn(0x95, 0, 0, 0, 0),                     // exit
+    ]
+}
+
+fn bpf_raw(cmd: libc::c_long, attr: &mut [u64; 16]) -> io::Result<libc::c_long> {
+    // The attribute block is a live, zero-padded 128-byte buffer, larger
+    // than every bpf_attr variant used here.
+    syscall!(syscall(
+        libc::SYS_bpf,
+        cmd,
+        attr.as_mut_ptr() as *mut libc::c_void,
+        128usize
+    ))
+}
+
+/// A `bpf()` command that returns a new descriptor.
+fn bpf(cmd: libc::c_long, attr: &mut [u64; 16]) -> io::Result<OwnedFd> {
+    let fd = bpf_raw(cmd, attr)?;
+    // SAFETY: these commands return a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn put32(attr: &mut [u64; 16], byte_off: usize, v: u32) {
+    let w = &mut attr[byte_off / 8];
+    let shift = (byte_off % 8) * 8;
+    *w = (*w & !(0xffff_ffffu64 << shift)) | (v as u64) << shift;
+}
+
+/// How the XDP program ended up attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XdpMode {
+    /// In the driver (native XDP).
+    Native,
+    /// In the generic, skb-based hook (slower; any device).
+    Generic,
+}
+
+/// The XDP program, its XSKMAP and the BPF link that attaches it. Dropping
+/// it (or the process dying) detaches the program.
+#[derive(Debug)]
+pub struct XdpProgram {
+    map: OwnedFd,
+    _prog: OwnedFd,
+    _link: OwnedFd,
+    /// Where it is attached.
+    pub mode: XdpMode,
+}
+
+impl XdpProgram {
+    /// Load the program for `queues` queues and attach it to `iface`,
+    /// natively if the driver can, else generically.
+    pub fn attach(iface: &str, queues: u32) -> io::Result<XdpProgram> {
+        let ifidx = ifindex(iface)?;
+        let mut a = [0u64; 16];
+        put32(&mut a, 0, BPF_MAP_TYPE_XSKMAP);
+        put32(&mut a, 4, 4);
+        put32(&mut a, 8, 4);
+        put32(&mut a, 12, queues.max(1));
+        let map = bpf(BPF_MAP_CREATE, &mut a).map_err(|e| ctx(e, "creating the XSKMAP"))?;
+        let prog = program(map.as_raw_fd());
+        let license = b"GPL\0";
+        let mut a = [0u64; 16];
+        put32(&mut a, 0, BPF_PROG_TYPE_XDP);
+        put32(&mut a, 4, prog.len() as u32);
+        a[1] = prog.as_ptr() as u64;
+        a[2] = license.as_ptr() as u64;
+        put32(&mut a, 68, BPF_XDP);
+        let prog_fd = bpf(BPF_PROG_LOAD, &mut a).map_err(|e| ctx(e, "loading the XDP program"))?;
+        let link = |flags: u32| {
+            let mut a = [0u64; 16];
+            put32(&mut a, 0, prog_fd.as_raw_fd() as u32);
+            put32(&mut a, 4, ifidx as u32);
+            put32(&mut a, 8, BPF_XDP);
+            put32(&mut a, 12, flags);
+            bpf(BPF_LINK_CREATE, &mut a)
+        };
+        let (link, mode) = match link(XDP_FLAGS_DRV_MODE) {
+            Ok(l) => (l, XdpMode::Native),
+            Err(_) => (
+                link(XDP_FLAGS_SKB_MODE)
+                    .map_err(|e| ctx(e, "attaching XDP (native and generic)"))?,
+                XdpMode::Generic,
+            ),
+        };
+        Ok(XdpProgram {
+            map,
+            _prog: prog_fd,
+            _link: link,
+            mode,
+        })
+    }
+
+    /// Point queue `queue`'s map slot at the socket `fd`.
+    fn set(&self, queue: u32, fd: i32) -> io::Result<()> {
+        let (key, value) = (queue, fd as u32);
+        let mut a = [0u64; 16];
+        put32(&mut a, 0, self.map.as_raw_fd() as u32);
+        a[1] = &key as *const u32 as u64;
+        a[2] = &value as *const u32 as u64;
+        bpf_raw(BPF_MAP_UPDATE_ELEM, &mut a)
+            .map(drop)
+            .map_err(|e| ctx(e, "adding the socket to the XSKMAP"))
+    }
+}
+
+fn ctx(e: io::Error, what: &str) -> io::Error {
+    let hint = match e.raw_os_error() {
+        Some(libc::EPERM) => " (needs root or CAP_BPF + CAP_NET_ADMIN)",
+        Some(libc::EBUSY) | Some(libc::EEXIST) => {
+            " (another XDP program is attached: `ip link set dev IF xdp off`)"
+        }
+        Some(libc::EOPNOTSUPP) => " (XDP not supported on this device)",
+        _ => "",
+    };
+    io::Error::new(e.kind(), format!("{what}: {e}{hint}"))
+}
+
+fn xerr(e: xdpilone::Errno, what: &str) -> io::Error {
+    io::Error::other(format!("{what}: {e}"))
+}
+
+/// One AF_XDP receive queue with its own UMEM (our frame region).
+pub struct XdpQueue {
+    index: u16,
+    umem: Arc<Umem>,
+    _xumem: xdpilone::Umem,
+    device: xdpilone::DeviceQueue,
+    user: xdpilone::User,
+    rx: xdpilone::RingRx,
+    /// Frames posted to the kernel, by index.
+    in_kernel: Vec<Option<Frame>>,
+    free: Vec<Frame>,
+    pending: std::collections::VecDeque<xdpilone::xdp::XdpDesc>,
+    irq: Arc<IrqLine>,
+    irq_thread: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
+    received: u64,
+    zero_copy: bool,
+    _prog: Arc<XdpProgram>,
+}
+
+impl std::fmt::Debug for XdpQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XdpQueue")
+            .field("index", &self.index)
+            .field("zero_copy", &self.zero_copy)
+            .finish()
+    }
+}
+
+// SAFETY: the xdpilone handles are plain descriptors and mmapped rings used
+// only through `&mut self` by the thread that owns the queue.
+unsafe impl Send for XdpQueue {}
+
+impl XdpQueue {
+    /// Open queue `index` of `iface` with `frames` frames, registering the
+    /// socket in `prog`'s map. Tries zero-copy, then copy mode.
+    pub fn open(
+        iface: &str,
+        index: u16,
+        frames: usize,
+        prog: Arc<XdpProgram>,
+        interrupts: bool,
+    ) -> io::Result<XdpQueue> {
+        match Self::open_with(iface, index, frames, prog.clone(), interrupts, true) {
+            Ok(q) => Ok(q),
+            Err(_) => Self::open_with(iface, index, frames, prog, interrupts, false),
+        }
+    }
+
+    fn open_with(
+        iface: &str,
+        index: u16,
+        frames: usize,
+        prog: Arc<XdpProgram>,
+        interrupts: bool,
+        zero_copy: bool,
+    ) -> io::Result<XdpQueue> {
+        let pool = FramePool::new(frames, crate::DEFAULT_FRAME_SIZE)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let umem = pool.umem().clone();
+        let (base, len) = umem.region();
+        let area = NonNull::slice_from_raw_parts(
+            NonNull::new(base).ok_or_else(|| io::Error::other("null UMEM"))?,
+            len,
+        );
+        let cfg = xdpilone::UmemConfig {
+            fill_size: (frames as u32).next_power_of_two(),
+            complete_size: 64,
+            frame_size: crate::DEFAULT_FRAME_SIZE as u32,
+            headroom: 0,
+            flags: 0,
+        };
+        // SAFETY: the area is our page-aligned frame region, kept alive by
+        // `umem` (an Arc held in this queue) for as long as the kernel may
+        // write into it; frames are only touched by whoever holds their
+        // token, and the kernel only writes frames we posted to it.
+        let xumem = unsafe { xdpilone::Umem::new(cfg, area) }
+            .map_err(|e| xerr(e, "registering the UMEM"))?;
+        let mut info = xdpilone::IfInfo::invalid();
+        let name =
+            std::ffi::CString::new(iface).map_err(|_| io::Error::other("bad interface name"))?;
+        info.from_name(&name).map_err(|e| xerr(e, "interface"))?;
+        info.set_queue(index as u32);
+        let sock =
+            xdpilone::Socket::with_shared(&info, &xumem).map_err(|e| xerr(e, "AF_XDP socket"))?;
+        let device = xumem
+            .fq_cq(&sock)
+            .map_err(|e| xerr(e, "fill/completion rings"))?;
+        let mode = if zero_copy {
+            xdpilone::SocketConfig::XDP_BIND_ZEROCOPY
+        } else {
+            xdpilone::SocketConfig::XDP_BIND_COPY
+        };
+        let sc = xdpilone::SocketConfig {
+            rx_size: std::num::NonZeroU32::new(2048),
+            tx_size: None,
+            bind_flags: mode | xdpilone::SocketConfig::XDP_BIND_NEED_WAKEUP,
+        };
+        let user = xumem.rx_tx(&sock, &sc).map_err(|e| xerr(e, "RX ring"))?;
+        xumem.bind(&user).map_err(|e| {
+            xerr(
+                e,
+                if zero_copy {
+                    "binding in zero-copy mode"
+                } else {
+                    "binding in copy mode"
+                },
+            )
+        })?;
+        let rx = user.map_rx().map_err(|e| xerr(e, "mapping the RX ring"))?;
+        prog.set(index as u32, rx.as_raw_fd())?;
+        let mut pool = pool;
+        let mut free = Vec::with_capacity(frames);
+        while let Some(f) = pool.alloc() {
+            free.push(f);
+        }
+        let irq = Arc::new(IrqLine::default());
+        let irq_thread = if interrupts {
+            // SAFETY: dup of the live RX socket descriptor; the duplicate is
+            // owned by the waiter.
+            let dup = syscall!(fcntl(rx.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0))?;
+            let waiter = FdWaiter::from_owned(unsafe { OwnedFd::from_raw_fd(dup) });
+            let stop = Arc::new(AtomicBool::new(false));
+            let (s, line) = (stop.clone(), irq.clone());
+            let h = std::thread::Builder::new()
+                .name(format!("rxpath-xdp-irq/{index}"))
+                .spawn(move || {
+                    while !s.load(Ordering::Relaxed) {
+                        if !line.is_armed() {
+                            std::thread::sleep(Duration::from_micros(20));
+                            continue;
+                        }
+                        if let Ok(true) = waiter.wait(Duration::from_millis(2)) {
+                            if !line.raise() {
+                                std::thread::yield_now();
+                            }
+                        }
+                    }
+                })?;
+            Some((stop, h))
+        } else {
+            None
+        };
+        let mut q = XdpQueue {
+            index,
+            umem,
+            _xumem: xumem,
+            device,
+            user,
+            rx,
+            in_kernel: (0..frames).map(|_| None).collect(),
+            free,
+            pending: Default::default(),
+            irq,
+            irq_thread,
+            received: 0,
+            zero_copy,
+            _prog: prog,
+        };
+        q.post();
+        Ok(q)
+    }
+
+    /// True when the socket runs in zero-copy mode.
+    pub fn zero_copy(&self) -> bool {
+        self.zero_copy
+    }
+
+    /// Post every free frame to the fill ring.
+    fn post(&mut self) {
+        if self.free.is_empty() {
+            return;
+        }
+        let fs = self.umem.frame_size() as u64;
+        let mut w = self.device.fill(self.free.len() as u32);
+        let n = w.capacity() as usize;
+        let take = n.min(self.free.len());
+        let start = self.free.len() - take;
+        let addrs: Vec<u64> = self.free[start..]
+            .iter()
+            .map(|f| f.index() as u64 * fs)
+            .collect();
+        let put = w.insert(addrs.into_iter()) as usize;
+        w.commit();
+        drop(w);
+        for f in self.free.drain(start..start + put) {
+            let i = f.index() as usize;
+            self.in_kernel[i] = Some(f);
+        }
+        if self.device.needs_wakeup() {
+            self.device.wake();
+        }
+    }
+
+    /// Stop the interrupt thread and gather every frame back: the ones
+    /// posted to the kernel come back once the socket is gone.
+    pub fn into_pool(mut self) -> FramePool {
+        if let Some((stop, h)) = self.irq_thread.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = h.join();
+        }
+        let mut frames = std::mem::take(&mut self.free);
+        frames.extend(self.in_kernel.iter_mut().filter_map(Option::take));
+        FramePool::from_frames(self.umem.clone(), frames)
+    }
+}
+
+impl Drop for XdpQueue {
+    fn drop(&mut self) {
+        if let Some((stop, h)) = self.irq_thread.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = h.join();
+        }
+    }
+}
+
+impl RxQueue for XdpQueue {
+    fn umem(&self) -> &Umem {
+        &self.umem
+    }
+    fn queue_index(&self) -> u16 {
+        self.index
+    }
+    fn pull(&mut self) -> Option<Desc> {
+        if self.pending.is_empty() {
+            let mut r = self.rx.receive(64);
+            while let Some(d) = r.read() {
+                self.pending.push_back(d);
+            }
+            r.release();
+        }
+        let d = self.pending.pop_front()?;
+        let fs = self.umem.frame_size() as u64;
+        let (idx, off) = ((d.addr / fs) as usize, (d.addr % fs) as u16);
+        let frame = self.in_kernel.get_mut(idx).and_then(Option::take)?;
+        self.received += 1;
+        Some(Desc {
+            frame,
+            off,
+            len: d.len as u16,
+            rxhash: 0,
+            flags: 0,
+        })
+    }
+    fn pull_done(&mut self) {}
+    fn recycle(&mut self, frame: Frame) {
+        self.free.push(frame);
+    }
+    fn recycle_bulk(&mut self, frames: &mut Vec<Frame>) {
+        self.free.append(frames);
+    }
+    fn recycle_done(&mut self) {
+        self.post();
+    }
+    fn irq(&self) -> Option<&IrqLine> {
+        self.irq_thread.as_ref().map(|_| &*self.irq)
+    }
+    fn has_pending(&mut self) -> bool {
+        !self.pending.is_empty() || self.rx.available() > 0
+    }
+    fn device_stats(&self) -> DeviceQueueStats {
+        let st = self.user.statistics_v2().unwrap_or_default();
+        DeviceQueueStats {
+            offered: self.received + st.rx_dropped + st.rx_ring_full,
+            rx_ring: self.received,
+            rx_missed: st.rx_dropped + st.rx_ring_full,
+            rx_no_buffer: st.rx_fill_ring_empty_descs,
+            wakeups: self.irq.wakeups(),
+        }
+    }
+}
