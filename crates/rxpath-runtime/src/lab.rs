@@ -47,15 +47,17 @@ pub fn sh(cmd: &str, args: &[&str]) -> io::Result<String> {
 }
 
 impl VethLab {
-    /// Make namespace `rxp-<tag>-<pid>` with a veth pair (198.18.0.1/24 on
+    /// Make namespace `rxp-<tag>-<pid>-<n>` with a veth pair (198.18.0.1/24 on
     /// `a`, 198.18.0.2/24 on `b`), both up. Anything half made is removed
     /// on error.
     pub fn create(tag: &str) -> io::Result<VethLab> {
+        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 100;
         let pid = std::process::id() % 100_000;
         let lab = VethLab {
-            ns: format!("rxp-{tag}-{pid}"),
-            a: format!("{tag}a{pid}"),
-            b: format!("{tag}b{pid}"),
+            ns: format!("rxp-{tag}-{pid}-{n}"),
+            a: format!("{tag}{n}a{pid}"),
+            b: format!("{tag}{n}b{pid}"),
         };
         if lab.a.len() > 15 {
             return Err(io::Error::new(

@@ -234,7 +234,16 @@ impl XdpQueue {
     ) -> io::Result<XdpQueue> {
         match Self::open_with(iface, index, frames, prog.clone(), interrupts, true) {
             Ok(q) => Ok(q),
-            Err(_) => Self::open_with(iface, index, frames, prog, interrupts, false),
+            Err(_) => Self::open_with(iface, index, frames, prog, interrupts, false).map_err(|e| {
+                if index > 0 && e.to_string().contains("Invalid argument") {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("queue {index} is out of range for {iface} (see `ethtool -l {iface}`; use fewer --queues)"),
+                    )
+                } else {
+                    e
+                }
+            }),
         }
     }
 

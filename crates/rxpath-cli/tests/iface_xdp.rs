@@ -1,0 +1,210 @@
+//! AF_XDP and AF_PACKET through the `rxpath` binary on a veth pair in a
+//! fresh namespace (root only; CI runs it as root): exact counts from a
+//! kernel UDP sender, no XDP program left after a clean exit or a SIGKILL,
+//! and one-line errors.
+
+use rxpath_runtime::lab::{VethLab, MAC_B};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn is_root() -> bool {
+    rxpath_dev::sys::sched::is_root()
+}
+
+fn lab() -> VethLab {
+    let lab = VethLab::create("xq").expect("netns + veth (iproute2)");
+    // Let the kernel's UDP sends leave through `a` (see iface_packet.rs).
+    lab.ip(&["addr", "del", "198.18.0.2/24", "dev", &lab.b])
+        .unwrap();
+    let mac = MAC_B
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    lab.ip(&[
+        "neigh",
+        "replace",
+        "198.18.0.2",
+        "lladdr",
+        &mac,
+        "dev",
+        &lab.a,
+        "nud",
+        "permanent",
+    ])
+    .unwrap();
+    lab
+}
+
+fn rxpath_in(lab: &VethLab, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &lab.ns, env!("CARGO_BIN_EXE_rxpath")])
+        .args(args);
+    c
+}
+
+fn send_udp(lab: &VethLab, n: usize) {
+    let script = format!(
+        "import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\nfor i in range({n}):\n    s.sendto(b'x'*64,('198.18.0.2',9000+i%8))\n    if i%200==0: time.sleep(0.001)\n"
+    );
+    let st = Command::new("ip")
+        .args(["netns", "exec", &lab.ns, "python3", "-c", &script])
+        .status()
+        .expect("python3");
+    assert!(st.success());
+}
+
+fn xdp_attached(lab: &VethLab) -> bool {
+    lab.ip(&["link", "show", &lab.b])
+        .unwrap_or_default()
+        .contains("prog/xdp")
+}
+
+#[test]
+fn af_xdp_and_af_packet_receive_exact_counts_and_leave_nothing_attached() {
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs it as root)");
+        return;
+    }
+    let lab = lab();
+    for mode in ["xdp", "packet"] {
+        let child = rxpath_in(
+            &lab,
+            &[
+                "run",
+                "--iface",
+                &lab.b,
+                "--queues",
+                "1",
+                "--mode",
+                mode,
+                "--duration",
+                "2500ms",
+                "--json",
+                "--no-pin",
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        if mode == "xdp" {
+            assert!(
+                xdp_attached(&lab),
+                "the XDP program is attached while running"
+            );
+        }
+        send_udp(&lab, 4000);
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode}: {err}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["total"]["delivered"].as_u64(), Some(4000), "{mode}: {v}");
+        assert_eq!(v["consistent"], true, "{mode}");
+        assert_eq!(v["frames_home"], v["frames_total"], "{mode}");
+        assert!(
+            !xdp_attached(&lab),
+            "{mode}: nothing left attached after exit"
+        );
+    }
+    // SIGKILL: the BPF link dies with the process, and the program with it.
+    let mut child = rxpath_in(
+        &lab,
+        &[
+            "run",
+            "--iface",
+            &lab.b,
+            "--queues",
+            "1",
+            "--mode",
+            "xdp",
+            "--duration",
+            "30s",
+            "--no-pin",
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(xdp_attached(&lab));
+    // `ip netns exec` execs the binary, so this is rxpath's pid.
+    let _ = Command::new("kill")
+        .args(["-9", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!xdp_attached(&lab), "no XDP program left after SIGKILL");
+}
+
+#[test]
+fn interface_errors_are_one_line_and_name_the_fix() {
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs it as root)");
+        return;
+    }
+    let lab = lab();
+    let run = |args: &[&str]| {
+        let o = rxpath_in(&lab, args).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).trim_end().to_string(),
+        )
+    };
+    let (code, err) = run(&[
+        "run",
+        "--iface",
+        "nosuch0",
+        "--mode",
+        "xdp",
+        "--duration",
+        "1",
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.lines()
+            .last()
+            .unwrap()
+            .contains("no interface named nosuch0"),
+        "{err}"
+    );
+    lab.ip(&["link", "set", &lab.b, "down"]).unwrap();
+    let (code, err) = run(&[
+        "run",
+        "--iface",
+        &lab.b,
+        "--mode",
+        "packet",
+        "--duration",
+        "1",
+    ]);
+    assert_eq!(code, Some(2));
+    let last = err.lines().last().unwrap();
+    assert!(
+        last.contains("is down") && last.contains("ip link set"),
+        "{err}"
+    );
+    lab.ip(&["link", "set", &lab.b, "up"]).unwrap();
+    let (code, err) = run(&[
+        "run",
+        "--iface",
+        &lab.b,
+        "--mode",
+        "xdp",
+        "--queues",
+        "9",
+        "--duration",
+        "1",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.lines().last().unwrap().contains("out of range"),
+        "{err}"
+    );
+    assert!(
+        !xdp_attached(&lab),
+        "nothing left attached after a failed start"
+    );
+}
