@@ -17,6 +17,7 @@ fn main() -> ExitCode {
         opts::Cmd::Run(a) => report::run(a),
         opts::Cmd::Bench(b) => bench::bench(b),
         opts::Cmd::Lab(l) => lab(l),
+        opts::Cmd::Gen(g) => gen(g),
     };
     match result {
         Ok(code) => code,
@@ -79,6 +80,72 @@ fn lab(a: opts::LabArgs) -> anyhow::Result<ExitCode> {
                 }
             );
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn in_benchmark_range(a: std::net::Ipv4Addr) -> bool {
+    let o = a.octets();
+    o[0] == 198 && (o[1] == 18 || o[1] == 19)
+}
+
+fn gen(a: opts::GenArgs) -> anyhow::Result<ExitCode> {
+    use rxpath_dev::sim::{TrafficConfig, WireAddrs};
+    use rxpath_runtime::gen::{GenConfig, TxMode};
+    if !in_benchmark_range(a.src_ip) || !in_benchmark_range(a.dst_ip) {
+        anyhow::bail!("gen sends only within 198.18.0.0/15 (RFC 2544's benchmarking range)");
+    }
+    let cfg = GenConfig {
+        iface: a.iface.clone(),
+        mode: if a.mode == opts::TxArg::Xdp {
+            TxMode::Xdp
+        } else {
+            TxMode::Packet
+        },
+        traffic: TrafficConfig {
+            flows: a.flows,
+            mix: a.mix,
+            udp_frame: a.size,
+            wire: Some(WireAddrs {
+                src: a.src_ip,
+                dst: a.dst_ip,
+                src_mac: [0x02, 0x52, 0x58, 0, 0, 0x99],
+                dst_mac: a.dst_mac,
+            }),
+            ..TrafficConfig::default()
+        },
+        pcap: a.pcap.clone(),
+        pps: a.pps,
+        count: a.count,
+        duration: a.duration,
+        batch: a.batch,
+    };
+    let mut last = 0u64;
+    let rep = rxpath_runtime::gen::gen(&cfg, |r| {
+        if !a.json {
+            println!(
+                "{:6.1}s  sent {:8.3} Mpps  completed {}",
+                r.elapsed.as_secs_f64(),
+                (r.sent - last) as f64 / 1e6,
+                r.completed
+            );
+        }
+        last = r.sent;
+    })?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({"sent": rep.sent, "completed": rep.completed, "errors": rep.errors, "pps": rep.pps(), "elapsed_s": rep.elapsed.as_secs_f64()})
+        );
+    } else {
+        println!(
+            "gen: sent {} packets in {:.2}s ({:.3} Mpps), {} completed, {} errors",
+            rep.sent,
+            rep.elapsed.as_secs_f64(),
+            rep.pps() / 1e6,
+            rep.completed,
+            rep.errors
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -25,9 +25,76 @@ pub enum Cmd {
     /// Benchmarks that print ratios measured in one run.
     #[command(subcommand)]
     Bench(BenchCmd),
+    /// Send traffic out of an interface (AF_XDP TX or AF_PACKET).
+    Gen(GenArgs),
     /// Build, remove or show the test topology: a veth pair, host end here,
     /// peer end in a network namespace, addresses from 198.18.0.0/15.
     Lab(LabArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct GenArgs {
+    /// Interface to send from.
+    #[arg(long)]
+    pub iface: String,
+    /// xdp (AF_XDP TX ring) or packet (AF_PACKET send).
+    #[arg(long, value_enum, default_value_t = TxArg::Xdp)]
+    pub mode: TxArg,
+    /// Flow mix: udp, tcp-bulk, tcp-rr or mixed.
+    #[arg(long, default_value = "udp")]
+    pub mix: Mix,
+    /// Number of flows.
+    #[arg(long, default_value_t = 64)]
+    pub flows: usize,
+    /// UDP frame size in bytes (60..=1514).
+    #[arg(long, default_value_t = 60)]
+    pub size: usize,
+    /// Packets per second (default: as fast as possible).
+    #[arg(long)]
+    pub pps: Option<u64>,
+    /// Stop after this many packets.
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Stop after this long.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Send the frames of a pcap file (in a loop) instead of generated flows.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
+    /// Source IPv4 address (198.18.0.0/15 only).
+    #[arg(long, default_value = "198.18.0.2")]
+    pub src_ip: std::net::Ipv4Addr,
+    /// Destination IPv4 address (198.18.0.0/15 only).
+    #[arg(long, default_value = "198.18.0.1")]
+    pub dst_ip: std::net::Ipv4Addr,
+    /// Destination MAC (default: broadcast).
+    #[arg(long, default_value = "ff:ff:ff:ff:ff:ff", value_parser = parse_mac)]
+    pub dst_mac: [u8; 6],
+    /// Frames per batch.
+    #[arg(long, default_value_t = 64)]
+    pub batch: usize,
+    /// Print the final report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TxArg {
+    Xdp,
+    Packet,
+}
+
+/// Parse aa:bb:cc:dd:ee:ff.
+pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let mut m = [0u8; 6];
+    if parts.len() != 6 {
+        return Err(format!("'{s}' is not a MAC address"));
+    }
+    for (d, p) in m.iter_mut().zip(parts) {
+        *d = u8::from_str_radix(p, 16).map_err(|_| format!("'{s}' is not a MAC address"))?;
+    }
+    Ok(m)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

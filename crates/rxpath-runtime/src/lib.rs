@@ -21,6 +21,7 @@
 #![deny(missing_docs, missing_debug_implementations)]
 
 pub mod clock;
+pub mod gen;
 pub mod lab;
 pub mod run;
 

@@ -30,7 +30,7 @@ use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-pub use traffic::{Mix, Traffic, TrafficConfig};
+pub use traffic::{Mix, Traffic, TrafficConfig, WireAddrs};
 
 /// Interrupt coalescing, as `ethtool -C`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -52,6 +52,19 @@ impl FromStr for Mix {
     }
 }
 
+/// Addresses for traffic that goes out of a real interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct WireAddrs {
+    /// Source IPv4 address (flows use distinct source ports).
+    pub src: Ipv4Addr,
+    /// Destination IPv4 address.
+    pub dst: Ipv4Addr,
+    /// Source MAC.
+    pub src_mac: [u8; 6],
+    /// Destination MAC.
+    pub dst_mac: [u8; 6],
+}
+
 /// Traffic parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct TrafficConfig {
@@ -70,6 +83,9 @@ pub struct TrafficConfig {
     /// Segments a bulk flow sends back to back once it sends (a TSO/GSO
     /// chunk leaving the sender at line rate); 1 interleaves every segment.
     pub burst: usize,
+    /// Addressing for real wires: IPv4 source and destination and MACs
+    /// (None: the simulated defaults, 198.18.x.y → 198.19.0.1).
+    pub wire: Option<WireAddrs>,
     /// Stamp request/response payloads with the send time ([`crate::mono_ns`],
     /// 8 bytes little endian at the start of the payload), for latency.
     pub stamp: bool,
@@ -88,6 +104,7 @@ impl Default for TrafficConfig {
             request: 64,
             stamp: false,
             burst: 1,
+            wire: None,
             seed: 1,
         }
     }
@@ -181,7 +198,7 @@ impl Traffic {
                         _ => Kind::Rr,
                     },
                 };
-                let v6 = cfg.mix == Mix::Mixed && i % 8 == 7;
+                let v6 = cfg.mix == Mix::Mixed && i % 8 == 7 && cfg.wire.is_none();
                 let (src, dst): (IpAddr, IpAddr) = if v6 {
                     (
                         Ipv6Addr::new(0x2001, 2, 0, 1, 0, 0, (i >> 16) as u16, i as u16).into(),
@@ -200,8 +217,16 @@ impl Traffic {
                     Kind::Bulk => 5201,
                     Kind::Rr => 11111,
                 };
+                let (src, dst) = match cfg.wire {
+                    Some(w) => (IpAddr::from(w.src), IpAddr::from(w.dst)),
+                    None => (src, dst),
+                };
                 let mut spec = Spec::new(src, dst, sport, dport);
-                if cfg.mix == Mix::Mixed && i % 8 == 3 {
+                if let Some(w) = cfg.wire {
+                    spec.src_mac = w.src_mac;
+                    spec.dst_mac = w.dst_mac;
+                }
+                if cfg.mix == Mix::Mixed && i % 8 == 3 && cfg.wire.is_none() {
                     spec.vlan = Some(100);
                 }
                 let proto = if kind == Kind::Udp {

@@ -469,3 +469,172 @@ impl RxQueue for XdpQueue {
         }
     }
 }
+
+/// One AF_XDP transmit queue with its own UMEM (our frame region): frames
+/// are written in place, posted to the TX ring in batches, and come back to
+/// the pool through the completion ring.
+pub struct XdpTx {
+    umem: Arc<Umem>,
+    _xumem: xdpilone::Umem,
+    device: xdpilone::DeviceQueue,
+    tx: xdpilone::RingTx,
+    free: Vec<Frame>,
+    in_flight: Vec<Option<Frame>>,
+    /// Frames handed to the kernel so far.
+    pub sent: u64,
+    /// Completions reaped so far.
+    pub completed: u64,
+    descs: Vec<xdpilone::xdp::XdpDesc>,
+}
+
+impl std::fmt::Debug for XdpTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XdpTx")
+            .field("sent", &self.sent)
+            .field("completed", &self.completed)
+            .finish()
+    }
+}
+
+// SAFETY: as for XdpQueue: descriptors and rings used through `&mut self`.
+unsafe impl Send for XdpTx {}
+
+impl XdpTx {
+    /// Open TX queue `queue` of `iface` with `frames` frames.
+    pub fn open(iface: &str, queue: u32, frames: usize) -> io::Result<XdpTx> {
+        let pool = FramePool::new(frames, crate::DEFAULT_FRAME_SIZE)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let umem = pool.umem().clone();
+        let (base, len) = umem.region();
+        let area = NonNull::slice_from_raw_parts(
+            NonNull::new(base).ok_or_else(|| io::Error::other("null UMEM"))?,
+            len,
+        );
+        let cfg = xdpilone::UmemConfig {
+            fill_size: 64,
+            complete_size: (frames as u32).next_power_of_two(),
+            frame_size: crate::DEFAULT_FRAME_SIZE as u32,
+            headroom: 0,
+            flags: 0,
+        };
+        // SAFETY: as in XdpQueue::open: our page-aligned region, kept alive
+        // by `umem`; the kernel reads only frames we post to the TX ring.
+        let xumem = unsafe { xdpilone::Umem::new(cfg, area) }
+            .map_err(|e| xerr(e, "registering the TX UMEM"))?;
+        let mut info = xdpilone::IfInfo::invalid();
+        let name =
+            std::ffi::CString::new(iface).map_err(|_| io::Error::other("bad interface name"))?;
+        info.from_name(&name).map_err(|e| xerr(e, "interface"))?;
+        info.set_queue(queue);
+        let sock =
+            xdpilone::Socket::with_shared(&info, &xumem).map_err(|e| xerr(e, "AF_XDP socket"))?;
+        let device = xumem
+            .fq_cq(&sock)
+            .map_err(|e| xerr(e, "fill/completion rings"))?;
+        let sc = xdpilone::SocketConfig {
+            rx_size: None,
+            tx_size: std::num::NonZeroU32::new((frames as u32).next_power_of_two().min(4096)),
+            bind_flags: xdpilone::SocketConfig::XDP_BIND_NEED_WAKEUP,
+        };
+        let user = xumem.rx_tx(&sock, &sc).map_err(|e| xerr(e, "TX ring"))?;
+        xumem.bind(&user).map_err(|e| xerr(e, "binding for TX"))?;
+        let tx = user.map_tx().map_err(|e| xerr(e, "mapping the TX ring"))?;
+        let mut pool = pool;
+        let mut free = Vec::with_capacity(frames);
+        while let Some(f) = pool.alloc() {
+            free.push(f);
+        }
+        Ok(XdpTx {
+            umem,
+            _xumem: xumem,
+            device,
+            tx,
+            free,
+            in_flight: (0..frames).map(|_| None).collect(),
+            sent: 0,
+            completed: 0,
+            descs: Vec::with_capacity(64),
+        })
+    }
+
+    /// Take back completed frames.
+    pub fn reap(&mut self) {
+        let fs = self.umem.frame_size() as u64;
+        let mut c = self.device.complete(self.in_flight.len() as u32);
+        while let Some(addr) = c.read() {
+            if let Some(f) = self
+                .in_flight
+                .get_mut((addr / fs) as usize)
+                .and_then(Option::take)
+            {
+                self.free.push(f);
+                self.completed += 1;
+            }
+        }
+        c.release();
+    }
+
+    /// Write up to `n` packets with `write` (which fills a frame and returns
+    /// the packet length, or None to stop) and post them. Returns how many
+    /// were posted.
+    pub fn send_batch(
+        &mut self,
+        n: usize,
+        mut write: impl FnMut(&mut [u8]) -> Option<usize>,
+    ) -> usize {
+        self.reap();
+        let fs = self.umem.frame_size() as u64;
+        self.descs.clear();
+        let mut frames = Vec::new();
+        while self.descs.len() < n {
+            let Some(mut f) = self.free.pop() else { break };
+            match write(self.umem.data_mut(&mut f)) {
+                Some(len) => {
+                    self.descs.push(xdpilone::xdp::XdpDesc {
+                        addr: f.index() as u64 * fs,
+                        len: len as u32,
+                        options: 0,
+                    });
+                    frames.push(f);
+                }
+                None => {
+                    self.free.push(f);
+                    break;
+                }
+            }
+        }
+        let mut w = self.tx.transmit(self.descs.len() as u32);
+        let put = w.insert(self.descs.iter().copied()) as usize;
+        w.commit();
+        drop(w);
+        for (i, f) in frames.into_iter().enumerate() {
+            if i < put {
+                let idx = f.index() as usize;
+                self.in_flight[idx] = Some(f);
+            } else {
+                self.free.push(f);
+            }
+        }
+        self.sent += put as u64;
+        if self.tx.needs_wakeup() {
+            self.tx.wake();
+        }
+        put
+    }
+
+    /// Wait for outstanding completions (up to `timeout`) and return the
+    /// pool. Frames still in flight after that are taken back too: the
+    /// socket closes right after, so the kernel no longer reads them.
+    pub fn finish(mut self, timeout: Duration) -> (FramePool, u64) {
+        let end = std::time::Instant::now() + timeout;
+        while self.in_flight.iter().any(Option::is_some) && std::time::Instant::now() < end {
+            self.tx.wake();
+            self.reap();
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        let completed = self.completed;
+        let mut frames = std::mem::take(&mut self.free);
+        frames.extend(self.in_flight.iter_mut().filter_map(Option::take));
+        (FramePool::from_frames(self.umem.clone(), frames), completed)
+    }
+}
