@@ -13,6 +13,7 @@ pub fn bench(cmd: BenchCmd) -> Result<ExitCode> {
     match cmd {
         BenchCmd::Rxdrop(a) => rxdrop(a),
         BenchCmd::Gro(a) => crate::bench_gro::gro(a),
+        BenchCmd::RxIface(a) => crate::bench_iface::rx_iface(a),
     }
 }
 

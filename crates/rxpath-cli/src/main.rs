@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_gro;
+mod bench_iface;
 mod opts;
 mod report;
 

@@ -140,6 +140,17 @@ pub enum BenchCmd {
     /// Seed 004's experiment: GRO with gro_flush_timeout 0 vs N ns (and
     /// adaptive) on 200 bulk TCP flows, and request/response latency.
     Gro(GroBenchArgs),
+    /// Receivers side by side on the lab veth (root): rxpath AF_XDP
+    /// spinning and sleeping, AF_PACKET, the kernel UDP socket, DPDK
+    /// net_af_xdp, and XDP_DROP.
+    RxIface(RxIfaceArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RxIfaceArgs {
+    /// Generator run per receiver.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub duration: Duration,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -2,6 +2,7 @@
 //! oracle tests use to control who runs when.
 
 use std::io;
+use std::time::Duration;
 
 fn cpu_set(cpu: usize) -> libc::cpu_set_t {
     // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
@@ -67,4 +68,75 @@ pub fn enter_netns(path: &str) -> io::Result<()> {
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
+}
+
+/// CPU time (user + system) used so far by the calling process, or by the
+/// calling thread with `thread`.
+pub fn cpu_time(thread: bool) -> Duration {
+    // SAFETY: rusage is plain data; all-zero is valid.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let who = if thread {
+        libc::RUSAGE_THREAD
+    } else {
+        libc::RUSAGE_SELF
+    };
+    // Points to a live rusage.
+    if syscall!(getrusage(who, &mut ru as *mut libc::rusage)).is_err() {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Receive UDP datagrams on `sock` with `recvmmsg` (64 at a time) until
+/// `deadline`; returns (datagrams, bytes). The kernel socket baseline.
+pub fn recvmmsg_until(
+    sock: &std::net::UdpSocket,
+    deadline: std::time::Instant,
+) -> io::Result<(u64, u64)> {
+    use std::os::fd::AsRawFd;
+    const N: usize = 64;
+    let mut bufs = vec![[0u8; 2048]; N];
+    // SAFETY: iovec/mmsghdr are plain data; all-zero is valid before we
+    // point them at the buffers below.
+    let mut iov: Vec<libc::iovec> = bufs
+        .iter_mut()
+        .map(|b| libc::iovec {
+            iov_base: b.as_mut_ptr() as *mut libc::c_void,
+            iov_len: b.len(),
+        })
+        .collect();
+    let mut msgs: Vec<libc::mmsghdr> = (0..N).map(|_| unsafe { std::mem::zeroed() }).collect();
+    for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+        m.msg_hdr.msg_iov = v as *mut libc::iovec;
+        m.msg_hdr.msg_iovlen = 1;
+    }
+    let (mut pkts, mut bytes) = (0u64, 0u64);
+    while std::time::Instant::now() < deadline {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 50_000_000,
+        };
+        // msgs points at N live mmsghdr whose iovecs point at live buffers
+        // (`bufs` and `iov` outlive the call); `ts` is a live timespec.
+        let r = syscall!(recvmmsg(
+            sock.as_raw_fd(),
+            msgs.as_mut_ptr(),
+            N as u32,
+            libc::MSG_WAITFORONE,
+            &mut ts as *mut libc::timespec
+        ));
+        match r {
+            Ok(n) => {
+                pkts += n as u64;
+                bytes += msgs[..n as usize]
+                    .iter()
+                    .map(|m| m.msg_len as u64)
+                    .sum::<u64>();
+            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EINTR)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((pkts, bytes))
 }

@@ -161,6 +161,49 @@ impl XdpProgram {
         })
     }
 
+    /// The kernel's own ceiling: attach a program that drops every frame
+    /// (`XDP_DROP`), natively if possible.
+    pub fn attach_drop(iface: &str) -> io::Result<XdpProgram> {
+        let ifidx = ifindex(iface)?;
+        let mut a = [0u64; 16];
+        put32(&mut a, 0, 2); // BPF_MAP_TYPE_ARRAY: the map only keeps the struct shape
+        put32(&mut a, 4, 4);
+        put32(&mut a, 8, 4);
+        put32(&mut a, 12, 1);
+        let map = bpf(BPF_MAP_CREATE, &mut a).map_err(|e| ctx(e, "creating a map"))?;
+        let prog = [insn(0xb7, 0, 0, 0, 1), insn(0x95, 0, 0, 0, 0)]; // r0 = XDP_DROP; exit
+        let license = b"GPL\0";
+        let mut a = [0u64; 16];
+        put32(&mut a, 0, BPF_PROG_TYPE_XDP);
+        put32(&mut a, 4, prog.len() as u32);
+        a[1] = prog.as_ptr() as u64;
+        a[2] = license.as_ptr() as u64;
+        put32(&mut a, 68, BPF_XDP);
+        let prog_fd =
+            bpf(BPF_PROG_LOAD, &mut a).map_err(|e| ctx(e, "loading the XDP drop program"))?;
+        let link = |flags: u32| {
+            let mut a = [0u64; 16];
+            put32(&mut a, 0, prog_fd.as_raw_fd() as u32);
+            put32(&mut a, 4, ifidx as u32);
+            put32(&mut a, 8, BPF_XDP);
+            put32(&mut a, 12, flags);
+            bpf(BPF_LINK_CREATE, &mut a)
+        };
+        let (link, mode) = match link(XDP_FLAGS_DRV_MODE) {
+            Ok(l) => (l, XdpMode::Native),
+            Err(_) => (
+                link(XDP_FLAGS_SKB_MODE).map_err(|e| ctx(e, "attaching XDP"))?,
+                XdpMode::Generic,
+            ),
+        };
+        Ok(XdpProgram {
+            map,
+            _prog: prog_fd,
+            _link: link,
+            mode,
+        })
+    }
+
     /// Point queue `queue`'s map slot at the socket `fd`.
     fn set(&self, queue: u32, fd: i32) -> io::Result<()> {
         let (key, value) = (queue, fd as u32);
@@ -459,12 +502,16 @@ impl RxQueue for XdpQueue {
         !self.pending.is_empty() || self.rx.available() > 0
     }
     fn device_stats(&self) -> DeviceQueueStats {
+        // XDP_STATISTICS: rx_dropped includes the drops for an empty fill
+        // ring (also counted in rx_fill_ring_empty_descs); rx_ring_full is
+        // separate.
         let st = self.user.statistics_v2().unwrap_or_default();
+        let no_buffer = st.rx_fill_ring_empty_descs.min(st.rx_dropped);
         DeviceQueueStats {
             offered: self.received + st.rx_dropped + st.rx_ring_full,
             rx_ring: self.received,
-            rx_missed: st.rx_dropped + st.rx_ring_full,
-            rx_no_buffer: st.rx_fill_ring_empty_descs,
+            rx_missed: st.rx_ring_full + st.rx_dropped - no_buffer,
+            rx_no_buffer: no_buffer,
             wakeups: self.irq.wakeups(),
         }
     }
