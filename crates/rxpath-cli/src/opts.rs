@@ -262,6 +262,9 @@ pub struct RunArgs {
     /// Write every packet that reaches the end of the path (after GRO) to a pcap file.
     #[arg(long, value_name = "FILE")]
     pub capture: Option<std::path::PathBuf>,
+    /// AF_XDP: let the kernel busy-poll each queue for US µs (SO_PREFER_BUSY_POLL, SO_BUSY_POLL).
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    pub xdp_busy_poll: u32,
     /// Backend for --iface: xdp (AF_XDP), packet (AF_PACKET), or auto.
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub mode: BackendArg,
@@ -438,6 +441,7 @@ impl RunArgs {
                 }),
             }),
             capture: self.capture.clone(),
+            xdp_busy_poll_us: self.xdp_busy_poll,
         })
     }
 }

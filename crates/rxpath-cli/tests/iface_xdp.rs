@@ -96,11 +96,51 @@ fn af_xdp_and_af_packet_receive_exact_counts_and_leave_nothing_attached() {
             );
         }
         send_udp(&lab, 4000);
+        // And our own generator, over AF_XDP TX on `a`.
+        let mac = MAC_B
+            .iter()
+            .map(|x| format!("{x:02x}"))
+            .collect::<Vec<_>>()
+            .join(":");
+        let g = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &lab.ns,
+                env!("CARGO_BIN_EXE_rxpath"),
+                "gen",
+                "--iface",
+                &lab.a,
+                "--mode",
+                "xdp",
+            ])
+            .args([
+                "--count",
+                "3000",
+                "--pps",
+                "200000",
+                "--dst-mac",
+                &mac,
+                "--src-ip",
+                "198.18.0.1",
+                "--dst-ip",
+                "198.18.0.2",
+            ])
+            .args(["--json"])
+            .output()
+            .unwrap();
+        assert!(
+            g.status.success(),
+            "gen: {}",
+            String::from_utf8_lossy(&g.stderr)
+        );
+        let gv: serde_json::Value = serde_json::from_slice(&g.stdout).unwrap();
+        assert_eq!(gv["completed"].as_u64(), Some(3000), "{gv}");
         let out = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{mode}: {err}");
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-        assert_eq!(v["total"]["delivered"].as_u64(), Some(4000), "{mode}: {v}");
+        assert_eq!(v["total"]["delivered"].as_u64(), Some(7000), "{mode}: {v}");
         assert_eq!(v["consistent"], true, "{mode}");
         assert_eq!(v["frames_home"], v["frames_total"], "{mode}");
         assert!(

@@ -163,6 +163,9 @@ pub struct RunConfig {
     /// Write every packet that reaches the end of the path (after GRO) to
     /// this pcap file.
     pub capture: Option<PathBuf>,
+    /// AF_XDP: have the kernel busy-poll each queue for this many µs
+    /// (`SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL`, budget 64); 0 = off.
+    pub xdp_busy_poll_us: u32,
 }
 
 /// GRO settings of a run.
@@ -192,6 +195,7 @@ impl Default for RunConfig {
             null_frames: 512,
             gro: None,
             capture: None,
+            xdp_busy_poll_us: 0,
         }
     }
 }

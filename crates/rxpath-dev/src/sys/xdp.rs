@@ -249,6 +249,7 @@ pub struct XdpQueue {
     irq_thread: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
     received: u64,
     zero_copy: bool,
+    busy_poll: bool,
     _prog: Arc<XdpProgram>,
 }
 
@@ -398,10 +399,35 @@ impl XdpQueue {
             irq_thread,
             received: 0,
             zero_copy,
+            busy_poll: false,
             _prog: prog,
         };
         q.post();
         Ok(q)
+    }
+
+    /// Ask the kernel to busy-poll this socket's device queue
+    /// (`SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL` µs, `SO_BUSY_POLL_BUDGET`);
+    /// `pull` then kicks the queue when the RX ring is empty, which runs the
+    /// driver's NAPI in our context instead of waiting for its softirq.
+    pub fn set_busy_poll(&mut self, usecs: u32, budget: u32) -> io::Result<()> {
+        let fd = self.rx.as_raw_fd();
+        let set = |opt: libc::c_int, v: libc::c_int| -> io::Result<()> {
+            // Points to a live c_int of the size passed.
+            syscall!(setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                &v as *const libc::c_int as *const libc::c_void,
+                4
+            ))
+            .map(drop)
+        };
+        set(69, 1).map_err(|e| ctx(e, "SO_PREFER_BUSY_POLL"))?; // SO_PREFER_BUSY_POLL
+        set(libc::SO_BUSY_POLL, usecs as libc::c_int).map_err(|e| ctx(e, "SO_BUSY_POLL"))?;
+        set(70, budget as libc::c_int).map_err(|e| ctx(e, "SO_BUSY_POLL_BUDGET"))?; // SO_BUSY_POLL_BUDGET
+        self.busy_poll = usecs > 0;
+        Ok(())
     }
 
     /// True when the socket runs in zero-copy mode.
@@ -466,6 +492,20 @@ impl RxQueue for XdpQueue {
     }
     fn pull(&mut self) -> Option<Desc> {
         if self.pending.is_empty() {
+            if self.busy_poll && self.rx.available() == 0 {
+                // A non-blocking recvfrom runs the kernel's busy poll for
+                // this queue (xsk_recvmsg → napi_busy_loop).
+                let fd = self.rx.as_raw_fd();
+                // No buffer is passed; the call only drives the queue.
+                let _ = syscall!(recvfrom(
+                    fd,
+                    std::ptr::null_mut(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut()
+                ));
+            }
             let mut r = self.rx.receive(64);
             while let Some(d) = r.read() {
                 self.pending.push_back(d);
