@@ -187,6 +187,20 @@ pub enum ModeArg {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum XdpTake {
+    /// IPv4 and IPv6.
+    Ip,
+    /// IPv4 only.
+    Ipv4,
+    /// IPv6 only.
+    Ipv6,
+    /// UDP over IPv4 or IPv6.
+    Udp,
+    /// TCP over IPv4 or IPv6.
+    Tcp,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BackendArg {
     /// AF_XDP if it can be used, else AF_PACKET (with a message).
     Auto,
@@ -262,6 +276,9 @@ pub struct RunArgs {
     /// Write every packet that reaches the end of the path (after GRO) to a pcap file.
     #[arg(long, value_name = "FILE")]
     pub capture: Option<std::path::PathBuf>,
+    /// AF_XDP: what the XDP program takes (ip, ipv4, ipv6, udp, tcp); the rest goes to the kernel.
+    #[arg(long, value_enum, default_value_t = XdpTake::Ip)]
+    pub xdp_take: XdpTake,
     /// AF_XDP: let the kernel busy-poll each queue for US µs (SO_PREFER_BUSY_POLL, SO_BUSY_POLL).
     #[arg(long, value_name = "US", default_value_t = 0)]
     pub xdp_busy_poll: u32,
@@ -442,6 +459,23 @@ impl RunArgs {
             }),
             capture: self.capture.clone(),
             xdp_busy_poll_us: self.xdp_busy_poll,
+            xdp_filter: {
+                use rxpath_dev::sys::xdp::XdpFilter;
+                let ip = XdpFilter::default();
+                match self.xdp_take {
+                    XdpTake::Ip => ip,
+                    XdpTake::Ipv4 => XdpFilter { ipv6: false, ..ip },
+                    XdpTake::Ipv6 => XdpFilter { ipv4: false, ..ip },
+                    XdpTake::Udp => XdpFilter {
+                        protocol: Some(17),
+                        ..ip
+                    },
+                    XdpTake::Tcp => XdpFilter {
+                        protocol: Some(6),
+                        ..ip
+                    },
+                }
+            },
         })
     }
 }

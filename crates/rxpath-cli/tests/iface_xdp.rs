@@ -248,3 +248,47 @@ fn interface_errors_are_one_line_and_name_the_fix() {
         "nothing left attached after a failed start"
     );
 }
+
+#[test]
+fn the_xdp_filter_passes_what_it_does_not_take_to_the_kernel() {
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs it as root)");
+        return;
+    }
+    let lab = lab();
+    for (take, want) in [("udp", 500u64), ("tcp", 0), ("ipv6", 0)] {
+        let child = rxpath_in(
+            &lab,
+            &[
+                "run",
+                "--iface",
+                &lab.b,
+                "--queues",
+                "1",
+                "--mode",
+                "xdp",
+                "--xdp-take",
+                take,
+            ],
+        )
+        .args(["--duration", "1500ms", "--json", "--no-pin"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        send_udp(&lab, 500);
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{take}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            v["total"]["delivered"].as_u64(),
+            Some(want),
+            "--xdp-take {take}: {v}"
+        );
+    }
+}

@@ -1,6 +1,6 @@
 //! `rxpath gen`: send traffic out of an interface, over AF_XDP TX (frames
 //! written in place in our UMEM, posted in batches, completions reaped) or
-//! AF_PACKET (one `send` per frame), with rate control.
+//! AF_PACKET (`sendmmsg` batches), with rate control.
 
 use crate::run::RunError;
 use rxpath_dev::pcap::Trace;
@@ -114,7 +114,7 @@ pub fn gen(cfg: &GenConfig, mut on_tick: impl FnMut(&GenReport)) -> Result<GenRe
     };
     enum Tx {
         Xdp(Box<XdpTx>),
-        Packet(RawSocket, Vec<u8>),
+        Packet(RawSocket, Vec<Vec<u8>>),
     }
     let mut tx = match cfg.mode {
         TxMode::Xdp => {
@@ -125,7 +125,7 @@ pub fn gen(cfg: &GenConfig, mut on_tick: impl FnMut(&GenReport)) -> Result<GenRe
         TxMode::Packet => Tx::Packet(
             RawSocket::bind(&cfg.iface)
                 .map_err(|e| RunError::Device(format!("AF_PACKET TX on {}: {e}", cfg.iface)))?,
-            vec![0u8; 2048],
+            vec![vec![0u8; 2048]; batch],
         ),
     };
     while rep.sent < limit && start.elapsed() < cfg.duration {
@@ -147,14 +147,22 @@ pub fn gen(cfg: &GenConfig, mut on_tick: impl FnMut(&GenReport)) -> Result<GenRe
                     rep.sent += put as u64;
                     rep.completed = x.completed;
                 }
-                Tx::Packet(s, buf) => {
-                    for _ in 0..n {
-                        let Some(len) = src.write(buf) else { break };
-                        rep.sent += 1;
-                        match s.send(&buf[..len]) {
-                            Ok(_) => rep.completed += 1,
-                            Err(_) => rep.errors += 1,
+                Tx::Packet(s, bufs) => {
+                    // Batched: one sendmmsg for up to `batch` frames.
+                    let mut lens = Vec::with_capacity(n);
+                    for b in bufs.iter_mut().take(n) {
+                        let Some(len) = src.write(b) else { break };
+                        lens.push(len);
+                    }
+                    let frames: Vec<&[u8]> =
+                        bufs.iter().zip(&lens).map(|(b, &l)| &b[..l]).collect();
+                    rep.sent += frames.len() as u64;
+                    match s.send_batch(&frames) {
+                        Ok(k) => {
+                            rep.completed += k as u64;
+                            rep.errors += (frames.len() - k) as u64;
                         }
+                        Err(_) => rep.errors += frames.len() as u64,
                     }
                 }
             }

@@ -9,7 +9,7 @@ use rxpath_core::stats::{LatencyHist, NapiStats, SoftnetStats};
 use rxpath_core::time::Clock;
 use rxpath_dev::packet::PacketQueue;
 use rxpath_dev::sim::{self, NullQueue, SimConfig, SimError, Traffic, TrafficConfig};
-use rxpath_dev::sys::xdp::{XdpMode, XdpProgram, XdpQueue};
+use rxpath_dev::sys::xdp::{XdpFilter, XdpMode, XdpProgram, XdpQueue};
 use rxpath_dev::{DeviceQueueStats, RxQueue};
 use rxpath_wire::toeplitz::Toeplitz;
 use serde::Serialize;
@@ -166,6 +166,9 @@ pub struct RunConfig {
     /// AF_XDP: have the kernel busy-poll each queue for this many µs
     /// (`SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL`, budget 64); 0 = off.
     pub xdp_busy_poll_us: u32,
+    /// AF_XDP: what the XDP program takes (the rest goes to the kernel).
+    #[serde(skip)]
+    pub xdp_filter: XdpFilter,
 }
 
 /// GRO settings of a run.
@@ -196,6 +199,7 @@ impl Default for RunConfig {
             gro: None,
             capture: None,
             xdp_busy_poll_us: 0,
+            xdp_filter: XdpFilter::default(),
         }
     }
 }
@@ -400,7 +404,7 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
             let name = iface.as_str();
             check_iface(name)?;
             let nq = cfg.sim.queues;
-            let opened = XdpProgram::attach(name, nq as u32).and_then(|prog| {
+            let opened = XdpProgram::attach(name, nq as u32, cfg.xdp_filter).and_then(|prog| {
                 let prog = Arc::new(prog);
                 let mut qs = Vec::new();
                 for q in 0..nq {

@@ -92,6 +92,39 @@ impl RawSocket {
         Ok(n as usize)
     }
 
+    /// Send many frames with one `sendmmsg` call; returns how many the
+    /// kernel took.
+    pub fn send_batch(&self, frames: &[&[u8]]) -> io::Result<usize> {
+        if frames.is_empty() {
+            return Ok(0);
+        }
+        let mut iov: Vec<libc::iovec> = frames
+            .iter()
+            .map(|f| libc::iovec {
+                iov_base: f.as_ptr() as *mut libc::c_void,
+                iov_len: f.len(),
+            })
+            .collect();
+        // SAFETY: mmsghdr is plain data; all-zero is valid before we point
+        // each at its iovec.
+        let mut msgs: Vec<libc::mmsghdr> = (0..frames.len())
+            .map(|_| unsafe { std::mem::zeroed() })
+            .collect();
+        for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+            m.msg_hdr.msg_iov = v as *mut libc::iovec;
+            m.msg_hdr.msg_iovlen = 1;
+        }
+        // msgs points at live mmsghdrs whose iovecs point at the caller's
+        // frames, all alive for the call.
+        let n = syscall!(sendmmsg(
+            self.fd.as_raw_fd(),
+            msgs.as_mut_ptr(),
+            msgs.len() as u32,
+            0
+        ))?;
+        Ok(n as usize)
+    }
+
     /// Receive one frame into `buf`, waiting at most `timeout`. `Ok(None)` on
     /// timeout. Frames longer than `buf` are cut (the length returned is the
     /// frame's full length, as with `MSG_TRUNC`).

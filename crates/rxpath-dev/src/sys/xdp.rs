@@ -49,28 +49,89 @@ const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
     }
 }
 
-/// The program: redirect IPv4/IPv6 to the XSK of the receiving queue,
+/// What the XDP program takes into the AF_XDP sockets; everything else goes
+/// to the kernel (`XDP_PASS`): ARP, LLDP, and whatever the filter excludes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XdpFilter {
+    /// Take IPv4.
+    pub ipv4: bool,
+    /// Take IPv6.
+    pub ipv6: bool,
+    /// Take only this IP protocol (17 = UDP, 6 = TCP); IPv6 extension
+    /// headers are not walked, so an IPv6 packet must carry it directly.
+    pub protocol: Option<u8>,
+}
+
+impl Default for XdpFilter {
+    fn default() -> Self {
+        XdpFilter {
+            ipv4: true,
+            ipv6: true,
+            protocol: None,
+        }
+    }
+}
+
+/// The program for `filter`: redirect what it takes to the XSK of the
+/// receiving queue (`bpf_redirect_map(&xsks, rx_queue_index, XDP_PASS)`),
 /// pass the rest. `map_fd` goes into the 64-bit immediate load.
-fn program(map_fd: i32) -> [Insn; 17] {
-    [
-        insn(0x61, 2, 1, 0, 0),                     // r2 = ctx->data
-        insn(0x61, 3, 1, 4, 0),                     // r3 = ctx->data_end
-        insn(0xbf, 4, 2, 0, 0),                     // r4 = r2
-        insn(0x07, 4, 0, 0, 14),                    // r4 += 14
-        insn(0x2d, 4, 3, 10, 0),                    // if r4 > r3 goto pass (+10 → 15)
-        insn(0x69, 5, 2, 12, 0),                    // r5 = *(u16 *)(r2 + 12): ethertype
-        insn(0x15, 5, 0, 2, 0x0008),                // if r5 == htons(0x0800) goto redirect
-        insn(0x15, 5, 0, 1, 0xdd86),                // if r5 == htons(0x86dd) goto redirect
-        insn(0x05, 0, 0, 6, 0),                     // goto pass (+6 → 15)
-        insn(0x61, 2, 1, 16, 0),                    // redirect: r2 = ctx->rx_queue_index
-        insn(0x18, 1, 1, 0, map_fd),                // r1 = map (BPF_PSEUDO_MAP_FD), low half
-        insn(0x00, 0, 0, 0, 0),                     //   high half
-        insn(0xb7, 3, 0, 0, XDP_PASS),              // r3 = XDP_PASS (if no socket)
-        insn(0x85, 0, 0, 0, BPF_FUNC_REDIRECT_MAP), // call bpf_redirect_map
-        insn(0x95, 0, 0, 0, 0),                     // exit
-        insn(0xb7, 0, 0, 0, XDP_PASS),              // pass: r0 = XDP_PASS
-        insn(0x95, 0, 0, 0, 0),                     // exit
-    ]
+fn program(map_fd: i32, filter: XdpFilter) -> Vec<Insn> {
+    // Jumps are written with a label and patched once the labels are placed.
+    #[derive(Clone, Copy, PartialEq)]
+    enum L {
+        V4,
+        V6,
+        Redirect,
+        Pass,
+    }
+    let mut p: Vec<Insn> = Vec::new();
+    let mut fix: Vec<(usize, L)> = Vec::new();
+    let mut at: Vec<(L, usize)> = Vec::new();
+    let jump = |p: &mut Vec<Insn>, fix: &mut Vec<(usize, L)>, i: Insn, l: L| {
+        fix.push((p.len(), l));
+        p.push(i);
+    };
+    p.push(insn(0x61, 2, 1, 0, 0)); // r2 = ctx->data
+    p.push(insn(0x61, 3, 1, 4, 0)); // r3 = ctx->data_end
+    p.push(insn(0xbf, 4, 2, 0, 0)); // r4 = r2
+    p.push(insn(0x07, 4, 0, 0, 34)); // r4 += 34: Ethernet + 20 bytes of IP
+    jump(&mut p, &mut fix, insn(0x2d, 4, 3, 0, 0), L::Pass); // if r4 > r3 goto pass
+    p.push(insn(0x69, 5, 2, 12, 0)); // r5 = ethertype (as loaded, little endian)
+    if filter.ipv4 {
+        jump(&mut p, &mut fix, insn(0x15, 5, 0, 0, 0x0008), L::V4);
+    }
+    if filter.ipv6 {
+        jump(&mut p, &mut fix, insn(0x15, 5, 0, 0, 0xdd86), L::V6);
+    }
+    jump(&mut p, &mut fix, insn(0x05, 0, 0, 0, 0), L::Pass);
+    // Only the blocks that can be reached: the verifier refuses dead code.
+    let blocks = [(L::V4, 23i16, filter.ipv4), (L::V6, 20, filter.ipv6)];
+    for (label, proto_off, _) in blocks.into_iter().filter(|b| b.2) {
+        at.push((label, p.len()));
+        if let Some(proto) = filter.protocol {
+            p.push(insn(0x71, 5, 2, proto_off, 0)); // r5 = IP protocol / next header
+            jump(&mut p, &mut fix, insn(0x55, 5, 0, 0, proto as i32), L::Pass); // if r5 != proto goto pass
+        }
+        jump(&mut p, &mut fix, insn(0x05, 0, 0, 0, 0), L::Redirect);
+    }
+    at.push((L::Redirect, p.len()));
+    p.push(insn(0x61, 2, 1, 16, 0)); // r2 = ctx->rx_queue_index
+    p.push(insn(0x18, 1, 1, 0, map_fd)); // r1 = map (BPF_PSEUDO_MAP_FD), low half
+    p.push(insn(0x00, 0, 0, 0, 0)); //   high half
+    p.push(insn(0xb7, 3, 0, 0, XDP_PASS)); // r3 = XDP_PASS when the queue has no socket
+    p.push(insn(0x85, 0, 0, 0, BPF_FUNC_REDIRECT_MAP)); // call bpf_redirect_map
+    p.push(insn(0x95, 0, 0, 0, 0)); // exit
+    at.push((L::Pass, p.len()));
+    p.push(insn(0xb7, 0, 0, 0, XDP_PASS)); // r0 = XDP_PASS
+    p.push(insn(0x95, 0, 0, 0, 0)); // exit
+    for (i, l) in fix {
+        let target = at
+            .iter()
+            .find(|(x, _)| *x == l)
+            .map_or(p.len() - 2, |x| x.1);
+        p[i].off = (target as isize - i as isize - 1) as i16;
+    }
+    p
 }
 
 fn bpf_raw(cmd: libc::c_long, attr: &mut [u64; 16]) -> io::Result<libc::c_long> {
@@ -120,7 +181,7 @@ pub struct XdpProgram {
 impl XdpProgram {
     /// Load the program for `queues` queues and attach it to `iface`,
     /// natively if the driver can, else generically.
-    pub fn attach(iface: &str, queues: u32) -> io::Result<XdpProgram> {
+    pub fn attach(iface: &str, queues: u32, filter: XdpFilter) -> io::Result<XdpProgram> {
         let ifidx = ifindex(iface)?;
         let mut a = [0u64; 16];
         put32(&mut a, 0, BPF_MAP_TYPE_XSKMAP);
@@ -128,7 +189,7 @@ impl XdpProgram {
         put32(&mut a, 8, 4);
         put32(&mut a, 12, queues.max(1));
         let map = bpf(BPF_MAP_CREATE, &mut a).map_err(|e| ctx(e, "creating the XSKMAP"))?;
-        let prog = program(map.as_raw_fd());
+        let prog = program(map.as_raw_fd(), filter);
         let license = b"GPL\0";
         let mut a = [0u64; 16];
         put32(&mut a, 0, BPF_PROG_TYPE_XDP);
