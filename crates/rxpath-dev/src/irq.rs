@@ -90,3 +90,31 @@ impl IrqLine {
         self.wakeups.load(Ordering::Relaxed)
     }
 }
+
+/// Level-triggered interrupts over `poll(2)`: a thread that, while `line`
+/// is armed, waits for `waiter`'s descriptor to become readable and raises
+/// the line. Used by the AF_PACKET and AF_XDP queues. Stop it by setting
+/// the returned flag and joining the handle.
+pub fn spawn_level_irq(
+    name: String,
+    waiter: crate::sys::af_packet::FdWaiter,
+    line: std::sync::Arc<IrqLine>,
+) -> std::io::Result<(std::sync::Arc<AtomicBool>, std::thread::JoinHandle<()>)> {
+    use std::time::Duration;
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let h = std::thread::Builder::new().name(name).spawn(move || {
+        while !s.load(Ordering::Relaxed) {
+            if !line.is_armed() {
+                std::thread::sleep(Duration::from_micros(20));
+                continue;
+            }
+            if let Ok(true) = waiter.wait(Duration::from_millis(2)) {
+                if !line.raise() {
+                    std::thread::yield_now();
+                }
+            }
+        }
+    })?;
+    Ok((stop, h))
+}

@@ -21,7 +21,6 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 /// One AF_PACKET receive queue.
 #[derive(Debug)]
@@ -66,25 +65,11 @@ impl PacketQueue {
         }
         let irq = Arc::new(IrqLine::default());
         let irq_thread = if interrupts {
-            let waiter = ring.waiter()?;
-            let stop = Arc::new(AtomicBool::new(false));
-            let (s, line) = (stop.clone(), irq.clone());
-            let h = std::thread::Builder::new()
-                .name(format!("rxpath-irq/{index}"))
-                .spawn(move || {
-                    while !s.load(Ordering::Relaxed) {
-                        if !line.is_armed() {
-                            std::thread::sleep(Duration::from_micros(20));
-                            continue;
-                        }
-                        if let Ok(true) = waiter.wait(Duration::from_millis(2)) {
-                            if !line.raise() {
-                                std::thread::yield_now();
-                            }
-                        }
-                    }
-                })?;
-            Some((stop, h))
+            Some(crate::irq::spawn_level_irq(
+                format!("rxpath-irq/{index}"),
+                ring.waiter()?,
+                irq.clone(),
+            )?)
         } else {
             None
         };

@@ -363,42 +363,22 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
     let window_over = Arc::new(AtomicBool::new(false));
     match cfg.producer {
         Producer::Null => {
-            let mut groups: Vec<Vec<Napi<NullQueue>>> =
-                (0..cfg.threads).map(|_| Vec::new()).collect();
+            let mut qs = Vec::with_capacity(cfg.sim.queues);
             for q in 0..cfg.sim.queues {
-                let nq = NullQueue::new(q as u16, cfg.null_frames, &mut traffic)?;
-                let mut napi = Napi::new(nq, cfg.weight, cfg.bundle, false);
-                napi.set_gro(gro_cfg.clone());
-                table.add(&mut napi, |n| n.queue().queue_index());
-                groups[q % cfg.threads].push(napi);
+                qs.push(NullQueue::new(q as u16, cfg.null_frames, &mut traffic)?);
             }
-            let (outs, elapsed, live) = drive(
+            // Null queues have no interrupt line: always polling mode.
+            own_queues(
                 cfg,
-                groups,
+                qs,
+                false,
+                &mut table,
+                &gro_cfg,
                 &pin_to,
                 &stop_napi,
                 &window_over,
-                None::<fn() -> ()>,
                 &mut on_tick,
-            )?;
-            let _ = live;
-            let (queues, softnet, received_in_window, host, latency) = collect(outs);
-            let (mut frames_total, mut frames_home) = (0, 0);
-            for q in host {
-                let pool = q.into_pool();
-                frames_total += pool.umem().frames();
-                frames_home += pool.available();
-            }
-            Ok(Report {
-                config: cfg.clone(),
-                elapsed,
-                queues,
-                softnet,
-                received_in_window,
-                frames_total,
-                frames_home,
-                latency,
-            })
+            )
         }
         Producer::Xdp { iface, fallback } => {
             let name = iface.as_str();
@@ -442,48 +422,24 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 },
                 nq
             );
-            let mut groups: Vec<Vec<Napi<XdpQueue>>> =
-                (0..cfg.threads).map(|_| Vec::new()).collect();
-            for (q, xq) in qs.into_iter().enumerate() {
-                let mut napi = Napi::new(xq, cfg.weight, cfg.bundle, cfg.interrupts);
-                napi.set_gro(gro_cfg.clone());
-                table.add(&mut napi, |n| n.queue().queue_index());
-                groups[q % cfg.threads].push(napi);
-            }
-            let (outs, elapsed, _live) = drive(
+            own_queues(
                 cfg,
-                groups,
+                qs,
+                cfg.interrupts,
+                &mut table,
+                &gro_cfg,
                 &pin_to,
                 &stop_napi,
                 &window_over,
-                None::<fn()>,
                 &mut on_tick,
-            )?;
-            let (queues, softnet, received_in_window, host, latency) = collect(outs);
-            let (mut frames_total, mut frames_home) = (0, 0);
-            for q in host {
-                let pool = q.into_pool();
-                frames_total += pool.umem().frames();
-                frames_home += pool.available();
-            }
-            Ok(Report {
-                config: cfg.clone(),
-                elapsed,
-                queues,
-                softnet,
-                received_in_window,
-                frames_total,
-                frames_home,
-                latency,
-            })
+            )
         }
         Producer::Packet { iface } => {
             let name = iface.as_str();
             check_iface(name)?;
             let nq = cfg.sim.queues;
             let group = (std::process::id() & 0xffff) as u16;
-            let mut groups: Vec<Vec<Napi<PacketQueue>>> =
-                (0..cfg.threads).map(|_| Vec::new()).collect();
+            let mut qs = Vec::with_capacity(nq);
             for q in 0..nq {
                 let pq = PacketQueue::open(
                     name,
@@ -493,37 +449,19 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                     cfg.interrupts,
                 )
                 .map_err(|e| RunError::Device(format!("AF_PACKET on {name}: {e}")))?;
-                let mut napi = Napi::new(pq, cfg.weight, cfg.bundle, cfg.interrupts);
-                napi.set_gro(gro_cfg.clone());
-                table.add(&mut napi, |n| n.queue().queue_index());
-                groups[q % cfg.threads].push(napi);
+                qs.push(pq);
             }
-            let (outs, elapsed, _live) = drive(
+            own_queues(
                 cfg,
-                groups,
+                qs,
+                cfg.interrupts,
+                &mut table,
+                &gro_cfg,
                 &pin_to,
                 &stop_napi,
                 &window_over,
-                None::<fn()>,
                 &mut on_tick,
-            )?;
-            let (queues, softnet, received_in_window, host, latency) = collect(outs);
-            let (mut frames_total, mut frames_home) = (0, 0);
-            for q in host {
-                let pool = q.into_pool();
-                frames_total += pool.umem().frames();
-                frames_home += pool.available();
-            }
-            Ok(Report {
-                config: cfg.clone(),
-                elapsed,
-                queues,
-                softnet,
-                received_in_window,
-                frames_total,
-                frames_home,
-                latency,
-            })
+            )
         }
         Producer::Thread { .. } | Producer::Pcap { .. } => {
             let trace = match &cfg.producer {
@@ -597,6 +535,74 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
             })
         }
     }
+}
+
+/// Queues that own their frame pool (null, AF_PACKET, AF_XDP).
+trait OwnPool {
+    fn into_pool(self) -> rxpath_dev::FramePool;
+}
+impl OwnPool for NullQueue {
+    fn into_pool(self) -> rxpath_dev::FramePool {
+        NullQueue::into_pool(self)
+    }
+}
+impl OwnPool for PacketQueue {
+    fn into_pool(self) -> rxpath_dev::FramePool {
+        PacketQueue::into_pool(self)
+    }
+}
+impl OwnPool for XdpQueue {
+    fn into_pool(self) -> rxpath_dev::FramePool {
+        XdpQueue::into_pool(self)
+    }
+}
+
+/// Run NAPIs over queues that own their frames, and gather every frame back.
+#[allow(clippy::too_many_arguments)]
+fn own_queues<Q: RxQueue + OwnPool + Send + 'static>(
+    cfg: &RunConfig,
+    qs: Vec<Q>,
+    interrupts: bool,
+    table: &mut NapiTable<u16>,
+    gro_cfg: &Option<GroConfig>,
+    pin_to: &dyn Fn(usize) -> Option<core_affinity::CoreId>,
+    stop_napi: &Arc<AtomicBool>,
+    window_over: &Arc<AtomicBool>,
+    on_tick: &mut dyn FnMut(&Tick),
+) -> Result<Report, RunError> {
+    let mut groups: Vec<Vec<Napi<Q>>> = (0..cfg.threads).map(|_| Vec::new()).collect();
+    for (i, q) in qs.into_iter().enumerate() {
+        let mut napi = Napi::new(q, cfg.weight, cfg.bundle, interrupts);
+        napi.set_gro(gro_cfg.clone());
+        table.add(&mut napi, |n| n.queue().queue_index());
+        groups[i % cfg.threads].push(napi);
+    }
+    let (outs, elapsed, _live) = drive(
+        cfg,
+        groups,
+        pin_to,
+        stop_napi,
+        window_over,
+        None::<fn()>,
+        on_tick,
+    )?;
+    let (queues, softnet, received_in_window, host, latency) = collect(outs);
+    let (mut frames_total, mut frames_home) = (0, 0);
+    for q in host {
+        let pool = q.into_pool();
+        frames_total += pool.umem().frames();
+        frames_home += pool.available();
+    }
+    Ok(Report {
+        config: cfg.clone(),
+        elapsed,
+        queues,
+        softnet,
+        received_in_window,
+        frames_total,
+        frames_home,
+        latency,
+    })
 }
 
 type Collected<Q> = (

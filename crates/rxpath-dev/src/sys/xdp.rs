@@ -190,11 +190,17 @@ impl XdpProgram {
         put32(&mut a, 12, queues.max(1));
         let map = bpf(BPF_MAP_CREATE, &mut a).map_err(|e| ctx(e, "creating the XSKMAP"))?;
         let prog = program(map.as_raw_fd(), filter);
+        Self::load_and_link(ifidx, &prog, map)
+    }
+
+    /// Load `insns` as an XDP program and attach it to `ifidx` with a BPF
+    /// link, natively if the driver can, else generically.
+    fn load_and_link(ifidx: i32, insns: &[Insn], map: OwnedFd) -> io::Result<XdpProgram> {
         let license = b"GPL\0";
         let mut a = [0u64; 16];
         put32(&mut a, 0, BPF_PROG_TYPE_XDP);
-        put32(&mut a, 4, prog.len() as u32);
-        a[1] = prog.as_ptr() as u64;
+        put32(&mut a, 4, insns.len() as u32);
+        a[1] = insns.as_ptr() as u64;
         a[2] = license.as_ptr() as u64;
         put32(&mut a, 68, BPF_XDP);
         let prog_fd = bpf(BPF_PROG_LOAD, &mut a).map_err(|e| ctx(e, "loading the XDP program"))?;
@@ -233,36 +239,7 @@ impl XdpProgram {
         put32(&mut a, 12, 1);
         let map = bpf(BPF_MAP_CREATE, &mut a).map_err(|e| ctx(e, "creating a map"))?;
         let prog = [insn(0xb7, 0, 0, 0, 1), insn(0x95, 0, 0, 0, 0)]; // r0 = XDP_DROP; exit
-        let license = b"GPL\0";
-        let mut a = [0u64; 16];
-        put32(&mut a, 0, BPF_PROG_TYPE_XDP);
-        put32(&mut a, 4, prog.len() as u32);
-        a[1] = prog.as_ptr() as u64;
-        a[2] = license.as_ptr() as u64;
-        put32(&mut a, 68, BPF_XDP);
-        let prog_fd =
-            bpf(BPF_PROG_LOAD, &mut a).map_err(|e| ctx(e, "loading the XDP drop program"))?;
-        let link = |flags: u32| {
-            let mut a = [0u64; 16];
-            put32(&mut a, 0, prog_fd.as_raw_fd() as u32);
-            put32(&mut a, 4, ifidx as u32);
-            put32(&mut a, 8, BPF_XDP);
-            put32(&mut a, 12, flags);
-            bpf(BPF_LINK_CREATE, &mut a)
-        };
-        let (link, mode) = match link(XDP_FLAGS_DRV_MODE) {
-            Ok(l) => (l, XdpMode::Native),
-            Err(_) => (
-                link(XDP_FLAGS_SKB_MODE).map_err(|e| ctx(e, "attaching XDP"))?,
-                XdpMode::Generic,
-            ),
-        };
-        Ok(XdpProgram {
-            map,
-            _prog: prog_fd,
-            _link: link,
-            mode,
-        })
+        Self::load_and_link(ifidx, &prog, map)
     }
 
     /// Point queue `queue`'s map slot at the socket `fd`.
@@ -421,28 +398,15 @@ impl XdpQueue {
         }
         let irq = Arc::new(IrqLine::default());
         let irq_thread = if interrupts {
-            // SAFETY: dup of the live RX socket descriptor; the duplicate is
-            // owned by the waiter.
             let dup = syscall!(fcntl(rx.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0))?;
+            // SAFETY: fcntl returned a new descriptor (a dup of the live RX
+            // socket) that nothing else owns.
             let waiter = FdWaiter::from_owned(unsafe { OwnedFd::from_raw_fd(dup) });
-            let stop = Arc::new(AtomicBool::new(false));
-            let (s, line) = (stop.clone(), irq.clone());
-            let h = std::thread::Builder::new()
-                .name(format!("rxpath-xdp-irq/{index}"))
-                .spawn(move || {
-                    while !s.load(Ordering::Relaxed) {
-                        if !line.is_armed() {
-                            std::thread::sleep(Duration::from_micros(20));
-                            continue;
-                        }
-                        if let Ok(true) = waiter.wait(Duration::from_millis(2)) {
-                            if !line.raise() {
-                                std::thread::yield_now();
-                            }
-                        }
-                    }
-                })?;
-            Some((stop, h))
+            Some(crate::irq::spawn_level_irq(
+                format!("rxpath-xdp-irq/{index}"),
+                waiter,
+                irq.clone(),
+            )?)
         } else {
             None
         };
