@@ -187,6 +187,12 @@ pub enum ModeArg {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CaptureArg {
+    Rx,
+    Delivered,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum XdpTake {
     /// IPv4 and IPv6.
     Ip,
@@ -273,9 +279,12 @@ pub struct RunArgs {
     /// Keep the recorded pacing of --pcap (else as fast as possible).
     #[arg(long)]
     pub paced: bool,
-    /// Write every packet that reaches the end of the path (after GRO) to a pcap file.
+    /// Write packets to a pcap file (tcpdump and Wireshark open it).
     #[arg(long, value_name = "FILE")]
     pub capture: Option<std::path::PathBuf>,
+    /// Where --capture taps: rx (every frame NAPI takes, before GRO) or delivered (end of the path, after GRO).
+    #[arg(long, value_enum, default_value_t = CaptureArg::Delivered)]
+    pub capture_at: CaptureArg,
     /// AF_XDP: what the XDP program takes (ip, ipv4, ipv6, udp, tcp); the rest goes to the kernel.
     #[arg(long, value_enum, default_value_t = XdpTake::Ip)]
     pub xdp_take: XdpTake,
@@ -459,6 +468,10 @@ impl RunArgs {
             }),
             capture: self.capture.clone(),
             xdp_busy_poll_us: self.xdp_busy_poll,
+            capture_at: match self.capture_at {
+                CaptureArg::Rx => rxpath_runtime::CaptureAt::Rx,
+                CaptureArg::Delivered => rxpath_runtime::CaptureAt::Delivered,
+            },
             xdp_filter: {
                 use rxpath_dev::sys::xdp::XdpFilter;
                 let ip = XdpFilter::default();

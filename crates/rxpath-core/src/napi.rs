@@ -231,7 +231,12 @@ pub struct Napi<Q: RxQueue> {
     stats: NapiStats,
     timer: Option<u64>,
     gro: Option<Gro>,
+    rx_tap: Option<RxTap>,
 }
+
+/// An observer of every frame a NAPI takes from its queue, before GRO
+/// (bytes, receive time): a capture point (the runtime writes pcap with it).
+pub type RxTap = Box<dyn FnMut(&[u8], u64) + Send>;
 
 impl<Q: RxQueue> fmt::Debug for Napi<Q> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -276,6 +281,7 @@ impl<Q: RxQueue> Napi<Q> {
             stats: NapiStats::default(),
             timer: None,
             gro: None,
+            rx_tap: None,
         }
     }
 
@@ -319,6 +325,11 @@ impl<Q: RxQueue> Napi<Q> {
     /// held are given back by [`Napi::flush_gro`] first).
     pub fn set_gro(&mut self, cfg: Option<GroConfig>) {
         self.gro = cfg.map(Gro::new);
+    }
+
+    /// Watch every frame this NAPI takes, before GRO (capture at "rx").
+    pub fn set_rx_tap(&mut self, tap: Option<RxTap>) {
+        self.rx_tap = tap;
     }
 
     /// This NAPI's GRO, if on.
@@ -455,6 +466,7 @@ impl<Q: RxQueue> Napi<Q> {
             chains,
             stats,
             gro,
+            rx_tap,
             ..
         } = self;
         let qi = queue.queue_index();
@@ -517,6 +529,13 @@ impl<Q: RxQueue> Napi<Q> {
                     Some(bytes) => rxpath_wire::parse_into(bytes, &mut pkt.meta.headers),
                     None => Err(rxpath_wire::Error::BadLength("descriptor")),
                 };
+                if let Some(tap) = rx_tap.as_mut() {
+                    // Every frame as the device delivered it, before GRO.
+                    tap(
+                        &umem.data(&pkt.frame)[off..end.min(umem.frame_size())],
+                        now_ns,
+                    );
+                }
                 match parsed {
                     // napi_gro_receive() when GRO is on, else straight up.
                     Ok(()) => match gro {

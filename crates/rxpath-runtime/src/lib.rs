@@ -27,5 +27,6 @@ pub mod run;
 
 pub use clock::MonotonicClock;
 pub use run::{
-    check_iface, run, GroSettings, IfName, Producer, Report, RunConfig, RunError, StackKind, Tick,
+    check_iface, run, CaptureAt, GroSettings, IfName, Producer, Report, RunConfig, RunError,
+    StackKind, Tick,
 };

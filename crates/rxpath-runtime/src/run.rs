@@ -58,6 +58,17 @@ pub enum Producer {
     },
 }
 
+/// Capture points of the path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CaptureAt {
+    /// Every frame NAPI takes from the device, before GRO.
+    Rx,
+    /// What reaches the end of the path, after GRO (a merged chain is one
+    /// packet).
+    Delivered,
+}
+
 /// An interface name (at most 15 bytes, as IFNAMSIZ allows), stored inline
 /// so that configurations stay `Copy`.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -163,6 +174,8 @@ pub struct RunConfig {
     /// Write every packet that reaches the end of the path (after GRO) to
     /// this pcap file.
     pub capture: Option<PathBuf>,
+    /// Where `capture` taps the path.
+    pub capture_at: CaptureAt,
     /// AF_XDP: have the kernel busy-poll each queue for this many µs
     /// (`SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL`, budget 64); 0 = off.
     pub xdp_busy_poll_us: u32,
@@ -200,6 +213,7 @@ impl Default for RunConfig {
             capture: None,
             xdp_busy_poll_us: 0,
             xdp_filter: XdpFilter::default(),
+            capture_at: CaptureAt::Delivered,
         }
     }
 }
@@ -702,10 +716,28 @@ where
         ))),
         None => None,
     };
+    // The capture file must outlive every tap: the writer is finished only
+    // once all NAPI threads (which own the taps) have been joined.
     let mut handles = Vec::new();
-    for (t, napis) in groups.into_iter().enumerate() {
+    for (t, mut napis) in groups.into_iter().enumerate() {
         let (stop, over, live) = (stop_napi.clone(), window_over.clone(), live.clone());
-        let cap = capture.clone();
+        let mut cap = capture.clone();
+        if cfg.capture_at == CaptureAt::Rx {
+            // Tap each NAPI before GRO instead of the end of the path.
+            if let Some(w) = cap.take() {
+                for n in napis.iter_mut() {
+                    let w = w.clone();
+                    n.set_rx_tap(Some(Box::new(move |bytes: &[u8], now: u64| {
+                        let ts = Duration::from_nanos(now);
+                        // A write error loses the capture, not the packet.
+                        let _ = w
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .write(ts, &[bytes]);
+                    })));
+                }
+            }
+        }
         let core = pin_to(t);
         // Null queues have no interrupt line: always polling mode.
         let interrupts = cfg.interrupts && cfg.producer != Producer::Null;
