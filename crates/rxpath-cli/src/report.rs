@@ -153,8 +153,8 @@ pub fn summary(r: &Report) -> String {
         s += " none";
     }
     s += &format!(
-        "\ndevice: offered={} rx_ring={} rx_missed={} rx_no_buffer={}",
-        d.offered, d.rx_ring, d.rx_missed, d.rx_no_buffer
+        "\ndevice: offered={} rx_ring={} rx_missed={} rx_no_buffer={} rx_too_long={}",
+        d.offered, d.rx_ring, d.rx_missed, d.rx_no_buffer, d.rx_too_long
     );
     if let Some(g) = r.gro_total() {
         use rxpath_core::gro::FlushReason;

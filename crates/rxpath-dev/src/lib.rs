@@ -56,6 +56,9 @@ pub struct DeviceQueueStats {
     pub rx_missed: u64,
     /// Dropped because no frame was posted in the fill ring (`rx_no_buffer`).
     pub rx_no_buffer: u64,
+    /// Dropped because the frame was longer than a frame buffer
+    /// (`rx_length_errors`).
+    pub rx_too_long: u64,
     /// Interrupts (wakeups) raised.
     pub wakeups: u64,
 }

@@ -175,6 +175,7 @@ impl RxQueue for PacketQueue {
             rx_ring: self.seen - self.no_buffer,
             rx_missed: missed,
             rx_no_buffer: self.no_buffer,
+            rx_too_long: 0,
             wakeups: self.irq.wakeups(),
         }
     }

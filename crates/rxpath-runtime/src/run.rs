@@ -307,7 +307,8 @@ impl Report {
         let d = self.device_total();
         let n = self.napi_total();
         let device_ok = matches!(self.config.producer, Producer::Null)
-            || d.offered == d.rx_ring + d.rx_missed + d.rx_no_buffer && n.received == d.rx_ring;
+            || d.offered == d.rx_ring + d.rx_missed + d.rx_no_buffer + d.rx_too_long
+                && n.received == d.rx_ring;
         let held: u64 = self.queues.iter().map(|q| q.held).sum();
         n.accounted() && held == 0 && device_ok && self.frames_home == self.frames_total
     }
@@ -320,6 +321,7 @@ fn sum_device(it: impl Iterator<Item = DeviceQueueStats>) -> DeviceQueueStats {
         t.rx_ring += d.rx_ring;
         t.rx_missed += d.rx_missed;
         t.rx_no_buffer += d.rx_no_buffer;
+        t.rx_too_long += d.rx_too_long;
         t.wakeups += d.wakeups;
     }
     t

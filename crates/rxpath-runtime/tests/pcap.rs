@@ -172,3 +172,39 @@ fn capture_points_rx_and_delivered_see_before_and_after_gro() {
     assert!(outs[1].len() < input.len(), "GRO merged segments");
     let _ = std::fs::remove_file(src);
 }
+
+#[test]
+fn frames_longer_than_a_frame_buffer_are_counted_not_lost() {
+    let mut input = frames();
+    input.truncate(20);
+    let spec = Spec::new(
+        "198.18.0.1".parse().unwrap(),
+        "198.18.1.2".parse().unwrap(),
+        1,
+        2,
+    );
+    input.insert(5, build::udp(&spec, &[7u8; 3000])); // a jumbo frame from a capture
+    let src = tmp("jumbo.pcap");
+    Trace::save(&src, &input, Duration::from_micros(10)).unwrap();
+    let cfg = RunConfig {
+        producer: Producer::Pcap {
+            path: src.clone(),
+            loops: 1,
+            paced: false,
+        },
+        sim: SimConfig {
+            queues: 1,
+            ..SimConfig::default()
+        },
+        duration: Duration::from_millis(300),
+        pin: false,
+        ..RunConfig::default()
+    };
+    let r = run(&cfg, |_| {}).unwrap();
+    let d = r.device_total();
+    assert_eq!(d.rx_too_long, 1);
+    assert_eq!(d.offered, 21);
+    assert_eq!(r.napi_total().delivered, 20);
+    assert!(r.consistent());
+    let _ = std::fs::remove_file(src);
+}

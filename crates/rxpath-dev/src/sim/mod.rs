@@ -99,6 +99,7 @@ struct QueueShared {
     rx_ring: AtomicU64,
     rx_missed: AtomicU64,
     rx_no_buffer: AtomicU64,
+    rx_too_long: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -114,6 +115,7 @@ struct PortQueue {
     rx_ring: u64,
     rx_missed: u64,
     rx_no_buffer: u64,
+    rx_too_long: u64,
 }
 
 impl PortQueue {
@@ -194,6 +196,7 @@ pub fn build(cfg: &SimConfig) -> Result<(SimPort, Vec<SimRxQueue>), SimError> {
             rx_ring: 0,
             rx_missed: 0,
             rx_no_buffer: 0,
+            rx_too_long: 0,
         });
         host_queues.push(SimRxQueue {
             index: q as u16,
@@ -275,6 +278,7 @@ impl SimPort {
         };
         let Some(w) = traffic.write_flow(flow, self.umem.data_mut(&mut frame)) else {
             q.spare.push(frame);
+            q.rx_too_long += 1;
             return Err(DeviceDrop::TooLong);
         };
         // The NIC wrote a correct checksum and, like hardware with RX
@@ -311,7 +315,8 @@ impl SimPort {
         let qi = self.queue_for(rxhash);
         let q = &mut self.queues[qi];
         q.offered += 1;
-        if bytes.len() > self.umem.frame_size() {
+        if bytes.len() > self.umem.frame_size() || bytes.len() > u16::MAX as usize {
+            q.rx_too_long += 1;
             return Err(DeviceDrop::TooLong);
         }
         let Some(mut frame) = q.frame() else {
@@ -344,6 +349,7 @@ impl SimPort {
             s.rx_ring.store(q.rx_ring, Ordering::Relaxed);
             s.rx_missed.store(q.rx_missed, Ordering::Relaxed);
             s.rx_no_buffer.store(q.rx_no_buffer, Ordering::Relaxed);
+            s.rx_too_long.store(q.rx_too_long, Ordering::Relaxed);
             if q.unsignalled == 0 {
                 continue;
             }
@@ -447,6 +453,7 @@ impl SimRxQueue {
             rx_ring: s.rx_ring.load(Ordering::Relaxed),
             rx_missed: s.rx_missed.load(Ordering::Relaxed),
             rx_no_buffer: s.rx_no_buffer.load(Ordering::Relaxed),
+            rx_too_long: s.rx_too_long.load(Ordering::Relaxed),
             wakeups: s.irq.wakeups(),
         }
     }

@@ -577,6 +577,7 @@ impl RxQueue for XdpQueue {
             rx_ring: self.received,
             rx_missed: st.rx_ring_full + st.rx_dropped - no_buffer,
             rx_no_buffer: no_buffer,
+            rx_too_long: 0,
             wakeups: self.irq.wakeups(),
         }
     }
