@@ -750,41 +750,46 @@ where
                 if let Some(c) = core {
                     core_affinity::set_for_current(c);
                 }
-                let tap = |inner| Tap {
-                    inner,
-                    w: cap.clone(),
-                };
-                match kind {
-                    StackKind::Sink => napi_thread(
+                // Without a capture each end of the path is its own type, so
+                // the whole stack inlines into the poll loop; a capture adds
+                // the tap in front.
+                match (kind, cap) {
+                    (StackKind::Sink, None) => {
+                        napi_thread(t, napis, Sink, softnet, interrupts, &stop, &over, &live)
+                    }
+                    (StackKind::Rxdrop, None) => {
+                        napi_thread(t, napis, RxDrop, softnet, interrupts, &stop, &over, &live)
+                    }
+                    (StackKind::Latency, None) => napi_thread(
                         t,
                         napis,
-                        tap(Sinks::Sink(Sink)),
+                        Tap {
+                            inner: Sinks::Latency(LatencySink::default()),
+                            w: None,
+                        },
                         softnet,
                         interrupts,
                         &stop,
                         &over,
                         &live,
                     ),
-                    StackKind::Rxdrop => napi_thread(
-                        t,
-                        napis,
-                        tap(Sinks::Rxdrop(RxDrop)),
-                        softnet,
-                        interrupts,
-                        &stop,
-                        &over,
-                        &live,
-                    ),
-                    StackKind::Latency => napi_thread(
-                        t,
-                        napis,
-                        tap(Sinks::Latency(LatencySink::default())),
-                        softnet,
-                        interrupts,
-                        &stop,
-                        &over,
-                        &live,
-                    ),
+                    (k, w) => {
+                        let inner = match k {
+                            StackKind::Sink => Sinks::Sink(Sink),
+                            StackKind::Rxdrop => Sinks::Rxdrop(RxDrop),
+                            StackKind::Latency => Sinks::Latency(LatencySink::default()),
+                        };
+                        napi_thread(
+                            t,
+                            napis,
+                            Tap { inner, w },
+                            softnet,
+                            interrupts,
+                            &stop,
+                            &over,
+                            &live,
+                        )
+                    }
                 }
             })
             .map_err(|e| RunError::Thread(e.to_string()))?;
@@ -838,7 +843,7 @@ enum Sinks {
 }
 
 impl Stack for Sinks {
-    #[inline]
+    #[inline(always)]
     fn receive(&mut self, pkt: rxpath_core::Packet, ctx: &mut rxpath_core::RxCtx<'_>) {
         match self {
             Sinks::Sink(s) => s.receive(pkt, ctx),
@@ -862,19 +867,31 @@ struct Tap<S> {
     w: Option<Arc<Mutex<rxpath_dev::pcap::Writer>>>,
 }
 
+impl<S: Stack> Tap<S> {
+    #[cold]
+    #[inline(never)]
+    fn write(
+        w: &Mutex<rxpath_dev::pcap::Writer>,
+        pkt: &rxpath_core::Packet,
+        ctx: &rxpath_core::RxCtx<'_>,
+    ) {
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(1 + pkt.frags.len());
+        parts.push(ctx.data(pkt));
+        parts.extend(pkt.frags.iter().map(|f| ctx.frag_data(f)));
+        let ts = Duration::from_nanos(ctx.now_ns);
+        // A write error loses the capture, not the packet.
+        let _ = w
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .write(ts, &parts);
+    }
+}
+
 impl<S: Stack> Stack for Tap<S> {
-    #[inline]
+    #[inline(always)]
     fn receive(&mut self, pkt: rxpath_core::Packet, ctx: &mut rxpath_core::RxCtx<'_>) {
         if let Some(w) = &self.w {
-            let mut parts: Vec<&[u8]> = Vec::with_capacity(1 + pkt.frags.len());
-            parts.push(ctx.data(&pkt));
-            parts.extend(pkt.frags.iter().map(|f| ctx.frag_data(f)));
-            let ts = Duration::from_nanos(ctx.now_ns);
-            // A write error loses the capture, not the packet.
-            let _ = w
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .write(ts, &parts);
+            Self::write(w, &pkt, ctx);
         }
         self.inner.receive(pkt, ctx);
     }
