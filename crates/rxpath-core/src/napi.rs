@@ -505,48 +505,17 @@ impl<Q: RxQueue> Napi<Q> {
                 chains,
                 now_ns,
             };
-            let (mut pkts, mut bytes) = (0u64, 0u64);
-            for d in scratch.drain(..) {
-                pkts += 1;
-                bytes += d.len as u64;
-                let (off, end) = (d.off as usize, d.off as usize + d.len as usize);
-                let mut pkt = Packet {
-                    frame: d.frame,
-                    off: d.off,
-                    len: d.len,
-                    meta: Meta {
-                        queue: qi,
-                        napi_id: *id,
-                        rxhash: d.rxhash,
-                        rx_ns: now_ns,
-                        csum_ok: d.flags & desc_flags::CSUM_OK != 0,
-                        segs: 1,
-                        ..Meta::default()
-                    },
-                    frags: Vec::new(),
-                };
-                let parsed = match umem.data(&pkt.frame).get(off..end) {
-                    Some(bytes) => rxpath_wire::parse_into(bytes, &mut pkt.meta.headers),
-                    None => Err(rxpath_wire::Error::BadLength("descriptor")),
-                };
-                if let Some(tap) = rx_tap.as_mut() {
-                    // Every frame as the device delivered it, before GRO.
-                    tap(
-                        &umem.data(&pkt.frame)[off..end.min(umem.frame_size())],
-                        now_ns,
-                    );
-                }
-                match parsed {
-                    // napi_gro_receive() when GRO is on, else straight up.
-                    Ok(()) => match gro {
-                        Some(g) => {
-                            let _ = g.receive(pkt, &mut ctx, stack);
-                        }
-                        None => stack.receive(pkt, &mut ctx),
-                    },
-                    Err(_) => ctx.drop(pkt, DropReason::Malformed),
-                }
-            }
+            // The GRO decision is taken once per bundle, not per packet:
+            // each variant of loop 2 is its own monomorphic copy.
+            let (pkts, bytes) = match gro {
+                Some(g) => loop2(scratch, &mut ctx, qi, *id, rx_tap, |p, c| {
+                    // napi_gro_receive()
+                    let _ = g.receive(p, c, stack);
+                }),
+                None => loop2(scratch, &mut ctx, qi, *id, rx_tap, |p, c| {
+                    stack.receive(p, c)
+                }),
+            };
             ctx.stats.received += pkts;
             ctx.stats.bytes += bytes;
             stack.bundle_done(&mut ctx);
@@ -614,6 +583,57 @@ impl<Q: RxQueue> Napi<Q> {
     fn set_id(&mut self, id: NapiId) {
         self.id = id;
     }
+}
+
+/// Loop 2 of the two-loop poll: parse each pulled packet and hand it to
+/// `up`; malformed ones are dropped and counted. Returns (packets, bytes).
+#[inline(always)]
+fn loop2(
+    scratch: &mut Vec<Desc>,
+    ctx: &mut RxCtx<'_>,
+    qi: u16,
+    id: NapiId,
+    rx_tap: &mut Option<RxTap>,
+    mut up: impl FnMut(Packet, &mut RxCtx<'_>),
+) -> (u64, u64) {
+    let umem = ctx.umem;
+    let (mut pkts, mut bytes) = (0u64, 0u64);
+    for d in scratch.drain(..) {
+        pkts += 1;
+        bytes += d.len as u64;
+        let (off, end) = (d.off as usize, d.off as usize + d.len as usize);
+        let mut pkt = Packet {
+            frame: d.frame,
+            off: d.off,
+            len: d.len,
+            meta: Meta {
+                queue: qi,
+                napi_id: id,
+                rxhash: d.rxhash,
+                rx_ns: ctx.now_ns,
+                csum_ok: d.flags & desc_flags::CSUM_OK != 0,
+                segs: 1,
+                ..Meta::default()
+            },
+            frags: Vec::new(),
+        };
+        let parsed = match umem.data(&pkt.frame).get(off..end) {
+            Some(bytes) => rxpath_wire::parse_into(bytes, &mut pkt.meta.headers),
+            None => Err(rxpath_wire::Error::BadLength("descriptor")),
+        };
+        if let Some(tap) = rx_tap.as_mut() {
+            // Every frame as the device delivered it, before GRO.
+            tap(
+                &umem.data(&pkt.frame)[off..end.min(umem.frame_size())],
+                ctx.now_ns,
+            );
+        }
+        match parsed {
+            Ok(()) => up(pkt, ctx),
+            Err(_) => ctx.drop(pkt, DropReason::Malformed),
+        }
+    }
+    (pkts, bytes)
 }
 
 /// `napi_by_id()`: the table of NAPI instances by id. Ids start at
