@@ -271,6 +271,70 @@ fn xerr(e: xdpilone::Errno, what: &str) -> io::Error {
     io::Error::other(format!("{what}: {e}"))
 }
 
+/// A frame region registered as an AF_XDP UMEM, with a socket bound to
+/// `iface` queue `queue` owning its fill and completion rings.
+struct Xsk {
+    pool: FramePool,
+    umem: Arc<Umem>,
+    xumem: xdpilone::Umem,
+    sock: xdpilone::Socket,
+    device: xdpilone::DeviceQueue,
+}
+
+impl Xsk {
+    fn setup(
+        iface: &str,
+        queue: u32,
+        frames: usize,
+        fill_size: u32,
+        complete_size: u32,
+    ) -> io::Result<Xsk> {
+        let pool = FramePool::new(frames, crate::DEFAULT_FRAME_SIZE)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let umem = pool.umem().clone();
+        let (base, len) = umem.region();
+        let area = NonNull::slice_from_raw_parts(
+            NonNull::new(base).ok_or_else(|| io::Error::other("null UMEM"))?,
+            len,
+        );
+        let cfg = xdpilone::UmemConfig {
+            fill_size,
+            complete_size,
+            frame_size: crate::DEFAULT_FRAME_SIZE as u32,
+            headroom: 0,
+            flags: 0,
+        };
+        // SAFETY: the area is our page-aligned frame region, kept alive by
+        // `umem` (an Arc the queue holds) for as long as the kernel may use
+        // it; frames are only touched by whoever holds their token, and the
+        // kernel only touches frames we posted to it.
+        let xumem = unsafe { xdpilone::Umem::new(cfg, area) }
+            .map_err(|e| xerr(e, "registering the UMEM"))?;
+        let mut info = xdpilone::IfInfo::invalid();
+        let name =
+            std::ffi::CString::new(iface).map_err(|_| io::Error::other("bad interface name"))?;
+        info.from_name(&name).map_err(|e| xerr(e, "interface"))?;
+        info.set_queue(queue);
+        let sock =
+            xdpilone::Socket::with_shared(&info, &xumem).map_err(|e| xerr(e, "AF_XDP socket"))?;
+        let device = xumem
+            .fq_cq(&sock)
+            .map_err(|e| xerr(e, "fill/completion rings"))?;
+        Ok(Xsk {
+            pool,
+            umem,
+            xumem,
+            sock,
+            device,
+        })
+    }
+
+    /// Every frame of the region, free.
+    fn frames(&mut self) -> Vec<Frame> {
+        std::iter::from_fn(|| self.pool.alloc()).collect()
+    }
+}
+
 /// One AF_XDP receive queue with its own UMEM (our frame region).
 pub struct XdpQueue {
     index: u16,
@@ -337,37 +401,13 @@ impl XdpQueue {
         interrupts: bool,
         zero_copy: bool,
     ) -> io::Result<XdpQueue> {
-        let pool = FramePool::new(frames, crate::DEFAULT_FRAME_SIZE)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-        let umem = pool.umem().clone();
-        let (base, len) = umem.region();
-        let area = NonNull::slice_from_raw_parts(
-            NonNull::new(base).ok_or_else(|| io::Error::other("null UMEM"))?,
-            len,
-        );
-        let cfg = xdpilone::UmemConfig {
-            fill_size: (frames as u32).next_power_of_two(),
-            complete_size: 64,
-            frame_size: crate::DEFAULT_FRAME_SIZE as u32,
-            headroom: 0,
-            flags: 0,
-        };
-        // SAFETY: the area is our page-aligned frame region, kept alive by
-        // `umem` (an Arc held in this queue) for as long as the kernel may
-        // write into it; frames are only touched by whoever holds their
-        // token, and the kernel only writes frames we posted to it.
-        let xumem = unsafe { xdpilone::Umem::new(cfg, area) }
-            .map_err(|e| xerr(e, "registering the UMEM"))?;
-        let mut info = xdpilone::IfInfo::invalid();
-        let name =
-            std::ffi::CString::new(iface).map_err(|_| io::Error::other("bad interface name"))?;
-        info.from_name(&name).map_err(|e| xerr(e, "interface"))?;
-        info.set_queue(index as u32);
-        let sock =
-            xdpilone::Socket::with_shared(&info, &xumem).map_err(|e| xerr(e, "AF_XDP socket"))?;
-        let device = xumem
-            .fq_cq(&sock)
-            .map_err(|e| xerr(e, "fill/completion rings"))?;
+        let mut x = Xsk::setup(
+            iface,
+            index as u32,
+            frames,
+            (frames as u32).next_power_of_two(),
+            64,
+        )?;
         let mode = if zero_copy {
             xdpilone::SocketConfig::XDP_BIND_ZEROCOPY
         } else {
@@ -378,8 +418,11 @@ impl XdpQueue {
             tx_size: None,
             bind_flags: mode | xdpilone::SocketConfig::XDP_BIND_NEED_WAKEUP,
         };
-        let user = xumem.rx_tx(&sock, &sc).map_err(|e| xerr(e, "RX ring"))?;
-        xumem.bind(&user).map_err(|e| {
+        let user = x
+            .xumem
+            .rx_tx(&x.sock, &sc)
+            .map_err(|e| xerr(e, "RX ring"))?;
+        x.xumem.bind(&user).map_err(|e| {
             xerr(
                 e,
                 if zero_copy {
@@ -391,11 +434,13 @@ impl XdpQueue {
         })?;
         let rx = user.map_rx().map_err(|e| xerr(e, "mapping the RX ring"))?;
         prog.set(index as u32, rx.as_raw_fd())?;
-        let mut pool = pool;
-        let mut free = Vec::with_capacity(frames);
-        while let Some(f) = pool.alloc() {
-            free.push(f);
-        }
+        let free = x.frames();
+        let Xsk {
+            umem,
+            xumem,
+            device,
+            ..
+        } = x;
         let irq = Arc::new(IrqLine::default());
         let irq_thread = if interrupts {
             let dup = syscall!(fcntl(rx.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0))?;
@@ -615,48 +660,31 @@ unsafe impl Send for XdpTx {}
 impl XdpTx {
     /// Open TX queue `queue` of `iface` with `frames` frames.
     pub fn open(iface: &str, queue: u32, frames: usize) -> io::Result<XdpTx> {
-        let pool = FramePool::new(frames, crate::DEFAULT_FRAME_SIZE)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-        let umem = pool.umem().clone();
-        let (base, len) = umem.region();
-        let area = NonNull::slice_from_raw_parts(
-            NonNull::new(base).ok_or_else(|| io::Error::other("null UMEM"))?,
-            len,
-        );
-        let cfg = xdpilone::UmemConfig {
-            fill_size: 64,
-            complete_size: (frames as u32).next_power_of_two(),
-            frame_size: crate::DEFAULT_FRAME_SIZE as u32,
-            headroom: 0,
-            flags: 0,
-        };
-        // SAFETY: as in XdpQueue::open: our page-aligned region, kept alive
-        // by `umem`; the kernel reads only frames we post to the TX ring.
-        let xumem = unsafe { xdpilone::Umem::new(cfg, area) }
-            .map_err(|e| xerr(e, "registering the TX UMEM"))?;
-        let mut info = xdpilone::IfInfo::invalid();
-        let name =
-            std::ffi::CString::new(iface).map_err(|_| io::Error::other("bad interface name"))?;
-        info.from_name(&name).map_err(|e| xerr(e, "interface"))?;
-        info.set_queue(queue);
-        let sock =
-            xdpilone::Socket::with_shared(&info, &xumem).map_err(|e| xerr(e, "AF_XDP socket"))?;
-        let device = xumem
-            .fq_cq(&sock)
-            .map_err(|e| xerr(e, "fill/completion rings"))?;
+        let mut x = Xsk::setup(
+            iface,
+            queue,
+            frames,
+            64,
+            (frames as u32).next_power_of_two(),
+        )?;
         let sc = xdpilone::SocketConfig {
             rx_size: None,
             tx_size: std::num::NonZeroU32::new((frames as u32).next_power_of_two().min(4096)),
             bind_flags: xdpilone::SocketConfig::XDP_BIND_NEED_WAKEUP,
         };
-        let user = xumem.rx_tx(&sock, &sc).map_err(|e| xerr(e, "TX ring"))?;
-        xumem.bind(&user).map_err(|e| xerr(e, "binding for TX"))?;
+        let user = x
+            .xumem
+            .rx_tx(&x.sock, &sc)
+            .map_err(|e| xerr(e, "TX ring"))?;
+        x.xumem.bind(&user).map_err(|e| xerr(e, "binding for TX"))?;
         let tx = user.map_tx().map_err(|e| xerr(e, "mapping the TX ring"))?;
-        let mut pool = pool;
-        let mut free = Vec::with_capacity(frames);
-        while let Some(f) = pool.alloc() {
-            free.push(f);
-        }
+        let free = x.frames();
+        let Xsk {
+            umem,
+            xumem,
+            device,
+            ..
+        } = x;
         Ok(XdpTx {
             umem,
             _xumem: xumem,
