@@ -813,47 +813,6 @@ impl Gro {
     }
 }
 
-/// GRO in front of the next stage: a [`Stack`] that runs [`Gro`] and hands
-/// what leaves it to `inner`.
-#[derive(Debug)]
-pub struct GroStage<S> {
-    /// The GRO state.
-    pub gro: Gro,
-    /// The next stage.
-    pub inner: S,
-}
-
-impl<S: Stack> GroStage<S> {
-    /// GRO before `inner`.
-    pub fn new(cfg: GroConfig, inner: S) -> Self {
-        GroStage {
-            gro: Gro::new(cfg),
-            inner,
-        }
-    }
-}
-
-impl<S: Stack> Stack for GroStage<S> {
-    #[inline]
-    fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
-        let _ = self.gro.receive(pkt, ctx, &mut self.inner);
-    }
-    fn bundle_done(&mut self, ctx: &mut RxCtx<'_>) {
-        self.inner.bundle_done(ctx);
-    }
-    fn poll_done(&mut self, ctx: &mut RxCtx<'_>, end: PollEnd) -> Option<u64> {
-        let t = self.gro.poll_done(ctx, end, &mut self.inner);
-        let u = self.inner.poll_done(ctx, end);
-        match (t, u) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-    fn held(&self) -> u64 {
-        self.gro.held() + self.inner.held()
-    }
-}
-
 /// A packet as GRO passed it up, described by its TCP sequence range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Boundary {

@@ -345,25 +345,33 @@ impl<Q: RxQueue> Napi<Q> {
     /// Pass up everything GRO holds (stopping, or turning GRO off).
     /// Calling context: the owner, as for `poll`.
     pub fn flush_gro<S: Stack>(&mut self, stack: &mut S, now_ns: u64) {
-        if let Some(g) = self.gro.as_mut() {
-            let Napi {
-                queue,
-                recycle,
-                chains,
-                stats,
-                ..
-            } = self;
-            let mut ctx = RxCtx {
-                umem: queue.umem(),
-                recycle,
-                stats,
-                chains,
-                now_ns,
-            };
-            g.flush_all(FlushReason::PollEnd, &mut ctx, stack);
-            queue.recycle_bulk(recycle);
-            queue.recycle_done();
+        if let Some(mut g) = self.gro.take() {
+            self.with_ctx(now_ns, |ctx| g.flush_all(FlushReason::PollEnd, ctx, stack));
+            self.gro = Some(g);
         }
+    }
+
+    /// Run `f` in this NAPI's context, then give the frames it freed back to
+    /// the device.
+    fn with_ctx<R>(&mut self, now_ns: u64, f: impl FnOnce(&mut RxCtx<'_>) -> R) -> R {
+        let Napi {
+            queue,
+            recycle,
+            chains,
+            stats,
+            ..
+        } = self;
+        let mut ctx = RxCtx {
+            umem: queue.umem(),
+            recycle,
+            stats,
+            chains,
+            now_ns,
+        };
+        let r = f(&mut ctx);
+        queue.recycle_bulk(recycle);
+        queue.recycle_done();
+        r
     }
 
     /// Bundle mode.
@@ -528,29 +536,16 @@ impl<Q: RxQueue> Napi<Q> {
     /// The end of a poll: let the stack flush (GRO), hand the RX slots back
     /// and recycle freed frames. Returns the timer the stack asks for.
     fn finish<S: Stack>(&mut self, stack: &mut S, now_ns: u64, end: PollEnd) -> Option<u64> {
-        let Napi {
-            queue,
-            recycle,
-            chains,
-            stats,
-            gro,
-            ..
-        } = self;
-        let mut ctx = RxCtx {
-            umem: queue.umem(),
-            recycle,
-            stats,
-            chains,
-            now_ns,
-        };
-        let gro_timer = gro.as_mut().and_then(|g| g.poll_done(&mut ctx, end, stack));
-        let timer = match (gro_timer, stack.poll_done(&mut ctx, end)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        queue.pull_done();
-        queue.recycle_bulk(recycle);
-        queue.recycle_done();
+        self.queue.pull_done();
+        let mut gro = self.gro.take();
+        let timer = self.with_ctx(now_ns, |ctx| {
+            let gro_timer = gro.as_mut().and_then(|g| g.poll_done(ctx, end, stack));
+            match (gro_timer, stack.poll_done(ctx, end)) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        });
+        self.gro = gro;
         timer
     }
 

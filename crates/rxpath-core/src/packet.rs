@@ -113,11 +113,6 @@ impl<'a> RxCtx<'a> {
         self.chains.pop().unwrap_or_default()
     }
 
-    /// Counters of the NAPI this context belongs to.
-    pub fn stats(&self) -> &NapiStats {
-        self.stats
-    }
-
     /// The payload of every frame of a packet, in order: the head frame's
     /// L4 payload, then each fragment.
     pub fn payload_parts<'p>(&'p self, p: &'p Packet) -> impl Iterator<Item = &'p [u8]> + 'p {
