@@ -25,6 +25,7 @@
 pub mod gro;
 pub mod napi;
 pub mod packet;
+pub mod sock;
 pub mod softnet;
 pub mod stats;
 pub mod time;

@@ -295,6 +295,11 @@ impl<Q: RxQueue> Napi<Q> {
         self.weight
     }
 
+    /// True in interrupt mode (completion re-arms the queue's interrupt).
+    pub fn interrupts(&self) -> bool {
+        self.interrupts
+    }
+
     /// The shared state word (ownership).
     pub fn state(&self) -> &std::sync::Arc<NapiState> {
         &self.state

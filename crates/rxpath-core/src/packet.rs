@@ -164,6 +164,37 @@ impl<'a> RxCtx<'a> {
         }
     }
 
+    /// The packet reached a socket, which keeps its frame until the
+    /// application reads it: count it delivered and hand the frame over.
+    /// The frame comes back to the device through the queue's
+    /// [`FrameReturn`](crate::sock::FrameReturn). A chain's fragments are
+    /// freed here (UDP is never merged, so sockets see plain packets).
+    #[inline]
+    pub fn keep(&mut self, p: Packet) -> Frame {
+        let Packet {
+            frame, mut frags, ..
+        } = p;
+        self.stats.delivered += 1 + frags.len() as u64;
+        if frags.capacity() > 0 {
+            self.recycle.extend(frags.drain(..).map(|f| f.frame));
+            self.chains.push(frags);
+        }
+        frame
+    }
+
+    /// A frame [`keep`](Self::keep) handed over could not be queued after
+    /// all: count it dropped instead of delivered and free it.
+    pub fn undeliver(&mut self, frame: Frame, reason: DropReason) {
+        self.stats.delivered -= 1;
+        self.stats.dropped.add(reason, 1);
+        self.recycle.push(frame);
+    }
+
+    /// Give back frames that come home from elsewhere (sockets).
+    pub(crate) fn recycle_from(&mut self, ret: &crate::sock::FrameReturn) {
+        ret.drain_into(self.recycle);
+    }
+
     /// The packet is dropped for `reason`: count its frames, free them.
     #[inline(always)]
     pub fn drop(&mut self, p: Packet, reason: DropReason) {

@@ -30,11 +30,13 @@ pub enum DropReason {
     NoSocket,
     /// The socket's receive queue was full (SO_RCVBUF).
     SocketQueueFull,
+    /// The UDP checksum did not verify (`UDP_MIB_CSUMERRORS`).
+    BadChecksum,
 }
 
 impl DropReason {
     /// All reasons, in counter order.
-    pub const ALL: [DropReason; 7] = [
+    pub const ALL: [DropReason; 8] = [
         DropReason::Malformed,
         DropReason::UnhandledProto,
         DropReason::Rxdrop,
@@ -42,6 +44,7 @@ impl DropReason {
         DropReason::BacklogFull,
         DropReason::NoSocket,
         DropReason::SocketQueueFull,
+        DropReason::BadChecksum,
     ];
 
     /// The counter's name.
@@ -54,6 +57,7 @@ impl DropReason {
             DropReason::BacklogFull => "backlog_full",
             DropReason::NoSocket => "no_socket",
             DropReason::SocketQueueFull => "socket_queue_full",
+            DropReason::BadChecksum => "bad_checksum",
         }
     }
 }

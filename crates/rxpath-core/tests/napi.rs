@@ -267,7 +267,7 @@ struct Racy {
     hide: bool,
 }
 impl RxQueue for Racy {
-    fn umem(&self) -> &rxpath_dev::Umem {
+    fn umem(&self) -> &std::sync::Arc<rxpath_dev::Umem> {
         self.inner.umem()
     }
     fn queue_index(&self) -> u16 {

@@ -31,7 +31,7 @@ pub use sys::ring::{desc_flags, Desc};
 pub use sys::umem::{Frame, FramePool, Umem, UmemError, DEFAULT_FRAME_SIZE};
 
 use serde::Serialize;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 /// Nanoseconds since this process first asked: the one monotonic clock the
@@ -69,7 +69,7 @@ pub struct DeviceQueueStats {
 /// None of these methods sleeps.
 pub trait RxQueue {
     /// The frame region this queue's frames live in.
-    fn umem(&self) -> &Umem;
+    fn umem(&self) -> &Arc<Umem>;
 
     /// Queue index on its device.
     fn queue_index(&self) -> u16;
@@ -97,6 +97,13 @@ pub trait RxQueue {
 
     /// The queue's interrupt line, if the device raises interrupts.
     fn irq(&self) -> Option<&IrqLine>;
+
+    /// A shared handle to the same interrupt line, for a party that must
+    /// take or raise it without owning the queue (a NAPI thread waiting
+    /// while a busy-polling socket owns the NAPI).
+    fn irq_handle(&self) -> Option<Arc<IrqLine>> {
+        None
+    }
 
     /// True when descriptors are waiting (used when re-arming the interrupt,
     /// so that a packet that raced with `napi_complete_done` is not stranded).

@@ -109,7 +109,7 @@ impl Drop for PacketQueue {
 }
 
 impl RxQueue for PacketQueue {
-    fn umem(&self) -> &Umem {
+    fn umem(&self) -> &Arc<Umem> {
         &self.umem
     }
     fn queue_index(&self) -> u16 {
@@ -160,6 +160,9 @@ impl RxQueue for PacketQueue {
     fn recycle_done(&mut self) {}
     fn irq(&self) -> Option<&IrqLine> {
         self.irq_thread.as_ref().map(|_| &*self.irq)
+    }
+    fn irq_handle(&self) -> Option<Arc<IrqLine>> {
+        self.irq_thread.as_ref().map(|_| self.irq.clone())
     }
     fn has_pending(&mut self) -> bool {
         self.ring.has_pending()

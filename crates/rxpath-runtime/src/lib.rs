@@ -22,10 +22,12 @@
 
 pub mod clock;
 pub mod gen;
+pub mod host;
 pub mod lab;
 pub mod run;
 
 pub use clock::MonotonicClock;
+pub use host::{Host, HostConfig, HostDevice, HostReport};
 pub use run::{
     check_iface, run, CaptureAt, GroSettings, IfName, Producer, Report, RunConfig, RunError,
     StackKind, Tick,

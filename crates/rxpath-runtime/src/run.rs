@@ -424,20 +424,7 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 }
                 Err(e) => return Err(RunError::Device(format!("AF_XDP on {name}: {e}"))),
             };
-            eprintln!(
-                "rxpath: AF_XDP on {name}: {} XDP, {} mode, {} queue(s)",
-                if mode == XdpMode::Native {
-                    "native"
-                } else {
-                    "generic (skb)"
-                },
-                if qs.iter().all(|q| q.zero_copy()) {
-                    "zero-copy"
-                } else {
-                    "copy"
-                },
-                nq
-            );
+            eprintln!("rxpath: {}", xdp_backend(name, mode, &qs));
             own_queues(
                 cfg,
                 qs,
@@ -551,6 +538,24 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
             })
         }
     }
+}
+
+/// How AF_XDP came up on `iface`: XDP mode, copy or zero-copy, queues.
+pub(crate) fn xdp_backend(iface: &str, mode: XdpMode, qs: &[XdpQueue]) -> String {
+    format!(
+        "AF_XDP on {iface}: {} XDP, {} mode, {} queue(s)",
+        if mode == XdpMode::Native {
+            "native"
+        } else {
+            "generic (skb)"
+        },
+        if qs.iter().all(|q| q.zero_copy()) {
+            "zero-copy"
+        } else {
+            "copy"
+        },
+        qs.len()
+    )
 }
 
 /// Queues that own their frame pool (null, AF_PACKET, AF_XDP).

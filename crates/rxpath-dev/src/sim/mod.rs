@@ -94,7 +94,7 @@ pub enum SimError {
 
 #[derive(Debug, Default)]
 struct QueueShared {
-    irq: IrqLine,
+    irq: Arc<IrqLine>,
     offered: AtomicU64,
     rx_ring: AtomicU64,
     rx_missed: AtomicU64,
@@ -460,7 +460,7 @@ impl SimRxQueue {
 }
 
 impl RxQueue for SimRxQueue {
-    fn umem(&self) -> &Umem {
+    fn umem(&self) -> &Arc<Umem> {
         &self.umem
     }
     fn queue_index(&self) -> u16 {
@@ -494,6 +494,9 @@ impl RxQueue for SimRxQueue {
     }
     fn irq(&self) -> Option<&IrqLine> {
         Some(&self.shared.irq)
+    }
+    fn irq_handle(&self) -> Option<Arc<IrqLine>> {
+        Some(self.shared.irq.clone())
     }
     fn has_pending(&mut self) -> bool {
         !self.rx.is_empty()
@@ -560,7 +563,7 @@ impl NullQueue {
 }
 
 impl RxQueue for NullQueue {
-    fn umem(&self) -> &Umem {
+    fn umem(&self) -> &Arc<Umem> {
         &self.umem
     }
     fn queue_index(&self) -> u16 {

@@ -548,3 +548,58 @@ pub fn iface_up(name: &str) -> io::Result<Option<bool>> {
     let flags = unsafe { ifr.ifr_ifru.ifru_flags };
     Ok(Some(flags as i32 & libc::IFF_UP != 0))
 }
+
+/// Interface `name`'s MAC address (from sysfs) and IP addresses (from
+/// `getifaddrs`), in the calling thread's network namespace.
+pub fn iface_addrs(name: &str) -> io::Result<([u8; 6], Vec<std::net::IpAddr>)> {
+    let text = std::fs::read_to_string(format!("/sys/class/net/{name}/address"))?;
+    let mut mac = [0u8; 6];
+    let parts: Vec<_> = text.trim().split(':').collect();
+    if parts.len() != 6 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{name}: no Ethernet address"),
+        ));
+    }
+    for (m, p) in mac.iter_mut().zip(parts) {
+        *m =
+            u8::from_str_radix(p, 16).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    }
+    let mut addrs = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    syscall!(getifaddrs(&mut head as *mut *mut libc::ifaddrs))?;
+    let mut p = head;
+    while !p.is_null() {
+        // SAFETY: `p` walks the list getifaddrs returned, which stays valid
+        // until freeifaddrs below; each node and its name and address
+        // pointers are valid or null.
+        let ifa = unsafe { &*p };
+        p = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_name is a NUL-terminated string (checked non-null).
+        let n = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+        if n.to_bytes() != name.as_bytes() {
+            continue;
+        }
+        // SAFETY: ifa_addr is non-null; sa_family says which sockaddr it is,
+        // and each branch reads only that type.
+        unsafe {
+            match (*ifa.ifa_addr).sa_family as i32 {
+                libc::AF_INET => {
+                    let sa = &*(ifa.ifa_addr as *const libc::sockaddr_in);
+                    addrs.push(std::net::Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)).into());
+                }
+                libc::AF_INET6 => {
+                    let sa = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
+                    addrs.push(std::net::Ipv6Addr::from(sa.sin6_addr.s6_addr).into());
+                }
+                _ => {}
+            }
+        }
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    Ok((mac, addrs))
+}

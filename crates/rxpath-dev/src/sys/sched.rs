@@ -64,6 +64,14 @@ pub fn enter_netns(path: &str) -> io::Result<()> {
     r.map(|_| ())
 }
 
+/// The CPU the calling thread runs on (`sched_getcpu`).
+pub fn current_cpu() -> Option<usize> {
+    // SAFETY: sched_getcpu takes no arguments and only reads the caller's
+    // CPU number; it returns -1 on failure.
+    let c = unsafe { libc::sched_getcpu() };
+    usize::try_from(c).ok()
+}
+
 /// True when running as root (effective uid 0).
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.

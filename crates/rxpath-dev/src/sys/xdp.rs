@@ -554,7 +554,7 @@ impl Drop for XdpQueue {
 }
 
 impl RxQueue for XdpQueue {
-    fn umem(&self) -> &Umem {
+    fn umem(&self) -> &Arc<Umem> {
         &self.umem
     }
     fn queue_index(&self) -> u16 {
@@ -607,6 +607,9 @@ impl RxQueue for XdpQueue {
     }
     fn irq(&self) -> Option<&IrqLine> {
         self.irq_thread.as_ref().map(|_| &*self.irq)
+    }
+    fn irq_handle(&self) -> Option<Arc<IrqLine>> {
+        self.irq_thread.as_ref().map(|_| self.irq.clone())
     }
     fn has_pending(&mut self) -> bool {
         !self.pending.is_empty() || self.rx.available() > 0

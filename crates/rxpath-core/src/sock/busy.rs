@@ -1,0 +1,185 @@
+//! NAPIs that sockets can busy-poll: `napi_busy_loop()` and
+//! `busy_poll_stop()` (net/core/dev.c).
+//!
+//! A NAPI that sockets may poll lives in a [`SharedNapi`]: its state word
+//! (who owns it) outside any lock, and the NAPI with its stage in a mutex
+//! that only the owner takes, so the lock is never contended by design —
+//! the state word decides, as in the kernel.
+
+use super::stage::SockStack;
+use crate::napi::{Napi, NapiId, NapiState, PollResult};
+use crate::stats::NapiStats;
+use rxpath_dev::{DeviceQueueStats, IrqLine, RxQueue};
+use std::any::Any;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// `BUSY_POLL_BUDGET`: packets one busy-poll iteration may take.
+pub const BUSY_POLL_BUDGET: usize = 8;
+
+/// A NAPI and its stage, as the NAPI thread and busy pollers drive it.
+///
+/// Calling context: the owner of the NAPI (holder of `SCHED`) only.
+pub trait PollCell: Send {
+    /// The NAPI thread's poll: completes the NAPI if the queue ran dry.
+    fn poll(&mut self, budget: usize, now_ns: u64) -> PollResult;
+    /// A busy poller's poll: never completes (ownership is given back by
+    /// [`NapiState::busy_poll_stop`]).
+    fn poll_busy(&mut self, budget: usize, now_ns: u64) -> usize;
+    /// Busy polling starts: mask the queue's interrupt (what
+    /// `prefer_busy_poll` with `napi_defer_hard_irqs` achieves).
+    fn busy_start(&mut self);
+    /// Busy polling ended: unmask; if an interrupt was missed or packets
+    /// wait, raise it so the NAPI thread takes over (`__napi_schedule`).
+    fn busy_stop(&mut self, missed: bool);
+    /// Packets waiting in the device, or frames waiting to go home.
+    fn has_work(&mut self) -> bool;
+    /// NAPI counters.
+    fn napi_stats(&self) -> NapiStats;
+    /// Device counters.
+    fn device_stats(&self) -> DeviceQueueStats;
+    /// The budget of one NAPI-thread poll.
+    fn weight(&self) -> usize;
+    /// The concrete cell, to take the queue back at shutdown.
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+}
+
+/// The usual cell: a NAPI with the socket stage at the end of its path.
+#[derive(Debug)]
+pub struct NapiCell<Q: RxQueue> {
+    /// The NAPI.
+    pub napi: Napi<Q>,
+    /// Its stage.
+    pub stack: SockStack,
+}
+
+impl<Q: RxQueue + Send + 'static> PollCell for NapiCell<Q> {
+    fn poll(&mut self, budget: usize, now_ns: u64) -> PollResult {
+        self.napi.poll(budget, &mut self.stack, now_ns)
+    }
+
+    fn poll_busy(&mut self, budget: usize, now_ns: u64) -> usize {
+        self.napi.poll_owned(budget, &mut self.stack, now_ns)
+    }
+
+    fn busy_start(&mut self) {
+        if self.napi.interrupts() {
+            if let Some(irq) = self.napi.queue().irq() {
+                irq.disarm();
+            }
+        }
+    }
+
+    fn busy_stop(&mut self, missed: bool) {
+        if !self.napi.interrupts() {
+            return;
+        }
+        let pending = self.napi.queue_mut().has_pending();
+        if let Some(irq) = self.napi.queue().irq() {
+            irq.arm();
+            if missed || pending {
+                irq.raise();
+            }
+        }
+    }
+
+    fn has_work(&mut self) -> bool {
+        self.napi.has_work() || self.stack.returning() > 0
+    }
+
+    fn napi_stats(&self) -> NapiStats {
+        *self.napi.stats()
+    }
+
+    fn device_stats(&self) -> DeviceQueueStats {
+        self.napi.queue().device_stats()
+    }
+
+    fn weight(&self) -> usize {
+        self.napi.weight()
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+}
+
+/// A NAPI reachable by id: its ownership word, its interrupt line, and the
+/// cell the owner polls.
+pub struct SharedNapi {
+    /// `napi_id`.
+    pub id: NapiId,
+    /// Device queue index.
+    pub queue: u16,
+    /// Ownership (`napi->state`).
+    pub state: Arc<NapiState>,
+    /// The queue's interrupt line, taken by the NAPI thread without the
+    /// cell's lock (the hard-IRQ handler).
+    pub irq: Option<Arc<IrqLine>>,
+    cell: Mutex<Option<Box<dyn PollCell>>>,
+}
+
+impl fmt::Debug for SharedNapi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedNapi")
+            .field("id", &self.id)
+            .field("queue", &self.queue)
+            .field("state", &self.state.bits())
+            .finish()
+    }
+}
+
+impl SharedNapi {
+    /// Share `napi` (already registered in a [`crate::NapiTable`], so it has
+    /// its id) with its socket stage.
+    pub fn new<Q: RxQueue + Send + 'static>(napi: Napi<Q>, stack: SockStack) -> Arc<SharedNapi> {
+        Arc::new(SharedNapi {
+            id: napi.id(),
+            queue: napi.queue().queue_index(),
+            state: napi.state().clone(),
+            irq: napi.queue().irq_handle(),
+            cell: Mutex::new(Some(Box::new(NapiCell { napi, stack }))),
+        })
+    }
+
+    /// The cell. Calling context: the owner (holder of `SCHED`), or anyone
+    /// once the NAPI is disabled. `None` once taken at shutdown.
+    pub fn cell(&self) -> MutexGuard<'_, Option<Box<dyn PollCell>>> {
+        super::lock(&self.cell)
+    }
+
+    /// Take the cell out (shutdown, after [`NapiState::disable`] and once no
+    /// one owns the NAPI).
+    pub fn take(&self) -> Option<Box<dyn PollCell>> {
+        self.cell().take()
+    }
+
+    /// One busy-poll session on this NAPI: take ownership if no one has it,
+    /// poll with [`BUSY_POLL_BUDGET`] until `ready()` or the deadline, give
+    /// it back. Returns `(polls, packets)`, or `None` if someone else owned
+    /// the NAPI.
+    pub(crate) fn busy_poll(&self, end_ns: u64, ready: &dyn Fn() -> bool) -> Option<(u64, u64)> {
+        if !self.state.try_busy_poll() {
+            return None;
+        }
+        let mut g = self.cell();
+        let (mut polls, mut packets) = (0u64, 0u64);
+        if let Some(cell) = g.as_mut() {
+            cell.busy_start();
+            loop {
+                let now = rxpath_dev::mono_ns();
+                packets += cell.poll_busy(BUSY_POLL_BUDGET, now) as u64;
+                polls += 1;
+                if ready() || now >= end_ns {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        let missed = self.state.busy_poll_stop();
+        if let Some(cell) = g.as_mut() {
+            cell.busy_stop(missed);
+        }
+        Some((polls, packets))
+    }
+}

@@ -1,0 +1,141 @@
+//! The UDP socket table: which socket a datagram belongs to.
+//!
+//! Three maps, tried in the order the kernel's `compute_score` prefers:
+//! a connected socket matching the full 5-tuple, then a socket bound to the
+//! destination address and port, then one bound to the wildcard address of
+//! the family. An IPv6 wildcard socket also receives IPv4 (dual stack, as
+//! with `net.ipv6.bindv6only = 0`) when no IPv4 socket wants the datagram.
+//! A socket bound to a specific address and one bound to the wildcard may
+//! share a port (the kernel allows it with `SO_REUSEADDR`); the specific one
+//! wins.
+
+use super::socket::SockInner;
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+
+/// Where a socket sits in the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Key {
+    /// Connected: local (address may be unspecified) and remote.
+    Connected(SocketAddr, SocketAddr),
+    /// Bound to a specific local address.
+    Bound(SocketAddr),
+    /// Bound to the wildcard address of a family (v6?) on a port.
+    Wildcard(bool, u16),
+}
+
+impl Key {
+    /// The key of a socket with these addresses.
+    pub(crate) fn of(local: SocketAddr, remote: Option<SocketAddr>) -> Key {
+        match remote {
+            Some(r) => Key::Connected(local, r),
+            None if local.ip().is_unspecified() => Key::Wildcard(local.is_ipv6(), local.port()),
+            None => Key::Bound(local),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Demux {
+    connected: HashMap<(SocketAddr, SocketAddr), Arc<SockInner>>,
+    bound: HashMap<SocketAddr, Arc<SockInner>>,
+    wildcard: HashMap<(bool, u16), Arc<SockInner>>,
+}
+
+fn unspecified(v6: bool) -> IpAddr {
+    if v6 {
+        Ipv6Addr::UNSPECIFIED.into()
+    } else {
+        Ipv4Addr::UNSPECIFIED.into()
+    }
+}
+
+impl Demux {
+    /// The socket for a datagram from `src` to `dst`.
+    #[inline]
+    pub(crate) fn lookup(&self, dst: SocketAddr, src: SocketAddr) -> Option<&Arc<SockInner>> {
+        if !self.connected.is_empty() {
+            if let Some(s) = self.connected.get(&(dst, src)).or_else(|| {
+                let any = SocketAddr::new(unspecified(dst.is_ipv6()), dst.port());
+                self.connected.get(&(any, src))
+            }) {
+                return Some(s);
+            }
+        }
+        if !self.bound.is_empty() {
+            if let Some(s) = self.bound.get(&dst) {
+                return Some(s);
+            }
+        }
+        self.wildcard
+            .get(&(dst.is_ipv6(), dst.port()))
+            .or_else(|| match dst {
+                SocketAddr::V4(_) => self.wildcard.get(&(true, dst.port())),
+                SocketAddr::V6(_) => None,
+            })
+    }
+
+    /// True if `key` is taken.
+    pub(crate) fn taken(&self, key: Key) -> bool {
+        match key {
+            Key::Connected(l, r) => self.connected.contains_key(&(l, r)),
+            Key::Bound(a) => self.bound.contains_key(&a),
+            Key::Wildcard(v6, p) => self.wildcard.contains_key(&(v6, p)),
+        }
+    }
+
+    /// True if any socket uses local port `port` of family `v6`.
+    pub(crate) fn port_used(&self, v6: bool, port: u16) -> bool {
+        self.wildcard.contains_key(&(v6, port))
+            || self
+                .bound
+                .keys()
+                .any(|a| a.is_ipv6() == v6 && a.port() == port)
+            || self
+                .connected
+                .keys()
+                .any(|(l, _)| l.is_ipv6() == v6 && l.port() == port)
+    }
+
+    pub(crate) fn insert(&mut self, key: Key, s: Arc<SockInner>) {
+        match key {
+            Key::Connected(l, r) => {
+                self.connected.insert((l, r), s);
+            }
+            Key::Bound(a) => {
+                self.bound.insert(a, s);
+            }
+            Key::Wildcard(v6, p) => {
+                self.wildcard.insert((v6, p), s);
+            }
+        }
+    }
+
+    /// Remove `key` if it maps to socket `id`.
+    pub(crate) fn remove(&mut self, key: Key, id: u64) -> Option<Arc<SockInner>> {
+        fn take<K: std::hash::Hash + Eq>(
+            m: &mut HashMap<K, Arc<SockInner>>,
+            k: K,
+            id: u64,
+        ) -> Option<Arc<SockInner>> {
+            match m.get(&k) {
+                Some(s) if s.id == id => m.remove(&k),
+                _ => None,
+            }
+        }
+        match key {
+            Key::Connected(l, r) => take(&mut self.connected, (l, r), id),
+            Key::Bound(a) => take(&mut self.bound, a, id),
+            Key::Wildcard(v6, p) => take(&mut self.wildcard, (v6, p), id),
+        }
+    }
+
+    /// Empty the table (host shutdown).
+    pub(crate) fn take_all(&mut self) -> Vec<Arc<SockInner>> {
+        let mut v: Vec<_> = self.connected.drain().map(|(_, s)| s).collect();
+        v.extend(self.bound.drain().map(|(_, s)| s));
+        v.extend(self.wildcard.drain().map(|(_, s)| s));
+        v
+    }
+}

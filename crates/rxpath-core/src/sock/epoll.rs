@@ -1,0 +1,116 @@
+//! Readiness over many sockets: an `epoll_wait`-like call, level-triggered,
+//! with busy polling (the kernel's `ep_busy_loop`).
+
+use super::socket::Watch;
+use super::{lock, Sockets, UdpSocket};
+use crate::napi::NapiId;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Default)]
+pub(crate) struct EpollShared {
+    gen: Mutex<u64>,
+    cv: Condvar,
+}
+
+impl EpollShared {
+    /// A watched socket became readable.
+    pub(crate) fn notify(&self) {
+        *lock(&self.gen) += 1;
+        self.cv.notify_all();
+    }
+}
+
+/// A set of sockets to wait on.
+#[derive(Debug)]
+pub struct Epoll {
+    shared: Arc<EpollShared>,
+    socks: Vec<(usize, UdpSocket)>,
+    host: Arc<Sockets>,
+    busy_poll_us: u32,
+}
+
+impl Epoll {
+    /// An empty set on `host`.
+    pub fn new(host: &Arc<Sockets>) -> Epoll {
+        Epoll {
+            shared: Arc::default(),
+            socks: Vec::new(),
+            host: host.clone(),
+            busy_poll_us: 0,
+        }
+    }
+
+    /// Watch `sock`, reported as `token` (a socket is in one set at a time).
+    pub fn add(&mut self, sock: &UdpSocket, token: usize) {
+        *lock(&sock.inner().watch) = Some(Watch {
+            ep: Arc::downgrade(&self.shared),
+        });
+        self.socks.push((token, sock.clone()));
+    }
+
+    /// Busy-poll the sockets' NAPIs this long (µs) before sleeping (the
+    /// kernel's `EPIOCSPARAMS busy_poll_usecs`); 0 = off.
+    pub fn set_busy_poll(&mut self, us: u32) {
+        self.busy_poll_us = us;
+    }
+
+    fn scan(&self, ready: &mut Vec<usize>) -> usize {
+        ready.clear();
+        for (t, s) in &self.socks {
+            if s.inner().qlen.load(Ordering::Acquire) > 0
+                || s.inner().q.lock().is_ok_and(|q| q.closed)
+            {
+                ready.push(*t);
+            }
+        }
+        ready.len()
+    }
+
+    /// Fill `ready` with the tokens of sockets that have datagrams (or are
+    /// closed), waiting up to `timeout` (`None` = forever). Returns how many.
+    pub fn wait(&self, ready: &mut Vec<usize>, timeout: Option<Duration>) -> usize {
+        if self.scan(ready) > 0 {
+            return ready.len();
+        }
+        if self.busy_poll_us > 0 {
+            let mut ids: Vec<NapiId> = self.socks.iter().map(|(_, s)| s.napi_id()).collect();
+            ids.retain(|i| i.0 != 0);
+            ids.sort_unstable();
+            ids.dedup();
+            let socks = &self.socks;
+            self.host.busy_loop(&ids, self.busy_poll_us, &|| {
+                socks
+                    .iter()
+                    .any(|(_, s)| s.inner().qlen.load(Ordering::Acquire) > 0)
+            });
+            if self.scan(ready) > 0 {
+                return ready.len();
+            }
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut g = lock(&self.shared.gen);
+        loop {
+            // Scanned under the lock: an enqueue after this scan notifies
+            // only once we wait, so no wakeup is lost.
+            if self.scan(ready) > 0 {
+                return ready.len();
+            }
+            g = match deadline {
+                None => self.shared.cv.wait(g).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return 0;
+                    }
+                    self.shared
+                        .cv
+                        .wait_timeout(g, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
+        }
+    }
+}

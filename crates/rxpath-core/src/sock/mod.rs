@@ -1,0 +1,416 @@
+//! UDP sockets at the end of the path, with busy polling (seed 000).
+//!
+//! ```text
+//!  NAPI poll ──► SockStack ──demux──► socket receive queue ──► recv()
+//!     ▲            (stage)             (frames held, bytes     │  empty?
+//!     │                                 bounded by rcvbuf)      │  busy_poll µs:
+//!     └──────────── napi_busy_loop: take the NAPI, poll(8) ◄───┘  else sleep
+//! ```
+//!
+//! * [`Sockets`] is one host's socket layer: the demux table (connected
+//!   5-tuple first, then bound address, then wildcard, as `__udp4_lib_lookup`
+//!   scores them), the NAPIs sockets may busy-poll (the kernel's
+//!   `napi_by_id` hash), the RFS sock flow table, the TX port and the
+//!   neighbours learned from received packets.
+//! * [`SockStack`] is the stage NAPI runs: it verifies the UDP checksum,
+//!   looks the socket up, stamps it with the packet's `napi_id` (seed 000:
+//!   `sk_mark_napi_id`) and queues the packet **without copying**: the
+//!   socket keeps the frame until `recv` copies it out, then the frame goes
+//!   home through its queue's [`FrameReturn`] (the kernel's page pool takes
+//!   pages freed on other CPUs back through a ring the same way).
+//! * [`UdpSocket`] is the application's handle: `bind`, `connect`, `recv`,
+//!   `recv_batch`, `try_recv`, `send`, `send_batch`; [`Epoll`] waits on many.
+//!
+//! Busy polling follows `napi_busy_loop()`/`busy_poll_stop()` in
+//! net/core/dev.c: a `recv` that finds its queue empty takes ownership of
+//! the NAPI its last packet came from ([`NapiState::try_busy_poll`]), polls
+//! it with a budget of [`BUSY_POLL_BUDGET`] until its queue has data or
+//! `busy_poll` µs have passed, and gives it back. While it owns the NAPI the
+//! NAPI thread does not poll it; an interrupt that arrives meanwhile is
+//! recorded (`MISSED`) and re-raised on release, so nothing is lost.
+//!
+//! [`NapiState::try_busy_poll`]: crate::napi::NapiState::try_busy_poll
+
+mod busy;
+mod demux;
+mod epoll;
+mod flow;
+mod socket;
+mod stage;
+mod tx;
+
+pub use busy::{NapiCell, PollCell, SharedNapi, BUSY_POLL_BUDGET};
+pub use epoll::Epoll;
+pub use flow::SockFlowTable;
+pub use socket::{RecvMeta, SockCounters, UdpSocket};
+pub use stage::SockStack;
+pub use tx::{CaptureTx, TxPort};
+
+use crate::napi::NapiId;
+use rxpath_dev::{Frame, Umem};
+use rxpath_wire::ethernet::Mac;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+
+/// `net.core.rmem_default`: a socket's receive buffer unless set.
+pub const RMEM_DEFAULT: usize = 212_992;
+
+/// Settings of one host's socket layer, named as the kernel's sysctls.
+#[derive(Debug, Clone)]
+pub struct SockConfig {
+    /// Receive buffer of a new socket in bytes (`net.core.rmem_default`).
+    /// Each queued datagram counts the size of the frame it pins (its
+    /// truesize), as the kernel counts `skb->truesize`.
+    pub rcvbuf: usize,
+    /// Busy-poll time of a new socket in µs (`net.core.busy_read`; 0 = off).
+    pub busy_read_us: u32,
+    /// Verify UDP checksums the device did not (`CHECKSUM_UNNECESSARY`).
+    pub verify_checksum: bool,
+    /// This host's addresses: the source of datagrams sent from a socket
+    /// bound to a wildcard address.
+    pub local_addrs: Vec<IpAddr>,
+    /// The interface's MAC address (source of sent frames).
+    pub mac: Mac,
+    /// The link MTU (datagrams larger than fit are refused, not fragmented).
+    pub mtu: usize,
+    /// Entries of the RFS sock flow table (`rps_sock_flow_entries`; rounded
+    /// up to a power of two; 0 = off).
+    pub sock_flow_entries: usize,
+}
+
+impl Default for SockConfig {
+    fn default() -> Self {
+        SockConfig {
+            rcvbuf: RMEM_DEFAULT,
+            busy_read_us: 0,
+            verify_checksum: true,
+            local_addrs: Vec::new(),
+            mac: [0x02, 0, 0, 0, 0, 1],
+            mtu: 1500,
+            sock_flow_entries: 32_768,
+        }
+    }
+}
+
+/// Errors of the socket API, each with what to do about it.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SockError {
+    /// The address and port are taken (`EADDRINUSE`).
+    #[error("address {0} already in use")]
+    AddrInUse(SocketAddr),
+    /// No ephemeral port is free.
+    #[error("no free ephemeral port")]
+    NoPorts,
+    /// Nothing to receive and the socket must not block (`EAGAIN`).
+    #[error("no datagram queued (would block)")]
+    WouldBlock,
+    /// The receive timeout passed (`SO_RCVTIMEO`).
+    #[error("receive timed out")]
+    TimedOut,
+    /// The host stopped; the socket is closed.
+    #[error("socket closed: the host stopped")]
+    Closed,
+    /// `send` on a socket that is not connected (`EDESTADDRREQ`).
+    #[error("socket not connected: use send_to or connect first")]
+    NotConnected,
+    /// The datagram does not fit in one frame at this MTU (`EMSGSIZE`).
+    #[error("datagram of {len} bytes exceeds the {max}-byte limit of MTU {mtu}")]
+    MessageTooLong {
+        /// Payload length asked for.
+        len: usize,
+        /// The largest payload that fits.
+        max: usize,
+        /// The MTU.
+        mtu: usize,
+    },
+    /// IPv4 to IPv6 or back.
+    #[error("address family mismatch: {0}")]
+    Family(String),
+    /// No MAC address known for the destination.
+    #[error("no neighbour entry for {0}: rxpath learns neighbours from packets it receives, or add one with Sockets::add_neighbor")]
+    NoNeighbor(IpAddr),
+    /// No source address: the socket is bound to a wildcard and the host
+    /// has no address of that family.
+    #[error("no local {0} address to send from: bind to one, or give the host one")]
+    NoSource(&'static str),
+    /// The host has no TX port.
+    #[error("this host cannot transmit (no TX port)")]
+    NoTx,
+    /// The TX port failed.
+    #[error("transmit failed: {0}")]
+    Tx(String),
+}
+
+/// Frames freed away from their NAPI (a socket's `recv` on an application
+/// thread) on their way back to the queue's fill ring. The owner of the
+/// NAPI takes them at the end of each poll.
+///
+/// Calling context: any thread may [`put`](Self::put); the NAPI owner
+/// drains.
+#[derive(Debug, Default)]
+pub struct FrameReturn {
+    frames: Mutex<Vec<Frame>>,
+    len: AtomicUsize,
+}
+
+impl FrameReturn {
+    /// Return one frame.
+    pub fn put(&self, f: Frame) {
+        let mut v = lock(&self.frames);
+        v.push(f);
+        // Release pairs with the Acquire in `pending`.
+        self.len.store(v.len(), Ordering::Release);
+    }
+
+    /// Return many frames under one lock.
+    pub fn put_all(&self, it: impl IntoIterator<Item = Frame>) {
+        let mut v = lock(&self.frames);
+        v.extend(it);
+        self.len.store(v.len(), Ordering::Release);
+    }
+
+    /// Frames waiting to go home.
+    pub fn pending(&self) -> usize {
+        self.len.load(Ordering::Acquire)
+    }
+
+    /// Move the returned frames to `out` (the NAPI's recycle list).
+    pub fn drain_into(&self, out: &mut Vec<Frame>) -> usize {
+        if self.pending() == 0 {
+            return 0;
+        }
+        let mut v = lock(&self.frames);
+        let n = v.len();
+        out.append(&mut v);
+        self.len.store(0, Ordering::Release);
+        n
+    }
+}
+
+/// One device queue as the socket layer sees it: where its frames' bytes
+/// are and how they go home.
+#[derive(Debug)]
+pub struct Port {
+    /// The queue's frame region.
+    pub umem: Arc<Umem>,
+    /// Frames on their way home.
+    pub ret: FrameReturn,
+}
+
+/// Counters of one host's socket layer (`/proc/net/snmp` Udp: and the
+/// busy-poll counters the issue asks for).
+#[derive(Debug, Default)]
+struct Counters {
+    in_datagrams: AtomicU64,
+    no_ports: AtomicU64,
+    rcvbuf_errors: AtomicU64,
+    csum_errors: AtomicU64,
+    out_datagrams: AtomicU64,
+    busy_polls: AtomicU64,
+    busy_poll_loops: AtomicU64,
+    busy_poll_packets: AtomicU64,
+    busy_poll_ns: AtomicU64,
+    busy_poll_contended: AtomicU64,
+}
+
+/// A snapshot of the socket layer's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SockStats {
+    /// Datagrams queued to sockets (`InDatagrams`).
+    pub in_datagrams: u64,
+    /// Datagrams for no socket (`NoPorts`).
+    pub no_ports: u64,
+    /// Datagrams dropped on a full receive queue (`RcvbufErrors`).
+    pub rcvbuf_errors: u64,
+    /// Datagrams with a bad checksum (`InCsumErrors`).
+    pub csum_errors: u64,
+    /// Datagrams sent (`OutDatagrams`).
+    pub out_datagrams: u64,
+    /// Busy-poll sessions (a `recv` or `Epoll::wait` that busy-polled).
+    pub busy_polls: u64,
+    /// NAPI polls run by busy pollers (`napi_busy_loop` iterations that
+    /// owned the NAPI).
+    pub busy_poll_loops: u64,
+    /// Packets taken from the device by busy pollers.
+    pub busy_poll_packets: u64,
+    /// Time spent busy polling, ns.
+    pub busy_poll_ns: u64,
+    /// Busy-poll iterations that found the NAPI owned by someone else.
+    pub busy_poll_contended: u64,
+}
+
+/// One host's socket layer. Shared (`Arc`) by the NAPI stages, the sockets
+/// and the application.
+#[derive(Debug)]
+pub struct Sockets {
+    cfg: SockConfig,
+    ports: Vec<Port>,
+    demux: RwLock<demux::Demux>,
+    napis: RwLock<HashMap<NapiId, Arc<SharedNapi>>>,
+    neighbors: RwLock<HashMap<IpAddr, Mac>>,
+    tx: Mutex<Option<Box<dyn TxPort>>>,
+    flows: SockFlowTable,
+    busy_read: AtomicU32,
+    next_port: AtomicU16,
+    counters: Counters,
+}
+
+/// Lock a mutex; a panic elsewhere does not make the data unusable (every
+/// critical section here leaves it consistent).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) fn read<T>(m: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Sockets {
+    /// A socket layer over a device whose queue `i` keeps its frames in
+    /// `umems[i]`.
+    pub fn new(cfg: SockConfig, umems: Vec<Arc<Umem>>) -> Arc<Sockets> {
+        let ports = umems
+            .into_iter()
+            .map(|umem| Port {
+                umem,
+                ret: FrameReturn::default(),
+            })
+            .collect();
+        Arc::new(Sockets {
+            busy_read: AtomicU32::new(cfg.busy_read_us),
+            flows: SockFlowTable::new(cfg.sock_flow_entries),
+            cfg,
+            ports,
+            demux: RwLock::default(),
+            napis: RwLock::default(),
+            neighbors: RwLock::default(),
+            tx: Mutex::new(None),
+            next_port: AtomicU16::new(0),
+            counters: Counters::default(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SockConfig {
+        &self.cfg
+    }
+
+    /// Queue `i`'s port.
+    pub fn port(&self, i: u16) -> Option<&Port> {
+        self.ports.get(i as usize)
+    }
+
+    /// Frames held by sockets or on their way home, over all queues.
+    pub fn frames_returning(&self) -> usize {
+        self.ports.iter().map(|p| p.ret.pending()).sum()
+    }
+
+    /// The stage to run at the end of queue `queue`'s NAPI.
+    pub fn stage(self: &Arc<Self>, queue: u16) -> SockStack {
+        SockStack::new(self.clone(), queue)
+    }
+
+    /// Make a NAPI reachable by id for busy polling (`napi_hash_add`).
+    pub fn register_napi(&self, n: Arc<SharedNapi>) {
+        self.napis
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(n.id, n);
+    }
+
+    /// `napi_by_id()`.
+    pub fn napi_by_id(&self, id: NapiId) -> Option<Arc<SharedNapi>> {
+        read(&self.napis).get(&id).cloned()
+    }
+
+    /// Forget every NAPI (`napi_hash_del`, at shutdown).
+    pub fn unregister_napis(&self) -> Vec<Arc<SharedNapi>> {
+        let mut m = self.napis.write().unwrap_or_else(|e| e.into_inner());
+        m.drain().map(|(_, n)| n).collect()
+    }
+
+    /// Set the TX port sockets send through.
+    pub fn set_tx(&self, tx: Box<dyn TxPort>) {
+        *lock(&self.tx) = Some(tx);
+    }
+
+    /// Add (or replace) a neighbour entry: the MAC to send to `ip` with.
+    pub fn add_neighbor(&self, ip: IpAddr, mac: Mac) {
+        self.neighbors
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(ip, mac);
+    }
+
+    /// The MAC known for `ip`.
+    pub fn neighbor(&self, ip: IpAddr) -> Option<Mac> {
+        read(&self.neighbors).get(&ip).copied()
+    }
+
+    /// `net.core.busy_read` in µs: the busy-poll time of sockets that did
+    /// not set their own. Can be changed while running.
+    pub fn set_busy_read(&self, us: u32) {
+        self.busy_read.store(us, Ordering::Relaxed);
+    }
+
+    /// The current `net.core.busy_read`.
+    pub fn busy_read(&self) -> u32 {
+        self.busy_read.load(Ordering::Relaxed)
+    }
+
+    /// The RFS sock flow table `recv` writes to.
+    pub fn sock_flows(&self) -> &SockFlowTable {
+        &self.flows
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> SockStats {
+        let c = &self.counters;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SockStats {
+            in_datagrams: g(&c.in_datagrams),
+            no_ports: g(&c.no_ports),
+            rcvbuf_errors: g(&c.rcvbuf_errors),
+            csum_errors: g(&c.csum_errors),
+            out_datagrams: g(&c.out_datagrams),
+            busy_polls: g(&c.busy_polls),
+            busy_poll_loops: g(&c.busy_poll_loops),
+            busy_poll_packets: g(&c.busy_poll_packets),
+            busy_poll_ns: g(&c.busy_poll_ns),
+            busy_poll_contended: g(&c.busy_poll_contended),
+        }
+    }
+
+    /// Close every socket: their queued frames go home, and blocked
+    /// `recv`s return [`SockError::Closed`]. Used when the host stops.
+    pub fn close_all(&self) {
+        let socks = self
+            .demux
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .take_all();
+        for s in socks {
+            s.close(self);
+        }
+    }
+
+    /// The source address for a datagram from `local` to `dst`.
+    fn source_for(&self, local: SocketAddr, dst: &SocketAddr) -> Result<IpAddr, SockError> {
+        if !local.ip().is_unspecified() {
+            return Ok(local.ip());
+        }
+        self.cfg
+            .local_addrs
+            .iter()
+            .find(|a| a.is_ipv4() == dst.is_ipv4())
+            .copied()
+            .ok_or(SockError::NoSource(if dst.is_ipv4() {
+                "IPv4"
+            } else {
+                "IPv6"
+            }))
+    }
+}

@@ -1,0 +1,622 @@
+//! The application's UDP socket.
+
+use super::demux::Key;
+use super::{lock, read, SockError, Sockets};
+use crate::napi::NapiId;
+use rxpath_dev::Frame;
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// A queued datagram: the frame it arrived in (not copied) and where its
+/// payload lies.
+#[derive(Debug)]
+pub(crate) struct Dgram {
+    pub(crate) frame: Frame,
+    pub(crate) off: u16,
+    pub(crate) len: u16,
+    pub(crate) src: SocketAddr,
+    pub(crate) queue: u16,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct RecvQueue {
+    pub(crate) dgrams: VecDeque<Dgram>,
+    /// Bytes charged against rcvbuf (truesize of the queued frames).
+    pub(crate) bytes: usize,
+    /// Threads sleeping in `recv`.
+    pub(crate) waiters: u32,
+    pub(crate) closed: bool,
+}
+
+/// Per-socket counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SockCounters {
+    /// Datagrams queued.
+    pub queued: u64,
+    /// Datagrams dropped because the receive queue was full.
+    pub drops: u64,
+    /// Datagrams read by the application.
+    pub read: u64,
+    /// `recv` calls that busy-polled.
+    pub busy_polls: u64,
+    /// `recv` calls that slept.
+    pub sleeps: u64,
+}
+
+#[derive(Debug, Default)]
+struct AtomicCounters {
+    queued: AtomicU64,
+    drops: AtomicU64,
+    read: AtomicU64,
+    busy_polls: AtomicU64,
+    sleeps: AtomicU64,
+}
+
+/// A readiness watcher registered on a socket ([`super::Epoll`]).
+#[derive(Debug)]
+pub(crate) struct Watch {
+    pub(crate) ep: Weak<super::epoll::EpollShared>,
+}
+
+/// Socket state shared by the application's handle, the demux table and
+/// the NAPI stage that queues into it.
+#[derive(Debug)]
+pub(crate) struct SockInner {
+    pub(crate) id: u64,
+    addrs: Mutex<(SocketAddr, Option<SocketAddr>)>,
+    pub(crate) q: Mutex<RecvQueue>,
+    pub(crate) cv: Condvar,
+    /// Datagrams queued, readable without the lock (busy-poll exit test).
+    pub(crate) qlen: AtomicUsize,
+    /// The NAPI of the last packet queued (`sk->sk_napi_id`).
+    pub(crate) napi_id: AtomicU32,
+    /// RX hash of the last packet queued (`sk->sk_rxhash`), for RFS.
+    pub(crate) rxhash: AtomicU32,
+    /// Busy-poll µs (`SO_BUSY_POLL`); `u32::MAX` = the host's busy_read.
+    busy_poll_us: AtomicU32,
+    pub(crate) rcvbuf: AtomicUsize,
+    /// Receive timeout in ns (`SO_RCVTIMEO`); 0 = none.
+    timeout_ns: AtomicU64,
+    ip_id: AtomicU16,
+    counters: AtomicCounters,
+    pub(crate) watch: Mutex<Option<Watch>>,
+}
+
+impl SockInner {
+    /// Queue a datagram (NAPI context: does not sleep; the lock is held
+    /// only to link the datagram). Returns it back if the queue is full or
+    /// the socket closed.
+    #[inline]
+    pub(crate) fn enqueue(&self, d: Dgram, truesize: usize) -> Result<(), Dgram> {
+        let mut q = lock(&self.q);
+        if q.closed || q.bytes + truesize > self.rcvbuf.load(Ordering::Relaxed) {
+            drop(q);
+            self.counters.drops.fetch_add(1, Ordering::Relaxed);
+            return Err(d);
+        }
+        q.bytes += truesize;
+        q.dgrams.push_back(d);
+        let was_empty = q.dgrams.len() == 1;
+        self.qlen.store(q.dgrams.len(), Ordering::Release);
+        let wake = q.waiters > 0;
+        drop(q);
+        self.counters.queued.fetch_add(1, Ordering::Relaxed);
+        if wake {
+            self.cv.notify_one();
+        }
+        if was_empty {
+            if let Some(ep) = lock(&self.watch).as_ref().and_then(|w| w.ep.upgrade()) {
+                ep.notify();
+            }
+        }
+        Ok(())
+    }
+
+    /// Close: mark the queue closed, send its frames home, wake sleepers.
+    pub(crate) fn close(&self, host: &Sockets) {
+        let mut q = lock(&self.q);
+        q.closed = true;
+        q.bytes = 0;
+        let dgrams = std::mem::take(&mut q.dgrams);
+        self.qlen.store(0, Ordering::Release);
+        drop(q);
+        self.cv.notify_all();
+        for d in dgrams {
+            if let Some(p) = host.port(d.queue) {
+                p.ret.put(d.frame);
+            }
+        }
+    }
+
+    pub(crate) fn addrs(&self) -> (SocketAddr, Option<SocketAddr>) {
+        *lock(&self.addrs)
+    }
+}
+
+/// What `recv_batch` reports per datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvMeta {
+    /// Bytes copied into the buffer.
+    pub len: usize,
+    /// The datagram was longer than the buffer (`MSG_TRUNC`).
+    pub truncated: bool,
+    /// Sender.
+    pub src: SocketAddr,
+}
+
+/// A UDP socket on an rxpath host.
+///
+/// `recv*` may be called from several threads at once; each datagram goes
+/// to exactly one of them. Dropping the last handle closes the socket.
+#[derive(Debug, Clone)]
+pub struct UdpSocket {
+    inner: Arc<SockInner>,
+    host: Arc<Sockets>,
+    _close: Arc<CloseOnDrop>,
+}
+
+#[derive(Debug)]
+struct CloseOnDrop {
+    inner: Arc<SockInner>,
+    host: Arc<Sockets>,
+}
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        let (l, r) = self.inner.addrs();
+        lock_write(&self.host).remove(Key::of(l, r), self.inner.id);
+        self.inner.close(&self.host);
+    }
+}
+
+fn lock_write(host: &Sockets) -> std::sync::RwLockWriteGuard<'_, super::demux::Demux> {
+    host.demux.write().unwrap_or_else(|e| e.into_inner())
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Ephemeral ports, as `net.ipv4.ip_local_port_range`.
+const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
+
+impl UdpSocket {
+    /// `bind()`: a socket on `addr` (address or wildcard; port 0 picks an
+    /// ephemeral port).
+    pub fn bind(host: &Arc<Sockets>, mut addr: SocketAddr) -> Result<UdpSocket, SockError> {
+        let mut t = lock_write(host);
+        if addr.port() == 0 {
+            let span = (EPHEMERAL.end() - EPHEMERAL.start()) as u32 + 1;
+            let start = host.next_port.fetch_add(1, Ordering::Relaxed) as u32;
+            let free = (0..span)
+                .map(|i| EPHEMERAL.start() + ((start + i) % span) as u16)
+                .find(|&p| !t.port_used(addr.is_ipv6(), p))
+                .ok_or(SockError::NoPorts)?;
+            addr.set_port(free);
+        }
+        let key = Key::of(addr, None);
+        if t.taken(key) {
+            return Err(SockError::AddrInUse(addr));
+        }
+        let inner = Arc::new(SockInner {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            addrs: Mutex::new((addr, None)),
+            q: Mutex::default(),
+            cv: Condvar::new(),
+            qlen: AtomicUsize::new(0),
+            napi_id: AtomicU32::new(0),
+            rxhash: AtomicU32::new(0),
+            busy_poll_us: AtomicU32::new(u32::MAX),
+            rcvbuf: AtomicUsize::new(host.cfg.rcvbuf),
+            timeout_ns: AtomicU64::new(0),
+            ip_id: AtomicU16::new(0),
+            counters: AtomicCounters::default(),
+            watch: Mutex::new(None),
+        });
+        t.insert(key, inner.clone());
+        drop(t);
+        Ok(UdpSocket {
+            _close: Arc::new(CloseOnDrop {
+                inner: inner.clone(),
+                host: host.clone(),
+            }),
+            inner,
+            host: host.clone(),
+        })
+    }
+
+    /// `connect()`: receive only from `remote` (the full 5-tuple wins over
+    /// bound and wildcard sockets) and make it the default destination.
+    pub fn connect(&self, remote: SocketAddr) -> Result<(), SockError> {
+        let mut t = lock_write(&self.host);
+        let mut a = lock(&self.inner.addrs);
+        if a.0.is_ipv4() != remote.is_ipv4() {
+            return Err(SockError::Family(format!("{} to {remote}", a.0)));
+        }
+        let new = Key::of(a.0, Some(remote));
+        if new != Key::of(a.0, a.1) && t.taken(new) {
+            return Err(SockError::AddrInUse(a.0));
+        }
+        t.remove(Key::of(a.0, a.1), self.inner.id);
+        t.insert(new, self.inner.clone());
+        a.1 = Some(remote);
+        Ok(())
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.inner.addrs().0
+    }
+
+    /// The connected peer.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.inner.addrs().1
+    }
+
+    /// `SO_BUSY_POLL`: busy-poll this long (µs) in `recv` before sleeping;
+    /// 0 = off. Unset, the host's `busy_read` applies.
+    pub fn set_busy_poll(&self, us: u32) {
+        self.inner.busy_poll_us.store(us, Ordering::Relaxed);
+    }
+
+    /// The busy-poll time in effect, µs.
+    pub fn busy_poll(&self) -> u32 {
+        match self.inner.busy_poll_us.load(Ordering::Relaxed) {
+            u32::MAX => self.host.busy_read(),
+            us => us,
+        }
+    }
+
+    /// `SO_RCVBUF`: the receive queue's limit in bytes of truesize.
+    pub fn set_rcvbuf(&self, bytes: usize) {
+        self.inner.rcvbuf.store(bytes, Ordering::Relaxed);
+    }
+
+    /// `SO_RCVTIMEO`: how long a blocking `recv` waits (`None` = forever).
+    pub fn set_read_timeout(&self, t: Option<Duration>) {
+        let ns = t.map_or(0, |d| d.as_nanos().clamp(1, u64::MAX as u128) as u64);
+        self.inner.timeout_ns.store(ns, Ordering::Relaxed);
+    }
+
+    /// `SO_INCOMING_NAPI_ID`: the NAPI the last datagram came through.
+    pub fn napi_id(&self) -> NapiId {
+        NapiId(self.inner.napi_id.load(Ordering::Relaxed))
+    }
+
+    /// Datagrams queued now.
+    pub fn queued(&self) -> usize {
+        self.inner.qlen.load(Ordering::Acquire)
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> SockCounters {
+        let c = &self.inner.counters;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SockCounters {
+            queued: g(&c.queued),
+            drops: g(&c.drops),
+            read: g(&c.read),
+            busy_polls: g(&c.busy_polls),
+            sleeps: g(&c.sleeps),
+        }
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<SockInner> {
+        &self.inner
+    }
+
+    /// The host this socket lives on.
+    pub fn host(&self) -> &Arc<Sockets> {
+        &self.host
+    }
+
+    /// `recvfrom()`: block until a datagram arrives (busy-polling first if
+    /// on), copy it into `buf` (truncating), return its length and sender.
+    pub fn recv_from(&self, buf: &mut [u8]) -> Result<(usize, SocketAddr), SockError> {
+        let mut m = None;
+        self.recv_batch(std::slice::from_mut(&mut &mut *buf), |_, r| m = Some(r))?;
+        m.map(|r| (r.len, r.src)).ok_or(SockError::WouldBlock)
+    }
+
+    /// `recv()` on a socket: the payload length.
+    pub fn recv(&self, buf: &mut [u8]) -> Result<usize, SockError> {
+        self.recv_from(buf).map(|(n, _)| n)
+    }
+
+    /// `recvfrom(MSG_DONTWAIT)`: never blocks; [`SockError::WouldBlock`]
+    /// when nothing is queued.
+    pub fn try_recv_from(&self, buf: &mut [u8]) -> Result<(usize, SocketAddr), SockError> {
+        let mut m = None;
+        let n = self.take(std::slice::from_mut(&mut &mut *buf), &mut |_, r| {
+            m = Some(r)
+        })?;
+        match (n, m) {
+            (1, Some(r)) => Ok((r.len, r.src)),
+            _ => Err(SockError::WouldBlock),
+        }
+    }
+
+    /// Read one datagram without copying it: `f` sees the payload in its
+    /// frame. Blocks like [`recv_from`](Self::recv_from).
+    pub fn recv_with<R>(&self, f: impl FnOnce(&[u8], SocketAddr) -> R) -> Result<R, SockError> {
+        let mut f = Some(f);
+        let mut out = None;
+        self.wait_readable()?;
+        loop {
+            let d = {
+                let mut q = lock(&self.inner.q);
+                let d = q.dgrams.pop_front();
+                if let Some(d) = &d {
+                    q.bytes = q.bytes.saturating_sub(self.truesize(d));
+                }
+                self.inner.qlen.store(q.dgrams.len(), Ordering::Release);
+                d
+            };
+            match d {
+                Some(d) => {
+                    if let Some(p) = self.host.port(d.queue) {
+                        let o = d.off as usize;
+                        let data = &p.umem.data(&d.frame)[o..o + d.len as usize];
+                        if let Some(f) = f.take() {
+                            out = Some(f(data, d.src));
+                        }
+                        p.ret.put(d.frame);
+                    }
+                    self.after_read(1);
+                    return out.ok_or(SockError::Closed);
+                }
+                None => self.wait_readable()?,
+            }
+        }
+    }
+
+    /// `recvmmsg()`: block until at least one datagram is queued, then copy
+    /// up to `bufs.len()` of them; `meta` is called with each one's index
+    /// and [`RecvMeta`]. Returns how many were read.
+    pub fn recv_batch<B: AsMut<[u8]>>(
+        &self,
+        bufs: &mut [B],
+        mut meta: impl FnMut(usize, RecvMeta),
+    ) -> Result<usize, SockError> {
+        loop {
+            let n = self.take(bufs, &mut meta)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            self.wait_readable()?;
+        }
+    }
+
+    /// Copy out up to `bufs.len()` queued datagrams; frames go home in one
+    /// batch.
+    fn take<B: AsMut<[u8]>>(
+        &self,
+        bufs: &mut [B],
+        meta: &mut dyn FnMut(usize, RecvMeta),
+    ) -> Result<usize, SockError> {
+        if bufs.is_empty() {
+            return Ok(0);
+        }
+        let mut taken: [Option<Dgram>; 32] = Default::default();
+        let want = bufs.len().min(taken.len());
+        let n = {
+            let mut q = lock(&self.inner.q);
+            if q.dgrams.is_empty() && q.closed {
+                return Err(SockError::Closed);
+            }
+            let mut n = 0;
+            while n < want {
+                match q.dgrams.pop_front() {
+                    Some(d) => {
+                        q.bytes = q.bytes.saturating_sub(self.truesize(&d));
+                        taken[n] = Some(d);
+                        n += 1;
+                    }
+                    None => break,
+                }
+            }
+            self.inner.qlen.store(q.dgrams.len(), Ordering::Release);
+            n
+        };
+        if n == 0 {
+            return Ok(0);
+        }
+        // Frames of the first datagram's queue go home under one lock.
+        let first_q = taken[0].as_ref().map(|d| d.queue);
+        let mut home: [Option<Frame>; 32] = Default::default();
+        for (i, slot) in taken.iter_mut().take(n).enumerate() {
+            let Some(d) = slot.take() else { continue };
+            let Some(p) = self.host.port(d.queue) else {
+                continue;
+            };
+            let o = d.off as usize;
+            let data = &p.umem.data(&d.frame)[o..o + d.len as usize];
+            let buf = bufs[i].as_mut();
+            let len = data.len().min(buf.len());
+            buf[..len].copy_from_slice(&data[..len]);
+            meta(
+                i,
+                RecvMeta {
+                    len,
+                    truncated: len < data.len(),
+                    src: d.src,
+                },
+            );
+            if Some(d.queue) == first_q {
+                home[i] = Some(d.frame);
+            } else {
+                p.ret.put(d.frame);
+            }
+        }
+        if let Some(p) = first_q.and_then(|q| self.host.port(q)) {
+            p.ret.put_all(home.iter_mut().filter_map(Option::take));
+        }
+        self.after_read(n);
+        Ok(n)
+    }
+
+    fn truesize(&self, _d: &Dgram) -> usize {
+        self.host
+            .ports
+            .first()
+            .map_or(2048, |p| p.umem.frame_size())
+    }
+
+    /// RFS: record the CPU this thread reads the flow on
+    /// (`sock_rps_record_flow`).
+    fn after_read(&self, n: usize) {
+        self.inner
+            .counters
+            .read
+            .fetch_add(n as u64, Ordering::Relaxed);
+        let hash = self.inner.rxhash.load(Ordering::Relaxed);
+        if hash != 0 {
+            if let Some(cpu) = rxpath_dev::sys::sched::current_cpu() {
+                self.host.flows.record(hash, cpu as u32);
+            }
+        }
+    }
+
+    /// Wait until the queue has a datagram: busy-poll the socket's NAPI for
+    /// `busy_poll` µs if on (`sk_busy_loop`), then sleep (the kernel's
+    /// `__skb_wait_for_more_packets`) until a datagram arrives or the
+    /// receive timeout passes.
+    fn wait_readable(&self) -> Result<(), SockError> {
+        let inner = &self.inner;
+        if inner.qlen.load(Ordering::Acquire) > 0 {
+            return Ok(());
+        }
+        let us = self.busy_poll();
+        let napi = NapiId(inner.napi_id.load(Ordering::Relaxed));
+        if us > 0 && napi.0 != 0 {
+            inner.counters.busy_polls.fetch_add(1, Ordering::Relaxed);
+            self.host
+                .busy_loop(&[napi], us, &|| inner.qlen.load(Ordering::Acquire) > 0);
+            if inner.qlen.load(Ordering::Acquire) > 0 {
+                return Ok(());
+            }
+        }
+        let timeout = match inner.timeout_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Instant::now() + Duration::from_nanos(ns)),
+        };
+        let mut q = lock(&inner.q);
+        while q.dgrams.is_empty() {
+            if q.closed {
+                return Err(SockError::Closed);
+            }
+            inner.counters.sleeps.fetch_add(1, Ordering::Relaxed);
+            q.waiters += 1;
+            q = match timeout {
+                None => inner.cv.wait(q).unwrap_or_else(|e| e.into_inner()),
+                Some(t) => {
+                    let left = t.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        q.waiters -= 1;
+                        return Err(SockError::TimedOut);
+                    }
+                    inner
+                        .cv
+                        .wait_timeout(q, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
+            q.waiters -= 1;
+        }
+        Ok(())
+    }
+
+    /// `send()` on a connected socket.
+    pub fn send(&self, payload: &[u8]) -> Result<usize, SockError> {
+        let dst = self.peer_addr().ok_or(SockError::NotConnected)?;
+        self.send_to(payload, dst)
+    }
+
+    /// `sendto()`: one datagram to `dst` through the host's TX port.
+    pub fn send_to(&self, payload: &[u8], dst: SocketAddr) -> Result<usize, SockError> {
+        self.send_batch(&[(payload, dst)]).map(|_| payload.len())
+    }
+
+    /// `sendmmsg()`: datagrams to their destinations, built and handed to
+    /// the TX port in one batch. Returns how many were sent.
+    pub fn send_batch(&self, msgs: &[(&[u8], SocketAddr)]) -> Result<usize, SockError> {
+        let local = self.local_addr();
+        let mut sent = 0;
+        for chunk in msgs.chunks(super::tx::TX_BATCH) {
+            let mut frames = super::tx::Frames::new();
+            for (payload, dst) in chunk {
+                if dst.is_ipv4() != local.is_ipv4() {
+                    return Err(SockError::Family(format!("{local} to {dst}")));
+                }
+                let src = self.host.source_for(local, dst)?;
+                let mac = self
+                    .host
+                    .neighbor(dst.ip())
+                    .ok_or(SockError::NoNeighbor(dst.ip()))?;
+                let id = self.inner.ip_id.fetch_add(1, Ordering::Relaxed);
+                frames.push(
+                    &self.host.cfg,
+                    SocketAddr::new(src, local.port()),
+                    *dst,
+                    mac,
+                    id,
+                    payload,
+                )?;
+            }
+            let n = self.host.transmit(&frames)?;
+            sent += n;
+            if n < frames.len() {
+                break;
+            }
+        }
+        Ok(sent)
+    }
+}
+
+impl Sockets {
+    /// `napi_busy_loop()`: own the NAPIs in `ids` in turn and poll each with
+    /// [`super::BUSY_POLL_BUDGET`] until `ready()` or `us` µs have passed.
+    /// A NAPI someone else owns is skipped (the caller just watches its
+    /// queue, as the kernel's socket does).
+    pub(crate) fn busy_loop(&self, ids: &[NapiId], us: u32, ready: &dyn Fn() -> bool) {
+        let napis: Vec<_> = {
+            let m = read(&self.napis);
+            ids.iter().filter_map(|id| m.get(id).cloned()).collect()
+        };
+        if napis.is_empty() {
+            return;
+        }
+        let c = &self.counters;
+        c.busy_polls.fetch_add(1, Ordering::Relaxed);
+        let start = rxpath_dev::mono_ns();
+        let end = start + us as u64 * 1000;
+        let (mut loops, mut packets, mut contended) = (0u64, 0u64, 0u64);
+        'outer: loop {
+            for n in &napis {
+                match n.busy_poll(end, ready) {
+                    Some((l, p)) => {
+                        loops += l;
+                        packets += p;
+                    }
+                    None => contended += 1,
+                }
+                if ready() {
+                    break 'outer;
+                }
+            }
+            if rxpath_dev::mono_ns() >= end {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        c.busy_poll_loops.fetch_add(loops, Ordering::Relaxed);
+        c.busy_poll_packets.fetch_add(packets, Ordering::Relaxed);
+        c.busy_poll_contended
+            .fetch_add(contended, Ordering::Relaxed);
+        c.busy_poll_ns
+            .fetch_add(rxpath_dev::mono_ns() - start, Ordering::Relaxed);
+    }
+}

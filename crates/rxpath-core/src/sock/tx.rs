@@ -1,0 +1,109 @@
+//! What sockets send through: a [`TxPort`] (the runtime gives an AF_PACKET
+//! socket on the interface; tests a [`CaptureTx`]), and frame building.
+
+use super::{lock, SockConfig, SockError, Sockets};
+use rxpath_wire::build::{write_udp, Spec};
+use rxpath_wire::ethernet::Mac;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+/// Datagrams built and handed to the port at once by `send_batch`.
+pub(crate) const TX_BATCH: usize = 16;
+const FRAME_MAX: usize = 2048;
+
+/// A device's transmit side. Calling context: any thread, serialized by
+/// the host (the kernel's TX queue lock).
+pub trait TxPort: Send + std::fmt::Debug {
+    /// Send whole Ethernet frames; returns how many were taken.
+    fn send(&mut self, frames: &[&[u8]]) -> std::io::Result<usize>;
+}
+
+/// A TX port that keeps what it is given (tests, the simulated NIC).
+#[derive(Debug, Clone, Default)]
+pub struct CaptureTx {
+    /// The frames sent so far.
+    pub frames: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl TxPort for CaptureTx {
+    fn send(&mut self, frames: &[&[u8]]) -> std::io::Result<usize> {
+        lock(&self.frames).extend(frames.iter().map(|f| f.to_vec()));
+        Ok(frames.len())
+    }
+}
+
+/// Up to [`TX_BATCH`] frames built on the stack.
+pub(crate) struct Frames {
+    bufs: [[u8; FRAME_MAX]; TX_BATCH],
+    lens: [usize; TX_BATCH],
+    n: usize,
+}
+
+impl Frames {
+    pub(crate) fn new() -> Self {
+        Frames {
+            bufs: [[0; FRAME_MAX]; TX_BATCH],
+            lens: [0; TX_BATCH],
+            n: 0,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.n
+    }
+
+    /// Build one UDP datagram's frame.
+    pub(crate) fn push(
+        &mut self,
+        cfg: &SockConfig,
+        src: SocketAddr,
+        dst: SocketAddr,
+        dst_mac: Mac,
+        ip_id: u16,
+        payload: &[u8],
+    ) -> Result<(), SockError> {
+        let l3 = if dst.is_ipv4() { 20 } else { 40 };
+        let max = cfg.mtu.min(FRAME_MAX - 14).saturating_sub(l3 + 8);
+        if payload.len() > max {
+            return Err(SockError::MessageTooLong {
+                len: payload.len(),
+                max,
+                mtu: cfg.mtu,
+            });
+        }
+        let mut spec = Spec::new(src.ip(), dst.ip(), src.port(), dst.port());
+        spec.src_mac = cfg.mac;
+        spec.dst_mac = dst_mac;
+        spec.ip_id = ip_id;
+        let len = write_udp(&mut self.bufs[self.n], &spec, payload).map_err(|_| {
+            SockError::MessageTooLong {
+                len: payload.len(),
+                max,
+                mtu: cfg.mtu,
+            }
+        })?;
+        self.lens[self.n] = len;
+        self.n += 1;
+        Ok(())
+    }
+}
+
+impl Sockets {
+    /// Hand built frames to the TX port.
+    pub(crate) fn transmit(&self, f: &Frames) -> Result<usize, SockError> {
+        let mut refs: [&[u8]; TX_BATCH] = [&[]; TX_BATCH];
+        for (i, r) in refs.iter_mut().enumerate().take(f.n) {
+            *r = &f.bufs[i][..f.lens[i]];
+        }
+        let mut tx = lock(&self.tx);
+        let port = tx.as_mut().ok_or(SockError::NoTx)?;
+        let n = port
+            .send(&refs[..f.n])
+            .map_err(|e| SockError::Tx(e.to_string()))?;
+        self.counters
+            .out_datagrams
+            .fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}

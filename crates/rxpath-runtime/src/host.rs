@@ -1,0 +1,530 @@
+//! A host: device queues, their NAPIs and NAPI threads, and the socket layer
+//! applications read from (seed 000).
+//!
+//! ```text
+//!  device queue ─► NAPI (SharedNapi) ─► SockStack ─► UdpSocket queues ─► app
+//!                    ▲   ▲ NAPI thread: IRQ → schedule_prep → poll
+//!                    │   └ busy-polling recv: try_busy_poll → poll(8)
+//! ```
+//!
+//! Every NAPI is reachable by id from the sockets, so a `recv` can poll the
+//! queue its data comes from. A NAPI thread serves its NAPIs as the kernel's
+//! softirq does: an interrupt schedules one, it is polled with its weight
+//! until it completes. While a socket owns a NAPI, the NAPI thread's
+//! `schedule_prep` fails and records `MISSED`; the socket re-raises the
+//! interrupt when it lets go.
+//!
+//! With `napi_threads: 0` nothing but busy-polling sockets moves packets
+//! (useful to show busy polling alone delivers; the tests do).
+
+use crate::run::{check_iface, RunError};
+use rxpath_core::napi::{BundleMode, Napi, NapiTable, NAPI_POLL_WEIGHT};
+use rxpath_core::sock::{NapiCell, SharedNapi, SockConfig, SockError, SockStats, Sockets};
+use rxpath_core::sock::{TxPort, UdpSocket};
+use rxpath_core::stats::NapiStats;
+use rxpath_dev::packet::PacketQueue;
+use rxpath_dev::sim::{self, SimConfig, SimPort, SimRxQueue};
+use rxpath_dev::sys::af_packet::RawSocket;
+use rxpath_dev::sys::xdp::{XdpFilter, XdpProgram, XdpQueue};
+use rxpath_dev::{DeviceQueueStats, FramePool, RxQueue};
+use serde::Serialize;
+use std::any::Any;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+/// Where a host's packets come from.
+#[derive(Debug, Clone)]
+pub enum HostDevice {
+    /// The simulated NIC; the caller drives its port ([`Host::sim_port`]).
+    Sim(SimConfig),
+    /// AF_XDP on an interface, taking what `filter` selects (everything
+    /// else goes to the kernel). With `fallback`, AF_PACKET if AF_XDP fails.
+    Xdp {
+        /// Interface.
+        iface: String,
+        /// What the XDP program redirects to us.
+        filter: XdpFilter,
+        /// Use AF_PACKET if AF_XDP cannot be set up.
+        fallback: bool,
+        /// SO_BUSY_POLL µs on the AF_XDP sockets (with SO_PREFER_BUSY_POLL);
+        /// 0 = off.
+        xsk_busy_poll_us: u32,
+    },
+    /// AF_PACKET (TPACKET_V3) on an interface.
+    Packet {
+        /// Interface.
+        iface: String,
+    },
+}
+
+/// A host's settings.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// Device queues.
+    pub queues: usize,
+    /// NAPI weight.
+    pub weight: usize,
+    /// RX bulking.
+    pub bundle: BundleMode,
+    /// Interrupt mode (NAPI threads sleep until an IRQ); else they poll.
+    pub interrupts: bool,
+    /// NAPI threads (0 = none: only busy polling moves packets).
+    pub napi_threads: usize,
+    /// Pin NAPI thread `t` to CPU `t`.
+    pub pin_napi: bool,
+    /// Frames per queue (interfaces).
+    pub frames_per_queue: usize,
+    /// The socket layer's settings (addresses and MAC are filled in from
+    /// the interface when empty).
+    pub sock: SockConfig,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            queues: 1,
+            weight: NAPI_POLL_WEIGHT,
+            bundle: BundleMode::default(),
+            interrupts: true,
+            napi_threads: 1,
+            pin_napi: false,
+            frames_per_queue: 4096,
+            sock: SockConfig::default(),
+        }
+    }
+}
+
+/// One queue at shutdown.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct HostQueue {
+    /// Queue index.
+    pub queue: u16,
+    /// NAPI counters.
+    pub napi: NapiStats,
+    /// Device counters.
+    pub device: DeviceQueueStats,
+}
+
+/// What a host did, gathered at shutdown.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostReport {
+    /// Per queue.
+    pub queues: Vec<HostQueue>,
+    /// The socket layer's counters.
+    pub sock: SockStats,
+    /// Frames the device had.
+    pub frames_total: usize,
+    /// Frames back home after shutdown (must equal `frames_total`).
+    pub frames_home: usize,
+}
+
+impl HostReport {
+    /// NAPI counters summed over queues.
+    pub fn napi_total(&self) -> NapiStats {
+        let mut t = NapiStats::default();
+        for q in &self.queues {
+            t.merge(&q.napi);
+        }
+        t
+    }
+}
+
+type Finish =
+    Box<dyn FnOnce(Vec<Box<dyn Any + Send>>, Option<SimPort>) -> (usize, usize) + Send + Sync>;
+
+/// A running host. Dropping it stops it (detaching any XDP program).
+pub struct Host {
+    sockets: Arc<Sockets>,
+    napis: Vec<Arc<SharedNapi>>,
+    threads: Vec<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+    port: Option<Mutex<SimPort>>,
+    finish: Option<Finish>,
+    backend: String,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("backend", &self.backend)
+            .field("napis", &self.napis)
+            .finish()
+    }
+}
+
+/// The AF_PACKET socket sockets send through on an interface.
+#[derive(Debug)]
+struct PacketTx(RawSocket);
+
+impl TxPort for PacketTx {
+    fn send(&mut self, frames: &[&[u8]]) -> std::io::Result<usize> {
+        self.0.send_batch(frames)
+    }
+}
+
+fn into_pools<Q: RxQueue + 'static>(
+    cells: Vec<Box<dyn Any + Send>>,
+    into_pool: impl Fn(Q) -> FramePool,
+) -> (usize, usize) {
+    let (mut total, mut home) = (0, 0);
+    for c in cells {
+        if let Ok(c) = c.downcast::<NapiCell<Q>>() {
+            let pool = into_pool(c.napi.into_queue());
+            total += pool.umem().frames();
+            home += pool.available();
+        }
+    }
+    (total, home)
+}
+
+impl Host {
+    /// Start a host on `dev`.
+    pub fn start(mut cfg: HostConfig, dev: HostDevice) -> Result<Host, RunError> {
+        if !(1..=64).contains(&cfg.queues) {
+            return Err(RunError::Config(format!(
+                "queues must be in 1..=64, got {}",
+                cfg.queues
+            )));
+        }
+        match dev {
+            HostDevice::Sim(mut sc) => {
+                sc.queues = cfg.queues;
+                let (port, qs) = sim::build(&sc)?;
+                let finish: Finish = Box::new(|cells, port| {
+                    let mut qs: Vec<SimRxQueue> = Vec::new();
+                    for c in cells {
+                        if let Ok(c) = c.downcast::<NapiCell<SimRxQueue>>() {
+                            qs.push(c.napi.into_queue());
+                        }
+                    }
+                    match port {
+                        Some(p) => {
+                            let pool = p.reclaim(qs);
+                            (pool.umem().frames(), pool.available())
+                        }
+                        None => (0, 0),
+                    }
+                });
+                let mut h = Self::with_queues(&cfg, qs, finish, "simulated NIC".into())?;
+                h.port = Some(Mutex::new(port));
+                Ok(h)
+            }
+            HostDevice::Xdp {
+                iface,
+                filter,
+                fallback,
+                xsk_busy_poll_us,
+            } => {
+                check_iface(&iface)?;
+                fill_from_iface(&mut cfg, &iface)?;
+                let nq = cfg.queues;
+                let opened = XdpProgram::attach(&iface, nq as u32, filter).and_then(|prog| {
+                    let prog = Arc::new(prog);
+                    let mut qs = Vec::new();
+                    for q in 0..nq {
+                        let mut xq = XdpQueue::open(
+                            &iface,
+                            q as u16,
+                            cfg.frames_per_queue,
+                            prog.clone(),
+                            cfg.interrupts,
+                        )?;
+                        if xsk_busy_poll_us > 0 {
+                            xq.set_busy_poll(xsk_busy_poll_us, 8)?;
+                        }
+                        qs.push(xq);
+                    }
+                    Ok((prog.mode, qs))
+                });
+                let (mode, qs) = match opened {
+                    Ok(x) => x,
+                    Err(e) if fallback => {
+                        eprintln!(
+                            "rxpath: AF_XDP on {iface} failed ({e}); using AF_PACKET instead"
+                        );
+                        return Self::start(cfg, HostDevice::Packet { iface });
+                    }
+                    Err(e) => return Err(RunError::Device(format!("AF_XDP on {iface}: {e}"))),
+                };
+                let backend = crate::run::xdp_backend(&iface, mode, &qs);
+                let finish: Finish =
+                    Box::new(|cells, _| into_pools::<XdpQueue>(cells, XdpQueue::into_pool));
+                let h = Self::with_queues(&cfg, qs, finish, backend)?;
+                h.open_tx(&iface)?;
+                Ok(h)
+            }
+            HostDevice::Packet { iface } => {
+                check_iface(&iface)?;
+                fill_from_iface(&mut cfg, &iface)?;
+                let nq = cfg.queues;
+                let group = (std::process::id() & 0xffff) as u16;
+                let mut qs = Vec::with_capacity(nq);
+                for q in 0..nq {
+                    qs.push(
+                        PacketQueue::open(
+                            &iface,
+                            q as u16,
+                            (nq > 1).then_some(group),
+                            cfg.frames_per_queue,
+                            cfg.interrupts,
+                        )
+                        .map_err(|e| RunError::Device(format!("AF_PACKET on {iface}: {e}")))?,
+                    );
+                }
+                let finish: Finish =
+                    Box::new(|cells, _| into_pools::<PacketQueue>(cells, PacketQueue::into_pool));
+                let h = Self::with_queues(
+                    &cfg,
+                    qs,
+                    finish,
+                    format!("AF_PACKET on {iface}, {nq} queue(s)"),
+                )?;
+                h.open_tx(&iface)?;
+                Ok(h)
+            }
+        }
+    }
+
+    fn open_tx(&self, iface: &str) -> Result<(), RunError> {
+        let raw = RawSocket::bind(iface)
+            .map_err(|e| RunError::Device(format!("AF_PACKET TX on {iface}: {e}")))?;
+        self.sockets.set_tx(Box::new(PacketTx(raw)));
+        Ok(())
+    }
+
+    fn with_queues<Q: RxQueue + Send + 'static>(
+        cfg: &HostConfig,
+        qs: Vec<Q>,
+        finish: Finish,
+        backend: String,
+    ) -> Result<Host, RunError> {
+        let sockets = Sockets::new(
+            cfg.sock.clone(),
+            qs.iter().map(|q| q.umem().clone()).collect(),
+        );
+        let mut table: NapiTable<u16> = NapiTable::default();
+        let mut napis = Vec::new();
+        for q in qs {
+            let qi = q.queue_index();
+            let mut napi = Napi::new(q, cfg.weight, cfg.bundle, cfg.interrupts);
+            table.add(&mut napi, |n| n.queue().queue_index());
+            let shared = SharedNapi::new(napi, sockets.stage(qi));
+            sockets.register_napi(shared.clone());
+            napis.push(shared);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        let cores = core_affinity::get_core_ids().unwrap_or_default();
+        for t in 0..cfg.napi_threads.min(napis.len()) {
+            let mine: Vec<_> = napis
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % cfg.napi_threads == t)
+                .map(|(_, n)| n.clone())
+                .collect();
+            let (stop, socks, interrupts) = (stop.clone(), sockets.clone(), cfg.interrupts);
+            let core = (cfg.pin_napi && !cores.is_empty()).then(|| cores[t % cores.len()]);
+            let h = thread::Builder::new()
+                .name(format!("rxpath-napi/{t}"))
+                .spawn(move || {
+                    if let Some(c) = core {
+                        core_affinity::set_for_current(c);
+                    }
+                    napi_thread(mine, &socks, interrupts, &stop)
+                })
+                .map_err(|e| RunError::Thread(e.to_string()))?;
+            threads.push(h);
+        }
+        Ok(Host {
+            sockets,
+            napis,
+            threads,
+            stop,
+            port: None,
+            finish: Some(finish),
+            backend,
+        })
+    }
+
+    /// What the host runs on (backend, XDP mode, queues).
+    pub fn backend(&self) -> &str {
+        &self.backend
+    }
+
+    /// The socket layer.
+    pub fn sockets(&self) -> &Arc<Sockets> {
+        &self.sockets
+    }
+
+    /// A UDP socket bound to `addr`.
+    pub fn udp_bind(&self, addr: SocketAddr) -> Result<UdpSocket, SockError> {
+        UdpSocket::bind(&self.sockets, addr)
+    }
+
+    /// The NAPIs.
+    pub fn napis(&self) -> &[Arc<SharedNapi>] {
+        &self.napis
+    }
+
+    /// The simulated NIC's port (with [`HostDevice::Sim`]).
+    pub fn sim_port(&self) -> Option<MutexGuard<'_, SimPort>> {
+        self.port
+            .as_ref()
+            .map(|p| p.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Stop the NAPI threads, leaving the NAPIs to busy-polling sockets
+    /// (what a kernel with `napi_defer_hard_irqs` and `prefer_busy_poll`
+    /// approaches; the tests use it to show busy polling alone delivers).
+    pub fn stop_napi_threads(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        for h in self.threads.drain(..) {
+            h.thread().unpark();
+            let _ = h.join();
+        }
+    }
+
+    /// Stop: NAPI threads end, sockets close (their frames go home), each
+    /// NAPI is disabled, drained and its queue's frames counted home.
+    pub fn shutdown(mut self) -> HostReport {
+        self.stop_all()
+    }
+
+    fn stop_all(&mut self) -> HostReport {
+        self.stop.store(true, Ordering::Release);
+        for h in self.threads.drain(..) {
+            h.thread().unpark();
+            let _ = h.join();
+        }
+        self.sockets.close_all();
+        self.sockets.unregister_napis();
+        let mut cells = Vec::new();
+        let mut queues = Vec::new();
+        for n in &self.napis {
+            // `napi_disable()`: no new owner; wait for a busy poller to leave.
+            n.state.disable();
+            while n.state.bits() & rxpath_core::napi::bits::SCHED != 0 {
+                if n.state.in_busy_poll() {
+                    thread::yield_now();
+                } else {
+                    // Left scheduled by a NAPI thread that stopped mid-poll.
+                    n.state.complete();
+                }
+            }
+            let Some(mut cell) = n.take() else { continue };
+            // Drain: frames queued in the device and frames coming home. A
+            // real interface keeps receiving, so this is bounded.
+            let mut rounds = 0;
+            while rounds < 100_000 && cell.has_work() {
+                rounds += 1;
+                if let Some(mut p) = self.sim_port() {
+                    p.flush(rxpath_dev::mono_ns());
+                }
+                let w = cell.weight();
+                let _ = cell.poll_busy(w, rxpath_dev::mono_ns());
+            }
+            queues.push(HostQueue {
+                queue: n.queue,
+                napi: cell.napi_stats(),
+                device: cell.device_stats(),
+            });
+            cells.push(cell.into_any());
+        }
+        let port = self
+            .port
+            .take()
+            .map(|p| p.into_inner().unwrap_or_else(|e| e.into_inner()));
+        let (frames_total, frames_home) = match self.finish.take() {
+            Some(f) => f(cells, port),
+            None => (0, 0),
+        };
+        HostReport {
+            queues,
+            sock: self.sockets.stats(),
+            frames_total,
+            frames_home,
+        }
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        if self.finish.is_some() {
+            self.stop_all();
+        }
+    }
+}
+
+/// Fill in the interface's MAC and addresses where the config has none.
+fn fill_from_iface(cfg: &mut HostConfig, iface: &str) -> Result<(), RunError> {
+    let (mac, addrs) = rxpath_dev::sys::af_packet::iface_addrs(iface)
+        .map_err(|e| RunError::Device(format!("{iface}: reading its addresses: {e}")))?;
+    cfg.sock.mac = mac;
+    if cfg.sock.local_addrs.is_empty() {
+        cfg.sock.local_addrs = addrs;
+    }
+    Ok(())
+}
+
+/// The body of a NAPI thread: take interrupts, poll scheduled NAPIs with
+/// their weight round-robin until they complete (`net_rx_action`).
+fn napi_thread(napis: Vec<Arc<SharedNapi>>, socks: &Sockets, interrupts: bool, stop: &AtomicBool) {
+    let me = thread::current();
+    for n in &napis {
+        if let Some(irq) = &n.irq {
+            irq.set_waiter(me.clone());
+        }
+    }
+    let mut sched: Vec<usize> = Vec::with_capacity(napis.len());
+    let mut idle_spins = 0u32;
+    while !stop.load(Ordering::Acquire) {
+        for (i, n) in napis.iter().enumerate() {
+            if sched.contains(&i) {
+                continue;
+            }
+            let irq = if interrupts {
+                n.irq.as_ref().is_some_and(|l| l.take())
+            } else {
+                true
+            };
+            // Frames coming home from sockets also need the owner: a device
+            // that ran out of buffers raises no interrupt.
+            let returning = socks.port(n.queue).is_some_and(|p| p.ret.pending() > 0);
+            if (irq || returning) && n.state.schedule_prep() {
+                sched.push(i);
+            }
+        }
+        if sched.is_empty() {
+            if interrupts {
+                thread::park_timeout(Duration::from_millis(1));
+            } else {
+                idle_spins += 1;
+                if idle_spins.is_multiple_of(64) {
+                    thread::yield_now();
+                }
+                std::hint::spin_loop();
+            }
+            continue;
+        }
+        idle_spins = 0;
+        let now = rxpath_dev::mono_ns();
+        sched.retain(|&i| {
+            let n = &napis[i];
+            let mut g = n.cell();
+            match g.as_mut() {
+                Some(c) => !c.poll(c.weight(), now).completed,
+                None => {
+                    n.state.complete();
+                    false
+                }
+            }
+        });
+    }
+    // Give back what this thread still owns.
+    for &i in &sched {
+        napis[i].state.complete();
+    }
+}

@@ -1,0 +1,444 @@
+//! The socket layer on a simulated NIC: demux, receive queues, blocking and
+//! non-blocking receive, busy polling and NAPI ownership, sending, epoll,
+//! RFS recording, and every frame home at the end.
+
+use rxpath_core::sock::{CaptureTx, Epoll, SockError, UdpSocket};
+use rxpath_dev::sim::{Coalesce, SimConfig};
+use rxpath_runtime::{Host, HostConfig, HostDevice, HostReport};
+use rxpath_wire::build::{self, Spec};
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const HOST4: &str = "198.18.0.1";
+const PEER4: &str = "198.18.0.2";
+const HOST6: &str = "2001:2::1";
+const PEER6: &str = "2001:2::2";
+
+fn sa(ip: &str, port: u16) -> SocketAddr {
+    SocketAddr::new(ip.parse::<IpAddr>().unwrap(), port)
+}
+
+fn host(queues: usize, napi_threads: usize) -> Host {
+    let mut cfg = HostConfig {
+        queues,
+        napi_threads,
+        ..Default::default()
+    };
+    cfg.sock.local_addrs = vec![HOST4.parse().unwrap(), HOST6.parse().unwrap()];
+    let sim = SimConfig {
+        coalesce: Coalesce {
+            rx_usecs: 0,
+            rx_frames: 1,
+        },
+        ..Default::default()
+    };
+    Host::start(cfg, HostDevice::Sim(sim)).expect("sim host")
+}
+
+/// Put one UDP datagram on the wire towards the host (queue by `hash`).
+fn inject_on(h: &Host, src: SocketAddr, dst: SocketAddr, payload: &[u8], hash: u32) {
+    let f = build::udp(
+        &Spec::new(src.ip(), dst.ip(), src.port(), dst.port()),
+        payload,
+    );
+    let mut p = h.sim_port().unwrap();
+    p.inject(&f, hash).expect("device took the frame");
+    p.flush(rxpath_dev::mono_ns());
+}
+
+fn inject(h: &Host, src: SocketAddr, dst: SocketAddr, payload: &[u8]) {
+    inject_on(h, src, dst, payload, 0)
+}
+
+fn recv_str(s: &UdpSocket) -> (String, SocketAddr) {
+    s.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut b = [0u8; 2048];
+    let (n, src) = s.recv_from(&mut b).expect("datagram");
+    (String::from_utf8_lossy(&b[..n]).into_owned(), src)
+}
+
+fn all_home(r: &HostReport) {
+    assert!(r.frames_total > 0);
+    assert_eq!(r.frames_home, r.frames_total, "every frame home: {r:?}");
+    let t = r.napi_total();
+    assert!(t.accounted(), "received = delivered + dropped: {t:?}");
+}
+
+#[test]
+fn exact_beats_bound_beats_wildcard_v4_and_v6() {
+    let h = host(1, 1);
+    let wild4 = h.udp_bind(sa("0.0.0.0", 7000)).unwrap();
+    let bound4 = h.udp_bind(sa(HOST4, 7000)).unwrap();
+    let conn4 = h.udp_bind(sa(HOST4, 7001)).unwrap();
+    conn4.connect(sa(PEER4, 9)).unwrap();
+    let wild4b = h.udp_bind(sa("0.0.0.0", 7001)).unwrap();
+    let wild6 = h.udp_bind(sa("::", 7000)).unwrap();
+    let bound6 = h.udp_bind(sa(HOST6, 7002)).unwrap();
+    let wild6only = h.udp_bind(sa("::", 7003)).unwrap();
+
+    inject(&h, sa(PEER4, 5), sa(HOST4, 7000), b"to-bound4");
+    assert_eq!(recv_str(&bound4).0, "to-bound4");
+    inject(&h, sa(PEER4, 5), sa("198.18.0.9", 7000), b"to-wild4");
+    assert_eq!(recv_str(&wild4).0, "to-wild4");
+    // Connected: only its peer matches; others fall to the wildcard.
+    inject(&h, sa(PEER4, 9), sa(HOST4, 7001), b"to-conn4");
+    assert_eq!(recv_str(&conn4).0, "to-conn4");
+    inject(&h, sa(PEER4, 10), sa(HOST4, 7001), b"not-peer");
+    assert_eq!(recv_str(&wild4b).0, "not-peer");
+    // IPv6, and the dual-stack wildcard taking IPv4 no IPv4 socket wants.
+    inject(&h, sa(PEER6, 5), sa(HOST6, 7000), b"to-wild6");
+    assert_eq!(recv_str(&wild6).0, "to-wild6");
+    inject(&h, sa(PEER6, 5), sa(HOST6, 7002), b"to-bound6");
+    assert_eq!(recv_str(&bound6).0, "to-bound6");
+    inject(&h, sa(PEER4, 5), sa(HOST4, 7003), b"v4-to-v6");
+    let (m, src) = recv_str(&wild6only);
+    assert_eq!((m.as_str(), src), ("v4-to-v6", sa(PEER4, 5)));
+    // No socket: counted.
+    inject(&h, sa(PEER4, 5), sa(HOST4, 7999), b"nobody");
+    thread::sleep(Duration::from_millis(50));
+    for s in [
+        &wild4, &bound4, &conn4, &wild4b, &wild6, &bound6, &wild6only,
+    ] {
+        assert_eq!(s.queued(), 0, "stray datagram on {}", s.local_addr());
+    }
+    // The same address twice is refused.
+    assert_eq!(
+        h.udp_bind(sa(HOST4, 7000)).unwrap_err(),
+        SockError::AddrInUse(sa(HOST4, 7000))
+    );
+    let r = h.shutdown();
+    assert_eq!(r.sock.no_ports, 1);
+    assert_eq!(r.sock.in_datagrams, 7);
+    all_home(&r);
+}
+
+#[test]
+fn receive_queue_overflow_is_a_counted_drop() {
+    let h = host(1, 1);
+    let s = h.udp_bind(sa(HOST4, 7000)).unwrap();
+    // Room for three frames of truesize.
+    s.set_rcvbuf(3 * rxpath_dev::DEFAULT_FRAME_SIZE);
+    for i in 0..10 {
+        inject(
+            &h,
+            sa(PEER4, 5),
+            sa(HOST4, 7000),
+            format!("m{i}").as_bytes(),
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s.counters().queued + s.counters().drops < 10 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(s.queued(), 3);
+    assert_eq!(s.counters().drops, 7);
+    // The oldest are kept, in order.
+    for i in 0..3 {
+        assert_eq!(recv_str(&s).0, format!("m{i}"));
+    }
+    let r = h.shutdown();
+    assert_eq!(r.sock.rcvbuf_errors, 7);
+    assert_eq!(
+        r.napi_total()
+            .dropped
+            .get(rxpath_core::DropReason::SocketQueueFull),
+        7
+    );
+    all_home(&r);
+}
+
+#[test]
+fn queued_datagrams_go_home_at_shutdown() {
+    let h = host(2, 1);
+    let s = h.udp_bind(sa("0.0.0.0", 7000)).unwrap();
+    for i in 0..50u32 {
+        inject_on(
+            &h,
+            sa(PEER4, 5),
+            sa(HOST4, 7000),
+            b"held",
+            i.wrapping_mul(0x9e37_79b9),
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s.queued() < 50 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(s.queued(), 50);
+    let r = h.shutdown();
+    // The socket handle outlives the host: it reports closed.
+    assert_eq!(s.try_recv_from(&mut [0u8; 64]), Err(SockError::Closed));
+    all_home(&r);
+}
+
+#[test]
+fn try_recv_never_blocks_and_timeouts_hold() {
+    let h = host(1, 1);
+    let s = h.udp_bind(sa(HOST4, 7000)).unwrap();
+    let mut b = [0u8; 64];
+    assert_eq!(s.try_recv_from(&mut b), Err(SockError::WouldBlock));
+    s.set_read_timeout(Some(Duration::from_millis(50)));
+    let t = Instant::now();
+    assert_eq!(s.recv(&mut b), Err(SockError::TimedOut));
+    assert!(t.elapsed() >= Duration::from_millis(50));
+    // With busy polling on, the timeout still ends the wait.
+    s.set_busy_poll(10_000);
+    assert_eq!(s.recv(&mut b), Err(SockError::TimedOut));
+    inject(&h, sa(PEER4, 5), sa(HOST4, 7000), b"x");
+    assert_eq!(recv_str(&s).0, "x");
+    assert_eq!(s.try_recv_from(&mut b), Err(SockError::WouldBlock));
+    all_home(&h.shutdown());
+}
+
+#[test]
+fn blocking_recv_wakes_on_arrival() {
+    let h = Arc::new(host(1, 1));
+    let s = h.udp_bind(sa(HOST4, 7000)).unwrap();
+    let s2 = s.clone();
+    let reader = thread::spawn(move || {
+        let mut b = [0u8; 64];
+        let n = s2.recv(&mut b).expect("woken with data");
+        b[..n].to_vec()
+    });
+    // Let the reader go to sleep first.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s.counters().sleeps == 0 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(1));
+    }
+    assert!(s.counters().sleeps >= 1, "reader slept");
+    inject(&h, sa(PEER4, 5), sa(HOST4, 7000), b"wake");
+    assert_eq!(reader.join().unwrap(), b"wake");
+    drop(s);
+    let h = Arc::into_inner(h).unwrap();
+    all_home(&h.shutdown());
+}
+
+#[test]
+fn busy_polling_receives_with_the_napi_thread_stopped() {
+    let mut h = host(1, 1);
+    let s = h.udp_bind(sa(HOST4, 7000)).unwrap();
+    // The first datagram comes through the NAPI thread and tells the
+    // socket its NAPI (sk_napi_id).
+    inject(&h, sa(PEER4, 5), sa(HOST4, 7000), b"first");
+    assert_eq!(recv_str(&s).0, "first");
+    assert_eq!(s.napi_id(), h.napis()[0].id);
+    h.stop_napi_threads();
+    // Without busy polling nothing moves now.
+    inject(&h, sa(PEER4, 5), sa(HOST4, 7000), b"second");
+    s.set_read_timeout(Some(Duration::from_millis(30)));
+    let mut b = [0u8; 64];
+    assert_eq!(s.recv(&mut b), Err(SockError::TimedOut));
+    // With it, recv polls the queue itself.
+    s.set_busy_poll(50_000);
+    let n = s.recv(&mut b).expect("busy poll found it");
+    assert_eq!(&b[..n], b"second");
+    for i in 0..100 {
+        inject(
+            &h,
+            sa(PEER4, 5),
+            sa(HOST4, 7000),
+            format!("b{i}").as_bytes(),
+        );
+        assert_eq!(recv_str(&s).0, format!("b{i}"));
+    }
+    let st = h.sockets().stats();
+    assert!(st.busy_polls >= 101, "{st:?}");
+    assert_eq!(st.busy_poll_packets, 101, "{st:?}");
+    assert!(st.busy_poll_loops >= 101 && st.busy_poll_ns > 0, "{st:?}");
+    all_home(&h.shutdown());
+}
+
+#[test]
+fn two_busy_pollers_and_the_napi_thread_see_every_packet_once() {
+    const N: u32 = 20_000;
+    let h = Arc::new(host(1, 1));
+    let s = h.udp_bind(sa(HOST4, 7000)).unwrap();
+    s.set_busy_poll(200);
+    s.set_read_timeout(Some(Duration::from_millis(200)));
+    // Learn the NAPI id first.
+    inject(&h, sa(PEER4, 5), sa(HOST4, 7000), &u32::MAX.to_be_bytes());
+    assert_eq!(recv_str(&s).1, sa(PEER4, 5));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let done = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (s, seen, done) = (s.clone(), seen.clone(), done.clone());
+            thread::spawn(move || {
+                let mut mine = Vec::new();
+                let mut bufs = vec![[0u8; 16]; 8];
+                let mut lens = [0usize; 8];
+                loop {
+                    match s.recv_batch(&mut bufs, |i, m| lens[i] = m.len) {
+                        Ok(n) => {
+                            for i in 0..n {
+                                let b = &bufs[i][..lens[i]];
+                                mine.push(u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+                            }
+                        }
+                        Err(SockError::TimedOut) if done.load(Ordering::Acquire) => break,
+                        Err(SockError::TimedOut) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                seen.lock().unwrap().extend(mine);
+            })
+        })
+        .collect();
+    for i in 0..N {
+        let f = build::udp(
+            &Spec::new(PEER4.parse().unwrap(), HOST4.parse().unwrap(), 5, 7000),
+            &i.to_be_bytes(),
+        );
+        loop {
+            let mut p = h.sim_port().unwrap();
+            let r = p.inject(&f, 0);
+            p.flush(rxpath_dev::mono_ns());
+            if r.is_ok() {
+                break;
+            }
+            drop(p);
+            thread::yield_now();
+        }
+    }
+    // Let the readers drain, then stop them.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while seen.lock().unwrap().len() < N as usize
+        && s.counters().read < N as u64 + 1
+        && Instant::now() < deadline
+    {
+        thread::sleep(Duration::from_millis(5));
+    }
+    done.store(true, Ordering::Release);
+    for r in readers {
+        r.join().unwrap();
+    }
+    let seen = seen.lock().unwrap().clone();
+    let unique: HashSet<u32> = seen.iter().copied().collect();
+    assert_eq!(unique.len(), seen.len(), "a packet was processed twice");
+    let st = h.sockets().stats();
+    let dropped = s.counters().drops;
+    assert_eq!(
+        seen.len() as u64 + dropped,
+        N as u64,
+        "every packet once (read or counted drop); busy-poll stats {st:?}"
+    );
+    assert!(
+        st.busy_poll_packets > 0,
+        "busy pollers took packets: {st:?}"
+    );
+    drop(s);
+    let h = Arc::into_inner(h).unwrap();
+    let r = h.shutdown();
+    assert_eq!(r.napi_total().received, N as u64 + 1);
+    all_home(&r);
+}
+
+#[test]
+fn send_builds_frames_from_learned_neighbours() {
+    let h = host(1, 1);
+    let tx = CaptureTx::default();
+    h.sockets().set_tx(Box::new(tx.clone()));
+    let s = h.udp_bind(sa("0.0.0.0", 7000)).unwrap();
+    // Nobody known yet.
+    assert!(matches!(
+        s.send_to(b"hi", sa(PEER4, 9)),
+        Err(SockError::NoNeighbor(_))
+    ));
+    inject(&h, sa(PEER4, 9), sa(HOST4, 7000), b"ping");
+    let (m, src) = recv_str(&s);
+    assert_eq!(m, "ping");
+    s.send_to(b"pong", src).unwrap();
+    assert_eq!(
+        s.send_to(&[0u8; 1473], src),
+        Err(SockError::MessageTooLong {
+            len: 1473,
+            max: 1472,
+            mtu: 1500
+        })
+    );
+    let c = s.clone();
+    c.connect(src).unwrap();
+    c.send(b"again").unwrap();
+    let frames = tx.frames.lock().unwrap().clone();
+    assert_eq!(frames.len(), 2);
+    for (f, want) in frames.iter().zip([&b"pong"[..], b"again"]) {
+        let hd = rxpath_wire::parse(f).expect("valid frame");
+        assert_eq!(hd.flow.src(), HOST4.parse::<IpAddr>().unwrap());
+        assert_eq!(hd.flow.dst(), PEER4.parse::<IpAddr>().unwrap());
+        assert_eq!((hd.flow.src_port, hd.flow.dst_port), (7000, 9));
+        let p = hd.payload_offset as usize;
+        assert_eq!(&f[p..p + hd.payload_len as usize], want);
+        // The destination MAC is the one the ping came from.
+        assert_eq!(
+            &f[0..6],
+            &Spec::new(HOST4.parse().unwrap(), HOST4.parse().unwrap(), 0, 0).src_mac
+        );
+        let seg = &f[hd.l4_offset as usize..p + hd.payload_len as usize];
+        assert_eq!(
+            rxpath_wire::checksum::l4(hd.flow.src(), hd.flow.dst(), 17, seg),
+            0
+        );
+    }
+    assert_eq!(h.sockets().stats().out_datagrams, 2);
+    all_home(&h.shutdown());
+}
+
+#[test]
+fn bad_checksum_is_a_counted_drop() {
+    let h = host(1, 1);
+    let s = h.udp_bind(sa(HOST4, 7000)).unwrap();
+    let mut f = build::udp(
+        &Spec::new(PEER4.parse().unwrap(), HOST4.parse().unwrap(), 5, 7000),
+        b"corrupt",
+    );
+    let last = f.len() - 1;
+    f[last] ^= 0xff;
+    {
+        let mut p = h.sim_port().unwrap();
+        p.inject(&f, 0).unwrap();
+        p.flush(rxpath_dev::mono_ns());
+    }
+    inject(&h, sa(PEER4, 5), sa(HOST4, 7000), b"good");
+    assert_eq!(recv_str(&s).0, "good");
+    let r = h.shutdown();
+    assert_eq!(r.sock.csum_errors, 1);
+    all_home(&r);
+}
+
+#[test]
+fn epoll_reports_the_ready_socket_and_rfs_records_the_reader() {
+    let h = host(2, 1);
+    let a = h.udp_bind(sa(HOST4, 7000)).unwrap();
+    let b = h.udp_bind(sa(HOST4, 7001)).unwrap();
+    let mut ep = Epoll::new(h.sockets());
+    ep.add(&a, 10);
+    ep.add(&b, 11);
+    let mut ready = Vec::new();
+    assert_eq!(ep.wait(&mut ready, Some(Duration::from_millis(10))), 0);
+    let hs = h.sockets().clone();
+    let injector = {
+        let port_host = &h;
+        thread::scope(|sc| {
+            sc.spawn(|| {
+                thread::sleep(Duration::from_millis(20));
+                inject(port_host, sa(PEER4, 5), sa(HOST4, 7001), b"for-b");
+            });
+            ep.wait(&mut ready, Some(Duration::from_secs(5)))
+        })
+    };
+    assert_eq!(injector, 1);
+    assert_eq!(ready, vec![11]);
+    assert_eq!(recv_str(&b).0, "for-b");
+    // recv recorded this thread's CPU for the flow (the RFS sock flow table).
+    let key =
+        rxpath_wire::FlowKey::new(PEER4.parse().unwrap(), HOST4.parse().unwrap(), 5, 7001, 17);
+    let hash = rxpath_wire::hash::flow_hash(&key);
+    let cpu = hs.sock_flows().desired_cpu(hash);
+    assert!(cpu.is_some(), "flow recorded");
+    drop((a, b, ep));
+    all_home(&h.shutdown());
+}
