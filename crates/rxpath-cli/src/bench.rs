@@ -14,6 +14,7 @@ pub fn bench(cmd: BenchCmd) -> Result<ExitCode> {
         BenchCmd::Rxdrop(a) => rxdrop(a),
         BenchCmd::Gro(a) => crate::bench_gro::gro(a),
         BenchCmd::RxIface(a) => crate::bench_iface::rx_iface(a),
+        BenchCmd::Rr(a) => crate::bench_rr::rr(a),
     }
 }
 

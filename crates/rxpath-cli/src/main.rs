@@ -3,6 +3,8 @@
 mod bench;
 mod bench_gro;
 mod bench_iface;
+mod bench_rr;
+mod echo;
 mod opts;
 mod report;
 
@@ -19,6 +21,7 @@ fn main() -> ExitCode {
         opts::Cmd::Bench(b) => bench::bench(b),
         opts::Cmd::Lab(l) => lab(l),
         opts::Cmd::Gen(g) => gen(g),
+        opts::Cmd::Echo(e) => echo::echo(e),
     };
     match result {
         Ok(code) => code,

@@ -27,9 +27,66 @@ pub enum Cmd {
     Bench(BenchCmd),
     /// Send traffic out of an interface (AF_XDP TX or AF_PACKET).
     Gen(GenArgs),
+    /// A UDP echo server on rxpath sockets (AF_XDP by default), with busy
+    /// polling and a sockperf mode.
+    Echo(EchoArgs),
     /// Build, remove or show the test topology: a veth pair, host end here,
     /// peer end in a network namespace, addresses from 198.18.0.0/15.
     Lab(LabArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct EchoArgs {
+    /// Interface to serve on.
+    #[arg(long)]
+    pub iface: String,
+    /// Backend: auto (AF_XDP, else AF_PACKET), xdp or packet.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub mode: BackendArg,
+    /// Address to bind (0.0.0.0 or :: for any).
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind: std::net::IpAddr,
+    /// UDP port (sockperf's default is 11111).
+    #[arg(long, default_value_t = 11111)]
+    pub port: u16,
+    /// Device queues (one NAPI each).
+    #[arg(long, default_value_t = 1)]
+    pub queues: usize,
+    /// Application threads reading the socket.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// NAPI threads (0 = none: only busy-polling readers move packets).
+    #[arg(long, default_value_t = 1)]
+    pub napi_threads: usize,
+    /// Busy-poll for US µs in recv before sleeping (SO_BUSY_POLL; 0 = off).
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    pub busy_poll: u32,
+    /// NAPI threads sleep until an interrupt, or poll continuously.
+    #[arg(long, value_enum, default_value_t = ModeArg::Interrupt)]
+    pub napi: ModeArg,
+    /// Prefer busy polling: after a busy poll keep the queue's interrupt
+    /// masked for NS ns (the kernel's SO_PREFER_BUSY_POLL with
+    /// napi_defer_hard_irqs and gro_flush_timeout); 0 = off.
+    #[arg(long, value_name = "NS", default_value_t = 0)]
+    pub prefer_busy_poll: u64,
+    /// AF_XDP: also let the kernel busy-poll the queue for US µs
+    /// (SO_PREFER_BUSY_POLL, SO_BUSY_POLL on the XSK).
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    pub xdp_busy_poll: u32,
+    /// Answer the sockperf client: clear the client bit (0x1) of its
+    /// header's flags, and answer only messages that ask for a reply.
+    #[arg(long)]
+    pub sockperf: bool,
+    /// Do not verify UDP checksums (a veth peer that offloads them sends
+    /// partial ones; or turn its offload off: ethtool -K PEER tx off).
+    #[arg(long)]
+    pub no_verify_csum: bool,
+    /// Stop after this many seconds (default: run until Ctrl-C).
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Print the final report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -144,6 +201,29 @@ pub enum BenchCmd {
     /// spinning and sleeping, AF_PACKET, the kernel UDP socket, DPDK
     /// net_af_xdp, and XDP_DROP.
     RxIface(RxIfaceArgs),
+    /// UDP request/response on the lab veth (root, sockperf): rxpath echo
+    /// busy-polling and sleeping vs the kernel's UDP socket, plain and
+    /// busy-polling; round trips/s, average and p99.
+    Rr(RrArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RrArgs {
+    /// Client run per configuration.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Rounds (each runs every configuration once; medians are compared).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Message size, bytes (sockperf -m; at least its 14-byte header).
+    #[arg(long, default_value_t = 64)]
+    pub size: usize,
+    /// Busy-poll time for rxpath and for the kernel (busy_read/busy_poll), µs.
+    #[arg(long, default_value_t = 50)]
+    pub busy_poll: u32,
+    /// rxpath's prefer-busy-poll interrupt deferral, ns.
+    #[arg(long, default_value_t = 200_000)]
+    pub prefer_ns: u64,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -18,6 +18,8 @@ pub struct IrqLine {
     pending: AtomicBool,
     wakeups: AtomicU64,
     waiter: Mutex<Option<Thread>>,
+    /// The thread that raises the line from a descriptor (interfaces).
+    irq_thread: std::sync::OnceLock<Thread>,
 }
 
 impl Default for IrqLine {
@@ -27,6 +29,7 @@ impl Default for IrqLine {
             pending: AtomicBool::new(false),
             wakeups: AtomicU64::new(0),
             waiter: Mutex::new(None),
+            irq_thread: std::sync::OnceLock::new(),
         }
     }
 }
@@ -76,7 +79,12 @@ impl IrqLine {
     #[inline]
     pub fn arm(&self) {
         // Pairs with the AcqRel swap in `raise`.
-        self.armed.store(true, Ordering::Release);
+        if !self.armed.swap(true, Ordering::AcqRel) {
+            // A descriptor-driven line's thread sleeps while masked.
+            if let Some(t) = self.irq_thread.get() {
+                t.unpark();
+            }
+        }
     }
 
     /// NAPI side: mask the interrupt (busy-poll or polling mode).
@@ -103,10 +111,14 @@ pub fn spawn_level_irq(
     use std::time::Duration;
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let s = stop.clone();
+    let l = line.clone();
     let h = std::thread::Builder::new().name(name).spawn(move || {
+        let _ = l.irq_thread.set(std::thread::current());
         while !s.load(Ordering::Relaxed) {
             if !line.is_armed() {
-                std::thread::sleep(Duration::from_micros(20));
+                // Masked (NAPI or a busy poller owns the queue): sleep until
+                // `arm` wakes us, so a busy poller's CPU is left alone.
+                std::thread::park_timeout(Duration::from_millis(2));
                 continue;
             }
             if let Ok(true) = waiter.wait(Duration::from_millis(2)) {

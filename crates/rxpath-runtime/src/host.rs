@@ -77,6 +77,9 @@ pub struct HostConfig {
     pub pin_napi: bool,
     /// Frames per queue (interfaces).
     pub frames_per_queue: usize,
+    /// Prefer busy polling: after a busy poll keep the queue's interrupt
+    /// masked this long, ns ([`SharedNapi::set_prefer_busy_poll`]); 0 = off.
+    pub prefer_busy_poll_ns: u64,
     /// The socket layer's settings (addresses and MAC are filled in from
     /// the interface when empty).
     pub sock: SockConfig,
@@ -92,6 +95,7 @@ impl Default for HostConfig {
             napi_threads: 1,
             pin_napi: false,
             frames_per_queue: 4096,
+            prefer_busy_poll_ns: 0,
             sock: SockConfig::default(),
         }
     }
@@ -312,6 +316,7 @@ impl Host {
             let mut napi = Napi::new(q, cfg.weight, cfg.bundle, cfg.interrupts);
             table.add(&mut napi, |n| n.queue().queue_index());
             let shared = SharedNapi::new(napi, sockets.stage(qi));
+            shared.set_prefer_busy_poll(cfg.prefer_busy_poll_ns);
             sockets.register_napi(shared.clone());
             napis.push(shared);
         }
@@ -493,13 +498,26 @@ fn napi_thread(napis: Vec<Arc<SharedNapi>>, socks: &Sockets, interrupts: bool, s
             // Frames coming home from sockets also need the owner: a device
             // that ran out of buffers raises no interrupt.
             let returning = socks.port(n.queue).is_some_and(|p| p.ret.pending() > 0);
-            if (irq || returning) && n.state.schedule_prep() {
+            // A busy poller deferred the interrupt and did not come back.
+            let d = n.deferred_until();
+            let deferred = d != 0 && rxpath_dev::mono_ns() >= d;
+            if (irq || returning || deferred) && n.state.schedule_prep() {
+                n.clear_deferral();
                 sched.push(i);
             }
         }
         if sched.is_empty() {
             if interrupts {
-                thread::park_timeout(Duration::from_millis(1));
+                let cap = Duration::from_millis(1);
+                let next = napis
+                    .iter()
+                    .map(|n| n.deferred_until())
+                    .filter(|&d| d != 0)
+                    .min();
+                let wait = next.map_or(cap, |d| {
+                    Duration::from_nanos(d.saturating_sub(rxpath_dev::mono_ns())).min(cap)
+                });
+                thread::park_timeout(wait);
             } else {
                 idle_spins += 1;
                 if idle_spins.is_multiple_of(64) {

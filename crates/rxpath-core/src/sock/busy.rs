@@ -12,6 +12,7 @@ use crate::stats::NapiStats;
 use rxpath_dev::{DeviceQueueStats, IrqLine, RxQueue};
 use std::any::Any;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// `BUSY_POLL_BUDGET`: packets one busy-poll iteration may take.
@@ -117,6 +118,11 @@ pub struct SharedNapi {
     /// cell's lock (the hard-IRQ handler).
     pub irq: Option<Arc<IrqLine>>,
     cell: Mutex<Option<Box<dyn PollCell>>>,
+    /// Prefer busy polling: after a busy poll, keep the interrupt masked
+    /// this long (ns) instead of re-arming it; 0 = off.
+    defer_ns: AtomicU64,
+    /// While deferred: when the NAPI thread must take the NAPI back.
+    defer_until: AtomicU64,
 }
 
 impl fmt::Debug for SharedNapi {
@@ -139,7 +145,32 @@ impl SharedNapi {
             state: napi.state().clone(),
             irq: napi.queue().irq_handle(),
             cell: Mutex::new(Some(Box::new(NapiCell { napi, stack }))),
+            defer_ns: AtomicU64::new(0),
+            defer_until: AtomicU64::new(0),
         })
+    }
+
+    /// Prefer busy polling (the kernel's `SO_PREFER_BUSY_POLL` with a
+    /// device's `napi_defer_hard_irqs` and `gro_flush_timeout`): when a busy
+    /// poller lets go, the queue's interrupt stays masked for `ns`, as the
+    /// application is expected to poll again soon; if it does not, the NAPI
+    /// thread takes the NAPI back at the deadline ([`Self::deferred_until`])
+    /// and re-arms it. This keeps interrupts (and the wakeups they cost the
+    /// CPU that receives the packets) away while an application polls. 0 =
+    /// off: the interrupt is re-armed at once.
+    pub fn set_prefer_busy_poll(&self, ns: u64) {
+        self.defer_ns.store(ns, Ordering::Relaxed);
+    }
+
+    /// The deadline (ns, `mono_ns`) at which a deferred NAPI must be polled
+    /// by its NAPI thread; 0 if none.
+    pub fn deferred_until(&self) -> u64 {
+        self.defer_until.load(Ordering::Acquire)
+    }
+
+    /// The NAPI thread took a deferred NAPI back (it owns it now).
+    pub fn clear_deferral(&self) {
+        self.defer_until.store(0, Ordering::Release);
     }
 
     /// The cell. Calling context: the owner (holder of `SCHED`), or anyone
@@ -163,6 +194,7 @@ impl SharedNapi {
             return None;
         }
         let mut g = self.cell();
+        self.defer_until.store(0, Ordering::Release);
         let (mut polls, mut packets) = (0u64, 0u64);
         if let Some(cell) = g.as_mut() {
             cell.busy_start();
@@ -176,9 +208,19 @@ impl SharedNapi {
                 std::hint::spin_loop();
             }
         }
+        let defer = self.defer_ns.load(Ordering::Relaxed);
+        if defer > 0 {
+            // Masked until the deadline; the NAPI thread watches it. Set
+            // before ownership is given back, so the thread cannot miss it.
+            self.defer_until
+                .store(rxpath_dev::mono_ns() + defer, Ordering::Release);
+        }
         let missed = self.state.busy_poll_stop();
         if let Some(cell) = g.as_mut() {
-            cell.busy_stop(missed);
+            if defer == 0 || missed {
+                self.defer_until.store(0, Ordering::Release);
+                cell.busy_stop(missed);
+            }
         }
         Some((polls, packets))
     }

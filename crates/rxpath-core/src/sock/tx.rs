@@ -33,20 +33,40 @@ impl TxPort for CaptureTx {
     }
 }
 
-/// Up to [`TX_BATCH`] frames built on the stack.
+/// Up to [`TX_BATCH`] frames, built in a per-thread buffer that is reused
+/// (not zeroed again) from one send to the next.
 pub(crate) struct Frames {
-    bufs: [[u8; FRAME_MAX]; TX_BATCH],
+    buf: Vec<u8>,
     lens: [usize; TX_BATCH],
     n: usize,
 }
 
+thread_local! {
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+impl Drop for Frames {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.buf);
+        SCRATCH.with(|s| s.set(buf));
+    }
+}
+
 impl Frames {
     pub(crate) fn new() -> Self {
+        let mut buf = SCRATCH.with(|s| s.take());
+        if buf.len() < TX_BATCH * FRAME_MAX {
+            buf.resize(TX_BATCH * FRAME_MAX, 0);
+        }
         Frames {
-            bufs: [[0; FRAME_MAX]; TX_BATCH],
+            buf,
             lens: [0; TX_BATCH],
             n: 0,
         }
+    }
+
+    fn slot(&self, i: usize) -> &[u8] {
+        &self.buf[i * FRAME_MAX..i * FRAME_MAX + self.lens[i]]
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -76,7 +96,8 @@ impl Frames {
         spec.src_mac = cfg.mac;
         spec.dst_mac = dst_mac;
         spec.ip_id = ip_id;
-        let len = write_udp(&mut self.bufs[self.n], &spec, payload).map_err(|_| {
+        let at = self.n * FRAME_MAX;
+        let len = write_udp(&mut self.buf[at..at + FRAME_MAX], &spec, payload).map_err(|_| {
             SockError::MessageTooLong {
                 len: payload.len(),
                 max,
@@ -94,7 +115,7 @@ impl Sockets {
     pub(crate) fn transmit(&self, f: &Frames) -> Result<usize, SockError> {
         let mut refs: [&[u8]; TX_BATCH] = [&[]; TX_BATCH];
         for (i, r) in refs.iter_mut().enumerate().take(f.n) {
-            *r = &f.bufs[i][..f.lens[i]];
+            *r = f.slot(i);
         }
         let mut tx = lock(&self.tx);
         let port = tx.as_mut().ok_or(SockError::NoTx)?;

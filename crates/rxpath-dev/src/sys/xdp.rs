@@ -60,6 +60,10 @@ pub struct XdpFilter {
     /// Take only this IP protocol (17 = UDP, 6 = TCP); IPv6 extension
     /// headers are not walked, so an IPv6 packet must carry it directly.
     pub protocol: Option<u8>,
+    /// With `protocol` UDP or TCP: take only this destination port (IPv4
+    /// without options, IPv6 without extension headers; the rest goes to
+    /// the kernel).
+    pub dst_port: Option<u16>,
 }
 
 impl Default for XdpFilter {
@@ -68,6 +72,7 @@ impl Default for XdpFilter {
             ipv4: true,
             ipv6: true,
             protocol: None,
+            dst_port: None,
         }
     }
 }
@@ -111,6 +116,21 @@ fn program(map_fd: i32, filter: XdpFilter) -> Vec<Insn> {
         if let Some(proto) = filter.protocol {
             p.push(insn(0x71, 5, 2, proto_off, 0)); // r5 = IP protocol / next header
             jump(&mut p, &mut fix, insn(0x55, 5, 0, 0, proto as i32), L::Pass); // if r5 != proto goto pass
+            if let (Some(port), 6 | 17) = (filter.dst_port, proto) {
+                let l4 = if label == L::V4 {
+                    p.push(insn(0x71, 5, 2, 14, 0)); // r5 = version / IHL
+                    jump(&mut p, &mut fix, insn(0x55, 5, 0, 0, 0x45), L::Pass); // options: pass
+                    14 + 20
+                } else {
+                    14 + 40
+                };
+                p.push(insn(0xbf, 4, 2, 0, 0)); // r4 = r2
+                p.push(insn(0x07, 4, 0, 0, l4 as i32 + 4)); // r4 += L4 offset + ports
+                jump(&mut p, &mut fix, insn(0x2d, 4, 3, 0, 0), L::Pass); // if r4 > r3 goto pass
+                p.push(insn(0x69, 5, 2, l4 + 2, 0)); // r5 = destination port (as loaded)
+                let want = port.swap_bytes() as i32; // network order, loaded little endian
+                jump(&mut p, &mut fix, insn(0x55, 5, 0, 0, want), L::Pass); // if r5 != port goto pass
+            }
         }
         jump(&mut p, &mut fix, insn(0x05, 0, 0, 0, 0), L::Redirect);
     }

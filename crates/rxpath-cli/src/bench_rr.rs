@@ -1,0 +1,411 @@
+//! `rxpath bench rr`: UDP request/response on the lab veth with `sockperf
+//! ping-pong` as the client in the peer namespace, against rxpath echo
+//! (busy polling, busy polling with the interrupt deferred, sleeping) and
+//! the kernel's UDP socket (`sockperf server`, plain and with
+//! `net.core.busy_read`/`busy_poll`). One run, the same message size,
+//! rounds interleaved; medians of each configuration are compared.
+
+use crate::echo::EchoServer;
+use crate::opts::{BackendArg, EchoArgs, ModeArg, RrArgs};
+use anyhow::{bail, Context, Result};
+use rxpath_dev::sys::sched;
+use rxpath_runtime::lab::{Topology, HOST_ADDR};
+use std::process::{Child, Command, ExitCode, Stdio};
+
+const PORT: u16 = 11111;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Server {
+    RxpathBusy,
+    RxpathPrefer,
+    RxpathSleep,
+    Kernel,
+    KernelBusy,
+}
+
+impl Server {
+    const ALL: [Server; 5] = [
+        Server::RxpathBusy,
+        Server::RxpathPrefer,
+        Server::RxpathSleep,
+        Server::Kernel,
+        Server::KernelBusy,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Server::RxpathBusy => "rxpath echo, busy poll",
+            Server::RxpathPrefer => "rxpath echo, busy poll + prefer",
+            Server::RxpathSleep => "rxpath echo, sleeping",
+            Server::Kernel => "kernel UDP (sockperf server)",
+            Server::KernelBusy => "kernel UDP, busy_read/busy_poll",
+        }
+    }
+}
+
+/// One client run as sockperf reports it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Measure {
+    rt_per_s: f64,
+    avg_us: f64,
+    p99_us: f64,
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars().peekable();
+    while let Some(c) = it.next() {
+        if c == '\x1b' {
+            for d in it.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn field(text: &str, key: &str) -> Option<f64> {
+    let i = text.find(key)? + key.len();
+    let rest = text[i..].trim_start_matches([' ', '=']);
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+/// Parse `sockperf ping-pong --full-rtt` output.
+fn parse_sockperf(out: &str) -> Option<Measure> {
+    let t = strip_ansi(out);
+    let valid = &t[t.find("[Valid Duration]")?..];
+    let secs = field(valid, "RunTime")?;
+    let recv = field(valid, "ReceivedMessages")?;
+    Some(Measure {
+        rt_per_s: recv / secs.max(1e-9),
+        avg_us: field(&t, "avg-rtt")?,
+        p99_us: field(&t, "percentile 99.000")?,
+    })
+}
+
+fn client(t: &Topology, secs: u64, size: usize, cpu: Option<usize>) -> Result<Option<Measure>> {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &t.ns]);
+    if let Some(c) = cpu {
+        cmd.args(["taskset", "-c", &c.to_string()]);
+    }
+    let out = cmd
+        .args([
+            "sockperf",
+            "ping-pong",
+            "-i",
+            HOST_ADDR,
+            "-p",
+            &PORT.to_string(),
+        ])
+        .args([
+            "-t",
+            &secs.to_string(),
+            "-m",
+            &size.to_string(),
+            "--full-rtt",
+        ])
+        .output()
+        .context("running the sockperf client")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(parse_sockperf(&text))
+}
+
+/// Wait until the server answers (an XDP attach or a fresh ARP entry takes
+/// a moment), with short client runs.
+fn ready(t: &Topology, size: usize) -> Result<bool> {
+    for _ in 0..8 {
+        if client(t, 1, size, None)?.is_some_and(|m| m.rt_per_s > 0.0) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+fn write_sysctl(name: &str, v: &str) -> Result<()> {
+    std::fs::write(format!("/proc/sys/net/core/{name}"), v)
+        .with_context(|| format!("setting net.core.{name}"))
+}
+
+fn read_sysctl(name: &str) -> String {
+    std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "0".into())
+}
+
+/// Restores what a configuration changed on every way out.
+struct Restore {
+    busy: (String, String),
+    iface: String,
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let _ = write_sysctl("busy_read", &self.busy.0);
+        let _ = write_sysctl("busy_poll", &self.busy.1);
+        let _ = Command::new("ethtool")
+            .args(["-K", &self.iface, "gro", "off"])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+enum Running {
+    Rxpath(Box<EchoServer>),
+    Kernel(Child),
+}
+
+fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Running> {
+    match s {
+        Server::Kernel | Server::KernelBusy => {
+            let busy = if s == Server::KernelBusy {
+                a.busy_poll.to_string()
+            } else {
+                "0".into()
+            };
+            write_sysctl("busy_read", &busy)?;
+            write_sysctl("busy_poll", &busy)?;
+            // Kernel busy polling needs a NAPI on the veth: GRO gives it one.
+            let gro = if s == Server::KernelBusy { "on" } else { "off" };
+            Command::new("ethtool")
+                .args(["-K", &t.host_if, "gro", gro])
+                .status()
+                .context("ethtool")?;
+            let mut cmd = Command::new("taskset");
+            cmd.args(["-c", &cpu.unwrap_or(0).to_string()]);
+            if cpu.is_none() {
+                cmd = Command::new("sockperf");
+            } else {
+                cmd.arg("sockperf");
+            }
+            let child = cmd
+                .args(["server", "-i", HOST_ADDR, "-p", &PORT.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("starting sockperf server")?;
+            Ok(Running::Kernel(child))
+        }
+        _ => {
+            let (busy, prefer) = match s {
+                Server::RxpathBusy => (a.busy_poll, 0),
+                Server::RxpathPrefer => (a.busy_poll, a.prefer_ns),
+                _ => (0, 0),
+            };
+            let args = EchoArgs {
+                iface: t.host_if.clone(),
+                mode: BackendArg::Xdp,
+                bind: "0.0.0.0".parse()?,
+                port: PORT,
+                queues: 1,
+                threads: 1,
+                napi_threads: 1,
+                busy_poll: busy,
+                napi: ModeArg::Interrupt,
+                prefer_busy_poll: prefer,
+                xdp_busy_poll: 0,
+                sockperf: true,
+                no_verify_csum: false,
+                duration: None,
+                json: false,
+            };
+            // Started from a thread pinned to the server CPU: every thread
+            // of the host inherits it.
+            let h = std::thread::spawn(move || {
+                if let Some(c) = cpu {
+                    core_affinity_pin(c);
+                }
+                EchoServer::start(&args)
+            });
+            let server = h
+                .join()
+                .map_err(|_| anyhow::anyhow!("echo start panicked"))??;
+            Ok(Running::Rxpath(Box::new(server)))
+        }
+    }
+}
+
+fn core_affinity_pin(cpu: usize) {
+    let _ = sched::pin(0, cpu);
+}
+
+fn stop(r: Running) -> Result<String> {
+    match r {
+        Running::Rxpath(s) => {
+            let rep = s.stop()?;
+            if rep.host.frames_home != rep.host.frames_total {
+                bail!(
+                    "rxpath echo lost frames: {}/{} home",
+                    rep.host.frames_home,
+                    rep.host.frames_total
+                );
+            }
+            Ok(format!(
+                "busy-poll packets {}, sleeps {}",
+                rep.host.sock.busy_poll_packets, rep.socket.sleeps
+            ))
+        }
+        Running::Kernel(mut c) => {
+            let _ = c.kill();
+            let _ = c.wait();
+            Ok(String::new())
+        }
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 0 => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        n => v[n / 2],
+    }
+}
+
+pub fn rr(a: RrArgs) -> Result<ExitCode> {
+    if !sched::is_root() {
+        bail!("bench rr needs root (it builds a veth lab and attaches XDP): run it with sudo");
+    }
+    if Command::new("sockperf")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_err()
+    {
+        bail!("bench rr needs sockperf (the client and the kernel's server): apt-get install sockperf");
+    }
+    let t = Topology {
+        ns: "rxp-rr".into(),
+        host_if: "rxprr0".into(),
+        peer_if: "rxprr1".into(),
+        queues: 1,
+        gro: false,
+        threaded: false,
+    };
+    t.up()?;
+    struct Down(Topology);
+    impl Drop for Down {
+        fn drop(&mut self) {
+            let _ = self.0.down();
+        }
+    }
+    let guard = Down(t);
+    let t = &guard.0;
+    let _restore = Restore {
+        busy: (read_sysctl("busy_read"), read_sysctl("busy_poll")),
+        iface: t.host_if.clone(),
+    };
+    // Checksums in software on the sender, so what arrives verifies (a
+    // veth with offload passes partial checksums along).
+    Command::new("ip")
+        .args([
+            "netns", "exec", &t.ns, "ethtool", "-K", &t.peer_if, "tx", "off",
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .context("ethtool in the peer namespace")?;
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (client_cpu, server_cpu) = if ncpu >= 2 {
+        (Some(0), Some(ncpu - 1))
+    } else {
+        (None, None)
+    };
+    println!(
+        "rxpath bench rr: sockperf ping-pong, {}-byte UDP, {}s per run, {} round(s); veth {} <- {} (netns {}); client on CPU {}, server on CPU {}; busy poll {} µs, prefer {} ns",
+        a.size,
+        a.duration.as_secs(),
+        a.rounds,
+        t.host_if,
+        t.peer_if,
+        t.ns,
+        client_cpu.map_or("any".into(), |c| c.to_string()),
+        server_cpu.map_or("any".into(), |c| c.to_string()),
+        a.busy_poll,
+        a.prefer_ns
+    );
+    let mut results: Vec<Vec<Measure>> = vec![Vec::new(); Server::ALL.len()];
+    for round in 0..a.rounds {
+        for (i, &s) in Server::ALL.iter().enumerate() {
+            let r = start(s, t, &a, server_cpu)?;
+            let m = if ready(t, a.size)? {
+                client(t, a.duration.as_secs().max(1), a.size, client_cpu)?
+            } else {
+                None
+            };
+            let note = stop(r)?;
+            match m {
+                Some(m) => {
+                    println!(
+                        "  round {round}: {:34} {:9.0} round trips/s  avg {:6.2} µs  p99 {:6.2} µs  {note}",
+                        s.name(),
+                        m.rt_per_s,
+                        m.avg_us,
+                        m.p99_us
+                    );
+                    results[i].push(m);
+                }
+                None => println!("  round {round}: {:34} no answer", s.name()),
+            }
+        }
+    }
+    let med: Vec<Measure> = results
+        .iter()
+        .map(|v| Measure {
+            rt_per_s: median(&mut v.iter().map(|m| m.rt_per_s).collect::<Vec<_>>()),
+            avg_us: median(&mut v.iter().map(|m| m.avg_us).collect::<Vec<_>>()),
+            p99_us: median(&mut v.iter().map(|m| m.p99_us).collect::<Vec<_>>()),
+        })
+        .collect();
+    let kernel = med[3];
+    let kernel_busy = med[4];
+    println!(
+        "\n{:36} {:>12} {:>9} {:>9} {:>12} {:>10} {:>13}",
+        "median",
+        "round trips/s",
+        "avg µs",
+        "p99 µs",
+        "x kernel RT/s",
+        "x kernel p99",
+        "x k-busy RT/s"
+    );
+    for (s, m) in Server::ALL.iter().zip(&med) {
+        println!(
+            "{:36} {:>12.0} {:>9.2} {:>9.2} {:>12.2}x {:>9.2}x {:>12.2}x",
+            s.name(),
+            m.rt_per_s,
+            m.avg_us,
+            m.p99_us,
+            m.rt_per_s / kernel.rt_per_s.max(1.0),
+            m.p99_us / kernel.p99_us.max(1e-9),
+            m.rt_per_s / kernel_busy.rt_per_s.max(1.0),
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sockperf_output() {
+        let out = "sockperf: \x1b[2;35m== version #3.7-no.git == \x1b[0m\n\
+            sockperf: [Total Run] RunTime=1.000 sec; Warm up time=400 msec; SentMessages=70186; ReceivedMessages=70185\n\
+            sockperf: [Valid Duration] RunTime=0.550 sec; SentMessages=42466; ReceivedMessages=42466\n\
+            sockperf: \x1b[2;35m====> avg-rtt=12.931 (std-dev=5.836)\x1b[0m\n\
+            sockperf: ---> percentile 99.000 =   19.745\n";
+        let m = parse_sockperf(out).unwrap();
+        assert!((m.rt_per_s - 42466.0 / 0.55).abs() < 1.0);
+        assert_eq!(m.avg_us, 12.931);
+        assert_eq!(m.p99_us, 19.745);
+        assert!(parse_sockperf("sockperf: No messages were received").is_none());
+    }
+}

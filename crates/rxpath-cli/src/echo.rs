@@ -1,0 +1,297 @@
+//! `rxpath echo`: a UDP echo server on rxpath sockets.
+//!
+//! Application threads read one socket with `recv_batch` (busy-polling the
+//! socket's NAPI first with `--busy-poll`) and answer with `send_batch`. In
+//! `--sockperf` mode the answer is what the sockperf client expects: the
+//! message back with its header's client bit cleared.
+
+use crate::opts::{BackendArg, EchoArgs, ModeArg};
+use anyhow::Context;
+use rxpath_core::sock::{SockError, UdpSocket};
+use rxpath_dev::sys::xdp::XdpFilter;
+use rxpath_runtime::{Host, HostConfig, HostDevice};
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// sockperf's message header: sequence (u64), flags (u16), length (u32),
+/// network order.
+pub const SOCKPERF_HEADER: usize = 14;
+/// Set by the client in its messages; the server clears it.
+pub const SOCKPERF_CLIENT: u16 = 0x1;
+/// The client wants an answer to this message.
+pub const SOCKPERF_PONG_REQUEST: u16 = 0x2;
+
+/// The sockperf server's answer to `msg`, in place: `false` if the message
+/// gets none (too short to be sockperf's, or no answer requested).
+pub fn sockperf_reply(msg: &mut [u8]) -> bool {
+    if msg.len() < SOCKPERF_HEADER {
+        return false;
+    }
+    let flags = u16::from_be_bytes([msg[8], msg[9]]);
+    if flags & SOCKPERF_PONG_REQUEST == 0 {
+        return false;
+    }
+    msg[8..10].copy_from_slice(&(flags & !SOCKPERF_CLIENT).to_be_bytes());
+    true
+}
+
+/// A running echo server.
+pub struct EchoServer {
+    host: Host,
+    sock: UdpSocket,
+    stop: Arc<AtomicBool>,
+    readers: Vec<thread::JoinHandle<anyhow::Result<()>>>,
+    echoed: Arc<AtomicU64>,
+    start: Instant,
+}
+
+/// What an echo server did.
+pub struct EchoReport {
+    pub elapsed: Duration,
+    pub echoed: u64,
+    pub socket: rxpath_core::sock::SockCounters,
+    pub host: rxpath_runtime::HostReport,
+}
+
+impl EchoServer {
+    /// Start the host and the reader threads. Threads inherit the calling
+    /// thread's CPU affinity (the bench pins a thread and starts it there).
+    pub fn start(a: &EchoArgs) -> anyhow::Result<EchoServer> {
+        if a.threads == 0 {
+            anyhow::bail!("--threads must be at least 1");
+        }
+        let mut cfg = HostConfig {
+            queues: a.queues,
+            napi_threads: a.napi_threads,
+            interrupts: matches!(a.napi, ModeArg::Interrupt),
+            prefer_busy_poll_ns: a.prefer_busy_poll,
+            ..HostConfig::default()
+        };
+        cfg.sock.busy_read_us = a.busy_poll;
+        cfg.sock.verify_checksum = !a.no_verify_csum;
+        let filter = XdpFilter {
+            protocol: Some(17),
+            dst_port: Some(a.port),
+            ..XdpFilter::default()
+        };
+        let dev = match a.mode {
+            BackendArg::Packet => HostDevice::Packet {
+                iface: a.iface.clone(),
+            },
+            m => HostDevice::Xdp {
+                iface: a.iface.clone(),
+                filter,
+                fallback: m == BackendArg::Auto,
+                xsk_busy_poll_us: a.xdp_busy_poll,
+            },
+        };
+        let host = Host::start(cfg, dev)?;
+        let addr = SocketAddr::new(a.bind, a.port);
+        let sock = host.udp_bind(addr).context("binding the echo socket")?;
+        sock.set_busy_poll(a.busy_poll);
+        sock.set_read_timeout(Some(Duration::from_millis(100)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let echoed = Arc::new(AtomicU64::new(0));
+        let readers = (0..a.threads)
+            .map(|t| {
+                let (sock, stop, echoed) = (sock.clone(), stop.clone(), echoed.clone());
+                let sockperf = a.sockperf;
+                thread::Builder::new()
+                    .name(format!("rxpath-echo/{t}"))
+                    .spawn(move || serve(&sock, sockperf, &stop, &echoed))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(EchoServer {
+            host,
+            sock,
+            stop,
+            readers,
+            echoed,
+            start: Instant::now(),
+        })
+    }
+
+    /// The backend and address, for a banner.
+    pub fn describe(&self) -> String {
+        format!("{} on {}", self.host.backend(), self.sock.local_addr())
+    }
+
+    /// Stop the readers and the host; every frame is counted home.
+    pub fn stop(self) -> anyhow::Result<EchoReport> {
+        self.stop.store(true, Ordering::Release);
+        let mut err = None;
+        for r in self.readers {
+            match r.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => err = Some(e),
+                Err(_) => err = Some(anyhow::anyhow!("a reader thread panicked")),
+            }
+        }
+        let socket = self.sock.counters();
+        drop(self.sock);
+        let elapsed = self.start.elapsed();
+        let host = self.host.shutdown();
+        if let Some(e) = err {
+            return Err(e);
+        }
+        Ok(EchoReport {
+            elapsed,
+            echoed: self.echoed.load(Ordering::Relaxed),
+            socket,
+            host,
+        })
+    }
+}
+
+pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
+    if !rxpath_dev::sys::sched::is_root() {
+        anyhow::bail!(
+            "echo opens AF_XDP/AF_PACKET sockets on {}: run it as root (CAP_NET_RAW, CAP_BPF)",
+            a.iface
+        );
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        ctrlc::set_handler(move || stop.store(true, Ordering::Release))
+            .context("installing the Ctrl-C handler")?;
+    }
+    let server = EchoServer::start(&a)?;
+    eprintln!(
+        "rxpath echo: {}, busy poll {} µs, {} reader thread(s){}",
+        server.describe(),
+        a.busy_poll,
+        a.threads,
+        if a.sockperf { ", sockperf mode" } else { "" }
+    );
+    let start = Instant::now();
+    let end = a
+        .duration
+        .map(|d| start + Duration::from_secs_f64(d.max(0.0)));
+    while !stop.load(Ordering::Acquire) && end.is_none_or(|e| Instant::now() < e) {
+        thread::sleep(Duration::from_millis(20));
+    }
+    let r = server.stop()?;
+    let rep = &r.host;
+    let napi = rep.napi_total();
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "elapsed_s": r.elapsed.as_secs_f64(),
+                "echoed": r.echoed,
+                "socket": r.socket,
+                "sock": rep.sock,
+                "napi": {
+                    "received": napi.received,
+                    "delivered": napi.delivered,
+                    "dropped": napi.dropped.total(),
+                    "polls": napi.polls,
+                },
+                "frames_total": rep.frames_total,
+                "frames_home": rep.frames_home,
+            })
+        );
+    } else {
+        println!(
+            "echo: {:.1}s, {} datagrams read, {} answered; sleeps {}, busy polls {} ({} NAPI polls, {} packets, {:.1} ms); \
+             no socket {}, rcvbuf drops {}, bad checksum {}; NAPI received {} in {} polls; frames home {}/{}",
+            r.elapsed.as_secs_f64(),
+            r.socket.read,
+            r.echoed,
+            r.socket.sleeps,
+            rep.sock.busy_polls,
+            rep.sock.busy_poll_loops,
+            rep.sock.busy_poll_packets,
+            rep.sock.busy_poll_ns as f64 / 1e6,
+            rep.sock.no_ports,
+            rep.sock.rcvbuf_errors,
+            rep.sock.csum_errors,
+            napi.received,
+            napi.polls,
+            rep.frames_home,
+            rep.frames_total,
+        );
+        if rep.sock.csum_errors > 0 && !a.no_verify_csum {
+            eprintln!(
+                "rxpath echo: {} datagrams had bad UDP checksums; a veth peer with checksum offload sends \
+                 partial ones: run `ethtool -K PEER tx off` on the sender, or use --no-verify-csum",
+                rep.sock.csum_errors
+            );
+        }
+    }
+    Ok(if rep.frames_home == rep.frames_total {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "rxpath echo: frames lost: {}/{} home",
+            rep.frames_home, rep.frames_total
+        );
+        ExitCode::from(1)
+    })
+}
+
+/// One reader: take a batch, answer it, until stopped.
+fn serve(
+    sock: &UdpSocket,
+    sockperf: bool,
+    stop: &AtomicBool,
+    echoed: &AtomicU64,
+) -> anyhow::Result<()> {
+    const B: usize = 16;
+    let mut bufs = vec![[0u8; 2048]; B];
+    let mut meta = [(0usize, SocketAddr::from(([0, 0, 0, 0], 0))); B];
+    while !stop.load(Ordering::Acquire) {
+        let n = match sock.recv_batch(&mut bufs, |i, m| meta[i] = (m.len, m.src)) {
+            Ok(n) => n,
+            Err(SockError::TimedOut) => continue,
+            Err(SockError::Closed) => break,
+            Err(e) => return Err(e.into()),
+        };
+        let mut keep = [false; B];
+        for i in 0..n {
+            keep[i] = !sockperf || sockperf_reply(&mut bufs[i][..meta[i].0]);
+        }
+        let msgs: Vec<(&[u8], SocketAddr)> = (0..n)
+            .filter(|&i| keep[i])
+            .map(|i| (&bufs[i][..meta[i].0], meta[i].1))
+            .collect();
+        if msgs.is_empty() {
+            continue;
+        }
+        match sock.send_batch(&msgs) {
+            Ok(k) => {
+                echoed.fetch_add(k as u64, Ordering::Relaxed);
+            }
+            // An unknown neighbour or a full TX ring loses this answer, as
+            // a kernel socket's would; the server goes on.
+            Err(e @ (SockError::NoNeighbor(_) | SockError::Tx(_))) => {
+                eprintln!("rxpath echo: answer lost: {e}");
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sockperf_answer_clears_the_client_bit() {
+        // seq 7, flags client|pong request, len 14 (a ping-pong message).
+        let mut m = [0, 0, 0, 0, 0, 0, 0, 7, 0, 3, 0, 0, 0, 14];
+        assert!(sockperf_reply(&mut m));
+        assert_eq!(m, [0, 0, 0, 0, 0, 0, 0, 7, 0, 2, 0, 0, 0, 14]);
+        // No answer requested (sockperf under-load's other messages).
+        let mut m = [0, 0, 0, 0, 0, 0, 0, 8, 0, 1, 0, 0, 0, 14];
+        assert!(!sockperf_reply(&mut m));
+        assert_eq!(m[9], 1);
+        assert!(!sockperf_reply(&mut [0u8; 13]));
+    }
+}
