@@ -133,15 +133,7 @@ pub fn rx_iface(a: RxIfaceArgs) -> Result<std::process::ExitCode> {
         queues: 1,
         ..Topology::default()
     };
-    t.up()?;
-    // Removed on every way out, errors and panics included.
-    struct Down(Topology);
-    impl Drop for Down {
-        fn drop(&mut self) {
-            let _ = self.0.down();
-        }
-    }
-    let guard = Down(t);
+    let guard = t.up_scoped()?;
     bench(&guard.0, &a)
 }
 

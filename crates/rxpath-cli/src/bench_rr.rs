@@ -290,14 +290,7 @@ pub fn rr(a: RrArgs) -> Result<ExitCode> {
         gro: false,
         threaded: false,
     };
-    t.up()?;
-    struct Down(Topology);
-    impl Drop for Down {
-        fn drop(&mut self) {
-            let _ = self.0.down();
-        }
-    }
-    let guard = Down(t);
+    let guard = t.up_scoped()?;
     let t = &guard.0;
     let _restore = Restore {
         busy: (read_sysctl("busy_read"), read_sysctl("busy_poll")),

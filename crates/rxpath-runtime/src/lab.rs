@@ -166,6 +166,25 @@ impl Default for Topology {
     }
 }
 
+/// A topology that is taken down when dropped (errors and panics too).
+#[derive(Debug)]
+pub struct LabGuard(pub Topology);
+
+impl Drop for LabGuard {
+    fn drop(&mut self) {
+        let _ = self.0.down();
+    }
+}
+
+impl Topology {
+    /// Bring the topology up for the life of the returned guard.
+    pub fn up_scoped(self) -> io::Result<LabGuard> {
+        let g = LabGuard(self);
+        g.0.up()?;
+        Ok(g)
+    }
+}
+
 /// What `status` found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LabStatus {
