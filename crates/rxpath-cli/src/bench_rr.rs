@@ -18,24 +18,38 @@ const PORT: u16 = 11111;
 enum Server {
     RxpathBusy,
     RxpathPrefer,
+    RxpathXsk,
     RxpathSleep,
     Kernel,
     KernelBusy,
 }
 
 impl Server {
-    const ALL: [Server; 5] = [
+    const ALL: [Server; 6] = [
         Server::RxpathBusy,
         Server::RxpathPrefer,
+        Server::RxpathXsk,
         Server::RxpathSleep,
         Server::Kernel,
         Server::KernelBusy,
     ];
 
+    fn key(self) -> &'static str {
+        match self {
+            Server::RxpathBusy => "busy",
+            Server::RxpathPrefer => "prefer",
+            Server::RxpathXsk => "xsk",
+            Server::RxpathSleep => "sleep",
+            Server::Kernel => "kernel",
+            Server::KernelBusy => "kernel-busy",
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Server::RxpathBusy => "rxpath echo, busy poll",
             Server::RxpathPrefer => "rxpath echo, busy poll + prefer",
+            Server::RxpathXsk => "rxpath echo, busy poll + XSK busy poll",
             Server::RxpathSleep => "rxpath echo, sleeping",
             Server::Kernel => "kernel UDP (sockperf server)",
             Server::KernelBusy => "kernel UDP, busy_read/busy_poll",
@@ -194,10 +208,11 @@ fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Runn
             Ok(Running::Kernel(child))
         }
         _ => {
-            let (busy, prefer) = match s {
-                Server::RxpathBusy => (a.busy_poll, 0),
-                Server::RxpathPrefer => (a.busy_poll, a.prefer_ns),
-                _ => (0, 0),
+            let (busy, prefer, xsk) = match s {
+                Server::RxpathBusy => (a.busy_poll, 0, 0),
+                Server::RxpathPrefer => (a.busy_poll, a.prefer_ns, 0),
+                Server::RxpathXsk => (a.busy_poll, 0, a.busy_poll),
+                _ => (0, 0, 0),
             };
             let args = EchoArgs {
                 iface: t.host_if.clone(),
@@ -210,7 +225,7 @@ fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Runn
                 busy_poll: busy,
                 napi: ModeArg::Interrupt,
                 prefer_busy_poll: prefer,
-                xdp_busy_poll: 0,
+                xdp_busy_poll: xsk,
                 sockperf: true,
                 no_verify_csum: false,
                 duration: None,
@@ -324,9 +339,20 @@ pub fn rr(a: RrArgs) -> Result<ExitCode> {
         a.busy_poll,
         a.prefer_ns
     );
+    for k in &a.servers {
+        if !Server::ALL.iter().any(|s| s.key() == k) {
+            bail!("unknown server {k:?}: busy, prefer, xsk, sleep, kernel, kernel-busy");
+        }
+    }
+    let chosen = |s: Server| {
+        a.servers.is_empty() || s == Server::Kernel || a.servers.iter().any(|k| k == s.key())
+    };
     let mut results: Vec<Vec<Measure>> = vec![Vec::new(); Server::ALL.len()];
     for round in 0..a.rounds {
         for (i, &s) in Server::ALL.iter().enumerate() {
+            if !chosen(s) {
+                continue;
+            }
             let r = start(s, t, &a, server_cpu)?;
             let m = if ready(t, a.size)? {
                 client(t, a.duration.as_secs().max(1), a.size, client_cpu)?
@@ -337,7 +363,7 @@ pub fn rr(a: RrArgs) -> Result<ExitCode> {
             match m {
                 Some(m) => {
                     println!(
-                        "  round {round}: {:34} {:9.0} round trips/s  avg {:6.2} µs  p99 {:6.2} µs  {note}",
+                        "  round {round}: {:40} {:9.0} round trips/s  avg {:6.2} µs  p99 {:6.2} µs  {note}",
                         s.name(),
                         m.rt_per_s,
                         m.avg_us,
@@ -345,7 +371,7 @@ pub fn rr(a: RrArgs) -> Result<ExitCode> {
                     );
                     results[i].push(m);
                 }
-                None => println!("  round {round}: {:34} no answer", s.name()),
+                None => println!("  round {round}: {:40} no answer", s.name()),
             }
         }
     }
@@ -357,10 +383,11 @@ pub fn rr(a: RrArgs) -> Result<ExitCode> {
             p99_us: median(&mut v.iter().map(|m| m.p99_us).collect::<Vec<_>>()),
         })
         .collect();
-    let kernel = med[3];
-    let kernel_busy = med[4];
+    let at = |s: Server| Server::ALL.iter().position(|&x| x == s).unwrap_or(0);
+    let kernel = med[at(Server::Kernel)];
+    let kernel_busy = med[at(Server::KernelBusy)];
     println!(
-        "\n{:36} {:>12} {:>9} {:>9} {:>12} {:>10} {:>13}",
+        "\n{:40} {:>12} {:>9} {:>9} {:>12} {:>10} {:>13}",
         "median",
         "round trips/s",
         "avg µs",
@@ -370,15 +397,22 @@ pub fn rr(a: RrArgs) -> Result<ExitCode> {
         "x k-busy RT/s"
     );
     for (s, m) in Server::ALL.iter().zip(&med) {
+        if !chosen(*s) {
+            continue;
+        }
         println!(
-            "{:36} {:>12.0} {:>9.2} {:>9.2} {:>12.2}x {:>9.2}x {:>12.2}x",
+            "{:40} {:>12.0} {:>9.2} {:>9.2} {:>12.2}x {:>9.2}x {:>12.2}x",
             s.name(),
             m.rt_per_s,
             m.avg_us,
             m.p99_us,
             m.rt_per_s / kernel.rt_per_s.max(1.0),
             m.p99_us / kernel.p99_us.max(1e-9),
-            m.rt_per_s / kernel_busy.rt_per_s.max(1.0),
+            if kernel_busy.rt_per_s > 0.0 {
+                m.rt_per_s / kernel_busy.rt_per_s
+            } else {
+                f64::NAN
+            },
         );
     }
     Ok(ExitCode::SUCCESS)

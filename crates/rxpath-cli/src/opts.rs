@@ -224,6 +224,10 @@ pub struct RrArgs {
     /// rxpath's prefer-busy-poll interrupt deferral, ns.
     #[arg(long, default_value_t = 200_000)]
     pub prefer_ns: u64,
+    /// Only these servers (comma-separated: busy, prefer, xsk, sleep, kernel,
+    /// kernel-busy); the kernel is always run, as the reference.
+    #[arg(long, value_delimiter = ',')]
+    pub servers: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]

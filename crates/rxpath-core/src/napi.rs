@@ -230,7 +230,9 @@ pub struct Napi<Q: RxQueue> {
     chains: Vec<Vec<crate::packet::Frag>>,
     stats: NapiStats,
     timer: Option<u64>,
-    gro: Option<Gro>,
+    // Boxed: `finish` takes it out of the NAPI every poll, and moving the
+    // flow table inline cost a memcpy of its whole size each time.
+    gro: Option<Box<Gro>>,
     rx_tap: Option<RxTap>,
 }
 
@@ -329,7 +331,7 @@ impl<Q: RxQueue> Napi<Q> {
     /// its own flow table, as in the kernel. `None` turns it off (packets
     /// held are given back by [`Napi::flush_gro`] first).
     pub fn set_gro(&mut self, cfg: Option<GroConfig>) {
-        self.gro = cfg.map(Gro::new);
+        self.gro = cfg.map(|c| Box::new(Gro::new(c)));
     }
 
     /// Watch every frame this NAPI takes, before GRO (capture at "rx").
@@ -339,7 +341,7 @@ impl<Q: RxQueue> Napi<Q> {
 
     /// This NAPI's GRO, if on.
     pub fn gro(&self) -> Option<&Gro> {
-        self.gro.as_ref()
+        self.gro.as_deref()
     }
 
     /// Segments held in GRO (`received = delivered + dropped + held`).

@@ -293,7 +293,7 @@ impl Host {
     }
 
     fn open_tx(&self, iface: &str) -> Result<(), RunError> {
-        let raw = RawSocket::bind(iface)
+        let raw = RawSocket::bind_tx(iface)
             .map_err(|e| RunError::Device(format!("AF_PACKET TX on {iface}: {e}")))?;
         self.sockets.set_tx(Box::new(PacketTx(raw)));
         Ok(())

@@ -10,6 +10,9 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
+/// `PACKET_QDISC_BYPASS` (linux/if_packet.h).
+const PACKET_QDISC_BYPASS: libc::c_int = 20;
+
 /// `ETH_P_ALL` in network order, as `socket()` and `bind()` want it.
 const ETH_P_ALL_BE: u16 = (libc::ETH_P_ALL as u16).to_be();
 
@@ -38,18 +41,39 @@ pub fn ifindex(name: &str) -> io::Result<i32> {
 impl RawSocket {
     /// Open a raw socket for all protocols, bound to `iface`.
     pub fn bind(iface: &str) -> io::Result<RawSocket> {
+        Self::bind_proto(iface, ETH_P_ALL_BE)
+    }
+
+    /// Open a socket that only sends on `iface`: it subscribes to no
+    /// protocol (so no received frame is cloned to it) and bypasses the
+    /// qdisc (`PACKET_QDISC_BYPASS`), as a NIC's own TX ring would.
+    pub fn bind_tx(iface: &str) -> io::Result<RawSocket> {
+        let s = Self::bind_proto(iface, 0)?;
+        let one: libc::c_int = 1;
+        // Points to a live c_int of the size passed.
+        syscall!(setsockopt(
+            s.fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            PACKET_QDISC_BYPASS,
+            &one as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t
+        ))?;
+        Ok(s)
+    }
+
+    fn bind_proto(iface: &str, proto_be: u16) -> io::Result<RawSocket> {
         let ifindex = ifindex(iface)?;
         let fd = syscall!(socket(
             libc::AF_PACKET,
             libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            ETH_P_ALL_BE as i32
+            proto_be as i32
         ))?;
         // SAFETY: `socket` returned a new descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         // SAFETY: sockaddr_ll is plain data; all-zero is a valid value.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = ETH_P_ALL_BE;
+        sll.sll_protocol = proto_be;
         sll.sll_ifindex = ifindex;
         syscall!(bind(
             fd.as_raw_fd(),
