@@ -12,7 +12,6 @@ use std::sync::Mutex;
 use std::thread::Thread;
 
 /// One queue's interrupt line.
-#[derive(Debug)]
 pub struct IrqLine {
     armed: AtomicBool,
     pending: AtomicBool,
@@ -20,6 +19,24 @@ pub struct IrqLine {
     waiter: Mutex<Option<Thread>>,
     /// The thread that raises the line from a descriptor (interfaces).
     irq_thread: std::sync::OnceLock<Thread>,
+    /// Runs in the raiser's context when the line fires; returns true if it
+    /// handled the interrupt (see [`IrqLine::set_handler`]).
+    handler: std::sync::OnceLock<IrqHandler>,
+}
+
+/// An interrupt handler: called in the raiser's context; returns true if it
+/// handled the interrupt, false to wake the waiter thread instead.
+pub type IrqHandler = Box<dyn Fn() -> bool + Send + Sync>;
+
+impl std::fmt::Debug for IrqLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IrqLine")
+            .field("armed", &self.is_armed())
+            .field("pending", &self.pending.load(Ordering::Relaxed))
+            .field("wakeups", &self.wakeups())
+            .field("handler", &self.handler.get().is_some())
+            .finish()
+    }
 }
 
 impl Default for IrqLine {
@@ -30,11 +47,19 @@ impl Default for IrqLine {
             wakeups: AtomicU64::new(0),
             waiter: Mutex::new(None),
             irq_thread: std::sync::OnceLock::new(),
+            handler: std::sync::OnceLock::new(),
         }
     }
 }
 
 impl IrqLine {
+    /// Install the handler that runs when the line fires, in the context of
+    /// whoever raises it (once; later calls are ignored). It must take the
+    /// interrupt ([`IrqLine::take`]) itself when it handles it.
+    pub fn set_handler(&self, h: IrqHandler) {
+        let _ = self.handler.set(h);
+    }
+
     /// Register the thread to unpark when the line is raised.
     pub fn set_waiter(&self, t: Thread) {
         *self.waiter.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
@@ -57,6 +82,11 @@ impl IrqLine {
         // Release pairs with the Acquire in `take`: ring contents published
         // before the raise are visible to whoever takes the interrupt.
         self.pending.store(true, Ordering::Release);
+        // A handler runs the NAPI right here, as the kernel runs the softirq
+        // on the CPU that took the hard IRQ; if it cannot, the waiter does.
+        if self.handler.get().is_some_and(|h| h()) {
+            return true;
+        }
         if let Some(t) = self
             .waiter
             .lock()

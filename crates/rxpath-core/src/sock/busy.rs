@@ -179,6 +179,16 @@ impl SharedNapi {
         super::lock(&self.cell)
     }
 
+    /// The cell if nobody holds its lock (an interrupt handler must not
+    /// wait for it: the holder may be the same thread).
+    pub fn try_cell(&self) -> Option<MutexGuard<'_, Option<Box<dyn PollCell>>>> {
+        match self.cell.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// Take the cell out (shutdown, after [`NapiState::disable`] and once no
     /// one owns the NAPI).
     pub fn take(&self) -> Option<Box<dyn PollCell>> {
