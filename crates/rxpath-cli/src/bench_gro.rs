@@ -54,7 +54,7 @@ impl Setting {
 /// machine's kernel GRO makes of an iperf3 stream: 65160-byte packets).
 const CHUNK: usize = 45;
 
-fn config(mix: Mix, pps: Option<u64>, s: Setting, d: Duration) -> RunConfig {
+fn config(mix: Mix, pps: Option<u64>, s: Setting, d: Duration, idle_poll: bool) -> RunConfig {
     RunConfig {
         sim: SimConfig {
             queues: 8,
@@ -77,6 +77,7 @@ fn config(mix: Mix, pps: Option<u64>, s: Setting, d: Duration) -> RunConfig {
             ..TrafficConfig::default()
         },
         interrupts: true,
+        idle_poll,
         producer: Producer::Thread { pps },
         stack: if mix == Mix::TcpRr {
             StackKind::Latency
@@ -110,7 +111,12 @@ pub fn gro(a: GroBenchArgs) -> Result<ExitCode> {
     ];
     let d = a.duration;
     println!(
-        "rxpath bench gro: seed 004 on the simulated NIC; 8 queues, 1 NAPI thread, interrupt mode (rx-usecs 0, rx-frames 1)"
+        "rxpath bench gro: seed 004 on the simulated NIC; 8 queues, 1 NAPI thread, interrupt mode (rx-usecs 0, rx-frames 1), {}",
+        if a.irq_sleep {
+            "interrupts wake a sleeping NAPI thread (--irq-sleep)"
+        } else {
+            "interrupts taken by a spinning NAPI thread (idle=poll, as a hard IRQ)"
+        }
     );
     println!(
         "bulk: 200 TCP streams at {} pkt/s (the seed's rate), each sending {CHUNK}-segment TSO chunks ending in PSH",
@@ -129,7 +135,7 @@ pub fn gro(a: GroBenchArgs) -> Result<ExitCode> {
                 (Mix::TcpBulk, Some(a.bulk_pps), &mut bulk),
                 (Mix::TcpRr, Some(a.rr_pps), &mut rr),
             ] {
-                let (_, r) = measure(&config(mix, pps, *s, d))?;
+                let (_, r) = measure(&config(mix, pps, *s, d, !a.irq_sleep))?;
                 let g = r.gro_total().unwrap_or_default();
                 let secs = r.elapsed.as_secs_f64();
                 let o = &mut out[i];
