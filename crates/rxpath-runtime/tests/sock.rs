@@ -442,3 +442,50 @@ fn epoll_reports_the_ready_socket_and_rfs_records_the_reader() {
     drop((a, b, ep));
     all_home(&h.shutdown());
 }
+
+#[test]
+fn prefer_busy_poll_defers_the_interrupt_until_the_socket_sleeps() {
+    let mut cfg = HostConfig {
+        // Deferral far longer than the test: only resume_irqs can end it.
+        prefer_busy_poll_ns: 60_000_000_000,
+        ..Default::default()
+    };
+    cfg.sock.local_addrs = vec![HOST4.parse().unwrap()];
+    let sim = SimConfig {
+        coalesce: Coalesce {
+            rx_usecs: 0,
+            rx_frames: 1,
+        },
+        ..Default::default()
+    };
+    let h = Arc::new(Host::start(cfg, HostDevice::Sim(sim)).unwrap());
+    let s = h.udp_bind(sa(HOST4, 7000)).unwrap();
+    inject(&h, sa(PEER4, 5), sa(HOST4, 7000), b"learn");
+    assert_eq!(recv_str(&s).0, "learn");
+    s.set_busy_poll(2_000);
+    // Found by busy polling; the interrupt stays masked afterwards.
+    let h2 = h.clone();
+    let t = thread::spawn(move || {
+        thread::sleep(Duration::from_micros(300));
+        inject(&h2, sa(PEER4, 5), sa(HOST4, 7000), b"busy");
+    });
+    assert_eq!(recv_str(&s).0, "busy");
+    t.join().unwrap();
+    assert!(h.napis()[0].deferred_until() != 0, "interrupt deferred");
+    // Now the socket busy-polls 2 ms, finds nothing and sleeps: that ends
+    // the deferral, so a packet that comes later wakes it through the
+    // interrupt instead of waiting for the 60 s deadline.
+    let h2 = h.clone();
+    let t = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(50));
+        inject(&h2, sa(PEER4, 5), sa(HOST4, 7000), b"late");
+    });
+    s.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut b = [0u8; 64];
+    let n = s.recv(&mut b).expect("woken by the interrupt");
+    assert_eq!(&b[..n], b"late");
+    assert!(s.counters().sleeps >= 1);
+    t.join().unwrap();
+    drop(s);
+    all_home(&Arc::into_inner(h).unwrap().shutdown());
+}

@@ -168,6 +168,20 @@ impl SharedNapi {
         self.defer_until.load(Ordering::Acquire)
     }
 
+    /// End a deferral early: the busy poller is going to sleep, so nobody
+    /// will poll soon; unmask the interrupt and raise it, so what arrived
+    /// meanwhile is polled now and the next packet interrupts as usual
+    /// (the kernel's IRQ suspension ends when the application blocks:
+    /// `napi_resume_irqs` from `ep_poll`).
+    pub fn resume_irqs(&self) {
+        if self.defer_until.swap(0, Ordering::AcqRel) != 0 {
+            if let Some(irq) = &self.irq {
+                irq.arm();
+                irq.raise();
+            }
+        }
+    }
+
     /// The NAPI thread took a deferred NAPI back (it owns it now).
     pub fn clear_deferral(&self) {
         self.defer_until.store(0, Ordering::Release);

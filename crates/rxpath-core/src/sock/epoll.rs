@@ -88,6 +88,7 @@ impl Epoll {
             if self.scan(ready) > 0 {
                 return ready.len();
             }
+            self.host.resume_irqs(&ids);
         }
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut g = lock(&self.shared.gen);

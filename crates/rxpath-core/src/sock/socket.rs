@@ -497,6 +497,8 @@ impl UdpSocket {
             if inner.qlen.load(Ordering::Acquire) > 0 {
                 return Ok(());
             }
+            // Going to sleep: a deferred interrupt must fire again.
+            self.host.resume_irqs(&[napi]);
         }
         let timeout = match inner.timeout_ns.load(Ordering::Relaxed) {
             0 => None,
@@ -577,6 +579,16 @@ impl UdpSocket {
 }
 
 impl Sockets {
+    /// End the interrupt deferral of these NAPIs (a busy poller blocks).
+    pub(crate) fn resume_irqs(&self, ids: &[NapiId]) {
+        let m = read(&self.napis);
+        for id in ids {
+            if let Some(n) = m.get(id) {
+                n.resume_irqs();
+            }
+        }
+    }
+
     /// `napi_busy_loop()`: own the NAPIs in `ids` in turn and poll each with
     /// [`super::BUSY_POLL_BUDGET`] until `ready()` or `us` µs have passed.
     /// A NAPI someone else owns is skipped (the caller just watches its
