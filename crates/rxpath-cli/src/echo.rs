@@ -256,14 +256,16 @@ fn serve(
         for i in 0..n {
             keep[i] = !sockperf || sockperf_reply(&mut bufs[i][..meta[i].0]);
         }
-        let msgs: Vec<(&[u8], SocketAddr)> = (0..n)
-            .filter(|&i| keep[i])
-            .map(|i| (&bufs[i][..meta[i].0], meta[i].1))
-            .collect();
-        if msgs.is_empty() {
+        let mut msgs: [(&[u8], SocketAddr); B] = [(&[], meta[0].1); B];
+        let mut m = 0;
+        for i in (0..n).filter(|&i| keep[i]) {
+            msgs[m] = (&bufs[i][..meta[i].0], meta[i].1);
+            m += 1;
+        }
+        if m == 0 {
             continue;
         }
-        match sock.send_batch(&msgs) {
+        match sock.send_batch(&msgs[..m]) {
             Ok(k) => {
                 echoed.fetch_add(k as u64, Ordering::Relaxed);
             }

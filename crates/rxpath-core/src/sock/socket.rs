@@ -594,10 +594,20 @@ impl Sockets {
     /// A NAPI someone else owns is skipped (the caller just watches its
     /// queue, as the kernel's socket does).
     pub(crate) fn busy_loop(&self, ids: &[NapiId], us: u32, ready: &dyn Fn() -> bool) {
-        let napis: Vec<_> = {
+        // Up to 8 NAPIs per session, without allocating (a `recv` passes
+        // one; an epoll set the distinct NAPIs of its sockets).
+        let mut slots: [Option<Arc<super::SharedNapi>>; 8] = Default::default();
+        let mut k = 0;
+        {
             let m = read(&self.napis);
-            ids.iter().filter_map(|id| m.get(id).cloned()).collect()
-        };
+            for id in ids {
+                if let (Some(n), Some(slot)) = (m.get(id), slots.get_mut(k)) {
+                    *slot = Some(n.clone());
+                    k += 1;
+                }
+            }
+        }
+        let napis = &slots[..k];
         if napis.is_empty() {
             return;
         }
@@ -607,7 +617,7 @@ impl Sockets {
         let end = start + us as u64 * 1000;
         let (mut loops, mut packets, mut contended) = (0u64, 0u64, 0u64);
         'outer: loop {
-            for n in &napis {
+            for n in napis.iter().flatten() {
                 match n.busy_poll(end, ready) {
                     Some((l, p)) => {
                         loops += l;
