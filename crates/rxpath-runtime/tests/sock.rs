@@ -462,8 +462,9 @@ fn prefer_busy_poll_defers_the_interrupt_until_the_socket_sleeps() {
     let s = h.udp_bind(sa(HOST4, 7000)).unwrap();
     inject(&h, sa(PEER4, 5), sa(HOST4, 7000), b"learn");
     assert_eq!(recv_str(&s).0, "learn");
-    s.set_busy_poll(2_000);
-    // Found by busy polling; the interrupt stays masked afterwards.
+    // Found by busy polling (a busy poll long enough for any scheduling);
+    // the interrupt stays masked afterwards.
+    s.set_busy_poll(2_000_000);
     let h2 = h.clone();
     let t = thread::spawn(move || {
         thread::sleep(Duration::from_micros(300));
@@ -472,6 +473,7 @@ fn prefer_busy_poll_defers_the_interrupt_until_the_socket_sleeps() {
     assert_eq!(recv_str(&s).0, "busy");
     t.join().unwrap();
     assert!(h.napis()[0].deferred_until() != 0, "interrupt deferred");
+    s.set_busy_poll(2_000);
     // Now the socket busy-polls 2 ms, finds nothing and sleeps: that ends
     // the deferral, so a packet that comes later wakes it through the
     // interrupt instead of waiting for the 60 s deadline.
