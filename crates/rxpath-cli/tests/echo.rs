@@ -3,7 +3,7 @@
 //! and sockperf's ping-pong client gets answers from the busy-polling
 //! sockperf mode. Every frame comes home.
 
-use rxpath_runtime::lab::{VethLab, MAC_B};
+use rxpath_runtime::lab::VethLab;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -15,25 +15,7 @@ fn lab() -> Option<VethLab> {
     let lab = VethLab::create("ec").expect("netns + veth (iproute2)");
     // The kernel's sends to 198.18.0.2 leave through `a` and reach rxpath on
     // `b` (see iface_xdp.rs); checksums computed in software, so they verify.
-    lab.ip(&["addr", "del", "198.18.0.2/24", "dev", &lab.b])
-        .unwrap();
-    let mac = MAC_B
-        .iter()
-        .map(|x| format!("{x:02x}"))
-        .collect::<Vec<_>>()
-        .join(":");
-    lab.ip(&[
-        "neigh",
-        "replace",
-        "198.18.0.2",
-        "lladdr",
-        &mac,
-        "dev",
-        &lab.a,
-        "nud",
-        "permanent",
-    ])
-    .unwrap();
+    lab.route_to_b().unwrap();
     lab.exec(&["ethtool", "-K", &lab.a, "tx", "off"])
         .expect("ethtool");
     Some(lab)

@@ -14,25 +14,7 @@ fn is_root() -> bool {
 fn lab() -> VethLab {
     let lab = VethLab::create("xq").expect("netns + veth (iproute2)");
     // Let the kernel's UDP sends leave through `a` (see iface_packet.rs).
-    lab.ip(&["addr", "del", "198.18.0.2/24", "dev", &lab.b])
-        .unwrap();
-    let mac = MAC_B
-        .iter()
-        .map(|x| format!("{x:02x}"))
-        .collect::<Vec<_>>()
-        .join(":");
-    lab.ip(&[
-        "neigh",
-        "replace",
-        "198.18.0.2",
-        "lladdr",
-        &mac,
-        "dev",
-        &lab.a,
-        "nud",
-        "permanent",
-    ])
-    .unwrap();
+    lab.route_to_b().unwrap();
     lab
 }
 

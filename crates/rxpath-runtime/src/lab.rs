@@ -79,6 +79,26 @@ impl VethLab {
         Ok(lab)
     }
 
+    /// Make the kernel's sends to 198.18.0.2 leave through `a` and arrive
+    /// on `b`, where rxpath reads: both ends share one namespace, so take
+    /// the address off `b` and point 198.18.0.2 at b's MAC on `a` (else the
+    /// kernel would deliver locally).
+    pub fn route_to_b(&self) -> io::Result<()> {
+        self.ip(&["addr", "del", "198.18.0.2/24", "dev", &self.b])?;
+        self.ip(&[
+            "neigh",
+            "replace",
+            "198.18.0.2",
+            "lladdr",
+            &mac(MAC_B),
+            "dev",
+            &self.a,
+            "nud",
+            "permanent",
+        ])?;
+        Ok(())
+    }
+
     /// `ip -n <ns> ...`.
     pub fn ip(&self, args: &[&str]) -> io::Result<String> {
         let mut v = vec!["-n", &self.ns];

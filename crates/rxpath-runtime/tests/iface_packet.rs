@@ -23,28 +23,7 @@ fn af_packet_receives_exactly_what_was_sent() {
         return;
     }
     let lab = VethLab::create("afp").expect("netns + veth (iproute2)");
-    // Both ends share one namespace: take the address off `b` and point the
-    // peer address at b's MAC, so the kernel's UDP sends leave through `a`
-    // instead of looping back.
-    lab.ip(&["addr", "del", "198.18.0.2/24", "dev", &lab.b])
-        .expect("addr del");
-    let mac_b = MAC_B
-        .iter()
-        .map(|x| format!("{x:02x}"))
-        .collect::<Vec<_>>()
-        .join(":");
-    lab.ip(&[
-        "neigh",
-        "replace",
-        "198.18.0.2",
-        "lladdr",
-        &mac_b,
-        "dev",
-        &lab.a,
-        "nud",
-        "permanent",
-    ])
-    .expect("neigh");
+    lab.route_to_b().expect("route to b");
     let path = lab.netns_path();
     let (a, b) = (lab.a.clone(), lab.b.clone());
     // The sender: starts once the receiver is up, sends from `a` to `b`.
