@@ -111,6 +111,8 @@ struct PortQueue {
     /// Packets written since the last interrupt.
     unsignalled: u32,
     first_unsignalled_ns: u64,
+    /// Counters changed since the last flush published them.
+    dirty: bool,
     offered: u64,
     rx_ring: u64,
     rx_missed: u64,
@@ -192,6 +194,7 @@ pub fn build(cfg: &SimConfig) -> Result<(SimPort, Vec<SimRxQueue>), SimError> {
             shared: shared.clone(),
             unsignalled: 0,
             first_unsignalled_ns: 0,
+            dirty: false,
             offered: 0,
             rx_ring: 0,
             rx_missed: 0,
@@ -270,6 +273,7 @@ impl SimPort {
         let qi = self.queue_for(traffic.rxhash(flow));
         let q = &mut self.queues[qi];
         q.offered += 1;
+        q.dirty = true;
         let Some(mut frame) = q.frame() else {
             q.rx_no_buffer += 1;
             // The packet still existed on the wire: advance its flow.
@@ -315,6 +319,7 @@ impl SimPort {
         let qi = self.queue_for(rxhash);
         let q = &mut self.queues[qi];
         q.offered += 1;
+        q.dirty = true;
         if bytes.len() > self.umem.frame_size() || bytes.len() > u16::MAX as usize {
             q.rx_too_long += 1;
             return Err(DeviceDrop::TooLong);
@@ -345,11 +350,14 @@ impl SimPort {
             q.rx.submit();
             q.fill.release();
             let s = &q.shared;
-            s.offered.store(q.offered, Ordering::Relaxed);
-            s.rx_ring.store(q.rx_ring, Ordering::Relaxed);
-            s.rx_missed.store(q.rx_missed, Ordering::Relaxed);
-            s.rx_no_buffer.store(q.rx_no_buffer, Ordering::Relaxed);
-            s.rx_too_long.store(q.rx_too_long, Ordering::Relaxed);
+            if q.dirty {
+                q.dirty = false;
+                s.offered.store(q.offered, Ordering::Relaxed);
+                s.rx_ring.store(q.rx_ring, Ordering::Relaxed);
+                s.rx_missed.store(q.rx_missed, Ordering::Relaxed);
+                s.rx_no_buffer.store(q.rx_no_buffer, Ordering::Relaxed);
+                s.rx_too_long.store(q.rx_too_long, Ordering::Relaxed);
+            }
             if q.unsignalled == 0 {
                 continue;
             }
