@@ -176,6 +176,9 @@ pub struct Traffic {
     burst_flow: usize,
     burst_left: usize,
     payload: Box<[u8]>,
+    /// The last payload length written and its checksum sum (bulk segments
+    /// repeat the same length: the sum is computed once).
+    payload_sum: (usize, u32),
 }
 
 /// Length of the precomputed flow order (a power of two).
@@ -265,6 +268,7 @@ impl Traffic {
             burst_flow: 0,
             burst_left: 0,
             payload,
+            payload_sum: (usize::MAX, 0),
         }
     }
 
@@ -361,8 +365,20 @@ impl Traffic {
                     p[..8].copy_from_slice(&crate::mono_ns().to_le_bytes());
                     build::write_tcp(buf, &f.spec, f.seq, f.ack, fl, &opts, &p[..n]).ok()?
                 } else {
-                    build::write_tcp(buf, &f.spec, f.seq, f.ack, fl, &opts, &self.payload[..n])
-                        .ok()?
+                    if self.payload_sum.0 != n {
+                        self.payload_sum = (n, rxpath_wire::checksum::sum(&self.payload[..n]));
+                    }
+                    build::write_tcp_summed(
+                        buf,
+                        &f.spec,
+                        f.seq,
+                        f.ack,
+                        fl,
+                        &opts,
+                        &self.payload[..n],
+                        Some(self.payload_sum.1),
+                    )
+                    .ok()?
                 };
                 f.seq = f.seq.wrapping_add(n as u32);
                 if fl & flags::PSH != 0 {
