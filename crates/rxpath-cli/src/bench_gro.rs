@@ -174,7 +174,7 @@ pub fn gro(a: GroBenchArgs) -> Result<ExitCode> {
     println!("|---|---:|---:|---:|");
     for (i, s) in settings.iter().enumerate() {
         println!(
-            "| {} | {:.0} | {:.0} | {:.0} |",
+            "| {} | {:.0} | {:.1} | {:.1} |",
             s.name(),
             med(&rr[i].pkts_up_per_s),
             med(&rr[i].p50_us),
@@ -198,7 +198,7 @@ pub fn gro(a: GroBenchArgs) -> Result<ExitCode> {
     println!("|---|---:|---:|---:|");
     println!("| bulk, segments per GRO packet (higher is better) | {best_bulk:.2} | {ad_bulk:.2} | {:.2} |", ad_bulk / best_bulk);
     println!(
-        "| request/response, p99 µs (lower is better) | {best_p99:.0} | {ad_p99:.0} | {:.2} |",
+        "| request/response, p99 µs (lower is better) | {best_p99:.1} | {ad_p99:.1} | {:.2} |",
         ad_p99 / best_p99.max(1e-9)
     );
     if a.json {

@@ -177,8 +177,9 @@ impl SoftnetStats {
     }
 }
 
-/// A latency histogram with 1 µs buckets up to [`LatencyHist::MAX_US`] µs
-/// (and one overflow bucket).
+/// A latency histogram: 100 ns buckets below 100 µs (where request/response
+/// latencies of a few µs must be told apart), 1 µs buckets up to
+/// [`LatencyHist::MAX_US`] µs, and one overflow bucket.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LatencyHist {
     buckets: Vec<u64>,
@@ -186,10 +187,16 @@ pub struct LatencyHist {
     sum_ns: u128,
 }
 
+/// Width of the fine buckets, ns.
+const FINE_NS: u64 = 100;
+/// Where the fine buckets end, ns.
+const FINE_END_NS: u64 = 100_000;
+const FINE_BUCKETS: usize = (FINE_END_NS / FINE_NS) as usize;
+
 impl Default for LatencyHist {
     fn default() -> Self {
         LatencyHist {
-            buckets: vec![0; Self::MAX_US + 1],
+            buckets: vec![0; Self::bucket(u64::MAX) + 1],
             count: 0,
             sum_ns: 0,
         }
@@ -200,11 +207,29 @@ impl LatencyHist {
     /// The last bucket counts everything at or above this many µs.
     pub const MAX_US: usize = 20_000;
 
+    #[inline]
+    fn bucket(ns: u64) -> usize {
+        if ns < FINE_END_NS {
+            (ns / FINE_NS) as usize
+        } else {
+            let coarse = ((ns - FINE_END_NS) / 1000) as usize;
+            FINE_BUCKETS + coarse.min(Self::MAX_US - (FINE_END_NS / 1000) as usize)
+        }
+    }
+
+    /// The upper edge of bucket `i`, ns.
+    fn upper_ns(i: usize) -> u64 {
+        if i < FINE_BUCKETS {
+            (i as u64 + 1) * FINE_NS
+        } else {
+            FINE_END_NS + (i - FINE_BUCKETS) as u64 * 1000 + 1000
+        }
+    }
+
     /// Record one sample.
     #[inline]
     pub fn record(&mut self, ns: u64) {
-        let us = (ns / 1000) as usize;
-        self.buckets[us.min(Self::MAX_US)] += 1;
+        self.buckets[Self::bucket(ns)] += 1;
         self.count += 1;
         self.sum_ns += ns as u128;
     }
@@ -223,20 +248,21 @@ impl LatencyHist {
         }
     }
 
-    /// Quantile `q` (0..=1), as the upper edge of its 1 µs bucket, in ns.
+    /// Quantile `q` (0..=1), as the upper edge of its bucket (100 ns wide
+    /// below 100 µs, 1 µs above), in ns.
     pub fn quantile_ns(&self, q: f64) -> u64 {
         if self.count == 0 {
             return 0;
         }
         let target = ((self.count as f64) * q).ceil().max(1.0) as u64;
         let mut seen = 0;
-        for (us, &n) in self.buckets.iter().enumerate() {
+        for (i, &n) in self.buckets.iter().enumerate() {
             seen += n;
             if seen >= target {
-                return (us as u64 + 1) * 1000;
+                return Self::upper_ns(i);
             }
         }
-        (Self::MAX_US as u64 + 1) * 1000
+        Self::upper_ns(self.buckets.len() - 1)
     }
 
     /// Add another histogram.
@@ -258,5 +284,30 @@ impl Serialize for LatencyHist {
         m.serialize_entry("p50_ns", &self.quantile_ns(0.5))?;
         m.serialize_entry("p99_ns", &self.quantile_ns(0.99))?;
         m.end()
+    }
+}
+
+#[cfg(test)]
+mod latency_tests {
+    use super::LatencyHist;
+
+    #[test]
+    fn fine_below_100us_coarse_above_and_an_overflow_bucket() {
+        let mut h = LatencyHist::default();
+        for ns in [3_150, 3_180, 3_420, 150_400, 90_000_000_000] {
+            h.record(ns);
+        }
+        assert_eq!(h.count(), 5);
+        assert_eq!(h.quantile_ns(0.2), 3_200, "100 ns buckets");
+        assert_eq!(h.quantile_ns(0.6), 3_500);
+        assert_eq!(h.quantile_ns(0.8), 151_000, "1 µs buckets");
+        assert_eq!(
+            h.quantile_ns(1.0),
+            (LatencyHist::MAX_US as u64 + 1) * 1000,
+            "overflow"
+        );
+        let mut m = LatencyHist::default();
+        m.merge(&h);
+        assert_eq!(m, h);
     }
 }
