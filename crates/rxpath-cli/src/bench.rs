@@ -18,12 +18,14 @@ pub fn bench(cmd: BenchCmd) -> Result<ExitCode> {
     }
 }
 
+/// The median (the mean of the middle two for an even count; 0 if empty).
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        return 0.0;
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 0 => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        n => v[n / 2],
     }
-    v[v.len() / 2]
 }
 
 /// "min–max" of a sample in Mpps.

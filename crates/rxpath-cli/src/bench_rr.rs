@@ -5,6 +5,7 @@
 //! `net.core.busy_read`/`busy_poll`). One run, the same message size,
 //! rounds interleaved; medians of each configuration are compared.
 
+use crate::bench::median;
 use crate::echo::EchoServer;
 use crate::opts::{BackendArg, EchoArgs, ModeArg, RrArgs};
 use anyhow::{bail, Context, Result};
@@ -290,15 +291,6 @@ fn stop(r: Running) -> Result<String> {
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 0 => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-        n => v[n / 2],
-    }
-}
-
 pub fn rr(a: RrArgs) -> Result<ExitCode> {
     if !sched::is_root() {
         bail!("bench rr needs root (it builds a veth lab and attaches XDP): run it with sudo");
@@ -398,7 +390,7 @@ pub fn rr(a: RrArgs) -> Result<ExitCode> {
     let (k, kb) = (at(Server::Kernel), at(Server::KernelBusy));
     // A ratio is taken inside each round, then the median over rounds.
     let ratio = |i: usize, base: usize, f: fn(&Measure) -> f64| {
-        let mut v: Vec<f64> = results
+        let v: Vec<f64> = results
             .iter()
             .filter_map(|row| match (row[i], row[base]) {
                 (Some(m), Some(b)) if f(&b) > 0.0 => Some(f(&m) / f(&b)),
@@ -408,7 +400,7 @@ pub fn rr(a: RrArgs) -> Result<ExitCode> {
         if v.is_empty() {
             f64::NAN
         } else {
-            median(&mut v)
+            median(v)
         }
     };
     println!(
@@ -427,11 +419,11 @@ pub fn rr(a: RrArgs) -> Result<ExitCode> {
         }
         let col = |f: fn(&Measure) -> f64| {
             median(
-                &mut results
+                results
                     .iter()
                     .filter_map(|row| row[i])
                     .map(|m| f(&m))
-                    .collect::<Vec<_>>(),
+                    .collect(),
             )
         };
         println!(
