@@ -208,13 +208,14 @@ fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Runn
                 .args(["-K", &t.host_if, "gro", gro])
                 .status()
                 .context("ethtool")?;
-            let mut cmd = Command::new("taskset");
-            cmd.args(["-c", &cpu.unwrap_or(0).to_string()]);
-            if cpu.is_none() {
-                cmd = Command::new("sockperf");
-            } else {
-                cmd.arg("sockperf");
-            }
+            let mut cmd = match cpu {
+                Some(c) => {
+                    let mut t = Command::new("taskset");
+                    t.args(["-c", &c.to_string(), "sockperf"]);
+                    t
+                }
+                None => Command::new("sockperf"),
+            };
             let child = cmd
                 .args(["server", "-i", HOST_ADDR, "-p", &PORT.to_string()])
                 .stdout(Stdio::null())

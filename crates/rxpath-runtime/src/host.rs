@@ -418,11 +418,7 @@ impl Host {
     }
 
     fn stop_all(&mut self) -> HostReport {
-        self.stop.store(true, Ordering::Release);
-        for h in self.threads.drain(..) {
-            h.thread().unpark();
-            let _ = h.join();
-        }
+        self.stop_napi_threads();
         self.sockets.close_all();
         self.sockets.unregister_napis();
         let mut cells = Vec::new();

@@ -457,11 +457,12 @@ impl UdpSocket {
         Ok(n)
     }
 
-    fn truesize(&self, _d: &Dgram) -> usize {
+    /// What a queued datagram is charged against rcvbuf: the frame it pins
+    /// (as `SockStack` charged it).
+    fn truesize(&self, d: &Dgram) -> usize {
         self.host
-            .ports
-            .first()
-            .map_or(2048, |p| p.umem.frame_size())
+            .port(d.queue)
+            .map_or(rxpath_dev::DEFAULT_FRAME_SIZE, |p| p.umem.frame_size())
     }
 
     /// RFS: record the CPU this thread reads the flow on

@@ -26,7 +26,9 @@ pub struct SockStack {
 
 impl SockStack {
     pub(crate) fn new(host: Arc<Sockets>, queue: u16) -> Self {
-        let truesize = host.port(queue).map_or(2048, |p| p.umem.frame_size());
+        let truesize = host
+            .port(queue)
+            .map_or(rxpath_dev::DEFAULT_FRAME_SIZE, |p| p.umem.frame_size());
         SockStack {
             host,
             queue,
