@@ -5,7 +5,7 @@
 //! `--sockperf` mode the answer is what the sockperf client expects: the
 //! message back with its header's client bit cleared.
 
-use crate::opts::{BackendArg, EchoArgs, ModeArg};
+use crate::opts::{BackendArg, EchoArgs, EchoTake, ModeArg};
 use anyhow::Context;
 use rxpath_core::sock::{SockError, UdpSocket};
 use rxpath_dev::sys::xdp::XdpFilter;
@@ -65,18 +65,28 @@ impl EchoServer {
             anyhow::bail!("--threads must be at least 1");
         }
         let mut cfg = HostConfig {
-            queues: a.queues,
+            queues: a.queues.unwrap_or(0),
             napi_threads: a.napi_threads,
             interrupts: matches!(a.napi, ModeArg::Interrupt),
             prefer_busy_poll_ns: a.prefer_busy_poll,
             ..HostConfig::default()
         };
         cfg.sock.busy_read_us = a.busy_poll;
-        cfg.sock.verify_checksum = !a.no_verify_csum;
-        let filter = XdpFilter {
-            protocol: Some(17),
-            dst_port: Some(a.port),
-            ..XdpFilter::default()
+        cfg.sock.csum = if a.no_verify_csum {
+            rxpath_core::ip::CsumPolicy::Trust
+        } else {
+            a.csum
+        };
+        let filter = match a.xdp_take {
+            EchoTake::Port => XdpFilter {
+                protocol: Some(17),
+                dst_port: Some(a.port),
+                ..XdpFilter::default()
+            },
+            EchoTake::All => XdpFilter {
+                all: true,
+                ..XdpFilter::default()
+            },
         };
         let dev = match a.mode {
             BackendArg::Packet => HostDevice::Packet {
@@ -93,6 +103,7 @@ impl EchoServer {
         let addr = SocketAddr::new(a.bind, a.port);
         let sock = host.udp_bind(addr).context("binding the echo socket")?;
         sock.set_busy_poll(a.busy_poll);
+        sock.set_only_v6(a.only_v6);
         sock.set_read_timeout(Some(Duration::from_millis(100)));
         let stop = Arc::new(AtomicBool::new(false));
         let echoed = Arc::new(AtomicU64::new(0));
@@ -194,6 +205,8 @@ pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
                 },
                 "frames_total": rep.frames_total,
                 "frames_home": rep.frames_home,
+                "dropped": napi.dropped,
+                "snmp": rep.snmp.to_json(),
             })
         );
     } else {
@@ -216,13 +229,7 @@ pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
             rep.frames_home,
             rep.frames_total,
         );
-        if rep.sock.csum_errors > 0 && !a.no_verify_csum {
-            eprintln!(
-                "rxpath echo: {} datagrams had bad UDP checksums; a veth peer with checksum offload sends \
-                 partial ones: run `ethtool -K PEER tx off` on the sender, or use --no-verify-csum",
-                rep.sock.csum_errors
-            );
-        }
+        print!("{}", rep.snmp.table());
     }
     Ok(if rep.frames_home == rep.frames_total {
         ExitCode::SUCCESS
@@ -265,16 +272,21 @@ fn serve(
         if m == 0 {
             continue;
         }
-        match sock.send_batch(&msgs[..m]) {
-            Ok(k) => {
-                echoed.fetch_add(k as u64, Ordering::Relaxed);
+        // sendmmsg stops at a datagram it cannot send (no neighbour, a
+        // full TX ring, ...): that answer is lost and counted
+        // (SndbufErrors), as a kernel socket's would be, and the rest go
+        // on. No datagram ends the server.
+        let mut i = 0;
+        while i < m {
+            match sock.send_batch(&msgs[i..m]) {
+                Ok(k) if k > 0 => {
+                    echoed.fetch_add(k as u64, Ordering::Relaxed);
+                    i += k;
+                }
+                Ok(_) => i += 1,
+                Err(SockError::Closed) => return Ok(()),
+                Err(_) => i += 1,
             }
-            // An unknown neighbour or a full TX ring loses this answer, as
-            // a kernel socket's would; the server goes on.
-            Err(e @ (SockError::NoNeighbor(_) | SockError::Tx(_))) => {
-                eprintln!("rxpath echo: answer lost: {e}");
-            }
-            Err(e) => return Err(e.into()),
         }
     }
     Ok(())

@@ -35,6 +35,25 @@ pub enum Cmd {
     Lab(LabArgs),
 }
 
+/// What the XDP program of `rxpath echo` takes from the interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EchoTake {
+    /// UDP to the echo port (IPv4 without options, IPv6 without extension
+    /// headers, untagged); everything else goes to the kernel.
+    Port,
+    /// Every frame: the kernel sees nothing on the interface (no ARP, no
+    /// ND: use static neighbour entries on the peer).
+    All,
+}
+
+/// `rxpath echo`: a UDP echo server on rxpath sockets.
+///
+/// In packet mode (AF_PACKET) the kernel still receives every frame: it
+/// answers ARP, ND, ping and TCP as usual; a kernel UDP socket with a
+/// drop-all filter holds the echo port so that it neither answers the
+/// datagrams rxpath serves nor sends ICMP port unreachable for them (it
+/// counts them in its own `Udp: InErrors`). Frames the host itself sends
+/// are not received (PACKET_IGNORE_OUTGOING).
 #[derive(Debug, Clone, Args)]
 pub struct EchoArgs {
     /// Interface to serve on.
@@ -43,15 +62,19 @@ pub struct EchoArgs {
     /// Backend: auto (AF_XDP, else AF_PACKET), xdp or packet.
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub mode: BackendArg,
-    /// Address to bind (0.0.0.0 or :: for any).
+    /// Address to bind (0.0.0.0 or :: for any; :: is dual-stack: IPv4
+    /// peers are answered too, unless --only-v6).
     #[arg(long, default_value = "0.0.0.0")]
     pub bind: std::net::IpAddr,
+    /// IPV6_V6ONLY on a socket bound to ::.
+    #[arg(long)]
+    pub only_v6: bool,
     /// UDP port (sockperf's default is 11111).
     #[arg(long, default_value_t = 11111)]
     pub port: u16,
-    /// Device queues (one NAPI each).
-    #[arg(long, default_value_t = 1)]
-    pub queues: usize,
+    /// Device queues (one NAPI each); default: the interface's RX queues.
+    #[arg(long)]
+    pub queues: Option<usize>,
     /// Application threads reading the socket.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
@@ -77,10 +100,19 @@ pub struct EchoArgs {
     /// header's flags, and answer only messages that ask for a reply.
     #[arg(long)]
     pub sockperf: bool,
-    /// Do not verify UDP checksums (a veth peer that offloads them sends
-    /// partial ones; or turn its offload off: ethtool -K PEER tx off).
-    #[arg(long)]
+    /// UDP checksums: auto trusts what the device verified or marked
+    /// partial (a local sender's offload: AF_PACKET says so; on AF_XDP a
+    /// veth/tun/bridge's partial checksum is known by its value) and
+    /// verifies the rest; verify checks every one; trust none.
+    #[arg(long, value_parser = clap::value_parser!(rxpath_core::ip::CsumPolicy), default_value = "auto")]
+    pub csum: rxpath_core::ip::CsumPolicy,
+    /// Same as --csum trust.
+    #[arg(long, hide = true)]
     pub no_verify_csum: bool,
+    /// AF_XDP: what the XDP program takes (port: UDP to --port; all: every
+    /// frame).
+    #[arg(long, value_enum, default_value_t = EchoTake::Port)]
+    pub xdp_take: EchoTake,
     /// Stop after this many seconds (default: run until Ctrl-C).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,

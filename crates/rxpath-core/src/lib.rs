@@ -17,12 +17,16 @@
 //! 3. [`packet`]: what the stack receives: a frame plus metadata
 //!    (`napi_id`, RX hash, parsed headers), and the [`Stack`](packet::Stack)
 //!    trait each later stage implements (GRO, steering, sockets).
-//! 4. [`stats`]: per-NAPI and per-queue counters; every packet is accounted
+//! 4. [`ip`]: IP and UDP input at the edge as `ip_rcv_core()`/`ipv6_rcv()`
+//!    run them, each drop under its SNMP name (`/proc/net/snmp`).
+//! 5. [`sock`]: UDP sockets with busy polling (seed 000).
+//! 6. [`stats`]: per-NAPI and per-queue counters; every packet is accounted
 //!    for: `received = delivered + Σ dropped[reason]`.
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 
 pub mod gro;
+pub mod ip;
 pub mod napi;
 pub mod packet;
 pub mod sock;

@@ -48,7 +48,7 @@
 
 use crate::gro::{FlushReason, Gro, GroConfig};
 use crate::packet::{Meta, Packet, PollEnd, RxCtx, Stack};
-use crate::stats::{DropReason, NapiStats};
+use crate::stats::NapiStats;
 use rxpath_dev::{desc_flags, Desc, Frame, RxQueue};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -135,6 +135,21 @@ impl NapiState {
             })
             .unwrap_or_else(|v| v);
         prev & bits::MISSED == 0
+    }
+
+    /// Take an idle NAPI for housekeeping (frames coming home from
+    /// sockets) without recording `MISSED` when someone owns it: the owner
+    /// reclaims returned frames in its own polls, and such work is no
+    /// interrupt, so it must not end a busy poller's interrupt deferral.
+    pub fn try_own(&self) -> bool {
+        self.update(|v| {
+            if v & (bits::DISABLE | bits::SCHED) != 0 {
+                None
+            } else {
+                Some(v | bits::SCHED)
+            }
+        })
+        .is_ok()
     }
 
     /// `napi_busy_loop()`'s ownership attempt: take an idle NAPI for a busy
@@ -523,12 +538,20 @@ impl<Q: RxQueue> Napi<Q> {
             // The GRO decision is taken once per bundle, not per packet:
             // each variant of loop 2 is its own monomorphic copy.
             let (pkts, bytes) = match gro {
-                Some(g) => loop2(scratch, &mut ctx, qi, *id, rx_tap, |p, c| {
-                    // napi_gro_receive()
-                    let _ = g.receive(p, c, stack);
+                Some(g) => loop2(scratch, &mut ctx, qi, *id, rx_tap, |p, ok, c| {
+                    if ok {
+                        // napi_gro_receive()
+                        let _ = g.receive(p, c, stack);
+                    } else {
+                        stack.malformed(p, c);
+                    }
                 }),
-                None => loop2(scratch, &mut ctx, qi, *id, rx_tap, |p, c| {
-                    stack.receive(p, c)
+                None => loop2(scratch, &mut ctx, qi, *id, rx_tap, |p, ok, c| {
+                    if ok {
+                        stack.receive(p, c)
+                    } else {
+                        stack.malformed(p, c)
+                    }
                 }),
             };
             ctx.stats.received += pkts;
@@ -596,7 +619,7 @@ fn loop2(
     qi: u16,
     id: NapiId,
     rx_tap: &mut Option<RxTap>,
-    mut up: impl FnMut(Packet, &mut RxCtx<'_>),
+    mut up: impl FnMut(Packet, bool, &mut RxCtx<'_>),
 ) -> (u64, u64) {
     let umem = ctx.umem;
     let (mut pkts, mut bytes) = (0u64, 0u64);
@@ -614,6 +637,7 @@ fn loop2(
                 rxhash: d.rxhash,
                 rx_ns: ctx.now_ns,
                 csum_ok: d.flags & desc_flags::CSUM_OK != 0,
+                csum_partial: d.flags & desc_flags::CSUM_PARTIAL != 0,
                 segs: 1,
                 ..Meta::default()
             },
@@ -631,8 +655,11 @@ fn loop2(
             );
         }
         match parsed {
-            Ok(()) => up(pkt, ctx),
-            Err(_) => ctx.drop(pkt, DropReason::Malformed),
+            Ok(()) => up(pkt, true, ctx),
+            Err(_) => {
+                pkt.meta.headers = rxpath_wire::Headers::default();
+                up(pkt, false, ctx)
+            }
         }
     }
     (pkts, bytes)

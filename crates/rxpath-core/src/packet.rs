@@ -28,6 +28,8 @@ pub struct Meta {
     pub rx_ns: u64,
     /// The device verified the L4 checksum (`CHECKSUM_UNNECESSARY`).
     pub csum_ok: bool,
+    /// A local sender left the L4 checksum partial (`CHECKSUM_PARTIAL`).
+    pub csum_partial: bool,
     /// Segments in this packet: 1, or more after GRO merged a chain.
     pub segs: u16,
     /// Parsed headers.
@@ -144,6 +146,12 @@ impl<'a> RxCtx<'a> {
         self.umem
     }
 
+    /// The SNMP counters of this NAPI (IP and UDP input count here).
+    #[inline]
+    pub fn snmp(&mut self) -> &mut crate::ip::Snmp {
+        &mut self.stats.snmp
+    }
+
     /// The packet reached the end of the path: count its frames (segments),
     /// free them.
     #[inline(always)]
@@ -225,6 +233,14 @@ pub trait Stack {
     /// [`RxCtx::deliver`] or [`RxCtx::drop`], now or in a later call (a
     /// stage that holds packets, like GRO, reports them in [`held`](Self::held)).
     fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>);
+
+    /// A frame the flow dissector could not parse (its headers are
+    /// default). Dropped as `malformed` unless the stage reads the frame
+    /// itself (IP input counts why, under the kernel's SNMP names). GRO
+    /// hands these straight through.
+    fn malformed(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
+        ctx.drop(pkt, DropReason::Malformed);
+    }
 
     /// The end of a bundle (RX bulking): stages that batch work flush here.
     fn bundle_done(&mut self, _ctx: &mut RxCtx<'_>) {}

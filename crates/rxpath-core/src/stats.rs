@@ -32,11 +32,19 @@ pub enum DropReason {
     SocketQueueFull,
     /// The UDP checksum did not verify (`UDP_MIB_CSUMERRORS`).
     BadChecksum,
+    /// IP header errors: version, header length, header checksum, options,
+    /// extension headers (`InHdrErrors`).
+    IpHeader,
+    /// Not for this host: another MAC, a VLAN it does not serve, a
+    /// destination address not its own, a martian source.
+    NotForUs,
+    /// An IP fragment (rxpath does not reassemble: `ReasmFails`).
+    Fragment,
 }
 
 impl DropReason {
     /// All reasons, in counter order.
-    pub const ALL: [DropReason; 8] = [
+    pub const ALL: [DropReason; 11] = [
         DropReason::Malformed,
         DropReason::UnhandledProto,
         DropReason::Rxdrop,
@@ -45,6 +53,9 @@ impl DropReason {
         DropReason::NoSocket,
         DropReason::SocketQueueFull,
         DropReason::BadChecksum,
+        DropReason::IpHeader,
+        DropReason::NotForUs,
+        DropReason::Fragment,
     ];
 
     /// The counter's name.
@@ -58,6 +69,9 @@ impl DropReason {
             DropReason::NoSocket => "no_socket",
             DropReason::SocketQueueFull => "socket_queue_full",
             DropReason::BadChecksum => "bad_checksum",
+            DropReason::IpHeader => "ip_header",
+            DropReason::NotForUs => "not_for_us",
+            DropReason::Fragment => "fragment",
         }
     }
 }
@@ -133,6 +147,8 @@ pub struct NapiStats {
     pub completions: u64,
     /// Interrupts taken (`napi_schedule` from the IRQ line).
     pub wakeups: u64,
+    /// SNMP counters of the IP and UDP input this NAPI ran.
+    pub snmp: crate::ip::Snmp,
 }
 
 impl NapiStats {
@@ -152,6 +168,7 @@ impl NapiStats {
         self.bundles += o.bundles;
         self.completions += o.completions;
         self.wakeups += o.wakeups;
+        self.snmp.merge(&o.snmp);
     }
 }
 

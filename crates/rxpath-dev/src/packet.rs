@@ -55,6 +55,8 @@ impl PacketQueue {
                 ..RingConfig::default()
             },
         )?;
+        // Frames this host sends are not received ones.
+        ring.socket().ignore_outgoing()?;
         let pool = FramePool::new(frames, crate::DEFAULT_FRAME_SIZE)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         let umem = pool.umem().clone();
@@ -146,7 +148,7 @@ impl RxQueue for PacketQueue {
                 off: 0,
                 len: len as u16,
                 rxhash: slot.rxhash,
-                flags: 0,
+                flags: slot.csum_flags,
             });
         }
     }

@@ -18,6 +18,7 @@
 //! (useful to show busy polling alone delivers; the tests do).
 
 use crate::run::{check_iface, RunError};
+use rxpath_core::ip::Snmp;
 use rxpath_core::napi::{BundleMode, Napi, NapiTable, NAPI_POLL_WEIGHT};
 use rxpath_core::sock::{NapiCell, SharedNapi, SockConfig, SockError, SockStats, Sockets};
 use rxpath_core::sock::{TxPort, UdpSocket};
@@ -25,6 +26,7 @@ use rxpath_core::stats::NapiStats;
 use rxpath_dev::packet::PacketQueue;
 use rxpath_dev::sim::{self, SimConfig, SimPort, SimRxQueue};
 use rxpath_dev::sys::af_packet::RawSocket;
+use rxpath_dev::sys::iface::KernelPortGuard;
 use rxpath_dev::sys::xdp::{XdpFilter, XdpProgram, XdpQueue};
 use rxpath_dev::{DeviceQueueStats, FramePool, RxQueue};
 use serde::Serialize;
@@ -63,7 +65,8 @@ pub enum HostDevice {
 /// A host's settings.
 #[derive(Debug, Clone)]
 pub struct HostConfig {
-    /// Device queues.
+    /// Device queues; 0 = as many as the interface has RX queues
+    /// (`/sys/class/net/IF/queues/rx-*`).
     pub queues: usize,
     /// NAPI weight.
     pub weight: usize,
@@ -130,6 +133,9 @@ pub struct HostReport {
     pub frames_total: usize,
     /// Frames back home after shutdown (must equal `frames_total`).
     pub frames_home: usize,
+    /// SNMP counters: IP and UDP input over all NAPIs, and the sockets'
+    /// send side (`/proc/net/snmp` names: [`Snmp::sections`]).
+    pub snmp: Snmp,
 }
 
 impl HostReport {
@@ -155,6 +161,9 @@ pub struct Host {
     port: Option<Mutex<SimPort>>,
     finish: Option<Finish>,
     backend: String,
+    /// On an interface: the kernel sockets that hold the ports rxpath
+    /// serves, so that the kernel does not answer them.
+    guards: Option<Mutex<Vec<KernelPortGuard>>>,
 }
 
 impl std::fmt::Debug for Host {
@@ -194,7 +203,8 @@ fn into_pools<Q: RxQueue + 'static>(
 impl Host {
     /// Start a host on `dev`.
     pub fn start(mut cfg: HostConfig, dev: HostDevice) -> Result<Host, RunError> {
-        if !(1..=64).contains(&cfg.queues) {
+        let iface_default = cfg.queues == 0 && !matches!(dev, HostDevice::Sim(_));
+        if !(1..=64).contains(&cfg.queues) && !iface_default {
             return Err(RunError::Config(format!(
                 "queues must be in 1..=64, got {}",
                 cfg.queues
@@ -265,7 +275,7 @@ impl Host {
                 let backend = crate::run::xdp_backend(&iface, mode, &qs);
                 let finish: Finish =
                     Box::new(|cells, _| into_pools::<XdpQueue>(cells, XdpQueue::into_pool));
-                let h = Self::with_queues(&cfg, qs, finish, backend, cfg.napi_in_irq)?;
+                let h = Self::with_queues(&cfg, qs, finish, backend, cfg.napi_in_irq)?.on_iface();
                 h.open_tx(&iface)?;
                 Ok(h)
             }
@@ -295,7 +305,8 @@ impl Host {
                     finish,
                     format!("AF_PACKET on {iface}, {nq} queue(s)"),
                     cfg.napi_in_irq,
-                )?;
+                )?
+                .on_iface();
                 h.open_tx(&iface)?;
                 Ok(h)
             }
@@ -307,6 +318,11 @@ impl Host {
             .map_err(|e| RunError::Device(format!("AF_PACKET TX on {iface}: {e}")))?;
         self.sockets.set_tx(Box::new(PacketTx(raw)));
         Ok(())
+    }
+
+    fn on_iface(mut self) -> Self {
+        self.guards = Some(Mutex::new(Vec::new()));
+        self
     }
 
     fn with_queues<Q: RxQueue + Send + 'static>(
@@ -370,6 +386,7 @@ impl Host {
             port: None,
             finish: Some(finish),
             backend,
+            guards: None,
         })
     }
 
@@ -383,9 +400,25 @@ impl Host {
         &self.sockets
     }
 
-    /// A UDP socket bound to `addr`.
+    /// A UDP socket bound to `addr`. On an interface the kernel's own
+    /// UDP is kept off the port while the host runs: a kernel socket holds
+    /// it with a filter that drops everything ([`KernelPortGuard`]), so the
+    /// kernel neither answers datagrams it also sees (AF_PACKET, or what
+    /// the XDP program passes on) with ICMP port unreachable nor queues
+    /// them. If the kernel already has a socket there, a warning says so.
     pub fn udp_bind(&self, addr: SocketAddr) -> Result<UdpSocket, SockError> {
-        UdpSocket::bind(&self.sockets, addr)
+        let sock = UdpSocket::bind(&self.sockets, addr)?;
+        if let Some(g) = &self.guards {
+            match KernelPortGuard::bind(sock.local_addr()) {
+                Ok(guard) => g.lock().unwrap_or_else(|e| e.into_inner()).push(guard),
+                Err(e) => eprintln!(
+                    "rxpath: warning: could not hold {} in the kernel ({e}): the kernel may answer \
+                     datagrams it sees for this port itself",
+                    sock.local_addr()
+                ),
+            }
+        }
+        Ok(sock)
     }
 
     /// The NAPIs.
@@ -461,7 +494,16 @@ impl Host {
             Some(f) => f(cells, port),
             None => (0, 0),
         };
+        let mut snmp = Snmp::default();
+        for q in &queues {
+            snmp.merge(&q.napi.snmp);
+        }
+        self.sockets.add_send_snmp(&mut snmp);
+        if let Some(g) = &self.guards {
+            g.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        }
         HostReport {
+            snmp,
             queues,
             sock: self.sockets.stats(),
             frames_total,
@@ -485,6 +527,16 @@ fn fill_from_iface(cfg: &mut HostConfig, iface: &str) -> Result<(), RunError> {
     cfg.sock.mac = mac;
     if cfg.sock.local_addrs.is_empty() {
         cfg.sock.local_addrs = addrs;
+    }
+    if cfg.queues == 0 {
+        cfg.queues = rxpath_dev::sys::iface::rx_queues(iface)
+            .map_err(|e| RunError::Device(format!("{iface}: counting its RX queues: {e}")))?
+            .min(64);
+    }
+    cfg.sock.local_traffic = rxpath_dev::sys::iface::carries_local_traffic(iface);
+    if cfg.sock.prefixes.is_empty() {
+        cfg.sock.prefixes = rxpath_dev::sys::iface::prefixes(iface).unwrap_or_default();
+        cfg.sock.default_route = rxpath_dev::sys::iface::default_routes(iface);
     }
     Ok(())
 }
@@ -539,7 +591,17 @@ fn napi_thread(napis: Vec<Arc<SharedNapi>>, socks: &Sockets, interrupts: bool, s
             // A busy poller deferred the interrupt and did not come back.
             let d = n.deferred_until();
             let deferred = d != 0 && rxpath_dev::mono_ns() >= d;
-            if (irq || returning || deferred) && n.state.schedule_prep() {
+            // An interrupt or a lapsed deferral is `napi_schedule`
+            // (MISSED if owned). Frames coming home only take an idle NAPI
+            // that no busy poller deferred: while deferred, the busy poller
+            // reclaims them when it polls again, or this thread at the
+            // deadline (taking it earlier would end the deferral).
+            let owned = if irq || deferred {
+                n.state.schedule_prep()
+            } else {
+                returning && d == 0 && n.state.try_own()
+            };
+            if owned {
                 n.clear_deferral();
                 sched.push(i);
             }

@@ -25,6 +25,7 @@
 
 pub mod build;
 pub mod checksum;
+pub mod corpus;
 pub mod ethernet;
 pub mod flow;
 pub mod hash;

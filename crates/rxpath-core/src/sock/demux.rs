@@ -4,7 +4,10 @@
 //! a connected socket matching the full 5-tuple, then a socket bound to the
 //! destination address and port, then one bound to the wildcard address of
 //! the family. An IPv6 wildcard socket also receives IPv4 (dual stack, as
-//! with `net.ipv6.bindv6only = 0`) when no IPv4 socket wants the datagram.
+//! with `net.ipv6.bindv6only = 0`) when no IPv4 socket wants the datagram,
+//! unless it was set `IPV6_V6ONLY` ([`UdpSocket::set_only_v6`]).
+//!
+//! [`UdpSocket::set_only_v6`]: super::UdpSocket::set_only_v6
 //! A socket bound to a specific address and one bound to the wildcard may
 //! share a port (the kernel allows it with `SO_REUSEADDR`); the specific one
 //! wins.
@@ -71,7 +74,10 @@ impl Demux {
         self.wildcard
             .get(&(dst.is_ipv6(), dst.port()))
             .or_else(|| match dst {
-                SocketAddr::V4(_) => self.wildcard.get(&(true, dst.port())),
+                SocketAddr::V4(_) => self
+                    .wildcard
+                    .get(&(true, dst.port()))
+                    .filter(|s| !s.v6only.load(std::sync::atomic::Ordering::Relaxed)),
                 SocketAddr::V6(_) => None,
             })
     }

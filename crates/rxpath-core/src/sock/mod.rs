@@ -46,6 +46,7 @@ pub use socket::{RecvMeta, SockCounters, UdpSocket};
 pub use stage::SockStack;
 pub use tx::{CaptureTx, TxPort};
 
+use crate::ip::{CsumPolicy, IpConfig, Snmp};
 use crate::napi::NapiId;
 use rxpath_dev::{Frame, Umem};
 use rxpath_wire::ethernet::Mac;
@@ -67,8 +68,19 @@ pub struct SockConfig {
     pub rcvbuf: usize,
     /// Busy-poll time of a new socket in µs (`net.core.busy_read`; 0 = off).
     pub busy_read_us: u32,
-    /// Verify UDP checksums the device did not (`CHECKSUM_UNNECESSARY`).
-    pub verify_checksum: bool,
+    /// How UDP checksums are trusted (`--csum`): see [`CsumPolicy`].
+    pub csum: CsumPolicy,
+    /// The device's driver carries local senders' traffic (veth, tun/tap,
+    /// bridge; `ETHTOOL_GDRVINFO`): [`CsumPolicy::Auto`] may recognise a
+    /// partial checksum by its value.
+    pub local_traffic: bool,
+    /// The interface's connected prefixes (address, length) and whether
+    /// IPv4 / IPv6 have a default route through it: a send to a
+    /// destination with no route fails (`OutNoRoutes`), as the kernel's
+    /// route lookup does. Empty: every destination is reachable.
+    pub prefixes: Vec<(IpAddr, u8)>,
+    /// See `prefixes`.
+    pub default_route: [bool; 2],
     /// This host's addresses: the source of datagrams sent from a socket
     /// bound to a wildcard address.
     pub local_addrs: Vec<IpAddr>,
@@ -86,9 +98,13 @@ impl Default for SockConfig {
         SockConfig {
             rcvbuf: RMEM_DEFAULT,
             busy_read_us: 0,
-            verify_checksum: true,
+            csum: CsumPolicy::Auto,
+            local_traffic: false,
+            prefixes: Vec::new(),
+            default_route: [false; 2],
             local_addrs: Vec::new(),
-            mac: [0x02, 0, 0, 0, 0, 1],
+            // The simulated NIC's frames are addressed to 02:00:00:00:00:02.
+            mac: [0x02, 0, 0, 0, 0, 2],
             mtu: 1500,
             sock_flow_entries: 32_768,
         }
@@ -129,6 +145,9 @@ pub enum SockError {
     /// IPv4 to IPv6 or back.
     #[error("address family mismatch: {0}")]
     Family(String),
+    /// No route to the destination (`ENETUNREACH`).
+    #[error("no route to {0}")]
+    NoRoute(IpAddr),
     /// No MAC address known for the destination.
     #[error("no neighbour entry for {0}: rxpath learns neighbours from packets it receives, or add one with Sockets::add_neighbor")]
     NoNeighbor(IpAddr),
@@ -214,6 +233,10 @@ struct Counters {
     busy_poll_packets: AtomicU64,
     busy_poll_ns: AtomicU64,
     busy_poll_contended: AtomicU64,
+    /// Per family (v4, v6): `OutDatagrams`, `SndbufErrors`.
+    out: [AtomicU64; 2],
+    send_errors: [AtomicU64; 2],
+    no_routes: [AtomicU64; 2],
 }
 
 /// A snapshot of the socket layer's counters.
@@ -296,6 +319,45 @@ impl Sockets {
     /// The configuration.
     pub fn config(&self) -> &SockConfig {
         &self.cfg
+    }
+
+    /// What IP input needs to know of this host.
+    pub fn ip_config(&self) -> IpConfig {
+        IpConfig {
+            mac: self.cfg.mac,
+            addrs: self.cfg.local_addrs.clone(),
+            csum: self.cfg.csum,
+            local_traffic: self.cfg.local_traffic,
+            prefixes: self.cfg.prefixes.clone(),
+            default_route: self.cfg.default_route,
+        }
+    }
+
+    /// Add the send side of the SNMP counters (`OutDatagrams`,
+    /// `SndbufErrors`, counted where applications send) to `s`.
+    pub fn add_send_snmp(&self, s: &mut Snmp) {
+        let c = &self.counters;
+        for (i, m) in [&mut s.udp, &mut s.udp6].into_iter().enumerate() {
+            m.out_datagrams += c.out[i].load(Ordering::Relaxed);
+            m.sndbuf_errors += c.send_errors[i].load(Ordering::Relaxed);
+        }
+        s.ip.out_no_routes += c.no_routes[0].load(Ordering::Relaxed);
+        s.ip6.out_no_routes += c.no_routes[1].load(Ordering::Relaxed);
+    }
+
+    /// Count a send that failed (`SndbufErrors`: no room in the TX ring,
+    /// no neighbour, no route). The kernel's `udp_sendmsg` counts its
+    /// `ENOBUFS`; rxpath counts every failed datagram here.
+    pub(crate) fn count_no_route(&self, v6: bool) {
+        self.counters.no_routes[v6 as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Count sent and failed datagrams of a family.
+    pub(crate) fn count_send(&self, v6: bool, ok: u64, failed: u64) {
+        let c = &self.counters;
+        c.out[v6 as usize].fetch_add(ok, Ordering::Relaxed);
+        c.out_datagrams.fetch_add(ok, Ordering::Relaxed);
+        c.send_errors[v6 as usize].fetch_add(failed, Ordering::Relaxed);
     }
 
     /// Queue `i`'s port.

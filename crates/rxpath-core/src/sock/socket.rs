@@ -7,7 +7,7 @@ use rxpath_dev::Frame;
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -83,6 +83,10 @@ pub(crate) struct SockInner {
     timeout_ns: AtomicU64,
     ip_id: AtomicU16,
     counters: AtomicCounters,
+    /// Bound to an IPv6 address (IPv4 senders are seen v4-mapped).
+    pub(crate) v6: bool,
+    /// `IPV6_V6ONLY`: an IPv6 wildcard socket takes no IPv4.
+    pub(crate) v6only: AtomicBool,
     pub(crate) watch: Mutex<Option<Watch>>,
 }
 
@@ -214,6 +218,8 @@ impl UdpSocket {
             ip_id: AtomicU16::new(0),
             counters: AtomicCounters::default(),
             watch: Mutex::new(None),
+            v6: addr.is_ipv6(),
+            v6only: AtomicBool::new(false),
         });
         t.insert(key, inner.clone());
         drop(t);
@@ -243,6 +249,19 @@ impl UdpSocket {
         t.insert(new, self.inner.clone());
         a.1 = Some(remote);
         Ok(())
+    }
+
+    /// `IPV6_V6ONLY`: with `true` an IPv6 socket bound to `::` receives
+    /// no IPv4 and cannot send to it. Off by default
+    /// (`net.ipv6.bindv6only = 0`): `::` is dual-stack, IPv4 peers appear
+    /// as `::ffff:a.b.c.d` and answers to them leave as IPv4.
+    pub fn set_only_v6(&self, only: bool) {
+        self.inner.v6only.store(only, Ordering::Relaxed);
+    }
+
+    /// The `IPV6_V6ONLY` setting.
+    pub fn only_v6(&self) -> bool {
+        self.inner.v6only.load(Ordering::Relaxed)
     }
 
     /// The local address.
@@ -544,38 +563,116 @@ impl UdpSocket {
     }
 
     /// `sendmmsg()`: datagrams to their destinations, built and handed to
-    /// the TX port in one batch. Returns how many were sent.
+    /// the TX port in one batch. Returns how many were sent: fewer than
+    /// asked when one could not be (as `sendmmsg` stops at the first
+    /// failure); an error only if the first failed. Every datagram that
+    /// failed is counted (`SndbufErrors`); nothing here ends a server.
     pub fn send_batch(&self, msgs: &[(&[u8], SocketAddr)]) -> Result<usize, SockError> {
         let local = self.local_addr();
         let mut sent = 0;
         for chunk in msgs.chunks(super::tx::TX_BATCH) {
             let mut frames = super::tx::Frames::new();
+            let mut fams = [false; super::tx::TX_BATCH];
+            let mut err = None;
             for (payload, dst) in chunk {
-                if dst.is_ipv4() != local.is_ipv4() {
-                    return Err(SockError::Family(format!("{local} to {dst}")));
+                match self.build(&mut frames, local, *dst, payload) {
+                    Ok(v6) => fams[frames.len() - 1] = v6,
+                    Err(e) => {
+                        match e {
+                            SockError::NoRoute(ip) => self.host.count_no_route(ip.is_ipv6()),
+                            _ => self.host.count_send(dst.is_ipv6(), 0, 1),
+                        }
+                        err = Some(e);
+                        break;
+                    }
                 }
-                let src = self.host.source_for(local, dst)?;
-                let mac = self
-                    .host
-                    .neighbor(dst.ip())
-                    .ok_or(SockError::NoNeighbor(dst.ip()))?;
-                let id = self.inner.ip_id.fetch_add(1, Ordering::Relaxed);
-                frames.push(
-                    &self.host.cfg,
-                    SocketAddr::new(src, local.port()),
-                    *dst,
-                    mac,
-                    id,
-                    payload,
-                )?;
             }
-            let n = self.host.transmit(&frames)?;
+            let n = if frames.len() == 0 {
+                0
+            } else {
+                match self.host.transmit(&frames) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        err = Some(e);
+                        0
+                    }
+                }
+            };
+            for (i, &v6) in fams.iter().enumerate().take(frames.len()) {
+                let ok = (i < n) as u64;
+                self.host.count_send(v6, ok, 1 - ok);
+            }
             sent += n;
+            if let Some(e) = err {
+                return if sent > 0 { Ok(sent) } else { Err(e) };
+            }
             if n < frames.len() {
                 break;
             }
         }
         Ok(sent)
+    }
+
+    /// Build one datagram's frame; returns whether it left as IPv6.
+    fn build(
+        &self,
+        frames: &mut super::tx::Frames,
+        local: SocketAddr,
+        dst: SocketAddr,
+        payload: &[u8],
+    ) -> Result<bool, SockError> {
+        let (src_ip, dst) = self.route(local, dst)?;
+        let c = &self.host.cfg;
+        if !crate::ip::routable(&c.prefixes, c.default_route, dst.ip()) {
+            return Err(SockError::NoRoute(dst.ip()));
+        }
+        let src = self
+            .host
+            .source_for(SocketAddr::new(src_ip, local.port()), &dst)?;
+        let mac = self
+            .host
+            .neighbor(dst.ip())
+            .ok_or(SockError::NoNeighbor(dst.ip()))?;
+        let id = self.inner.ip_id.fetch_add(1, Ordering::Relaxed);
+        frames.push(
+            &self.host.cfg,
+            SocketAddr::new(src, local.port()),
+            dst,
+            mac,
+            id,
+            payload,
+        )?;
+        Ok(dst.is_ipv6())
+    }
+
+    /// The family a datagram leaves in: a dual-stack socket sends to an
+    /// IPv4 or v4-mapped destination as IPv4 (`udpv6_sendmsg` hands those
+    /// to `udp_sendmsg`). Returns the local IP to send from (unspecified =
+    /// pick one) and the destination.
+    fn route(
+        &self,
+        local: SocketAddr,
+        dst: SocketAddr,
+    ) -> Result<(std::net::IpAddr, SocketAddr), SockError> {
+        use std::net::{IpAddr, Ipv4Addr};
+        let mismatch = || SockError::Family(format!("{local} to {dst}"));
+        let dst = match dst {
+            SocketAddr::V6(a) if local.is_ipv6() => match a.ip().to_ipv4_mapped() {
+                Some(v4) => SocketAddr::new(IpAddr::V4(v4), a.port()),
+                None => dst,
+            },
+            d => d,
+        };
+        match (local.ip(), dst.is_ipv4()) {
+            (IpAddr::V4(l), true) => Ok((l.into(), dst)),
+            (IpAddr::V6(l), false) => Ok((l.into(), dst)),
+            (IpAddr::V6(l), true) if !self.only_v6() => match l.to_ipv4_mapped() {
+                Some(v4) => Ok((v4.into(), dst)),
+                None if l.is_unspecified() => Ok((Ipv4Addr::UNSPECIFIED.into(), dst)),
+                None => Err(mismatch()),
+            },
+            _ => Err(mismatch()),
+        }
     }
 }
 

@@ -2,10 +2,10 @@
 
 use super::socket::Dgram;
 use super::{read, Sockets};
+use crate::ip::{self, CsumStatus, IpConfig};
 use crate::packet::{Packet, PollEnd, RxCtx, Stack};
 use crate::stats::DropReason;
 use rxpath_wire::ethernet::Mac;
-use rxpath_wire::{checksum, L4};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -22,6 +22,7 @@ pub struct SockStack {
     queue: u16,
     truesize: usize,
     learned: Option<(IpAddr, Mac)>,
+    ip: IpConfig,
 }
 
 impl SockStack {
@@ -30,6 +31,7 @@ impl SockStack {
             .port(queue)
             .map_or(rxpath_dev::DEFAULT_FRAME_SIZE, |p| p.umem.frame_size());
         SockStack {
+            ip: host.ip_config(),
             host,
             queue,
             truesize,
@@ -62,38 +64,42 @@ impl SockStack {
 
 impl Stack for SockStack {
     fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
-        let h = pkt.meta.headers;
-        if h.l4 != L4::Udp {
+        if !pkt.frags.is_empty() {
+            // GRO merges TCP only; a chain is never a datagram.
             return ctx.drop(pkt, DropReason::UnhandledProto);
         }
-        if h.fragment || !pkt.frags.is_empty() {
-            // Reassembly is not built; GRO never merges UDP here.
-            return ctx.drop(pkt, DropReason::UnhandledProto);
-        }
-        let (src, dst) = (h.flow.src(), h.flow.dst());
-        let data = ctx.data(&pkt);
-        let l4 = h.l4_offset as usize;
-        let seg_end = h.payload_offset as usize + h.payload_len as usize;
-        if self.host.cfg.verify_checksum && !pkt.meta.csum_ok {
-            let seg = &data[l4..seg_end];
-            let field = u16::from_be_bytes([seg[6], seg[7]]);
-            // IPv4 may send no checksum (0); IPv6 must.
-            let none = field == 0 && src.is_ipv4();
-            if !none && checksum::l4(src, dst, 17, seg) != 0 {
-                self.count(|c| &c.csum_errors);
-                return ctx.drop(pkt, DropReason::BadChecksum);
+        let csum = if pkt.meta.csum_ok {
+            CsumStatus::Unnecessary
+        } else if pkt.meta.csum_partial {
+            CsumStatus::Partial
+        } else {
+            CsumStatus::None
+        };
+        // The frame bytes (through the region, not `ctx`) and the counters
+        // are borrowed apart: no copy of the SNMP block per packet.
+        let umem = ctx.umem;
+        let off = pkt.off as usize;
+        let bytes = &umem.data(&pkt.frame)[off..off + pkt.len as usize];
+        let r = ip::input(bytes, csum, &self.ip, &mut ctx.stats.snmp);
+        let d = match r {
+            Ok(d) => d,
+            Err(reason) => {
+                if reason == DropReason::BadChecksum {
+                    self.count(|c| &c.csum_errors);
+                }
+                return ctx.drop(pkt, reason);
             }
-        }
-        let src_sa = SocketAddr::new(src, h.flow.src_port);
-        let dst_sa = SocketAddr::new(dst, h.flow.dst_port);
-        let sock = match read(&self.host.demux).lookup(dst_sa, src_sa) {
+        };
+        let v6 = d.src.is_ipv6();
+        let sock = match read(&self.host.demux).lookup(d.dst, d.src) {
             Some(s) => s.clone(),
             None => {
                 self.count(|c| &c.no_ports);
+                ctx.snmp().udp_mut(v6).no_ports += 1;
                 return ctx.drop(pkt, DropReason::NoSocket);
             }
         };
-        self.learn(src, data);
+        self.learn(d.src.ip(), ctx.data(&pkt));
         // `sk_mark_napi_id()`: the socket polls this NAPI next time.
         let id = pkt.meta.napi_id.0;
         if sock.napi_id.load(Ordering::Relaxed) != id {
@@ -102,29 +108,47 @@ impl Stack for SockStack {
         let hash = if pkt.meta.rxhash != 0 {
             pkt.meta.rxhash
         } else {
-            rxpath_wire::hash::flow_hash(&h.flow)
+            rxpath_wire::hash::flow_hash(&pkt.meta.headers.flow)
         };
         if sock.rxhash.load(Ordering::Relaxed) != hash {
             sock.rxhash.store(hash, Ordering::Relaxed);
         }
-        let off = pkt.off + h.payload_offset;
-        let len = h.payload_len;
+        // A dual-stack socket sees an IPv4 sender as ::ffff:a.b.c.d.
+        let src = match d.src {
+            SocketAddr::V4(a) if sock.v6 => {
+                SocketAddr::new(IpAddr::V6(a.ip().to_ipv6_mapped()), a.port())
+            }
+            a => a,
+        };
+        let off = pkt.off + d.payload_off as u16;
+        let len = d.payload_len as u16;
         let frame = ctx.keep(pkt);
-        let d = Dgram {
+        let dg = Dgram {
             frame,
             off,
             len,
-            src: src_sa,
+            src,
             queue: self.queue,
         };
-        match sock.enqueue(d, self.truesize) {
-            Ok(()) => self.count(|c| &c.in_datagrams),
-            Err(d) => {
+        match sock.enqueue(dg, self.truesize) {
+            Ok(()) => {
+                self.count(|c| &c.in_datagrams);
+                ctx.snmp().udp_mut(v6).in_datagrams += 1;
+            }
+            Err(dg) => {
                 // Counted delivered by `keep`; move it to the drop column.
-                ctx.undeliver(d.frame, DropReason::SocketQueueFull);
+                ctx.undeliver(dg.frame, DropReason::SocketQueueFull);
                 self.count(|c| &c.rcvbuf_errors);
+                let m = ctx.snmp().udp_mut(v6);
+                m.rcvbuf_errors += 1;
+                m.in_errors += 1;
             }
         }
+    }
+
+    fn malformed(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
+        // IP input reads the frame itself and counts why it fails.
+        self.receive(pkt, ctx)
     }
 
     fn poll_done(&mut self, ctx: &mut RxCtx<'_>, _end: PollEnd) -> Option<u64> {

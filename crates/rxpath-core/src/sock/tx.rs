@@ -5,7 +5,6 @@ use super::{lock, SockConfig, SockError, Sockets};
 use rxpath_wire::build::{write_udp, Spec};
 use rxpath_wire::ethernet::Mac;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 /// Datagrams built and handed to the port at once by `send_batch`.
@@ -119,12 +118,7 @@ impl Sockets {
         }
         let mut tx = lock(&self.tx);
         let port = tx.as_mut().ok_or(SockError::NoTx)?;
-        let n = port
-            .send(&refs[..f.n])
-            .map_err(|e| SockError::Tx(e.to_string()))?;
-        self.counters
-            .out_datagrams
-            .fetch_add(n as u64, Ordering::Relaxed);
-        Ok(n)
+        port.send(&refs[..f.n])
+            .map_err(|e| SockError::Tx(e.to_string()))
     }
 }

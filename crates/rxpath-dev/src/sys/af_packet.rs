@@ -186,6 +186,10 @@ const PACKET_FANOUT_HASH: u32 = 0;
 const TP_STATUS_KERNEL: u32 = 0;
 const TP_STATUS_USER: u32 = 1;
 const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
+/// `CHECKSUM_PARTIAL`: a local sender's checksum, not filled in.
+const TP_STATUS_CSUMNOTREADY: u32 = 1 << 3;
+/// `skb_csum_unnecessary()`: the checksum was verified.
+const TP_STATUS_CSUM_VALID: u32 = 1 << 7;
 
 #[repr(C)]
 struct TpacketReq3 {
@@ -258,6 +262,9 @@ pub struct RxSlot<'a> {
     pub rxhash: u32,
     /// VLAN tag the kernel took out of the frame, if any.
     pub vlan_tci: Option<u16>,
+    /// The checksum state the kernel reported (`skb->ip_summed`), as
+    /// [`crate::sys::ring::desc_flags`].
+    pub csum_flags: u32,
 }
 
 /// A TPACKET_V3 ring: the kernel fills blocks of packets, user space reads a
@@ -470,6 +477,13 @@ impl PacketRing {
             wire_len,
             rxhash,
             vlan_tci: (status & TP_STATUS_VLAN_VALID != 0).then_some(tci & 0x0fff),
+            csum_flags: if status & TP_STATUS_CSUMNOTREADY != 0 {
+                crate::sys::ring::desc_flags::CSUM_PARTIAL
+            } else if status & TP_STATUS_CSUM_VALID != 0 {
+                crate::sys::ring::desc_flags::CSUM_OK
+            } else {
+                0
+            },
         })
     }
 
@@ -589,41 +603,9 @@ pub fn iface_addrs(name: &str) -> io::Result<([u8; 6], Vec<std::net::IpAddr>)> {
         *m =
             u8::from_str_radix(p, 16).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     }
-    let mut addrs = Vec::new();
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    syscall!(getifaddrs(&mut head as *mut *mut libc::ifaddrs))?;
-    let mut p = head;
-    while !p.is_null() {
-        // SAFETY: `p` walks the list getifaddrs returned, which stays valid
-        // until freeifaddrs below; each node and its name and address
-        // pointers are valid or null.
-        let ifa = unsafe { &*p };
-        p = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
-            continue;
-        }
-        // SAFETY: ifa_name is a NUL-terminated string (checked non-null).
-        let n = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
-        if n.to_bytes() != name.as_bytes() {
-            continue;
-        }
-        // SAFETY: ifa_addr is non-null; sa_family says which sockaddr it is,
-        // and each branch reads only that type.
-        unsafe {
-            match (*ifa.ifa_addr).sa_family as i32 {
-                libc::AF_INET => {
-                    let sa = &*(ifa.ifa_addr as *const libc::sockaddr_in);
-                    addrs.push(std::net::Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)).into());
-                }
-                libc::AF_INET6 => {
-                    let sa = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
-                    addrs.push(std::net::Ipv6Addr::from(sa.sin6_addr.s6_addr).into());
-                }
-                _ => {}
-            }
-        }
-    }
-    // SAFETY: `head` came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(head) };
+    let addrs = crate::sys::iface::prefixes(name)?
+        .into_iter()
+        .map(|(a, _)| a)
+        .collect();
     Ok((mac, addrs))
 }

@@ -21,6 +21,7 @@ macro_rules! syscall {
 }
 
 pub mod af_packet;
+pub mod iface;
 pub mod ring;
 pub mod sched;
 pub mod umem;

@@ -44,6 +44,10 @@ pub struct Desc {
 pub mod desc_flags {
     /// The device verified the L4 checksum (`CHECKSUM_UNNECESSARY`).
     pub const CSUM_OK: u32 = 1;
+    /// A local sender left the L4 checksum partial, to be filled in by
+    /// hardware that never saw it (`CHECKSUM_PARTIAL`, AF_PACKET's
+    /// `TP_STATUS_CSUMNOTREADY`): the kernel trusts it.
+    pub const CSUM_PARTIAL: u32 = 2;
 }
 
 impl Desc {

@@ -64,6 +64,10 @@ pub struct XdpFilter {
     /// without options, IPv6 without extension headers; the rest goes to
     /// the kernel).
     pub dst_port: Option<u16>,
+    /// Take every frame, whatever it is (ARP, VLAN-tagged, truncated):
+    /// the kernel sees nothing on this interface. For tests that compare
+    /// rxpath's input counters with the kernel's.
+    pub all: bool,
 }
 
 impl Default for XdpFilter {
@@ -73,6 +77,7 @@ impl Default for XdpFilter {
             ipv6: true,
             protocol: None,
             dst_port: None,
+            all: false,
         }
     }
 }
@@ -80,15 +85,16 @@ impl Default for XdpFilter {
 /// The program for `filter`: redirect what it takes to the XSK of the
 /// receiving queue (`bpf_redirect_map(&xsks, rx_queue_index, XDP_PASS)`),
 /// pass the rest. `map_fd` goes into the 64-bit immediate load.
+/// Jump labels, patched once the code is placed.
+#[derive(Clone, Copy, PartialEq)]
+enum L {
+    V4,
+    V6,
+    Redirect,
+    Pass,
+}
+
 fn program(map_fd: i32, filter: XdpFilter) -> Vec<Insn> {
-    // Jumps are written with a label and patched once the labels are placed.
-    #[derive(Clone, Copy, PartialEq)]
-    enum L {
-        V4,
-        V6,
-        Redirect,
-        Pass,
-    }
     let mut p: Vec<Insn> = Vec::new();
     let mut fix: Vec<(usize, L)> = Vec::new();
     let mut at: Vec<(L, usize)> = Vec::new();
@@ -96,6 +102,10 @@ fn program(map_fd: i32, filter: XdpFilter) -> Vec<Insn> {
         fix.push((p.len(), l));
         p.push(i);
     };
+    if filter.all {
+        // No pass block: the verifier refuses unreachable code.
+        return finish(p, fix, at, map_fd, false);
+    }
     p.push(insn(0x61, 2, 1, 0, 0)); // r2 = ctx->data
     p.push(insn(0x61, 3, 1, 4, 0)); // r3 = ctx->data_end
     p.push(insn(0xbf, 4, 2, 0, 0)); // r4 = r2
@@ -135,15 +145,28 @@ fn program(map_fd: i32, filter: XdpFilter) -> Vec<Insn> {
         jump(&mut p, &mut fix, insn(0x05, 0, 0, 0, 0), L::Redirect);
     }
     at.push((L::Redirect, p.len()));
+    finish(p, fix, at, map_fd, true)
+}
+
+/// The redirect and pass tails of the program, and the jump fix-ups.
+fn finish(
+    mut p: Vec<Insn>,
+    fix: Vec<(usize, L)>,
+    mut at: Vec<(L, usize)>,
+    map_fd: i32,
+    pass: bool,
+) -> Vec<Insn> {
     p.push(insn(0x61, 2, 1, 16, 0)); // r2 = ctx->rx_queue_index
     p.push(insn(0x18, 1, 1, 0, map_fd)); // r1 = map (BPF_PSEUDO_MAP_FD), low half
     p.push(insn(0x00, 0, 0, 0, 0)); //   high half
     p.push(insn(0xb7, 3, 0, 0, XDP_PASS)); // r3 = XDP_PASS when the queue has no socket
     p.push(insn(0x85, 0, 0, 0, BPF_FUNC_REDIRECT_MAP)); // call bpf_redirect_map
     p.push(insn(0x95, 0, 0, 0, 0)); // exit
-    at.push((L::Pass, p.len()));
-    p.push(insn(0xb7, 0, 0, 0, XDP_PASS)); // r0 = XDP_PASS
-    p.push(insn(0x95, 0, 0, 0, 0)); // exit
+    if pass {
+        at.push((L::Pass, p.len()));
+        p.push(insn(0xb7, 0, 0, 0, XDP_PASS)); // r0 = XDP_PASS
+        p.push(insn(0x95, 0, 0, 0, 0)); // exit
+    }
     for (i, l) in fix {
         let target = at
             .iter()

@@ -1,0 +1,254 @@
+//! IP input at the edge: `ip_rcv_core()` / `ipv6_rcv()` and `__udp4_lib_rcv()`
+//! / `__udp6_lib_rcv()` as the kernel runs them, on the frame's bytes.
+//!
+//! ```text
+//!  frame ─► L2: our MAC, broadcast or multicast (else PACKET_OTHERHOST);
+//!  │        VLAN 0 (priority tag) stripped, any other VLAN is not ours
+//!  ├─► v4: version, IHL, header checksum, total length (trim padding,
+//!  │       short = InTruncatedPkts), martian source, options
+//!  │       (ip_options_compile), destination ours (else InAddrErrors),
+//!  │       fragments (ReasmReqds, ReasmFails), protocol (InDelivers)
+//!  ├─► v6: version, loopback/multicast rules, payload length, hop-by-hop
+//!  │       (ip6_parse_tlv), destination ours, routing / destination
+//!  │       options / atomic fragment headers, protocol (InDelivers)
+//!  └─► udp: length (InErrors), checksum per the device's status and the
+//!          policy (InCsumErrors), then the socket stage: NoPorts,
+//!          RcvbufErrors, InDatagrams
+//! ```
+//!
+//! Each step runs in the kernel's order and counts under the kernel's SNMP
+//! name ([`Snmp`]), so the same frames give the same counters as
+//! `/proc/net/snmp` (a root test sends one corpus to both and compares).
+//! Where rxpath differs it says so: it does not reassemble fragments (each
+//! counts `ReasmReqds` and `ReasmFails` at once, where the kernel counts the
+//! fail when the fragment's reassembly times out), it hands no packet to
+//! TCP or ICMP (counted [`RxExt::left_to_kernel`]), and it has no routing
+//! table (any destination that is not ours is `InAddrErrors`, as for the
+//! kernel with forwarding off and the destination on a connected prefix).
+//!
+//! Nothing here panics on any input: every read is bounds-checked (the
+//! property test at the end feeds random and mutated frames).
+
+mod snmp;
+mod udp;
+mod v4;
+mod v6;
+
+pub use snmp::{IpMib, RxExt, Snmp, UdpMib};
+
+use crate::stats::DropReason;
+use rxpath_wire::ethernet::{ethertype, Mac};
+use std::net::{IpAddr, SocketAddr};
+
+/// How UDP checksums are trusted (`--csum`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CsumPolicy {
+    /// Verify every checksum, whatever the device says.
+    Verify,
+    /// Verify none.
+    Trust,
+    /// The kernel's way: trust what the device verified
+    /// (`CHECKSUM_UNNECESSARY`) or marked as a local sender's partial
+    /// checksum (`CHECKSUM_PARTIAL`), verify the rest; on a driver that
+    /// carries local traffic (veth, tun/tap, bridge) whose device cannot
+    /// say, accept a field equal to the pseudo-header sum (what
+    /// `CHECKSUM_PARTIAL` leaves in it).
+    #[default]
+    Auto,
+}
+
+impl std::str::FromStr for CsumPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "verify" => Ok(CsumPolicy::Verify),
+            "trust" => Ok(CsumPolicy::Trust),
+            "auto" => Ok(CsumPolicy::Auto),
+            o => Err(format!(
+                "unknown checksum policy {o:?}: verify, trust or auto"
+            )),
+        }
+    }
+}
+
+/// What the device said about a frame's L4 checksum (`skb->ip_summed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CsumStatus {
+    /// Nothing (`CHECKSUM_NONE`): verify in software.
+    #[default]
+    None,
+    /// Verified by the device (`CHECKSUM_UNNECESSARY`).
+    Unnecessary,
+    /// Left partial by a local sender (`CHECKSUM_PARTIAL`).
+    Partial,
+}
+
+/// The host as IP input sees it.
+#[derive(Debug, Clone, Default)]
+pub struct IpConfig {
+    /// The interface's MAC address: frames for other unicast MACs are
+    /// `PACKET_OTHERHOST`.
+    pub mac: Mac,
+    /// This host's addresses. A family with none accepts any destination
+    /// (the simulated NIC); a family with some accepts only those.
+    pub addrs: Vec<IpAddr>,
+    /// The checksum policy.
+    pub csum: CsumPolicy,
+    /// The driver carries traffic from local senders (veth, tun/tap,
+    /// bridge): `Auto` may recognise a partial checksum by its value.
+    pub local_traffic: bool,
+    /// The connected prefixes (address, prefix length) of the interface.
+    pub prefixes: Vec<(IpAddr, u8)>,
+    /// The kernel routes IPv4 / IPv6 beyond the connected prefixes through
+    /// this interface (a default route): then an off-link destination is
+    /// reachable.
+    pub default_route: [bool; 2],
+}
+
+/// A route to `a` given the connected `prefixes` and default routes (no
+/// prefix of `a`'s family known: reachable).
+pub fn routable(prefixes: &[(IpAddr, u8)], default_route: [bool; 2], a: IpAddr) -> bool {
+    let mut any = false;
+    for &(n, l) in prefixes.iter().filter(|p| p.0.is_ipv4() == a.is_ipv4()) {
+        any = true;
+        if in_prefix(a, n, l) {
+            return true;
+        }
+    }
+    !any || default_route[a.is_ipv6() as usize]
+}
+
+/// True if `a` lies in `net/len`.
+pub fn in_prefix(a: IpAddr, net: IpAddr, len: u8) -> bool {
+    match (a, net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => {
+            let m = if len == 0 {
+                0
+            } else {
+                u32::MAX << (32 - len.min(32))
+            };
+            u32::from(a) & m == u32::from(n) & m
+        }
+        (IpAddr::V6(a), IpAddr::V6(n)) => {
+            let m = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - len.min(128) as u32)
+            };
+            u128::from(a) & m == u128::from(n) & m
+        }
+        _ => false,
+    }
+}
+
+impl IpConfig {
+    fn is_local(&self, a: IpAddr) -> bool {
+        let v6 = a.is_ipv6();
+        let mut any = false;
+        for l in &self.addrs {
+            if l.is_ipv6() == v6 {
+                any = true;
+                if *l == a {
+                    return true;
+                }
+            }
+        }
+        !any
+    }
+
+    fn has_addr(&self, a: IpAddr) -> bool {
+        self.addrs.contains(&a)
+    }
+
+    /// A route to `a`: on a connected prefix, through a default route, or
+    /// no prefixes known (the simulated NIC).
+    pub fn routable(&self, a: IpAddr) -> bool {
+        routable(&self.prefixes, self.default_route, a)
+    }
+}
+
+/// A UDP datagram that passed IP and UDP input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Datagram {
+    /// Sender.
+    pub src: SocketAddr,
+    /// Destination.
+    pub dst: SocketAddr,
+    /// Offset of the payload from the start of the frame.
+    pub payload_off: usize,
+    /// Payload length (as the UDP length field says).
+    pub payload_len: usize,
+}
+
+/// A transport segment that IP input handed up.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct L4 {
+    pub(crate) src: IpAddr,
+    pub(crate) dst: IpAddr,
+    /// Offset of the L4 header from the start of the frame.
+    pub(crate) off: usize,
+    /// L4 length (IP payload after extension headers, padding trimmed).
+    pub(crate) len: usize,
+}
+
+pub(crate) fn be16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
+}
+
+/// Run a frame through L2, IP and UDP input. `Ok` is a datagram for the
+/// socket stage; `Err` a drop reason, already counted in `snmp`.
+pub fn input(
+    frame: &[u8],
+    csum: CsumStatus,
+    cfg: &IpConfig,
+    snmp: &mut Snmp,
+) -> Result<Datagram, DropReason> {
+    let Some(dst_mac) = frame.get(..6) else {
+        return Err(DropReason::Malformed);
+    };
+    if frame.len() < 14 {
+        return Err(DropReason::Malformed);
+    }
+    // eth_type_trans(): our address, broadcast and multicast are for us;
+    // any other unicast address is PACKET_OTHERHOST, which IP drops first.
+    if dst_mac != cfg.mac && dst_mac[0] & 1 == 0 {
+        snmp.ext.otherhost += 1;
+        return Err(DropReason::NotForUs);
+    }
+    let mut off = 12;
+    let mut tags = 0;
+    let etype = loop {
+        let Some(t) = be16(frame, off) else {
+            return Err(DropReason::Malformed);
+        };
+        if t != ethertype::VLAN && t != ethertype::QINQ {
+            break t;
+        }
+        // __netif_receive_skb_core(): a tag with a VLAN id and no VLAN
+        // device makes the frame PACKET_OTHERHOST; a priority tag (id 0)
+        // is taken off and the frame goes on.
+        let Some(tci) = be16(frame, off + 2) else {
+            return Err(DropReason::Malformed);
+        };
+        tags += 1;
+        if tci & 0x0fff != 0 || tags > 2 {
+            snmp.ext.vlan_otherhost += 1;
+            return Err(DropReason::NotForUs);
+        }
+        off += 4;
+    };
+    let l3 = off + 2;
+    let l4 = match etype {
+        ethertype::IPV4 => v4::rcv(frame, l3, cfg, snmp)?,
+        ethertype::IPV6 => v6::rcv(frame, l3, cfg, snmp)?,
+        _ => {
+            snmp.ext.not_ip += 1;
+            return Err(DropReason::UnhandledProto);
+        }
+    };
+    udp::rcv(frame, l4, csum, cfg, snmp)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,251 @@
+//! Literal frames through IP input, one rule each, and a property test that
+//! nothing panics and every drop is counted.
+
+use super::*;
+use proptest::prelude::*;
+use rxpath_wire::build::{self, Spec};
+
+const SRV: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
+
+fn cfg() -> IpConfig {
+    IpConfig {
+        mac: SRV,
+        addrs: vec![
+            "198.18.9.6".parse().unwrap(),
+            "2001:2:0:9::6".parse().unwrap(),
+        ],
+        csum: CsumPolicy::Auto,
+        local_traffic: false,
+        prefixes: Vec::new(),
+        default_route: [false; 2],
+    }
+}
+
+fn v4(payload: &[u8]) -> Vec<u8> {
+    build::udp(
+        &Spec::new(
+            "198.18.9.5".parse().unwrap(),
+            "198.18.9.6".parse().unwrap(),
+            4000,
+            7,
+        ),
+        payload,
+    )
+}
+
+fn v6(payload: &[u8]) -> Vec<u8> {
+    build::udp(
+        &Spec::new(
+            "2001:2:0:9::5".parse().unwrap(),
+            "2001:2:0:9::6".parse().unwrap(),
+            4000,
+            7,
+        ),
+        payload,
+    )
+}
+
+fn run(f: &[u8]) -> (Result<Datagram, DropReason>, Snmp) {
+    let mut s = Snmp::default();
+    (input(f, CsumStatus::None, &cfg(), &mut s), s)
+}
+
+fn fix_ip_csum(f: &mut [u8]) {
+    let ihl = (f[14] & 0xf) as usize * 4;
+    f[24] = 0;
+    f[25] = 0;
+    let c = !rxpath_wire::checksum::fold(rxpath_wire::checksum::sum(&f[14..14 + ihl]));
+    f[24..26].copy_from_slice(&c.to_be_bytes());
+}
+
+#[test]
+fn valid_datagrams_pass() {
+    let (r, s) = run(&v4(b"hello"));
+    let d = r.unwrap();
+    assert_eq!(d.payload_len, 5);
+    assert_eq!(d.dst.port(), 7);
+    assert_eq!((s.ip.in_receives, s.ip.in_delivers), (1, 1));
+    let (r, s) = run(&v6(b"hello"));
+    assert_eq!(r.unwrap().payload_len, 5);
+    assert_eq!((s.ip6.in_receives, s.ip6.in_delivers), (1, 1));
+}
+
+#[test]
+fn ip_header_checksum_is_verified() {
+    let mut f = v4(b"x");
+    f[14 + 8] ^= 1; // TTL
+    let (r, s) = run(&f);
+    assert_eq!(r, Err(DropReason::IpHeader));
+    assert_eq!((s.ip.in_csum_errors, s.ip.in_hdr_errors), (1, 1));
+}
+
+#[test]
+fn padding_trimmed_and_truncation_counted() {
+    let mut f = v4(b"abc");
+    f.extend_from_slice(&[0; 20]);
+    assert_eq!(run(&f).0.unwrap().payload_len, 3);
+    let f = v4(b"abcdef");
+    let (r, s) = run(&f[..f.len() - 1]);
+    assert_eq!(r, Err(DropReason::Malformed));
+    assert_eq!(s.ip.in_truncated_pkts, 1);
+    let f = v6(b"abcdef");
+    let (_, s) = run(&f[..f.len() - 1]);
+    assert_eq!(s.ip6.in_truncated_pkts, 1);
+}
+
+#[test]
+fn not_ours_and_otherhost() {
+    let mut f = v4(b"x");
+    f[14 + 19] = 7;
+    fix_ip_csum(&mut f);
+    let (r, s) = run(&f);
+    assert_eq!(r, Err(DropReason::NotForUs));
+    assert_eq!(s.ip.in_addr_errors, 1);
+    let mut f = v4(b"x");
+    f[5] = 9; // another unicast MAC
+    let (_, s) = run(&f);
+    assert_eq!((s.ext.otherhost, s.ip.in_receives), (1, 0));
+    let mut f = v4(b"x");
+    f[0] |= 1; // L2 multicast still reaches IP
+    assert!(run(&f).0.is_ok());
+}
+
+#[test]
+fn vlan_zero_is_a_priority_tag_and_other_vlans_are_not_ours() {
+    let mut spec = Spec::new(
+        "198.18.9.5".parse().unwrap(),
+        "198.18.9.6".parse().unwrap(),
+        1,
+        7,
+    );
+    spec.vlan = Some(0);
+    assert!(run(&build::udp(&spec, b"x")).0.is_ok());
+    spec.vlan = Some(5);
+    let (r, s) = run(&build::udp(&spec, b"x"));
+    assert_eq!(r, Err(DropReason::NotForUs));
+    assert_eq!((s.ext.vlan_otherhost, s.ip.in_receives), (1, 0));
+}
+
+#[test]
+fn udp_length_and_checksum() {
+    let mut f = v4(b"hello");
+    f[14 + 20 + 5] = 200; // UDP length past the IP payload
+    let (r, s) = run(&f);
+    assert_eq!(r, Err(DropReason::Malformed));
+    assert_eq!((s.udp.in_errors, s.ip.in_delivers), (1, 1));
+    let mut f = v4(b"hello");
+    *f.last_mut().unwrap() ^= 1;
+    let (r, s) = run(&f);
+    assert_eq!(r, Err(DropReason::BadChecksum));
+    assert_eq!((s.udp.in_csum_errors, s.udp.in_errors), (1, 1));
+    // IPv4 without a checksum is fine; IPv6 without one is not.
+    let mut f = v4(b"hello");
+    f[40] = 0;
+    f[41] = 0;
+    assert!(run(&f).0.is_ok());
+    let mut f = v6(b"hello");
+    f[14 + 40 + 6] = 0;
+    f[14 + 40 + 7] = 0;
+    assert_eq!(run(&f).1.udp6.in_csum_errors, 1);
+}
+
+#[test]
+fn partial_checksum_trusted_on_local_traffic_drivers_only() {
+    let mut f = v4(b"hello");
+    let pseudo = rxpath_wire::checksum::pseudo_header(
+        "198.18.9.5".parse().unwrap(),
+        "198.18.9.6".parse().unwrap(),
+        17,
+        13,
+    ) as u16;
+    f[40..42].copy_from_slice(&pseudo.to_be_bytes());
+    assert_eq!(run(&f).0, Err(DropReason::BadChecksum));
+    let mut c = cfg();
+    c.local_traffic = true;
+    let mut s = Snmp::default();
+    assert!(input(&f, CsumStatus::None, &c, &mut s).is_ok());
+    assert_eq!(s.ext.csum_partial, 1);
+    // The device's word is taken under auto, not under verify.
+    let mut s = Snmp::default();
+    assert!(input(&f, CsumStatus::Partial, &cfg(), &mut s).is_ok());
+    c.csum = CsumPolicy::Verify;
+    c.local_traffic = false;
+    assert!(input(&f, CsumStatus::Partial, &c, &mut s).is_err());
+}
+
+#[test]
+fn fragments_fail_reassembly() {
+    let mut f = v4(b"hello");
+    f[14 + 6] = 0x20; // MF
+    fix_ip_csum(&mut f);
+    let (r, s) = run(&f);
+    assert_eq!(r, Err(DropReason::Fragment));
+    assert_eq!((s.ip.reasm_reqds, s.ip.reasm_fails), (1, 1));
+}
+
+#[test]
+fn ip_options_compiled() {
+    // A valid record-route option (7 bytes + NOP: IHL 7).
+    let opt = [7u8, 7, 4, 0, 0, 0, 0, 1];
+    let mut f = v4(b"hi");
+    f.splice(34..34, opt);
+    f[14] = 0x47;
+    let tot = u16::from_be_bytes([f[16], f[17]]) + 8;
+    f[16..18].copy_from_slice(&tot.to_be_bytes());
+    fix_ip_csum(&mut f);
+    assert!(run(&f).0.is_ok());
+    // Option length past the options area.
+    f[35] = 9;
+    fix_ip_csum(&mut f);
+    assert_eq!(run(&f).1.ip.in_hdr_errors, 1);
+    // Loose source route: compiled, then refused.
+    f[34] = 131;
+    f[35] = 7;
+    fix_ip_csum(&mut f);
+    assert_eq!(run(&f).1.ext.source_route, 1);
+}
+
+#[test]
+fn ipv6_extension_headers() {
+    // Destination options (PadN 4) then UDP.
+    let mut f = v6(b"hi");
+    let dopts = [17u8, 0, 1, 4, 0, 0, 0, 0];
+    f.splice(54..54, dopts);
+    f[14 + 6] = 60;
+    let plen = u16::from_be_bytes([f[18], f[19]]) + 8;
+    f[18..20].copy_from_slice(&plen.to_be_bytes());
+    assert!(run(&f).0.is_ok());
+    // PadN with a non-zero byte is refused.
+    f[58] = 1;
+    let (r, s) = run(&f);
+    assert_eq!(r, Err(DropReason::IpHeader));
+    assert_eq!(s.ip6.in_hdr_errors, 1);
+    // An unknown option whose top bits say "drop".
+    f[56] = 0x41;
+    f[58] = 0;
+    assert_eq!(run(&f).1.ip6.in_hdr_errors, 1);
+    // An unknown option that says "skip" is skipped.
+    f[56] = 0x21;
+    assert!(run(&f).0.is_ok());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+    /// No frame makes input panic; a datagram's payload lies in the frame;
+    /// a packet IP saw is either delivered to a protocol or counted by
+    /// exactly one reason.
+    #[test]
+    fn never_panics(pos in 0usize..90, val in any::<u8>(), cut in 0usize..100, six in any::<bool>()) {
+        let mut f = if six { v6(&[7; 30]) } else { v4(&[7; 30]) };
+        if pos < f.len() { f[pos] = val; }
+        f.truncate(cut);
+        let mut c = cfg();
+        c.local_traffic = true;
+        let mut s = Snmp::default();
+        if let Ok(d) = input(&f, CsumStatus::None, &c, &mut s) {
+            prop_assert!(d.payload_off + d.payload_len <= f.len());
+        }
+        let m = if six { s.ip6 } else { s.ip };
+        prop_assert!(m.in_receives <= 1);
+    }
+}

@@ -1,0 +1,90 @@
+//! UDP input up to the socket lookup: `__udp4_lib_rcv()` /
+//! `__udp6_lib_rcv()` length checks and the checksum, as the device's
+//! status and the policy allow.
+//!
+//! The kernel checks a datagram's checksum before `NoPorts` when no socket
+//! wants it, and when a reader copies it (`udp_recvmsg`) when one does;
+//! rxpath checks it here, once, before the lookup: the same datagrams are
+//! counted `InCsumErrors` either way.
+
+use super::{be16, CsumPolicy, CsumStatus, Datagram, IpConfig, Snmp, L4};
+use crate::stats::DropReason;
+use rxpath_wire::checksum;
+use std::net::SocketAddr;
+
+pub(super) fn rcv(
+    frame: &[u8],
+    l4: L4,
+    csum: CsumStatus,
+    cfg: &IpConfig,
+    snmp: &mut Snmp,
+) -> Result<Datagram, DropReason> {
+    let v6 = l4.src.is_ipv6();
+    let seg = &frame[l4.off..l4.off + l4.len];
+    let short = |snmp: &mut Snmp| {
+        snmp.udp_mut(v6).in_errors += 1;
+        DropReason::Malformed
+    };
+    if seg.len() < 8 {
+        return Err(short(snmp));
+    }
+    let mut ulen = be16(seg, 4).unwrap_or(0) as usize;
+    if ulen > seg.len() {
+        return Err(short(snmp));
+    }
+    if v6 && ulen == 0 {
+        // A jumbogram's UDP length: the IP payload's.
+        ulen = seg.len();
+    }
+    if ulen < 8 {
+        return Err(short(snmp));
+    }
+    let seg = &seg[..ulen];
+    let field = be16(seg, 6).unwrap_or(0);
+    let ok = if field == 0 {
+        // IPv4 may send no checksum; IPv6 must (RFC 8200 8.1).
+        !v6
+    } else {
+        match (cfg.csum, csum) {
+            (CsumPolicy::Trust, _) => {
+                snmp.ext.csum_trusted += 1;
+                true
+            }
+            (CsumPolicy::Auto, CsumStatus::Unnecessary) => {
+                snmp.ext.csum_device += 1;
+                true
+            }
+            (CsumPolicy::Auto, CsumStatus::Partial) => {
+                snmp.ext.csum_partial += 1;
+                true
+            }
+            (policy, _) => {
+                if checksum::l4(l4.src, l4.dst, 17, seg) == 0 {
+                    true
+                } else if policy == CsumPolicy::Auto
+                    && cfg.local_traffic
+                    && field == checksum::pseudo_header(l4.src, l4.dst, 17, ulen as u32) as u16
+                {
+                    snmp.ext.csum_partial += 1;
+                    true
+                } else {
+                    false
+                }
+            }
+        }
+    };
+    if !ok {
+        let m = snmp.udp_mut(v6);
+        m.in_csum_errors += 1;
+        m.in_errors += 1;
+        return Err(DropReason::BadChecksum);
+    }
+    let sport = be16(seg, 0).unwrap_or(0);
+    let dport = be16(seg, 2).unwrap_or(0);
+    Ok(Datagram {
+        src: SocketAddr::new(l4.src, sport),
+        dst: SocketAddr::new(l4.dst, dport),
+        payload_off: l4.off + 8,
+        payload_len: ulen - 8,
+    })
+}

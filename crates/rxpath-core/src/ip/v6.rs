@@ -1,0 +1,242 @@
+//! IPv6 input: `ipv6_rcv()` / `ip6_rcv_core()` (with `ipv6_parse_hopopts()`),
+//! then, for a local destination, `ip6_protocol_deliver_rcu()` walking the
+//! extension headers (`ipv6_destopt_rcv()`, `ipv6_rthdr_rcv()`,
+//! `ipv6_frag_rcv()`) to the transport, as net/ipv6 does.
+
+use super::{be16, IpConfig, Snmp, L4};
+use crate::stats::DropReason;
+use std::net::{IpAddr, Ipv6Addr};
+
+const NEXTHDR_HOP: u8 = 0;
+const NEXTHDR_TCP: u8 = 6;
+const NEXTHDR_UDP: u8 = 17;
+const NEXTHDR_ROUTING: u8 = 43;
+const NEXTHDR_FRAGMENT: u8 = 44;
+const NEXTHDR_ICMP: u8 = 58;
+const NEXTHDR_NONE: u8 = 59;
+const NEXTHDR_DEST: u8 = 60;
+const NEXTHDR_UDPLITE: u8 = 136;
+
+/// `net.ipv6.max_hbh_opts_number` and `max_dst_opts_number`.
+const MAX_OPTS: usize = 8;
+
+fn hdr_error(snmp: &mut Snmp) -> DropReason {
+    snmp.ip6.in_hdr_errors += 1;
+    DropReason::IpHeader
+}
+
+fn mc_scope(a: &Ipv6Addr) -> Option<u8> {
+    a.is_multicast().then(|| a.octets()[1] & 0x0f)
+}
+
+pub(super) fn rcv(
+    frame: &[u8],
+    l3: usize,
+    cfg: &IpConfig,
+    snmp: &mut Snmp,
+) -> Result<L4, DropReason> {
+    snmp.ip6.in_receives += 1;
+    let p = frame.get(l3..).unwrap_or(&[]);
+    if p.len() < 40 || p[0] >> 4 != 6 {
+        return Err(hdr_error(snmp));
+    }
+    let addr = |at: usize| {
+        let mut o = [0u8; 16];
+        o.copy_from_slice(&p[at..at + 16]);
+        Ipv6Addr::from(o)
+    };
+    let (src, dst) = (addr(8), addr(24));
+    if src.is_loopback() || dst.is_loopback() {
+        return Err(hdr_error(snmp));
+    }
+    if matches!(mc_scope(&dst), Some(0 | 1)) || src.is_multicast() {
+        return Err(hdr_error(snmp));
+    }
+    let plen = be16(p, 4).unwrap_or(0) as usize;
+    let mut nh = p[6];
+    let p = if plen != 0 || nh != NEXTHDR_HOP {
+        if plen + 40 > p.len() {
+            snmp.ip6.in_truncated_pkts += 1;
+            return Err(DropReason::Malformed);
+        }
+        &p[..40 + plen]
+    } else {
+        p
+    };
+    let mut off = 40;
+    if nh == NEXTHDR_HOP {
+        // ipv6_parse_hopopts()
+        match ext_len(p, off) {
+            Some(len) if parse_tlv(p, off, len, true, plen, snmp) => {
+                nh = p[off];
+                off += len;
+            }
+            _ => return Err(hdr_error(snmp)),
+        }
+    }
+    // ip6_route_input()
+    if dst.is_multicast() {
+        snmp.ext.otherhost += 1;
+        return Err(DropReason::NotForUs);
+    }
+    if !cfg.is_local(IpAddr::V6(dst)) {
+        if cfg.routable(IpAddr::V6(dst)) {
+            // ip6_forward() with forwarding off.
+            snmp.ip6.in_addr_errors += 1;
+        } else {
+            // ip6_pkt_drop(): no route.
+            snmp.ip6.in_no_routes += 1;
+        }
+        return Err(DropReason::NotForUs);
+    }
+    // ip6_protocol_deliver_rcu()
+    loop {
+        match nh {
+            NEXTHDR_UDP => {
+                snmp.ip6.in_delivers += 1;
+                return Ok(L4 {
+                    src: src.into(),
+                    dst: dst.into(),
+                    off: l3 + off,
+                    len: p.len() - off,
+                });
+            }
+            NEXTHDR_DEST => {
+                let Some(len) = ext_len(p, off) else {
+                    return Err(hdr_error(snmp));
+                };
+                if !parse_tlv(p, off, len, false, plen, snmp) {
+                    return Err(hdr_error(snmp));
+                }
+                nh = p[off];
+                off += len;
+            }
+            NEXTHDR_ROUTING => {
+                let Some(len) = ext_len(p, off) else {
+                    return Err(hdr_error(snmp));
+                };
+                let (rtype, segs_left) = (p[off + 2], p[off + 3]);
+                if matches!(rtype, 3 | 4) {
+                    // RPL and segment routing, off unless configured:
+                    // dropped without a counter.
+                    snmp.ext.source_route += 1;
+                    return Err(DropReason::NotForUs);
+                }
+                if segs_left != 0 {
+                    // unknown_rh: we route for nobody.
+                    return Err(hdr_error(snmp));
+                }
+                nh = p[off];
+                off += len;
+            }
+            NEXTHDR_FRAGMENT => {
+                snmp.ip6.reasm_reqds += 1;
+                if plen == 0 || p.len() < off + 8 {
+                    return Err(hdr_error(snmp));
+                }
+                if be16(p, off + 2).unwrap_or(0) & 0xfff9 == 0 {
+                    // An atomic fragment: not fragmented at all.
+                    snmp.ip6.reasm_oks += 1;
+                    nh = p[off];
+                    off += 8;
+                } else {
+                    snmp.ip6.reasm_fails += 1;
+                    return Err(DropReason::Fragment);
+                }
+            }
+            NEXTHDR_NONE => {
+                // Delivered to the "no next header" handler, which discards.
+                snmp.ip6.in_delivers += 1;
+                return Err(DropReason::UnhandledProto);
+            }
+            NEXTHDR_TCP | NEXTHDR_ICMP | NEXTHDR_UDPLITE => {
+                snmp.ext.left_to_kernel += 1;
+                return Err(DropReason::UnhandledProto);
+            }
+            _ => {
+                // Hop-by-hop anywhere but first is unknown here too.
+                snmp.ip6.in_unknown_protos += 1;
+                return Err(DropReason::UnhandledProto);
+            }
+        }
+    }
+}
+
+/// The length of the extension header at `off` if the packet holds it
+/// (`pskb_may_pull` of 8 bytes, then of `(hdrlen + 1) * 8`).
+fn ext_len(p: &[u8], off: usize) -> Option<usize> {
+    if p.len() < off + 8 {
+        return None;
+    }
+    let len = (p[off + 1] as usize + 1) * 8;
+    (p.len() >= off + len).then_some(len)
+}
+
+/// `ip6_parse_tlv()`: the options of a hop-by-hop (`hop`) or destination
+/// options header. False means drop.
+fn parse_tlv(p: &[u8], start: usize, len: usize, hop: bool, plen: usize, snmp: &mut Snmp) -> bool {
+    let mut off = start + 2;
+    let mut left = len as isize - 2;
+    let (mut padlen, mut count) = (0usize, 0usize);
+    while left > 0 {
+        let t = p[off];
+        if t == 0 {
+            // Pad1
+            padlen += 1;
+            if padlen > 7 {
+                return false;
+            }
+            off += 1;
+            left -= 1;
+            continue;
+        }
+        if left < 2 {
+            return false;
+        }
+        let optlen = p[off + 1] as usize + 2;
+        if optlen as isize > left {
+            return false;
+        }
+        if t == 1 {
+            // PadN: at most 7 bytes of padding, all zero (RFC 4942).
+            padlen += optlen;
+            if padlen > 7 || p[off + 2..off + optlen].iter().any(|&b| b != 0) {
+                return false;
+            }
+        } else {
+            count += 1;
+            if count > MAX_OPTS {
+                return false;
+            }
+            let ok = match (hop, t) {
+                // ipv6_hop_ra()
+                (true, 0x05) => p[off + 1] == 2,
+                // ipv6_hop_ioam(): 4n-aligned, then ignored (not enabled).
+                (true, 0x31) => off & 3 == 0,
+                // ipv6_hop_jumbo(): never valid on packets this small.
+                (true, 0xc2) => {
+                    if p[off + 1] == 4 && off & 3 == 2 && plen == 0 {
+                        let jl =
+                            u32::from_be_bytes([p[off + 2], p[off + 3], p[off + 4], p[off + 5]])
+                                as usize;
+                        if jl > 65535 && jl > p.len() - 40 {
+                            snmp.ip6.in_truncated_pkts += 1;
+                        }
+                    }
+                    false
+                }
+                // ipv6_hop_calipso(): no DOI configured.
+                (true, 0x07) => false,
+                // ip6_tlvopt_unknown(): the top two bits say skip or drop.
+                _ => t >> 6 == 0,
+            };
+            if !ok {
+                return false;
+            }
+            padlen = 0;
+        }
+        off += optlen;
+        left -= optlen as isize;
+    }
+    left == 0
+}

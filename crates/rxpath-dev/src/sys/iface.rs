@@ -1,0 +1,180 @@
+//! What rxpath asks the kernel about an interface, and the placeholder
+//! socket that keeps the kernel from answering what rxpath serves.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+
+/// The interface's RX queue count (`/sys/class/net/IF/queues/rx-*`, what
+/// `ETHTOOL_GCHANNELS` reports as combined + rx channels).
+pub fn rx_queues(name: &str) -> io::Result<usize> {
+    let n = std::fs::read_dir(format!("/sys/class/net/{name}/queues"))?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+        .count();
+    Ok(n.max(1))
+}
+
+/// The interface's driver (`ETHTOOL_GDRVINFO`, as `ethtool -i` prints it).
+pub fn driver(name: &str) -> io::Result<String> {
+    #[repr(C)]
+    struct DrvInfo {
+        cmd: u32,
+        driver: [u8; 32],
+        version: [u8; 32],
+        fw_version: [u8; 32],
+        bus_info: [u8; 32],
+        erom_version: [u8; 32],
+        reserved2: [u8; 12],
+        n_priv_flags: u32,
+        n_stats: u32,
+        testinfo_len: u32,
+        eedump_len: u32,
+        regdump_len: u32,
+    }
+    const ETHTOOL_GDRVINFO: u32 = 3;
+    const SIOCETHTOOL: libc::c_ulong = 0x8946;
+    if name.len() >= libc::IFNAMSIZ {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "name too long"));
+    }
+    let sock =
+        std::net::UdpSocket::bind("0.0.0.0:0").or_else(|_| std::net::UdpSocket::bind("[::]:0"))?;
+    // SAFETY: both are plain C structs for which all-zero bytes are valid.
+    let mut info: DrvInfo = unsafe { std::mem::zeroed() };
+    info.cmd = ETHTOOL_GDRVINFO;
+    // SAFETY: as above.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    ifr.ifr_ifru.ifru_data = &mut info as *mut DrvInfo as *mut libc::c_char;
+    // `info` outlives the call; the kernel writes at most sizeof(DrvInfo).
+    syscall!(ioctl(
+        sock.as_raw_fd(),
+        SIOCETHTOOL as _,
+        &mut ifr as *mut libc::ifreq
+    ))?;
+    let end = info.driver.iter().position(|&b| b == 0).unwrap_or(32);
+    Ok(String::from_utf8_lossy(&info.driver[..end]).into_owned())
+}
+
+/// Drivers whose devices carry traffic from senders on this host, which
+/// leave UDP/TCP checksums partial (`CHECKSUM_PARTIAL`) for hardware that
+/// never computes them.
+pub const LOCAL_TRAFFIC_DRIVERS: [&str; 7] = [
+    "veth", "tun", "bridge", "netkit", "macvlan", "ipvlan", "dummy",
+];
+
+/// True if `name`'s driver carries local traffic (see
+/// [`LOCAL_TRAFFIC_DRIVERS`]).
+pub fn carries_local_traffic(name: &str) -> bool {
+    driver(name).is_ok_and(|d| LOCAL_TRAFFIC_DRIVERS.contains(&d.as_str()))
+}
+
+/// A kernel UDP socket bound to the address rxpath serves, with a socket
+/// filter that drops everything: the kernel finds a socket for the port,
+/// so it neither answers with ICMP port unreachable nor queues anything
+/// (each datagram it sees is counted in its own `Udp: InErrors`). Held
+/// while rxpath serves the port.
+#[derive(Debug)]
+pub struct KernelPortGuard {
+    _sock: std::net::UdpSocket,
+}
+
+impl KernelPortGuard {
+    /// Bind `addr` in the kernel (an IPv6 wildcard is dual-stack, as
+    /// rxpath's) and attach the drop-all filter.
+    pub fn bind(addr: SocketAddr) -> io::Result<KernelPortGuard> {
+        let sock = std::net::UdpSocket::bind(addr)?;
+        // One classic BPF instruction: `ret #0` (keep no bytes).
+        let mut insn = [libc::sock_filter {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        }];
+        let prog = libc::sock_fprog {
+            len: 1,
+            filter: insn.as_mut_ptr(),
+        };
+        // `prog` and the instruction it points to live across the call.
+        syscall!(setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            &prog as *const libc::sock_fprog as *const libc::c_void,
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t
+        ))?;
+        Ok(KernelPortGuard { _sock: sock })
+    }
+}
+
+/// The interface's connected prefixes: each address with its prefix length
+/// (`getifaddrs` netmasks), in the calling thread's network namespace.
+pub fn prefixes(name: &str) -> io::Result<Vec<(std::net::IpAddr, u8)>> {
+    let mut out = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    syscall!(getifaddrs(&mut head as *mut *mut libc::ifaddrs))?;
+    let mut p = head;
+    while !p.is_null() {
+        // SAFETY: `p` walks the list getifaddrs returned, valid until
+        // freeifaddrs below; its pointers are valid or null.
+        let ifa = unsafe { &*p };
+        p = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_netmask.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_name is a NUL-terminated string (checked non-null).
+        let n = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+        if n.to_bytes() != name.as_bytes() {
+            continue;
+        }
+        // SAFETY: both pointers are non-null; sa_family says which sockaddr
+        // the address is, and the netmask has the same family.
+        unsafe {
+            match (*ifa.ifa_addr).sa_family as i32 {
+                libc::AF_INET => {
+                    let a = &*(ifa.ifa_addr as *const libc::sockaddr_in);
+                    let m = &*(ifa.ifa_netmask as *const libc::sockaddr_in);
+                    out.push((
+                        std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)).into(),
+                        u32::from_be(m.sin_addr.s_addr).count_ones() as u8,
+                    ));
+                }
+                libc::AF_INET6 => {
+                    let a = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
+                    let m = &*(ifa.ifa_netmask as *const libc::sockaddr_in6);
+                    out.push((
+                        std::net::Ipv6Addr::from(a.sin6_addr.s6_addr).into(),
+                        u128::from_be_bytes(m.sin6_addr.s6_addr).count_ones() as u8,
+                    ));
+                }
+                _ => {}
+            }
+        }
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
+/// Whether the kernel has an IPv4 / IPv6 default route through `name`
+/// (`/proc/net/route`, `/proc/net/ipv6_route`).
+pub fn default_routes(name: &str) -> [bool; 2] {
+    let v4 = std::fs::read_to_string("/proc/net/route")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .any(|l| {
+            let f: Vec<_> = l.split_whitespace().collect();
+            f.len() > 7 && f[0] == name && f[1] == "00000000" && f[7] == "00000000"
+        });
+    let v6 = std::fs::read_to_string("/proc/net/ipv6_route")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| {
+            let f: Vec<_> = l.split_whitespace().collect();
+            f.len() > 9 && f[9] == name && f[1] == "00" && f[0].bytes().all(|b| b == b'0')
+        });
+    [v4, v6]
+}
