@@ -358,9 +358,16 @@ pub enum StackArg {
 /// Options shared by `run` and the benchmarks.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
-    /// RX queues of the simulated NIC.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub queues: u16,
+    /// RX queues: of the simulated NIC (default 2), or of the interface
+    /// to open (default: all its RX queues, /sys/class/net/IF/queues/rx-*).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub queues: Option<u16>,
+    /// TCP/UDP checksums: auto trusts what the device verified or marked
+    /// partial (a local sender's offload; on AF_XDP over veth/tun/bridge a
+    /// partial checksum is known by its value) and verifies the rest;
+    /// verify checks every one; trust none.
+    #[arg(long, value_parser = clap::value_parser!(rxpath_core::ip::CsumPolicy), default_value = "auto")]
+    pub csum: rxpath_core::ip::CsumPolicy,
     /// Number of flows.
     #[arg(long, default_value_t = 64)]
     pub flows: usize,
@@ -528,8 +535,15 @@ impl RunArgs {
             burst: self.burst as usize,
             ..TrafficConfig::default()
         };
+        let queues = match (self.queues, &self.iface) {
+            (Some(q), _) => q as usize,
+            (None, Some(name)) => rxpath_dev::sys::iface::rx_queues(name)
+                .map_err(|e| anyhow::anyhow!("{name}: counting its RX queues: {e}"))?
+                .min(64),
+            (None, None) => 2,
+        };
         let sim = SimConfig {
-            queues: self.queues as usize,
+            queues,
             ring_size: self.ring,
             frames_per_queue: self.ring * 2,
             coalesce: Coalesce {
@@ -593,6 +607,7 @@ impl RunArgs {
                 }),
             }),
             capture: self.capture.clone(),
+            csum: self.csum,
             xdp_busy_poll_us: self.xdp_busy_poll,
             capture_at: match self.capture_at {
                 CaptureArg::Rx => rxpath_runtime::CaptureAt::Rx,

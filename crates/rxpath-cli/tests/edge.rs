@@ -591,3 +591,98 @@ fn a_plain_kernel_client_gets_every_answer_on_both_backends() {
         );
     }
 }
+
+const TCP_SINK: &str = r#"
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('198.18.9.6', 5201))
+s.listen(1)
+s.settimeout(float(sys.argv[1]))
+print('ready', flush=True)
+try:
+    c, _ = s.accept()
+    while c.recv(1 << 20):
+        pass
+except OSError:
+    pass
+"#;
+
+const TCP_SOURCE: &str = r#"
+import socket
+s = socket.create_connection(('198.18.9.6', 5201))
+buf = bytes(65536)
+for _ in range(400):
+    s.sendall(buf)
+s.close()
+"#;
+
+/// GRO on AF_PACKET trusts what the device says: a kernel TCP sender on
+/// the veth peer (checksum offload on, TSO/GSO off so the wire carries
+/// MSS-sized segments) leaves partial checksums, which `--csum auto` merges
+/// as the kernel's GRO does; `--csum verify` finds them wrong and passes
+/// every segment up alone.
+#[test]
+fn gro_merges_a_local_senders_partial_checksums_unless_told_to_verify() {
+    let Some(p) = Pair::new("gc", true) else {
+        return;
+    };
+    let _ = p
+        .exec(
+            &p.cli,
+            &["ethtool", "-K", &p.cli_if, "tso", "off", "gso", "off"],
+        )
+        .output()
+        .expect("ethtool (CI installs it)");
+    for (csum, merged) in [("auto", true), ("verify", false)] {
+        let mut sink = p
+            .exec(&p.srv, &["python3", "-c", TCP_SINK, "10"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut l = String::new();
+        BufReader::new(sink.stdout.as_mut().unwrap())
+            .read_line(&mut l)
+            .unwrap();
+        let run = p
+            .exec(&p.srv, &[env!("CARGO_BIN_EXE_rxpath")])
+            .args([
+                "run", "--iface", &p.srv_if, "--mode", "packet", "--gro", "on",
+            ])
+            .args(["--csum", csum, "--duration", "4", "--json", "--no-pin"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1200));
+        let src = p
+            .exec(&p.cli, &["python3", "-c", TCP_SOURCE])
+            .output()
+            .unwrap();
+        assert!(
+            src.status.success(),
+            "{}",
+            String::from_utf8_lossy(&src.stderr)
+        );
+        let out = run.wait_with_output().unwrap();
+        let _ = sink.wait();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["frames_home"], v["frames_total"], "{v}");
+        let segs = v["gro_segs_per_packet"].as_f64().unwrap();
+        let received = v["total"]["received"].as_u64().unwrap();
+        eprintln!(
+            "gro over AF_PACKET, --csum {csum}: {received} frames, {segs:.2} segments per packet"
+        );
+        assert!(received > 2_000, "the transfer reached rxpath: {v}");
+        if merged {
+            assert!(segs > 2.0, "auto merges partial checksums: {segs}");
+        } else {
+            assert!(segs < 1.01, "verify refuses partial checksums: {segs}");
+        }
+    }
+}

@@ -528,16 +528,20 @@ impl Gro {
             L3::Ipv4 | L3::Ipv6 => {}
             _ => return Err(Check::NotTcp),
         }
-        if !pkt.meta.csum_ok {
+        // `__skb_gro_checksum_validate_needed()`: nothing to validate for
+        // a packet the device verified or a local sender left partial.
+        if !pkt.meta.csum_ok && !pkt.meta.csum_partial {
             let l4 = &b[h.l4_offset as usize..(h.payload_offset + h.payload_len) as usize];
             if rxpath_wire::checksum::l4(h.flow.src(), h.flow.dst(), protocol::TCP, l4) != 0 {
                 return Err(Check::BadChecksum);
             }
-            if h.l3 == L3::Ipv4 {
-                let ip = rxpath_wire::ipv4::Packet::new_unchecked(&b[h.l3_offset as usize..]);
-                if !ip.verify_checksum() {
-                    return Err(Check::BadChecksum);
-                }
+        }
+        // The IPv4 header's own checksum (`inet_gro_receive`); a device's
+        // verdict covers it.
+        if !pkt.meta.csum_ok && h.l3 == L3::Ipv4 {
+            let ip = rxpath_wire::ipv4::Packet::new_unchecked(&b[h.l3_offset as usize..]);
+            if !ip.verify_checksum() {
+                return Err(Check::BadChecksum);
             }
         }
         if h.payload_len == 0 {

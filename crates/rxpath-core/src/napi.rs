@@ -47,6 +47,7 @@
 //! net/core/dev.c.
 
 use crate::gro::{FlushReason, Gro, GroConfig};
+use crate::ip::CsumPolicy;
 use crate::packet::{Meta, Packet, PollEnd, RxCtx, Stack};
 use crate::stats::NapiStats;
 use rxpath_dev::{desc_flags, Desc, Frame, RxQueue};
@@ -249,6 +250,7 @@ pub struct Napi<Q: RxQueue> {
     // flow table inline cost a memcpy of its whole size each time.
     gro: Option<Box<Gro>>,
     rx_tap: Option<RxTap>,
+    csum: CsumMode,
 }
 
 /// An observer of every frame a NAPI takes from its queue, before GRO
@@ -297,6 +299,7 @@ impl<Q: RxQueue> Napi<Q> {
             chains: Vec::new(),
             stats: NapiStats::default(),
             timer: None,
+            csum: CsumMode::default(),
             gro: None,
             rx_tap: None,
         }
@@ -347,6 +350,16 @@ impl<Q: RxQueue> Napi<Q> {
     /// held are given back by [`Napi::flush_gro`] first).
     pub fn set_gro(&mut self, cfg: Option<GroConfig>) {
         self.gro = cfg.map(|c| Box::new(Gro::new(c)));
+    }
+
+    /// The checksum policy (`--csum`) and whether the device's driver
+    /// carries local senders' traffic (veth, tun/tap, bridge): what GRO and
+    /// the socket stage may trust, decided once per packet before both.
+    pub fn set_csum(&mut self, policy: CsumPolicy, local_traffic: bool) {
+        self.csum = CsumMode {
+            policy,
+            local_traffic,
+        };
     }
 
     /// Watch every frame this NAPI takes, before GRO (capture at "rx").
@@ -497,6 +510,7 @@ impl<Q: RxQueue> Napi<Q> {
             stats,
             gro,
             rx_tap,
+            csum,
             ..
         } = self;
         let qi = queue.queue_index();
@@ -538,7 +552,7 @@ impl<Q: RxQueue> Napi<Q> {
             // The GRO decision is taken once per bundle, not per packet:
             // each variant of loop 2 is its own monomorphic copy.
             let (pkts, bytes) = match gro {
-                Some(g) => loop2(scratch, &mut ctx, qi, *id, rx_tap, |p, ok, c| {
+                Some(g) => loop2(scratch, &mut ctx, qi, *id, *csum, rx_tap, |p, ok, c| {
                     if ok {
                         // napi_gro_receive()
                         let _ = g.receive(p, c, stack);
@@ -546,7 +560,7 @@ impl<Q: RxQueue> Napi<Q> {
                         stack.malformed(p, c);
                     }
                 }),
-                None => loop2(scratch, &mut ctx, qi, *id, rx_tap, |p, ok, c| {
+                None => loop2(scratch, &mut ctx, qi, *id, *csum, rx_tap, |p, ok, c| {
                     if ok {
                         stack.receive(p, c)
                     } else {
@@ -610,6 +624,64 @@ impl<Q: RxQueue> Napi<Q> {
     }
 }
 
+/// How a NAPI treats L4 checksums (`--csum`), as the kernel's
+/// `skb->ip_summed` tells GRO and UDP what is left to verify.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CsumMode {
+    /// The policy.
+    pub policy: CsumPolicy,
+    /// The driver carries local senders' traffic (veth, tun/tap, bridge).
+    pub local_traffic: bool,
+}
+
+impl CsumMode {
+    /// Set `meta`'s checksum status for `frame` (already parsed into
+    /// `meta.headers`): `Trust` marks every packet verified, `Verify` clears
+    /// what the device said, `Auto` on a local-traffic driver marks a TCP or
+    /// UDP checksum field that equals the pseudo-header sum as partial
+    /// (what a local sender's `CHECKSUM_PARTIAL` leaves; the kernel's GRO and
+    /// UDP skip validation for such packets). Does not read past `frame`.
+    pub fn classify(self, meta: &mut Meta, frame: &[u8]) {
+        match self.policy {
+            CsumPolicy::Trust => meta.csum_ok = true,
+            CsumPolicy::Verify => {
+                meta.csum_ok = false;
+                meta.csum_partial = false;
+            }
+            CsumPolicy::Auto => {
+                let h = &meta.headers;
+                if meta.csum_ok || meta.csum_partial || h.fragment || !self.local_traffic {
+                    return;
+                }
+                let t = h.l4_offset as usize;
+                let (proto, field_at, l4_len) = match h.l4 {
+                    rxpath_wire::L4::Tcp { .. } => (
+                        6,
+                        t + 16,
+                        (h.payload_offset + h.payload_len) as u32 - t as u32,
+                    ),
+                    rxpath_wire::L4::Udp => {
+                        let Some(ulen) = crate::ip::be16(frame, t + 4) else {
+                            return;
+                        };
+                        (17, t + 6, ulen as u32)
+                    }
+                    _ => return,
+                };
+                let Some(field) = crate::ip::be16(frame, field_at) else {
+                    return;
+                };
+                let pseudo =
+                    rxpath_wire::checksum::pseudo_header(h.flow.src(), h.flow.dst(), proto, l4_len)
+                        as u16;
+                if field != 0 && field == pseudo {
+                    meta.csum_partial = true;
+                }
+            }
+        }
+    }
+}
+
 /// Loop 2 of the two-loop poll: parse each pulled packet and hand it to
 /// `up`; malformed ones are dropped and counted. Returns (packets, bytes).
 #[inline(always)]
@@ -618,6 +690,7 @@ fn loop2(
     ctx: &mut RxCtx<'_>,
     qi: u16,
     id: NapiId,
+    csum: CsumMode,
     rx_tap: &mut Option<RxTap>,
     mut up: impl FnMut(Packet, bool, &mut RxCtx<'_>),
 ) -> (u64, u64) {
@@ -655,7 +728,13 @@ fn loop2(
             );
         }
         match parsed {
-            Ok(()) => up(pkt, true, ctx),
+            Ok(()) => {
+                if csum.policy != CsumPolicy::Auto || csum.local_traffic {
+                    let b = &umem.data(&pkt.frame)[off..end];
+                    csum.classify(&mut pkt.meta, b);
+                }
+                up(pkt, true, ctx)
+            }
             Err(_) => {
                 pkt.meta.headers = rxpath_wire::Headers::default();
                 up(pkt, false, ctx)

@@ -3,6 +3,8 @@
 
 use proptest::prelude::*;
 use rxpath_core::gro::{Check, FlushReason, Gro, GroConfig, GroKnob, GroResult, TICK_NS};
+use rxpath_core::ip::CsumPolicy;
+use rxpath_core::napi::CsumMode;
 use rxpath_core::packet::{Frag, Meta, Packet, PollEnd, RxCtx, Stack};
 use rxpath_core::stats::NapiStats;
 use rxpath_dev::{Frame, FramePool};
@@ -138,18 +140,24 @@ impl Harness {
     }
 
     fn feed_raw(&mut self, bytes: &[u8], now: u64, rxhash: u32, csum_ok: bool) -> GroResult {
+        self.feed_with(bytes, now, |m| {
+            m.rxhash = rxhash;
+            m.csum_ok = csum_ok;
+        })
+    }
+
+    fn feed_with(&mut self, bytes: &[u8], now: u64, edit: impl FnOnce(&mut Meta)) -> GroResult {
         let mut f = self.pool.alloc().expect("frame");
         let umem = self.pool.umem().clone();
         umem.data_mut(&mut f)[..bytes.len()].copy_from_slice(bytes);
         let headers = rxpath_wire::parse(bytes).expect("test segments parse");
-        let meta = Meta {
-            rxhash,
+        let mut meta = Meta {
             rx_ns: now,
-            csum_ok,
             segs: 1,
             headers,
             ..Meta::default()
         };
+        edit(&mut meta);
         let pkt = Packet {
             frame: f,
             off: 0,
@@ -168,6 +176,11 @@ impl Harness {
         let r = self.gro.receive(pkt, &mut ctx, &mut self.out);
         self.give_back();
         r
+    }
+
+    /// Feed with the checksum status a NAPI in `mode` gives the frame.
+    fn feed_as(&mut self, bytes: &[u8], now: u64, mode: CsumMode) -> GroResult {
+        self.feed_with(bytes, now, |m| mode.classify(m, bytes))
     }
 
     fn feed(&mut self, s: &Seg, now: u64) -> GroResult {
@@ -570,4 +583,61 @@ proptest! {
         prop_assert_eq!(got, sent);
         h.finish();
     }
+}
+
+/// A local sender's segment as a veth delivers it: the TCP checksum field
+/// holds only the pseudo-header sum (`CHECKSUM_PARTIAL`).
+fn partial(s: &Seg) -> Vec<u8> {
+    let mut b = s.bytes();
+    let h = rxpath_wire::parse(&b).unwrap();
+    let t = h.l4_offset as usize;
+    let l4_len = (h.payload_offset + h.payload_len) as u32 - t as u32;
+    let pseudo = rxpath_wire::checksum::pseudo_header(h.flow.src(), h.flow.dst(), 6, l4_len);
+    b[t + 16..t + 18].copy_from_slice(&(pseudo as u16).to_be_bytes());
+    b
+}
+
+#[test]
+fn partial_checksums_merge_as_the_kernel_trusts_them_and_verify_refuses_them() {
+    let a = Seg::new(1000);
+    let b = a.next();
+    let (pa, pb) = (partial(&a), partial(&b));
+    // auto on a local-traffic driver (veth): trusted, merged.
+    let auto = CsumMode {
+        policy: CsumPolicy::Auto,
+        local_traffic: true,
+    };
+    let mut h = Harness::new(0);
+    assert_eq!(h.feed_as(&pa, 1, auto), GroResult::Held);
+    assert_eq!(h.feed_as(&pb, 2, auto), GroResult::Merged);
+    h.flush(3);
+    assert_eq!(h.shape(), vec![2]);
+    h.finish();
+    // auto on a driver that cannot carry local traffic, and verify: the
+    // same bytes are bad checksums, passed up unmerged.
+    for mode in [
+        CsumMode {
+            policy: CsumPolicy::Auto,
+            local_traffic: false,
+        },
+        CsumMode {
+            policy: CsumPolicy::Verify,
+            local_traffic: true,
+        },
+    ] {
+        let mut h = Harness::new(0);
+        h.feed_as(&pa, 1, mode);
+        h.feed_as(&pb, 2, mode);
+        h.flush(3);
+        assert_eq!(h.gro.stats().not_merged(Check::BadChecksum), 2, "{mode:?}");
+        assert_eq!(h.shape(), vec![1, 1], "{mode:?}");
+        h.finish();
+    }
+    // A segment with a full, correct checksum is not taken for partial.
+    let mut m = Meta {
+        headers: rxpath_wire::parse(&a.bytes()).unwrap(),
+        ..Meta::default()
+    };
+    auto.classify(&mut m, &a.bytes());
+    assert!(!m.csum_partial && !m.csum_ok);
 }

@@ -341,6 +341,7 @@ impl Host {
         for q in qs {
             let qi = q.queue_index();
             let mut napi = Napi::new(q, cfg.weight, cfg.bundle, cfg.interrupts);
+            napi.set_csum(cfg.sock.csum, cfg.sock.local_traffic);
             table.add(&mut napi, |n| n.queue().queue_index());
             let shared = SharedNapi::new(napi, sockets.stage(qi));
             shared.set_prefer_busy_poll(cfg.prefer_busy_poll_ns);

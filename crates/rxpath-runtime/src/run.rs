@@ -2,6 +2,7 @@
 
 use crate::clock::MonotonicClock;
 use rxpath_core::gro::{Adaptive, GroConfig, GroKnob, GroStats};
+use rxpath_core::ip::CsumPolicy;
 use rxpath_core::napi::{BundleMode, Napi, NapiId, NapiTable, NAPI_POLL_WEIGHT};
 use rxpath_core::packet::{LatencySink, RxDrop, Sink, Stack};
 use rxpath_core::softnet::{Softnet, SoftnetConfig};
@@ -188,6 +189,11 @@ pub struct RunConfig {
     /// AF_XDP: what the XDP program takes (the rest goes to the kernel).
     #[serde(skip)]
     pub xdp_filter: XdpFilter,
+    /// How TCP/UDP checksums are trusted (`--csum`): `auto` trusts what the
+    /// device verified or marked partial, and on a driver that carries
+    /// local traffic (veth, tun/tap, bridge) a field equal to the
+    /// pseudo-header sum.
+    pub csum: CsumPolicy,
 }
 
 /// GRO settings of a run.
@@ -221,6 +227,7 @@ impl Default for RunConfig {
             xdp_busy_poll_us: 0,
             xdp_filter: XdpFilter::default(),
             capture_at: CaptureAt::Delivered,
+            csum: CsumPolicy::Auto,
         }
     }
 }
@@ -489,6 +496,7 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 let i = q.queue_index() as usize;
                 let mut napi = Napi::new(q, cfg.weight, cfg.bundle, cfg.interrupts);
                 napi.set_gro(gro_cfg.clone());
+                napi.set_csum(cfg.csum, false);
                 table.add(&mut napi, |n| n.queue().queue_index());
                 groups[i % cfg.threads].push(napi);
             }
@@ -599,9 +607,16 @@ fn own_queues<Q: RxQueue + OwnPool + Send + 'static>(
     on_tick: &mut dyn FnMut(&Tick),
 ) -> Result<Report, RunError> {
     let mut groups: Vec<Vec<Napi<Q>>> = (0..cfg.threads).map(|_| Vec::new()).collect();
+    let local_traffic = match &cfg.producer {
+        Producer::Xdp { iface, .. } | Producer::Packet { iface } => {
+            rxpath_dev::sys::iface::carries_local_traffic(iface.as_str())
+        }
+        _ => false,
+    };
     for (i, q) in qs.into_iter().enumerate() {
         let mut napi = Napi::new(q, cfg.weight, cfg.bundle, interrupts);
         napi.set_gro(gro_cfg.clone());
+        napi.set_csum(cfg.csum, local_traffic);
         table.add(&mut napi, |n| n.queue().queue_index());
         groups[i % cfg.threads].push(napi);
     }
