@@ -19,12 +19,16 @@
 //!    trait each later stage implements (GRO, steering, sockets).
 //! 4. [`ip`]: IP and UDP input at the edge as `ip_rcv_core()`/`ipv6_rcv()`
 //!    run them, each drop under its SNMP name (`/proc/net/snmp`).
-//! 5. [`sock`]: UDP sockets with busy polling (seed 000).
-//! 6. [`stats`]: per-NAPI and per-queue counters; every packet is accounted
+//! 5. [`filter`]: the `INPUT` hook: `iptables-save` rule sets judged by a
+//!    linear walk (the reference) or a bit-vector classifier, with the
+//!    kernel's verdicts and per-rule counters (seed 003's expensive stage).
+//! 6. [`sock`]: UDP sockets with busy polling (seed 000).
+//! 7. [`stats`]: per-NAPI and per-queue counters; every packet is accounted
 //!    for: `received = delivered + Σ dropped[reason]`.
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 
+pub mod filter;
 pub mod gro;
 pub mod ip;
 pub mod napi;

@@ -22,7 +22,7 @@ pub enum DropReason {
     /// Dropped on purpose at the lowest RX level (the `rxdrop` benchmark,
     /// like XDP_DROP or the seed's drop point in the driver).
     Rxdrop,
-    /// Rejected by the filter stage.
+    /// Dropped by the filter stage (`DROP`, or a chain policy of `DROP`).
     Filter,
     /// The worker's backlog was full (`netdev_max_backlog`).
     BacklogFull,
@@ -40,11 +40,14 @@ pub enum DropReason {
     NotForUs,
     /// An IP fragment (rxpath does not reassemble: `ReasmFails`).
     Fragment,
+    /// Rejected by the filter stage (`REJECT`: a drop; rxpath sends no
+    /// ICMP error or TCP reset in its place).
+    FilterReject,
 }
 
 impl DropReason {
     /// All reasons, in counter order.
-    pub const ALL: [DropReason; 11] = [
+    pub const ALL: [DropReason; 12] = [
         DropReason::Malformed,
         DropReason::UnhandledProto,
         DropReason::Rxdrop,
@@ -56,6 +59,7 @@ impl DropReason {
         DropReason::IpHeader,
         DropReason::NotForUs,
         DropReason::Fragment,
+        DropReason::FilterReject,
     ];
 
     /// The counter's name.
@@ -72,6 +76,7 @@ impl DropReason {
             DropReason::IpHeader => "ip_header",
             DropReason::NotForUs => "not_for_us",
             DropReason::Fragment => "fragment",
+            DropReason::FilterReject => "filter_reject",
         }
     }
 }

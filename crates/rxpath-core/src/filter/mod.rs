@@ -1,0 +1,597 @@
+//! The filter: the kernel's `INPUT` hook with an `iptables` rule set, the
+//! expensive bottom half of seed 003 ("2000 rules in table filter").
+//!
+//! ```text
+//!  iptables-save file ─► parse ─► Table (chains, rules, policies, counters)
+//!                                   │
+//!          ┌────────────────────────┴─────────────────────────┐
+//!          ▼                                                  ▼
+//!   linear walk (the reference: rule after rule,     compiled: per-field bit
+//!   the cost the seed measured)                      vectors + ABV summaries
+//!          └──────────── one answer: verdict, deciding rule, counters ─────┘
+//! ```
+//!
+//! The walk is `ipt_do_table()`'s: first match in chain order; every rule
+//! that matches counts the packet and its bytes (the IP total length), a
+//! jump pushes the calling position, `RETURN` or the end of a user chain
+//! pops it, `RETURN` in a built-in chain or its end applies the policy and
+//! counts it. `ACCEPT`, `DROP` and `REJECT` end the walk (`REJECT` is a drop
+//! with its own reason: rxpath sends no ICMP error or reset); `LOG` counts
+//! and goes on. Both evaluators share this walk and differ only in how they
+//! find "the next matching rule of this chain at or after position p".
+//!
+//! Where it runs: after GRO and IP input, before the UDP layer and sockets
+//! (the kernel's `ip_local_deliver` → `NF_INET_LOCAL_IN` → `udp_rcv`): a
+//! GRO super-packet is judged once, as the kernel judges one skb.
+//!
+//! Counters are per rule, shared by every thread that judges packets
+//! (relaxed atomic adds; the kernel keeps them per CPU). A new rule set can
+//! replace the running one at any time ([`FilterHandle::replace`]): a packet
+//! is judged wholly by the old set or wholly by the new, and rules that did
+//! not change keep their counters, as `iptables-restore --counters` allows.
+
+mod compiled;
+pub mod gen;
+mod parse;
+pub mod rule;
+#[cfg(test)]
+mod tests;
+
+pub use compiled::ChainClassifier;
+pub use parse::{parse, parse_family, ParseError, Table};
+pub use rule::{Family, Key, Target, ABSENT};
+
+use crate::stats::DropReason;
+use rxpath_wire::{Headers, L3, L4};
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Which evaluator judges packets (`--filter-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FilterMode {
+    /// Rule after rule: the reference, and the kernel's cost.
+    Linear,
+    /// The bit-vector classifier.
+    #[default]
+    Compiled,
+}
+
+impl std::str::FromStr for FilterMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "linear" => Ok(FilterMode::Linear),
+            "compiled" => Ok(FilterMode::Compiled),
+            o => Err(format!("unknown filter mode {o:?}: linear or compiled")),
+        }
+    }
+}
+
+/// What the filter decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// The packet goes on.
+    Accept,
+    /// Dropped (`DROP` or a `DROP` policy).
+    Drop,
+    /// Rejected (`REJECT`).
+    Reject,
+}
+
+/// A verdict: the action, and the rule that decided it (chain, index in
+/// the chain), or `None` for a chain policy (of the chain given).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    /// What happens to the packet.
+    pub action: Action,
+    /// The chain whose rule or policy decided.
+    pub chain: usize,
+    /// The deciding rule (None: the policy).
+    pub rule: Option<usize>,
+}
+
+impl Verdict {
+    /// The drop reason, if the packet is dropped.
+    pub fn drop_reason(self) -> Option<DropReason> {
+        match self.action {
+            Action::Accept => None,
+            Action::Drop => Some(DropReason::Filter),
+            Action::Reject => Some(DropReason::FilterReject),
+        }
+    }
+}
+
+/// Build the key of a parsed frame: `None` if it is not IP.
+pub fn key(frame: &[u8], h: &Headers) -> Option<Key> {
+    let l3 = h.l3_offset as usize;
+    let (v6, len, fragoff) = match h.l3 {
+        L3::Ipv4 => {
+            let b = frame.get(l3..l3 + 20)?;
+            let tot = u16::from_be_bytes([b[2], b[3]]) as u32;
+            let off = u16::from_be_bytes([b[6], b[7]]) & 0x1fff;
+            (false, tot, off)
+        }
+        L3::Ipv6 => {
+            let b = frame.get(l3..l3 + 40)?;
+            (true, u16::from_be_bytes([b[4], b[5]]) as u32 + 40, 0)
+        }
+        _ => return None,
+    };
+    let to = |a: std::net::IpAddr| match a {
+        std::net::IpAddr::V4(a) => u32::from(a) as u128,
+        std::net::IpAddr::V6(a) => u128::from(a),
+    };
+    let mut k = Key {
+        src: to(h.flow.src()),
+        dst: to(h.flow.dst()),
+        proto: h.flow.protocol,
+        sport: ABSENT,
+        dport: ABSENT,
+        tcp_flags: ABSENT,
+        icmp: ABSENT,
+        len,
+        frag: fragoff != 0,
+    };
+    let _ = v6;
+    if fragoff != 0 {
+        return Some(k);
+    }
+    let t = h.l4_offset as usize;
+    match h.l4 {
+        L4::Tcp { .. } => {
+            k.sport = h.flow.src_port as u32;
+            k.dport = h.flow.dst_port as u32;
+            k.tcp_flags = *frame.get(t + 13)? as u32;
+        }
+        L4::Udp => {
+            k.sport = h.flow.src_port as u32;
+            k.dport = h.flow.dst_port as u32;
+        }
+        _ if matches!(h.flow.protocol, 1 | 58) => {
+            if let Some(b) = frame.get(t..t + 2) {
+                k.icmp = (b[0] as u32) << 8 | b[1] as u32;
+            }
+        }
+        _ => {}
+    }
+    Some(k)
+}
+
+/// Per-rule and per-policy counters of one table.
+#[derive(Debug)]
+struct Counters {
+    /// Packets and bytes of each rule, by global rule index.
+    rules: Vec<[AtomicU64; 2]>,
+    /// Packets and bytes of each chain's policy.
+    policies: Vec<[AtomicU64; 2]>,
+}
+
+fn pair(p: u64, b: u64) -> [AtomicU64; 2] {
+    [AtomicU64::new(p), AtomicU64::new(b)]
+}
+
+/// A table ready to judge packets.
+#[derive(Debug)]
+pub struct Ruleset {
+    table: Table,
+    iface: String,
+    mode: FilterMode,
+    input: Option<usize>,
+    base: Vec<usize>,
+    compiled: Vec<ChainClassifier>,
+    counters: Counters,
+    build_ns: u64,
+}
+
+/// A rule's or policy's counters for `show`.
+#[derive(Debug, Clone, Serialize)]
+pub struct RuleStats {
+    /// Chain name.
+    pub chain: String,
+    /// Rule index in the chain (None: the policy).
+    pub rule: Option<usize>,
+    /// The rule as written (or the policy).
+    pub text: String,
+    /// Packets.
+    pub packets: u64,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+impl Ruleset {
+    /// Prepare `table` for packets received on `iface`; the counters start
+    /// from the file's. Compiling takes the time [`Self::build_ns`] says.
+    pub fn new(table: Table, iface: &str, mode: FilterMode) -> Ruleset {
+        let t0 = std::time::Instant::now();
+        let mut base = Vec::new();
+        let mut n = 0;
+        for c in &table.chains {
+            base.push(n);
+            n += c.rules.len();
+        }
+        let compiled = match mode {
+            FilterMode::Compiled => table
+                .chains
+                .iter()
+                .map(|c| ChainClassifier::build(&c.rules, table.family, iface))
+                .collect(),
+            FilterMode::Linear => Vec::new(),
+        };
+        let counters = Counters {
+            rules: table
+                .chains
+                .iter()
+                .flat_map(|c| c.rule_counters.iter().map(|&(p, b)| pair(p, b)))
+                .collect(),
+            policies: table
+                .chains
+                .iter()
+                .map(|c| pair(c.policy_counters.0, c.policy_counters.1))
+                .collect(),
+        };
+        Ruleset {
+            input: table.chain("INPUT"),
+            table,
+            iface: iface.to_string(),
+            mode,
+            base,
+            compiled,
+            counters,
+            build_ns: t0.elapsed().as_nanos() as u64,
+        }
+    }
+
+    /// The table.
+    pub fn table(&self) -> &Table {
+        &self.table
+    }
+
+    /// The evaluator.
+    pub fn mode(&self) -> FilterMode {
+        self.mode
+    }
+
+    /// Time spent compiling, ns.
+    pub fn build_ns(&self) -> u64 {
+        self.build_ns
+    }
+
+    /// Bytes the compiled classifier holds (0 for the linear walk).
+    pub fn memory(&self) -> usize {
+        self.compiled.iter().map(|c| c.memory()).sum()
+    }
+
+    /// Judge a packet and count it, as `ipt_do_table()` on `INPUT`. A
+    /// table without `INPUT` accepts everything uncounted.
+    #[inline]
+    pub fn judge(&self, k: &Key) -> Verdict {
+        self.walk(k, true)
+    }
+
+    /// Judge without counting (tests compare evaluators with it).
+    pub fn judge_quiet(&self, k: &Key) -> Verdict {
+        self.walk(k, false)
+    }
+
+    fn walk(&self, k: &Key, count: bool) -> Verdict {
+        let Some(input) = self.input else {
+            return Verdict {
+                action: Action::Accept,
+                chain: 0,
+                rule: None,
+            };
+        };
+        let bits = if self.table.family == Family::V4 {
+            32
+        } else {
+            128
+        };
+        let mut stack: [(usize, usize); rule::MAX_DEPTH] = [(0, 0); rule::MAX_DEPTH];
+        let mut depth = 0;
+        let (mut chain, mut pos) = (input, 0usize);
+        let mut ids = None;
+        loop {
+            let found = match self.mode {
+                FilterMode::Linear => self.table.chains[chain].rules
+                    [pos.min(self.table.chains[chain].rules.len())..]
+                    .iter()
+                    .position(|r| r.m.matches(k, &self.iface, bits))
+                    .map(|i| pos + i),
+                FilterMode::Compiled => {
+                    let c = &self.compiled[chain];
+                    let ids = match ids {
+                        Some((ch, v)) if ch == chain => v,
+                        _ => {
+                            let v = c.lookup(k);
+                            ids = Some((chain, v));
+                            v
+                        }
+                    };
+                    c.next_match(&ids, pos)
+                }
+            };
+            let c = &self.table.chains[chain];
+            let Some(i) = found else {
+                if c.policy.is_none() && depth > 0 {
+                    // End of a user chain: back to the caller.
+                    depth -= 1;
+                    (chain, pos) = stack[depth];
+                    continue;
+                }
+                return self.policy(chain, k, count);
+            };
+            if count {
+                let ctr = &self.counters.rules[self.base[chain] + i];
+                ctr[0].fetch_add(1, Ordering::Relaxed);
+                ctr[1].fetch_add(k.len as u64, Ordering::Relaxed);
+            }
+            let decided = |action| Verdict {
+                action,
+                chain,
+                rule: Some(i),
+            };
+            match c.rules[i].target {
+                Target::Accept => return decided(Action::Accept),
+                Target::Drop => return decided(Action::Drop),
+                Target::Reject => return decided(Action::Reject),
+                Target::Return => {
+                    if depth == 0 {
+                        return self.policy(chain, k, count);
+                    }
+                    depth -= 1;
+                    (chain, pos) = stack[depth];
+                }
+                Target::Jump(to) => {
+                    if depth == rule::MAX_DEPTH {
+                        // Refused at load; a bound all the same.
+                        return decided(Action::Drop);
+                    }
+                    stack[depth] = (chain, i + 1);
+                    depth += 1;
+                    (chain, pos) = (to, 0);
+                }
+                Target::Log | Target::None => pos = i + 1,
+            }
+        }
+    }
+
+    fn policy(&self, chain: usize, k: &Key, count: bool) -> Verdict {
+        // RETURN in a built-in chain, or its end: the policy.
+        let c = &self.table.chains[chain];
+        if count {
+            let ctr = &self.counters.policies[chain];
+            ctr[0].fetch_add(1, Ordering::Relaxed);
+            ctr[1].fetch_add(k.len as u64, Ordering::Relaxed);
+        }
+        Verdict {
+            action: match c.policy {
+                Some(Target::Drop) => Action::Drop,
+                _ => Action::Accept,
+            },
+            chain,
+            rule: None,
+        }
+    }
+
+    /// Every chain's policy and rules with their counters, in file order.
+    pub fn stats(&self) -> Vec<RuleStats> {
+        let mut out = Vec::new();
+        for (ci, c) in self.table.chains.iter().enumerate() {
+            let p = &self.counters.policies[ci];
+            out.push(RuleStats {
+                chain: c.name.clone(),
+                rule: None,
+                text: match &c.policy {
+                    Some(t) => format!("policy {t}"),
+                    None => "-".into(),
+                },
+                packets: p[0].load(Ordering::Relaxed),
+                bytes: p[1].load(Ordering::Relaxed),
+            });
+            for (ri, r) in c.rules.iter().enumerate() {
+                let ctr = &self.counters.rules[self.base[ci] + ri];
+                out.push(RuleStats {
+                    chain: c.name.clone(),
+                    rule: Some(ri),
+                    text: r.text.clone(),
+                    packets: ctr[0].load(Ordering::Relaxed),
+                    bytes: ctr[1].load(Ordering::Relaxed),
+                });
+            }
+        }
+        out
+    }
+
+    /// Add `old`'s counters to the rules of this set that are the same rule
+    /// in the same chain (matched in order by their text), and to policies
+    /// of the same chains.
+    fn carry_counters(&self, old: &Ruleset) {
+        for (ci, c) in self.table.chains.iter().enumerate() {
+            let Some(oi) = old.table.chain(&c.name) else {
+                continue;
+            };
+            let oc = &old.table.chains[oi];
+            let add = |to: &[AtomicU64; 2], from: &[AtomicU64; 2]| {
+                for k in 0..2 {
+                    to[k].fetch_add(from[k].load(Ordering::Relaxed), Ordering::Relaxed);
+                }
+            };
+            if c.policy == oc.policy {
+                add(&self.counters.policies[ci], &old.counters.policies[oi]);
+            }
+            // Rules match by text, each old rule used once, in order.
+            let mut used = vec![false; oc.rules.len()];
+            for (ri, r) in c.rules.iter().enumerate() {
+                let same = oc
+                    .rules
+                    .iter()
+                    .enumerate()
+                    .position(|(j, o)| !used[j] && o.text == r.text && o.target == r.target);
+                if let Some(j) = same {
+                    used[j] = true;
+                    add(
+                        &self.counters.rules[self.base[ci] + ri],
+                        &old.counters.rules[old.base[oi] + j],
+                    );
+                }
+            }
+        }
+    }
+
+    /// `iptables -L -v -x -n`-style listing.
+    pub fn listing(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let stats = self.stats();
+        for (ci, c) in self.table.chains.iter().enumerate() {
+            let p = stats
+                .iter()
+                .find(|r| r.chain == c.name && r.rule.is_none())
+                .map_or((0, 0), |r| (r.packets, r.bytes));
+            match &c.policy {
+                Some(t) => {
+                    let _ = writeln!(
+                        s,
+                        "Chain {} (policy {t} {} packets, {} bytes)",
+                        c.name, p.0, p.1
+                    );
+                }
+                None => {
+                    let refs = self
+                        .table
+                        .chains
+                        .iter()
+                        .flat_map(|x| &x.rules)
+                        .filter(|r| r.target == Target::Jump(ci))
+                        .count();
+                    let _ = writeln!(s, "Chain {} ({refs} references)", c.name);
+                }
+            }
+            let _ = writeln!(s, "{:>10} {:>12} {:<10} rule", "pkts", "bytes", "target");
+            for (ri, r) in c.rules.iter().enumerate() {
+                let st = &stats
+                    .iter()
+                    .find(|x| x.chain == c.name && x.rule == Some(ri));
+                let (pk, by) = st.map_or((0, 0), |x| (x.packets, x.bytes));
+                let target = match r.target {
+                    Target::Jump(t) => self.table.chains[t].name.clone(),
+                    ref o => o.to_string(),
+                };
+                let _ = writeln!(s, "{pk:>10} {by:>12} {target:<10} {}", r.text);
+            }
+            s.push('\n');
+        }
+        s
+    }
+}
+
+/// The filter of a host: an IPv4 and an IPv6 rule set, either optional.
+#[derive(Debug, Default)]
+pub struct Filter {
+    /// `iptables` rules.
+    pub v4: Option<Ruleset>,
+    /// `ip6tables` rules.
+    pub v6: Option<Ruleset>,
+}
+
+impl Filter {
+    /// Judge a packet by its family's rule set (accepted if none).
+    #[inline]
+    pub fn judge(&self, k: &Key, v6: bool) -> Option<Verdict> {
+        let rs = if v6 { &self.v6 } else { &self.v4 };
+        rs.as_ref().map(|r| r.judge(k))
+    }
+
+    /// Judge a parsed frame; `None` if it is not IP or its family has no
+    /// rule set (the packet goes on).
+    #[inline]
+    pub fn judge_frame(&self, frame: &[u8], h: &Headers) -> Option<Verdict> {
+        let v6 = match h.l3 {
+            L3::Ipv4 => false,
+            L3::Ipv6 => true,
+            _ => return None,
+        };
+        let rs = if v6 {
+            self.v6.as_ref()
+        } else {
+            self.v4.as_ref()
+        }?;
+        Some(rs.judge(&key(frame, h)?))
+    }
+
+    /// Both rule sets, IPv4 first.
+    pub fn sets(&self) -> impl Iterator<Item = &Ruleset> {
+        self.v4.iter().chain(self.v6.iter())
+    }
+
+    /// Load rule files (each an `iptables-save` or `ip6tables-save` file;
+    /// at most one per family) for packets received on `iface`.
+    pub fn load(
+        texts: &[(String, String)],
+        iface: &str,
+        mode: FilterMode,
+    ) -> Result<Filter, String> {
+        let mut f = Filter::default();
+        for (name, text) in texts {
+            let t = parse(text).map_err(|e| format!("{name}: {e}"))?;
+            let slot = match t.family {
+                Family::V4 => &mut f.v4,
+                Family::V6 => &mut f.v6,
+            };
+            if slot.is_some() {
+                return Err(format!("{name}: a second {:?} rule set", t.family));
+            }
+            *slot = Some(Ruleset::new(t, iface, mode));
+        }
+        Ok(f)
+    }
+}
+
+/// The running filter, replaceable while packets flow.
+#[derive(Debug, Default)]
+pub struct FilterHandle {
+    cur: arc_swap::ArcSwapOption<Filter>,
+}
+
+impl FilterHandle {
+    /// A handle holding `f`.
+    pub fn new(f: Option<Filter>) -> FilterHandle {
+        FilterHandle {
+            cur: arc_swap::ArcSwapOption::new(f.map(Arc::new)),
+        }
+    }
+
+    /// The filter now (a packet is judged wholly by the set it loaded).
+    #[inline]
+    pub fn load(&self) -> arc_swap::Guard<Option<Arc<Filter>>> {
+        self.cur.load()
+    }
+
+    /// The filter now, as an `Arc`.
+    pub fn current(&self) -> Option<Arc<Filter>> {
+        self.cur.load_full()
+    }
+
+    /// Put `new` in place of the running filter. Packets being judged by
+    /// the old set finish with it; once none is, its counters are added to
+    /// the same rules of the new set (`iptables-restore --counters`).
+    pub fn replace(&self, new: Filter) {
+        let new = Arc::new(new);
+        let Some(old) = self.cur.swap(Some(new.clone())) else {
+            return;
+        };
+        // Judges still holding the old set finish their packet first; a
+        // holder that keeps it (a report) must not stall the swap forever.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while Arc::strong_count(&old) > 1 && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        for (n, o) in [(&new.v4, &old.v4), (&new.v6, &old.v6)] {
+            if let (Some(n), Some(o)) = (n, o) {
+                n.carry_counters(o);
+            }
+        }
+    }
+}
