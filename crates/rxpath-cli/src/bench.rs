@@ -15,6 +15,7 @@ pub fn bench(cmd: BenchCmd) -> Result<ExitCode> {
         BenchCmd::Gro(a) => crate::bench_gro::gro(a),
         BenchCmd::RxIface(a) => crate::bench_iface::rx_iface(a),
         BenchCmd::Rr(a) => crate::bench_rr::rr(a),
+        BenchCmd::Filter(a) => crate::bench_filter::filter(a),
     }
 }
 
@@ -35,7 +36,12 @@ fn range(v: &[f64]) -> String {
     format!("{:.1}–{:.1}", lo / 1e6, hi / 1e6)
 }
 
-fn rxdrop_config(bundle: usize, split: bool, producer: Producer, duration: Duration) -> RunConfig {
+pub(crate) fn rxdrop_config(
+    bundle: usize,
+    split: bool,
+    producer: Producer,
+    duration: Duration,
+) -> RunConfig {
     RunConfig {
         sim: SimConfig {
             queues: 1,
@@ -239,7 +245,7 @@ fn dpdk_null_rxonly(d: Duration) -> Result<f64> {
     Ok(useful.iter().sum::<f64>() / useful.len() as f64)
 }
 
-fn which(name: &str) -> Option<std::path::PathBuf> {
+pub(crate) fn which(name: &str) -> Option<std::path::PathBuf> {
     std::env::var_os("PATH")?
         .to_str()?
         .split(':')

@@ -246,6 +246,7 @@ fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Runn
                 sockperf: true,
                 no_verify_csum: false,
                 csum: Default::default(),
+                filt: Default::default(),
                 only_v6: false,
                 xdp_take: crate::opts::EchoTake::Port,
                 duration: None,

@@ -42,6 +42,7 @@ pub fn sockperf_reply(msg: &mut [u8]) -> bool {
 /// A running echo server.
 pub struct EchoServer {
     host: Host,
+    filter: Option<crate::filter::Loaded>,
     sock: UdpSocket,
     stop: Arc<AtomicBool>,
     readers: Vec<thread::JoinHandle<anyhow::Result<()>>>,
@@ -55,6 +56,8 @@ pub struct EchoReport {
     pub echoed: u64,
     pub socket: rxpath_core::sock::SockCounters,
     pub host: rxpath_runtime::HostReport,
+    /// Per-rule filter counters, if a filter ran.
+    pub filter: Option<serde_json::Value>,
 }
 
 impl EchoServer {
@@ -99,6 +102,8 @@ impl EchoServer {
                 xsk_busy_poll_us: a.xdp_busy_poll,
             },
         };
+        let filter = crate::filter::Loaded::load(&a.filt, &a.iface)?;
+        cfg.sock.filter = filter.as_ref().map(|f| f.handle.clone());
         let host = Host::start(cfg, dev)?;
         let addr = SocketAddr::new(a.bind, a.port);
         let sock = host.udp_bind(addr).context("binding the echo socket")?;
@@ -118,12 +123,20 @@ impl EchoServer {
             .collect::<Result<_, _>>()?;
         Ok(EchoServer {
             host,
+            filter,
             sock,
             stop,
             readers,
             echoed,
             start: Instant::now(),
         })
+    }
+
+    /// Reload the filter if SIGHUP asked for it.
+    pub fn poll_reload(&self) {
+        if let Some(f) = &self.filter {
+            f.poll_reload();
+        }
     }
 
     /// The backend and address, for a banner.
@@ -149,11 +162,19 @@ impl EchoServer {
         if let Some(e) = err {
             return Err(e);
         }
+        let filter = match &self.filter {
+            Some(f) => {
+                f.finish()?;
+                Some(f.json())
+            }
+            None => None,
+        };
         Ok(EchoReport {
             elapsed,
             echoed: self.echoed.load(Ordering::Relaxed),
             socket,
             host,
+            filter,
         })
     }
 }
@@ -185,6 +206,7 @@ pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
         .map(|d| start + Duration::from_secs_f64(d.max(0.0)));
     while !stop.load(Ordering::Acquire) && end.is_none_or(|e| Instant::now() < e) {
         thread::sleep(Duration::from_millis(20));
+        server.poll_reload();
     }
     let r = server.stop()?;
     let rep = &r.host;
@@ -207,6 +229,7 @@ pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
                 "frames_home": rep.frames_home,
                 "dropped": napi.dropped,
                 "snmp": rep.snmp.to_json(),
+                "filter": r.filter,
             })
         );
     } else {

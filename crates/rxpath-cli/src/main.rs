@@ -1,10 +1,12 @@
 //! `rxpath`: the command line.
 
 mod bench;
+mod bench_filter;
 mod bench_gro;
 mod bench_iface;
 mod bench_rr;
 mod echo;
+mod filter;
 mod opts;
 mod report;
 
@@ -22,6 +24,7 @@ fn main() -> ExitCode {
         opts::Cmd::Lab(l) => lab(l),
         opts::Cmd::Gen(g) => gen(g),
         opts::Cmd::Echo(e) => echo::echo(e),
+        opts::Cmd::Filter(f) => filter::filter_cmd(f),
     };
     match result {
         Ok(code) => code,

@@ -8,8 +8,10 @@ use std::io::Write;
 use std::process::ExitCode;
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {
-    let cfg = a.config()?;
+    let mut cfg = a.config()?;
     let json = a.json;
+    let filter = crate::filter::Loaded::load(&a.filt, a.iface.as_deref().unwrap_or("sim0"))?;
+    cfg.filter = filter.as_ref().map(|f| f.handle.clone());
     let mut last = Tick::default();
     let line = |t: &Tick, last: &Tick| {
         let dt = (t.elapsed - last.elapsed).as_secs_f64().max(1e-9);
@@ -42,11 +44,21 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             let _ = std::io::stdout().flush();
         }
         last = *t;
+        if let Some(f) = &filter {
+            f.poll_reload();
+        }
     })?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&json_report(&report))?);
+        let mut v = json_report(&report);
+        if let Some(f) = &filter {
+            v["filter"] = f.json();
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print!("{}", summary(&report));
+    }
+    if let Some(f) = &filter {
+        f.finish()?;
     }
     Ok(if report.consistent() {
         ExitCode::SUCCESS

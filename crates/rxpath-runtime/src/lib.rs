@@ -25,6 +25,7 @@ pub mod gen;
 pub mod host;
 pub mod lab;
 pub mod run;
+mod stages;
 
 pub use clock::MonotonicClock;
 pub use host::{Host, HostConfig, HostDevice, HostReport};

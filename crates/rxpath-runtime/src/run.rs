@@ -1,6 +1,8 @@
 //! `rxpath run`: the pipeline on threads, with a report per interval.
 
 use crate::clock::MonotonicClock;
+use crate::stages::{Sinks, Tap};
+use rxpath_core::filter::{FilterHandle, FilterStage};
 use rxpath_core::gro::{Adaptive, GroConfig, GroKnob, GroStats};
 use rxpath_core::ip::CsumPolicy;
 use rxpath_core::napi::{BundleMode, Napi, NapiId, NapiTable, NAPI_POLL_WEIGHT};
@@ -194,6 +196,9 @@ pub struct RunConfig {
     /// local traffic (veth, tun/tap, bridge) a field equal to the
     /// pseudo-header sum.
     pub csum: CsumPolicy,
+    /// The `INPUT` filter after GRO (None: no filter stage at all).
+    #[serde(skip)]
+    pub filter: Option<Arc<FilterHandle>>,
 }
 
 /// GRO settings of a run.
@@ -228,6 +233,7 @@ impl Default for RunConfig {
             xdp_filter: XdpFilter::default(),
             capture_at: CaptureAt::Delivered,
             csum: CsumPolicy::Auto,
+            filter: None,
         }
     }
 }
@@ -772,6 +778,7 @@ where
         let interrupts = cfg.interrupts && cfg.producer != Producer::Null;
         let idle_poll = cfg.idle_poll;
         let (kind, softnet) = (cfg.stack, cfg.softnet);
+        let filter = cfg.filter.clone();
         let h = thread::Builder::new()
             .name(format!("rxpath-napi/{t}"))
             .spawn(move || {
@@ -781,14 +788,28 @@ where
                 // Without a capture each end of the path is its own type, so
                 // the whole stack inlines into the poll loop; a capture adds
                 // the tap in front.
-                match (kind, cap) {
-                    (StackKind::Sink, None) => napi_thread(
+                match (kind, cap, filter) {
+                    (k, w, Some(f)) => {
+                        let inner = Sinks::of(k);
+                        napi_thread(
+                            t,
+                            napis,
+                            FilterStage::new(f, Tap { inner, w }),
+                            softnet,
+                            interrupts,
+                            idle_poll,
+                            &stop,
+                            &over,
+                            &live,
+                        )
+                    }
+                    (StackKind::Sink, None, None) => napi_thread(
                         t, napis, Sink, softnet, interrupts, idle_poll, &stop, &over, &live,
                     ),
-                    (StackKind::Rxdrop, None) => napi_thread(
+                    (StackKind::Rxdrop, None, None) => napi_thread(
                         t, napis, RxDrop, softnet, interrupts, idle_poll, &stop, &over, &live,
                     ),
-                    (StackKind::Latency, None) => napi_thread(
+                    (StackKind::Latency, None, None) => napi_thread(
                         t,
                         napis,
                         Tap {
@@ -802,12 +823,8 @@ where
                         &over,
                         &live,
                     ),
-                    (k, w) => {
-                        let inner = match k {
-                            StackKind::Sink => Sinks::Sink(Sink),
-                            StackKind::Rxdrop => Sinks::Rxdrop(RxDrop),
-                            StackKind::Latency => Sinks::Latency(LatencySink::default()),
-                        };
+                    (k, w, None) => {
+                        let inner = Sinks::of(k);
                         napi_thread(
                             t,
                             napis,
@@ -863,84 +880,6 @@ where
             .map_err(|e| RunError::Device(format!("capture: {e}")))?;
     }
     Ok((outs, elapsed, l))
-}
-
-/// The ends of the path a run can use.
-enum Sinks {
-    Sink(Sink),
-    Rxdrop(RxDrop),
-    Latency(LatencySink),
-}
-
-impl Stack for Sinks {
-    #[inline(always)]
-    fn receive(&mut self, pkt: rxpath_core::Packet, ctx: &mut rxpath_core::RxCtx<'_>) {
-        match self {
-            Sinks::Sink(s) => s.receive(pkt, ctx),
-            Sinks::Rxdrop(s) => s.receive(pkt, ctx),
-            Sinks::Latency(s) => s.receive(pkt, ctx),
-        }
-    }
-    fn latency(&self) -> Option<&LatencyHist> {
-        match self {
-            Sinks::Latency(s) => s.latency(),
-            _ => None,
-        }
-    }
-}
-
-/// A capture point: writes every packet it sees (a GRO chain as one
-/// packet: the head frame, then each fragment's payload) to a pcap file,
-/// then hands it on.
-struct Tap<S> {
-    inner: S,
-    w: Option<Arc<Mutex<rxpath_dev::pcap::Writer>>>,
-}
-
-impl<S: Stack> Tap<S> {
-    #[cold]
-    #[inline(never)]
-    fn write(
-        w: &Mutex<rxpath_dev::pcap::Writer>,
-        pkt: &rxpath_core::Packet,
-        ctx: &rxpath_core::RxCtx<'_>,
-    ) {
-        let mut parts: Vec<&[u8]> = Vec::with_capacity(1 + pkt.frags.len());
-        parts.push(ctx.data(pkt));
-        parts.extend(pkt.frags.iter().map(|f| ctx.frag_data(f)));
-        let ts = Duration::from_nanos(ctx.now_ns);
-        // A write error loses the capture, not the packet.
-        let _ = w
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .write(ts, &parts);
-    }
-}
-
-impl<S: Stack> Stack for Tap<S> {
-    #[inline(always)]
-    fn receive(&mut self, pkt: rxpath_core::Packet, ctx: &mut rxpath_core::RxCtx<'_>) {
-        if let Some(w) = &self.w {
-            Self::write(w, &pkt, ctx);
-        }
-        self.inner.receive(pkt, ctx);
-    }
-    fn bundle_done(&mut self, ctx: &mut rxpath_core::RxCtx<'_>) {
-        self.inner.bundle_done(ctx)
-    }
-    fn poll_done(
-        &mut self,
-        ctx: &mut rxpath_core::RxCtx<'_>,
-        end: rxpath_core::PollEnd,
-    ) -> Option<u64> {
-        self.inner.poll_done(ctx, end)
-    }
-    fn held(&self) -> u64 {
-        self.inner.held()
-    }
-    fn latency(&self) -> Option<&LatencyHist> {
-        self.inner.latency()
-    }
 }
 
 fn tick(live: &Mutex<Live>, start: Instant) -> Tick {

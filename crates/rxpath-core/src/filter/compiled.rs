@@ -247,6 +247,10 @@ enum Lookup {
     Direct(Vec<u32>),
     /// Interval starts, sorted, and the vector id of each interval.
     Search(Vec<u128>, Vec<u32>),
+    /// IPv4 addresses: interval starts, their vector ids, and for each
+    /// value of the top 16 bits the first interval starting at or above
+    /// it, so a lookup searches one small bucket.
+    Indexed(Vec<u32>, Vec<u32>, Vec<u32>),
 }
 
 /// One field's intervals and its distinct bit vectors.
@@ -268,6 +272,15 @@ impl Field {
             Lookup::Search(starts, ids) => {
                 // The last interval starting at or below v (starts[0] == 0).
                 let i = starts.partition_point(|&s| s <= v);
+                ids[i - 1] as usize
+            }
+            Lookup::Indexed(starts, ids, index) => {
+                let v = v as u32;
+                let h = (v >> 16) as usize;
+                let (lo, hi) = (index[h] as usize, index[h + 1] as usize);
+                // Intervals starting in this bucket at or below v; if none,
+                // the one that started before the bucket (starts[0] == 0).
+                let i = lo + starts[lo..hi].partition_point(|&s| s <= v);
                 ids[i - 1] as usize
             }
         }
@@ -332,6 +345,13 @@ impl ChainClassifier {
             }
             fields.push(Self::build_field(f, max, &sets, words, swords));
         }
+        // Most selective field first: the AND of a word usually reaches
+        // zero after one or two fields, and the loop stops there.
+        let density = |fl: &Field| {
+            let ones: u64 = fl.vecs.iter().map(|w| w.count_ones() as u64).sum();
+            ones as f64 / (fl.vecs.len().max(1) as f64)
+        };
+        fields.sort_by(|a, b| density(a).total_cmp(&density(b)));
         ChainClassifier {
             fields,
             words,
@@ -399,7 +419,13 @@ impl ChainClassifier {
                 }
             }
         }
-        let lookup = if max <= 65536 {
+        let lookup = if max == u32::MAX as u128 {
+            let starts: Vec<u32> = starts.iter().map(|&s| s as u32).collect();
+            let index: Vec<u32> = (0..=65536u64)
+                .map(|h| starts.partition_point(|&s| (s as u64) < h << 16) as u32)
+                .collect();
+            Lookup::Indexed(starts, ids, index)
+        } else if max <= 65536 {
             let mut t = vec![0u32; max as usize + 1];
             for (k, &s) in starts.iter().enumerate() {
                 let e = starts.get(k + 1).map_or(max + 1, |&x| x);
@@ -441,6 +467,9 @@ impl ChainClassifier {
             let mut s = !0u64;
             for (fl, &id) in self.fields.iter().zip(&ids[..nf]) {
                 s &= fl.summ[id as usize * self.swords + sw];
+                if s == 0 {
+                    break;
+                }
             }
             if sw == s0 {
                 s &= !0u64 << (w0 % 64);
@@ -448,12 +477,16 @@ impl ChainClassifier {
             while s != 0 {
                 let w = sw * 64 + s.trailing_zeros() as usize;
                 s &= s - 1;
-                let mut x = !0u64;
+                let mut x = if w == w0 {
+                    !0u64 << (first_bit % 64)
+                } else {
+                    !0u64
+                };
                 for (fl, &id) in self.fields.iter().zip(&ids[..nf]) {
                     x &= fl.vecs[id as usize * self.words + w];
-                }
-                if w == w0 {
-                    x &= !0u64 << (first_bit % 64);
+                    if x == 0 {
+                        break;
+                    }
                 }
                 if x != 0 {
                     let bit = w * 64 + x.trailing_zeros() as usize;
@@ -473,6 +506,7 @@ impl ChainClassifier {
                     + match &f.lookup {
                         Lookup::Direct(t) => 4 * t.len(),
                         Lookup::Search(s, i) => 16 * s.len() + 4 * i.len(),
+                        Lookup::Indexed(s, i, x) => 4 * (s.len() + i.len() + x.len()),
                     }
             })
             .sum::<usize>()

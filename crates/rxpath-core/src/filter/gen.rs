@@ -160,6 +160,8 @@ pub fn generate(
                     0..=3 => max_len,
                     4..=6 => max_len - 8,
                     7..=8 => rng.gen_range(half..=max_len),
+                    // ClassBench ACLs rarely leave both addresses open.
+                    _ if sl == 0 => max_len,
                     _ => 0,
                 };
                 src = (sl > 0).then(|| pfx(&mut rng, sl));
@@ -348,4 +350,44 @@ pub fn generate(
         }
     }
     Generated { save, traffic }
+}
+
+impl Probe {
+    /// The probe as an Ethernet frame (TCP ACK, UDP, or ICMP echo request;
+    /// `payload` bytes of payload for TCP/UDP).
+    pub fn frame(&self, src_mac: [u8; 6], dst_mac: [u8; 6], payload: &[u8]) -> Vec<u8> {
+        use rxpath_wire::build::{self, Spec};
+        use rxpath_wire::checksum;
+        let mut spec = Spec::new(self.src, self.dst, self.sport, self.dport);
+        spec.src_mac = src_mac;
+        spec.dst_mac = dst_mac;
+        match self.proto {
+            6 => build::tcp(&spec, 1, 1, rxpath_wire::tcp::flags::ACK, &[], payload),
+            17 => build::udp(&spec, payload),
+            _ => {
+                // An echo request: a UDP frame turned into ICMP.
+                let mut f = build::udp(&spec, payload);
+                let v6 = self.src.is_ipv6();
+                let l4 = 14 + if v6 { 40 } else { 20 };
+                let (proto, ty) = if v6 { (58u8, 128u8) } else { (1, 8) };
+                if v6 {
+                    f[14 + 6] = proto;
+                } else {
+                    f[14 + 9] = proto;
+                    rxpath_wire::corpus::fix_ipv4_checksum(&mut f);
+                }
+                f[l4] = ty;
+                f[l4 + 1] = 0;
+                f[l4 + 2] = 0;
+                f[l4 + 3] = 0;
+                let c = if v6 {
+                    checksum::l4(self.src, self.dst, 58, &f[l4..])
+                } else {
+                    !checksum::fold(checksum::sum(&f[l4..]))
+                };
+                f[l4 + 2..l4 + 4].copy_from_slice(&c.to_be_bytes());
+                f
+            }
+        }
+    }
 }

@@ -204,6 +204,19 @@ pub fn input(
     cfg: &IpConfig,
     snmp: &mut Snmp,
 ) -> Result<Datagram, DropReason> {
+    input_hooked(frame, csum, cfg, snmp, None)
+}
+
+/// [`input`] with the `INPUT` hook: after IP input and before UDP
+/// (`ip_local_deliver()` → `NF_INET_LOCAL_IN` → `udp_rcv()`), `filter`
+/// judges the packet (`headers`: the flow dissector's view of `frame`).
+pub fn input_hooked(
+    frame: &[u8],
+    csum: CsumStatus,
+    cfg: &IpConfig,
+    snmp: &mut Snmp,
+    filter: Option<(&crate::filter::Filter, &rxpath_wire::Headers)>,
+) -> Result<Datagram, DropReason> {
     let Some(dst_mac) = frame.get(..6) else {
         return Err(DropReason::Malformed);
     };
@@ -247,6 +260,11 @@ pub fn input(
             return Err(DropReason::UnhandledProto);
         }
     };
+    if let Some((f, h)) = filter {
+        if let Some(reason) = f.judge_frame(frame, h).and_then(|v| v.drop_reason()) {
+            return Err(reason);
+        }
+    }
     udp::rcv(frame, l4, csum, cfg, snmp)
 }
 

@@ -91,6 +91,8 @@ pub struct SockConfig {
     /// Entries of the RFS sock flow table (`rps_sock_flow_entries`; rounded
     /// up to a power of two; 0 = off).
     pub sock_flow_entries: usize,
+    /// The `INPUT` filter between IP input and UDP (None: no filter).
+    pub filter: Option<Arc<crate::filter::FilterHandle>>,
 }
 
 impl Default for SockConfig {
@@ -107,6 +109,7 @@ impl Default for SockConfig {
             mac: [0x02, 0, 0, 0, 0, 2],
             mtu: 1500,
             sock_flow_entries: 32_768,
+            filter: None,
         }
     }
 }

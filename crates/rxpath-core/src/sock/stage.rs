@@ -80,7 +80,14 @@ impl Stack for SockStack {
         let umem = ctx.umem;
         let off = pkt.off as usize;
         let bytes = &umem.data(&pkt.frame)[off..off + pkt.len as usize];
-        let r = ip::input(bytes, csum, &self.ip, &mut ctx.stats.snmp);
+        let r = match self.host.config().filter.as_deref() {
+            None => ip::input(bytes, csum, &self.ip, &mut ctx.stats.snmp),
+            Some(h) => {
+                let g = h.load();
+                let hook = g.as_deref().map(|f| (f, &pkt.meta.headers));
+                ip::input_hooked(bytes, csum, &self.ip, &mut ctx.stats.snmp, hook)
+            }
+        };
         let d = match r {
             Ok(d) => d,
             Err(reason) => {

@@ -1,0 +1,313 @@
+//! `rxpath bench filter`: the INPUT filter at 0 to 10 000 rules, the
+//! linear walk (the kernel's cost) against the compiled classifier, on one
+//! core of the simulated NIC, and per classification beside DPDK's
+//! `dpdk-test-acl` on the same rules and packets.
+
+use crate::bench::{measure, which};
+use anyhow::{Context, Result};
+use clap::Args;
+use rxpath_core::filter::gen::{generate, Generated, Shape};
+use rxpath_core::filter::{Family, Filter, FilterHandle, FilterMode, Key, Ruleset, ABSENT};
+use rxpath_runtime::{Producer, RunConfig, StackKind};
+use std::process::{Command, ExitCode};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Args)]
+pub struct FilterBenchArgs {
+    /// Seconds per measurement.
+    #[arg(long, default_value = "1500ms", value_parser = crate::opts::parse_duration)]
+    pub duration: Duration,
+    /// Rule counts.
+    #[arg(long, value_delimiter = ',', default_value = "0,100,1000,2000,10000")]
+    pub rules: Vec<usize>,
+    /// Rule set shape (acl or fw).
+    #[arg(long, default_value = "acl", value_parser = clap::value_parser!(Shape))]
+    pub shape: Shape,
+    /// Skip dpdk-test-acl even if installed.
+    #[arg(long)]
+    pub no_dpdk: bool,
+}
+
+fn config(producer: Producer, filter: Option<Arc<FilterHandle>>, d: Duration) -> RunConfig {
+    // rxdrop's setup (1 queue, 60-byte UDP, 64 flows, polling, bundle 16),
+    // ending in the sink behind the filter.
+    RunConfig {
+        stack: StackKind::Sink,
+        filter,
+        ..crate::bench::rxdrop_config(16, false, producer, d)
+    }
+}
+
+fn keys(g: &Generated) -> Vec<Key> {
+    let to = |a: std::net::IpAddr| match a {
+        std::net::IpAddr::V4(a) => u32::from(a) as u128,
+        std::net::IpAddr::V6(a) => u128::from(a),
+    };
+    g.traffic
+        .iter()
+        .map(|p| {
+            let ports = matches!(p.proto, 6 | 17);
+            Key {
+                src: to(p.src),
+                dst: to(p.dst),
+                proto: p.proto,
+                sport: if ports { p.sport as u32 } else { ABSENT },
+                dport: if ports { p.dport as u32 } else { ABSENT },
+                tcp_flags: if p.proto == 6 { 0x10 } else { ABSENT },
+                icmp: if matches!(p.proto, 1 | 58) {
+                    8 << 8
+                } else {
+                    ABSENT
+                },
+                len: 64,
+                frag: false,
+            }
+        })
+        .collect()
+}
+
+/// ns per classification over `keys`, repeated for at least `d`.
+fn ns_per_class(rs: &Ruleset, keys: &[Key], d: Duration) -> f64 {
+    let start = Instant::now();
+    let mut n = 0u64;
+    let mut sink = 0usize;
+    while start.elapsed() < d {
+        for k in keys {
+            let v = rs.judge_quiet(std::hint::black_box(k));
+            sink = sink.wrapping_add(v.rule.unwrap_or(0));
+        }
+        n += keys.len() as u64;
+    }
+    std::hint::black_box(sink);
+    start.elapsed().as_nanos() as f64 / n as f64
+}
+
+pub fn filter(a: FilterBenchArgs) -> Result<ExitCode> {
+    let d = a.duration;
+    println!(
+        "rxpath bench filter: INPUT filter after GRO, ClassBench-shaped {:?} rule sets (seed 1), 1 queue, 1 NAPI core, polling mode, bundle 16; {:.1}s per measurement",
+        a.shape,
+        d.as_secs_f64()
+    );
+    println!("Mpps: 60-byte UDP, 64 flows from the sim NIC (198.18.x.y -> 198.19.0.1: they miss almost every rule, the walk's worst case, as in seed 003).");
+    println!("ns/classification: 100 000 generated packets, 80 % aimed at rules spread over the list, 20 % at none; in-process, no packet I/O.\n");
+    let mut base = [0.0f64; 2];
+    for (i, p) in [Producer::Null, Producer::Thread { pps: None }]
+        .into_iter()
+        .enumerate()
+    {
+        base[i] = measure(&config(p, None, d))?.0;
+    }
+    println!(
+        "no filter stage: null mode {:.2} Mpps, cold data {:.2} Mpps\n",
+        base[0] / 1e6,
+        base[1] / 1e6
+    );
+    println!("| rules | build ms | memory KiB | null linear Mpps | null compiled Mpps | compiled vs no filter | compiled vs linear | cold linear Mpps | cold compiled Mpps | cold compiled vs no filter | ns/class linear | ns/class compiled | ns/class dpdk-test-acl | compiled vs rte_acl |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let dpdk_note: Option<String> = if a.no_dpdk {
+        Some("skipped (--no-dpdk)".into())
+    } else if which("dpdk-test-acl").is_none() {
+        Some("not measured: dpdk-test-acl is not installed (apt-get install dpdk)".into())
+    } else {
+        None
+    };
+    for &n in &a.rules {
+        let g = generate(a.shape, Family::V4, n, 100_000, 0.8, 1);
+        let table = rxpath_core::filter::parse(&g.save).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mk = |mode| {
+            let f = Filter {
+                v4: Some(Ruleset::new(table.clone(), "sim0", mode)),
+                v6: None,
+            };
+            Arc::new(FilterHandle::new(Some(f)))
+        };
+        let (lin, comp) = (mk(FilterMode::Linear), mk(FilterMode::Compiled));
+        let (build_ms, mem) = {
+            let f = comp.current().context("filter")?;
+            let r = f.v4.as_ref().context("v4")?;
+            (r.build_ns() as f64 / 1e6, r.memory())
+        };
+        let mut mpps = [[0.0f64; 2]; 2];
+        for (i, p) in [Producer::Null, Producer::Thread { pps: None }]
+            .into_iter()
+            .enumerate()
+        {
+            for (j, h) in [&lin, &comp].into_iter().enumerate() {
+                mpps[i][j] = measure(&config(p.clone(), Some(h.clone()), d))?.0;
+            }
+        }
+        let ks = keys(&g);
+        let rs_lin = Ruleset::new(table.clone(), "sim0", FilterMode::Linear);
+        let rs_comp = Ruleset::new(table.clone(), "sim0", FilterMode::Compiled);
+        // The linear walk at 10 000 rules takes long: fewer keys.
+        let lk = &ks[..ks.len().min(if n >= 5000 { 5_000 } else { 100_000 })];
+        let ns_lin = ns_per_class(&rs_lin, lk, d);
+        let ns_comp = ns_per_class(&rs_comp, &ks, d);
+        let ns_dpdk = match &dpdk_note {
+            Some(_) => None,
+            None if n == 0 => None,
+            None => match dpdk_acl(&rs_comp, &ks) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    eprintln!("dpdk-test-acl at {n} rules: not measured: {e:#}");
+                    None
+                }
+            },
+        };
+        println!(
+            "| {n} | {build_ms:.1} | {} | {:.3} | {:.2} | {:.2}x | {:.1}x | {:.3} | {:.2} | {:.2}x | {ns_lin:.0} | {ns_comp:.1} | {} | {} |",
+            mem / 1024,
+            mpps[0][0] / 1e6,
+            mpps[0][1] / 1e6,
+            mpps[0][1] / base[0],
+            mpps[0][1] / mpps[0][0],
+            mpps[1][0] / 1e6,
+            mpps[1][1] / 1e6,
+            mpps[1][1] / base[1],
+            ns_dpdk.map_or("n/a".into(), |v| format!("{v:.1}")),
+            ns_dpdk.map_or("n/a".into(), |v| format!("{:.2}x", v / ns_comp)),
+        );
+    }
+    if let Some(n) = dpdk_note {
+        println!("\ndpdk-test-acl: {n}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Run `dpdk-test-acl` on the rules of `rs` (INPUT only, converted to its
+/// rule format) and the same packets; ns per classification as it reports
+/// for its best method.
+fn dpdk_acl(rs: &Ruleset, keys: &[Key]) -> Result<f64> {
+    let bin = which("dpdk-test-acl").context("dpdk-test-acl not installed")?;
+    let dir = std::env::temp_dir().join(format!("rxpath-acl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let (rules, trace) = (dir.join("rules"), dir.join("trace"));
+    std::fs::write(&rules, acl_rules(rs)?)?;
+    let mut t = String::new();
+    for k in keys {
+        let port = |p: u32| if p == ABSENT { 0 } else { p };
+        t.push_str(&format!(
+            "{:#x}\t{:#x}\t{}\t{}\t{}\n",
+            k.src as u32,
+            k.dst as u32,
+            port(k.sport),
+            port(k.dport),
+            k.proto
+        ));
+    }
+    std::fs::write(&trace, t)?;
+    let out = Command::new(bin)
+        .args([
+            "--no-huge",
+            "-m",
+            "1024",
+            "--no-pci",
+            "-l",
+            "0",
+            "--log-level=error",
+            "--",
+        ])
+        .arg(format!("--rulesf={}", rules.display()))
+        .arg(format!("--tracef={}", trace.display()))
+        .args(["--iter=20", "--verbose=0"])
+        .arg(format!("--tracenum={}", keys.len()))
+        .output()
+        .context("running dpdk-test-acl")?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    anyhow::ensure!(
+        out.status.success(),
+        "dpdk-test-acl failed: {}",
+        text.lines().last().unwrap_or("")
+    );
+    // Lines like "... search_avx2: ... cycles/pkt: 123.45 ..." or
+    // "... ns/pkt ..."; take the smallest time per packet reported.
+    parse_acl_output(&text).with_context(|| {
+        format!(
+            "no per-packet time in its output: {}",
+            text.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+        )
+    })
+}
+
+fn parse_acl_output(text: &str) -> Option<f64> {
+    // "search_ip5tuples  @lcore 0: 20 iterations, 2000000 pkts, 1
+    // categories, 244296 cycles (0.10 sec), 122.03 cycles/pkt, 20077096.05
+    // pkt/sec": the best rate of the lines it prints.
+    let mut best: Option<f64> = None;
+    for l in text.lines().filter(|l| l.contains("pkt/sec")) {
+        let pps = l
+            .split(',')
+            .find(|x| x.contains("pkt/sec"))
+            .and_then(|x| x.split_whitespace().next())
+            .and_then(|x| x.parse::<f64>().ok());
+        if let Some(pps) = pps.filter(|p| *p > 0.0) {
+            let ns = 1e9 / pps;
+            best = Some(best.map_or(ns, |b: f64| b.min(ns)));
+        }
+    }
+    best
+}
+
+/// The INPUT chain in `dpdk-test-acl`'s ClassBench rule format:
+/// `@src/len dst/len sport_lo : sport_hi dport_lo : dport_hi proto/mask`.
+/// Rules it cannot express (negations, user chains, flags, ICMP types,
+/// lengths, multiport) make the conversion fail, and the row says so; an
+/// `--icmp-type 8` is left out (every ICMP packet of the generated traffic
+/// is an echo request, so the verdicts are the same).
+fn acl_rules(rs: &Ruleset) -> Result<String> {
+    let t = rs.table();
+    let input = t.chain("INPUT").context("no INPUT chain")?;
+    let mut s = String::new();
+    for r in &t.chains[input].rules {
+        let m = &r.m;
+        let pfx = |p: &Option<
+            rxpath_core::filter::rule::Neg<rxpath_core::filter::rule::Prefix>,
+        >|
+         -> Result<String> {
+            match p {
+                None => Ok("0.0.0.0/0".into()),
+                Some(p) if !p.invert => Ok(format!(
+                    "{}/{}",
+                    std::net::Ipv4Addr::from(p.v.addr as u32),
+                    p.v.len
+                )),
+                Some(_) => anyhow::bail!("line {}: a negated address", r.line),
+            }
+        };
+        let range =
+            |p: &Option<rxpath_core::filter::rule::Neg<Vec<(u32, u32)>>>| -> Result<(u32, u32)> {
+                match p {
+                    None => Ok((0, 65535)),
+                    Some(p) if !p.invert && p.v.len() == 1 => Ok(p.v[0]),
+                    Some(_) => anyhow::bail!("line {}: a negated or multiport match", r.line),
+                }
+            };
+        anyhow::ensure!(
+            m.iface.is_none()
+                && m.tcp_flags.is_none()
+                && m.length.is_none()
+                && m.frag.is_none()
+                && m.ports.is_none()
+                && m.icmp.as_ref().is_none_or(|i| !i.invert && i.v.0 == 8),
+            "line {}: a match rte_acl's 5-tuple format cannot express",
+            r.line
+        );
+        let (sa, sb) = range(&m.sport)?;
+        let (da, db) = range(&m.dport)?;
+        let proto = match &m.proto {
+            None => "0x00/0x00".to_string(),
+            Some(p) if !p.invert => format!("{:#04x}/0xff", p.v),
+            Some(_) => anyhow::bail!("line {}: a negated protocol", r.line),
+        };
+        s.push_str(&format!(
+            "@{}\t{}\t{sa} : {sb}\t{da} : {db}\t{proto}\n",
+            pfx(&m.src)?,
+            pfx(&m.dst)?
+        ));
+    }
+    Ok(s)
+}

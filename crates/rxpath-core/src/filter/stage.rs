@@ -1,0 +1,65 @@
+//! The filter as a stage of the path: judges every packet GRO passes up
+//! (a super-packet once, as the kernel judges one skb) and drops what the
+//! rules drop, counted `filter` or `filter_reject`.
+
+use super::FilterHandle;
+use crate::packet::{Packet, PollEnd, RxCtx, Stack};
+use crate::stats::LatencyHist;
+use std::sync::Arc;
+
+/// `inner` behind the filter's `INPUT` hook.
+#[derive(Debug)]
+pub struct FilterStage<S> {
+    inner: S,
+    filter: Arc<FilterHandle>,
+    /// The set this bundle is judged by: loaded at its first packet and
+    /// let go at its end, so a swap takes effect at the next bundle and no
+    /// packet sees half of one.
+    cur: Option<Option<Arc<super::Filter>>>,
+}
+
+impl<S> FilterStage<S> {
+    /// Put `filter` in front of `inner`.
+    pub fn new(filter: Arc<FilterHandle>, inner: S) -> Self {
+        FilterStage {
+            inner,
+            filter,
+            cur: None,
+        }
+    }
+}
+
+impl<S: Stack> Stack for FilterStage<S> {
+    #[inline]
+    fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
+        let filter = &self.filter;
+        let cur = self.cur.get_or_insert_with(|| filter.current());
+        if let Some(f) = cur {
+            if let Some(v) = f.judge_frame(ctx.data(&pkt), &pkt.meta.headers) {
+                if let Some(reason) = v.drop_reason() {
+                    return ctx.drop(pkt, reason);
+                }
+            }
+        }
+        self.inner.receive(pkt, ctx)
+    }
+    fn malformed(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
+        self.inner.malformed(pkt, ctx)
+    }
+    fn bundle_done(&mut self, ctx: &mut RxCtx<'_>) {
+        self.cur = None;
+        self.inner.bundle_done(ctx)
+    }
+    fn poll_done(&mut self, ctx: &mut RxCtx<'_>, end: PollEnd) -> Option<u64> {
+        let t = self.inner.poll_done(ctx, end);
+        // Packets GRO flushed here were judged; hold no set while idle.
+        self.cur = None;
+        t
+    }
+    fn held(&self) -> u64 {
+        self.inner.held()
+    }
+    fn latency(&self) -> Option<&LatencyHist> {
+        self.inner.latency()
+    }
+}

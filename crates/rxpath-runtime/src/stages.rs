@@ -1,0 +1,96 @@
+//! The ends of the path a run can use (`--stack`), and the capture tap in
+//! front of them.
+
+use rxpath_core::packet::{LatencySink, RxDrop, Sink, Stack};
+use rxpath_core::stats::LatencyHist;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The ends of the path a run can use.
+pub(crate) enum Sinks {
+    Sink(Sink),
+    Rxdrop(RxDrop),
+    Latency(LatencySink),
+}
+
+impl Sinks {
+    /// The end `kind` names.
+    pub(crate) fn of(kind: crate::StackKind) -> Sinks {
+        match kind {
+            crate::StackKind::Sink => Sinks::Sink(Sink),
+            crate::StackKind::Rxdrop => Sinks::Rxdrop(RxDrop),
+            crate::StackKind::Latency => Sinks::Latency(LatencySink::default()),
+        }
+    }
+}
+
+impl Stack for Sinks {
+    #[inline(always)]
+    fn receive(&mut self, pkt: rxpath_core::Packet, ctx: &mut rxpath_core::RxCtx<'_>) {
+        match self {
+            Sinks::Sink(s) => s.receive(pkt, ctx),
+            Sinks::Rxdrop(s) => s.receive(pkt, ctx),
+            Sinks::Latency(s) => s.receive(pkt, ctx),
+        }
+    }
+    fn latency(&self) -> Option<&LatencyHist> {
+        match self {
+            Sinks::Latency(s) => s.latency(),
+            _ => None,
+        }
+    }
+}
+
+/// A capture point: writes every packet it sees (a GRO chain as one
+/// packet: the head frame, then each fragment's payload) to a pcap file,
+/// then hands it on.
+pub(crate) struct Tap<S> {
+    pub(crate) inner: S,
+    pub(crate) w: Option<Arc<Mutex<rxpath_dev::pcap::Writer>>>,
+}
+
+impl<S: Stack> Tap<S> {
+    #[cold]
+    #[inline(never)]
+    fn write(
+        w: &Mutex<rxpath_dev::pcap::Writer>,
+        pkt: &rxpath_core::Packet,
+        ctx: &rxpath_core::RxCtx<'_>,
+    ) {
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(1 + pkt.frags.len());
+        parts.push(ctx.data(pkt));
+        parts.extend(pkt.frags.iter().map(|f| ctx.frag_data(f)));
+        let ts = Duration::from_nanos(ctx.now_ns);
+        // A write error loses the capture, not the packet.
+        let _ = w
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .write(ts, &parts);
+    }
+}
+
+impl<S: Stack> Stack for Tap<S> {
+    #[inline(always)]
+    fn receive(&mut self, pkt: rxpath_core::Packet, ctx: &mut rxpath_core::RxCtx<'_>) {
+        if let Some(w) = &self.w {
+            Self::write(w, &pkt, ctx);
+        }
+        self.inner.receive(pkt, ctx);
+    }
+    fn bundle_done(&mut self, ctx: &mut rxpath_core::RxCtx<'_>) {
+        self.inner.bundle_done(ctx)
+    }
+    fn poll_done(
+        &mut self,
+        ctx: &mut rxpath_core::RxCtx<'_>,
+        end: rxpath_core::PollEnd,
+    ) -> Option<u64> {
+        self.inner.poll_done(ctx, end)
+    }
+    fn held(&self) -> u64 {
+        self.inner.held()
+    }
+    fn latency(&self) -> Option<&LatencyHist> {
+        self.inner.latency()
+    }
+}
