@@ -370,6 +370,10 @@ pub enum StackArg {
 pub struct RunArgs {
     #[command(flatten)]
     pub filt: crate::filter::FilterArgs,
+    /// A prefix IP input takes as local besides the interface's addresses,
+    /// as the kernel's `ip route add local PREFIX` (repeatable).
+    #[arg(long, value_name = "PREFIX", value_parser = parse_prefix)]
+    pub local_route: Vec<(std::net::IpAddr, u8)>,
     /// RX queues: of the simulated NIC (default 2), or of the interface
     /// to open (default: all its RX queues, /sys/class/net/IF/queues/rx-*).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
@@ -507,6 +511,24 @@ pub struct RxdropArgs {
     pub json: bool,
 }
 
+/// `198.19.0.0/16`, `2001:2::/48` or an address (a /32 or /128).
+pub fn parse_prefix(s: &str) -> Result<(std::net::IpAddr, u8), String> {
+    let (a, l) = s.split_once('/').unwrap_or((s, ""));
+    let a: std::net::IpAddr = a
+        .parse()
+        .map_err(|_| format!("'{s}' is not an address or prefix"))?;
+    let max = if a.is_ipv4() { 32 } else { 128 };
+    let l = if l.is_empty() {
+        max
+    } else {
+        l.parse::<u8>()
+            .ok()
+            .filter(|&n| n <= max)
+            .ok_or_else(|| format!("'{s}': the prefix length must be 0..={max}"))?
+    };
+    Ok((a, l))
+}
+
 /// Accept 5, 5s, 500ms, 2m.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let err = || format!("'{s}' is not a duration (try 5, 5s, 500ms or 1m)");
@@ -623,6 +645,7 @@ impl RunArgs {
             }),
             capture: self.capture.clone(),
             csum: self.csum,
+            local_routes: self.local_route.clone(),
             filter: None,
             xdp_busy_poll_us: self.xdp_busy_poll,
             capture_at: match self.capture_at {

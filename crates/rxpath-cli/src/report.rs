@@ -204,6 +204,10 @@ pub fn summary(r: &Report) -> String {
     let sq: u64 = r.softnet.iter().map(|x| x.time_squeeze).sum();
     let actions: u64 = r.softnet.iter().map(|x| x.rx_actions).sum();
     s += &format!("\nsoftnet: net_rx_action={actions} time_squeeze={sq}");
+    if r.config.stack != rxpath_runtime::StackKind::Rxdrop {
+        s += "\n";
+        s += n.snmp.table().trim_end();
+    }
     s += &format!(
         "\naccounting: received {} = delivered {} + dropped {}: {}",
         n.received,
@@ -245,6 +249,7 @@ pub fn json_report(r: &Report) -> serde_json::Value {
         "gro": r.gro_total(),
         "gro_segs_per_packet": r.gro_total().map(|g| g.segs_per_packet()),
         "consistent": r.consistent(),
+        "snmp": n.snmp.to_json(),
         "config": r.config,
     })
 }

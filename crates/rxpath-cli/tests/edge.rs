@@ -489,6 +489,14 @@ fn gro_merges_a_local_senders_partial_checksums_unless_told_to_verify() {
             "gro over AF_PACKET, --csum {csum}: {received} frames, {segs:.2} segments per packet"
         );
         assert!(received > 2_000, "the transfer reached rxpath: {v}");
+        // run's IP stage counts with the kernel's names: one InReceives
+        // per IPv4 packet GRO passed up (ARP and IPv6 ND are the rest),
+        // all of them delivered.
+        let out = v["gro"]["packets_out"].as_u64().unwrap();
+        let ip = &v["snmp"]["Ip"];
+        let inr = ip["InReceives"].as_u64().unwrap();
+        assert!(inr <= out && inr + 32 >= out, "{out} {}", v["snmp"]);
+        assert_eq!(ip["InDelivers"].as_u64(), Some(inr), "{}", v["snmp"]);
         if merged {
             assert!(segs > 2.0, "auto merges partial checksums: {segs}");
         } else {

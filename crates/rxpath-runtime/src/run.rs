@@ -5,6 +5,7 @@ use crate::stages::{Sinks, Tap};
 use rxpath_core::filter::{FilterHandle, FilterStage};
 use rxpath_core::gro::{Adaptive, GroConfig, GroKnob, GroStats};
 use rxpath_core::ip::CsumPolicy;
+use rxpath_core::ip::{IpConfig, IpStage};
 use rxpath_core::napi::{BundleMode, Napi, NapiId, NapiTable, NAPI_POLL_WEIGHT};
 use rxpath_core::packet::{LatencySink, RxDrop, Sink, Stack};
 use rxpath_core::softnet::{Softnet, SoftnetConfig};
@@ -196,6 +197,9 @@ pub struct RunConfig {
     /// local traffic (veth, tun/tap, bridge) a field equal to the
     /// pseudo-header sum.
     pub csum: CsumPolicy,
+    /// Prefixes IP input takes as local besides the interface's addresses
+    /// (the kernel's `ip route add local PREFIX`).
+    pub local_routes: Vec<(std::net::IpAddr, u8)>,
     /// The `INPUT` filter after GRO (None: no filter stage at all).
     #[serde(skip)]
     pub filter: Option<Arc<FilterHandle>>,
@@ -233,6 +237,7 @@ impl Default for RunConfig {
             xdp_filter: XdpFilter::default(),
             capture_at: CaptureAt::Delivered,
             csum: CsumPolicy::Auto,
+            local_routes: Vec::new(),
             filter: None,
         }
     }
@@ -753,6 +758,11 @@ where
     };
     // The capture file must outlive every tap: the writer is finished only
     // once all NAPI threads (which own the taps) have been joined.
+    // IP input in front of the sink (not of rxdrop, the lowest RX level).
+    let ip_cfg = match cfg.stack {
+        StackKind::Rxdrop => None,
+        StackKind::Sink | StackKind::Latency => Some(ip_config(cfg)),
+    };
     let mut handles = Vec::new();
     for (t, mut napis) in groups.into_iter().enumerate() {
         let (stop, over, live) = (stop_napi.clone(), window_over.clone(), live.clone());
@@ -779,6 +789,7 @@ where
         let idle_poll = cfg.idle_poll;
         let (kind, softnet) = (cfg.stack, cfg.softnet);
         let filter = cfg.filter.clone();
+        let ip = ip_cfg.clone();
         let h = thread::Builder::new()
             .name(format!("rxpath-napi/{t}"))
             .spawn(move || {
@@ -794,7 +805,7 @@ where
                         napi_thread(
                             t,
                             napis,
-                            FilterStage::new(f, Tap { inner, w }),
+                            IpStage::new(ip, FilterStage::new(f, Tap { inner, w })),
                             softnet,
                             interrupts,
                             idle_poll,
@@ -804,7 +815,15 @@ where
                         )
                     }
                     (StackKind::Sink, None, None) => napi_thread(
-                        t, napis, Sink, softnet, interrupts, idle_poll, &stop, &over, &live,
+                        t,
+                        napis,
+                        IpStage::new(ip, Sink),
+                        softnet,
+                        interrupts,
+                        idle_poll,
+                        &stop,
+                        &over,
+                        &live,
                     ),
                     (StackKind::Rxdrop, None, None) => napi_thread(
                         t, napis, RxDrop, softnet, interrupts, idle_poll, &stop, &over, &live,
@@ -812,10 +831,13 @@ where
                     (StackKind::Latency, None, None) => napi_thread(
                         t,
                         napis,
-                        Tap {
-                            inner: Sinks::Latency(LatencySink::default()),
-                            w: None,
-                        },
+                        IpStage::new(
+                            ip,
+                            Tap {
+                                inner: Sinks::Latency(LatencySink::default()),
+                                w: None,
+                            },
+                        ),
                         softnet,
                         interrupts,
                         idle_poll,
@@ -828,7 +850,7 @@ where
                         napi_thread(
                             t,
                             napis,
-                            Tap { inner, w },
+                            IpStage::new(ip, Tap { inner, w }),
                             softnet,
                             interrupts,
                             idle_poll,
@@ -880,6 +902,40 @@ where
             .map_err(|e| RunError::Device(format!("capture: {e}")))?;
     }
     Ok((outs, elapsed, l))
+}
+
+/// What IP input knows of the host: the interface's MAC and addresses, or
+/// for the simulated NIC and replayed captures any MAC and any address.
+fn ip_config(cfg: &RunConfig) -> IpConfig {
+    let mut ip = IpConfig {
+        csum: cfg.csum,
+        deliver_all: true,
+        local_routes: cfg.local_routes.clone(),
+        ..IpConfig::default()
+    };
+    match &cfg.producer {
+        Producer::Xdp { iface, .. } | Producer::Packet { iface } => {
+            let name = iface.as_str();
+            ip.local_traffic = rxpath_dev::sys::iface::carries_local_traffic(name);
+            match rxpath_dev::sys::af_packet::iface_addrs(name) {
+                Ok((mac, addrs)) => {
+                    ip.mac = mac;
+                    ip.addrs = addrs;
+                }
+                // A thread that entered another network namespace with
+                // setns() still sees the old one's /sys.
+                Err(e) => {
+                    eprintln!(
+                        "rxpath: warning: {name}: its addresses could not be read ({e}); \
+                         IP input takes every MAC and destination"
+                    );
+                    ip.any_l2 = true;
+                }
+            }
+        }
+        _ => ip.any_l2 = true,
+    }
+    ip
 }
 
 fn tick(live: &Mutex<Live>, start: Instant) -> Tick {

@@ -30,11 +30,13 @@
 //! property test at the end feeds random and mutated frames).
 
 mod snmp;
+mod stage;
 mod udp;
 mod v4;
 mod v6;
 
 pub use snmp::{IpMib, RxExt, Snmp, UdpMib};
+pub use stage::IpStage;
 
 use crate::stats::DropReason;
 use rxpath_wire::ethernet::{ethertype, Mac};
@@ -72,6 +74,19 @@ impl std::str::FromStr for CsumPolicy {
     }
 }
 
+impl CsumStatus {
+    /// The status the NAPI gave a packet.
+    pub fn of(meta: &crate::packet::Meta) -> CsumStatus {
+        if meta.csum_ok {
+            CsumStatus::Unnecessary
+        } else if meta.csum_partial {
+            CsumStatus::Partial
+        } else {
+            CsumStatus::None
+        }
+    }
+}
+
 /// What the device said about a frame's L4 checksum (`skb->ip_summed`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CsumStatus {
@@ -104,6 +119,16 @@ pub struct IpConfig {
     /// this interface (a default route): then an off-link destination is
     /// reachable.
     pub default_route: [bool; 2],
+    /// The end of the path takes every protocol, not only UDP (`rxpath
+    /// run`'s sink; sockets take UDP and leave the rest to the kernel).
+    pub deliver_all: bool,
+    /// Prefixes that are wholly local (`ip route add local PREFIX`): a
+    /// destination in one is ours, like an address in `addrs`.
+    pub local_routes: Vec<(IpAddr, u8)>,
+    /// Accept any destination MAC and any VLAN (the simulated NIC, which
+    /// carries its VLANs, and replayed captures): no `PACKET_OTHERHOST`
+    /// drop.
+    pub any_l2: bool,
 }
 
 /// A route to `a` given the connected `prefixes` and default routes (no
@@ -144,6 +169,9 @@ pub fn in_prefix(a: IpAddr, net: IpAddr, len: u8) -> bool {
 
 impl IpConfig {
     fn is_local(&self, a: IpAddr) -> bool {
+        if self.local_routes.iter().any(|&(n, l)| in_prefix(a, n, l)) {
+            return true;
+        }
         let v6 = a.is_ipv6();
         let mut any = false;
         for l in &self.addrs {
@@ -190,6 +218,8 @@ pub(crate) struct L4 {
     pub(crate) off: usize,
     /// L4 length (IP payload after extension headers, padding trimmed).
     pub(crate) len: usize,
+    /// The transport protocol (17, or 6 with `deliver_all`).
+    pub(crate) proto: u8,
 }
 
 pub(crate) fn be16(b: &[u8], at: usize) -> Option<u16> {
@@ -217,6 +247,37 @@ pub fn input_hooked(
     snmp: &mut Snmp,
     filter: Option<(&crate::filter::Filter, &rxpath_wire::Headers)>,
 ) -> Result<Datagram, DropReason> {
+    let (etype, l3) = l2_rcv(frame, cfg, snmp)?;
+    let l4 = l3_rcv(frame, etype, l3, cfg, snmp)?;
+    if let Some((f, h)) = filter {
+        if let Some(reason) = f.judge_frame(frame, h).and_then(|v| v.drop_reason()) {
+            return Err(reason);
+        }
+    }
+    udp::rcv(frame, l4, csum, cfg, snmp)
+}
+
+/// IP input for a path end that takes every protocol (`rxpath run`'s
+/// sink): L2 and IP checks, then for UDP its length and checksum. Returns
+/// the transport protocol. Others are not checked further (the kernel's
+/// `tcp_v4_rcv`, `icmp_rcv` are not modelled).
+pub fn input_any(
+    frame: &[u8],
+    csum: CsumStatus,
+    cfg: &IpConfig,
+    snmp: &mut Snmp,
+) -> Result<u8, DropReason> {
+    let (etype, l3) = l2_rcv(frame, cfg, snmp)?;
+    let l4 = l3_rcv(frame, etype, l3, cfg, snmp)?;
+    if l4.proto == 17 {
+        udp::rcv(frame, l4, csum, cfg, snmp)?;
+    }
+    Ok(l4.proto)
+}
+
+/// `eth_type_trans()` and the VLAN step of `__netif_receive_skb_core()`:
+/// the ethertype and the offset of the network header.
+fn l2_rcv(frame: &[u8], cfg: &IpConfig, snmp: &mut Snmp) -> Result<(u16, usize), DropReason> {
     let Some(dst_mac) = frame.get(..6) else {
         return Err(DropReason::Malformed);
     };
@@ -225,7 +286,7 @@ pub fn input_hooked(
     }
     // eth_type_trans(): our address, broadcast and multicast are for us;
     // any other unicast address is PACKET_OTHERHOST, which IP drops first.
-    if dst_mac != cfg.mac && dst_mac[0] & 1 == 0 {
+    if !cfg.any_l2 && dst_mac != cfg.mac && dst_mac[0] & 1 == 0 {
         snmp.ext.otherhost += 1;
         return Err(DropReason::NotForUs);
     }
@@ -245,27 +306,30 @@ pub fn input_hooked(
             return Err(DropReason::Malformed);
         };
         tags += 1;
-        if tci & 0x0fff != 0 || tags > 2 {
+        if (tci & 0x0fff != 0 && !cfg.any_l2) || tags > 2 {
             snmp.ext.vlan_otherhost += 1;
             return Err(DropReason::NotForUs);
         }
         off += 4;
     };
-    let l3 = off + 2;
-    let l4 = match etype {
+    Ok((etype, off + 2))
+}
+
+fn l3_rcv(
+    frame: &[u8],
+    etype: u16,
+    l3: usize,
+    cfg: &IpConfig,
+    snmp: &mut Snmp,
+) -> Result<L4, DropReason> {
+    Ok(match etype {
         ethertype::IPV4 => v4::rcv(frame, l3, cfg, snmp)?,
         ethertype::IPV6 => v6::rcv(frame, l3, cfg, snmp)?,
         _ => {
             snmp.ext.not_ip += 1;
             return Err(DropReason::UnhandledProto);
         }
-    };
-    if let Some((f, h)) = filter {
-        if let Some(reason) = f.judge_frame(frame, h).and_then(|v| v.drop_reason()) {
-            return Err(reason);
-        }
-    }
-    udp::rcv(frame, l4, csum, cfg, snmp)
+    })
 }
 
 #[cfg(test)]

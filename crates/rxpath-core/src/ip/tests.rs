@@ -18,6 +18,9 @@ fn cfg() -> IpConfig {
         local_traffic: false,
         prefixes: Vec::new(),
         default_route: [false; 2],
+        deliver_all: false,
+        any_l2: false,
+        local_routes: Vec::new(),
     }
 }
 
@@ -248,4 +251,35 @@ proptest! {
         let m = if six { s.ip6 } else { s.ip };
         prop_assert!(m.in_receives <= 1);
     }
+}
+
+#[test]
+fn input_any_delivers_tcp_for_a_sink_and_any_l2_takes_every_vlan() {
+    let mut spec = build::Spec::new(
+        "198.18.9.5".parse().unwrap(),
+        "198.18.9.6".parse().unwrap(),
+        5000,
+        80,
+    );
+    spec.dst_mac = SRV;
+    let tcp = build::tcp(&spec, 1, 1, rxpath_wire::tcp::flags::ACK, &[], b"x");
+    let mut c = cfg();
+    let mut snmp = Snmp::default();
+    assert_eq!(
+        input_any(&tcp, CsumStatus::None, &c, &mut snmp),
+        Err(DropReason::UnhandledProto)
+    );
+    assert_eq!(snmp.ext.left_to_kernel, 1);
+    c.deliver_all = true;
+    assert_eq!(input_any(&tcp, CsumStatus::None, &c, &mut snmp), Ok(6));
+    assert_eq!((snmp.ip.in_receives, snmp.ip.in_delivers), (2, 1));
+    spec.vlan = Some(7);
+    spec.dst_mac = [0x02, 9, 9, 9, 9, 9];
+    let tagged = build::udp(&spec, b"y");
+    assert_eq!(
+        input_any(&tagged, CsumStatus::None, &c, &mut snmp),
+        Err(DropReason::NotForUs)
+    );
+    c.any_l2 = true;
+    assert_eq!(input_any(&tagged, CsumStatus::None, &c, &mut snmp), Ok(17));
 }

@@ -101,13 +101,14 @@ pub(super) fn rcv(
         return Err(DropReason::Fragment);
     }
     match p[9] {
-        17 => {
+        proto if proto == 17 || cfg.deliver_all => {
             snmp.ip.in_delivers += 1;
             Ok(L4 {
                 src: src.into(),
                 dst: dst.into(),
                 off: l3 + ihl,
                 len: tot - ihl,
+                proto,
             })
         }
         proto if KERNEL_PROTOS.contains(&proto) => {

@@ -99,6 +99,17 @@ pub(super) fn rcv(
                     dst: dst.into(),
                     off: l3 + off,
                     len: p.len() - off,
+                    proto: nh,
+                });
+            }
+            NEXTHDR_TCP | NEXTHDR_ICMP | NEXTHDR_UDPLITE if cfg.deliver_all => {
+                snmp.ip6.in_delivers += 1;
+                return Ok(L4 {
+                    src: src.into(),
+                    dst: dst.into(),
+                    off: l3 + off,
+                    len: p.len() - off,
+                    proto: nh,
                 });
             }
             NEXTHDR_DEST => {

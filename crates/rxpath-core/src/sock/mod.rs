@@ -333,6 +333,9 @@ impl Sockets {
             local_traffic: self.cfg.local_traffic,
             prefixes: self.cfg.prefixes.clone(),
             default_route: self.cfg.default_route,
+            deliver_all: false,
+            any_l2: false,
+            local_routes: Vec::new(),
         }
     }
 

@@ -68,13 +68,7 @@ impl Stack for SockStack {
             // GRO merges TCP only; a chain is never a datagram.
             return ctx.drop(pkt, DropReason::UnhandledProto);
         }
-        let csum = if pkt.meta.csum_ok {
-            CsumStatus::Unnecessary
-        } else if pkt.meta.csum_partial {
-            CsumStatus::Partial
-        } else {
-            CsumStatus::None
-        };
+        let csum = CsumStatus::of(&pkt.meta);
         // The frame bytes (through the region, not `ctx`) and the counters
         // are borrowed apart: no copy of the SNMP block per packet.
         let umem = ctx.umem;
