@@ -3,15 +3,20 @@
 use std::net::IpAddr;
 
 /// One's-complement sum of `data` as big-endian 16-bit words, not folded.
+///
+/// Adds 32-bit big-endian words: `a·2¹⁶ + b ≡ a + b (mod 2¹⁶ − 1)`, so the
+/// folded result is the same as summing 16-bit words (RFC 1071 §2), with
+/// half the additions.
 pub fn sum(data: &[u8]) -> u32 {
     let mut acc: u64 = 0;
-    let mut chunks = data.chunks_exact(2);
+    let mut chunks = data.chunks_exact(4);
     for c in &mut chunks {
-        acc += u16::from_be_bytes([c[0], c[1]]) as u64;
+        acc += u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as u64;
     }
-    if let [last] = chunks.remainder() {
-        acc += (*last as u64) << 8;
-    }
+    let r = chunks.remainder();
+    let mut tail = [0u8; 4];
+    tail[..r.len()].copy_from_slice(r);
+    acc += u32::from_be_bytes(tail) as u64;
     while acc >> 32 != 0 {
         acc = (acc & 0xffff_ffff) + (acc >> 32);
     }
@@ -61,6 +66,41 @@ pub fn l4(src: IpAddr, dst: IpAddr, protocol: u8, segment: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The 16-bit-word sum of RFC 1071, folded: what `sum` must equal.
+    fn reference(data: &[u8]) -> u16 {
+        let mut acc: u64 = 0;
+        for c in data.chunks(2) {
+            acc += ((c[0] as u64) << 8) | c.get(1).map_or(0, |&b| b as u64);
+        }
+        while acc >> 16 != 0 {
+            acc = (acc & 0xffff) + (acc >> 16);
+        }
+        acc as u16
+    }
+
+    #[test]
+    fn word_sums_fold_to_the_16_bit_sum_at_every_length() {
+        let mut x: u32 = 0x2545_f491;
+        for len in 0..300 {
+            let data: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    // Runs of 0xff bytes exercise the carries.
+                    if x % 5 == 0 {
+                        0xff
+                    } else {
+                        x as u8
+                    }
+                })
+                .collect();
+            assert_eq!(fold(sum(&data)), reference(&data), "length {len}");
+        }
+        assert_eq!(fold(sum(&[0xff; 64])), reference(&[0xff; 64]));
+        assert_eq!(fold(sum(&[0; 7])), 0);
+    }
 
     #[test]
     fn rfc1071_example() {

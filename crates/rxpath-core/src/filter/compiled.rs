@@ -448,12 +448,10 @@ impl ChainClassifier {
     /// The packet's vector ids, one per field (call once per packet and
     /// chain, then [`Self::next_match`] as often as the walk needs).
     #[inline]
-    pub fn lookup(&self, k: &Key) -> [u32; 9] {
-        let mut ids = [0u32; 9];
+    pub fn lookup(&self, k: &Key, ids: &mut [u32; 9]) {
         for (slot, fl) in ids.iter_mut().zip(&self.fields) {
             *slot = fl.id(value(fl.f, k)) as u32;
         }
-        ids
     }
 
     /// The first rule at or after `from` (a rule index) that matches.

@@ -294,7 +294,10 @@ impl Ruleset {
         let mut stack: arrayvec::ArrayVec<(usize, usize), { rule::MAX_DEPTH }> =
             arrayvec::ArrayVec::new();
         let (mut chain, mut pos) = (input, 0usize);
-        let mut ids = None;
+        // The packet's field ids in the chain last looked up (filled in
+        // place: a copy of the array stalls on store forwarding).
+        let mut ids = [0u32; 9];
+        let mut ids_chain = usize::MAX;
         loop {
             let found = match self.mode {
                 FilterMode::Linear => self.table.chains[chain].rules
@@ -304,14 +307,10 @@ impl Ruleset {
                     .map(|i| pos + i),
                 FilterMode::Compiled => {
                     let c = &self.compiled[chain];
-                    let ids = match ids {
-                        Some((ch, v)) if ch == chain => v,
-                        _ => {
-                            let v = c.lookup(k);
-                            ids = Some((chain, v));
-                            v
-                        }
-                    };
+                    if ids_chain != chain {
+                        c.lookup(k, &mut ids);
+                        ids_chain = chain;
+                    }
                     c.next_match(&ids, pos)
                 }
             };
