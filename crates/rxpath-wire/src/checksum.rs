@@ -89,7 +89,7 @@ mod tests {
                     x ^= x >> 17;
                     x ^= x << 5;
                     // Runs of 0xff bytes exercise the carries.
-                    if x % 5 == 0 {
+                    if x.is_multiple_of(5) {
                         0xff
                     } else {
                         x as u8
