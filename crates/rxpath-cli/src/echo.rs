@@ -295,18 +295,18 @@ fn serve(
         if m == 0 {
             continue;
         }
-        // sendmmsg stops at a datagram it cannot send (no neighbour, a
-        // full TX ring, ...): that answer is lost and counted
-        // (SndbufErrors), as a kernel socket's would be, and the rest go
-        // on. No datagram ends the server.
+        // sendmmsg stops at a datagram it cannot send (no neighbour, no
+        // route, a full TX ring, ...): that answer is lost and counted once
+        // (SndbufErrors, OutNoRoutes), as a kernel socket's would be, and
+        // the rest go on after it. No datagram ends the server.
         let mut i = 0;
         while i < m {
             match sock.send_batch(&msgs[i..m]) {
-                Ok(k) if k > 0 => {
+                Ok(k) => {
                     echoed.fetch_add(k as u64, Ordering::Relaxed);
-                    i += k;
+                    // k < what was asked: the next one failed (counted).
+                    i += k + usize::from(i + k < m);
                 }
-                Ok(_) => i += 1,
                 Err(SockError::Closed) => return Ok(()),
                 Err(_) => i += 1,
             }

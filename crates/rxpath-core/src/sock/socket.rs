@@ -565,8 +565,12 @@ impl UdpSocket {
     /// `sendmmsg()`: datagrams to their destinations, built and handed to
     /// the TX port in one batch. Returns how many were sent: fewer than
     /// asked when one could not be (as `sendmmsg` stops at the first
-    /// failure); an error only if the first failed. Every datagram that
-    /// failed is counted (`SndbufErrors`); nothing here ends a server.
+    /// failure); an error only if the first failed. The datagram that
+    /// failed (the one after those sent) is counted once (`SndbufErrors`,
+    /// or `OutNoRoutes`); those after it were not tried and are not
+    /// counted, so a caller goes on after the failed one (and a caller that
+    /// retries it counts it again, as with the kernel's `sendmmsg`).
+    /// Nothing here ends a server.
     pub fn send_batch(&self, msgs: &[(&[u8], SocketAddr)]) -> Result<usize, SockError> {
         let local = self.local_addr();
         let mut sent = 0;
@@ -599,8 +603,13 @@ impl UdpSocket {
                 }
             };
             for (i, &v6) in fams.iter().enumerate().take(frames.len()) {
-                let ok = (i < n) as u64;
-                self.host.count_send(v6, ok, 1 - ok);
+                if i < n {
+                    self.host.count_send(v6, 1, 0);
+                } else if i == n && err.is_none() {
+                    // The first frame the TX port did not take failed; the
+                    // rest were not tried.
+                    self.host.count_send(v6, 0, 1);
+                }
             }
             sent += n;
             if let Some(e) = err {
