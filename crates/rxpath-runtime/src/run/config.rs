@@ -1,0 +1,318 @@
+//! What a run is given: where packets come from, the path's knobs, and
+//! the errors of a bad configuration.
+
+use rxpath_core::filter::FilterHandle;
+use rxpath_core::gro::Adaptive;
+use rxpath_core::ip::CsumPolicy;
+use rxpath_core::ip::IpConfig;
+use rxpath_core::napi::{BundleMode, NAPI_POLL_WEIGHT};
+use rxpath_core::softnet::SoftnetConfig;
+use rxpath_dev::sim::{SimConfig, SimError, TrafficConfig};
+use rxpath_dev::sys::xdp::XdpFilter;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where packets come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Producer {
+    /// A producer thread on another core plays the NIC and writes every
+    /// frame (cold data); `pps` limits its rate (None: as fast as possible).
+    Thread {
+        /// Offered packets per second, or as fast as possible.
+        pps: Option<u64>,
+    },
+    /// Same-thread null queues: frames written once, handed out forever.
+    /// Measures the engine alone. Always polling mode.
+    Null,
+    /// A real interface through AF_PACKET (TPACKET_V3 rings in a fanout
+    /// group, one per queue).
+    Packet {
+        /// Interface name.
+        iface: IfName,
+    },
+    /// A real interface through AF_XDP (an XDP program redirecting by
+    /// queue into one AF_XDP socket per queue); with `fallback`, AF_PACKET
+    /// is used when XDP cannot be, with a message.
+    Xdp {
+        /// Interface name.
+        iface: IfName,
+        /// Fall back to AF_PACKET if XDP fails.
+        fallback: bool,
+    },
+    /// A pcap file replayed through the simulated NIC by a producer thread.
+    Pcap {
+        /// The file.
+        path: PathBuf,
+        /// Times to play it (0: until the run ends).
+        loops: u64,
+        /// Keep the recorded spacing (else as fast as possible).
+        paced: bool,
+    },
+}
+
+/// Capture points of the path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CaptureAt {
+    /// Every frame NAPI takes from the device, before GRO.
+    Rx,
+    /// What reaches the end of the path, after GRO (a merged chain is one
+    /// packet).
+    Delivered,
+}
+
+/// An interface name (at most 15 bytes, as IFNAMSIZ allows), stored inline
+/// so that configurations stay `Copy`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct IfName([u8; 16]);
+
+impl IfName {
+    /// Check and store a name.
+    pub fn new(name: &str) -> Result<IfName, RunError> {
+        if name.is_empty() || name.len() > 15 || name.contains(['/', ' ', '\0']) {
+            return Err(RunError::Config(format!("bad interface name '{name}'")));
+        }
+        let mut b = [0u8; 16];
+        b[..name.len()].copy_from_slice(name.as_bytes());
+        Ok(IfName(b))
+    }
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        let n = self.0.iter().position(|&c| c == 0).unwrap_or(16);
+        std::str::from_utf8(&self.0[..n]).unwrap_or("?")
+    }
+}
+
+impl std::fmt::Debug for IfName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
+impl Serialize for IfName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// Check that `iface` exists and is up, and that we may open raw sockets;
+/// each failure is one line that names the fix.
+pub fn check_iface(iface: &str) -> Result<(), RunError> {
+    // Asked through the socket API, so the answer is for this thread's
+    // network namespace (sysfs shows the mount namespace's).
+    match rxpath_dev::sys::af_packet::iface_up(iface) {
+        Ok(None) => {
+            return Err(RunError::Device(format!(
+                "no interface named {iface} (see `ip link`; `rxpath lab up` makes a test pair rxp0/rxp1)"
+            )))
+        }
+        Ok(Some(false)) => {
+            return Err(RunError::Device(format!("interface {iface} is down: run `ip link set {iface} up`")))
+        }
+        _ => {}
+    }
+    if !rxpath_dev::sys::sched::is_root() {
+        return Err(RunError::Device(format!(
+            "opening {iface} needs CAP_NET_RAW: run as root, or `setcap cap_net_raw,cap_net_admin+ep $(which rxpath)`"
+        )));
+    }
+    Ok(())
+}
+
+/// What the end of the path does with packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StackKind {
+    /// Deliver TCP/UDP packets (the path's current end), drop the rest.
+    Sink,
+    /// Parse and drop everything (seed 001's lowest RX level).
+    Rxdrop,
+    /// Deliver like `Sink`, and measure send-to-delivery latency of
+    /// stamped request/response packets.
+    Latency,
+}
+
+/// Everything `run` needs.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunConfig {
+    /// The simulated NIC.
+    pub sim: SimConfig,
+    /// The traffic it receives.
+    pub traffic: TrafficConfig,
+    /// NAPI weight.
+    pub weight: usize,
+    /// RX bulking.
+    pub bundle: BundleMode,
+    /// `netdev_budget` and `netdev_budget_usecs`.
+    pub softnet: SoftnetConfig,
+    /// Interrupt mode (sleep until an IRQ line fires) or polling mode.
+    pub interrupts: bool,
+    /// Interrupt mode: wait for an interrupt spinning on the lines (the
+    /// kernel's `idle=poll`) instead of sleeping. A NAPI is still polled
+    /// only when its interrupt fires, but it is taken within a microsecond,
+    /// as a hard IRQ is; a futex wakeup takes 10-50 µs on this VM, during
+    /// which packets pile up (GRO then merges more without any timer).
+    pub idle_poll: bool,
+    /// Where packets come from.
+    pub producer: Producer,
+    /// What the end of the path does.
+    pub stack: StackKind,
+    /// NAPI threads (NAPIs are spread over them round robin).
+    pub threads: usize,
+    /// How long to run.
+    pub duration: Duration,
+    /// Report interval.
+    pub tick: Duration,
+    /// Pin NAPI threads to the first cores and the producer to the last.
+    pub pin: bool,
+    /// Frames per null queue.
+    pub null_frames: usize,
+    /// GRO on every NAPI (None: off).
+    pub gro: Option<GroSettings>,
+    /// Write every packet that reaches the end of the path (after GRO) to
+    /// this pcap file.
+    pub capture: Option<PathBuf>,
+    /// Where `capture` taps the path.
+    pub capture_at: CaptureAt,
+    /// AF_XDP: have the kernel busy-poll each queue for this many µs
+    /// (`SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL`, budget 64); 0 = off.
+    pub xdp_busy_poll_us: u32,
+    /// AF_XDP: what the XDP program takes (the rest goes to the kernel).
+    #[serde(skip)]
+    pub xdp_filter: XdpFilter,
+    /// How TCP/UDP checksums are trusted (`--csum`): `auto` trusts what the
+    /// device verified or marked partial, and on a driver that carries
+    /// local traffic (veth, tun/tap, bridge) a field equal to the
+    /// pseudo-header sum.
+    pub csum: CsumPolicy,
+    /// Prefixes IP input takes as local besides the interface's addresses
+    /// (the kernel's `ip route add local PREFIX`).
+    pub local_routes: Vec<(std::net::IpAddr, u8)>,
+    /// The `INPUT` filter after GRO (None: no filter stage at all).
+    #[serde(skip)]
+    pub filter: Option<Arc<FilterHandle>>,
+}
+
+/// GRO settings of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct GroSettings {
+    /// `gro_flush_timeout` in ns (0: flush at every completion).
+    pub flush_timeout_ns: u64,
+    /// Choose the timeout from the traffic instead.
+    pub adaptive: Option<Adaptive>,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            sim: SimConfig::default(),
+            traffic: TrafficConfig::default(),
+            weight: NAPI_POLL_WEIGHT,
+            bundle: BundleMode::default(),
+            softnet: SoftnetConfig::default(),
+            interrupts: true,
+            idle_poll: false,
+            producer: Producer::Thread { pps: None },
+            stack: StackKind::Sink,
+            threads: 1,
+            duration: Duration::from_secs(5),
+            tick: Duration::from_secs(1),
+            pin: true,
+            null_frames: 512,
+            gro: None,
+            capture: None,
+            xdp_busy_poll_us: 0,
+            xdp_filter: XdpFilter::default(),
+            capture_at: CaptureAt::Delivered,
+            csum: CsumPolicy::Auto,
+            local_routes: Vec::new(),
+            filter: None,
+        }
+    }
+}
+
+/// Errors starting a run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Bad parameter.
+    #[error("{0}")]
+    Config(String),
+    /// The simulated NIC could not be built.
+    #[error(transparent)]
+    Sim(#[from] SimError),
+    /// A thread could not be started or panicked.
+    #[error("thread failure: {0}")]
+    Thread(String),
+    /// The interface could not be opened.
+    #[error("{0}")]
+    Device(String),
+}
+
+pub(crate) fn validate(cfg: &RunConfig) -> Result<(), RunError> {
+    let bad = |m: String| Err(RunError::Config(m));
+    if cfg.threads == 0 || cfg.threads > cfg.sim.queues {
+        return bad(format!(
+            "threads must be in 1..=queues ({}), got {}",
+            cfg.sim.queues, cfg.threads
+        ));
+    }
+    if !(1..=1024).contains(&cfg.weight) {
+        return bad(format!("weight must be in 1..=1024, got {}", cfg.weight));
+    }
+    if !(1..=1024).contains(&cfg.bundle.size) || cfg.bundle.size > cfg.weight {
+        return bad(format!(
+            "bundle must be in 1..=weight ({}), got {}",
+            cfg.weight, cfg.bundle.size
+        ));
+    }
+    if cfg.softnet.netdev_budget == 0 || cfg.softnet.netdev_budget_usecs == 0 {
+        return bad("netdev_budget and netdev_budget_usecs must be > 0".into());
+    }
+    if cfg.duration.is_zero() {
+        return bad("duration must be > 0".into());
+    }
+    if cfg.null_frames < cfg.weight {
+        return bad(format!(
+            "null frames must be at least the weight ({})",
+            cfg.weight
+        ));
+    }
+    cfg.traffic.validate().map_err(RunError::Config)
+}
+
+/// What IP input knows of the host: the interface's MAC and addresses, or
+/// for the simulated NIC and replayed captures any MAC and any address.
+pub(crate) fn ip_config(cfg: &RunConfig) -> IpConfig {
+    let mut ip = IpConfig {
+        csum: cfg.csum,
+        deliver_all: true,
+        local_routes: cfg.local_routes.clone(),
+        ..IpConfig::default()
+    };
+    match &cfg.producer {
+        Producer::Xdp { iface, .. } | Producer::Packet { iface } => {
+            let name = iface.as_str();
+            ip.local_traffic = rxpath_dev::sys::iface::carries_local_traffic(name);
+            match rxpath_dev::sys::af_packet::iface_addrs(name) {
+                Ok((mac, addrs)) => {
+                    ip.mac = mac;
+                    ip.addrs = addrs;
+                }
+                // A thread that entered another network namespace with
+                // setns() still sees the old one's /sys.
+                Err(e) => {
+                    eprintln!(
+                        "rxpath: warning: {name}: its addresses could not be read ({e}); \
+                         IP input takes every MAC and destination"
+                    );
+                    ip.any_l2 = true;
+                }
+            }
+        }
+        _ => ip.any_l2 = true,
+    }
+    ip
+}
