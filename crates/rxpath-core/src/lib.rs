@@ -17,6 +17,9 @@
 //! 3. [`packet`]: what the stack receives: a frame plus metadata
 //!    (`napi_id`, RX hash, parsed headers), and the [`Stack`](packet::Stack)
 //!    trait each later stage implements (GRO, steering, sockets).
+//! 3. [`steer`]: which worker's backlog a packet goes to (RPS, RFS with the
+//!    in-order rule, `netdev_max_backlog`, `flow_limit`); decisions and
+//!    counters only, the worker threads are not built yet.
 //! 4. [`ip`]: IP and UDP input at the edge as `ip_rcv_core()`/`ipv6_rcv()`
 //!    run them, each drop under its SNMP name (`/proc/net/snmp`).
 //! 5. [`filter`]: the `INPUT` hook: `iptables-save` rule sets judged by a
@@ -36,6 +39,7 @@ pub mod packet;
 pub mod sock;
 pub mod softnet;
 pub mod stats;
+pub mod steer;
 pub mod time;
 
 pub use napi::{BundleMode, Napi, NapiId, NapiState, NapiTable};

@@ -1,0 +1,173 @@
+//! Flow steering between GRO and the bottom half (seeds 002 and 003):
+//! which worker's backlog a packet goes to, as `get_rps_cpu()` and
+//! `enqueue_to_backlog()` in net/core/dev.c (Linux 6.18) decide it.
+//!
+//! ```text
+//!  packet (hash) ─► rfs: sock flow table says the reader's worker (desired)
+//!                   │    dev flow table (per RX queue) says the current one;
+//!                   │    move only if the current backlog's head has passed
+//!                   │    the flow's last tail (no reordering), or the
+//!                   │    current worker is gone
+//!                   └► rps: rps_cpus[(hash × len) >> 32]
+//!                   ─► Backlog::enqueue: netdev_max_backlog, flow_limit
+//! ```
+//!
+//! Everything here is plain bookkeeping driven by method calls: the
+//! worker threads that own the backlogs are the runtime's. **Status**: the
+//! decisions and counters are built and tested; the worker threads, the
+//! `spread` mode with its reorder stage, and the CLI knobs are not built yet
+//! (see the README).
+
+mod backlog;
+#[cfg(test)]
+mod tests;
+
+pub use backlog::{Backlog, BacklogStats, Enqueued, FlowLimit, FLOW_LIMIT_HISTORY};
+
+use crate::sock::SockFlowTable;
+
+/// `hash_32()` of include/linux/hash.h: the top `bits` bits of
+/// `val × GOLDEN_RATIO_32`.
+#[inline]
+pub fn hash_32(val: u32, bits: u32) -> u32 {
+    if bits == 0 {
+        return 0;
+    }
+    val.wrapping_mul(0x61C8_8647) >> (32 - bits)
+}
+
+/// `reciprocal_scale()`: `val` scaled into `0..n` without a division.
+#[inline]
+pub fn reciprocal_scale(val: u32, n: u32) -> u32 {
+    ((val as u64 * n as u64) >> 32) as u32
+}
+
+/// A worker: a bottom-half thread with a backlog (the kernel's CPU).
+pub type Worker = u16;
+
+/// No worker (an unset dev flow entry: `tcpu >= nr_cpu_ids`).
+pub const NO_WORKER: Worker = Worker::MAX;
+
+/// One entry of the per-queue dev flow table (`struct rps_dev_flow`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DevFlow {
+    /// The worker the flow's packets go to now.
+    pub cpu: Worker,
+    /// That worker's `input_queue_tail` right after the flow's last packet
+    /// was enqueued there.
+    pub last_qtail: u32,
+}
+
+/// `rps_dev_flow_table` of one RX queue (`rps_flow_cnt` entries).
+#[derive(Debug, Clone)]
+pub struct DevFlowTable {
+    flows: Vec<DevFlow>,
+    log: u32,
+}
+
+impl DevFlowTable {
+    /// `rps_flow_cnt` entries, rounded up to a power of two (at least 1).
+    pub fn new(entries: usize) -> Self {
+        let n = entries.max(1).next_power_of_two();
+        DevFlowTable {
+            flows: vec![
+                DevFlow {
+                    cpu: NO_WORKER,
+                    last_qtail: 0
+                };
+                n
+            ],
+            log: n.trailing_zeros(),
+        }
+    }
+
+    /// `rfs_slot()`: `hash_32(hash, log)` since 2025 (before: `hash &
+    /// mask`).
+    #[inline]
+    pub fn slot(&self, hash: u32) -> usize {
+        hash_32(hash, self.log) as usize
+    }
+
+    /// The entry of `hash`.
+    pub fn get(&self, hash: u32) -> DevFlow {
+        self.flows[self.slot(hash)]
+    }
+
+    /// Record that the flow's packet went to `cpu` and left its tail at
+    /// `tail` (`set_rps_cpu` plus `rps_input_queue_tail_save`).
+    pub fn set(&mut self, hash: u32, cpu: Worker, tail: u32) {
+        let s = self.slot(hash);
+        self.flows[s] = DevFlow {
+            cpu,
+            last_qtail: tail,
+        };
+    }
+}
+
+/// How packets are steered (`--steer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SteerMode {
+    /// The whole path on the NAPI thread.
+    #[default]
+    None,
+    /// `rps_cpus` per RX queue.
+    Rps,
+    /// RFS over RPS.
+    Rfs,
+}
+
+/// What the steering stage sees of a worker: alive, and how far its backlog
+/// has been processed (`input_queue_head`).
+pub trait WorkerView {
+    /// The worker exists and runs (`cpu_online`).
+    fn online(&self, w: Worker) -> bool;
+    /// Its `input_queue_head`.
+    fn head(&self, w: Worker) -> u32;
+}
+
+/// `get_rps_cpu()` for one RX queue: the worker for a packet with `hash`,
+/// or `None` to run the rest of the path right here (no map, no table,
+/// hash 0, or nothing online). Returns also whether the dev flow entry
+/// must be saved with the tail the enqueue gives (`rflow`).
+///
+/// `desired`: the sock flow table (RFS; `None` = RPS only). `map`: the
+/// queue's `rps_cpus` (empty = none).
+pub fn get_rps_cpu(
+    hash: u32,
+    map: &[Worker],
+    flows: Option<&DevFlowTable>,
+    desired: Option<&SockFlowTable>,
+    workers: &dyn WorkerView,
+) -> Option<(Worker, bool)> {
+    if hash == 0 || (map.is_empty() && flows.is_none()) {
+        return None;
+    }
+    if let (Some(table), Some(sock)) = (flows, desired) {
+        if let Some(next) = sock.desired_cpu(hash) {
+            let next = next as Worker;
+            let DevFlow { cpu, last_qtail } = table.get(hash);
+            let mut tcpu = cpu;
+            // Move to the desired worker only if the current one is unset or
+            // gone, or its head has passed the flow's last tail (wrap-safe):
+            // every earlier packet of the flow has been processed there.
+            if tcpu != next
+                && (tcpu == NO_WORKER
+                    || !workers.online(tcpu)
+                    || (workers.head(tcpu).wrapping_sub(last_qtail) as i32) >= 0)
+            {
+                tcpu = next;
+            }
+            if tcpu != NO_WORKER && workers.online(tcpu) {
+                return Some((tcpu, true));
+            }
+        }
+    }
+    if !map.is_empty() {
+        let w = map[reciprocal_scale(hash, map.len() as u32) as usize];
+        if workers.online(w) {
+            return Some((w, false));
+        }
+    }
+    None
+}

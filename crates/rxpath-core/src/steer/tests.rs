@@ -1,0 +1,306 @@
+//! Steering decisions with seeded randomness: RPS follows `rps_cpus`, RFS
+//! never reorders a flow where steering straight to the reader does, the
+//! flow limit takes the elephant and spares the mice, a full backlog is a
+//! counted drop.
+
+use super::*;
+use crate::sock::SockFlowTable;
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+use std::collections::VecDeque;
+
+struct View<'a> {
+    backlogs: &'a [Backlog],
+    online: &'a [bool],
+}
+
+impl WorkerView for View<'_> {
+    fn online(&self, w: Worker) -> bool {
+        self.online.get(w as usize).copied().unwrap_or(false)
+    }
+    fn head(&self, w: Worker) -> u32 {
+        self.backlogs[w as usize].head()
+    }
+}
+
+#[test]
+fn rps_follows_rps_cpus_by_reciprocal_scale() {
+    let backlogs = vec![Backlog::new(1000, None); 4];
+    let online = [true; 4];
+    let v = View {
+        backlogs: &backlogs,
+        online: &online,
+    };
+    let map: [Worker; 2] = [1, 3];
+    let mut seen = [0u32; 4];
+    let mut rng = Pcg64Mcg::seed_from_u64(7);
+    for _ in 0..10_000 {
+        let h: u32 = rng.gen_range(1..u32::MAX);
+        let (w, save) = get_rps_cpu(h, &map, None, None, &v).unwrap();
+        assert!(!save);
+        assert_eq!(w, map[((h as u64 * 2) >> 32) as usize]);
+        seen[w as usize] += 1;
+    }
+    assert_eq!((seen[0], seen[2]), (0, 0), "only the listed workers");
+    assert!(seen[1] > 4000 && seen[3] > 4000, "{seen:?}");
+    // Hash 0 and an empty map: run here.
+    assert_eq!(get_rps_cpu(0, &map, None, None, &v), None);
+    assert_eq!(get_rps_cpu(5, &[], None, None, &v), None);
+    // A worker that is gone is skipped.
+    let online = [true, false, true, false];
+    let v = View {
+        backlogs: &backlogs,
+        online: &online,
+    };
+    assert_eq!(get_rps_cpu(5, &map, None, None, &v), None);
+}
+
+/// Each worker processes 0..=2 packets, delivering them in order of its
+/// queue; a sequence number below the highest delivered is a reorder.
+fn work(
+    rng: &mut Pcg64Mcg,
+    queues: &mut [VecDeque<u64>],
+    backlogs: &mut [Backlog],
+    last: &mut Option<u64>,
+    reordered: &mut u64,
+) {
+    for (i, q) in queues.iter_mut().enumerate() {
+        let k = rng.gen_range(0..=2).min(q.len());
+        backlogs[i].dequeue(k);
+        for _ in 0..k {
+            let seq = q.pop_front().unwrap();
+            if last.is_some_and(|l| seq < l) {
+                *reordered += 1;
+            }
+            *last = Some(last.map_or(seq, |l| l.max(seq)));
+        }
+        backlogs[i].processed(k);
+    }
+}
+
+/// One flow, two workers that process their backlogs at random speeds, and
+/// a reader that migrates between them at random. Returns the packets
+/// delivered out of order.
+fn migrate(rfs: bool, seed: u64) -> (u64, u64) {
+    let mut rng = Pcg64Mcg::seed_from_u64(seed);
+    let sock = SockFlowTable::new(4096);
+    let mut flows = DevFlowTable::new(256);
+    let mut backlogs = vec![Backlog::new(1000, None); 2];
+    let mut queues: Vec<VecDeque<u64>> = vec![VecDeque::new(); 2];
+    let online = [true, true];
+    let hash = 0x9e37_79b9;
+    let mut reader = 0u32;
+    sock.record(hash, reader);
+    let (mut next, mut last, mut reordered, mut moves) = (0u64, None::<u64>, 0u64, 0u64);
+    for _ in 0..20_000 {
+        if rng.gen_ratio(1, 50) {
+            reader ^= 1;
+            sock.record(hash, reader);
+        }
+        // A packet arrives, at 60 % of the workers' mean speed (a flow
+        // moves in a gap of its traffic, as in the kernel).
+        if !rng.gen_ratio(3, 5) {
+            work(
+                &mut rng,
+                &mut queues,
+                &mut backlogs,
+                &mut last,
+                &mut reordered,
+            );
+            continue;
+        }
+        let w = if rfs {
+            let v = View {
+                backlogs: &backlogs,
+                online: &online,
+            };
+            get_rps_cpu(hash, &[0, 1], Some(&flows), Some(&sock), &v)
+                .unwrap()
+                .0
+        } else {
+            sock.desired_cpu(hash).unwrap() as Worker
+        };
+        if let Enqueued::Queued { tail, .. } = backlogs[w as usize].enqueue(hash, false) {
+            if rfs {
+                let prev = flows.get(hash).cpu;
+                if prev != w && prev != NO_WORKER {
+                    moves += 1;
+                }
+                flows.set(hash, w, tail);
+            }
+            queues[w as usize].push_back(next);
+            next += 1;
+        }
+        work(
+            &mut rng,
+            &mut queues,
+            &mut backlogs,
+            &mut last,
+            &mut reordered,
+        );
+    }
+    (reordered, moves)
+}
+
+#[test]
+fn rfs_moves_a_flow_only_after_the_old_backlog_passed_its_last_tail() {
+    for seed in 0..8 {
+        let (naive, _) = migrate(false, seed);
+        let (rfs, moves) = migrate(true, seed);
+        assert!(
+            naive > 0,
+            "steering straight to the reader reorders (seed {seed})"
+        );
+        assert_eq!(rfs, 0, "RFS keeps the flow in order (seed {seed})");
+        assert!(
+            moves > 10,
+            "and still follows the reader: {moves} moves (seed {seed})"
+        );
+    }
+    // The rule itself: desired 1, current 0 with the flow's last tail 5.
+    let sock = SockFlowTable::new(64);
+    let mut flows = DevFlowTable::new(64);
+    let h = 77;
+    sock.record(h, 1);
+    flows.set(h, 0, 5);
+    let mut backlogs = vec![Backlog::new(1000, None); 2];
+    for _ in 0..5 {
+        backlogs[0].enqueue(h, false);
+    }
+    backlogs[0].dequeue(5);
+    backlogs[0].processed(4);
+    let online = [true, true];
+    let pick = |flows: &DevFlowTable, b: &[Backlog], online: &[bool]| {
+        get_rps_cpu(
+            h,
+            &[],
+            Some(flows),
+            Some(&sock),
+            &View {
+                backlogs: b,
+                online,
+            },
+        )
+    };
+    assert_eq!(
+        pick(&flows, &backlogs, &online),
+        Some((0, true)),
+        "head 4 < tail 5: stay"
+    );
+    backlogs[0].processed(1);
+    assert_eq!(
+        pick(&flows, &backlogs, &online),
+        Some((1, true)),
+        "head 5: move"
+    );
+    // The current worker gone: move at once.
+    backlogs[0] = Backlog::new(1000, None);
+    flows.set(h, 0, 100);
+    assert_eq!(pick(&flows, &backlogs, &[false, true]), Some((1, true)));
+}
+
+#[test]
+fn head_and_tail_compare_across_the_wrap() {
+    // get_rps_cpu's (int)(head - last_qtail) >= 0 holds across u32 wrap.
+    let sock = SockFlowTable::new(64);
+    let mut flows = DevFlowTable::new(64);
+    let h = 1234;
+    sock.record(h, 1);
+    let mut b = Backlog::new(1000, None);
+    // Advance both counters close to the wrap.
+    for _ in 0..3 {
+        b.enqueue(h, false);
+    }
+    b.dequeue(3);
+    b.processed(3);
+    let mut backlogs = vec![b, Backlog::new(1000, None)];
+    // Pretend the flow's last tail is 2 past u32::MAX (wrapped to 1) while
+    // the head is at u32::MAX - 1: not yet passed.
+    backlogs[0].processed((u32::MAX - 4) as usize);
+    assert_eq!(backlogs[0].head(), u32::MAX - 1);
+    flows.set(h, 0, 1);
+    let online = [true, true];
+    let v = View {
+        backlogs: &backlogs,
+        online: &online,
+    };
+    assert_eq!(
+        get_rps_cpu(h, &[], Some(&flows), Some(&sock), &v),
+        Some((0, true))
+    );
+    backlogs[0].processed(3);
+    assert_eq!(backlogs[0].head(), 1);
+    let v = View {
+        backlogs: &backlogs,
+        online: &online,
+    };
+    assert_eq!(
+        get_rps_cpu(h, &[], Some(&flows), Some(&sock), &v),
+        Some((1, true))
+    );
+}
+
+#[test]
+fn flow_limit_drops_the_elephant_and_spares_the_mice() {
+    let mut b = Backlog::new(200, Some(FlowLimit::new(4096)));
+    let elephant = 0xdead_beef;
+    let mut rng = Pcg64Mcg::seed_from_u64(3);
+    let (mut mice_sent, mut mice_dropped, mut eleph_dropped) = (0, 0, 0);
+    for i in 0..2000 {
+        // 80 % of the packets are one flow; nothing is processed, so the
+        // backlog fills past half.
+        let (h, mouse) = if i % 5 == 0 {
+            (rng.gen_range(1..u32::MAX), true)
+        } else {
+            (elephant, false)
+        };
+        let r = b.enqueue(h, false);
+        if mouse {
+            mice_sent += 1;
+            mice_dropped += !matches!(r, Enqueued::Queued { .. }) as u32;
+        } else {
+            eleph_dropped += matches!(r, Enqueued::FlowLimited) as u32;
+        }
+        if b.len() > 150 {
+            // Keep the backlog between half and full: a slow worker.
+            b.dequeue(1);
+            b.processed(1);
+        }
+    }
+    let s = b.stats();
+    assert!(
+        eleph_dropped > 500,
+        "the elephant is limited: {eleph_dropped}"
+    );
+    assert_eq!(mice_dropped, 0, "no mouse dropped ({mice_sent} sent)");
+    assert_eq!(s.flow_limit_count, eleph_dropped as u64);
+    assert_eq!(s.dropped, s.flow_limit_count, "no backlog_full here");
+}
+
+#[test]
+fn a_full_backlog_is_a_counted_drop() {
+    let mut b = Backlog::new(10, None);
+    let mut queued = 0;
+    for i in 0..100u32 {
+        match b.enqueue(i + 1, i % 2 == 0) {
+            Enqueued::Queued { was_empty, .. } => {
+                assert_eq!(was_empty, queued == 0, "the first one wakes the worker");
+                queued += 1;
+            }
+            Enqueued::Full => {}
+            Enqueued::FlowLimited => unreachable!("no flow limit"),
+        }
+    }
+    // qlen > netdev_max_backlog drops: the queue holds max + 1.
+    assert_eq!(queued, 11);
+    let s = b.stats();
+    assert_eq!(s.dropped, 89);
+    assert_eq!(queued + s.dropped, 100, "every packet queued or counted");
+    assert_eq!(
+        s.received_rps, 6,
+        "even-numbered ones came from another worker"
+    );
+    b.dequeue(11);
+    b.processed(11);
+    assert_eq!((b.head(), b.tail(), b.stats().processed), (11, 11, 11));
+}
