@@ -1,0 +1,58 @@
+//! GRO's settings: `gro_flush_timeout` as a knob shared by a device's
+//! NAPIs and changeable while they run, and the adaptive timeout.
+
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// `/sys/class/net/<dev>/gro_flush_timeout`, in ns: shared by every NAPI of
+/// a device, read at every poll, changeable while running.
+#[derive(Debug, Clone, Default)]
+pub struct GroKnob(Arc<AtomicU64>);
+
+impl GroKnob {
+    /// A knob set to `ns`.
+    pub fn new(ns: u64) -> Self {
+        GroKnob(Arc::new(AtomicU64::new(ns)))
+    }
+    /// Current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+    /// Change it (takes effect at the next poll end).
+    pub fn set(&self, ns: u64) {
+        self.0.store(ns, Ordering::Relaxed)
+    }
+}
+
+/// Adaptive flush timeout: beyond the kernel. Keeps an average of how many
+/// segments are bulk (full-MSS segments without PSH, which merge) versus
+/// request/response (segments that end a packet at once); uses `max_ns` while
+/// bulk dominates and 0 otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Adaptive {
+    /// Timeout used for bulk traffic.
+    pub max_ns: u64,
+    /// Bulk share above which the timer is used.
+    pub threshold: f64,
+}
+
+impl Default for Adaptive {
+    fn default() -> Self {
+        Adaptive {
+            max_ns: 20_000,
+            threshold: 0.5,
+        }
+    }
+}
+
+/// GRO configuration of one NAPI.
+#[derive(Debug, Clone, Default)]
+pub struct GroConfig {
+    /// GRO on (`ethtool -K dev gro on`).
+    pub enabled: bool,
+    /// `gro_flush_timeout`.
+    pub flush_timeout: GroKnob,
+    /// Choose the timeout from the traffic instead of the knob.
+    pub adaptive: Option<Adaptive>,
+}
