@@ -671,10 +671,7 @@ impl CsumMode {
                 let Some(field) = crate::ip::be16(frame, field_at) else {
                     return;
                 };
-                let pseudo =
-                    rxpath_wire::checksum::pseudo_header(h.flow.src(), h.flow.dst(), proto, l4_len)
-                        as u16;
-                if field != 0 && field == pseudo {
+                if crate::ip::is_partial(field, h.flow.src(), h.flow.dst(), proto, l4_len) {
                     meta.csum_partial = true;
                 }
             }

@@ -108,16 +108,16 @@ impl Verdict {
 /// Build the key of a parsed frame: `None` if it is not IP.
 pub fn key(frame: &[u8], h: &Headers) -> Option<Key> {
     let l3 = h.l3_offset as usize;
-    let (v6, len, fragoff) = match h.l3 {
+    let (len, fragoff) = match h.l3 {
         L3::Ipv4 => {
             let b = frame.get(l3..l3 + 20)?;
             let tot = u16::from_be_bytes([b[2], b[3]]) as u32;
             let off = u16::from_be_bytes([b[6], b[7]]) & 0x1fff;
-            (false, tot, off)
+            (tot, off)
         }
         L3::Ipv6 => {
             let b = frame.get(l3..l3 + 40)?;
-            (true, u16::from_be_bytes([b[4], b[5]]) as u32 + 40, 0)
+            (u16::from_be_bytes([b[4], b[5]]) as u32 + 40, 0)
         }
         _ => return None,
     };
@@ -136,7 +136,6 @@ pub fn key(frame: &[u8], h: &Headers) -> Option<Key> {
         len,
         frag: fragoff != 0,
     };
-    let _ = v6;
     if fragoff != 0 {
         return Some(k);
     }

@@ -101,7 +101,7 @@ fn counters(s: &str, line: usize) -> Result<(u64, u64), ParseError> {
     }
 }
 
-fn proto_number(s: &str, family: Family) -> Option<Option<u8>> {
+fn proto_number(s: &str) -> Option<Option<u8>> {
     Some(Some(match s.to_ascii_lowercase().as_str() {
         "all" | "0" => return Some(None),
         "tcp" => 6,
@@ -113,11 +113,7 @@ fn proto_number(s: &str, family: Family) -> Option<Option<u8>> {
         "esp" => 50,
         "ah" => 51,
         "gre" => 47,
-        n => {
-            let v: u8 = n.parse().ok()?;
-            let _ = family;
-            v
-        }
+        n => n.parse().ok()?,
     }))
 }
 
@@ -515,7 +511,7 @@ fn rule(
             "-p" | "--protocol" => {
                 once(m.proto.is_some() || proto_name.is_some(), opt)?;
                 let v = arg(i, opt)?;
-                match proto_number(v, family) {
+                match proto_number(v) {
                     Some(Some(n)) => {
                         m.proto = Some(neg(n, invert));
                         if !invert {

@@ -131,6 +131,13 @@ pub struct IpConfig {
     pub any_l2: bool,
 }
 
+/// A TCP/UDP checksum field as a local sender's `CHECKSUM_PARTIAL` leaves
+/// it: the pseudo-header sum alone (the offload never ran).
+#[inline]
+pub fn is_partial(field: u16, src: IpAddr, dst: IpAddr, proto: u8, l4_len: u32) -> bool {
+    field != 0 && field == rxpath_wire::checksum::pseudo_header(src, dst, proto, l4_len) as u16
+}
+
 /// A route to `a` given the connected `prefixes` and default routes (no
 /// prefix of `a`'s family known: reachable).
 pub fn routable(prefixes: &[(IpAddr, u8)], default_route: [bool; 2], a: IpAddr) -> bool {

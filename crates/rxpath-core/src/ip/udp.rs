@@ -63,7 +63,7 @@ pub(super) fn rcv(
                     true
                 } else if policy == CsumPolicy::Auto
                     && cfg.local_traffic
-                    && field == checksum::pseudo_header(l4.src, l4.dst, 17, ulen as u32) as u16
+                    && super::is_partial(field, l4.src, l4.dst, 17, ulen as u32)
                 {
                     snmp.ext.csum_partial += 1;
                     true

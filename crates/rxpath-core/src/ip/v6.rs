@@ -92,26 +92,6 @@ pub(super) fn rcv(
     // ip6_protocol_deliver_rcu()
     loop {
         match nh {
-            NEXTHDR_UDP => {
-                snmp.ip6.in_delivers += 1;
-                return Ok(L4 {
-                    src: src.into(),
-                    dst: dst.into(),
-                    off: l3 + off,
-                    len: p.len() - off,
-                    proto: nh,
-                });
-            }
-            NEXTHDR_TCP | NEXTHDR_ICMP | NEXTHDR_UDPLITE if cfg.deliver_all => {
-                snmp.ip6.in_delivers += 1;
-                return Ok(L4 {
-                    src: src.into(),
-                    dst: dst.into(),
-                    off: l3 + off,
-                    len: p.len() - off,
-                    proto: nh,
-                });
-            }
             NEXTHDR_DEST => {
                 let Some(len) = ext_len(p, off) else {
                     return Err(hdr_error(snmp));
@@ -159,6 +139,18 @@ pub(super) fn rcv(
                 // Delivered to the "no next header" handler, which discards.
                 snmp.ip6.in_delivers += 1;
                 return Err(DropReason::UnhandledProto);
+            }
+            // UDP, or any upper layer for a path end that takes them all
+            // (as the IPv4 side does).
+            nh if nh == NEXTHDR_UDP || (cfg.deliver_all && nh != NEXTHDR_HOP) => {
+                snmp.ip6.in_delivers += 1;
+                return Ok(L4 {
+                    src: src.into(),
+                    dst: dst.into(),
+                    off: l3 + off,
+                    len: p.len() - off,
+                    proto: nh,
+                });
             }
             NEXTHDR_TCP | NEXTHDR_ICMP | NEXTHDR_UDPLITE => {
                 snmp.ext.left_to_kernel += 1;

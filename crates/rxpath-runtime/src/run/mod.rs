@@ -14,7 +14,7 @@ use rxpath_core::filter::FilterStage;
 use rxpath_core::gro::{GroConfig, GroKnob};
 use rxpath_core::ip::IpStage;
 use rxpath_core::napi::{Napi, NapiTable};
-use rxpath_core::packet::{LatencySink, RxDrop, Sink, Stack};
+use rxpath_core::packet::{RxDrop, Sink, Stack};
 use rxpath_core::softnet::{Softnet, SoftnetConfig};
 use rxpath_core::stats::{LatencyHist, NapiStats, SoftnetStats};
 use rxpath_core::time::Clock;
@@ -416,68 +416,38 @@ where
                 if let Some(c) = core {
                     core_affinity::set_for_current(c);
                 }
-                // Without a capture each end of the path is its own type, so
-                // the whole stack inlines into the poll loop; a capture adds
-                // the tap in front.
-                match (kind, cap, filter) {
-                    (k, w, Some(f)) => {
-                        let inner = Sinks::of(k);
+                // The same thread, whatever stack it runs.
+                macro_rules! napi_thread_with {
+                    ($stack:expr) => {
                         napi_thread(
-                            t,
-                            napis,
-                            IpStage::new(ip, FilterStage::new(f, Tap { inner, w })),
-                            softnet,
-                            interrupts,
-                            idle_poll,
-                            &stop,
-                            &over,
-                            &live,
+                            t, napis, $stack, softnet, interrupts, idle_poll, &stop, &over, &live,
                         )
-                    }
-                    (StackKind::Sink, None, None) => napi_thread(
-                        t,
-                        napis,
-                        IpStage::new(ip, Sink),
-                        softnet,
-                        interrupts,
-                        idle_poll,
-                        &stop,
-                        &over,
-                        &live,
-                    ),
-                    (StackKind::Rxdrop, None, None) => napi_thread(
-                        t, napis, RxDrop, softnet, interrupts, idle_poll, &stop, &over, &live,
-                    ),
-                    (StackKind::Latency, None, None) => napi_thread(
-                        t,
-                        napis,
-                        IpStage::new(
+                    };
+                }
+                // Without a capture or a filter the common ends are their own
+                // types, so the whole stack inlines into the poll loop; the
+                // rest goes through the `Sinks` enum behind the tap.
+                match (kind, cap, filter) {
+                    (StackKind::Sink, None, None) => napi_thread_with!(IpStage::new(ip, Sink)),
+                    (StackKind::Rxdrop, None, None) => napi_thread_with!(RxDrop),
+                    (k, w, Some(f)) => napi_thread_with!(IpStage::new(
+                        ip,
+                        FilterStage::new(
+                            f,
+                            Tap {
+                                inner: Sinks::of(k),
+                                w
+                            }
+                        )
+                    )),
+                    (k, w, None) => {
+                        napi_thread_with!(IpStage::new(
                             ip,
                             Tap {
-                                inner: Sinks::Latency(LatencySink::default()),
-                                w: None,
-                            },
-                        ),
-                        softnet,
-                        interrupts,
-                        idle_poll,
-                        &stop,
-                        &over,
-                        &live,
-                    ),
-                    (k, w, None) => {
-                        let inner = Sinks::of(k);
-                        napi_thread(
-                            t,
-                            napis,
-                            IpStage::new(ip, Tap { inner, w }),
-                            softnet,
-                            interrupts,
-                            idle_poll,
-                            &stop,
-                            &over,
-                            &live,
-                        )
+                                inner: Sinks::of(k),
+                                w
+                            }
+                        ))
                     }
                 }
             })
