@@ -9,6 +9,7 @@ mod echo;
 mod filter;
 mod opts;
 mod report;
+mod steer;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -19,7 +20,7 @@ fn main() -> ExitCode {
         Err(e) => return opts::exit_on_clap_error(e),
     };
     let result = match cli.cmd {
-        opts::Cmd::Run(a) => report::run(a),
+        opts::Cmd::Run(a) => report::run(*a),
         opts::Cmd::Bench(b) => bench::bench(b),
         opts::Cmd::Lab(l) => lab(l),
         opts::Cmd::Gen(g) => gen(g),

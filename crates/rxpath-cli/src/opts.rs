@@ -21,7 +21,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
     /// Run the receive path (default: simulated 2-queue NIC, mixed flows, 5 s).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Benchmarks that print ratios measured in one run.
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -370,6 +370,8 @@ pub enum StackArg {
 pub struct RunArgs {
     #[command(flatten)]
     pub filt: crate::filter::FilterArgs,
+    #[command(flatten)]
+    pub steer: crate::steer::SteerArgs,
     /// A prefix IP input takes as local besides the interface's addresses,
     /// as the kernel's `ip route add local PREFIX` (repeatable).
     #[arg(long, value_name = "PREFIX", value_parser = parse_prefix)]
@@ -647,6 +649,8 @@ impl RunArgs {
             csum: self.csum,
             local_routes: self.local_route.clone(),
             filter: None,
+            steer: self.steer.config(self.threads)?,
+            stop_worker: self.steer.stop_worker,
             xdp_busy_poll_us: self.xdp_busy_poll,
             capture_at: match self.capture_at {
                 CaptureArg::Rx => rxpath_runtime::CaptureAt::Rx,

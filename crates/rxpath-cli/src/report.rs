@@ -201,6 +201,9 @@ pub fn summary(r: &Report) -> String {
             }
         }
     }
+    if !r.workers.is_empty() {
+        s += &workers_table(r);
+    }
     let sq: u64 = r.softnet.iter().map(|x| x.time_squeeze).sum();
     let actions: u64 = r.softnet.iter().map(|x| x.rx_actions).sum();
     s += &format!("\nsoftnet: net_rx_action={actions} time_squeeze={sq}");
@@ -228,6 +231,69 @@ pub fn summary(r: &Report) -> String {
     s
 }
 
+/// The workers of the bottom half, as /proc/net/softnet_stat has them, and
+/// order at delivery.
+fn workers_table(r: &Report) -> String {
+    let c = &r.config.steer;
+    let mut s = format!(
+        "\nsteer: {} over {} worker(s), netdev_max_backlog {}{}\n",
+        c.mode.name(),
+        c.workers,
+        c.netdev_max_backlog,
+        match c.flow_limit {
+            Some(n) => format!(", flow_limit {n}"),
+            None => String::new(),
+        }
+    );
+    s += &format!(
+        "{:>6} {:>12} {:>10} {:>10} {:>12} {:>12} {:>9} {:>9} {:>12} {:>10}\n",
+        "worker",
+        "processed",
+        "dropped",
+        "flow_limit",
+        "received_rps",
+        "time_squeeze",
+        "wakeups",
+        "sent",
+        "delivered",
+        "path_drop"
+    );
+    for w in &r.workers {
+        s += &format!(
+            "{:>6} {:>12} {:>10} {:>10} {:>12} {:>12} {:>9} {:>9} {:>12} {:>10}{}\n",
+            w.worker,
+            w.backlog.processed,
+            w.backlog.dropped,
+            w.backlog.flow_limit_count,
+            w.backlog.received_rps,
+            w.time_squeeze,
+            w.wakeups,
+            w.wakeups_sent,
+            w.path.delivered,
+            w.path.dropped.total(),
+            if w.online_at_end { "" } else { "  (offline)" }
+        );
+    }
+    if let Some(o) = &r.order {
+        s += &format!(
+            "order at delivery: reordered={} in {} flow(s) (sequence numbers: {}){}",
+            o.reordered,
+            o.flows_reordered,
+            if o.udp_counters {
+                "TCP and the sim's UDP counters"
+            } else {
+                "TCP"
+            },
+            if c.mode == rxpath_core::steer::SteerMode::Spread {
+                format!("; reorder buffer held at most {}", o.reorder_max_waiting)
+            } else {
+                String::new()
+            }
+        );
+    }
+    s
+}
+
 pub fn json_report(r: &Report) -> serde_json::Value {
     let n = r.napi_total();
     let drops: serde_json::Map<String, serde_json::Value> = DropReason::ALL
@@ -250,6 +316,8 @@ pub fn json_report(r: &Report) -> serde_json::Value {
         "gro_segs_per_packet": r.gro_total().map(|g| g.segs_per_packet()),
         "consistent": r.consistent(),
         "snmp": n.snmp.to_json(),
+        "workers": r.workers,
+        "order": r.order,
         "config": r.config,
     })
 }

@@ -409,6 +409,17 @@ impl<Q: RxQueue> Napi<Q> {
         r
     }
 
+    /// Give frames that come home from elsewhere (the bottom half on other
+    /// workers, sockets) back to the device's fill ring.
+    /// Calling context: the owner.
+    pub fn recycle_frames(&mut self, frames: &mut Vec<rxpath_dev::Frame>) {
+        if frames.is_empty() {
+            return;
+        }
+        self.queue.recycle_bulk(frames);
+        self.queue.recycle_done();
+    }
+
     /// Bundle mode.
     pub fn bundle(&self) -> BundleMode {
         self.bundle

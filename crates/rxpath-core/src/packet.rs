@@ -198,8 +198,8 @@ impl<'a> RxCtx<'a> {
         self.recycle.push(frame);
     }
 
-    /// Give back frames that come home from elsewhere (sockets).
-    pub(crate) fn recycle_from(&mut self, ret: &crate::sock::FrameReturn) {
+    /// Give back frames that come home from elsewhere (sockets, workers).
+    pub fn recycle_from(&mut self, ret: &crate::sock::FrameReturn) {
         ret.drain_into(self.recycle);
     }
 
@@ -315,5 +315,28 @@ impl Stack for RxDrop {
     #[inline(always)]
     fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
         ctx.drop(pkt, DropReason::Rxdrop);
+    }
+}
+
+/// A boxed stage is a stage (paths chosen at run time, e.g. on workers).
+impl<S: Stack + ?Sized> Stack for Box<S> {
+    #[inline]
+    fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
+        (**self).receive(pkt, ctx)
+    }
+    fn malformed(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
+        (**self).malformed(pkt, ctx)
+    }
+    fn bundle_done(&mut self, ctx: &mut RxCtx<'_>) {
+        (**self).bundle_done(ctx)
+    }
+    fn poll_done(&mut self, ctx: &mut RxCtx<'_>, end: PollEnd) -> Option<u64> {
+        (**self).poll_done(ctx, end)
+    }
+    fn held(&self) -> u64 {
+        (**self).held()
+    }
+    fn latency(&self) -> Option<&LatencyHist> {
+        (**self).latency()
     }
 }

@@ -43,11 +43,17 @@ pub enum DropReason {
     /// Rejected by the filter stage (`REJECT`: a drop; rxpath sends no
     /// ICMP error or TCP reset in its place).
     FilterReject,
+    /// The flow limit of a nearly full backlog took the packet: its flow
+    /// held more than half of the last 128 packets (`flow_limit_count`).
+    FlowLimit,
+    /// The `spread` reorder window was full (as padata's `-EBUSY` when
+    /// too many objects are in flight).
+    ReorderFull,
 }
 
 impl DropReason {
     /// All reasons, in counter order.
-    pub const ALL: [DropReason; 12] = [
+    pub const ALL: [DropReason; 14] = [
         DropReason::Malformed,
         DropReason::UnhandledProto,
         DropReason::Rxdrop,
@@ -60,6 +66,8 @@ impl DropReason {
         DropReason::NotForUs,
         DropReason::Fragment,
         DropReason::FilterReject,
+        DropReason::FlowLimit,
+        DropReason::ReorderFull,
     ];
 
     /// The counter's name.
@@ -77,6 +85,8 @@ impl DropReason {
             DropReason::NotForUs => "not_for_us",
             DropReason::Fragment => "fragment",
             DropReason::FilterReject => "filter_reject",
+            DropReason::FlowLimit => "flow_limit",
+            DropReason::ReorderFull => "reorder_full",
         }
     }
 }

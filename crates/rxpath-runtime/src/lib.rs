@@ -26,6 +26,7 @@ pub mod host;
 pub mod lab;
 pub mod run;
 mod stages;
+pub mod steer;
 
 pub use clock::MonotonicClock;
 pub use host::{Host, HostConfig, HostDevice, HostReport};

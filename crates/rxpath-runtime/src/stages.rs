@@ -94,3 +94,52 @@ impl<S: Stack> Stack for Tap<S> {
         self.inner.latency()
     }
 }
+
+/// The rest of the path after GRO, as steering's workers run it: IP input,
+/// the filter if any, the order check, the end (with its capture tap).
+#[derive(Clone)]
+pub(crate) struct PathRest {
+    pub(crate) kind: crate::StackKind,
+    pub(crate) cap: Option<Arc<Mutex<rxpath_dev::pcap::Writer>>>,
+    pub(crate) filter: Option<Arc<rxpath_core::filter::FilterHandle>>,
+    pub(crate) ip: Option<rxpath_core::ip::IpConfig>,
+}
+
+impl PathRest {
+    fn with_ip_filter(&self, end: Box<dyn Stack>) -> Box<dyn Stack> {
+        use rxpath_core::filter::FilterStage;
+        use rxpath_core::ip::IpStage;
+        match &self.filter {
+            Some(f) => Box::new(IpStage::new(
+                self.ip.clone(),
+                FilterStage::new(f.clone(), end),
+            )),
+            None => Box::new(IpStage::new(self.ip.clone(), end)),
+        }
+    }
+
+    /// The end, behind the order check.
+    pub(crate) fn end(&self, w: &Arc<crate::steer::Workers>) -> Box<dyn Stack> {
+        Box::new(crate::steer::Ordered {
+            inner: Tap {
+                inner: Sinks::of(self.kind),
+                w: self.cap.clone(),
+            },
+            w: w.clone(),
+        })
+    }
+
+    /// All of it (`none`, `rps`, `rfs`, `spread-unordered`).
+    pub(crate) fn full(&self, w: &Arc<crate::steer::Workers>) -> Box<dyn Stack> {
+        self.with_ip_filter(self.end(w))
+    }
+
+    /// `spread`'s parallel part: IP input and the filter, whose survivors
+    /// are left in `survivors`.
+    pub(crate) fn parallel(
+        &self,
+        survivors: std::rc::Rc<std::cell::RefCell<Vec<rxpath_core::Packet>>>,
+    ) -> Box<dyn Stack> {
+        self.with_ip_filter(Box::new(crate::steer::Collect(survivors)))
+    }
+}

@@ -12,17 +12,23 @@
 //!                   ─► Backlog::enqueue: netdev_max_backlog, flow_limit
 //! ```
 //!
+//! `spread` (seed 003) hands every packet to any worker and restores each
+//! flow's order after the parallel part with [`Reorder`]; [`OrderCheck`]
+//! measures order at delivery.
+//!
 //! Everything here is plain bookkeeping driven by method calls: the
-//! worker threads that own the backlogs are the runtime's. **Status**: the
-//! decisions and counters are built and tested; the worker threads, the
-//! `spread` mode with its reorder stage, and the CLI knobs are not built yet
-//! (see the README).
+//! worker threads that own the backlogs are the runtime's
+//! (`rxpath_runtime::steer`).
 
 mod backlog;
+mod order;
+mod reorder;
 #[cfg(test)]
 mod tests;
 
 pub use backlog::{Backlog, BacklogStats, Enqueued, FlowLimit, FLOW_LIMIT_HISTORY};
+pub use order::{seq_of, OrderCheck, SeqSource};
+pub use reorder::Reorder;
 
 use crate::sock::SockFlowTable;
 
@@ -115,6 +121,137 @@ pub enum SteerMode {
     Rps,
     /// RFS over RPS.
     Rfs,
+    /// Any worker for every packet, flow order restored before delivery
+    /// (seed 003).
+    Spread,
+    /// `spread` without the reorder stage (to show what it buys).
+    SpreadUnordered,
+}
+
+impl SteerMode {
+    /// The name `--steer` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            SteerMode::None => "none",
+            SteerMode::Rps => "rps",
+            SteerMode::Rfs => "rfs",
+            SteerMode::Spread => "spread",
+            SteerMode::SpreadUnordered => "spread-unordered",
+        }
+    }
+
+    /// Parse `--steer`'s value.
+    pub fn parse(s: &str) -> Option<SteerMode> {
+        [
+            SteerMode::None,
+            SteerMode::Rps,
+            SteerMode::Rfs,
+            SteerMode::Spread,
+            SteerMode::SpreadUnordered,
+        ]
+        .into_iter()
+        .find(|m| m.name() == s)
+    }
+
+    /// Any worker may take any packet.
+    pub fn spreads(self) -> bool {
+        matches!(self, SteerMode::Spread | SteerMode::SpreadUnordered)
+    }
+}
+
+/// How `spread` picks a worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SpreadPick {
+    /// The next online worker in turn.
+    #[default]
+    RoundRobin,
+    /// The online worker with the shortest backlog.
+    LeastLoaded,
+}
+
+/// The steering knobs, named as the kernel names them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SteerConfig {
+    /// `--steer`.
+    pub mode: SteerMode,
+    /// Bottom-half workers (the kernel's CPUs). The NAPI threads are
+    /// workers 0.., the rest are threads of their own.
+    pub workers: usize,
+    /// `rps_cpus` of every RX queue (empty = all workers).
+    pub rps_cpus: Vec<Worker>,
+    /// `net.core.rps_sock_flow_entries` (RFS).
+    pub rps_sock_flow_entries: usize,
+    /// `rps_flow_cnt` of every RX queue (RFS).
+    pub rps_flow_cnt: usize,
+    /// `net.core.netdev_max_backlog`.
+    pub netdev_max_backlog: usize,
+    /// `net.core.flow_limit_table_len` when the flow limit is on.
+    pub flow_limit: Option<usize>,
+    /// `net.core.dev_weight`: packets a backlog poll takes.
+    pub dev_weight: usize,
+    /// `spread`: how a worker is picked.
+    pub pick: SpreadPick,
+    /// `spread`: sequence numbers in flight at most.
+    pub reorder_window: usize,
+}
+
+impl Default for SteerConfig {
+    fn default() -> Self {
+        SteerConfig {
+            mode: SteerMode::None,
+            workers: 1,
+            rps_cpus: Vec::new(),
+            rps_sock_flow_entries: 32768,
+            rps_flow_cnt: 4096,
+            netdev_max_backlog: 1000,
+            flow_limit: None,
+            dev_weight: 64,
+            pick: SpreadPick::RoundRobin,
+            reorder_window: 8192,
+        }
+    }
+}
+
+impl SteerConfig {
+    /// Check the knobs: a one-line reason if they make no sense.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.workers == 0 || self.workers > 256 {
+            return Err(format!("--workers {}: must be 1..=256", self.workers));
+        }
+        if let Some(&w) = self.rps_cpus.iter().find(|&&w| w as usize >= self.workers) {
+            return Err(format!(
+                "--rps-cpus: worker {w} does not exist (--workers {})",
+                self.workers
+            ));
+        }
+        if self.netdev_max_backlog == 0 {
+            return Err("--netdev-max-backlog must be at least 1".into());
+        }
+        if self.dev_weight == 0 {
+            return Err("dev_weight must be at least 1".into());
+        }
+        if self.mode == SteerMode::Rfs
+            && (self.rps_flow_cnt == 0 || self.rps_sock_flow_entries == 0)
+        {
+            return Err(
+                "--steer rfs needs --rps-flow-cnt and --rps-sock-flow-entries above 0".into(),
+            );
+        }
+        if self.reorder_window == 0 {
+            return Err("the reorder window must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// The `rps_cpus` map in use: the configured one, or every worker.
+    pub fn rps_map(&self) -> Vec<Worker> {
+        if self.rps_cpus.is_empty() {
+            (0..self.workers as Worker).collect()
+        } else {
+            self.rps_cpus.clone()
+        }
+    }
 }
 
 /// What the steering stage sees of a worker: alive, and how far its backlog

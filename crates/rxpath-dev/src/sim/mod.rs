@@ -30,7 +30,7 @@ use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-pub use traffic::{Mix, Traffic, TrafficConfig, WireAddrs};
+pub use traffic::{Mix, SeqStamp, Traffic, TrafficConfig, WireAddrs};
 
 /// Interrupt coalescing, as `ethtool -C`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -526,6 +526,11 @@ pub struct NullQueue {
     free: Vec<Frame>,
     meta: Vec<(u16, u16, u32)>,
     pulled: u64,
+    /// Each frame's flow, each flow's stamp and next sequence number
+    /// (with [`NullQueue::number_datagrams`]).
+    flow_of: Vec<u32>,
+    stamps: Vec<Option<SeqStamp>>,
+    seqs: Option<Vec<u32>>,
 }
 
 impl NullQueue {
@@ -539,6 +544,7 @@ impl NullQueue {
     pub fn new(index: u16, frames: usize, traffic: &mut Traffic) -> Result<Self, SimError> {
         let (umem, tokens) = Umem::new(frames, crate::DEFAULT_FRAME_SIZE)?;
         let mut meta = vec![(0, 0, 0); frames];
+        let mut flow_of = vec![0; frames];
         let mut free = Vec::with_capacity(frames);
         let mut buf = vec![0u8; crate::DEFAULT_FRAME_SIZE];
         for mut f in tokens {
@@ -553,6 +559,7 @@ impl NullQueue {
             };
             umem.data_mut(&mut f)[off..off + w.len].copy_from_slice(&buf[..w.len]);
             meta[f.index() as usize] = (off as u16, w.len as u16, w.rxhash);
+            flow_of[f.index() as usize] = w.flow as u32;
             free.push(f);
         }
         Ok(NullQueue {
@@ -561,7 +568,18 @@ impl NullQueue {
             free,
             meta,
             pulled: 0,
+            flow_of,
+            stamps: (0..traffic.flows()).map(|i| traffic.seq_stamp(i)).collect(),
+            seqs: None,
         })
+    }
+
+    /// Number each UDP flow's datagrams as they are handed out (the first
+    /// 4 payload bytes, as the producer thread's traffic does), so that
+    /// order can be measured at delivery. Off by default: it writes to
+    /// every frame, which the null device otherwise never does.
+    pub fn number_datagrams(&mut self, on: bool) {
+        self.seqs = on.then(|| vec![1; self.stamps.len()]);
     }
 
     /// Return the pool; every frame must have been recycled.
@@ -579,9 +597,17 @@ impl RxQueue for NullQueue {
     }
     #[inline]
     fn pull(&mut self) -> Option<Desc> {
-        let frame = self.free.pop()?;
+        let mut frame = self.free.pop()?;
         let (off, len, rxhash) = self.meta[frame.index() as usize];
         self.pulled += 1;
+        if let Some(seqs) = self.seqs.as_mut() {
+            let flow = self.flow_of[frame.index() as usize] as usize;
+            if let Some(st) = &self.stamps[flow] {
+                let (o, l) = (off as usize, len as usize);
+                st.write(&mut self.umem.data_mut(&mut frame)[o..o + l], seqs[flow]);
+                seqs[flow] = seqs[flow].wrapping_add(1);
+            }
+        }
         Some(Desc {
             frame,
             off,

@@ -151,6 +151,52 @@ struct Flow {
     tsval: u32,
     /// A UDP flow's frame, built once: the NIC side only copies it.
     template: Option<Box<[u8]>>,
+    /// Where the datagram's sequence number goes in the template.
+    stamp: Option<SeqStamp>,
+    /// The next datagram's sequence number.
+    udp_seq: u32,
+}
+
+/// Where a UDP flow's datagrams carry their sequence number: the first 4
+/// bytes of the payload, big endian, with the UDP checksum updated
+/// incrementally (RFC 1624), so that order can be measured at delivery
+/// (`rxpath_core::steer::OrderCheck`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeqStamp {
+    payload: usize,
+    csum: usize,
+    /// `~HC + ~m` of the template's checksum and first two payload words
+    /// (not folded); `None` for an IPv4 datagram without a checksum.
+    base: Option<u32>,
+}
+
+impl SeqStamp {
+    fn of(template: &[u8], l4: usize) -> Option<SeqStamp> {
+        let payload = l4 + 8;
+        if template.len() < payload + 4 {
+            return None;
+        }
+        let w = |i: usize| u16::from_be_bytes([template[i], template[i + 1]]) as u32;
+        let hc = w(l4 + 6);
+        let base =
+            (hc != 0).then(|| (!hc & 0xffff) + (!w(payload) & 0xffff) + (!w(payload + 2) & 0xffff));
+        Some(SeqStamp {
+            payload,
+            csum: l4 + 6,
+            base,
+        })
+    }
+
+    /// Write `seq` into `frame` (a copy of the template).
+    #[inline]
+    pub fn write(&self, frame: &mut [u8], seq: u32) {
+        frame[self.payload..self.payload + 4].copy_from_slice(&seq.to_be_bytes());
+        if let Some(b) = self.base {
+            let c = !rxpath_wire::checksum::fold(b + (seq >> 16) + (seq & 0xffff));
+            let c = if c == 0 { 0xffff } else { c };
+            frame[self.csum..self.csum + 2].copy_from_slice(&c.to_be_bytes());
+        }
+    }
 }
 
 /// What [`Traffic::write_next`] wrote.
@@ -244,6 +290,9 @@ impl Traffic {
                         (0..payload_len as u32).map(|i| (i * 7 + 3) as u8).collect();
                     build::udp(&spec, &payload).into_boxed_slice()
                 });
+                let stamp = template
+                    .as_deref()
+                    .and_then(|t| SeqStamp::of(t, spec.l3_header_end()));
                 Flow {
                     spec,
                     kind,
@@ -254,6 +303,8 @@ impl Traffic {
                     msg_left: cfg.message,
                     tsval: rng.gen(),
                     template,
+                    stamp,
+                    udp_seq: 1,
                 }
             })
             .collect();
@@ -280,6 +331,12 @@ impl Traffic {
     /// Number of flows.
     pub fn flows(&self) -> usize {
         self.flows.len()
+    }
+
+    /// Where flow `i`'s datagrams carry a sequence number (UDP flows with
+    /// at least 4 bytes of payload).
+    pub fn seq_stamp(&self, i: usize) -> Option<SeqStamp> {
+        self.flows[i].stamp
     }
 
     /// A flow's key.
@@ -334,7 +391,12 @@ impl Traffic {
             // start (a NIC's DMA is a copy too), so that the producer thread
             // is cheap and the host side is what gets measured.
             (Some(t), _) => {
-                buf.get_mut(..t.len())?.copy_from_slice(t);
+                let b = buf.get_mut(..t.len())?;
+                b.copy_from_slice(t);
+                if let Some(st) = &f.stamp {
+                    st.write(b, f.udp_seq);
+                    f.udp_seq = f.udp_seq.wrapping_add(1);
+                }
                 t.len()
             }
             (None, Kind::Udp) => {

@@ -7,6 +7,7 @@ use rxpath_core::ip::CsumPolicy;
 use rxpath_core::ip::IpConfig;
 use rxpath_core::napi::{BundleMode, NAPI_POLL_WEIGHT};
 use rxpath_core::softnet::SoftnetConfig;
+use rxpath_core::steer::{SteerConfig, SteerMode};
 use rxpath_dev::sim::{SimConfig, SimError, TrafficConfig};
 use rxpath_dev::sys::xdp::XdpFilter;
 use serde::Serialize;
@@ -194,6 +195,14 @@ pub struct RunConfig {
     /// The `INPUT` filter after GRO (None: no filter stage at all).
     #[serde(skip)]
     pub filter: Option<Arc<FilterHandle>>,
+    /// Flow steering between GRO and the rest of the path (`--steer`,
+    /// `--workers`, ...). With `SteerMode::None` the whole path runs on
+    /// the NAPI threads.
+    pub steer: SteerConfig,
+    /// Take a worker offline this long after the start (it processes what
+    /// is queued and takes nothing new, as a CPU going down). Only a worker
+    /// that is not a NAPI thread.
+    pub stop_worker: Option<(u16, Duration)>,
 }
 
 /// GRO settings of a run.
@@ -230,6 +239,8 @@ impl Default for RunConfig {
             csum: CsumPolicy::Auto,
             local_routes: Vec::new(),
             filter: None,
+            steer: SteerConfig::default(),
+            stop_worker: None,
         }
     }
 }
@@ -279,6 +290,24 @@ pub(crate) fn validate(cfg: &RunConfig) -> Result<(), RunError> {
             "null frames must be at least the weight ({})",
             cfg.weight
         ));
+    }
+    cfg.steer.validate().map_err(RunError::Config)?;
+    if cfg.steer.mode != SteerMode::None && cfg.steer.workers < cfg.threads {
+        return bad(format!(
+            "--workers {} is less than the NAPI threads ({}): each NAPI thread is a worker",
+            cfg.steer.workers, cfg.threads
+        ));
+    }
+    if let Some((w, _)) = cfg.stop_worker {
+        if cfg.steer.mode == SteerMode::None
+            || (w as usize) < cfg.threads
+            || w as usize >= cfg.steer.workers
+        {
+            return bad(format!(
+                "worker {w} cannot be stopped: only workers {}..{} are not NAPI threads",
+                cfg.threads, cfg.steer.workers
+            ));
+        }
     }
     cfg.traffic.validate().map_err(RunError::Config)
 }

@@ -9,14 +9,17 @@ pub use config::*;
 pub use report::*;
 
 use crate::clock::MonotonicClock;
-use crate::stages::{Sinks, Tap};
+use crate::stages::{PathRest, Sinks, Tap};
+use crate::steer::{pure_worker_thread, BottomHalf, SteerStage, WorkerCounters, Workers};
 use rxpath_core::filter::FilterStage;
 use rxpath_core::gro::{GroConfig, GroKnob};
 use rxpath_core::ip::IpStage;
 use rxpath_core::napi::{Napi, NapiTable};
 use rxpath_core::packet::{RxDrop, Sink, Stack};
+use rxpath_core::sock::Port;
 use rxpath_core::softnet::{Softnet, SoftnetConfig};
 use rxpath_core::stats::{LatencyHist, NapiStats, SoftnetStats};
+use rxpath_core::steer::{SeqSource, SteerMode, Worker};
 use rxpath_core::time::Clock;
 use rxpath_dev::packet::PacketQueue;
 use rxpath_dev::sim::{self, NullQueue, Traffic};
@@ -39,6 +42,15 @@ struct ThreadOut<Q: RxQueue> {
     softnet: SoftnetStats,
     received_at_stop: u64,
     latency: Option<LatencyHist>,
+    /// The thread's counters as a worker of the bottom half (steering on).
+    worker: Option<WorkerCounters>,
+}
+
+/// What the workers of the bottom half report (steering on).
+#[derive(Debug, Default)]
+struct SteerOut {
+    workers: Vec<crate::steer::WorkerReport>,
+    order: Option<crate::steer::OrderReport>,
 }
 
 /// Run the pipeline as configured; `on_tick` is called once per
@@ -69,7 +81,10 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
         Producer::Null => {
             let mut qs = Vec::with_capacity(cfg.sim.queues);
             for q in 0..cfg.sim.queues {
-                qs.push(NullQueue::new(q as u16, cfg.null_frames, &mut traffic)?);
+                let mut nq = NullQueue::new(q as u16, cfg.null_frames, &mut traffic)?;
+                // Order is measured at delivery when steering is on.
+                nq.number_datagrams(cfg.steer.mode != SteerMode::None);
+                qs.push(nq);
             }
             // Null queues have no interrupt line: always polling mode.
             own_queues(
@@ -200,7 +215,7 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 })
                 .map_err(|e| RunError::Thread(e.to_string()))?;
             let stop_p = stop_producer.clone();
-            let (outs, elapsed, _live) = drive(
+            let (outs, elapsed, _live, steer) = drive(
                 cfg,
                 groups,
                 &pin_to,
@@ -224,6 +239,8 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 frames_total: pool.umem().frames(),
                 frames_home: pool.available(),
                 latency,
+                workers: steer.workers,
+                order: steer.order,
             })
         }
     }
@@ -294,7 +311,7 @@ fn own_queues<Q: RxQueue + OwnPool + Send + 'static>(
         table.add(&mut napi, |n| n.queue().queue_index());
         groups[i % cfg.threads].push(napi);
     }
-    let (outs, elapsed, _live) = drive(
+    let (outs, elapsed, _live, steer) = drive(
         cfg,
         groups,
         pin_to,
@@ -319,6 +336,8 @@ fn own_queues<Q: RxQueue + OwnPool + Send + 'static>(
         frames_total,
         frames_home,
         latency,
+        workers: steer.workers,
+        order: steer.order,
     })
 }
 
@@ -351,7 +370,52 @@ fn collect<Q: RxQueue>(outs: Vec<ThreadOut<Q>>) -> Collected<Q> {
     (queues, softnet, received, host, latency)
 }
 
-type Outs<Q> = (Vec<ThreadOut<Q>>, Duration, Live);
+type Outs<Q> = (Vec<ThreadOut<Q>>, Duration, Live, SteerOut);
+
+/// The workers of the bottom half over the queues of `groups` (None:
+/// steering off).
+fn steer_workers<Q: RxQueue>(cfg: &RunConfig, groups: &[Vec<Napi<Q>>]) -> Option<Arc<Workers>> {
+    if cfg.steer.mode == SteerMode::None {
+        return None;
+    }
+    let max_q = groups
+        .iter()
+        .flatten()
+        .map(|n| n.queue().queue_index() as usize)
+        .max()
+        .unwrap_or(0);
+    let mut ports: Vec<Option<Port>> = (0..=max_q).map(|_| None).collect();
+    for n in groups.iter().flatten() {
+        ports[n.queue().queue_index() as usize] = Some(Port {
+            umem: n.queue().umem().clone(),
+            ret: Default::default(),
+        });
+    }
+    // The simulated NIC numbers each UDP flow's datagrams.
+    let seq = match cfg.producer {
+        Producer::Thread { .. } | Producer::Null => SeqSource::TcpAndUdpCounter,
+        _ => SeqSource::Tcp,
+    };
+    Some(Arc::new(Workers::new(
+        &cfg.steer,
+        ports,
+        groups.len(),
+        seq,
+        None,
+    )))
+}
+
+/// Frames the workers freed go back to their queues' fill rings.
+fn take_home<Q: RxQueue>(napis: &mut [Napi<Q>], w: &Workers, tmp: &mut Vec<rxpath_dev::Frame>) {
+    for n in napis.iter_mut() {
+        let q = n.queue().queue_index() as usize;
+        if let Some(Some(p)) = w.ports.get(q) {
+            if p.ret.drain_into(tmp) > 0 {
+                n.recycle_frames(tmp);
+            }
+        }
+    }
+}
 
 /// Start the NAPI threads, tick until the duration is over, stop the
 /// producer (if any), let the threads drain and collect them.
@@ -383,6 +447,42 @@ where
         StackKind::Rxdrop => None,
         StackKind::Sink | StackKind::Latency => Some(ip_config(cfg)),
     };
+    let workers = steer_workers(cfg, &groups);
+    let rest = PathRest {
+        kind: cfg.stack,
+        cap: if cfg.capture_at == CaptureAt::Delivered {
+            capture.clone()
+        } else {
+            None
+        },
+        filter: cfg.filter.clone(),
+        ip: ip_cfg.clone(),
+    };
+    let t0 = Instant::now();
+    let mut pure = Vec::new();
+    if let Some(w) = &workers {
+        for id in groups.len()..w.len() {
+            let (w, rest) = (w.clone(), rest.clone());
+            let core = pin_to(id);
+            let idle_poll = cfg.idle_poll;
+            let budget = cfg.softnet.netdev_budget;
+            let stop_at = cfg
+                .stop_worker
+                .filter(|&(s, _)| s as usize == id)
+                .map(|(_, d)| t0 + d);
+            let h = thread::Builder::new()
+                .name(format!("rxpath-bh/{id}"))
+                .spawn(move || {
+                    if let Some(c) = core {
+                        core_affinity::set_for_current(c);
+                    }
+                    let bh = BottomHalf::for_path(&w, id as Worker, &rest, budget);
+                    pure_worker_thread(bh, idle_poll, stop_at)
+                })
+                .map_err(|e| RunError::Thread(e.to_string()))?;
+            pure.push((id as Worker, h));
+        }
+    }
     let mut handles = Vec::new();
     for (t, mut napis) in groups.into_iter().enumerate() {
         let (stop, over, live) = (stop_napi.clone(), window_over.clone(), live.clone());
@@ -410,17 +510,39 @@ where
         let (kind, softnet) = (cfg.stack, cfg.softnet);
         let filter = cfg.filter.clone();
         let ip = ip_cfg.clone();
+        let (wk, rest) = (workers.clone(), rest.clone());
         let h = thread::Builder::new()
             .name(format!("rxpath-napi/{t}"))
             .spawn(move || {
                 if let Some(c) = core {
                     core_affinity::set_for_current(c);
                 }
+                if let Some(w) = wk {
+                    // The NAPI thread is worker t: steering after GRO, its
+                    // own backlog in its loop.
+                    let me = t as Worker;
+                    w.register(me);
+                    let bh = BottomHalf::for_path(&w, me, &rest, softnet.netdev_budget);
+                    let stage = SteerStage::new(w.clone(), me, rest.full(&w));
+                    return napi_thread(
+                        t,
+                        napis,
+                        stage,
+                        softnet,
+                        interrupts,
+                        idle_poll,
+                        &stop,
+                        &over,
+                        &live,
+                        Some(bh),
+                    );
+                }
                 // The same thread, whatever stack it runs.
                 macro_rules! napi_thread_with {
                     ($stack:expr) => {
                         napi_thread(
                             t, napis, $stack, softnet, interrupts, idle_poll, &stop, &over, &live,
+                            None,
                         )
                     };
                 }
@@ -476,13 +598,27 @@ where
     // Give the producer's final flush time to land, then drain and stop.
     thread::sleep(Duration::from_millis(20));
     stop_napi.store(true, Ordering::Release);
-    let mut outs = Vec::new();
+    let mut outs: Vec<ThreadOut<Q>> = Vec::new();
     for h in handles {
         h.thread().unpark();
         outs.push(
             h.join()
                 .map_err(|_| RunError::Thread("NAPI thread panicked".into()))?,
         );
+    }
+    let mut steer = SteerOut::default();
+    if let Some(w) = &workers {
+        for (t, o) in outs.iter().enumerate() {
+            let c = o.worker.unwrap_or_default();
+            steer.workers.push(w.report(t as Worker, &c));
+        }
+        for (id, h) in pure {
+            let c = h
+                .join()
+                .map_err(|_| RunError::Thread("worker thread panicked".into()))?;
+            steer.workers.push(w.report(id, &c));
+        }
+        steer.order = Some(w.order_report());
     }
     let l = live.lock().unwrap_or_else(|e| e.into_inner()).clone();
     if let Some(w) = capture.and_then(|c| Arc::try_unwrap(c).ok()) {
@@ -491,7 +627,7 @@ where
             .finish()
             .map_err(|e| RunError::Device(format!("capture: {e}")))?;
     }
-    Ok((outs, elapsed, l))
+    Ok((outs, elapsed, l, steer))
 }
 
 fn tick(live: &Mutex<Live>, start: Instant) -> Tick {
@@ -520,8 +656,10 @@ fn napi_thread<Q: RxQueue, S: Stack>(
     stop: &AtomicBool,
     window_over: &AtomicBool,
     live: &Mutex<Live>,
+    mut bh: Option<BottomHalf>,
 ) -> ThreadOut<Q> {
     let clock = MonotonicClock;
+    let mut home = Vec::new();
     let me = thread::current();
     for n in &napis {
         if let Some(irq) = n.queue().irq() {
@@ -553,6 +691,13 @@ fn napi_thread<Q: RxQueue, S: Stack>(
         }
         if stop.load(Ordering::Acquire) {
             break;
+        }
+        // This thread's own backlog (steering on), and the frames the
+        // workers freed.
+        let mut bh_busy = false;
+        if let Some(b) = bh.as_mut() {
+            take_home(&mut napis, b.workers(), &mut home);
+            bh_busy = b.run() || !b.idle();
         }
         if interrupts {
             for (i, n) in napis.iter_mut().enumerate() {
@@ -587,6 +732,9 @@ fn napi_thread<Q: RxQueue, S: Stack>(
             publish(&napis, &sn);
         }
         if sn.pending() == 0 {
+            if bh_busy {
+                continue;
+            }
             if interrupts {
                 // Sleep until an IRQ line fires (it unparks us) or the next
                 // NAPI timer is due, with a cap so a stop request is seen.
@@ -618,10 +766,17 @@ fn napi_thread<Q: RxQueue, S: Stack>(
             }
         }
         sn.net_rx_action(&mut napis, &mut stack, &clock);
+        if let Some(b) = bh.as_mut() {
+            take_home(&mut napis, b.workers(), &mut home);
+            b.run();
+        }
     }
     // Whatever GRO still holds goes up, so every packet is accounted for.
     for n in napis.iter_mut() {
         n.flush_gro(&mut stack, clock.now_ns());
+    }
+    if let Some(b) = bh.as_mut() {
+        finish_bottom_half(b, &mut napis, &mut home);
     }
     publish(&napis, &sn);
     let received_at_stop =
@@ -631,5 +786,34 @@ fn napi_thread<Q: RxQueue, S: Stack>(
         softnet: *sn.stats(),
         received_at_stop,
         latency: stack.latency().cloned(),
+        worker: bh.map(|b| b.counters),
     }
+}
+
+/// A NAPI thread's last part as a worker: its devices are drained; run its
+/// backlog until no NAPI thread can queue anything, then wait for every
+/// worker to finish, so that each frame they freed is home.
+fn finish_bottom_half<Q: RxQueue>(
+    b: &mut BottomHalf,
+    napis: &mut [Napi<Q>],
+    home: &mut Vec<rxpath_dev::Frame>,
+) {
+    let w = b.workers().clone();
+    w.napis_running.fetch_sub(1, Ordering::AcqRel);
+    loop {
+        take_home(napis, &w, home);
+        let more = b.run();
+        if !more && w.napis_running.load(Ordering::Acquire) == 0 && b.idle() {
+            break;
+        }
+        if !more {
+            thread::yield_now();
+        }
+    }
+    w.bh_running.fetch_sub(1, Ordering::AcqRel);
+    while w.bh_running.load(Ordering::Acquire) > 0 {
+        take_home(napis, &w, home);
+        thread::sleep(Duration::from_micros(50));
+    }
+    take_home(napis, &w, home);
 }

@@ -44,14 +44,22 @@ pub struct Report {
     pub frames_home: usize,
     /// Send-to-delivery latency (with `StackKind::Latency`).
     pub latency: Option<LatencyHist>,
+    /// Per worker of the bottom half (steering on; empty otherwise).
+    pub workers: Vec<crate::steer::WorkerReport>,
+    /// Order at delivery (steering on).
+    pub order: Option<crate::steer::OrderReport>,
 }
 
 impl Report {
-    /// All queues' NAPI counters summed.
+    /// All queues' NAPI counters summed, with what the path counted on
+    /// the workers (steering on).
     pub fn napi_total(&self) -> NapiStats {
         let mut t = NapiStats::default();
         for q in &self.queues {
             t.merge(&q.napi);
+        }
+        for w in &self.workers {
+            t.merge(&w.path);
         }
         t
     }

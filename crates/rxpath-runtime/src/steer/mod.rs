@@ -1,0 +1,339 @@
+//! The workers of the bottom half (seeds 002 and 003): threads with a
+//! softnet-like backlog each, fed by the NAPI threads' steering stage.
+//!
+//! ```text
+//!  NAPI thread t ─ GRO ─ SteerStage ─┬─► backlog of worker 0 ──► IP, filter, sink (worker 0)
+//!  (is worker t)                     ├─► backlog of worker 1 ──► ...
+//!                                    └─► inline (no target: the kernel's
+//!                                        netif_receive_skb on this CPU)
+//!  spread: NAPI admits a sequence number; the workers' survivors go through
+//!          Reorder, and the serial part (sink, sockets) sees them in order
+//! ```
+//!
+//! A backlog is the kernel's `softnet_data.input_pkt_queue` with its lock
+//! (`rps_lock_irqsave`): a mutex over the queue and its counters
+//! ([`Backlog`]: `netdev_max_backlog`, `input_queue_tail`, flow limit).
+//! `input_queue_head` advances after a batch was processed, and is mirrored
+//! in an atomic so RFS reads it without the lock (`READ_ONCE` in
+//! `get_rps_cpu`). The NAPI threads are workers `0..threads` (the CPU that
+//! takes the interrupt runs its own backlog too); the rest are threads of
+//! their own that sleep when idle. A worker is woken at most once per NAPI
+//! poll, and only when its queue went from empty to non-empty (the IPI list
+//! of `net_rps_send_ipi`).
+//!
+//! Frames processed on a worker go home through their queue's
+//! [`Port::ret`]; the NAPI thread that owns the queue gives them back to
+//! the fill ring.
+
+mod stage;
+mod worker;
+
+pub(crate) use stage::{Collect, Ordered, SteerStage};
+pub(crate) use worker::{pure_worker_thread, BottomHalf};
+
+use rxpath_core::packet::Packet;
+use rxpath_core::sock::{Port, SockFlowTable};
+use rxpath_core::stats::{DropReason, NapiStats};
+use rxpath_core::steer::{
+    Backlog, BacklogStats, Enqueued, FlowLimit, OrderCheck, Reorder, SeqSource, SteerConfig,
+    SteerMode, Worker, WorkerView,
+};
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::thread::Thread;
+
+/// No sequence number (every mode but `spread`).
+pub(crate) const NO_SEQ: u64 = u64::MAX;
+
+/// What a backlog holds.
+#[derive(Debug)]
+pub(crate) enum Item {
+    /// A packet, with its `spread` sequence number (or [`NO_SEQ`]).
+    Pkt(Packet, u64),
+    /// A `spread` number whose packet was dropped at this backlog's door:
+    /// the worker completes it in turn, so the sequence does not wait.
+    Hole(u64),
+}
+
+#[derive(Debug)]
+struct Backq {
+    bl: Backlog,
+    items: VecDeque<Item>,
+}
+
+/// One worker as everyone sees it.
+#[derive(Debug)]
+#[repr(align(128))]
+pub(crate) struct WorkerShared {
+    q: Mutex<Backq>,
+    /// `input_queue_head`, readable without the lock.
+    head: AtomicU32,
+    /// Packets queued (for `spread`'s least-loaded pick).
+    qlen: AtomicUsize,
+    online: AtomicBool,
+    thread: OnceLock<Thread>,
+    /// Wakeups this worker received.
+    wakeups: AtomicU64,
+    /// Wakeups this worker's NAPI thread sent.
+    wakeups_sent: AtomicU64,
+}
+
+/// Why an enqueue did not queue the packet.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// The worker is gone: the caller steers elsewhere.
+    Offline(Item),
+    /// Dropped for this reason (counted in the backlog's `dropped`).
+    Dropped(Packet, DropReason),
+}
+
+/// Every worker, and what the bottom half shares.
+#[derive(Debug)]
+pub(crate) struct Workers {
+    ws: Vec<WorkerShared>,
+    pub(crate) cfg: SteerConfig,
+    pub(crate) map: Vec<Worker>,
+    pub(crate) reorder: Option<Reorder<Packet>>,
+    pub(crate) order: OrderCheck,
+    pub(crate) sock: std::sync::Arc<SockFlowTable>,
+    /// Each RX queue's frame region and way home, by queue index.
+    pub(crate) ports: Vec<Option<Port>>,
+    /// NAPI threads still polling their devices.
+    pub(crate) napis_running: AtomicUsize,
+    /// Workers still processing (NAPI threads included).
+    pub(crate) bh_running: AtomicUsize,
+}
+
+impl Workers {
+    /// Workers for `cfg`, over the queues `ports` (index = queue index),
+    /// with `napi_threads` NAPI threads among them.
+    pub(crate) fn new(
+        cfg: &SteerConfig,
+        ports: Vec<Option<Port>>,
+        napi_threads: usize,
+        seq: SeqSource,
+        sock: Option<std::sync::Arc<SockFlowTable>>,
+    ) -> Self {
+        let ws = (0..cfg.workers)
+            .map(|_| WorkerShared {
+                q: Mutex::new(Backq {
+                    bl: Backlog::new(cfg.netdev_max_backlog, cfg.flow_limit.map(FlowLimit::new)),
+                    items: VecDeque::with_capacity(cfg.netdev_max_backlog + 1),
+                }),
+                head: AtomicU32::new(0),
+                qlen: AtomicUsize::new(0),
+                online: AtomicBool::new(true),
+                thread: OnceLock::new(),
+                wakeups: AtomicU64::new(0),
+                wakeups_sent: AtomicU64::new(0),
+            })
+            .collect();
+        Workers {
+            ws,
+            map: cfg.rps_map(),
+            reorder: (cfg.mode == SteerMode::Spread).then(|| Reorder::new(cfg.reorder_window)),
+            order: OrderCheck::new(seq),
+            sock: sock.unwrap_or_else(|| {
+                std::sync::Arc::new(SockFlowTable::new(cfg.rps_sock_flow_entries))
+            }),
+            ports,
+            napis_running: AtomicUsize::new(napi_threads),
+            bh_running: AtomicUsize::new(cfg.workers),
+            cfg: cfg.clone(),
+        }
+    }
+
+    /// Number of workers.
+    pub(crate) fn len(&self) -> usize {
+        self.ws.len()
+    }
+
+    /// Register the calling thread as worker `w`'s (for wakeups).
+    pub(crate) fn register(&self, w: Worker) {
+        let _ = self.ws[w as usize].thread.set(std::thread::current());
+    }
+
+    /// `enqueue_to_backlog()` on worker `w`. Returns the outcome (the tail
+    /// to save as the flow's `last_qtail`) and whether the worker must be
+    /// woken (its queue was empty).
+    pub(crate) fn enqueue(
+        &self,
+        w: Worker,
+        item: Item,
+        hash: u32,
+        from_other: bool,
+    ) -> (Result<u32, Refused>, bool) {
+        let s = &self.ws[w as usize];
+        let mut g = lock(&s.q);
+        if !s.online.load(Ordering::Relaxed) {
+            return (Err(Refused::Offline(item)), false);
+        }
+        let wake = g.items.is_empty();
+        let r = match g.bl.enqueue(hash, from_other) {
+            Enqueued::Queued { tail, .. } => {
+                g.items.push_back(item);
+                Ok(tail)
+            }
+            e => {
+                let reason = if e == Enqueued::Full {
+                    DropReason::BacklogFull
+                } else {
+                    DropReason::FlowLimit
+                };
+                match item {
+                    Item::Pkt(p, seq) => {
+                        if seq != NO_SEQ {
+                            g.items.push_back(Item::Hole(seq));
+                        }
+                        Err(Refused::Dropped(p, reason))
+                    }
+                    Item::Hole(_) => unreachable!("holes are never enqueued by callers"),
+                }
+            }
+        };
+        s.qlen.store(g.bl.len(), Ordering::Relaxed);
+        let wake = wake && !g.items.is_empty();
+        (r, wake)
+    }
+
+    /// Take up to `max` items off worker `w`'s queue (`process_backlog`
+    /// splicing `input_pkt_queue`); returns the packets among them.
+    pub(crate) fn take(&self, w: Worker, max: usize, out: &mut Vec<Item>) -> usize {
+        let s = &self.ws[w as usize];
+        let mut g = lock(&s.q);
+        let n = max.min(g.items.len());
+        let mut pkts = 0;
+        for it in g.items.drain(..n) {
+            pkts += matches!(it, Item::Pkt(..)) as usize;
+            out.push(it);
+        }
+        g.bl.dequeue(pkts);
+        s.qlen.store(g.bl.len(), Ordering::Relaxed);
+        pkts
+    }
+
+    /// `n` packets taken from worker `w` are processed: the head moves.
+    pub(crate) fn processed(&self, w: Worker, n: usize) {
+        let s = &self.ws[w as usize];
+        let mut g = lock(&s.q);
+        g.bl.processed(n);
+        s.head.store(g.bl.head(), Ordering::Release);
+    }
+
+    /// True if worker `w`'s queue holds nothing.
+    pub(crate) fn idle(&self, w: Worker) -> bool {
+        lock(&self.ws[w as usize].q).items.is_empty()
+    }
+
+    /// Take worker `w` offline: nothing new is queued there (steering goes
+    /// elsewhere); what is queued is still processed by it.
+    pub(crate) fn set_offline(&self, w: Worker) {
+        let s = &self.ws[w as usize];
+        let _g = lock(&s.q);
+        s.online.store(false, Ordering::Relaxed);
+    }
+
+    /// Worker `from` wakes worker `w` (`napi_schedule_rps` through an
+    /// IPI).
+    pub(crate) fn wake(&self, from: Worker, w: Worker) {
+        self.ws[from as usize]
+            .wakeups_sent
+            .fetch_add(1, Ordering::Relaxed);
+        let s = &self.ws[w as usize];
+        s.wakeups.fetch_add(1, Ordering::Relaxed);
+        if let Some(t) = s.thread.get() {
+            t.unpark();
+        }
+    }
+
+    /// Packets queued at worker `w` now.
+    pub(crate) fn qlen(&self, w: Worker) -> usize {
+        self.ws[w as usize].qlen.load(Ordering::Relaxed)
+    }
+
+    fn backlog_stats(&self, w: Worker) -> BacklogStats {
+        lock(&self.ws[w as usize].q).bl.stats()
+    }
+
+    /// The report of worker `w`, given what its thread counted.
+    pub(crate) fn report(&self, w: Worker, own: &WorkerCounters) -> WorkerReport {
+        WorkerReport {
+            worker: w,
+            backlog: self.backlog_stats(w),
+            time_squeeze: own.time_squeeze,
+            wakeups: self.ws[w as usize].wakeups.load(Ordering::Relaxed),
+            wakeups_sent: self.ws[w as usize].wakeups_sent.load(Ordering::Relaxed),
+            online_at_end: self.ws[w as usize].online.load(Ordering::Relaxed),
+            path: own.path,
+        }
+    }
+}
+
+impl WorkerView for Workers {
+    fn online(&self, w: Worker) -> bool {
+        self.ws
+            .get(w as usize)
+            .is_some_and(|s| s.online.load(Ordering::Relaxed))
+    }
+    fn head(&self, w: Worker) -> u32 {
+        self.ws[w as usize].head.load(Ordering::Acquire)
+    }
+}
+
+/// What a worker's thread counts itself.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct WorkerCounters {
+    pub(crate) time_squeeze: u64,
+    pub(crate) path: NapiStats,
+}
+
+/// One worker at the end of a run: `/proc/net/softnet_stat`'s columns and
+/// what the path counted on it.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct WorkerReport {
+    /// Worker index (NAPI threads are the first).
+    pub worker: Worker,
+    /// processed, dropped, flow_limit_count, received_rps.
+    pub backlog: BacklogStats,
+    /// Backlog polls that ended with work left after `netdev_budget`.
+    pub time_squeeze: u64,
+    /// Wakeups this worker received.
+    pub wakeups: u64,
+    /// Wakeups its NAPI thread sent to other workers (a NAPI thread only).
+    pub wakeups_sent: u64,
+    /// Still online when the run ended.
+    pub online_at_end: bool,
+    /// Delivered, dropped (by reason), SNMP: the path's counters on this
+    /// worker (`received` is 0: NAPI counts what it takes from devices).
+    pub path: NapiStats,
+}
+
+/// Order at delivery.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct OrderReport {
+    /// Packets delivered out of their flow's order.
+    pub reordered: u64,
+    /// Flows with at least one such packet.
+    pub flows_reordered: u64,
+    /// Sequence numbers from TCP only, or also the sim's UDP counters.
+    pub udp_counters: bool,
+    /// `spread`: the most packets that ever waited in the reorder buffer.
+    pub reorder_max_waiting: u64,
+}
+
+impl Workers {
+    pub(crate) fn order_report(&self) -> OrderReport {
+        OrderReport {
+            reordered: self.order.reordered(),
+            flows_reordered: self.order.flows_reordered(),
+            udp_counters: self.order.source() == SeqSource::TcpAndUdpCounter,
+            reorder_max_waiting: self.reorder.as_ref().map_or(0, |r| r.max_waiting()),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,231 @@
+//! The stages steering adds to the path: [`SteerStage`] on the NAPI
+//! thread (between GRO and the rest, where `netif_receive_skb` calls
+//! `get_rps_cpu`), [`Collect`] at the end of `spread`'s parallel part, and
+//! [`Ordered`] at delivery (the order check).
+
+use super::{Item, Refused, Workers, NO_SEQ};
+use rxpath_core::packet::{Packet, PollEnd, RxCtx, Stack};
+use rxpath_core::stats::{DropReason, LatencyHist};
+use rxpath_core::steer::{
+    get_rps_cpu, seq_of, DevFlowTable, SpreadPick, SteerMode, Worker, WorkerView,
+};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// The flow hash steering uses: the device's RX hash, else the software
+/// hash of the 5-tuple (`skb_get_hash`). 0 = none (no flow).
+#[inline]
+pub(crate) fn steer_hash(pkt: &Packet) -> u32 {
+    if pkt.meta.rxhash != 0 {
+        return pkt.meta.rxhash;
+    }
+    if pkt.meta.headers.l3 == rxpath_wire::L3::None {
+        return 0;
+    }
+    rxpath_wire::hash::flow_hash(&pkt.meta.headers.flow)
+}
+
+/// `get_rps_cpu` + `enqueue_to_backlog` for the packets of one NAPI
+/// thread (worker `me`); what has no target runs `inline` right here.
+pub(crate) struct SteerStage<I> {
+    w: Arc<Workers>,
+    me: Worker,
+    inline: I,
+    /// The dev flow table of each RX queue (RFS), by queue index.
+    flows: Vec<DevFlowTable>,
+    /// Workers to wake at the end of this poll (the IPI list).
+    ipi: Vec<Worker>,
+    rr: usize,
+}
+
+impl<I: Stack> SteerStage<I> {
+    pub(crate) fn new(w: Arc<Workers>, me: Worker, inline: I) -> Self {
+        let flows = if w.cfg.mode == SteerMode::Rfs {
+            (0..w.ports.len())
+                .map(|_| DevFlowTable::new(w.cfg.rps_flow_cnt))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        SteerStage {
+            w,
+            me,
+            inline,
+            flows,
+            ipi: Vec::new(),
+            rr: me as usize,
+        }
+    }
+
+    /// `spread`: the next online worker in turn, or the least loaded one.
+    fn pick(&mut self) -> Option<Worker> {
+        let n = self.w.len();
+        match self.w.cfg.pick {
+            SpreadPick::RoundRobin => {
+                for _ in 0..n {
+                    self.rr = (self.rr + 1) % n;
+                    if self.w.online(self.rr as Worker) {
+                        return Some(self.rr as Worker);
+                    }
+                }
+                None
+            }
+            SpreadPick::LeastLoaded => (0..n as Worker)
+                .filter(|&w| self.w.online(w))
+                .min_by_key(|&w| (self.w.qlen(w), w != self.me)),
+        }
+    }
+
+    fn mark(&mut self, t: Worker) {
+        if t != self.me && !self.ipi.contains(&t) {
+            self.ipi.push(t);
+        }
+    }
+
+    /// Queue `item` at worker `t`; what cannot be queued is dropped with
+    /// its reason, or (worker gone) taken by this worker instead. `rflow`:
+    /// the RX queue whose dev flow entry records where the flow went.
+    fn queue(
+        &mut self,
+        t: Worker,
+        item: Item,
+        hash: u32,
+        rflow: Option<usize>,
+        ctx: &mut RxCtx<'_>,
+    ) {
+        let (r, wake) = self.w.enqueue(t, item, hash, t != self.me);
+        if wake {
+            self.mark(t);
+        }
+        match r {
+            Ok(tail) => {
+                if let Some(f) = rflow.and_then(|q| self.flows.get_mut(q)) {
+                    f.set(hash, t, tail);
+                }
+            }
+            Err(Refused::Dropped(p, reason)) => ctx.drop(p, reason),
+            Err(Refused::Offline(Item::Pkt(p, seq))) => {
+                if seq == NO_SEQ {
+                    // The kernel's get_rps_cpu skips an offline CPU: the
+                    // packet is processed where it is.
+                    self.inline.receive(p, ctx)
+                } else {
+                    // A `spread` number must go through a worker; this one
+                    // never goes offline.
+                    let me = self.me;
+                    self.queue(me, Item::Pkt(p, seq), hash, None, ctx)
+                }
+            }
+            Err(Refused::Offline(Item::Hole(_))) => unreachable!("holes are never enqueued here"),
+        }
+    }
+}
+
+impl<I: Stack> Stack for SteerStage<I> {
+    fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
+        let hash = steer_hash(&pkt);
+        let mode = self.w.cfg.mode;
+        let target = if hash == 0 {
+            None
+        } else {
+            match mode {
+                SteerMode::None => None,
+                SteerMode::Rps => get_rps_cpu(hash, &self.w.map, None, None, &*self.w),
+                SteerMode::Rfs => {
+                    let q = pkt.meta.queue as usize;
+                    get_rps_cpu(
+                        hash,
+                        &self.w.map,
+                        self.flows.get(q),
+                        Some(&self.w.sock),
+                        &*self.w,
+                    )
+                }
+                SteerMode::Spread | SteerMode::SpreadUnordered => self.pick().map(|t| (t, false)),
+            }
+        };
+        let Some((t, rflow)) = target else {
+            return self.inline.receive(pkt, ctx);
+        };
+        let seq = match &self.w.reorder {
+            Some(r) => match r.admit() {
+                Some(s) => s,
+                None => return ctx.drop(pkt, DropReason::ReorderFull),
+            },
+            None => NO_SEQ,
+        };
+        let rflow = rflow.then_some(pkt.meta.queue as usize);
+        self.queue(t, Item::Pkt(pkt, seq), hash, rflow, ctx);
+    }
+
+    fn malformed(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
+        // No flow to hash: processed where it is.
+        self.inline.malformed(pkt, ctx)
+    }
+
+    fn bundle_done(&mut self, ctx: &mut RxCtx<'_>) {
+        self.inline.bundle_done(ctx)
+    }
+
+    fn poll_done(&mut self, ctx: &mut RxCtx<'_>, end: PollEnd) -> Option<u64> {
+        // `net_rps_send_ipi`: each worker on the list once.
+        for t in self.ipi.drain(..) {
+            self.w.wake(self.me, t);
+        }
+        self.inline.poll_done(ctx, end)
+    }
+
+    fn held(&self) -> u64 {
+        self.inline.held()
+    }
+
+    fn latency(&self) -> Option<&LatencyHist> {
+        self.inline.latency()
+    }
+}
+
+/// The end of `spread`'s parallel part: keeps what survived IP input and
+/// the filter, for the reorder stage.
+pub(crate) struct Collect(pub(crate) Rc<RefCell<Vec<Packet>>>);
+
+impl Stack for Collect {
+    #[inline]
+    fn receive(&mut self, pkt: Packet, _ctx: &mut RxCtx<'_>) {
+        self.0.borrow_mut().push(pkt);
+    }
+}
+
+/// The order check at delivery, in front of the end of the path.
+pub(crate) struct Ordered<S> {
+    pub(crate) inner: S,
+    pub(crate) w: Arc<Workers>,
+}
+
+impl<S: Stack> Stack for Ordered<S> {
+    #[inline]
+    fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
+        if let Some(seq) = seq_of(&pkt, ctx.data(&pkt), self.w.order.source()) {
+            let h = steer_hash(&pkt);
+            if h != 0 {
+                self.w.order.observe(h, seq);
+            }
+        }
+        self.inner.receive(pkt, ctx)
+    }
+    fn malformed(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
+        self.inner.malformed(pkt, ctx)
+    }
+    fn bundle_done(&mut self, ctx: &mut RxCtx<'_>) {
+        self.inner.bundle_done(ctx)
+    }
+    fn poll_done(&mut self, ctx: &mut RxCtx<'_>, end: PollEnd) -> Option<u64> {
+        self.inner.poll_done(ctx, end)
+    }
+    fn held(&self) -> u64 {
+        self.inner.held()
+    }
+    fn latency(&self) -> Option<&LatencyHist> {
+        self.inner.latency()
+    }
+}
