@@ -16,6 +16,7 @@ pub fn bench(cmd: BenchCmd) -> Result<ExitCode> {
         BenchCmd::RxIface(a) => crate::bench_iface::rx_iface(a),
         BenchCmd::Rr(a) => crate::bench_rr::rr(a),
         BenchCmd::Filter(a) => crate::bench_filter::filter(a),
+        BenchCmd::Steer(a) => crate::bench_steer::steer(a),
     }
 }
 

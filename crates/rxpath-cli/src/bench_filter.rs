@@ -42,7 +42,7 @@ fn config(producer: Producer, filter: Option<Arc<FilterHandle>>, d: Duration) ->
     }
 }
 
-fn keys(g: &Generated) -> Vec<Key> {
+pub(crate) fn keys(g: &Generated) -> Vec<Key> {
     let to = |a: std::net::IpAddr| match a {
         std::net::IpAddr::V4(a) => u32::from(a) as u128,
         std::net::IpAddr::V6(a) => u128::from(a),

@@ -5,6 +5,7 @@ mod bench_filter;
 mod bench_gro;
 mod bench_iface;
 mod bench_rr;
+mod bench_steer;
 mod echo;
 mod filter;
 mod opts;

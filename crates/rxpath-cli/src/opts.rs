@@ -247,6 +247,10 @@ pub enum BenchCmd {
     /// classifier, Mpps on one core and ns per classification beside
     /// DPDK's dpdk-test-acl.
     Filter(crate::bench_filter::FilterBenchArgs),
+    /// Seed 003's experiment: an expensive bottom half (2000 rules walked
+    /// linearly) on 1 worker vs 2, 1 flow and 64, for every steering mode;
+    /// reordered packets counted at delivery.
+    Steer(crate::bench_steer::SteerBenchArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -449,6 +453,10 @@ pub struct RunArgs {
     /// Offered rate in packets per second (default: as fast as possible).
     #[arg(long)]
     pub pps: Option<u64>,
+    /// With --pps: the producer thread sleeps until its next batch is due
+    /// instead of spinning (it leaves its core to a worker).
+    #[arg(long)]
+    pub producer_sleeps: bool,
     /// Interrupt coalescing: µs after the first packet (ethtool rx-usecs).
     #[arg(long, default_value_t = 8)]
     pub rx_usecs: u32,
@@ -589,6 +597,7 @@ impl RunArgs {
                 rx_usecs: self.rx_usecs,
                 rx_frames: self.rx_frames,
             },
+            sleep_pacing: self.producer_sleeps,
             ..SimConfig::default()
         };
         Ok(RunConfig {
@@ -651,6 +660,7 @@ impl RunArgs {
             filter: None,
             steer: self.steer.config(self.threads)?,
             stop_worker: self.steer.stop_worker,
+            sock_flows: None,
             xdp_busy_poll_us: self.xdp_busy_poll,
             capture_at: match self.capture_at {
                 CaptureArg::Rx => rxpath_runtime::CaptureAt::Rx,

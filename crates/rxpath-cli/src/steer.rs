@@ -35,8 +35,8 @@ pub struct SteerArgs {
     /// packets.
     #[arg(long, default_value_t = 0, value_name = "TABLE_LEN")]
     pub flow_limit: usize,
-    /// spread: round-robin or least-loaded.
-    #[arg(long, default_value = "round-robin", value_parser = parse_pick)]
+    /// spread: least-loaded (the shortest backlog) or round-robin.
+    #[arg(long, default_value = "least-loaded", value_parser = parse_pick)]
     pub spread_pick: SpreadPick,
     /// spread: sequence numbers in flight at most (more: dropped as
     /// reorder_full).

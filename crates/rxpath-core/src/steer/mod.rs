@@ -164,9 +164,10 @@ impl SteerMode {
 #[serde(rename_all = "kebab-case")]
 pub enum SpreadPick {
     /// The next online worker in turn.
-    #[default]
     RoundRobin,
-    /// The online worker with the shortest backlog.
+    /// The online worker with the shortest backlog (the default: a worker
+    /// that falls behind gets less, so the reorder buffer holds less).
+    #[default]
     LeastLoaded,
 }
 
@@ -207,7 +208,7 @@ impl Default for SteerConfig {
             netdev_max_backlog: 1000,
             flow_limit: None,
             dev_weight: 64,
-            pick: SpreadPick::RoundRobin,
+            pick: SpreadPick::LeastLoaded,
             reorder_window: 8192,
         }
     }

@@ -66,6 +66,10 @@ pub struct SimConfig {
     pub coalesce: Coalesce,
     /// RSS indirection table entries (power of two).
     pub indir_size: usize,
+    /// A rate-limited producer thread sleeps until its next batch is due
+    /// (leaving the core to others: the steering bench runs a worker
+    /// there) instead of spinning. Costs burstiness, not rate.
+    pub sleep_pacing: bool,
 }
 
 impl Default for SimConfig {
@@ -77,6 +81,7 @@ impl Default for SimConfig {
             frame_size: crate::DEFAULT_FRAME_SIZE,
             coalesce: Coalesce::default(),
             indir_size: 128,
+            sleep_pacing: false,
         }
     }
 }
@@ -137,6 +142,7 @@ pub struct SimPort {
     queues: Vec<PortQueue>,
     coalesce: Coalesce,
     scratch: Box<[u8]>,
+    sleep_pacing: bool,
 }
 
 /// The host side of one simulated queue.
@@ -220,6 +226,7 @@ pub fn build(cfg: &SimConfig) -> Result<(SimPort, Vec<SimRxQueue>), SimError> {
         indir,
         queues: port_queues,
         coalesce: cfg.coalesce,
+        sleep_pacing: cfg.sleep_pacing,
         scratch: vec![0; cfg.frame_size].into_boxed_slice(),
     };
     Ok((port, host_queues))
@@ -419,9 +426,16 @@ impl SimPort {
             sent += n;
             self.flush(now.as_nanos() as u64 + 1);
             if n == 0 {
-                std::hint::spin_loop();
-                if pps.is_some_and(|r| r < 100_000) {
-                    std::thread::sleep(Duration::from_micros(5));
+                match pps {
+                    Some(r) if self.sleep_pacing => {
+                        // Until the next batch is due (at most 1 ms, so
+                        // that a stop is seen).
+                        let next = ((sent + batch) as u128 * 1_000_000_000 / r as u128) as u64;
+                        let gap = next.saturating_sub(start.elapsed().as_nanos() as u64);
+                        std::thread::sleep(Duration::from_nanos(gap.min(1_000_000)));
+                    }
+                    Some(r) if r < 100_000 => std::thread::sleep(Duration::from_micros(5)),
+                    _ => std::hint::spin_loop(),
                 }
             }
         }

@@ -203,6 +203,12 @@ pub struct RunConfig {
     /// is queued and takes nothing new, as a CPU going down). Only a worker
     /// that is not a NAPI thread.
     pub stop_worker: Option<(u16, Duration)>,
+    /// RFS: the global sock flow table (`rps_sock_flow_table`) where
+    /// readers record the worker they read on. `run` has no sockets: a
+    /// caller (a test, an experiment) plays the readers through it. None:
+    /// a table of `rps_sock_flow_entries` nobody writes (RFS = RPS).
+    #[serde(skip)]
+    pub sock_flows: Option<Arc<rxpath_core::sock::SockFlowTable>>,
 }
 
 /// GRO settings of a run.
@@ -241,6 +247,7 @@ impl Default for RunConfig {
             filter: None,
             steer: SteerConfig::default(),
             stop_worker: None,
+            sock_flows: None,
         }
     }
 }

@@ -401,7 +401,7 @@ fn steer_workers<Q: RxQueue>(cfg: &RunConfig, groups: &[Vec<Napi<Q>>]) -> Option
         ports,
         groups.len(),
         seq,
-        None,
+        cfg.sock_flows.clone(),
     )))
 }
 

@@ -1,0 +1,324 @@
+//! `rxpath bench steer`: seed 003's experiment. An expensive bottom half
+//! (the INPUT filter with 2000 rules walked linearly, as the kernel walks
+//! them) on 1 worker and on 2, for one flow and for 64, with every
+//! steering mode; packets from the simulated NIC's single queue (the shape
+//! of a veth, or of a NIC whose RSS cannot spread one flow).
+
+use anyhow::{Context, Result};
+use clap::Args;
+use rxpath_core::filter::gen::{generate, Shape};
+use rxpath_core::filter::{Family, Filter, FilterHandle, FilterMode, Ruleset};
+use rxpath_core::steer::{SteerConfig, SteerMode};
+use rxpath_dev::sim::{Mix, SimConfig, TrafficConfig};
+use rxpath_runtime::{Producer, Report, RunConfig, StackKind};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Args)]
+pub struct SteerBenchArgs {
+    /// Seconds per measurement.
+    #[arg(long, default_value = "1500ms", value_parser = crate::opts::parse_duration)]
+    pub duration: Duration,
+    /// Rules in the linear filter (the expensive stage).
+    #[arg(long, default_value_t = 2000)]
+    pub rules: usize,
+    /// Offered load as a multiple of what one worker delivers (measured
+    /// first): above what two can take, so every run is saturated.
+    #[arg(long, default_value_t = 2.6)]
+    pub load: f64,
+    /// Rounds: each measures 1 worker then 2, alternating, and the median
+    /// of each is kept (this VM drifts over tens of seconds).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Flow counts to measure.
+    #[arg(long, value_delimiter = ',', default_value = "1,64")]
+    pub flows: Vec<usize>,
+    /// Print the results as JSON too.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One measurement.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Row {
+    flows: usize,
+    mode: &'static str,
+    workers: usize,
+    /// Packets delivered per second (the bottom half's throughput).
+    delivered_pps: f64,
+    reordered: u64,
+    /// Dropped at the door of a backlog (backlog_full, flow_limit,
+    /// reorder_full) and in the device ring (rx_missed): the overload.
+    backlog_drops: u64,
+    rx_missed: u64,
+    /// Packets each worker took from its backlog.
+    per_worker: Vec<u64>,
+}
+
+fn config(
+    flows: usize,
+    mode: SteerMode,
+    workers: usize,
+    pps: u64,
+    filter: &Arc<FilterHandle>,
+    d: Duration,
+) -> RunConfig {
+    RunConfig {
+        sim: SimConfig {
+            queues: 1,
+            ring_size: 1024,
+            frames_per_queue: 4096,
+            sleep_pacing: true,
+            ..SimConfig::default()
+        },
+        traffic: TrafficConfig {
+            flows,
+            mix: Mix::Udp,
+            udp_frame: 60,
+            ..TrafficConfig::default()
+        },
+        producer: Producer::Thread { pps: Some(pps) },
+        stack: StackKind::Sink,
+        filter: Some(filter.clone()),
+        threads: 1,
+        interrupts: true,
+        duration: d,
+        tick: d * 2,
+        pin: true,
+        steer: SteerConfig {
+            mode,
+            workers,
+            ..SteerConfig::default()
+        },
+        ..RunConfig::default()
+    }
+}
+
+/// The machine's own ceiling for this work: classifications per second
+/// of 1 thread alone, and of 2 threads at once, one pinned to each of the
+/// first two cores (no steering, no packets, nothing shared but the
+/// rules). Returns (1 thread, 2 threads in total).
+fn ceiling(
+    rs: &Arc<Ruleset>,
+    keys: &Arc<Vec<rxpath_core::filter::Key>>,
+    d: Duration,
+) -> (f64, f64) {
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let spin = |core: Option<core_affinity::CoreId>| {
+        let (rs, keys) = (rs.clone(), keys.clone());
+        std::thread::spawn(move || {
+            if let Some(c) = core {
+                core_affinity::set_for_current(c);
+            }
+            let start = std::time::Instant::now();
+            let mut n = 0u64;
+            let mut sink = 0usize;
+            while start.elapsed() < d {
+                for k in keys.iter() {
+                    let v = rs.judge_quiet(std::hint::black_box(k));
+                    sink = sink.wrapping_add(v.rule.unwrap_or(0));
+                }
+                n += keys.len() as u64;
+            }
+            std::hint::black_box(sink);
+            n as f64 / start.elapsed().as_secs_f64()
+        })
+    };
+    let one = spin(cores.first().copied()).join().unwrap_or(0.0);
+    let a = spin(cores.first().copied());
+    let b = spin(cores.get(1).copied());
+    let two = a.join().unwrap_or(0.0) + b.join().unwrap_or(0.0);
+    (one, two)
+}
+
+fn measure(cfg: &RunConfig) -> Result<Report> {
+    let r = rxpath_runtime::run(cfg, |_| {})?;
+    anyhow::ensure!(
+        r.consistent(),
+        "accounting failed in a benchmark run: {}",
+        crate::report::summary(&r)
+    );
+    Ok(r)
+}
+
+/// The round with the median rate; reordered packets summed over rounds
+/// (every round must have none).
+fn median_row(mut v: Vec<Row>) -> Row {
+    let reordered = v.iter().map(|r| r.reordered).sum();
+    v.sort_by(|a, b| a.delivered_pps.total_cmp(&b.delivered_pps));
+    let mut m = v.swap_remove(v.len() / 2);
+    m.reordered = reordered;
+    m
+}
+
+fn row(flows: usize, mode: SteerMode, workers: usize, r: &Report) -> Row {
+    use rxpath_core::stats::DropReason as D;
+    let n = r.napi_total();
+    Row {
+        flows,
+        mode: mode.name(),
+        workers,
+        delivered_pps: n.delivered as f64 / r.elapsed.as_secs_f64(),
+        reordered: r.order.map_or(0, |o| o.reordered),
+        backlog_drops: n.dropped.get(D::BacklogFull)
+            + n.dropped.get(D::FlowLimit)
+            + n.dropped.get(D::ReorderFull),
+        rx_missed: r.device_total().rx_missed,
+        per_worker: r.workers.iter().map(|w| w.backlog.processed).collect(),
+    }
+}
+
+pub fn steer(a: SteerBenchArgs) -> Result<ExitCode> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let d = a.duration;
+    let g = generate(Shape::Acl, Family::V4, a.rules, 1, 0.8, 1);
+    let table = rxpath_core::filter::parse(&g.save).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let filter = Arc::new(FilterHandle::new(Some(Filter {
+        v4: Some(Ruleset::new(table.clone(), "sim0", FilterMode::Linear)),
+        v6: None,
+    })));
+    // Misses only (the sim's traffic misses every rule too).
+    let probe = generate(Shape::Acl, Family::V4, a.rules, 2000, 0.0, 2);
+    let keys = Arc::new(crate::bench_filter::keys(&probe));
+    let rs = Arc::new(Ruleset::new(table, "sim0", FilterMode::Linear));
+    let (c_one, c_two) = ceiling(&rs, &keys, d);
+    let machine = c_two / c_one.max(1.0);
+    println!(
+        "rxpath bench steer (seed 003): the bottom half is IP input + the INPUT filter with {} ClassBench-shaped rules walked linearly \
+         (every packet misses every rule, the walk's worst case, as in the seed) + the sink; sim NIC, 1 RX queue, 1 NAPI thread (worker 0), \
+         60-byte UDP; {:.1}s per measurement, median of {} rounds (1 worker then 2, alternating); {cores} core(s).",
+        a.rules,
+        d.as_secs_f64(),
+        a.rounds.max(1)
+    );
+    if cores < 2 {
+        println!("note: this machine has {cores} core: 2 workers cannot run in parallel here.");
+    }
+    println!(
+        "machine ceiling: the same linear walk without packets, 1 thread {:.1} k/s, 2 threads at once (one per core) {:.1} k/s in total: \
+         {machine:.2}x is the most any 2-worker split can reach on this machine for this work\n",
+        c_one / 1e3,
+        c_two / 1e3
+    );
+    // One worker's capacity sets the offered load.
+    let cal = measure(&config(64, SteerMode::None, 1, 2_000_000, &filter, d / 2))?;
+    let c1 = cal.napi_total().delivered as f64 / cal.elapsed.as_secs_f64();
+    let pps = (c1 * a.load).max(1000.0) as u64;
+    println!(
+        "calibration: steer none, 1 worker delivers {:.1} kpps ({:.2} µs per packet); offered load {:.1} kpps ({:.1}x) for every run \
+         (the producer sleeps between batches, so it leaves worker 1's core alone)\n",
+        c1 / 1e3,
+        1e6 / c1.max(1.0),
+        pps as f64 / 1e3,
+        a.load
+    );
+    let modes = [
+        SteerMode::None,
+        SteerMode::Rps,
+        SteerMode::Rfs,
+        SteerMode::Spread,
+        SteerMode::SpreadUnordered,
+    ];
+    let mut rows = Vec::new();
+    println!("| flows | steer | 1 worker kpps | 2 workers kpps | 2 vs 1 | of the machine's ceiling | reordered (2 workers, all rounds) | processed per worker (2 workers) | backlog drops (2 workers) | rx_missed (2 workers) |");
+    println!("|---:|---|---:|---:|---:|---:|---:|---|---:|---:|");
+    for &flows in &a.flows {
+        for mode in modes {
+            let mut ones = Vec::new();
+            let mut twos = Vec::new();
+            for _ in 0..a.rounds.max(1) {
+                ones.push(row(
+                    flows,
+                    mode,
+                    1,
+                    &measure(&config(flows, mode, 1, pps, &filter, d))?,
+                ));
+                if mode != SteerMode::None {
+                    twos.push(row(
+                        flows,
+                        mode,
+                        2,
+                        &measure(&config(flows, mode, 2, pps, &filter, d))?,
+                    ));
+                }
+            }
+            let one = median_row(ones);
+            let two = (!twos.is_empty()).then(|| median_row(twos));
+            match &two {
+                Some(t) => println!(
+                    "| {flows} | {} | {:.1} | {:.1} | {:.2}x | {:.0} % | {} | {:?} | {} | {} |",
+                    mode.name(),
+                    one.delivered_pps / 1e3,
+                    t.delivered_pps / 1e3,
+                    t.delivered_pps / one.delivered_pps.max(1.0),
+                    100.0 * t.delivered_pps / one.delivered_pps.max(1.0) / machine.max(1e-9),
+                    t.reordered,
+                    t.per_worker,
+                    t.backlog_drops,
+                    t.rx_missed
+                ),
+                None => println!(
+                    "| {flows} | none | {:.1} | (the whole path on the NAPI thread: no second worker) | | | {} | | | |",
+                    one.delivered_pps / 1e3,
+                    one.reordered
+                ),
+            }
+            rows.push(one);
+            rows.extend(two);
+        }
+    }
+    println!();
+    let ratio = |flows: usize, mode: SteerMode| -> f64 {
+        let get = |w: usize| {
+            rows.iter()
+                .find(|r| r.flows == flows && r.mode == mode.name() && r.workers == w)
+                .map_or(0.0, |r| r.delivered_pps)
+        };
+        get(2) / get(1).max(1.0)
+    };
+    let reordered = |mode: SteerMode| -> u64 {
+        rows.iter()
+            .filter(|r| r.mode == mode.name())
+            .map(|r| r.reordered)
+            .sum()
+    };
+    let mut met = true;
+    let mut check = |what: String, ok: bool| {
+        met &= ok;
+        println!("target {what}: {}", if ok { "met" } else { "NOT met" });
+    };
+    for &flows in &a.flows {
+        let r = ratio(flows, SteerMode::Spread);
+        check(
+            format!("spread 2 vs 1 worker >= 1.8x with {flows} flow(s) ({r:.2}x)"),
+            r >= 1.8,
+        );
+    }
+    let r64 = ratio(64, SteerMode::Rps);
+    check(
+        format!("rps 2 vs 1 worker >= 1.8x with 64 flows ({r64:.2}x)"),
+        r64 >= 1.8,
+    );
+    let r1 = ratio(1, SteerMode::Rps);
+    println!("rps with 1 flow: {r1:.2}x (expected about 1.0x: one flow hashes to one worker)");
+    for m in [SteerMode::Rps, SteerMode::Rfs, SteerMode::Spread] {
+        let n = reordered(m);
+        check(
+            format!("0 packets reordered with {}, in every run ({n})", m.name()),
+            n == 0,
+        );
+    }
+    println!(
+        "spread-unordered (no reorder stage) reordered {} packets: what the reorder stage prevents",
+        reordered(SteerMode::SpreadUnordered)
+    );
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows).context("json")?);
+    }
+    Ok(if met {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
