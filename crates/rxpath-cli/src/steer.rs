@@ -19,8 +19,8 @@ pub struct SteerArgs {
     pub workers: Option<usize>,
     /// rps_cpus of every RX queue: the workers RPS may pick, e.g. 0,1 or
     /// 0-3 (default: all).
-    #[arg(long, value_name = "LIST", value_parser = parse_list)]
-    pub rps_cpus: Option<Vec<Worker>>,
+    #[arg(long, value_name = "LIST")]
+    pub rps_cpus: Option<String>,
     /// net.core.rps_sock_flow_entries (RFS).
     #[arg(long, default_value_t = 32768)]
     pub rps_sock_flow_entries: usize,
@@ -101,7 +101,10 @@ impl SteerArgs {
         let c = SteerConfig {
             mode: self.steer,
             workers,
-            rps_cpus: self.rps_cpus.clone().unwrap_or_default(),
+            rps_cpus: match &self.rps_cpus {
+                Some(l) => parse_list(l).map_err(anyhow::Error::msg)?,
+                None => Vec::new(),
+            },
             rps_sock_flow_entries: self.rps_sock_flow_entries,
             rps_flow_cnt: self.rps_flow_cnt,
             netdev_max_backlog: self.netdev_max_backlog,

@@ -493,6 +493,45 @@ mod tests {
     }
 
     #[test]
+    fn udp_datagrams_are_numbered_per_flow_with_valid_checksums() {
+        for (udp_frame, mix) in [(60, Mix::Udp), (200, Mix::Udp), (300, Mix::Mixed)] {
+            let cfg = TrafficConfig {
+                flows: 16,
+                mix,
+                udp_frame,
+                ..Default::default()
+            };
+            let mut t = Traffic::new(cfg, &Toeplitz::default());
+            let mut next = [1u32; 16];
+            let mut buf = [0u8; 2048];
+            for _ in 0..2000 {
+                let w = t.write_next(&mut buf).unwrap();
+                let f = &buf[..w.len];
+                let h = rxpath_wire::parse(f).unwrap();
+                if h.l4 != rxpath_wire::L4::Udp {
+                    continue;
+                }
+                let seg =
+                    &f[h.l4_offset as usize..h.payload_offset as usize + h.payload_len as usize];
+                let (src, dst) = (h.flow.src(), h.flow.dst());
+                assert_eq!(
+                    rxpath_wire::checksum::l4(src, dst, 17, seg),
+                    0,
+                    "checksum of a numbered datagram ({udp_frame} bytes)"
+                );
+                if h.payload_len < 4 {
+                    assert!(t.seq_stamp(w.flow).is_none());
+                    continue;
+                }
+                let p = h.payload_offset as usize;
+                let seq = u32::from_be_bytes([f[p], f[p + 1], f[p + 2], f[p + 3]]);
+                assert_eq!(seq, next[w.flow], "flow {}", w.flow);
+                next[w.flow] += 1;
+            }
+        }
+    }
+
+    #[test]
     fn same_seed_same_traffic() {
         let cfg = TrafficConfig {
             flows: 32,
