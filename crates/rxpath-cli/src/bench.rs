@@ -17,6 +17,7 @@ pub fn bench(cmd: BenchCmd) -> Result<ExitCode> {
         BenchCmd::Rr(a) => crate::bench_rr::rr(a),
         BenchCmd::Filter(a) => crate::bench_filter::filter(a),
         BenchCmd::Steer(a) => crate::bench_steer::steer(a),
+        BenchCmd::Rfs(a) => crate::bench_rfs::rfs(a),
     }
 }
 

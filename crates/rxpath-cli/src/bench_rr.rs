@@ -13,7 +13,7 @@ use rxpath_dev::sys::sched;
 use rxpath_runtime::lab::{Topology, HOST_ADDR};
 use std::process::{Child, Command, ExitCode, Stdio};
 
-const PORT: u16 = 11111;
+pub(crate) const PORT: u16 = 11111;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Server {
@@ -60,10 +60,10 @@ impl Server {
 
 /// One client run as sockperf reports it.
 #[derive(Debug, Clone, Copy, Default)]
-struct Measure {
-    rt_per_s: f64,
-    avg_us: f64,
-    p99_us: f64,
+pub(crate) struct Measure {
+    pub(crate) rt_per_s: f64,
+    pub(crate) avg_us: f64,
+    pub(crate) p99_us: f64,
 }
 
 fn strip_ansi(s: &str) -> String {
@@ -105,7 +105,12 @@ fn parse_sockperf(out: &str) -> Option<Measure> {
     })
 }
 
-fn client(t: &Topology, secs: u64, size: usize, cpu: Option<usize>) -> Result<Option<Measure>> {
+pub(crate) fn client(
+    t: &Topology,
+    secs: u64,
+    size: usize,
+    cpu: Option<usize>,
+) -> Result<Option<Measure>> {
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &t.ns]);
     if let Some(c) = cpu {
@@ -136,7 +141,7 @@ fn client(t: &Topology, secs: u64, size: usize, cpu: Option<usize>) -> Result<Op
 /// Wait until the server answers (an XDP attach or a fresh ARP entry takes
 /// a moment), with short client runs: any answer counts (a 1-second run
 /// can end with no observations sockperf calls valid).
-fn ready(t: &Topology, size: usize) -> Result<bool> {
+pub(crate) fn ready(t: &Topology, size: usize) -> Result<bool> {
     for _ in 0..8 {
         let out = Command::new("ip")
             .args([
@@ -159,12 +164,12 @@ fn ready(t: &Topology, size: usize) -> Result<bool> {
     Ok(false)
 }
 
-fn write_sysctl(name: &str, v: &str) -> Result<()> {
+pub(crate) fn write_sysctl(name: &str, v: &str) -> Result<()> {
     std::fs::write(format!("/proc/sys/net/core/{name}"), v)
         .with_context(|| format!("setting net.core.{name}"))
 }
 
-fn read_sysctl(name: &str) -> String {
+pub(crate) fn read_sysctl(name: &str) -> String {
     std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "0".into())
@@ -247,6 +252,8 @@ fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Runn
                 no_verify_csum: false,
                 csum: Default::default(),
                 filt: Default::default(),
+                steer: Default::default(),
+                reader_cpus: None,
                 only_v6: false,
                 xdp_take: crate::opts::EchoTake::Port,
                 duration: None,

@@ -75,6 +75,10 @@ impl EchoServer {
             ..HostConfig::default()
         };
         cfg.sock.busy_read_us = a.busy_poll;
+        if a.steer.stop_worker.is_some() {
+            anyhow::bail!("--stop-worker is for rxpath run; echo's workers run until it stops");
+        }
+        cfg.steer = a.steer.config(0)?;
         cfg.sock.csum = if a.no_verify_csum {
             rxpath_core::ip::CsumPolicy::Trust
         } else {
@@ -112,13 +116,31 @@ impl EchoServer {
         sock.set_read_timeout(Some(Duration::from_millis(100)));
         let stop = Arc::new(AtomicBool::new(false));
         let echoed = Arc::new(AtomicU64::new(0));
+        let cpus = match &a.reader_cpus {
+            Some(l) => crate::steer::parse_list(l).map_err(anyhow::Error::msg)?,
+            None => Vec::new(),
+        };
+        let cores = core_affinity::get_core_ids().unwrap_or_default();
         let readers = (0..a.threads)
             .map(|t| {
                 let (sock, stop, echoed) = (sock.clone(), stop.clone(), echoed.clone());
                 let sockperf = a.sockperf;
+                let core = (!cpus.is_empty())
+                    .then(|| {
+                        cores
+                            .iter()
+                            .find(|c| c.id == cpus[t % cpus.len()] as usize)
+                            .copied()
+                    })
+                    .flatten();
                 thread::Builder::new()
                     .name(format!("rxpath-echo/{t}"))
-                    .spawn(move || serve(&sock, sockperf, &stop, &echoed))
+                    .spawn(move || {
+                        if let Some(c) = core {
+                            core_affinity::set_for_current(c);
+                        }
+                        serve(&sock, sockperf, &stop, &echoed)
+                    })
             })
             .collect::<Result<_, _>>()?;
         Ok(EchoServer {
@@ -230,6 +252,7 @@ pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
                 "dropped": napi.dropped,
                 "snmp": rep.snmp.to_json(),
                 "filter": r.filter,
+                "workers": rep.workers,
             })
         );
     } else {
@@ -253,6 +276,18 @@ pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
             rep.frames_total,
         );
         print!("{}", rep.snmp.table());
+        for w in &rep.workers {
+            println!(
+                "worker {}: processed {} dropped {} received_rps {} time_squeeze {} wakeups {} delivered {}",
+                w.worker,
+                w.backlog.processed,
+                w.backlog.dropped,
+                w.backlog.received_rps,
+                w.time_squeeze,
+                w.wakeups,
+                w.path.delivered
+            );
+        }
     }
     Ok(if rep.frames_home == rep.frames_total {
         ExitCode::SUCCESS

@@ -4,6 +4,7 @@ mod bench;
 mod bench_filter;
 mod bench_gro;
 mod bench_iface;
+mod bench_rfs;
 mod bench_rr;
 mod bench_steer;
 mod echo;

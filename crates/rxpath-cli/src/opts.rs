@@ -82,6 +82,10 @@ pub struct EchoArgs {
     /// Application threads reading the socket.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// Pin reader thread t to CPU LIST[t % len] (e.g. 1 or 0,1): with
+    /// --steer rfs its packets then go to that CPU's worker.
+    #[arg(long, value_name = "LIST")]
+    pub reader_cpus: Option<String>,
     /// NAPI threads (0 = none: only busy-polling readers move packets).
     #[arg(long, default_value_t = 1)]
     pub napi_threads: usize,
@@ -122,6 +126,8 @@ pub struct EchoArgs {
     pub duration: Option<f64>,
     #[command(flatten)]
     pub filt: crate::filter::FilterArgs,
+    #[command(flatten)]
+    pub steer: crate::steer::SteerArgs,
     /// Print the final report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -251,6 +257,10 @@ pub enum BenchCmd {
     /// linearly) on 1 worker vs 2, 1 flow and 64, for every steering mode;
     /// reordered packets counted at delivery.
     Steer(crate::bench_steer::SteerBenchArgs),
+    /// Seed 002's experiment (root, sockperf): UDP request/response into a
+    /// reader pinned to one CPU, rxpath echo with RPS vs RFS, the kernel's
+    /// own RPS/RFS on the same veth as the reference.
+    Rfs(crate::bench_rfs::RfsBenchArgs),
 }
 
 #[derive(Debug, Clone, Args)]

@@ -88,6 +88,25 @@ fn parse_stop(s: &str) -> Result<(u16, Duration), String> {
     Ok((w, crate::opts::parse_duration(t)?))
 }
 
+impl Default for SteerArgs {
+    /// The command line's defaults.
+    fn default() -> Self {
+        let d = SteerConfig::default();
+        SteerArgs {
+            steer: SteerMode::None,
+            workers: None,
+            rps_cpus: None,
+            rps_sock_flow_entries: d.rps_sock_flow_entries,
+            rps_flow_cnt: d.rps_flow_cnt,
+            netdev_max_backlog: d.netdev_max_backlog,
+            flow_limit: 0,
+            spread_pick: d.pick,
+            reorder_window: d.reorder_window,
+            stop_worker: None,
+        }
+    }
+}
+
 impl SteerArgs {
     /// The steering configuration for a run with `threads` NAPI threads.
     pub fn config(&self, threads: usize) -> Result<SteerConfig> {
@@ -95,7 +114,7 @@ impl SteerArgs {
         let workers = match (self.steer, self.workers) {
             (_, Some(0)) => bail!("--workers must be at least 1"),
             (_, Some(w)) => w,
-            (SteerMode::None, None) => threads,
+            (SteerMode::None, None) => threads.max(1),
             (_, None) => cores.max(threads),
         };
         let c = SteerConfig {

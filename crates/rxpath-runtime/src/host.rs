@@ -18,11 +18,13 @@
 //! (useful to show busy polling alone delivers; the tests do).
 
 use crate::run::{check_iface, RunError};
+use crate::steer::{BottomHalf, Collect, PerQueue, Ports, SteerStage, Workers};
 use rxpath_core::ip::Snmp;
 use rxpath_core::napi::{BundleMode, Napi, NapiTable, NAPI_POLL_WEIGHT};
-use rxpath_core::sock::{NapiCell, SharedNapi, SockConfig, SockError, SockStats, Sockets};
+use rxpath_core::sock::{SharedNapi, SockConfig, SockError, SockStats, Sockets};
 use rxpath_core::sock::{TxPort, UdpSocket};
 use rxpath_core::stats::NapiStats;
+use rxpath_core::steer::{SeqSource, SteerMode, Worker};
 use rxpath_dev::packet::PacketQueue;
 use rxpath_dev::sim::{self, SimConfig, SimPort, SimRxQueue};
 use rxpath_dev::sys::af_packet::RawSocket;
@@ -92,6 +94,11 @@ pub struct HostConfig {
     /// The socket layer's settings (addresses and MAC are filled in from
     /// the interface when empty).
     pub sock: SockConfig,
+    /// Flow steering: with a mode other than `none`, the socket stage runs
+    /// on `workers` threads of their own (worker `w` pinned to core `w`,
+    /// so a reader on core `w` is on worker `w` for RFS), fed by the NAPIs'
+    /// steering stage. A host's NAPI threads are not workers.
+    pub steer: rxpath_core::steer::SteerConfig,
 }
 
 impl Default for HostConfig {
@@ -107,6 +114,7 @@ impl Default for HostConfig {
             prefer_busy_poll_ns: 0,
             napi_in_irq: true,
             sock: SockConfig::default(),
+            steer: rxpath_core::steer::SteerConfig::default(),
         }
     }
 }
@@ -136,6 +144,8 @@ pub struct HostReport {
     /// SNMP counters: IP and UDP input over all NAPIs, and the sockets'
     /// send side (`/proc/net/snmp` names: [`Snmp::sections`]).
     pub snmp: Snmp,
+    /// Per worker (steering on; empty otherwise).
+    pub workers: Vec<crate::steer::WorkerReport>,
 }
 
 impl HostReport {
@@ -144,6 +154,9 @@ impl HostReport {
         let mut t = NapiStats::default();
         for q in &self.queues {
             t.merge(&q.napi);
+        }
+        for w in &self.workers {
+            t.merge(&w.path);
         }
         t
     }
@@ -164,6 +177,9 @@ pub struct Host {
     /// On an interface: the kernel sockets that hold the ports rxpath
     /// serves, so that the kernel does not answer them.
     guards: Option<Mutex<Vec<KernelPortGuard>>>,
+    /// Steering on: the workers and their threads.
+    workers: Option<Arc<Workers>>,
+    worker_threads: Vec<(Worker, JoinHandle<crate::steer::WorkerCounters>)>,
 }
 
 impl std::fmt::Debug for Host {
@@ -191,8 +207,8 @@ fn into_pools<Q: RxQueue + 'static>(
 ) -> (usize, usize) {
     let (mut total, mut home) = (0, 0);
     for c in cells {
-        if let Ok(c) = c.downcast::<NapiCell<Q>>() {
-            let pool = into_pool(c.napi.into_queue());
+        if let Ok(q) = c.downcast::<Q>() {
+            let pool = into_pool(*q);
             total += pool.umem().frames();
             home += pool.available();
         }
@@ -217,8 +233,8 @@ impl Host {
                 let finish: Finish = Box::new(|cells, port| {
                     let mut qs: Vec<SimRxQueue> = Vec::new();
                     for c in cells {
-                        if let Ok(c) = c.downcast::<NapiCell<SimRxQueue>>() {
-                            qs.push(c.napi.into_queue());
+                        if let Ok(q) = c.downcast::<SimRxQueue>() {
+                            qs.push(*q);
                         }
                     }
                     match port {
@@ -338,12 +354,33 @@ impl Host {
         );
         let mut table: NapiTable<u16> = NapiTable::default();
         let mut napis = Vec::new();
+        let workers = (cfg.steer.mode != SteerMode::None)
+            .then(|| {
+                cfg.steer.validate().map_err(RunError::Config)?;
+                Ok::<_, RunError>(Arc::new(Workers::new(
+                    &cfg.steer,
+                    Ports::Host(sockets.clone()),
+                    // One token for "the device side runs" (the NAPIs are
+                    // not workers here); given back at shutdown.
+                    1,
+                    SeqSource::Tcp,
+                    Some(sockets.sock_flows().clone()),
+                )))
+            })
+            .transpose()?;
         for q in qs {
             let qi = q.queue_index();
             let mut napi = Napi::new(q, cfg.weight, cfg.bundle, cfg.interrupts);
             napi.set_csum(cfg.sock.csum, cfg.sock.local_traffic);
             table.add(&mut napi, |n| n.queue().queue_index());
-            let shared = SharedNapi::new(napi, sockets.stage(qi));
+            let shared = match &workers {
+                // No NAPI context is a worker: `me` is none of them.
+                Some(w) => SharedNapi::new(
+                    napi,
+                    SteerStage::new(w.clone(), Worker::MAX, sockets.stage(qi)),
+                ),
+                None => SharedNapi::new(napi, sockets.stage(qi)),
+            };
             shared.set_prefer_busy_poll(cfg.prefer_busy_poll_ns);
             if irq_context {
                 if let Some(irq) = &shared.irq {
@@ -379,6 +416,48 @@ impl Host {
                 .map_err(|e| RunError::Thread(e.to_string()))?;
             threads.push(h);
         }
+        let mut worker_threads = Vec::new();
+        if let Some(w) = &workers {
+            for id in 0..w.len() {
+                let (w, socks) = (w.clone(), sockets.clone());
+                let core = (!cores.is_empty()).then(|| cores[id % cores.len()]);
+                let budget = rxpath_core::softnet::SoftnetConfig::default().netdev_budget;
+                let h = thread::Builder::new()
+                    .name(format!("rxpath-bh/{id}"))
+                    .spawn(move || {
+                        if let Some(c) = core {
+                            core_affinity::set_for_current(c);
+                        }
+                        let stacks = || {
+                            PerQueue((0..socks.queues()).map(|q| socks.stage(q as u16)).collect())
+                        };
+                        let bh = if w.reorder.is_some() {
+                            // spread: nothing to run in parallel before the
+                            // sockets (IP input is theirs); order restored.
+                            let survivors = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+                            let serial: Box<dyn rxpath_core::Stack> = Box::new(stacks());
+                            BottomHalf::new(
+                                w.clone(),
+                                id as Worker,
+                                Box::new(Collect(survivors.clone())),
+                                Some((serial, survivors)),
+                                budget,
+                            )
+                        } else {
+                            BottomHalf::new(
+                                w.clone(),
+                                id as Worker,
+                                Box::new(stacks()),
+                                None,
+                                budget,
+                            )
+                        };
+                        crate::steer::pure_worker_thread(bh, false, None)
+                    })
+                    .map_err(|e| RunError::Thread(e.to_string()))?;
+                worker_threads.push((id as Worker, h));
+            }
+        }
         Ok(Host {
             sockets,
             napis,
@@ -388,6 +467,8 @@ impl Host {
             finish: Some(finish),
             backend,
             guards: None,
+            workers,
+            worker_threads,
         })
     }
 
@@ -457,6 +538,7 @@ impl Host {
         self.sockets.unregister_napis();
         let mut cells = Vec::new();
         let mut queues = Vec::new();
+        let mut taken = Vec::new();
         for n in &self.napis {
             // `napi_disable()`: no new owner; wait for a busy poller to leave.
             n.state.disable();
@@ -469,19 +551,25 @@ impl Host {
                 }
             }
             let Some(mut cell) = n.take() else { continue };
-            // Drain: frames queued in the device and frames coming home. A
-            // real interface keeps receiving, so this is bounded.
-            let mut rounds = 0;
-            while rounds < 100_000 && cell.has_work() {
-                rounds += 1;
-                if let Some(mut p) = self.sim_port() {
-                    p.flush(rxpath_dev::mono_ns());
-                }
-                let w = cell.weight();
-                let _ = cell.poll_busy(w, rxpath_dev::mono_ns());
+            self.drain(&mut cell);
+            taken.push((n.queue, cell));
+        }
+        // Steering on: the devices are drained, nothing new reaches the
+        // workers; they finish their backlogs and end, and what they freed
+        // comes home through the cells.
+        let mut workers = Vec::new();
+        if let Some(w) = self.workers.take() {
+            w.napis_running.store(0, Ordering::Release);
+            for (id, h) in self.worker_threads.drain(..) {
+                h.thread().unpark();
+                let c = h.join().unwrap_or_default();
+                workers.push(w.report(id, &c));
             }
+        }
+        for (queue, mut cell) in taken {
+            self.drain(&mut cell);
             queues.push(HostQueue {
-                queue: n.queue,
+                queue,
                 napi: cell.napi_stats(),
                 device: cell.device_stats(),
             });
@@ -499,6 +587,9 @@ impl Host {
         for q in &queues {
             snmp.merge(&q.napi.snmp);
         }
+        for w in &workers {
+            snmp.merge(&w.path.snmp);
+        }
         self.sockets.add_send_snmp(&mut snmp);
         if let Some(g) = &self.guards {
             g.lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -509,6 +600,22 @@ impl Host {
             sock: self.sockets.stats(),
             frames_total,
             frames_home,
+            workers,
+        }
+    }
+
+    /// Poll a disabled NAPI's cell until its device and the frames coming
+    /// home are drained. A real interface keeps receiving, so this is
+    /// bounded.
+    fn drain(&self, cell: &mut Box<dyn rxpath_core::sock::PollCell>) {
+        let mut rounds = 0;
+        while rounds < 100_000 && cell.has_work() {
+            rounds += 1;
+            if let Some(mut p) = self.sim_port() {
+                p.flush(rxpath_dev::mono_ns());
+            }
+            let w = cell.weight();
+            let _ = cell.poll_busy(w, rxpath_dev::mono_ns());
         }
     }
 }

@@ -41,20 +41,34 @@ pub trait PollCell: Send {
     fn device_stats(&self) -> DeviceQueueStats;
     /// The budget of one NAPI-thread poll.
     fn weight(&self) -> usize;
-    /// The concrete cell, to take the queue back at shutdown.
+    /// The device queue (a `Box<Q>`), to take it back at shutdown.
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
 }
 
-/// The usual cell: a NAPI with the socket stage at the end of its path.
+/// What a NAPI cell runs after the device: the socket stage, or a stage
+/// that steers packets to workers in front of it.
+pub trait CellStack: crate::packet::Stack + Send {
+    /// Frames waiting to come home to this queue.
+    fn returning(&self) -> usize;
+}
+
+impl CellStack for SockStack {
+    fn returning(&self) -> usize {
+        SockStack::returning(self)
+    }
+}
+
+/// The usual cell: a NAPI with the socket stage (or a steering stage in
+/// front of it) at the end of its path.
 #[derive(Debug)]
-pub struct NapiCell<Q: RxQueue> {
+pub struct NapiCell<Q: RxQueue, S = SockStack> {
     /// The NAPI.
     pub napi: Napi<Q>,
     /// Its stage.
-    pub stack: SockStack,
+    pub stack: S,
 }
 
-impl<Q: RxQueue + Send + 'static> PollCell for NapiCell<Q> {
+impl<Q: RxQueue + Send + 'static, S: CellStack + 'static> PollCell for NapiCell<Q, S> {
     fn poll(&mut self, budget: usize, now_ns: u64) -> PollResult {
         self.napi.poll(budget, &mut self.stack, now_ns)
     }
@@ -101,7 +115,7 @@ impl<Q: RxQueue + Send + 'static> PollCell for NapiCell<Q> {
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
-        self
+        Box::new(self.napi.into_queue())
     }
 }
 
@@ -138,7 +152,10 @@ impl fmt::Debug for SharedNapi {
 impl SharedNapi {
     /// Share `napi` (already registered in a [`crate::NapiTable`], so it has
     /// its id) with its socket stage.
-    pub fn new<Q: RxQueue + Send + 'static>(napi: Napi<Q>, stack: SockStack) -> Arc<SharedNapi> {
+    pub fn new<Q: RxQueue + Send + 'static, S: CellStack + 'static>(
+        napi: Napi<Q>,
+        stack: S,
+    ) -> Arc<SharedNapi> {
         Arc::new(SharedNapi {
             id: napi.id(),
             queue: napi.queue().queue_index(),

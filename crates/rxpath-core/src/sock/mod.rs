@@ -39,7 +39,7 @@ mod socket;
 mod stage;
 mod tx;
 
-pub use busy::{NapiCell, PollCell, SharedNapi, BUSY_POLL_BUDGET};
+pub use busy::{CellStack, NapiCell, PollCell, SharedNapi, BUSY_POLL_BUDGET};
 pub use epoll::Epoll;
 pub use flow::SockFlowTable;
 pub use socket::{RecvMeta, SockCounters, UdpSocket};
@@ -278,7 +278,7 @@ pub struct Sockets {
     napis: RwLock<HashMap<NapiId, Arc<SharedNapi>>>,
     neighbors: RwLock<HashMap<IpAddr, Mac>>,
     tx: Mutex<Option<Box<dyn TxPort>>>,
-    flows: SockFlowTable,
+    flows: Arc<SockFlowTable>,
     busy_read: AtomicU32,
     next_port: AtomicU16,
     counters: Counters,
@@ -307,7 +307,7 @@ impl Sockets {
             .collect();
         Arc::new(Sockets {
             busy_read: AtomicU32::new(cfg.busy_read_us),
-            flows: SockFlowTable::new(cfg.sock_flow_entries),
+            flows: Arc::new(SockFlowTable::new(cfg.sock_flow_entries)),
             cfg,
             ports,
             demux: RwLock::default(),
@@ -364,6 +364,11 @@ impl Sockets {
         c.out[v6 as usize].fetch_add(ok, Ordering::Relaxed);
         c.out_datagrams.fetch_add(ok, Ordering::Relaxed);
         c.send_errors[v6 as usize].fetch_add(failed, Ordering::Relaxed);
+    }
+
+    /// Device queues.
+    pub fn queues(&self) -> usize {
+        self.ports.len()
     }
 
     /// Queue `i`'s port.
@@ -430,7 +435,7 @@ impl Sockets {
     }
 
     /// The RFS sock flow table `recv` writes to.
-    pub fn sock_flows(&self) -> &SockFlowTable {
+    pub fn sock_flows(&self) -> &Arc<SockFlowTable> {
         &self.flows
     }
 

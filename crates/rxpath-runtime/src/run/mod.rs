@@ -398,7 +398,7 @@ fn steer_workers<Q: RxQueue>(cfg: &RunConfig, groups: &[Vec<Napi<Q>>]) -> Option
     };
     Some(Arc::new(Workers::new(
         &cfg.steer,
-        ports,
+        crate::steer::Ports::Own(ports),
         groups.len(),
         seq,
         cfg.sock_flows.clone(),
@@ -409,7 +409,7 @@ fn steer_workers<Q: RxQueue>(cfg: &RunConfig, groups: &[Vec<Napi<Q>>]) -> Option
 fn take_home<Q: RxQueue>(napis: &mut [Napi<Q>], w: &Workers, tmp: &mut Vec<rxpath_dev::Frame>) {
     for n in napis.iter_mut() {
         let q = n.queue().queue_index() as usize;
-        if let Some(Some(p)) = w.ports.get(q) {
+        if let Some(p) = w.port(q) {
             if p.ret.drain_into(tmp) > 0 {
                 n.recycle_frames(tmp);
             }

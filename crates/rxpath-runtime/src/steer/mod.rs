@@ -28,7 +28,7 @@
 mod stage;
 mod worker;
 
-pub(crate) use stage::{Collect, Ordered, SteerStage};
+pub(crate) use stage::{Collect, Ordered, PerQueue, SteerStage};
 pub(crate) use worker::{pure_worker_thread, BottomHalf};
 
 use rxpath_core::packet::Packet;
@@ -89,6 +89,15 @@ pub(crate) enum Refused {
     Dropped(Packet, DropReason),
 }
 
+/// Where each RX queue's frames live and go home.
+#[derive(Debug)]
+pub(crate) enum Ports {
+    /// `run`'s own, by queue index.
+    Own(Vec<Option<Port>>),
+    /// A host's socket layer's (sockets and workers share the way home).
+    Host(std::sync::Arc<rxpath_core::sock::Sockets>),
+}
+
 /// Every worker, and what the bottom half shares.
 #[derive(Debug)]
 pub(crate) struct Workers {
@@ -98,8 +107,8 @@ pub(crate) struct Workers {
     pub(crate) reorder: Option<Reorder<Packet>>,
     pub(crate) order: OrderCheck,
     pub(crate) sock: std::sync::Arc<SockFlowTable>,
-    /// Each RX queue's frame region and way home, by queue index.
-    pub(crate) ports: Vec<Option<Port>>,
+    /// Each RX queue's frame region and way home.
+    ports: Ports,
     /// NAPI threads still polling their devices.
     pub(crate) napis_running: AtomicUsize,
     /// Workers still processing (NAPI threads included).
@@ -111,7 +120,7 @@ impl Workers {
     /// with `napi_threads` NAPI threads among them.
     pub(crate) fn new(
         cfg: &SteerConfig,
-        ports: Vec<Option<Port>>,
+        ports: Ports,
         napi_threads: usize,
         seq: SeqSource,
         sock: Option<std::sync::Arc<SockFlowTable>>,
@@ -142,6 +151,22 @@ impl Workers {
             napis_running: AtomicUsize::new(napi_threads),
             bh_running: AtomicUsize::new(cfg.workers),
             cfg: cfg.clone(),
+        }
+    }
+
+    /// Queue `q`'s port.
+    pub(crate) fn port(&self, q: usize) -> Option<&Port> {
+        match &self.ports {
+            Ports::Own(v) => v.get(q).and_then(|p| p.as_ref()),
+            Ports::Host(s) => s.port(q as u16),
+        }
+    }
+
+    /// RX queues (one past the highest index).
+    pub(crate) fn queues(&self) -> usize {
+        match &self.ports {
+            Ports::Own(v) => v.len(),
+            Ports::Host(s) => s.queues(),
         }
     }
 
@@ -238,9 +263,9 @@ impl Workers {
     /// Worker `from` wakes worker `w` (`napi_schedule_rps` through an
     /// IPI).
     pub(crate) fn wake(&self, from: Worker, w: Worker) {
-        self.ws[from as usize]
-            .wakeups_sent
-            .fetch_add(1, Ordering::Relaxed);
+        if let Some(f) = self.ws.get(from as usize) {
+            f.wakeups_sent.fetch_add(1, Ordering::Relaxed);
+        }
         let s = &self.ws[w as usize];
         s.wakeups.fetch_add(1, Ordering::Relaxed);
         if let Some(t) = s.thread.get() {

@@ -42,7 +42,7 @@ pub(crate) struct SteerStage<I> {
 impl<I: Stack> SteerStage<I> {
     pub(crate) fn new(w: Arc<Workers>, me: Worker, inline: I) -> Self {
         let flows = if w.cfg.mode == SteerMode::Rfs {
-            (0..w.ports.len())
+            (0..w.queues())
                 .map(|_| DevFlowTable::new(w.cfg.rps_flow_cnt))
                 .collect()
         } else {
@@ -111,10 +111,18 @@ impl<I: Stack> SteerStage<I> {
                     // packet is processed where it is.
                     self.inline.receive(p, ctx)
                 } else {
-                    // A `spread` number must go through a worker; this one
-                    // never goes offline.
-                    let me = self.me;
-                    self.queue(me, Item::Pkt(p, seq), hash, None, ctx)
+                    // A `spread` number must go through a worker: this
+                    // one (a NAPI thread never goes offline), or on a
+                    // host (no NAPI thread is a worker) another online one.
+                    let to = if (self.me as usize) < self.w.len() {
+                        Some(self.me)
+                    } else {
+                        self.pick()
+                    };
+                    match to {
+                        Some(t) => self.queue(t, Item::Pkt(p, seq), hash, None, ctx),
+                        None => unreachable!("every worker offline with spread"),
+                    }
                 }
             }
             Err(Refused::Offline(Item::Hole(_))) => unreachable!("holes are never enqueued here"),
@@ -227,5 +235,31 @@ impl<S: Stack> Stack for Ordered<S> {
     }
     fn latency(&self) -> Option<&LatencyHist> {
         self.inner.latency()
+    }
+}
+
+/// On a host, the steering stage is what a NAPI cell runs: frames coming
+/// home are the socket stage's.
+impl<I: rxpath_core::sock::CellStack> rxpath_core::sock::CellStack for SteerStage<I> {
+    fn returning(&self) -> usize {
+        self.inline.returning()
+    }
+}
+
+/// One stage per RX queue (a host's socket stages), chosen by the
+/// packet's queue: what a host's worker runs.
+pub(crate) struct PerQueue<S>(pub(crate) Vec<S>);
+
+impl<S: Stack> Stack for PerQueue<S> {
+    fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
+        match self.0.get_mut(pkt.meta.queue as usize) {
+            Some(s) => s.receive(pkt, ctx),
+            None => ctx.drop(pkt, DropReason::Malformed),
+        }
+    }
+    fn bundle_done(&mut self, ctx: &mut RxCtx<'_>) {
+        for s in self.0.iter_mut() {
+            s.bundle_done(ctx);
+        }
     }
 }

@@ -48,7 +48,7 @@ impl BottomHalf {
         serial: Option<Serial>,
         netdev_budget: usize,
     ) -> Self {
-        let queues = w.ports.len();
+        let queues = w.queues();
         BottomHalf {
             id,
             stack,
@@ -118,7 +118,7 @@ impl BottomHalf {
             match it {
                 Item::Pkt(p, seq) => {
                     let q = p.meta.queue as usize;
-                    let Some(port) = w.ports.get(q).and_then(|p| p.as_ref()) else {
+                    let Some(port) = w.port(q) else {
                         unreachable!("a packet from a queue without a port");
                     };
                     let mut ctx = RxCtx::new(&port.umem, &mut recycle[q], stats, chains, now);
@@ -132,21 +132,21 @@ impl BottomHalf {
             }
         }
         if let Some(q) = last {
-            let port = w.ports[q].as_ref().expect("checked above");
+            let port = w.port(q).expect("checked above");
             let mut ctx = RxCtx::new(&port.umem, &mut recycle[q], stats, chains, now);
             stack.bundle_done(&mut ctx);
         }
         if let (Some((ser, _)), Some(r)) = (serial.as_mut(), w.reorder.as_ref()) {
             r.complete(done.drain(..), |p| {
                 let q = p.meta.queue as usize;
-                let port = w.ports[q].as_ref().expect("a packet's queue has a port");
+                let port = w.port(q).expect("a packet's queue has a port");
                 let mut ctx = RxCtx::new(&port.umem, &mut recycle[q], stats, chains, now);
                 ser.receive(p, &mut ctx);
             });
         }
         for (q, v) in recycle.iter_mut().enumerate() {
             if !v.is_empty() {
-                if let Some(p) = &w.ports[q] {
+                if let Some(p) = w.port(q) {
                     p.ret.put_all(v.drain(..));
                 }
             }

@@ -1,0 +1,174 @@
+//! Sockets read on workers: a host with steering runs the socket stage on
+//! its workers' threads, every mode delivers every datagram in its flow's
+//! order, RFS follows the reader's CPU, and every frame comes home.
+
+use rxpath_core::steer::{SteerConfig, SteerMode};
+use rxpath_dev::sim::{Coalesce, SimConfig};
+use rxpath_runtime::{Host, HostConfig, HostDevice, HostReport};
+use rxpath_wire::build::{self, Spec};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+const HOST4: &str = "198.18.0.1";
+const PEER4: &str = "198.18.0.2";
+
+fn sa(ip: &str, port: u16) -> SocketAddr {
+    SocketAddr::new(ip.parse::<IpAddr>().unwrap(), port)
+}
+
+fn host(mode: SteerMode, workers: usize) -> Host {
+    let mut cfg = HostConfig {
+        queues: 1,
+        napi_threads: 1,
+        steer: SteerConfig {
+            mode,
+            workers,
+            ..SteerConfig::default()
+        },
+        ..Default::default()
+    };
+    cfg.sock.local_addrs = vec![HOST4.parse().unwrap()];
+    let sim = SimConfig {
+        coalesce: Coalesce {
+            rx_usecs: 0,
+            rx_frames: 1,
+        },
+        ..Default::default()
+    };
+    Host::start(cfg, HostDevice::Sim(sim)).expect("sim host")
+}
+
+fn inject(h: &Host, sport: u16, payload: &[u8]) {
+    let f = build::udp(
+        &Spec::new(PEER4.parse().unwrap(), HOST4.parse().unwrap(), sport, 7000),
+        payload,
+    );
+    let mut p = h.sim_port().unwrap();
+    p.inject(&f, 0).expect("device took the frame");
+    p.flush(rxpath_dev::mono_ns());
+}
+
+fn all_home(r: &HostReport, what: &str) {
+    assert!(r.frames_total > 0);
+    assert_eq!(r.frames_home, r.frames_total, "{what}: every frame home");
+    let t = r.napi_total();
+    assert!(
+        t.accounted(),
+        "{what}: received = delivered + dropped: {t:?}"
+    );
+}
+
+#[test]
+fn every_mode_delivers_every_datagram_in_flow_order_from_workers() {
+    for mode in [
+        SteerMode::Rps,
+        SteerMode::Rfs,
+        SteerMode::Spread,
+        SteerMode::SpreadUnordered,
+    ] {
+        let what = mode.name();
+        let h = host(mode, 2);
+        let s = h.udp_bind(sa(HOST4, 7000)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5)));
+        let (flows, per) = (8u16, 40u32);
+        let mut last = vec![None::<u32>; flows as usize];
+        let mut got = 0;
+        let mut out_of_order = 0;
+        let mut b = [0u8; 64];
+        for i in 0..per {
+            for f in 0..flows {
+                inject(&h, 5000 + f, format!("{i}").as_bytes());
+            }
+            // Read as we go, so the receive queue never overflows.
+            while s.queued() > 0 || got < (i + 1) * flows as u32 - 8 {
+                let (n, src) = s.recv_from(&mut b).expect("datagram");
+                let v: u32 = std::str::from_utf8(&b[..n]).unwrap().parse().unwrap();
+                let f = (src.port() - 5000) as usize;
+                if last[f].is_some_and(|l| v < l) {
+                    out_of_order += 1;
+                }
+                last[f] = Some(v);
+                got += 1;
+            }
+        }
+        while got < per * flows as u32 {
+            let (n, src) = s.recv_from(&mut b).expect("datagram");
+            let v: u32 = std::str::from_utf8(&b[..n]).unwrap().parse().unwrap();
+            let f = (src.port() - 5000) as usize;
+            if last[f].is_some_and(|l| v < l) {
+                out_of_order += 1;
+            }
+            last[f] = Some(v);
+            got += 1;
+        }
+        drop(s);
+        let r = h.shutdown();
+        all_home(&r, what);
+        assert_eq!(r.sock.in_datagrams, (per * flows as u32) as u64, "{what}");
+        let processed: u64 = r.workers.iter().map(|w| w.backlog.processed).sum();
+        assert_eq!(
+            processed,
+            (per * flows as u32) as u64,
+            "{what}: every datagram through a worker"
+        );
+        assert_eq!(r.workers.len(), 2, "{what}");
+        if mode != SteerMode::SpreadUnordered {
+            assert_eq!(out_of_order, 0, "{what} reordered a flow");
+        }
+        if mode.spreads() {
+            assert!(
+                r.workers.iter().all(|w| w.backlog.processed > 0),
+                "{what}: both workers used: {:?}",
+                r.workers
+            );
+        }
+    }
+}
+
+#[test]
+fn rfs_steers_a_flow_to_its_readers_worker() {
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    if cores.len() < 2 {
+        eprintln!(
+            "skipped: RFS to a reader's worker needs 2 cores, this machine has {}",
+            cores.len()
+        );
+        return;
+    }
+    let h = host(SteerMode::Rfs, 2);
+    let s = h.udp_bind(sa(HOST4, 7000)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5)));
+    // Room for every datagram of a phase: none is dropped if the reader
+    // lags.
+    s.set_rcvbuf(512 * rxpath_dev::DEFAULT_FRAME_SIZE);
+    // The reader reads on core `c`: RFS must send the flow's packets to
+    // worker `c` (once the old worker has drained past the flow's tail).
+    for c in [1usize, 0] {
+        let (s2, core) = (s.clone(), cores[c]);
+        let reader = std::thread::spawn(move || {
+            core_affinity::set_for_current(core);
+            let mut b = [0u8; 64];
+            let mut n = 0;
+            while n < 200 {
+                s2.recv_from(&mut b).expect("datagram");
+                n += 1;
+            }
+        });
+        // The first datagram teaches the table where the reader is.
+        for i in 0..200 {
+            inject(&h, 5000, format!("{i}").as_bytes());
+            if i % 16 == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        reader.join().unwrap();
+    }
+    drop(s);
+    let r = h.shutdown();
+    all_home(&r, "rfs");
+    // Phase 1 read on core 1, phase 2 on core 0: each worker took (most
+    // of) one phase's packets; RPS alone would have sent all 400 to one.
+    let p: Vec<u64> = r.workers.iter().map(|w| w.backlog.processed).collect();
+    assert_eq!(p.iter().sum::<u64>(), 400, "{p:?}");
+    assert!(p[0] >= 150 && p[1] >= 150, "RFS followed the reader: {p:?}");
+}
