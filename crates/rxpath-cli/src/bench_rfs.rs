@@ -13,7 +13,6 @@ use crate::opts::{BackendArg, EchoArgs, ModeArg};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use rxpath_core::steer::SteerMode;
-use rxpath_dev::sys::sched;
 use rxpath_runtime::lab::{Topology, HOST_ADDR};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::Duration;
@@ -195,18 +194,10 @@ fn stop(r: Running) -> Result<Option<Vec<u64>>> {
 }
 
 pub fn rfs(a: RfsBenchArgs) -> Result<ExitCode> {
-    if !sched::is_root() {
-        bail!("bench rfs needs root (it builds a veth lab, attaches XDP and sets rps_cpus): run it with sudo");
-    }
-    if Command::new("sockperf")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_err()
-    {
-        bail!("bench rfs needs sockperf (the client and the kernel's server): apt-get install sockperf");
-    }
+    crate::bench_rr::require_root_and_sockperf(
+        "rfs",
+        "it builds a veth lab, attaches XDP and sets rps_cpus",
+    )?;
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
     if ncpu < 2 {
         bail!("bench rfs needs 2 CPUs (a reader CPU apart from the one the flow hashes to)");

@@ -303,9 +303,11 @@ fn stop(r: Running) -> Result<String> {
     }
 }
 
-pub fn rr(a: RrArgs) -> Result<ExitCode> {
+/// A request/response bench needs root (a veth lab, XDP) and sockperf (the
+/// client and the kernel's server); say which is missing.
+pub(crate) fn require_root_and_sockperf(bench: &str, why_root: &str) -> Result<()> {
     if !sched::is_root() {
-        bail!("bench rr needs root (it builds a veth lab and attaches XDP): run it with sudo");
+        bail!("bench {bench} needs root ({why_root}): run it with sudo");
     }
     if Command::new("sockperf")
         .arg("--version")
@@ -314,8 +316,13 @@ pub fn rr(a: RrArgs) -> Result<ExitCode> {
         .status()
         .is_err()
     {
-        bail!("bench rr needs sockperf (the client and the kernel's server): apt-get install sockperf");
+        bail!("bench {bench} needs sockperf (the client and the kernel's server): apt-get install sockperf");
     }
+    Ok(())
+}
+
+pub fn rr(a: RrArgs) -> Result<ExitCode> {
+    require_root_and_sockperf("rr", "it builds a veth lab and attaches XDP")?;
     let t = Topology {
         ns: "rxp-rr".into(),
         host_if: "rxprr0".into(),

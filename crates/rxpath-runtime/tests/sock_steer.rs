@@ -75,23 +75,8 @@ fn every_mode_delivers_every_datagram_in_flow_order_from_workers() {
         let mut got = 0;
         let mut out_of_order = 0;
         let mut b = [0u8; 64];
-        for i in 0..per {
-            for f in 0..flows {
-                inject(&h, 5000 + f, format!("{i}").as_bytes());
-            }
-            // Read as we go, so the receive queue never overflows.
-            while s.queued() > 0 || got < (i + 1) * flows as u32 - 8 {
-                let (n, src) = s.recv_from(&mut b).expect("datagram");
-                let v: u32 = std::str::from_utf8(&b[..n]).unwrap().parse().unwrap();
-                let f = (src.port() - 5000) as usize;
-                if last[f].is_some_and(|l| v < l) {
-                    out_of_order += 1;
-                }
-                last[f] = Some(v);
-                got += 1;
-            }
-        }
-        while got < per * flows as u32 {
+        // One datagram: its flow (source port) and number, in order or not.
+        let mut read_one = |got: &mut u32| {
             let (n, src) = s.recv_from(&mut b).expect("datagram");
             let v: u32 = std::str::from_utf8(&b[..n]).unwrap().parse().unwrap();
             let f = (src.port() - 5000) as usize;
@@ -99,7 +84,19 @@ fn every_mode_delivers_every_datagram_in_flow_order_from_workers() {
                 out_of_order += 1;
             }
             last[f] = Some(v);
-            got += 1;
+            *got += 1;
+        };
+        for i in 0..per {
+            for f in 0..flows {
+                inject(&h, 5000 + f, format!("{i}").as_bytes());
+            }
+            // Read as we go, so the receive queue never overflows.
+            while s.queued() > 0 || got < (i + 1) * flows as u32 - 8 {
+                read_one(&mut got);
+            }
+        }
+        while got < per * flows as u32 {
+            read_one(&mut got);
         }
         drop(s);
         let r = h.shutdown();
