@@ -26,7 +26,7 @@ fn main() -> ExitCode {
         opts::Cmd::Bench(b) => bench::bench(b),
         opts::Cmd::Lab(l) => lab(l),
         opts::Cmd::Gen(g) => gen(g),
-        opts::Cmd::Echo(e) => echo::echo(e),
+        opts::Cmd::Echo(e) => echo::echo(*e),
         opts::Cmd::Filter(f) => filter::filter_cmd(f),
     };
     match result {

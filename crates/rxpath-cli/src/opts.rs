@@ -29,7 +29,7 @@ pub enum Cmd {
     Gen(GenArgs),
     /// A UDP echo server on rxpath sockets (AF_XDP by default), with busy
     /// polling and a sockperf mode.
-    Echo(EchoArgs),
+    Echo(Box<EchoArgs>),
     /// Build, remove or show the test topology: a veth pair, host end here,
     /// peer end in a network namespace, addresses from 198.18.0.0/15.
     Lab(LabArgs),

@@ -12,6 +12,8 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     let json = a.json;
     let filter = crate::filter::Loaded::load(&a.filt, a.iface.as_deref().unwrap_or("sim0"))?;
     cfg.filter = filter.as_ref().map(|f| f.handle.clone());
+    let readers = crate::steer::Readers::start(&a.steer, &cfg)?;
+    cfg.sock_flows = readers.as_ref().map(|r| r.table.clone());
     let mut last = Tick::default();
     let line = |t: &Tick, last: &Tick| {
         let dt = (t.elapsed - last.elapsed).as_secs_f64().max(1e-9);
@@ -48,6 +50,12 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             f.poll_reload();
         }
     })?;
+    if let Some(r) = readers {
+        let moves = r.finish();
+        if moves > 0 {
+            eprintln!("rxpath: readers moved {moves} time(s) during the run");
+        }
+    }
     if json {
         let mut v = json_report(&report);
         if let Some(f) = &filter {
@@ -274,6 +282,12 @@ fn workers_table(r: &Report) -> String {
             if w.online_at_end { "" } else { "  (offline)" }
         );
     }
+    if let Some(a) = &r.accel_rfs {
+        s += &format!(
+            "accelerated RFS: {} ntuple rules installed, {} expired, {} packets steered by a rule\n",
+            a.installed, a.expired, a.steered
+        );
+    }
     if let Some(o) = &r.order {
         s += &format!(
             "order at delivery: reordered={} in {} flow(s) (sequence numbers: {}){}",
@@ -318,6 +332,7 @@ pub fn json_report(r: &Report) -> serde_json::Value {
         "snmp": n.snmp.to_json(),
         "workers": r.workers,
         "order": r.order,
+        "accel_rfs": r.accel_rfs,
         "config": r.config,
     })
 }

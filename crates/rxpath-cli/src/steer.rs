@@ -42,6 +42,19 @@ pub struct SteerArgs {
     /// reorder_full).
     #[arg(long, default_value_t = 8192)]
     pub reorder_window: usize,
+    /// rfs: accelerated RFS on the simulated NIC (ntuple rules put a flow
+    /// on the RX queue whose NAPI thread is its reader's worker).
+    #[arg(long)]
+    pub accel_rfs: bool,
+    /// rfs on the simulated NIC, which has no sockets: play the readers.
+    /// Flow i's reader reads on worker LIST[i % len] (recorded in the sock
+    /// flow table as recv would).
+    #[arg(long, value_name = "LIST")]
+    pub rfs_readers: Option<String>,
+    /// With --rfs-readers: every MS milliseconds one random flow's reader
+    /// moves to another worker of the list.
+    #[arg(long, value_name = "MS")]
+    pub rfs_migrate_ms: Option<u64>,
     /// Take worker W offline after T (W@T, e.g. 1@2s): it finishes its
     /// queue and takes nothing new, as a CPU going down.
     #[arg(long, value_name = "W@T", value_parser = parse_stop)]
@@ -102,6 +115,9 @@ impl Default for SteerArgs {
             flow_limit: 0,
             spread_pick: d.pick,
             reorder_window: d.reorder_window,
+            accel_rfs: false,
+            rfs_readers: None,
+            rfs_migrate_ms: None,
             stop_worker: None,
         }
     }
@@ -131,8 +147,80 @@ impl SteerArgs {
             dev_weight: 64,
             pick: self.spread_pick,
             reorder_window: self.reorder_window,
+            accel_rfs: self.accel_rfs,
         };
         c.validate().map_err(anyhow::Error::msg)?;
         Ok(c)
+    }
+}
+
+/// Readers played for `rxpath run` (`--rfs-readers`): the sock flow table
+/// they write, and the thread that moves them while the run lasts.
+pub struct Readers {
+    pub table: std::sync::Arc<rxpath_core::sock::SockFlowTable>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    mover: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl Readers {
+    /// Readers for the flows of `cfg`'s simulated traffic, if asked for.
+    pub fn start(a: &SteerArgs, cfg: &rxpath_runtime::RunConfig) -> Result<Option<Readers>> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let Some(list) = &a.rfs_readers else {
+            if a.rfs_migrate_ms.is_some() {
+                bail!("--rfs-migrate-ms needs --rfs-readers");
+            }
+            return Ok(None);
+        };
+        if a.steer != SteerMode::Rfs {
+            bail!("--rfs-readers needs --steer rfs");
+        }
+        let workers = parse_list(list).map_err(anyhow::Error::msg)?;
+        if let Some(&w) = workers.iter().find(|&&w| w as usize >= cfg.steer.workers) {
+            bail!(
+                "--rfs-readers: worker {w} does not exist (--workers {})",
+                cfg.steer.workers
+            );
+        }
+        let tz = rxpath_wire::toeplitz::Toeplitz::default();
+        let traffic = rxpath_dev::sim::Traffic::new(cfg.traffic, &tz);
+        let hashes: Vec<u32> = (0..traffic.flows())
+            .map(|i| tz.hash_flow(&traffic.flow_key(i), true))
+            .collect();
+        let table = std::sync::Arc::new(rxpath_core::sock::SockFlowTable::new(
+            cfg.steer.rps_sock_flow_entries,
+        ));
+        for (i, h) in hashes.iter().enumerate() {
+            table.record(*h, workers[i % workers.len()] as u32);
+        }
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let mover = match a.rfs_migrate_ms {
+            Some(0) => bail!("--rfs-migrate-ms must be at least 1"),
+            Some(ms) => {
+                let (t, s) = (table.clone(), stop.clone());
+                Some(std::thread::spawn(move || {
+                    let mut x = 0x2545_f491u32;
+                    let mut moves = 0;
+                    while !s.load(Ordering::Relaxed) {
+                        std::thread::sleep(std::time::Duration::from_millis(ms));
+                        x ^= x << 13;
+                        x ^= x >> 17;
+                        x ^= x << 5;
+                        let h = hashes[x as usize % hashes.len()];
+                        t.record(h, workers[(x >> 8) as usize % workers.len()] as u32);
+                        moves += 1;
+                    }
+                    moves
+                }))
+            }
+            None => None,
+        };
+        Ok(Some(Readers { table, stop, mover }))
+    }
+
+    /// Stop moving readers; returns how many moves there were.
+    pub fn finish(mut self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.mover.take().and_then(|m| m.join().ok()).unwrap_or(0)
     }
 }

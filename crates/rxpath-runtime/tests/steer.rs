@@ -232,3 +232,53 @@ fn every_mode_accounts_for_everything_also_when_a_worker_goes_offline() {
     let r = run(&c, |_| {}).unwrap();
     check_whole(&r, "null spread");
 }
+
+#[test]
+fn accelerated_rfs_moves_flows_to_the_queue_of_their_readers_worker() {
+    // Two queues, each on its own NAPI thread (workers 0 and 1). Every
+    // flow's reader is on worker 1: the NIC's ntuple rules must bring the
+    // flows to queue 1, so that worker 1's NAPI takes them and almost
+    // nothing crosses between workers.
+    let mut c = cfg(SteerMode::Rfs, 2, 32);
+    c.sim.queues = 2;
+    c.threads = 2;
+    c.steer.accel_rfs = true;
+    c.duration = Duration::from_millis(600);
+    let sock = Arc::new(SockFlowTable::new(c.steer.rps_sock_flow_entries));
+    let tz = rxpath_wire::toeplitz::Toeplitz::default();
+    let traffic = Traffic::new(c.traffic, &tz);
+    for i in 0..traffic.flows() {
+        sock.record(tz.hash_flow(&traffic.flow_key(i), true), 1);
+    }
+    c.sock_flows = Some(sock);
+    let r = run(&c, |_| {}).unwrap();
+    check_whole(&r, "accel rfs");
+    let a = r.accel_rfs.expect("accelerated RFS report");
+    assert!(a.installed > 0 && a.steered > 0, "{a:?}");
+    let q: Vec<u64> = r.queues.iter().map(|q| q.napi.received).collect();
+    assert!(
+        q[1] > 10 * q[0],
+        "the NIC put the flows on queue 1 (worker 1's NAPI): {q:?}"
+    );
+    // What still arrives on queue 0 (before a flow's rule) crosses over.
+    let crossed = r.workers[1].backlog.received_rps;
+    assert!(crossed * 10 < q[1], "crossed {crossed} of {}", q[0] + q[1]);
+    // The same without acceleration: RSS spreads the flows over both
+    // queues and RFS carries queue 0's half across.
+    c.steer.accel_rfs = false;
+    let sock = Arc::new(SockFlowTable::new(c.steer.rps_sock_flow_entries));
+    for i in 0..traffic.flows() {
+        sock.record(tz.hash_flow(&traffic.flow_key(i), true), 1);
+    }
+    c.sock_flows = Some(sock);
+    let r = run(&c, |_| {}).unwrap();
+    check_whole(&r, "rfs");
+    assert!(r.accel_rfs.is_none());
+    let q: Vec<u64> = r.queues.iter().map(|q| q.napi.received).collect();
+    assert!(q[0] > 0 && q[1] > 0, "RSS used both queues: {q:?}");
+    assert!(
+        r.workers[1].backlog.received_rps * 4 > q[0],
+        "{:?}",
+        r.workers
+    );
+}

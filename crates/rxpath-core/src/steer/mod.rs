@@ -94,6 +94,16 @@ impl DevFlowTable {
         hash_32(hash, self.log) as usize
     }
 
+    /// Entries.
+    pub fn len(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// Never true (at least one entry).
+    pub fn is_empty(&self) -> bool {
+        self.flows.is_empty()
+    }
+
     /// The entry of `hash`.
     pub fn get(&self, hash: u32) -> DevFlow {
         self.flows[self.slot(hash)]
@@ -195,6 +205,9 @@ pub struct SteerConfig {
     pub pick: SpreadPick,
     /// `spread`: sequence numbers in flight at most.
     pub reorder_window: usize,
+    /// `rfs`: accelerated RFS (the simulated NIC's ntuple rules steer a
+    /// flow to the RX queue whose NAPI runs on its reader's worker).
+    pub accel_rfs: bool,
 }
 
 impl Default for SteerConfig {
@@ -210,6 +223,7 @@ impl Default for SteerConfig {
             dev_weight: 64,
             pick: SpreadPick::LeastLoaded,
             reorder_window: 8192,
+            accel_rfs: false,
         }
     }
 }
@@ -238,6 +252,9 @@ impl SteerConfig {
             return Err(
                 "--steer rfs needs --rps-flow-cnt and --rps-sock-flow-entries above 0".into(),
             );
+        }
+        if self.accel_rfs && self.mode != SteerMode::Rfs {
+            return Err("--accel-rfs needs --steer rfs".into());
         }
         if self.reorder_window == 0 {
             return Err("the reorder window must be at least 1".into());

@@ -21,11 +21,13 @@
 //! Tests drive a port by hand with [`SimPort::send`], [`SimPort::inject`]
 //! and [`SimPort::flush`] with simulated time.
 
+pub mod ntuple;
 pub mod traffic;
 
 use crate::sys::ring::{self, Consumer, Desc, Producer};
 use crate::sys::umem::{Frame, FramePool, Umem, UmemError};
 use crate::{DeviceQueueStats, IrqLine, RxQueue};
+pub use ntuple::FlowRules;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -143,6 +145,8 @@ pub struct SimPort {
     coalesce: Coalesce,
     scratch: Box<[u8]>,
     sleep_pacing: bool,
+    /// ntuple rules (accelerated RFS), looked up before RSS.
+    rules: Option<std::sync::Arc<FlowRules>>,
 }
 
 /// The host side of one simulated queue.
@@ -227,6 +231,7 @@ pub fn build(cfg: &SimConfig) -> Result<(SimPort, Vec<SimRxQueue>), SimError> {
         queues: port_queues,
         coalesce: cfg.coalesce,
         sleep_pacing: cfg.sleep_pacing,
+        rules: None,
         scratch: vec![0; cfg.frame_size].into_boxed_slice(),
     };
     Ok((port, host_queues))
@@ -254,10 +259,22 @@ impl SimPort {
         self.queues.len()
     }
 
-    /// RSS: the queue for an RX hash (`indir[hash % size]`).
+    /// The queue for an RX hash: an ntuple rule's, else RSS
+    /// (`indir[hash % size]`).
     #[inline]
     pub fn queue_for(&self, rxhash: u32) -> usize {
+        if let Some(q) = self.rules.as_ref().and_then(|r| r.lookup(rxhash)) {
+            if (q as usize) < self.queues.len() {
+                return q as usize;
+            }
+        }
         self.indir[rxhash as usize & (self.indir.len() - 1)] as usize
+    }
+
+    /// Turn on ntuple filtering (`ethtool -K IF ntuple on`) with `rules`,
+    /// which the host's accelerated RFS fills.
+    pub fn set_flow_rules(&mut self, rules: std::sync::Arc<FlowRules>) {
+        self.rules = Some(rules);
     }
 
     /// Replace the indirection table (`ethtool -X`). Entries must name

@@ -51,6 +51,7 @@ struct ThreadOut<Q: RxQueue> {
 struct SteerOut {
     workers: Vec<crate::steer::WorkerReport>,
     order: Option<crate::steer::OrderReport>,
+    accel: Option<crate::steer::AccelReport>,
 }
 
 /// Run the pipeline as configured; `on_tick` is called once per
@@ -179,6 +180,12 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
             };
             let producer_kind = cfg.producer.clone();
             let (mut port, host) = sim::build(&cfg.sim)?;
+            // Accelerated RFS: the NIC's ntuple table, filled by the host.
+            let rules = cfg.steer.accel_rfs.then(|| {
+                let r = Arc::new(sim::FlowRules::new(1024));
+                port.set_flow_rules(r.clone());
+                r
+            });
             let mut groups: Vec<Vec<Napi<sim::SimRxQueue>>> =
                 (0..cfg.threads).map(|_| Vec::new()).collect();
             for q in host {
@@ -222,6 +229,7 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 &stop_napi,
                 &window_over,
                 Some(move || stop_p.store(true, Ordering::Relaxed)),
+                rules,
                 &mut on_tick,
             )
             .inspect_err(|_| stop_producer.store(true, Ordering::Relaxed))?;
@@ -241,6 +249,7 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 latency,
                 workers: steer.workers,
                 order: steer.order,
+                accel_rfs: steer.accel,
             })
         }
     }
@@ -311,6 +320,11 @@ fn own_queues<Q: RxQueue + OwnPool + Send + 'static>(
         table.add(&mut napi, |n| n.queue().queue_index());
         groups[i % cfg.threads].push(napi);
     }
+    if cfg.steer.accel_rfs {
+        return Err(RunError::Config(
+            "--accel-rfs needs the simulated NIC (its ntuple rules); an interface's are not programmed".into(),
+        ));
+    }
     let (outs, elapsed, _live, steer) = drive(
         cfg,
         groups,
@@ -318,6 +332,7 @@ fn own_queues<Q: RxQueue + OwnPool + Send + 'static>(
         stop_napi,
         window_over,
         None::<fn()>,
+        None,
         on_tick,
     )?;
     let (queues, softnet, received_in_window, host, latency) = collect(outs);
@@ -338,6 +353,7 @@ fn own_queues<Q: RxQueue + OwnPool + Send + 'static>(
         latency,
         workers: steer.workers,
         order: steer.order,
+        accel_rfs: steer.accel,
     })
 }
 
@@ -374,7 +390,11 @@ type Outs<Q> = (Vec<ThreadOut<Q>>, Duration, Live, SteerOut);
 
 /// The workers of the bottom half over the queues of `groups` (None:
 /// steering off).
-fn steer_workers<Q: RxQueue>(cfg: &RunConfig, groups: &[Vec<Napi<Q>>]) -> Option<Arc<Workers>> {
+fn steer_workers<Q: RxQueue>(
+    cfg: &RunConfig,
+    groups: &[Vec<Napi<Q>>],
+    rules: Option<Arc<sim::FlowRules>>,
+) -> Option<Arc<Workers>> {
     if cfg.steer.mode == SteerMode::None {
         return None;
     }
@@ -396,13 +416,25 @@ fn steer_workers<Q: RxQueue>(cfg: &RunConfig, groups: &[Vec<Napi<Q>>]) -> Option
         Producer::Thread { .. } | Producer::Null => SeqSource::TcpAndUdpCounter,
         _ => SeqSource::Tcp,
     };
-    Some(Arc::new(Workers::new(
+    let w = Workers::new(
         &cfg.steer,
         crate::steer::Ports::Own(ports),
         groups.len(),
         seq,
         cfg.sock_flows.clone(),
-    )))
+    );
+    Some(Arc::new(match rules {
+        Some(r) => {
+            let mut queue_worker = vec![None; max_q + 1];
+            for (t, g) in groups.iter().enumerate() {
+                for n in g {
+                    queue_worker[n.queue().queue_index() as usize] = Some(t as Worker);
+                }
+            }
+            w.with_accel(r, &queue_worker)
+        }
+        None => w,
+    }))
 }
 
 /// Frames the workers freed go back to their queues' fill rings.
@@ -419,6 +451,7 @@ fn take_home<Q: RxQueue>(napis: &mut [Napi<Q>], w: &Workers, tmp: &mut Vec<rxpat
 
 /// Start the NAPI threads, tick until the duration is over, stop the
 /// producer (if any), let the threads drain and collect them.
+#[allow(clippy::too_many_arguments)]
 fn drive<Q, F>(
     cfg: &RunConfig,
     groups: Vec<Vec<Napi<Q>>>,
@@ -426,6 +459,7 @@ fn drive<Q, F>(
     stop_napi: &Arc<AtomicBool>,
     window_over: &Arc<AtomicBool>,
     stop_producer: Option<F>,
+    rules: Option<Arc<sim::FlowRules>>,
     on_tick: &mut dyn FnMut(&Tick),
 ) -> Result<Outs<Q>, RunError>
 where
@@ -447,7 +481,7 @@ where
         StackKind::Rxdrop => None,
         StackKind::Sink | StackKind::Latency => Some(ip_config(cfg)),
     };
-    let workers = steer_workers(cfg, &groups);
+    let workers = steer_workers(cfg, &groups, rules);
     let rest = PathRest {
         kind: cfg.stack,
         cap: if cfg.capture_at == CaptureAt::Delivered {
@@ -619,6 +653,7 @@ where
             steer.workers.push(w.report(id, &c));
         }
         steer.order = Some(w.order_report());
+        steer.accel = w.accel_report();
     }
     let l = live.lock().unwrap_or_else(|e| e.into_inner()).clone();
     if let Some(w) = capture.and_then(|c| Arc::try_unwrap(c).ok()) {

@@ -48,6 +48,8 @@ pub struct Report {
     pub workers: Vec<crate::steer::WorkerReport>,
     /// Order at delivery (steering on).
     pub order: Option<crate::steer::OrderReport>,
+    /// Accelerated RFS (`--accel-rfs`).
+    pub accel_rfs: Option<crate::steer::AccelReport>,
 }
 
 impl Report {

@@ -113,6 +113,30 @@ pub(crate) struct Workers {
     pub(crate) napis_running: AtomicUsize,
     /// Workers still processing (NAPI threads included).
     pub(crate) bh_running: AtomicUsize,
+    /// Accelerated RFS: the NIC's rules, and the queue whose NAPI runs on
+    /// each worker (the kernel's `rx_cpu_rmap`).
+    pub(crate) accel: Option<Accel>,
+}
+
+/// What accelerated RFS needs of the device.
+#[derive(Debug)]
+pub(crate) struct Accel {
+    pub(crate) rules: std::sync::Arc<rxpath_dev::sim::FlowRules>,
+    /// Worker → the RX queue its NAPI thread polls.
+    pub(crate) rxq_of: Vec<Option<u16>>,
+    /// RX queue → the worker whose NAPI thread polls it.
+    pub(crate) worker_of: Vec<Option<Worker>>,
+}
+
+/// Accelerated RFS at the end of a run.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct AccelReport {
+    /// Rules `ndo_rx_flow_steer` installed.
+    pub installed: u64,
+    /// Rules expired (`rps_may_expire_flow`).
+    pub expired: u64,
+    /// Packets the NIC steered by a rule instead of RSS.
+    pub steered: u64,
 }
 
 impl Workers {
@@ -150,8 +174,43 @@ impl Workers {
             ports,
             napis_running: AtomicUsize::new(napi_threads),
             bh_running: AtomicUsize::new(cfg.workers),
+            accel: None,
             cfg: cfg.clone(),
         }
+    }
+
+    /// Accelerated RFS through `rules`, with `queue_worker[q]` the worker
+    /// whose NAPI thread polls queue `q`.
+    pub(crate) fn with_accel(
+        mut self,
+        rules: std::sync::Arc<rxpath_dev::sim::FlowRules>,
+        queue_worker: &[Option<Worker>],
+    ) -> Self {
+        let mut rxq_of = vec![None; self.ws.len()];
+        for (q, w) in queue_worker.iter().enumerate() {
+            if let Some(w) = w {
+                if let Some(slot) = rxq_of.get_mut(*w as usize) {
+                    slot.get_or_insert(q as u16);
+                }
+            }
+        }
+        self.accel = Some(Accel {
+            rules,
+            rxq_of,
+            worker_of: queue_worker.to_vec(),
+        });
+        self
+    }
+
+    pub(crate) fn accel_report(&self) -> Option<AccelReport> {
+        self.accel.as_ref().map(|a| {
+            let (installed, expired, steered) = a.rules.counts();
+            AccelReport {
+                installed,
+                expired,
+                steered,
+            }
+        })
     }
 
     /// Queue `q`'s port.

@@ -37,7 +37,20 @@ pub(crate) struct SteerStage<I> {
     /// Workers to wake at the end of this poll (the IPI list).
     ipi: Vec<Worker>,
     rr: usize,
+    /// Accelerated RFS: packets since the last expiry scan, where the
+    /// next scan starts, and how many scans each rule whose flow has not
+    /// reached its queue yet has survived.
+    since_scan: u32,
+    scan_at: usize,
+    unseen: std::collections::HashMap<usize, u8>,
 }
+
+/// Accelerated RFS scans this many rules every [`SCAN_EVERY`] packets.
+const SCAN_SLOTS: usize = 128;
+const SCAN_EVERY: u32 = 1024;
+/// A rule whose flow has not shown up on its queue after this many scans
+/// of its slot expires.
+const UNSEEN_SCANS: u8 = 4;
 
 impl<I: Stack> SteerStage<I> {
     pub(crate) fn new(w: Arc<Workers>, me: Worker, inline: I) -> Self {
@@ -55,7 +68,60 @@ impl<I: Stack> SteerStage<I> {
             flows,
             ipi: Vec::new(),
             rr: me as usize,
+            since_scan: 0,
+            scan_at: 0,
+            unseen: std::collections::HashMap::new(),
         }
+    }
+
+    /// `set_rps_cpu()` with a device that has ntuple filters: the flow moves
+    /// to worker `t`; have the NIC deliver it on the queue `t` polls
+    /// (`ndo_rx_flow_steer`), unless it already arrives there.
+    fn accel_steer(&mut self, hash: u32, t: Worker, arrived_on: usize) {
+        let Some(a) = &self.w.accel else { return };
+        if let Some(Some(rxq)) = a.rxq_of.get(t as usize) {
+            if *rxq as usize != arrived_on {
+                a.rules.steer(hash, *rxq);
+            }
+        }
+    }
+
+    /// The driver's periodic `rps_may_expire_flow()` over a slice of the
+    /// rules that send flows to this thread's queues: a rule expires when
+    /// its flow's entry in the queue's dev flow table points at another
+    /// worker, or the flow has been idle for 10 × the table's size of this
+    /// worker's packets (as the kernel), or its flow never arrived.
+    fn accel_expire(&mut self) {
+        let Some(a) = &self.w.accel else { return };
+        let n = a.rules.len();
+        for k in 0..SCAN_SLOTS.min(n) {
+            let id = (self.scan_at + k) % n;
+            let Some((hash, q)) = a.rules.rule(id) else {
+                self.unseen.remove(&id);
+                continue;
+            };
+            if a.worker_of.get(q as usize).copied().flatten() != Some(self.me) {
+                continue;
+            }
+            let Some(table) = self.flows.get(q as usize) else {
+                continue;
+            };
+            let e = table.get(hash);
+            let expire = if e.cpu == rxpath_core::steer::NO_WORKER {
+                let c = self.unseen.entry(id).or_insert(0);
+                *c += 1;
+                *c > UNSEEN_SCANS
+            } else {
+                self.unseen.remove(&id);
+                let idle = self.w.head(e.cpu).wrapping_sub(e.last_qtail) as i32;
+                e.cpu != self.me || idle > 10 * table.len() as i32
+            };
+            if expire {
+                a.rules.expire(id, hash);
+                self.unseen.remove(&id);
+            }
+        }
+        self.scan_at = (self.scan_at + SCAN_SLOTS) % n.max(1);
     }
 
     /// `spread`: the next online worker in turn, or the least loaded one.
@@ -142,13 +208,27 @@ impl<I: Stack> Stack for SteerStage<I> {
                 SteerMode::Rps => get_rps_cpu(hash, &self.w.map, None, None, &*self.w),
                 SteerMode::Rfs => {
                     let q = pkt.meta.queue as usize;
-                    get_rps_cpu(
+                    let before = self.flows.get(q).map(|f| f.get(hash).cpu);
+                    let r = get_rps_cpu(
                         hash,
                         &self.w.map,
                         self.flows.get(q),
                         Some(&self.w.sock),
                         &*self.w,
-                    )
+                    );
+                    if self.w.accel.is_some() {
+                        if let Some((t, true)) = r {
+                            if before != Some(t) {
+                                self.accel_steer(hash, t, q);
+                            }
+                        }
+                        self.since_scan += 1;
+                        if self.since_scan >= SCAN_EVERY {
+                            self.since_scan = 0;
+                            self.accel_expire();
+                        }
+                    }
+                    r
                 }
                 SteerMode::Spread | SteerMode::SpreadUnordered => self.pick().map(|t| (t, false)),
             }
