@@ -643,6 +643,7 @@ impl RunArgs {
                     path: self.pcap.clone().unwrap_or_default(),
                     loops: self.loops,
                     paced: self.paced,
+                    pps: self.pps,
                 },
                 (None, ProducerArg::Thread) => Producer::Thread { pps: self.pps },
                 (None, ProducerArg::Null) => Producer::Null,
@@ -671,6 +672,7 @@ impl RunArgs {
             steer: self.steer.config(self.threads)?,
             stop_worker: self.steer.stop_worker,
             sock_flows: None,
+            local_traffic: false,
             xdp_busy_poll_us: self.xdp_busy_poll,
             capture_at: match self.capture_at {
                 CaptureArg::Rx => rxpath_runtime::CaptureAt::Rx,

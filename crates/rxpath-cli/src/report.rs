@@ -82,18 +82,27 @@ fn describe(cfg: &rxpath_runtime::RunConfig) -> String {
         Producer::Null => "null queues (engine alone)".into(),
         Producer::Packet { iface } => format!("{} via AF_PACKET", iface.as_str()),
         Producer::Xdp { iface, .. } => format!("{} via AF_XDP", iface.as_str()),
-        Producer::Pcap { path, loops, paced } => format!(
-            "pcap {} replayed {} through the sim NIC{}",
+        Producer::Pcap {
+            path,
+            loops,
+            paced,
+            pps,
+        } => format!(
+            "{} replayed through the sim NIC {}, {}",
             path.display(),
             if *loops == 0 {
-                "in a loop".to_string()
+                "in a loop until the run ends".to_string()
             } else {
-                format!("{loops} time(s)")
+                format!("{loops} time(s), ending when the file does")
             },
-            if *paced {
-                " at recorded pacing"
-            } else {
-                " as fast as possible"
+            match (paced, pps) {
+                (true, _) =>
+                    "at the recorded timing (a wire: the NIC drops what the host cannot take)"
+                        .to_string(),
+                (false, Some(r)) =>
+                    format!("at {r} pps (a wire: the NIC drops what the host cannot take)"),
+                (false, None) =>
+                    "lossless (waits for ring space: a file is not a wire)".to_string(),
             }
         ),
     };

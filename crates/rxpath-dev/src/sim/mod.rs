@@ -271,6 +271,19 @@ impl SimPort {
         self.indir[rxhash as usize & (self.indir.len() - 1)] as usize
     }
 
+    /// True if a packet with `rxhash` would find a free frame and a free
+    /// RX ring slot on its queue now (a lossless replay waits for both).
+    pub fn has_room(&mut self, rxhash: u32) -> bool {
+        let qi = self.queue_for(rxhash);
+        let q = &mut self.queues[qi];
+        if q.spare.is_empty() {
+            if let Some(d) = q.fill.pop() {
+                q.spare.push(d.frame);
+            }
+        }
+        !q.spare.is_empty() && q.rx.free() > 0
+    }
+
     /// Turn on ntuple filtering (`ethtool -K IF ntuple on`) with `rules`,
     /// which the host's accelerated RFS fills.
     pub fn set_flow_rules(&mut self, rules: std::sync::Arc<FlowRules>) {

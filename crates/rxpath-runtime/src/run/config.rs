@@ -49,8 +49,12 @@ pub enum Producer {
         path: PathBuf,
         /// Times to play it (0: until the run ends).
         loops: u64,
-        /// Keep the recorded spacing (else as fast as possible).
+        /// Keep the recorded spacing (a wire: the NIC may drop).
         paced: bool,
+        /// Offer at this rate (a wire: the NIC may drop). Neither this nor
+        /// `paced`: as fast as the host takes them, waiting for ring space,
+        /// so nothing is lost.
+        pps: Option<u64>,
     },
 }
 
@@ -203,6 +207,10 @@ pub struct RunConfig {
     /// is queued and takes nothing new, as a CPU going down). Only a worker
     /// that is not a NAPI thread.
     pub stop_worker: Option<(u16, Duration)>,
+    /// The source carries local senders' partial checksums (a capture on
+    /// a host with checksum offload): `--csum auto` trusts them by value,
+    /// as for a veth. Set by the replay when it finds them.
+    pub local_traffic: bool,
     /// RFS: the global sock flow table (`rps_sock_flow_table`) where
     /// readers record the worker they read on. `run` has no sockets: a
     /// caller (a test, an experiment) plays the readers through it. None:
@@ -248,6 +256,7 @@ impl Default for RunConfig {
             steer: SteerConfig::default(),
             stop_worker: None,
             sock_flows: None,
+            local_traffic: false,
         }
     }
 }
@@ -348,7 +357,10 @@ pub(crate) fn ip_config(cfg: &RunConfig) -> IpConfig {
                 }
             }
         }
-        _ => ip.any_l2 = true,
+        _ => {
+            ip.any_l2 = true;
+            ip.local_traffic = cfg.local_traffic;
+        }
     }
     ip
 }

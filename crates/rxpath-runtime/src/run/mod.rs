@@ -179,6 +179,17 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 _ => None,
             };
             let producer_kind = cfg.producer.clone();
+            // A capture taken where the sender offloads checksums (every
+            // TCP/UDP packet carries the pseudo-header sum): with `auto`,
+            // trust such partial checksums by value, as for a veth.
+            let partial = cfg.csum == rxpath_core::ip::CsumPolicy::Auto
+                && trace.as_ref().is_some_and(|t| t.partial_checksums());
+            if partial {
+                eprintln!(
+                    "rxpath: the capture's first TCP/UDP packets all carry partial checksums (a sender with \
+                     checksum offload): --csum auto trusts partial checksums for this replay (--csum verify to check them)"
+                );
+            }
             let (mut port, host) = sim::build(&cfg.sim)?;
             // Accelerated RFS: the NIC's ntuple table, filled by the host.
             let rules = cfg.steer.accel_rfs.then(|| {
@@ -192,11 +203,14 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 let i = q.queue_index() as usize;
                 let mut napi = Napi::new(q, cfg.weight, cfg.bundle, cfg.interrupts);
                 napi.set_gro(gro_cfg.clone());
-                napi.set_csum(cfg.csum, false);
+                napi.set_csum(cfg.csum, partial);
                 table.add(&mut napi, |n| n.queue().queue_index());
                 groups[i % cfg.threads].push(napi);
             }
             let stop_producer = Arc::new(AtomicBool::new(false));
+            // A replay of a file with an end ends the run when it is done.
+            let source_done = Arc::new(AtomicBool::new(false));
+            let done = source_done.clone();
             let producer_core = if cores.len() > 1 {
                 pin_to(cores.len() - 1)
             } else {
@@ -210,8 +224,19 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                         core_affinity::set_for_current(c);
                     }
                     match (producer_kind, trace) {
-                        (Producer::Pcap { loops, paced, .. }, Some(t)) => {
-                            port.run_trace(&t, loops, paced, &sp);
+                        (
+                            Producer::Pcap {
+                                loops, paced, pps, ..
+                            },
+                            Some(t),
+                        ) => {
+                            let pace = match (paced, pps) {
+                                (true, _) => rxpath_dev::pcap::Pace::Recorded,
+                                (false, Some(r)) => rxpath_dev::pcap::Pace::Pps(r),
+                                (false, None) => rxpath_dev::pcap::Pace::Lossless,
+                            };
+                            port.run_trace(&t, loops, pace, &sp);
+                            done.store(true, Ordering::Release);
                         }
                         (Producer::Thread { pps }, _) => {
                             port.run(&mut traffic, &sp, pps, 64);
@@ -222,14 +247,19 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 })
                 .map_err(|e| RunError::Thread(e.to_string()))?;
             let stop_p = stop_producer.clone();
+            let mut c = cfg.clone();
+            c.local_traffic = partial;
             let (outs, elapsed, _live, steer) = drive(
-                cfg,
+                &c,
                 groups,
                 &pin_to,
                 &stop_napi,
                 &window_over,
-                Some(move || stop_p.store(true, Ordering::Relaxed)),
-                rules,
+                Source {
+                    stop: Some(move || stop_p.store(true, Ordering::Relaxed)),
+                    done: Some(source_done),
+                    rules,
+                },
                 &mut on_tick,
             )
             .inspect_err(|_| stop_producer.store(true, Ordering::Relaxed))?;
@@ -331,8 +361,11 @@ fn own_queues<Q: RxQueue + OwnPool + Send + 'static>(
         pin_to,
         stop_napi,
         window_over,
-        None::<fn()>,
-        None,
+        Source::<fn()> {
+            stop: None,
+            done: None,
+            rules: None,
+        },
         on_tick,
     )?;
     let (queues, softnet, received_in_window, host, latency) = collect(outs);
@@ -451,15 +484,21 @@ fn take_home<Q: RxQueue>(napis: &mut [Napi<Q>], w: &Workers, tmp: &mut Vec<rxpat
 
 /// Start the NAPI threads, tick until the duration is over, stop the
 /// producer (if any), let the threads drain and collect them.
-#[allow(clippy::too_many_arguments)]
+/// What `drive` knows of the packet source: how to stop it, whether it
+/// has ended (a replay of a file), and its ntuple rules (accelerated RFS).
+struct Source<F> {
+    stop: Option<F>,
+    done: Option<Arc<AtomicBool>>,
+    rules: Option<Arc<sim::FlowRules>>,
+}
+
 fn drive<Q, F>(
     cfg: &RunConfig,
     groups: Vec<Vec<Napi<Q>>>,
     pin_to: &dyn Fn(usize) -> Option<core_affinity::CoreId>,
     stop_napi: &Arc<AtomicBool>,
     window_over: &Arc<AtomicBool>,
-    stop_producer: Option<F>,
-    rules: Option<Arc<sim::FlowRules>>,
+    source: Source<F>,
     on_tick: &mut dyn FnMut(&Tick),
 ) -> Result<Outs<Q>, RunError>
 where
@@ -481,6 +520,11 @@ where
         StackKind::Rxdrop => None,
         StackKind::Sink | StackKind::Latency => Some(ip_config(cfg)),
     };
+    let Source {
+        stop: stop_producer,
+        done: source_done,
+        rules,
+    } = source;
     let workers = steer_workers(cfg, &groups, rules);
     let rest = PathRest {
         kind: cfg.stack,
@@ -613,12 +657,18 @@ where
     let start = Instant::now();
     let mut next = start + cfg.tick;
     let end = start + cfg.duration;
+    // Wake at least every 10 ms to see a replay end.
+    let poll = Duration::from_millis(10);
     loop {
         let now = Instant::now();
-        if now >= end {
+        if now >= end
+            || source_done
+                .as_ref()
+                .is_some_and(|d| d.load(Ordering::Acquire))
+        {
             break;
         }
-        thread::sleep(next.min(end).saturating_duration_since(now));
+        thread::sleep(next.min(end).saturating_duration_since(now).min(poll));
         if Instant::now() >= next {
             next += cfg.tick;
             on_tick(&tick(&live, start));
