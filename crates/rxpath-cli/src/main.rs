@@ -11,6 +11,7 @@ mod echo;
 mod filter;
 mod opts;
 mod report;
+mod soak;
 mod steer;
 
 use clap::Parser;
@@ -28,6 +29,7 @@ fn main() -> ExitCode {
         opts::Cmd::Gen(g) => gen(g),
         opts::Cmd::Echo(e) => echo::echo(*e),
         opts::Cmd::Filter(f) => filter::filter_cmd(f),
+        opts::Cmd::Soak(s) => soak::soak(s),
     };
     match result {
         Ok(code) => code,

@@ -37,6 +37,10 @@ pub enum Cmd {
     /// generate ClassBench-shaped sets and traffic.
     #[command(subcommand)]
     Filter(crate::filter::FilterCmd),
+    /// The whole path for a while (GRO, filter, every steering mode, a
+    /// worker going offline, sockets with busy-polling and sleeping
+    /// readers), invariants checked after every round; one verdict line.
+    Soak(crate::soak::SoakArgs),
 }
 
 /// What the XDP program of `rxpath echo` takes from the interface.
