@@ -9,6 +9,7 @@ mod bench_rr;
 mod bench_steer;
 mod echo;
 mod filter;
+mod metrics;
 mod opts;
 mod report;
 mod soak;

@@ -511,6 +511,14 @@ pub struct RunArgs {
     /// Print the final report as JSON on stdout (per-second lines go to stderr).
     #[arg(long)]
     pub json: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics (loopback port 9464
+    /// when given without a value; port 0 picks a free one, printed on
+    /// stderr).
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9464")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Keep serving the final metrics this long after the run ends.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub metrics_hold: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -13,6 +13,14 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     let filter = crate::filter::Loaded::load(&a.filt, a.iface.as_deref().unwrap_or("sim0"))?;
     cfg.filter = filter.as_ref().map(|f| f.handle.clone());
     let readers = crate::steer::Readers::start(&a.steer, &cfg)?;
+    let metrics = match a.metrics {
+        Some(addr) => {
+            let m = crate::metrics::Metrics::start(addr)?;
+            eprintln!("rxpath: metrics on http://{}/metrics", m.addr);
+            Some(m)
+        }
+        None => None,
+    };
     cfg.sock_flows = readers.as_ref().map(|r| r.table.clone());
     let mut last = Tick::default();
     let line = |t: &Tick, last: &Tick| {
@@ -45,7 +53,10 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             println!("{l}");
             let _ = std::io::stdout().flush();
         }
-        last = *t;
+        if let Some(m) = &metrics {
+            m.tick(t);
+        }
+        last = t.clone();
         if let Some(f) = &filter {
             f.poll_reload();
         }
@@ -67,6 +78,13 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     }
     if let Some(f) = &filter {
         f.finish()?;
+    }
+    if let Some(m) = &metrics {
+        m.finish(&report);
+        if let Some(d) = a.metrics_hold {
+            let _ = std::io::stdout().flush();
+            std::thread::sleep(d);
+        }
     }
     Ok(if report.consistent() {
         ExitCode::SUCCESS

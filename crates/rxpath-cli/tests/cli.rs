@@ -122,3 +122,156 @@ fn bad_values_give_a_one_line_error() {
         assert!(err.starts_with("rxpath: error:"), "{args:?}: {err}");
     }
 }
+
+/// GET `url` with Python's HTTP client; the body.
+fn scrape(url: &str, openmetrics: bool) -> String {
+    let accept = if openmetrics {
+        "application/openmetrics-text; version=1.0.0"
+    } else {
+        "text/plain"
+    };
+    let o = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, urllib.request as u; r = u.urlopen(u.Request(sys.argv[1], headers={'Accept': sys.argv[2]}), timeout=5); sys.stdout.write(r.read().decode())",
+            url,
+            accept,
+        ])
+        .output()
+        .expect("python3");
+    assert!(
+        o.status.success(),
+        "scrape failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// The value of the sample `name{labels}` (exact text) in a scrape.
+fn sample(text: &str, name_labels: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name_labels)?.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no sample {name_labels}")) as u64
+}
+
+#[test]
+fn metrics_are_scraped_checked_by_promtool_and_match_the_json() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rxpath"))
+        .args([
+            "run",
+            "--duration",
+            "2",
+            "--steer",
+            "rps",
+            "--workers",
+            "2",
+            "--no-pin",
+            "--json",
+            "--metrics",
+            "127.0.0.1:0",
+            "--metrics-hold",
+            "4s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rxpath");
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut url = None;
+    let mut line = String::new();
+    while url.is_none() && err.read_line(&mut line).unwrap() > 0 {
+        url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .map(str::to_string);
+        line.clear();
+    }
+    let url = url.expect("the metrics address on stderr");
+    std::thread::spawn(move || for _ in err.lines() {});
+    // While it runs: the text format, as promtool reads it.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let live = scrape(&url, false);
+    assert!(
+        live.contains("rxpath_rx_packets_total{queue=\"0\"}"),
+        "{live}"
+    );
+    assert!(live.contains("rxpath_run_finished 0"), "{live}");
+    match Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(mut p) => {
+            use std::io::Write;
+            p.stdin.take().unwrap().write_all(live.as_bytes()).unwrap();
+            let o = p.wait_with_output().unwrap();
+            assert!(
+                o.status.success(),
+                "promtool check metrics: {}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        Err(e) => panic!("promtool is needed (apt-get install prometheus; CI installs it): {e}"),
+    }
+    // At the end: the JSON on stdout, and the same counters in a scrape.
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut json = String::new();
+    loop {
+        let mut l = String::new();
+        assert!(out.read_line(&mut l).unwrap() > 0, "the JSON ended early");
+        json.push_str(&l);
+        if l == "}\n" {
+            break;
+        }
+    }
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let end = scrape(&url, true);
+    assert!(end.ends_with("# EOF\n"), "OpenMetrics when asked for it");
+    assert!(end.contains("rxpath_run_finished 1"));
+    let rx: u64 = v["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| {
+            let i = q["queue"].as_u64().unwrap();
+            let n = q["napi"]["received"].as_u64().unwrap();
+            assert_eq!(
+                sample(&end, &format!("rxpath_rx_packets_total{{queue=\"{i}\"}}")),
+                n
+            );
+            n
+        })
+        .sum();
+    assert_eq!(rx, v["total"]["received"].as_u64().unwrap());
+    for w in v["workers"].as_array().unwrap() {
+        let id = w["worker"].as_u64().unwrap();
+        assert_eq!(
+            sample(
+                &end,
+                &format!("rxpath_worker_processed_packets_total{{worker=\"{id}\"}}")
+            ),
+            w["backlog"]["processed"].as_u64().unwrap()
+        );
+    }
+    let ok = child.wait().unwrap();
+    assert!(ok.success());
+}
+
+#[test]
+fn a_metrics_port_in_use_is_a_one_line_error() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let o = rxpath(&["run", "--duration", "1", "--metrics", &addr]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&addr) && err.contains("cannot listen"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}

@@ -726,6 +726,7 @@ fn tick(live: &Mutex<Live>, start: Instant) -> Tick {
         napi,
         device: sum_device(l.queues.iter().map(|q| q.2)),
         softnet: l.softnet,
+        queues: l.queues.clone(),
     }
 }
 

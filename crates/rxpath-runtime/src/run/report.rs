@@ -111,7 +111,7 @@ pub(crate) fn sum_device(it: impl Iterator<Item = DeviceQueueStats>) -> DeviceQu
 }
 
 /// What the reporter sees once per interval: totals so far.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Tick {
     /// Time since start.
     pub elapsed: Duration,
@@ -121,6 +121,8 @@ pub struct Tick {
     pub device: DeviceQueueStats,
     /// Softnet counters summed over threads.
     pub softnet: SoftnetStats,
+    /// Per queue: index, NAPI counters, device counters.
+    pub queues: Vec<(u16, NapiStats, DeviceQueueStats)>,
 }
 
 pub(crate) fn queue_report<Q: RxQueue>(n: &Napi<Q>) -> QueueReport {

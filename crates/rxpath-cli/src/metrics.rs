@@ -1,0 +1,473 @@
+//! `--metrics ADDR`: the run's counters for Prometheus, over HTTP
+//! (`GET /metrics`, OpenMetrics text from `prometheus-client`).
+//!
+//! While the run goes, what the per-second line sees: per queue NAPI and
+//! device counters, drops by reason, softnet, SNMP. When it ends, the final
+//! report (what `--json` prints) replaces it and adds the workers, GRO and
+//! order at delivery; `--metrics-hold` keeps serving it for a while.
+//! Counters are named `rxpath_..._total` with `queue=`, `reason=`,
+//! `worker=`, `section=`/`counter=` labels.
+
+use anyhow::{Context, Result};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+use rxpath_core::stats::{DropReason, NapiStats, SoftnetStats};
+use rxpath_dev::DeviceQueueStats;
+use rxpath_runtime::{Report, Tick};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// What a scrape sees.
+#[derive(Debug, Default, Clone)]
+struct Snapshot {
+    queues: Vec<(u16, NapiStats, DeviceQueueStats)>,
+    softnet: SoftnetStats,
+    report: Option<Report>,
+}
+
+#[derive(Debug)]
+struct Collect(Arc<Mutex<Snapshot>>);
+
+type Labels = Vec<(&'static str, String)>;
+
+fn counter(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    rows: &[(Labels, u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, None, ConstCounter::new(0u64).metric_type())?;
+    for (l, v) in rows {
+        ConstCounter::new(*v).encode(m.encode_family(l)?)?;
+    }
+    Ok(())
+}
+
+fn q(i: u16) -> Labels {
+    vec![("queue", i.to_string())]
+}
+
+impl Collector for Collect {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let s = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let queues: Vec<(u16, NapiStats, DeviceQueueStats)> = match &s.report {
+            Some(r) => r
+                .queues
+                .iter()
+                .map(|q| (q.queue, q.napi, q.device))
+                .collect(),
+            None => s.queues.clone(),
+        };
+        let per_q = |f: &dyn Fn(&NapiStats, &DeviceQueueStats) -> u64| -> Vec<(Labels, u64)> {
+            queues.iter().map(|(i, n, d)| (q(*i), f(n, d))).collect()
+        };
+        counter(
+            &mut enc,
+            "rxpath_rx_packets",
+            "Packets NAPI took from the queue",
+            &per_q(&|n, _| n.received),
+        )?;
+        counter(
+            &mut enc,
+            "rxpath_rx_bytes",
+            "Bytes NAPI took from the queue",
+            &per_q(&|n, _| n.bytes),
+        )?;
+        counter(
+            &mut enc,
+            "rxpath_delivered_packets",
+            "Packets (segments) that reached the end of the path, counted on the NAPI",
+            &per_q(&|n, _| n.delivered),
+        )?;
+        counter(
+            &mut enc,
+            "rxpath_napi_polls",
+            "NAPI polls",
+            &per_q(&|n, _| n.polls),
+        )?;
+        counter(
+            &mut enc,
+            "rxpath_napi_wakeups",
+            "Interrupts (wakeups) taken",
+            &per_q(&|n, _| n.wakeups),
+        )?;
+        counter(
+            &mut enc,
+            "rxpath_device_offered_packets",
+            "Packets the device saw",
+            &per_q(&|_, d| d.offered),
+        )?;
+        counter(
+            &mut enc,
+            "rxpath_device_missed_packets",
+            "Dropped by the device: RX ring full (rx_missed)",
+            &per_q(&|_, d| d.rx_missed),
+        )?;
+        counter(
+            &mut enc,
+            "rxpath_device_no_buffer_packets",
+            "Dropped by the device: no free frame (rx_no_buffer)",
+            &per_q(&|_, d| d.rx_no_buffer),
+        )?;
+        counter(
+            &mut enc,
+            "rxpath_device_too_long_packets",
+            "Dropped by the device: longer than a frame",
+            &per_q(&|_, d| d.rx_too_long),
+        )?;
+        let mut drops = Vec::new();
+        for (i, n, _) in &queues {
+            for r in DropReason::ALL {
+                drops.push((
+                    vec![("queue", i.to_string()), ("reason", r.name().to_string())],
+                    n.dropped.get(r),
+                ));
+            }
+        }
+        counter(
+            &mut enc,
+            "rxpath_dropped_packets",
+            "Packets dropped on the NAPI's side of the path, by reason",
+            &drops,
+        )?;
+        let softnet = match &s.report {
+            Some(r) => r.softnet.iter().fold(SoftnetStats::default(), |mut a, b| {
+                a.rx_actions += b.rx_actions;
+                a.time_squeeze += b.time_squeeze;
+                a
+            }),
+            None => s.softnet,
+        };
+        counter(
+            &mut enc,
+            "rxpath_softnet_net_rx_actions",
+            "net_rx_action rounds",
+            &[(vec![], softnet.rx_actions)],
+        )?;
+        counter(
+            &mut enc,
+            "rxpath_softnet_time_squeeze",
+            "net_rx_action rounds that ran out of budget with work left",
+            &[(vec![], softnet.time_squeeze)],
+        )?;
+        let mut snmp_total = NapiStats::default();
+        for (_, n, _) in &queues {
+            snmp_total.merge(n);
+        }
+        if let Some(r) = &s.report {
+            for w in &r.workers {
+                snmp_total.merge(&w.path);
+            }
+        }
+        let rows: Vec<(Labels, u64)> = snmp_total
+            .snmp
+            .sections()
+            .into_iter()
+            .flat_map(|(sec, rows)| {
+                rows.into_iter().map(move |(k, v)| {
+                    (
+                        vec![("section", sec.to_string()), ("counter", k.to_string())],
+                        v,
+                    )
+                })
+            })
+            .collect();
+        counter(
+            &mut enc,
+            "rxpath_snmp",
+            "IP/UDP input counters under the kernel's /proc/net/snmp names",
+            &rows,
+        )?;
+        let Some(r) = &s.report else {
+            let m = enc.encode_descriptor(
+                "rxpath_run_finished",
+                "1 once the run has ended and the counters are final",
+                None,
+                ConstGauge::new(0i64).metric_type(),
+            )?;
+            return ConstGauge::new(0i64).encode(m);
+        };
+        let w = |f: &dyn Fn(&rxpath_runtime::steer::WorkerReport) -> u64| -> Vec<(Labels, u64)> {
+            r.workers
+                .iter()
+                .map(|x| (vec![("worker", x.worker.to_string())], f(x)))
+                .collect()
+        };
+        if !r.workers.is_empty() {
+            counter(
+                &mut enc,
+                "rxpath_worker_processed_packets",
+                "Packets a worker took from its backlog",
+                &w(&|x| x.backlog.processed),
+            )?;
+            counter(
+                &mut enc,
+                "rxpath_worker_backlog_dropped_packets",
+                "Packets dropped at a worker's backlog (netdev_max_backlog, flow limit)",
+                &w(&|x| x.backlog.dropped),
+            )?;
+            counter(
+                &mut enc,
+                "rxpath_worker_flow_limit_packets",
+                "Of those, dropped by the flow limit",
+                &w(&|x| x.backlog.flow_limit_count),
+            )?;
+            counter(
+                &mut enc,
+                "rxpath_worker_received_rps_packets",
+                "Packets steered to a worker from another",
+                &w(&|x| x.backlog.received_rps),
+            )?;
+            counter(
+                &mut enc,
+                "rxpath_worker_time_squeeze",
+                "Backlog turns that ran out of budget with work left",
+                &w(&|x| x.time_squeeze),
+            )?;
+            counter(
+                &mut enc,
+                "rxpath_worker_wakeups",
+                "Wakeups a worker received",
+                &w(&|x| x.wakeups),
+            )?;
+            counter(
+                &mut enc,
+                "rxpath_worker_delivered_packets",
+                "Packets (segments) delivered on a worker",
+                &w(&|x| x.path.delivered),
+            )?;
+            let mut drops = Vec::new();
+            for x in &r.workers {
+                for reason in DropReason::ALL {
+                    drops.push((
+                        vec![
+                            ("worker", x.worker.to_string()),
+                            ("reason", reason.name().to_string()),
+                        ],
+                        x.path.dropped.get(reason),
+                    ));
+                }
+            }
+            counter(
+                &mut enc,
+                "rxpath_worker_dropped_packets",
+                "Packets dropped on a worker's part of the path, by reason",
+                &drops,
+            )?;
+        }
+        if let Some(o) = &r.order {
+            counter(
+                &mut enc,
+                "rxpath_reordered_packets",
+                "Packets delivered out of their flow's order",
+                &[(vec![], o.reordered)],
+            )?;
+        }
+        if let Some(g) = r.gro_total() {
+            counter(
+                &mut enc,
+                "rxpath_gro_segments",
+                "Segments into GRO",
+                &[(vec![], g.packets_in)],
+            )?;
+            counter(
+                &mut enc,
+                "rxpath_gro_packets",
+                "Packets out of GRO",
+                &[(vec![], g.packets_out)],
+            )?;
+            counter(
+                &mut enc,
+                "rxpath_gro_merged_segments",
+                "Segments merged into a held packet",
+                &[(vec![], g.merged)],
+            )?;
+            let rows: Vec<(Labels, u64)> = rxpath_core::gro::FlushReason::ALL
+                .iter()
+                .map(|&f| {
+                    let name = serde_json::to_value(f)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default();
+                    (vec![("reason", name)], g.flushes(f))
+                })
+                .collect();
+            counter(
+                &mut enc,
+                "rxpath_gro_flushes",
+                "GRO flushes by reason",
+                &rows,
+            )?;
+        }
+        let m = enc.encode_descriptor(
+            "rxpath_run_finished",
+            "1 once the run has ended and the counters are final",
+            None,
+            ConstGauge::new(0i64).metric_type(),
+        )?;
+        ConstGauge::new(1i64).encode(m)
+    }
+}
+
+/// The metrics endpoint of a run.
+pub struct Metrics {
+    snap: Arc<Mutex<Snapshot>>,
+    pub addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    server: Option<JoinHandle<()>>,
+}
+
+impl Metrics {
+    /// Listen on `addr` (port 0: any free port; see [`Metrics::addr`]).
+    pub fn start(addr: SocketAddr) -> Result<Metrics> {
+        let l = TcpListener::bind(addr)
+            .with_context(|| format!("--metrics {addr}: cannot listen there"))?;
+        let addr = l.local_addr()?;
+        let snap = Arc::new(Mutex::new(Snapshot::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Collect(snap.clone())));
+        let st = stop.clone();
+        let server = std::thread::Builder::new()
+            .name("rxpath-metrics".into())
+            .spawn(move || {
+                for s in l.incoming() {
+                    if st.load(Ordering::Acquire) {
+                        break;
+                    }
+                    if let Ok(s) = s {
+                        let _ = serve(s, &registry);
+                    }
+                }
+            })?;
+        Ok(Metrics {
+            snap,
+            addr,
+            stop,
+            server: Some(server),
+        })
+    }
+
+    /// The run's counters so far.
+    pub fn tick(&self, t: &Tick) {
+        let mut s = self.snap.lock().unwrap_or_else(|e| e.into_inner());
+        s.queues = t.queues.clone();
+        s.softnet = t.softnet;
+    }
+
+    /// The final report.
+    pub fn finish(&self, r: &Report) {
+        self.snap.lock().unwrap_or_else(|e| e.into_inner()).report = Some(r.clone());
+    }
+}
+
+impl Drop for Metrics {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        // Wake the accept loop.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+        if let Some(h) = self.server.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// One HTTP exchange: `GET /metrics` gets the text, anything else a 404.
+fn serve(mut s: TcpStream, registry: &Registry) -> std::io::Result<()> {
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let mut buf = [0u8; 4096];
+    let mut got = 0;
+    while got < buf.len() {
+        let n = s.read(&mut buf[got..])?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+        if buf[..got].windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
+    let req = String::from_utf8_lossy(&buf[..got]);
+    let line = req.lines().next().unwrap_or("");
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    if method == "GET" && (path == "/metrics" || path.starts_with("/metrics?")) {
+        let mut body = String::new();
+        prometheus_client::encoding::text::encode(&mut body, registry)
+            .map_err(|_| std::io::Error::other("encoding the metrics"))?;
+        // OpenMetrics for a scraper that asks for it (Prometheus does),
+        // the classic text format (0.0.4) for everyone else (curl, promtool).
+        let om = req.lines().any(|l| {
+            l.to_ascii_lowercase().starts_with("accept:")
+                && l.contains("application/openmetrics-text")
+        });
+        let (ctype, body) = if om {
+            (
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                body,
+            )
+        } else {
+            (
+                "text/plain; version=0.0.4; charset=utf-8",
+                text_format(&body),
+            )
+        };
+        write!(
+            s,
+            "HTTP/1.1 200 OK\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    } else {
+        let body = "only GET /metrics is served here\n";
+        write!(
+            s,
+            "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    }
+}
+
+/// OpenMetrics text → the classic Prometheus text format: a counter's
+/// HELP and TYPE name its samples (`_total`), no `# EOF`.
+fn text_format(om: &str) -> String {
+    let counters: std::collections::HashSet<&str> = om
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(om.len() + 64);
+    for l in om.lines() {
+        if l == "# EOF" {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|p| {
+            let rest = l.strip_prefix(p)?;
+            let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+            counters
+                .contains(name)
+                .then(|| format!("{p}{name}_total {tail}"))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(l));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn text_format_names_counters_by_their_samples() {
+        let om = "# HELP a_x Some help\n# TYPE a_x counter\na_x_total{q=\"0\"} 3\n# HELP g A gauge\n# TYPE g gauge\ng 1\n# EOF\n";
+        assert_eq!(
+            super::text_format(om),
+            "# HELP a_x_total Some help\n# TYPE a_x_total counter\na_x_total{q=\"0\"} 3\n# HELP g A gauge\n# TYPE g gauge\ng 1\n"
+        );
+    }
+}
