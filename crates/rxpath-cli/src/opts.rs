@@ -685,6 +685,7 @@ impl RunArgs {
             stop_worker: self.steer.stop_worker,
             sock_flows: None,
             local_traffic: false,
+            stop: None,
             xdp_busy_poll_us: self.xdp_busy_poll,
             capture_at: match self.capture_at {
                 CaptureArg::Rx => rxpath_runtime::CaptureAt::Rx,

@@ -6,12 +6,22 @@ use rxpath_core::stats::DropReason;
 use rxpath_runtime::{Producer, Report, Tick};
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {
     let mut cfg = a.config()?;
     let json = a.json;
     let filter = crate::filter::Loaded::load(&a.filt, a.iface.as_deref().unwrap_or("sim0"))?;
     cfg.filter = filter.as_ref().map(|f| f.handle.clone());
+    // SIGINT/SIGTERM end the run early: it drains, reports and exits as at
+    // the end of its duration.
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        let _ = ctrlc::set_handler(move || stop.store(true, Ordering::Release));
+    }
+    cfg.stop = Some(stop.clone());
     let readers = crate::steer::Readers::start(&a.steer, &cfg)?;
     let metrics = match a.metrics {
         Some(addr) => {
@@ -61,6 +71,12 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             f.poll_reload();
         }
     })?;
+    if stop.load(Ordering::Acquire) {
+        eprintln!(
+            "rxpath: stopped by a signal after {:.2}s; the report covers what ran",
+            report.elapsed.as_secs_f64()
+        );
+    }
     if let Some(r) = readers {
         let moves = r.finish();
         if moves > 0 {

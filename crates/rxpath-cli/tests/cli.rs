@@ -275,3 +275,46 @@ fn a_metrics_port_in_use_is_a_one_line_error() {
     );
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
+
+#[test]
+fn sigint_and_sigterm_end_a_run_with_its_report() {
+    use std::process::Stdio;
+    for sig in ["INT", "TERM"] {
+        let child = Command::new(env!("CARGO_BIN_EXE_rxpath"))
+            .args([
+                "run",
+                "--duration",
+                "60",
+                "--steer",
+                "rps",
+                "--workers",
+                "2",
+                "--no-pin",
+                "--json",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("rxpath");
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let t = std::time::Instant::now();
+        let k = Command::new("kill")
+            .args([format!("-{sig}"), child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(k.success());
+        let o = child.wait_with_output().unwrap();
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "SIG{sig}: took {:?}",
+            t.elapsed()
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "SIG{sig}: {:?} {err}", o.status);
+        assert!(err.contains("stopped by a signal"), "SIG{sig}: {err}");
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("the final JSON");
+        assert_eq!(v["consistent"], true, "SIG{sig}");
+        assert_eq!(v["frames_home"], v["frames_total"], "SIG{sig}");
+        assert!(v["elapsed_s"].as_f64().unwrap() < 30.0);
+    }
+}

@@ -207,6 +207,10 @@ pub struct RunConfig {
     /// is queued and takes nothing new, as a CPU going down). Only a worker
     /// that is not a NAPI thread.
     pub stop_worker: Option<(u16, Duration)>,
+    /// Set to end the run early (a signal handler does): it stops as at
+    /// the end of its duration, drains, and reports.
+    #[serde(skip)]
+    pub stop: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// The source carries local senders' partial checksums (a capture on
     /// a host with checksum offload): `--csum auto` trusts them by value,
     /// as for a veth. Set by the replay when it finds them.
@@ -257,6 +261,7 @@ impl Default for RunConfig {
             stop_worker: None,
             sock_flows: None,
             local_traffic: false,
+            stop: None,
         }
     }
 }

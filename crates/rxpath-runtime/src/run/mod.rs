@@ -665,6 +665,7 @@ where
             || source_done
                 .as_ref()
                 .is_some_and(|d| d.load(Ordering::Acquire))
+            || cfg.stop.as_ref().is_some_and(|d| d.load(Ordering::Acquire))
         {
             break;
         }
