@@ -154,6 +154,8 @@ fn start(s: Server, t: &Topology, knobs: &Knobs, reader: usize, ncpu: usize) -> 
                 csum: Default::default(),
                 filt: Default::default(),
                 steer,
+                metrics: None,
+                metrics_hold: None,
                 reader_cpus: Some(reader.to_string()),
                 only_v6: false,
                 xdp_take: crate::opts::EchoTake::Port,

@@ -253,6 +253,8 @@ fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Runn
                 csum: Default::default(),
                 filt: Default::default(),
                 steer: Default::default(),
+                metrics: None,
+                metrics_hold: None,
                 reader_cpus: None,
                 only_v6: false,
                 xdp_take: crate::opts::EchoTake::Port,

@@ -226,12 +226,26 @@ pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
     let end = a
         .duration
         .map(|d| start + Duration::from_secs_f64(d.max(0.0)));
+    let metrics = match a.metrics {
+        Some(addr) => {
+            let m = crate::metrics::Metrics::start(addr)?;
+            eprintln!("rxpath: metrics on http://{}/metrics", m.addr);
+            Some(m)
+        }
+        None => None,
+    };
     while !stop.load(Ordering::Acquire) && end.is_none_or(|e| Instant::now() < e) {
         thread::sleep(Duration::from_millis(20));
         server.poll_reload();
+        if let Some(m) = &metrics {
+            m.sock(server.host.sockets().stats());
+        }
     }
     let r = server.stop()?;
     let rep = &r.host;
+    if let Some(m) = &metrics {
+        m.finish_host(rep);
+    }
     let napi = rep.napi_total();
     if a.json {
         println!(
@@ -289,7 +303,7 @@ pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    Ok(if rep.frames_home == rep.frames_total {
+    let code = Ok(if rep.frames_home == rep.frames_total {
         ExitCode::SUCCESS
     } else {
         eprintln!(
@@ -297,7 +311,13 @@ pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
             rep.frames_home, rep.frames_total
         );
         ExitCode::from(1)
-    })
+    });
+    if let (Some(_), Some(d)) = (&metrics, a.metrics_hold) {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        thread::sleep(d);
+    }
+    code
 }
 
 /// One reader: take a batch, answer it, until stopped.

@@ -30,6 +30,10 @@ struct Snapshot {
     queues: Vec<(u16, NapiStats, DeviceQueueStats)>,
     softnet: SoftnetStats,
     report: Option<Report>,
+    /// `rxpath echo`: the socket layer's counters (live), and the host's
+    /// report at the end.
+    sock: Option<rxpath_core::sock::SockStats>,
+    host: Option<rxpath_runtime::HostReport>,
 }
 
 #[derive(Debug)]
@@ -44,6 +48,12 @@ fn counter(
     rows: &[(Labels, u64)],
 ) -> Result<(), std::fmt::Error> {
     let mut m = enc.encode_descriptor(name, help, None, ConstCounter::new(0u64).metric_type())?;
+    if let [(l, v)] = rows {
+        if l.is_empty() {
+            // One sample without labels: `name_total 3`, not `name_total{} 3`.
+            return ConstCounter::new(*v).encode(m);
+        }
+    }
     for (l, v) in rows {
         ConstCounter::new(*v).encode(m.encode_family(l)?)?;
     }
@@ -57,14 +67,90 @@ fn q(i: u16) -> Labels {
 impl Collector for Collect {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let s = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let queues: Vec<(u16, NapiStats, DeviceQueueStats)> = match &s.report {
-            Some(r) => r
+        let queues: Vec<(u16, NapiStats, DeviceQueueStats)> = match (&s.report, &s.host) {
+            (Some(r), _) => r
                 .queues
                 .iter()
                 .map(|q| (q.queue, q.napi, q.device))
                 .collect(),
-            None => s.queues.clone(),
+            (None, Some(h)) => h
+                .queues
+                .iter()
+                .map(|q| (q.queue, q.napi, q.device))
+                .collect(),
+            (None, None) => s.queues.clone(),
         };
+        let workers: Vec<rxpath_runtime::steer::WorkerReport> = match (&s.report, &s.host) {
+            (Some(r), _) => r.workers.clone(),
+            (None, Some(h)) => h.workers.clone(),
+            (None, None) => Vec::new(),
+        };
+        let finished = s.report.is_some() || s.host.is_some();
+        let sock = s.host.as_ref().map(|h| h.sock).or(s.sock);
+        if let Some(k) = &sock {
+            let one = |v: u64| [(Labels::new(), v)];
+            counter(
+                &mut enc,
+                "rxpath_socket_in_datagrams",
+                "Datagrams queued to sockets (Udp: InDatagrams)",
+                &one(k.in_datagrams),
+            )?;
+            counter(
+                &mut enc,
+                "rxpath_socket_no_ports",
+                "Datagrams for no socket (Udp: NoPorts)",
+                &one(k.no_ports),
+            )?;
+            counter(
+                &mut enc,
+                "rxpath_socket_rcvbuf_errors",
+                "Datagrams dropped on a full receive queue (Udp: RcvbufErrors)",
+                &one(k.rcvbuf_errors),
+            )?;
+            counter(
+                &mut enc,
+                "rxpath_socket_csum_errors",
+                "Datagrams with a bad checksum (Udp: InCsumErrors)",
+                &one(k.csum_errors),
+            )?;
+            counter(
+                &mut enc,
+                "rxpath_socket_out_datagrams",
+                "Datagrams sent (Udp: OutDatagrams)",
+                &one(k.out_datagrams),
+            )?;
+            counter(
+                &mut enc,
+                "rxpath_busy_polls",
+                "Busy-poll sessions (napi_busy_loop)",
+                &one(k.busy_polls),
+            )?;
+            counter(
+                &mut enc,
+                "rxpath_busy_poll_loops",
+                "NAPI polls made by busy pollers",
+                &one(k.busy_poll_loops),
+            )?;
+            counter(
+                &mut enc,
+                "rxpath_busy_poll_packets",
+                "Packets busy pollers took",
+                &one(k.busy_poll_packets),
+            )?;
+            counter(
+                &mut enc,
+                "rxpath_busy_poll_contended",
+                "Busy polls that found the NAPI owned elsewhere",
+                &one(k.busy_poll_contended),
+            )?;
+            let m = enc.encode_descriptor(
+                "rxpath_busy_poll_seconds",
+                "Time spent busy polling",
+                None,
+                ConstCounter::new(0f64).metric_type(),
+            )?;
+            ConstCounter::new(k.busy_poll_ns as f64 / 1e9).encode(m)?;
+        }
         let per_q = |f: &dyn Fn(&NapiStats, &DeviceQueueStats) -> u64| -> Vec<(Labels, u64)> {
             queues.iter().map(|(i, n, d)| (q(*i), f(n, d))).collect()
         };
@@ -161,10 +247,8 @@ impl Collector for Collect {
         for (_, n, _) in &queues {
             snmp_total.merge(n);
         }
-        if let Some(r) = &s.report {
-            for w in &r.workers {
-                snmp_total.merge(&w.path);
-            }
+        for w in &workers {
+            snmp_total.merge(&w.path);
         }
         let rows: Vec<(Labels, u64)> = snmp_total
             .snmp
@@ -185,22 +269,13 @@ impl Collector for Collect {
             "IP/UDP input counters under the kernel's /proc/net/snmp names",
             &rows,
         )?;
-        let Some(r) = &s.report else {
-            let m = enc.encode_descriptor(
-                "rxpath_run_finished",
-                "1 once the run has ended and the counters are final",
-                None,
-                ConstGauge::new(0i64).metric_type(),
-            )?;
-            return ConstGauge::new(0i64).encode(m);
-        };
         let w = |f: &dyn Fn(&rxpath_runtime::steer::WorkerReport) -> u64| -> Vec<(Labels, u64)> {
-            r.workers
+            workers
                 .iter()
                 .map(|x| (vec![("worker", x.worker.to_string())], f(x)))
                 .collect()
         };
-        if !r.workers.is_empty() {
+        if !workers.is_empty() {
             counter(
                 &mut enc,
                 "rxpath_worker_processed_packets",
@@ -244,7 +319,7 @@ impl Collector for Collect {
                 &w(&|x| x.path.delivered),
             )?;
             let mut drops = Vec::new();
-            for x in &r.workers {
+            for x in &workers {
                 for reason in DropReason::ALL {
                     drops.push((
                         vec![
@@ -262,6 +337,18 @@ impl Collector for Collect {
                 &drops,
             )?;
         }
+        let finished_gauge = |enc: &mut DescriptorEncoder<'_>| -> Result<(), std::fmt::Error> {
+            let m = enc.encode_descriptor(
+                "rxpath_run_finished",
+                "1 once the run has ended and the counters are final",
+                None,
+                ConstGauge::new(0i64).metric_type(),
+            )?;
+            ConstGauge::new(finished as i64).encode(m)
+        };
+        let Some(r) = &s.report else {
+            return finished_gauge(&mut enc);
+        };
         if let Some(o) = &r.order {
             counter(
                 &mut enc,
@@ -306,13 +393,7 @@ impl Collector for Collect {
                 &rows,
             )?;
         }
-        let m = enc.encode_descriptor(
-            "rxpath_run_finished",
-            "1 once the run has ended and the counters are final",
-            None,
-            ConstGauge::new(0i64).metric_type(),
-        )?;
-        ConstGauge::new(1i64).encode(m)
+        finished_gauge(&mut enc)
     }
 }
 
@@ -360,6 +441,16 @@ impl Metrics {
         let mut s = self.snap.lock().unwrap_or_else(|e| e.into_inner());
         s.queues = t.queues.clone();
         s.softnet = t.softnet;
+    }
+
+    /// The socket layer's counters so far (`rxpath echo`).
+    pub fn sock(&self, k: rxpath_core::sock::SockStats) {
+        self.snap.lock().unwrap_or_else(|e| e.into_inner()).sock = Some(k);
+    }
+
+    /// A host's final report (`rxpath echo`).
+    pub fn finish_host(&self, r: &rxpath_runtime::HostReport) {
+        self.snap.lock().unwrap_or_else(|e| e.into_inner()).host = Some(r.clone());
     }
 
     /// The final report.

@@ -132,6 +132,12 @@ pub struct EchoArgs {
     pub filt: crate::filter::FilterArgs,
     #[command(flatten)]
     pub steer: crate::steer::SteerArgs,
+    /// Serve Prometheus metrics at http://ADDR/metrics (see rxpath run).
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9464")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Keep serving the final metrics this long after echo stops.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub metrics_hold: Option<Duration>,
     /// Print the final report as JSON.
     #[arg(long)]
     pub json: bool,
