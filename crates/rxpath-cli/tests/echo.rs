@@ -155,7 +155,10 @@ fn steered_echo_answers_from_the_readers_worker_and_serves_metrics() {
     std::thread::sleep(Duration::from_millis(800));
     if let Ok(Some(st)) = child.try_wait() {
         let o = child.wait_with_output().unwrap();
-        panic!("echo ended at once ({st}): {}", String::from_utf8_lossy(&o.stderr));
+        panic!(
+            "echo ended at once ({st}): {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
     let script = r#"
 import socket
