@@ -132,6 +132,13 @@ fn gen(a: opts::GenArgs) -> anyhow::Result<ExitCode> {
         count: a.count,
         duration: a.duration,
         batch: a.batch,
+        stop: {
+            // SIGINT/SIGTERM: stop sending, print what was sent.
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let s = stop.clone();
+            let _ = ctrlc::set_handler(move || s.store(true, std::sync::atomic::Ordering::Release));
+            Some(stop)
+        },
     };
     let mut last = 0u64;
     let rep = rxpath_runtime::gen::gen(&cfg, |r| {

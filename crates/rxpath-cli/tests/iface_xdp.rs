@@ -274,3 +274,61 @@ fn the_xdp_filter_passes_what_it_does_not_take_to_the_kernel() {
         );
     }
 }
+
+#[test]
+fn sigint_stops_gen_with_its_report() {
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs it as root)");
+        return;
+    }
+    let lab = lab();
+    let child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &lab.ns,
+            env!("CARGO_BIN_EXE_rxpath"),
+            "gen",
+        ])
+        .args([
+            "--iface",
+            &lab.a,
+            "--mode",
+            "packet",
+            "--duration",
+            "60",
+            "--pps",
+            "20000",
+        ])
+        .args([
+            "--dst-mac",
+            "02:00:00:00:00:02",
+            "--src-ip",
+            "198.18.0.1",
+            "--dst-ip",
+            "198.18.0.2",
+        ])
+        .args(["--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    let t = std::time::Instant::now();
+    // `ip netns exec` runs rxpath in its place (exec): the child is rxpath.
+    assert!(Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "gen took {:?} to stop",
+        t.elapsed()
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("the report");
+    assert!(v["sent"].as_u64().unwrap() > 1000, "{v}");
+    assert!(v["elapsed_s"].as_f64().unwrap() < 10.0, "{v}");
+}

@@ -41,6 +41,10 @@ pub struct GenConfig {
     pub duration: Duration,
     /// Frames per batch.
     pub batch: usize,
+    /// Set to stop early (a signal handler does); the report covers what
+    /// was sent.
+    #[serde(skip)]
+    pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// What was sent.
@@ -128,7 +132,12 @@ pub fn gen(cfg: &GenConfig, mut on_tick: impl FnMut(&GenReport)) -> Result<GenRe
             vec![vec![0u8; 2048]; batch],
         ),
     };
-    while rep.sent < limit && start.elapsed() < cfg.duration {
+    let stopped = || {
+        cfg.stop
+            .as_ref()
+            .is_some_and(|s| s.load(std::sync::atomic::Ordering::Acquire))
+    };
+    while rep.sent < limit && start.elapsed() < cfg.duration && !stopped() {
         let now = start.elapsed();
         let due = match cfg.pps {
             Some(r) => ((now.as_nanos() * r as u128) / 1_000_000_000) as u64,
