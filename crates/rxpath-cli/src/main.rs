@@ -7,6 +7,7 @@ mod bench_iface;
 mod bench_rfs;
 mod bench_rr;
 mod bench_steer;
+mod config;
 mod echo;
 mod filter;
 mod metrics;
@@ -19,9 +20,16 @@ use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = match opts::Cli::try_parse() {
+    let (args, keys) = match config::expand(std::env::args_os().collect()) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("rxpath: error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = match opts::Cli::try_parse_from(args) {
         Ok(c) => c,
-        Err(e) => return opts::exit_on_clap_error(e),
+        Err(e) => return opts::exit_on_clap_error_with(e, &keys),
     };
     let result = match cli.cmd {
         opts::Cmd::Run(a) => report::run(*a),

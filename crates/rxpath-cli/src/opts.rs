@@ -12,8 +12,12 @@ use std::time::Duration;
 
 /// The Linux kernel's fast receive path, in user space.
 #[derive(Debug, Parser)]
-#[command(name = "rxpath", version, about)]
+#[command(name = "rxpath", version, about, args_override_self = true)]
 pub struct Cli {
+    /// Read flags from a TOML file (keys are the long flags without their
+    /// dashes); flags given here override it.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub cmd: Cmd,
 }
@@ -716,6 +720,22 @@ impl RunArgs {
             },
         })
     }
+}
+
+/// As [`exit_on_clap_error`], naming the config file's key when the
+/// unknown argument came from it.
+pub fn exit_on_clap_error_with(e: clap::Error, config_keys: &[String]) -> ExitCode {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() == ErrorKind::UnknownArgument {
+        if let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) {
+            let name = arg.trim_start_matches('-');
+            if config_keys.iter().any(|k| k == name) {
+                eprintln!("rxpath: error: --config: unknown key '{name}' (keys are the subcommand's long flags without dashes)");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    exit_on_clap_error(e)
 }
 
 /// clap prints multi-line errors with usage; ours are one line. Help and

@@ -318,3 +318,38 @@ fn sigint_and_sigterm_end_a_run_with_its_report() {
         assert!(v["elapsed_s"].as_f64().unwrap() < 30.0);
     }
 }
+
+#[test]
+fn a_config_file_sets_flags_the_command_line_overrides_and_unknown_keys_are_named() {
+    let dir = std::env::temp_dir();
+    let good = dir.join(format!("rxpath-cfg-good-{}.toml", std::process::id()));
+    std::fs::write(
+        &good,
+        "duration = \"1s\"\nqueues = 1\nsteer = \"rps\"\nworkers = 2\nno-pin = true\njson = true\n",
+    )
+    .unwrap();
+    let o = rxpath(&["run", "--config", good.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["config"]["sim"]["queues"], 1);
+    assert_eq!(v["config"]["steer"]["mode"], "rps");
+    assert_eq!(v["config"]["steer"]["workers"], 2);
+    let o = rxpath(&["run", "--config", good.to_str().unwrap(), "--queues", "2"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["config"]["sim"]["queues"], 2, "the command line wins");
+    let bad = dir.join(format!("rxpath-cfg-bad-{}.toml", std::process::id()));
+    for (text, want) in [
+        ("bogus-knob = 3\n", "unknown key 'bogus-knob'"),
+        ("duration = \n", "TOML parse error"),
+        ("queues = 0\n", "--queues"),
+    ] {
+        std::fs::write(&bad, text).unwrap();
+        let o = rxpath(&["run", "--config", bad.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{text}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{text}: {err}");
+        assert!(err.contains(want), "{text}: {err}");
+    }
+    let _ = std::fs::remove_file(good);
+    let _ = std::fs::remove_file(bad);
+}
