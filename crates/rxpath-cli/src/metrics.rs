@@ -340,7 +340,7 @@ impl Collector for Collect {
         let finished_gauge = |enc: &mut DescriptorEncoder<'_>| -> Result<(), std::fmt::Error> {
             let m = enc.encode_descriptor(
                 "rxpath_run_finished",
-                "1 once the run has ended and the counters are final",
+                "Whether the run has ended and these counters are final (1) or not yet (0)",
                 None,
                 ConstGauge::new(0i64).metric_type(),
             )?;

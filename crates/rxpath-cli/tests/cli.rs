@@ -162,7 +162,7 @@ fn metrics_are_scraped_checked_by_promtool_and_match_the_json() {
         .args([
             "run",
             "--duration",
-            "2",
+            "6",
             "--steer",
             "rps",
             "--workers",
@@ -190,14 +190,15 @@ fn metrics_are_scraped_checked_by_promtool_and_match_the_json() {
     }
     let url = url.expect("the metrics address on stderr");
     std::thread::spawn(move || for _ in err.lines() {});
-    // While it runs: the text format, as promtool reads it.
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // While it runs (6 s, loaded CI machines included): the text format,
+    // as promtool reads it.
+    std::thread::sleep(std::time::Duration::from_millis(1000));
     let live = scrape(&url, false);
     assert!(
         live.contains("rxpath_rx_packets_total{queue=\"0\"}"),
         "{live}"
     );
-    assert!(live.contains("rxpath_run_finished 0"), "{live}");
+    assert!(live.contains("\nrxpath_run_finished 0\n"), "{live}");
     match Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -232,7 +233,7 @@ fn metrics_are_scraped_checked_by_promtool_and_match_the_json() {
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     let end = scrape(&url, true);
     assert!(end.ends_with("# EOF\n"), "OpenMetrics when asked for it");
-    assert!(end.contains("rxpath_run_finished 1"));
+    assert!(end.contains("\nrxpath_run_finished 1\n"));
     let rx: u64 = v["queues"]
         .as_array()
         .unwrap()

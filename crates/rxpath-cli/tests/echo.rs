@@ -149,7 +149,7 @@ fn steered_echo_answers_from_the_readers_worker_and_serves_metrics() {
             "--metrics",
             "127.0.0.1:19464",
             "--metrics-hold",
-            "3s",
+            "8s",
         ],
     );
     std::thread::sleep(Duration::from_millis(800));
@@ -183,20 +183,21 @@ print(ok)
         .exec(&["python3", "-c", script])
         .expect("python3 client");
     assert_eq!(out.trim(), "200", "all 200 echoed through the workers");
-    // The metrics endpoint lives in echo's namespace: scrape it there once
+    // The metrics endpoint lives in echo's namespace: scrape it there until
     // echo has stopped and holds its final counters.
-    std::thread::sleep(Duration::from_millis(3500));
-    let scrape = Command::new("ip")
-        .args(["netns", "exec", &lab.ns, "python3", "-c"])
-        .arg("import urllib.request as u; print(u.urlopen('http://127.0.0.1:19464/metrics', timeout=5).read().decode())")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&scrape.stdout).to_string();
-    assert!(
-        scrape.status.success(),
-        "scrape: {}",
-        String::from_utf8_lossy(&scrape.stderr)
-    );
+    let mut text = String::new();
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(250));
+        let scrape = Command::new("ip")
+            .args(["netns", "exec", &lab.ns, "python3", "-c"])
+            .arg("import urllib.request as u; print(u.urlopen('http://127.0.0.1:19464/metrics', timeout=5).read().decode())")
+            .output()
+            .unwrap();
+        text = String::from_utf8_lossy(&scrape.stdout).to_string();
+        if text.contains("\nrxpath_run_finished 1\n") {
+            break;
+        }
+    }
     let v = report(child);
     let workers = v["workers"].as_array().expect("per-worker counters");
     let p: Vec<u64> = workers
@@ -214,9 +215,10 @@ print(ok)
         text.contains(&format!("rxpath_socket_in_datagrams_total {in_dgrams}\n")),
         "metrics equal the JSON: {in_dgrams} in\n{text}"
     );
-    assert!(text.contains(&format!(
+    let want = format!(
         "rxpath_worker_processed_packets_total{{worker=\"1\"}} {}\n",
         p[1]
-    )));
-    assert!(text.contains("rxpath_run_finished 1"));
+    );
+    assert!(text.contains(&want), "{want} in\n{text}");
+    assert!(text.contains("\nrxpath_run_finished 1\n"));
 }
