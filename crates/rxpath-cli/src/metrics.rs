@@ -349,6 +349,32 @@ impl Collector for Collect {
         let Some(r) = &s.report else {
             return finished_gauge(&mut enc);
         };
+        if let Some(h) = &r.latency {
+            // Send-to-delivery latency (`--stack latency`).
+            const EDGES_US: [u64; 14] = [
+                1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000,
+            ];
+            let edges_ns: Vec<u64> = EDGES_US.iter().map(|u| u * 1000).collect();
+            let counts = h.coarse(&edges_ns);
+            let mut buckets: Vec<(f64, u64)> = EDGES_US
+                .iter()
+                .zip(&counts)
+                .map(|(&u, &n)| (u as f64 / 1e6, n))
+                .collect();
+            buckets.push((f64::MAX, counts[EDGES_US.len()]));
+            let mut m = enc.encode_descriptor(
+                "rxpath_latency_seconds",
+                "Send-to-delivery latency of stamped request/response packets",
+                None,
+                prometheus_client::metrics::MetricType::Histogram,
+            )?;
+            m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                h.sum_ns() as f64 / 1e9,
+                h.count(),
+                &buckets,
+                None,
+            )?;
+        }
         if let Some(o) = &r.order {
             counter(
                 &mut enc,

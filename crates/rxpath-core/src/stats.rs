@@ -297,6 +297,31 @@ impl LatencyHist {
         Self::upper_ns(self.buckets.len() - 1)
     }
 
+    /// Sum of all samples, ns.
+    pub fn sum_ns(&self) -> u128 {
+        self.sum_ns
+    }
+
+    /// The samples per coarser bucket, for an exporter: `edges_ns` are
+    /// ascending upper edges; sample buckets are assigned to the first edge
+    /// at or above their own upper edge; the last element counts the rest
+    /// (+Inf). Not cumulative.
+    pub fn coarse(&self, edges_ns: &[u64]) -> Vec<u64> {
+        let mut out = vec![0; edges_ns.len() + 1];
+        for (i, &n) in self.buckets.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            let up = Self::upper_ns(i);
+            let at = edges_ns
+                .iter()
+                .position(|&e| up <= e)
+                .unwrap_or(edges_ns.len());
+            out[at] += n;
+        }
+        out
+    }
+
     /// Add another histogram.
     pub fn merge(&mut self, o: &LatencyHist) {
         for (a, b) in self.buckets.iter_mut().zip(&o.buckets) {
@@ -341,5 +366,9 @@ mod latency_tests {
         let mut m = LatencyHist::default();
         m.merge(&h);
         assert_eq!(m, h);
+        // For an exporter: 3.15 µs and 3.18 µs fall in (3.1, 3.2] µs, at
+        // or below 5 µs; 3.42 µs too; 150.4 µs below 200 µs; 90 s above all.
+        assert_eq!(h.coarse(&[1_000, 5_000, 200_000]), vec![0, 3, 1, 1]);
+        assert_eq!(h.sum_ns(), 3_150 + 3_180 + 3_420 + 150_400 + 90_000_000_000);
     }
 }
