@@ -332,3 +332,55 @@ fn sigint_stops_gen_with_its_report() {
     assert!(v["sent"].as_u64().unwrap() > 1000, "{v}");
     assert!(v["elapsed_s"].as_f64().unwrap() < 10.0, "{v}");
 }
+
+#[test]
+fn steering_spreads_one_veth_queue_over_both_workers_on_both_backends() {
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs it as root)");
+        return;
+    }
+    let lab = lab();
+    for mode in ["xdp", "packet"] {
+        let child = rxpath_in(
+            &lab,
+            &[
+                "run",
+                "--iface",
+                &lab.b,
+                "--queues",
+                "1",
+                "--mode",
+                mode,
+                "--steer",
+                "spread",
+                "--workers",
+                "2",
+                "--duration",
+                "2500ms",
+                "--json",
+                "--no-pin",
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        send_udp(&lab, 3000);
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode}: {err}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["total"]["delivered"].as_u64(), Some(3000), "{mode}: {v}");
+        assert_eq!(v["consistent"], true, "{mode}");
+        assert_eq!(v["frames_home"], v["frames_total"], "{mode}");
+        let w = v["workers"].as_array().unwrap();
+        assert_eq!(w.len(), 2, "{mode}");
+        assert!(
+            w.iter()
+                .all(|x| x["backlog"]["processed"].as_u64().unwrap() > 0),
+            "{mode}: one veth queue's packets on both workers: {w:?}"
+        );
+        assert_eq!(v["order"]["reordered"], 0, "{mode}");
+    }
+}
