@@ -36,6 +36,30 @@ fn send_udp(lab: &VethLab, n: usize) {
     assert!(st.success());
 }
 
+/// `rxpath run` on the lab's `b` end for 2.5 s, one queue, JSON out,
+/// started; `extra` adds flags.
+fn run_on_b(lab: &VethLab, mode: &str, extra: &[&str]) -> std::process::Child {
+    let mut args = vec![
+        "run",
+        "--iface",
+        &lab.b,
+        "--queues",
+        "1",
+        "--mode",
+        mode,
+        "--duration",
+        "2500ms",
+        "--json",
+        "--no-pin",
+    ];
+    args.extend_from_slice(extra);
+    rxpath_in(lab, &args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn xdp_attached(lab: &VethLab) -> bool {
     lab.ip(&["link", "show", &lab.b])
         .unwrap_or_default()
@@ -50,26 +74,7 @@ fn af_xdp_and_af_packet_receive_exact_counts_and_leave_nothing_attached() {
     }
     let lab = lab();
     for mode in ["xdp", "packet"] {
-        let child = rxpath_in(
-            &lab,
-            &[
-                "run",
-                "--iface",
-                &lab.b,
-                "--queues",
-                "1",
-                "--mode",
-                mode,
-                "--duration",
-                "2500ms",
-                "--json",
-                "--no-pin",
-            ],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        let child = run_on_b(&lab, mode, &[]);
         std::thread::sleep(Duration::from_millis(700));
         if mode == "xdp" {
             assert!(
@@ -341,30 +346,7 @@ fn steering_spreads_one_veth_queue_over_both_workers_on_both_backends() {
     }
     let lab = lab();
     for mode in ["xdp", "packet"] {
-        let child = rxpath_in(
-            &lab,
-            &[
-                "run",
-                "--iface",
-                &lab.b,
-                "--queues",
-                "1",
-                "--mode",
-                mode,
-                "--steer",
-                "spread",
-                "--workers",
-                "2",
-                "--duration",
-                "2500ms",
-                "--json",
-                "--no-pin",
-            ],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        let child = run_on_b(&lab, mode, &["--steer", "spread", "--workers", "2"]);
         std::thread::sleep(Duration::from_millis(700));
         send_udp(&lab, 3000);
         let out = child.wait_with_output().unwrap();
