@@ -8,6 +8,7 @@ mod bench_rfs;
 mod bench_rr;
 mod bench_steer;
 mod config;
+mod ctl;
 mod echo;
 mod filter;
 mod metrics;
@@ -39,6 +40,7 @@ fn main() -> ExitCode {
         opts::Cmd::Echo(e) => echo::echo(*e),
         opts::Cmd::Filter(f) => filter::filter_cmd(f),
         opts::Cmd::Soak(s) => soak::soak(s),
+        opts::Cmd::Ctl(c) => ctl::ctl(c),
     };
     match result {
         Ok(code) => code,

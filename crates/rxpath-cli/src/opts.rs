@@ -45,6 +45,10 @@ pub enum Cmd {
     /// worker going offline, sockets with busy-polling and sleeping
     /// readers), invariants checked after every round; one verdict line.
     Soak(crate::soak::SoakArgs),
+    /// Show or change a running rxpath's knobs (gro_flush_timeout,
+    /// net.core.netdev_budget, net.core.netdev_budget_usecs) while packets
+    /// flow, through its control socket.
+    Ctl(crate::ctl::CtlArgs),
 }
 
 /// What the XDP program of `rxpath echo` takes from the interface.
@@ -696,6 +700,7 @@ impl RunArgs {
             sock_flows: None,
             local_traffic: false,
             stop: None,
+            knobs: None,
             xdp_busy_poll_us: self.xdp_busy_poll,
             capture_at: match self.capture_at {
                 CaptureArg::Rx => rxpath_runtime::CaptureAt::Rx,

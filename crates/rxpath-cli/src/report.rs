@@ -31,6 +31,10 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         }
         None => None,
     };
+    // Live knobs through a control socket (`rxpath ctl`).
+    let knobs = rxpath_runtime::run::RunKnobs::new(&cfg);
+    cfg.knobs = Some(knobs.clone());
+    let control = crate::ctl::Control::start(knobs)?;
     cfg.sock_flows = readers.as_ref().map(|r| r.table.clone());
     let mut last = Tick::default();
     let line = |t: &Tick, last: &Tick| {
@@ -49,7 +53,11 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             (t.napi.wakeups - last.napi.wakeups) as f64 / dt,
         )
     };
-    let header = describe(&cfg);
+    let header = format!(
+        "{}; live knobs: rxpath ctl (socket {})",
+        describe(&cfg),
+        control.path().display()
+    );
     if json {
         eprintln!("{header}");
     } else {

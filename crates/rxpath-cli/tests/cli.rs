@@ -354,3 +354,66 @@ fn a_config_file_sets_flags_the_command_line_overrides_and_unknown_keys_are_name
     let _ = std::fs::remove_file(good);
     let _ = std::fs::remove_file(bad);
 }
+
+#[test]
+fn a_knob_changed_through_ctl_changes_the_running_path() {
+    use std::process::Stdio;
+    let run = |change: bool| -> serde_json::Value {
+        let child = Command::new(env!("CARGO_BIN_EXE_rxpath"))
+            .args([
+                "run",
+                "--mix",
+                "tcp-bulk",
+                "--duration",
+                "3",
+                "--no-pin",
+                "--json",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("rxpath");
+        let pid = child.id().to_string();
+        std::thread::sleep(std::time::Duration::from_millis(800));
+        if change {
+            let ctl = |args: &[&str]| {
+                let mut a = vec!["ctl", "--pid", &pid];
+                a.extend_from_slice(args);
+                rxpath(&a)
+            };
+            // Bad input changes nothing and says why in one line.
+            for bad in [
+                &["set", "bogus", "1"][..],
+                &["set", "net.core.netdev_budget", "0"],
+                &["set", "gro_flush_timeout", "soon"],
+            ] {
+                let o = ctl(bad);
+                let err = String::from_utf8_lossy(&o.stderr);
+                assert_eq!(o.status.code(), Some(2), "{bad:?}: {err}");
+                assert_eq!(err.trim_end().lines().count(), 1, "{bad:?}: {err}");
+            }
+            let o = ctl(&["show"]);
+            let shown = String::from_utf8_lossy(&o.stdout).to_string();
+            assert!(shown.contains("gro_flush_timeout 0\n"), "{shown}");
+            assert!(shown.contains("net.core.netdev_budget 300\n"), "{shown}");
+            let o = ctl(&["set", "gro_flush_timeout", "200000"]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let o = ctl(&["get", "gro_flush_timeout"]);
+            assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "200000");
+        }
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success());
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    // FlushReason::ALL's last counter is the gro_flush_timeout timer.
+    let timer = |v: &serde_json::Value| v["gro"]["flushes"][7].as_u64().unwrap();
+    let before = run(false);
+    assert_eq!(timer(&before), 0, "gro_flush_timeout 0: no timer");
+    let after = run(true);
+    assert!(
+        timer(&after) > 0,
+        "the timer runs once gro_flush_timeout is set live"
+    );
+    assert_eq!(after["accounted"], true);
+    assert_eq!(after["frames_home"], after["frames_total"]);
+}

@@ -67,6 +67,12 @@ pub struct RxActionResult {
 }
 
 impl Softnet {
+    /// Change `netdev_budget`/`netdev_budget_usecs` (a live knob); the next
+    /// `net_rx_action` uses them.
+    pub fn set_config(&mut self, cfg: SoftnetConfig) {
+        self.cfg = cfg;
+    }
+
     /// A softnet with these budgets.
     pub fn new(cfg: SoftnetConfig) -> Self {
         Softnet {

@@ -207,6 +207,9 @@ pub struct RunConfig {
     /// is queued and takes nothing new, as a CPU going down). Only a worker
     /// that is not a NAPI thread.
     pub stop_worker: Option<(u16, Duration)>,
+    /// Knobs a caller changes while the run goes (a control socket).
+    #[serde(skip)]
+    pub knobs: Option<RunKnobs>,
     /// Set to end the run early (a signal handler does): it stops as at
     /// the end of its duration, drains, and reports.
     #[serde(skip)]
@@ -262,6 +265,7 @@ impl Default for RunConfig {
             sock_flows: None,
             local_traffic: false,
             stop: None,
+            knobs: None,
         }
     }
 }
@@ -368,4 +372,30 @@ pub(crate) fn ip_config(cfg: &RunConfig) -> IpConfig {
         }
     }
     ip
+}
+
+/// The knobs of a run that can change while packets flow, named as the
+/// kernel names them (`/sys/class/net/IF/gro_flush_timeout`,
+/// `net.core.netdev_budget`, `net.core.netdev_budget_usecs`).
+#[derive(Debug, Clone)]
+pub struct RunKnobs {
+    /// `gro_flush_timeout`, ns (every NAPI of the device).
+    pub gro_flush_timeout: rxpath_core::gro::GroKnob,
+    /// `netdev_budget`: packets per `net_rx_action`.
+    pub netdev_budget: Arc<std::sync::atomic::AtomicUsize>,
+    /// `netdev_budget_usecs`.
+    pub netdev_budget_usecs: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl RunKnobs {
+    /// Knobs starting at `cfg`'s values.
+    pub fn new(cfg: &RunConfig) -> RunKnobs {
+        RunKnobs {
+            gro_flush_timeout: rxpath_core::gro::GroKnob::new(
+                cfg.gro.map_or(0, |g| g.flush_timeout_ns),
+            ),
+            netdev_budget: Arc::new(cfg.softnet.netdev_budget.into()),
+            netdev_budget_usecs: Arc::new(cfg.softnet.netdev_budget_usecs.into()),
+        }
+    }
 }

@@ -70,7 +70,10 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
     };
     let mut table: NapiTable<u16> = NapiTable::default();
     // One gro_flush_timeout per device, shared by its NAPIs.
-    let knob = GroKnob::new(cfg.gro.map_or(0, |g| g.flush_timeout_ns));
+    let knob = match &cfg.knobs {
+        Some(k) => k.gro_flush_timeout.clone(),
+        None => GroKnob::new(cfg.gro.map_or(0, |g| g.flush_timeout_ns)),
+    };
     let gro_cfg = cfg.gro.map(|g| GroConfig {
         enabled: true,
         flush_timeout: knob.clone(),
@@ -589,6 +592,7 @@ where
         let filter = cfg.filter.clone();
         let ip = ip_cfg.clone();
         let (wk, rest) = (workers.clone(), rest.clone());
+        let knobs = cfg.knobs.clone();
         let h = thread::Builder::new()
             .name(format!("rxpath-napi/{t}"))
             .spawn(move || {
@@ -613,6 +617,7 @@ where
                         &over,
                         &live,
                         Some(bh),
+                        knobs,
                     );
                 }
                 // The same thread, whatever stack it runs.
@@ -620,7 +625,7 @@ where
                     ($stack:expr) => {
                         napi_thread(
                             t, napis, $stack, softnet, interrupts, idle_poll, &stop, &over, &live,
-                            None,
+                            None, knobs,
                         )
                     };
                 }
@@ -744,6 +749,7 @@ fn napi_thread<Q: RxQueue, S: Stack>(
     window_over: &AtomicBool,
     live: &Mutex<Live>,
     mut bh: Option<BottomHalf>,
+    knobs: Option<RunKnobs>,
 ) -> ThreadOut<Q> {
     let clock = MonotonicClock;
     let mut home = Vec::new();
@@ -817,6 +823,16 @@ fn napi_thread<Q: RxQueue, S: Stack>(
         loops += 1;
         if loops.is_multiple_of(1024) {
             publish(&napis, &sn);
+            // Live budgets (a control socket may have changed them).
+            if let Some(k) = &knobs {
+                let c = SoftnetConfig {
+                    netdev_budget: k.netdev_budget.load(Ordering::Relaxed).max(1),
+                    netdev_budget_usecs: k.netdev_budget_usecs.load(Ordering::Relaxed).max(1),
+                };
+                if c != sn.config() {
+                    sn.set_config(c);
+                }
+            }
         }
         if sn.pending() == 0 {
             if bh_busy {

@@ -1,0 +1,205 @@
+//! Live knobs: a control socket next to a running `rxpath run`, and
+//! `rxpath ctl [--pid N] show | get NAME | set NAME VALUE`.
+//!
+//! The socket is `$XDG_RUNTIME_DIR/rxpath-PID.sock` (else
+//! `/tmp/rxpath-PID.sock`), mode 0600, removed when the run ends. One line
+//! per request, one answer: `show` lists every knob, `get NAME` its value,
+//! `set NAME VALUE` changes it while packets flow (`ok`), and anything else
+//! is `error: ...` with nothing changed. Names are the kernel's:
+//! `gro_flush_timeout` (ns, every NAPI of the device, as
+//! `/sys/class/net/IF/gro_flush_timeout`), `net.core.netdev_budget`,
+//! `net.core.netdev_budget_usecs`.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use rxpath_runtime::run::RunKnobs;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+
+/// The directory control sockets live in.
+fn dir() -> PathBuf {
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.is_dir())
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
+}
+
+fn path_of(pid: u32) -> PathBuf {
+    dir().join(format!("rxpath-{pid}.sock"))
+}
+
+/// Answer one request line.
+fn answer(k: &RunKnobs, line: &str) -> String {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let name = |n: &str| n.strip_prefix("net.core.").unwrap_or(n).to_string();
+    let get = |n: &str| -> Option<u64> {
+        match n {
+            "gro_flush_timeout" => Some(k.gro_flush_timeout.get()),
+            "netdev_budget" => Some(k.netdev_budget.load(Ordering::Relaxed) as u64),
+            "netdev_budget_usecs" => Some(k.netdev_budget_usecs.load(Ordering::Relaxed)),
+            _ => None,
+        }
+    };
+    match words.as_slice() {
+        ["show"] => format!(
+            "gro_flush_timeout {}\nnet.core.netdev_budget {}\nnet.core.netdev_budget_usecs {}",
+            k.gro_flush_timeout.get(),
+            k.netdev_budget.load(Ordering::Relaxed),
+            k.netdev_budget_usecs.load(Ordering::Relaxed)
+        ),
+        ["get", n] => match get(&name(n)) {
+            Some(v) => v.to_string(),
+            None => format!("error: no knob named {n}"),
+        },
+        ["set", n, v] => {
+            let n = name(n);
+            if get(&n).is_none() {
+                return format!("error: no knob named {n}");
+            }
+            let Ok(v) = v.parse::<u64>() else {
+                return format!("error: {n}: '{v}' is not a number");
+            };
+            match n.as_str() {
+                "gro_flush_timeout" if v <= 1_000_000_000 => k.gro_flush_timeout.set(v),
+                "netdev_budget" if (1..=1_000_000).contains(&v) => {
+                    k.netdev_budget.store(v as usize, Ordering::Relaxed)
+                }
+                "netdev_budget_usecs" if (1..=1_000_000).contains(&v) => {
+                    k.netdev_budget_usecs.store(v, Ordering::Relaxed)
+                }
+                _ => return format!("error: {n}: {v} is out of range"),
+            }
+            "ok".into()
+        }
+        _ => "error: show | get NAME | set NAME VALUE".into(),
+    }
+}
+
+/// The control socket of this process; removed on drop.
+pub struct Control {
+    path: PathBuf,
+}
+
+impl Control {
+    /// Listen for requests that change `knobs`.
+    pub fn start(knobs: RunKnobs) -> Result<Control> {
+        let path = path_of(std::process::id());
+        let _ = std::fs::remove_file(&path);
+        let l = UnixListener::bind(&path)
+            .with_context(|| format!("control socket {}", path.display()))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        std::thread::Builder::new()
+            .name("rxpath-ctl".into())
+            .spawn(move || {
+                for s in l.incoming().flatten() {
+                    let _ = serve(s, &knobs);
+                }
+            })?;
+        Ok(Control { path })
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn serve(s: UnixStream, k: &RunKnobs) -> std::io::Result<()> {
+    s.set_read_timeout(Some(std::time::Duration::from_secs(2)))?;
+    let mut r = BufReader::new(s.try_clone()?);
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    let mut w = s;
+    writeln!(w, "{}", answer(k, line.trim()))
+}
+
+/// `rxpath ctl`.
+#[derive(Debug, Clone, Args)]
+pub struct CtlArgs {
+    /// The rxpath process (default: the only one running).
+    #[arg(long)]
+    pub pid: Option<u32>,
+    #[command(subcommand)]
+    pub what: CtlCmd,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum CtlCmd {
+    /// Every knob and its value.
+    Show,
+    /// One knob's value.
+    Get { name: String },
+    /// Change a knob while packets flow.
+    Set { name: String, value: String },
+}
+
+pub fn ctl(a: CtlArgs) -> Result<ExitCode> {
+    let path = match a.pid {
+        Some(p) => path_of(p),
+        None => {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(dir())?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("rxpath-") && n.ends_with(".sock"))
+                })
+                .collect();
+            found.sort();
+            match found.len() {
+                0 => bail!(
+                    "no running rxpath has a control socket in {}",
+                    dir().display()
+                ),
+                1 => found.remove(0),
+                _ => bail!(
+                    "several rxpath processes run ({}): say which with --pid",
+                    found
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }
+        }
+    };
+    let mut s = UnixStream::connect(&path).with_context(|| format!("{}", path.display()))?;
+    let req = match &a.what {
+        CtlCmd::Show => "show".to_string(),
+        CtlCmd::Get { name } => format!("get {name}"),
+        CtlCmd::Set { name, value } => format!("set {name} {value}"),
+    };
+    writeln!(s, "{req}")?;
+    let mut out = String::new();
+    BufReader::new(s).read_to_string_lossy(&mut out)?;
+    let out = out.trim_end();
+    if let Some(e) = out.strip_prefix("error: ") {
+        bail!("{e}");
+    }
+    println!("{out}");
+    Ok(ExitCode::SUCCESS)
+}
+
+trait ReadAll {
+    fn read_to_string_lossy(&mut self, out: &mut String) -> std::io::Result<usize>;
+}
+
+impl<R: std::io::Read> ReadAll for BufReader<R> {
+    fn read_to_string_lossy(&mut self, out: &mut String) -> std::io::Result<usize> {
+        let mut b = Vec::new();
+        let n = std::io::Read::read_to_end(self, &mut b)?;
+        out.push_str(&String::from_utf8_lossy(&b));
+        Ok(n)
+    }
+}
