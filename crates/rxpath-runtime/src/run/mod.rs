@@ -1,50 +1,37 @@
 //! `rxpath run`: the pipeline on threads, with a report per interval.
-//! The configuration is in `run/config.rs`, the reports in `run/report.rs`;
-//! this file has the threads.
+//! The configuration is in `run/config.rs`, the reports in `run/report.rs`,
+//! the body of a NAPI thread in `run/napi_thread.rs`; this file sets up the
+//! devices, the workers and the threads, and collects them.
 
 mod config;
+mod napi_thread;
 mod report;
 
 pub use config::*;
 pub use report::*;
 
-use crate::clock::MonotonicClock;
+use napi_thread::{napi_thread, Live, ThreadOut};
+
 use crate::stages::{PathRest, Sinks, Tap};
-use crate::steer::{pure_worker_thread, BottomHalf, SteerStage, WorkerCounters, Workers};
+use crate::steer::{pure_worker_thread, BottomHalf, SteerStage, Workers};
 use rxpath_core::filter::FilterStage;
 use rxpath_core::gro::{GroConfig, GroKnob};
 use rxpath_core::ip::IpStage;
 use rxpath_core::napi::{Napi, NapiTable};
-use rxpath_core::packet::{RxDrop, Sink, Stack};
+use rxpath_core::packet::{RxDrop, Sink};
 use rxpath_core::sock::Port;
-use rxpath_core::softnet::{Softnet, SoftnetConfig};
 use rxpath_core::stats::{LatencyHist, NapiStats, SoftnetStats};
 use rxpath_core::steer::{SeqSource, SteerMode, Worker};
-use rxpath_core::time::Clock;
+
 use rxpath_dev::packet::PacketQueue;
 use rxpath_dev::sim::{self, NullQueue, Traffic};
 use rxpath_dev::sys::xdp::{XdpMode, XdpProgram, XdpQueue};
-use rxpath_dev::{DeviceQueueStats, RxQueue};
+use rxpath_dev::RxQueue;
 use rxpath_wire::toeplitz::Toeplitz;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
-
-#[derive(Debug, Default, Clone)]
-struct Live {
-    queues: Vec<(u16, NapiStats, DeviceQueueStats)>,
-    softnet: SoftnetStats,
-}
-
-struct ThreadOut<Q: RxQueue> {
-    napis: Vec<Napi<Q>>,
-    softnet: SoftnetStats,
-    received_at_stop: u64,
-    latency: Option<LatencyHist>,
-    /// The thread's counters as a worker of the bottom half (steering on).
-    worker: Option<WorkerCounters>,
-}
 
 /// What the workers of the bottom half report (steering on).
 #[derive(Debug, Default)]
@@ -473,20 +460,6 @@ fn steer_workers<Q: RxQueue>(
     }))
 }
 
-/// Frames the workers freed go back to their queues' fill rings.
-fn take_home<Q: RxQueue>(napis: &mut [Napi<Q>], w: &Workers, tmp: &mut Vec<rxpath_dev::Frame>) {
-    for n in napis.iter_mut() {
-        let q = n.queue().queue_index() as usize;
-        if let Some(p) = w.port(q) {
-            if p.ret.drain_into(tmp) > 0 {
-                n.recycle_frames(tmp);
-            }
-        }
-    }
-}
-
-/// Start the NAPI threads, tick until the duration is over, stop the
-/// producer (if any), let the threads drain and collect them.
 /// What `drive` knows of the packet source: how to stop it, whether it
 /// has ended (a replay of a file), and its ntuple rules (accelerated RFS).
 struct Source<F> {
@@ -495,6 +468,8 @@ struct Source<F> {
     rules: Option<Arc<sim::FlowRules>>,
 }
 
+/// Start the NAPI threads, tick until the duration is over, stop the
+/// producer (if any), let the threads drain and collect them.
 fn drive<Q, F>(
     cfg: &RunConfig,
     groups: Vec<Vec<Napi<Q>>>,
@@ -734,189 +709,4 @@ fn tick(live: &Mutex<Live>, start: Instant) -> Tick {
         softnet: l.softnet,
         queues: l.queues.clone(),
     }
-}
-
-/// The body of a NAPI thread.
-#[allow(clippy::too_many_arguments)]
-fn napi_thread<Q: RxQueue, S: Stack>(
-    t: usize,
-    mut napis: Vec<Napi<Q>>,
-    mut stack: S,
-    cfg: SoftnetConfig,
-    interrupts: bool,
-    idle_poll: bool,
-    stop: &AtomicBool,
-    window_over: &AtomicBool,
-    live: &Mutex<Live>,
-    mut bh: Option<BottomHalf>,
-    knobs: Option<RunKnobs>,
-) -> ThreadOut<Q> {
-    let clock = MonotonicClock;
-    let mut home = Vec::new();
-    let me = thread::current();
-    for n in &napis {
-        if let Some(irq) = n.queue().irq() {
-            irq.set_waiter(me.clone());
-        }
-    }
-    let mut sn = Softnet::new(cfg);
-    let mut loops = 0u64;
-    let mut received_at_stop = None;
-    let publish = |napis: &Vec<Napi<Q>>, sn: &Softnet| {
-        let mut l = live.lock().unwrap_or_else(|e| e.into_inner());
-        for n in napis {
-            let qi = n.queue().queue_index();
-            let entry = (qi, *n.stats(), n.queue().device_stats());
-            match l.queues.iter_mut().find(|e| e.0 == qi) {
-                Some(e) => *e = entry,
-                None => l.queues.push(entry),
-            }
-        }
-        // Threads own disjoint NAPIs; softnet totals are per thread, so
-        // only thread 0 reports them live (the final report has all).
-        if t == 0 {
-            l.softnet = *sn.stats();
-        }
-    };
-    loop {
-        if received_at_stop.is_none() && window_over.load(Ordering::Acquire) {
-            received_at_stop = Some(napis.iter().map(|n| n.stats().received).sum::<u64>());
-        }
-        if stop.load(Ordering::Acquire) {
-            break;
-        }
-        // This thread's own backlog (steering on), and the frames the
-        // workers freed.
-        let mut bh_busy = false;
-        if let Some(b) = bh.as_mut() {
-            take_home(&mut napis, b.workers(), &mut home);
-            bh_busy = b.run() || !b.idle();
-        }
-        if interrupts {
-            for (i, n) in napis.iter_mut().enumerate() {
-                if n.take_irq() {
-                    sn.schedule(i);
-                }
-            }
-        } else {
-            for (i, n) in napis.iter_mut().enumerate() {
-                if !sn.is_scheduled(i) && n.state().schedule_prep() {
-                    sn.schedule(i);
-                }
-            }
-        }
-        // NAPI timers (gro_flush_timeout): `napi_watchdog` schedules the
-        // NAPI when its timer expires.
-        let next_timer = napis.iter().filter_map(|n| n.timer()).min();
-        let mut now = None;
-        if let Some(t) = next_timer {
-            let n_ns = clock.now_ns();
-            now = Some(n_ns);
-            if n_ns >= t {
-                for (i, n) in napis.iter_mut().enumerate() {
-                    if !sn.is_scheduled(i) && n.fire_timer(n_ns) {
-                        sn.schedule(i);
-                    }
-                }
-            }
-        }
-        loops += 1;
-        if loops.is_multiple_of(1024) {
-            publish(&napis, &sn);
-            // Live budgets (a control socket may have changed them).
-            if let Some(k) = &knobs {
-                let c = SoftnetConfig {
-                    netdev_budget: k.netdev_budget.load(Ordering::Relaxed).max(1),
-                    netdev_budget_usecs: k.netdev_budget_usecs.load(Ordering::Relaxed).max(1),
-                };
-                if c != sn.config() {
-                    sn.set_config(c);
-                }
-            }
-        }
-        if sn.pending() == 0 {
-            if bh_busy {
-                continue;
-            }
-            if interrupts {
-                // Sleep until an IRQ line fires (it unparks us) or the next
-                // NAPI timer is due, with a cap so a stop request is seen.
-                let cap = Duration::from_millis(2);
-                let wait = match (next_timer, now) {
-                    (Some(t), Some(n)) => Duration::from_nanos(t.saturating_sub(n)).min(cap),
-                    _ => cap,
-                };
-                if idle_poll {
-                    std::hint::spin_loop();
-                } else if !wait.is_zero() {
-                    thread::park_timeout(wait);
-                }
-            }
-            continue;
-        }
-        sn.net_rx_action(&mut napis, &mut stack, &clock);
-    }
-    // Drain: poll until no queue has work, ignoring IRQ lines, so every
-    // frame goes back to its fill ring (napi_disable's job).
-    // A real interface keeps receiving after the stop; what arrives later
-    // stays in the kernel's ring, so the drain is bounded.
-    let mut rounds = 0;
-    while rounds < 100_000 && napis.iter_mut().any(|n| n.has_work()) {
-        rounds += 1;
-        for (i, n) in napis.iter_mut().enumerate() {
-            if !sn.is_scheduled(i) && n.state().schedule_prep() {
-                sn.schedule(i);
-            }
-        }
-        sn.net_rx_action(&mut napis, &mut stack, &clock);
-        if let Some(b) = bh.as_mut() {
-            take_home(&mut napis, b.workers(), &mut home);
-            b.run();
-        }
-    }
-    // Whatever GRO still holds goes up, so every packet is accounted for.
-    for n in napis.iter_mut() {
-        n.flush_gro(&mut stack, clock.now_ns());
-    }
-    if let Some(b) = bh.as_mut() {
-        finish_bottom_half(b, &mut napis, &mut home);
-    }
-    publish(&napis, &sn);
-    let received_at_stop =
-        received_at_stop.unwrap_or_else(|| napis.iter().map(|n| n.stats().received).sum::<u64>());
-    ThreadOut {
-        napis,
-        softnet: *sn.stats(),
-        received_at_stop,
-        latency: stack.latency().cloned(),
-        worker: bh.map(|b| b.counters),
-    }
-}
-
-/// A NAPI thread's last part as a worker: its devices are drained; run its
-/// backlog until no NAPI thread can queue anything, then wait for every
-/// worker to finish, so that each frame they freed is home.
-fn finish_bottom_half<Q: RxQueue>(
-    b: &mut BottomHalf,
-    napis: &mut [Napi<Q>],
-    home: &mut Vec<rxpath_dev::Frame>,
-) {
-    let w = b.workers().clone();
-    w.napis_running.fetch_sub(1, Ordering::AcqRel);
-    loop {
-        take_home(napis, &w, home);
-        let more = b.run();
-        if !more && w.napis_running.load(Ordering::Acquire) == 0 && b.idle() {
-            break;
-        }
-        if !more {
-            thread::yield_now();
-        }
-    }
-    w.bh_running.fetch_sub(1, Ordering::AcqRel);
-    while w.bh_running.load(Ordering::Acquire) > 0 {
-        take_home(napis, &w, home);
-        thread::sleep(Duration::from_micros(50));
-    }
-    take_home(napis, &w, home);
 }
