@@ -66,21 +66,9 @@ fn replay_then_capture_is_byte_exact() {
     let (src, out) = (tmp("in.pcap"), tmp("out.pcap"));
     Trace::save(&src, &input, Duration::from_micros(10)).unwrap();
     let cfg = RunConfig {
-        producer: Producer::Pcap {
-            path: src.clone(),
-            loops: 1,
-            paced: false,
-            pps: None,
-        },
-        sim: SimConfig {
-            queues: 1,
-            ..SimConfig::default()
-        },
         duration: Duration::from_millis(500),
-        pin: false,
-        gro: None,
         capture: Some(out.clone()),
-        ..RunConfig::default()
+        ..replay(&src)
     };
     let r = run(&cfg, |_| {}).unwrap();
     assert!(r.consistent());
@@ -154,25 +142,14 @@ fn capture_points_rx_and_delivered_see_before_and_after_gro() {
     for at in [CaptureAt::Rx, CaptureAt::Delivered] {
         let out = tmp(&format!("gro-out-{at:?}.pcap"));
         let cfg = RunConfig {
-            producer: Producer::Pcap {
-                path: src.clone(),
-                loops: 1,
-                paced: false,
-                pps: None,
-            },
-            sim: SimConfig {
-                queues: 1,
-                ..SimConfig::default()
-            },
             duration: Duration::from_millis(400),
-            pin: false,
             gro: Some(GroSettings {
                 flush_timeout_ns: 0,
                 adaptive: None,
             }),
             capture: Some(out.clone()),
             capture_at: at,
-            ..RunConfig::default()
+            ..replay(&src)
         };
         let r = run(&cfg, |_| {}).unwrap();
         assert!(r.consistent());
@@ -210,19 +187,9 @@ fn frames_longer_than_a_frame_buffer_are_counted_not_lost() {
     let src = tmp("jumbo.pcap");
     Trace::save(&src, &input, Duration::from_micros(10)).unwrap();
     let cfg = RunConfig {
-        producer: Producer::Pcap {
-            path: src.clone(),
-            loops: 1,
-            paced: false,
-            pps: None,
-        },
-        sim: SimConfig {
-            queues: 1,
-            ..SimConfig::default()
-        },
         duration: Duration::from_millis(300),
         pin: false,
-        ..RunConfig::default()
+        ..replay(&src)
     };
     let r = run(&cfg, |_| {}).unwrap();
     let d = r.device_total();
