@@ -9,7 +9,7 @@
 use crate::bench::median;
 use crate::bench_rr::{client, read_sysctl, ready, write_sysctl, Measure, PORT};
 use crate::echo::EchoServer;
-use crate::opts::{BackendArg, EchoArgs, ModeArg};
+use crate::opts::EchoArgs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use rxpath_core::steer::SteerMode;
@@ -138,29 +138,9 @@ fn start(s: Server, t: &Topology, knobs: &Knobs, reader: usize, ncpu: usize) -> 
             };
             steer.workers = Some(ncpu);
             let args = EchoArgs {
-                iface: t.host_if.clone(),
-                mode: BackendArg::Xdp,
-                bind: "0.0.0.0".parse()?,
-                port: PORT,
-                queues: Some(1),
-                threads: 1,
-                napi_threads: 1,
-                busy_poll: 0,
-                napi: ModeArg::Interrupt,
-                prefer_busy_poll: 0,
-                xdp_busy_poll: 0,
-                sockperf: true,
-                no_verify_csum: false,
-                csum: Default::default(),
-                filt: Default::default(),
                 steer,
-                metrics: None,
-                metrics_hold: None,
                 reader_cpus: Some(reader.to_string()),
-                only_v6: false,
-                xdp_take: crate::opts::EchoTake::Port,
-                duration: None,
-                json: false,
+                ..crate::bench_rr::echo_args(&t.host_if)
             };
             Ok(Running::Rxpath(Box::new(EchoServer::start(&args)?)))
         }

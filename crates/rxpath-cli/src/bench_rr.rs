@@ -237,29 +237,10 @@ fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Runn
                 _ => (0, 0, 0),
             };
             let args = EchoArgs {
-                iface: t.host_if.clone(),
-                mode: BackendArg::Xdp,
-                bind: "0.0.0.0".parse()?,
-                port: PORT,
-                queues: Some(1),
-                threads: 1,
-                napi_threads: 1,
                 busy_poll: busy,
-                napi: ModeArg::Interrupt,
                 prefer_busy_poll: prefer,
                 xdp_busy_poll: xsk,
-                sockperf: true,
-                no_verify_csum: false,
-                csum: Default::default(),
-                filt: Default::default(),
-                steer: Default::default(),
-                metrics: None,
-                metrics_hold: None,
-                reader_cpus: None,
-                only_v6: false,
-                xdp_take: crate::opts::EchoTake::Port,
-                duration: None,
-                json: false,
+                ..echo_args(&t.host_if)
             };
             // Started from a thread pinned to the server CPU: every thread
             // of the host inherits it.
@@ -274,6 +255,37 @@ fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Runn
                 .map_err(|_| anyhow::anyhow!("echo start panicked"))??;
             Ok(Running::Rxpath(Box::new(server)))
         }
+    }
+}
+
+/// `rxpath echo` as the request/response benches run it: AF_XDP on
+/// `iface`, one queue, one reader, one NAPI thread, sockperf mode on
+/// [`PORT`], interrupts, no busy polling, no steering.
+pub(crate) fn echo_args(iface: &str) -> EchoArgs {
+    EchoArgs {
+        iface: iface.to_string(),
+        mode: BackendArg::Xdp,
+        bind: std::net::Ipv4Addr::UNSPECIFIED.into(),
+        port: PORT,
+        queues: Some(1),
+        threads: 1,
+        napi_threads: 1,
+        busy_poll: 0,
+        napi: ModeArg::Interrupt,
+        prefer_busy_poll: 0,
+        xdp_busy_poll: 0,
+        sockperf: true,
+        no_verify_csum: false,
+        csum: Default::default(),
+        filt: Default::default(),
+        steer: Default::default(),
+        metrics: None,
+        metrics_hold: None,
+        reader_cpus: None,
+        only_v6: false,
+        xdp_take: crate::opts::EchoTake::Port,
+        duration: None,
+        json: false,
     }
 }
 
