@@ -174,10 +174,10 @@ pub fn steer(a: SteerBenchArgs) -> Result<ExitCode> {
     let d = a.duration;
     let g = generate(Shape::Acl, Family::V4, a.rules, 1, 0.8, 1);
     let table = rxpath_core::filter::parse(&g.save).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let filter = Arc::new(FilterHandle::new(Some(Filter {
-        v4: Some(Ruleset::new(table.clone(), "sim0", FilterMode::Linear)),
-        v6: None,
-    })));
+    let filter = Arc::new(FilterHandle::new(Some(Filter::new(
+        Some(Ruleset::new(table.clone(), "sim0", FilterMode::Linear)),
+        None,
+    ))));
     // Misses only (the sim's traffic misses every rule too).
     let probe = generate(Shape::Acl, Family::V4, a.rules, 2000, 0.0, 2);
     let keys = Arc::new(crate::bench_filter::keys(&probe));

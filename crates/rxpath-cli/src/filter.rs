@@ -22,6 +22,12 @@ pub struct FilterArgs {
     /// bit vectors).
     #[arg(long, value_parser = clap::value_parser!(FilterMode), default_value = "compiled")]
     pub filter_mode: FilterMode,
+    /// Flow cache entries per judging thread in compiled mode: a flow's
+    /// verdict and the counters it touches are remembered per exact key
+    /// (the fields some rule looks at), as Open vSwitch's exact-match
+    /// cache does; 0: every packet walks the classifier.
+    #[arg(long, value_name = "ENTRIES", default_value_t = rxpath_core::filter::DEFAULT_FLOW_CACHE)]
+    pub filter_cache: usize,
     /// At the end, write the rules with this run's counters here
     /// (iptables-save -c format; `rxpath filter show` lists it).
     #[arg(long, value_name = "FILE")]
@@ -81,7 +87,7 @@ impl Loaded {
         signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone())
             .context("SIGHUP handler")?;
         Ok(Some(Loaded {
-            handle: Arc::new(FilterHandle::new(Some(f))),
+            handle: Arc::new(FilterHandle::new(Some(f)).with_flow_cache(a.filter_cache)),
             args: a.clone(),
             iface: iface.to_string(),
             hup,

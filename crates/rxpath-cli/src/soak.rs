@@ -66,10 +66,10 @@ fn rss() -> u64 {
 fn filter() -> Result<Arc<FilterHandle>> {
     let g = generate(Shape::Acl, Family::V4, 500, 1, 0.8, 7);
     let t = rxpath_core::filter::parse(&g.save).map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(Arc::new(FilterHandle::new(Some(Filter {
-        v4: Some(Ruleset::new(t, "sim0", FilterMode::Compiled)),
-        v6: None,
-    }))))
+    Ok(Arc::new(FilterHandle::new(Some(Filter::new(
+        Some(Ruleset::new(t, "sim0", FilterMode::Compiled)),
+        None,
+    )))))
 }
 
 /// One round of the path shape; returns (packets, breach).

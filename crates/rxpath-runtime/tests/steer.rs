@@ -21,10 +21,10 @@ use std::time::Duration;
 fn slow_filter(rules: usize) -> Arc<FilterHandle> {
     let g = generate(Shape::Acl, Family::V4, rules, 1, 0.8, 1);
     let t = rxpath_core::filter::parse(&g.save).unwrap();
-    Arc::new(FilterHandle::new(Some(Filter {
-        v4: Some(Ruleset::new(t, "sim0", FilterMode::Linear)),
-        v6: None,
-    })))
+    Arc::new(FilterHandle::new(Some(Filter::new(
+        Some(Ruleset::new(t, "sim0", FilterMode::Linear)),
+        None,
+    ))))
 }
 
 fn cfg(mode: SteerMode, workers: usize, flows: usize) -> RunConfig {

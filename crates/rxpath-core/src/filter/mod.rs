@@ -30,6 +30,7 @@
 //! is judged wholly by the old set or wholly by the new, and rules that did
 //! not change keep their counters, as `iptables-restore --counters` allows.
 
+mod cache;
 mod compiled;
 pub mod gen;
 mod parse;
@@ -38,13 +39,14 @@ mod stage;
 #[cfg(test)]
 mod tests;
 
+pub use cache::Judge;
 pub use compiled::ChainClassifier;
 pub use parse::{parse, parse_family, ParseError, Table};
 pub use rule::{Family, Key, Target, ABSENT};
 pub use stage::FilterStage;
 
 use crate::stats::DropReason;
-use rxpath_wire::{Headers, L3, L4};
+use rxpath_wire::{Headers, IpAddrs, L3, L4};
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -105,7 +107,17 @@ impl Verdict {
     }
 }
 
+#[inline]
+fn is_v6(h: &Headers) -> Option<bool> {
+    match h.l3 {
+        L3::Ipv4 => Some(false),
+        L3::Ipv6 => Some(true),
+        _ => None,
+    }
+}
+
 /// Build the key of a parsed frame: `None` if it is not IP.
+#[inline]
 pub fn key(frame: &[u8], h: &Headers) -> Option<Key> {
     let l3 = h.l3_offset as usize;
     let (len, fragoff) = match h.l3 {
@@ -121,13 +133,16 @@ pub fn key(frame: &[u8], h: &Headers) -> Option<Key> {
         }
         _ => return None,
     };
-    let to = |a: std::net::IpAddr| match a {
-        std::net::IpAddr::V4(a) => u32::from(a) as u128,
-        std::net::IpAddr::V6(a) => u128::from(a),
+    let (src, dst) = match h.flow.addrs {
+        IpAddrs::V4 { src, dst } => (
+            u32::from_be_bytes(src) as u128,
+            u32::from_be_bytes(dst) as u128,
+        ),
+        IpAddrs::V6 { src, dst } => (u128::from_be_bytes(src), u128::from_be_bytes(dst)),
     };
     let mut k = Key {
-        src: to(h.flow.src()),
-        dst: to(h.flow.dst()),
+        src,
+        dst,
         proto: h.flow.protocol,
         sport: ABSENT,
         dport: ABSENT,
@@ -184,6 +199,35 @@ pub struct Ruleset {
     compiled: Vec<ChainClassifier>,
     counters: Counters,
     build_ns: u64,
+    used: Used,
+}
+
+/// The key fields some rule of a table looks at.
+#[derive(Debug, Clone, Copy, Default)]
+struct Used {
+    src: bool,
+    dst: bool,
+    ports: bool,
+    flags: bool,
+    icmp: bool,
+    len: bool,
+    frag: bool,
+}
+
+impl Used {
+    fn of(t: &Table) -> Used {
+        let mut u = Used::default();
+        for m in t.chains.iter().flat_map(|c| &c.rules).map(|r| &r.m) {
+            u.src |= m.src.is_some();
+            u.dst |= m.dst.is_some();
+            u.ports |= m.sport.is_some() || m.dport.is_some() || m.ports.is_some();
+            u.flags |= m.tcp_flags.is_some();
+            u.icmp |= m.icmp.is_some();
+            u.len |= m.length.is_some();
+            u.frag |= m.frag.is_some();
+        }
+        u
+    }
 }
 
 /// A rule's or policy's counters for `show`.
@@ -233,6 +277,7 @@ impl Ruleset {
                 .collect(),
         };
         Ruleset {
+            used: Used::of(&table),
             input: table.chain("INPUT"),
             table,
             iface: iface.to_string(),
@@ -268,15 +313,65 @@ impl Ruleset {
     /// table without `INPUT` accepts everything uncounted.
     #[inline]
     pub fn judge(&self, k: &Key) -> Verdict {
-        self.walk(k, true)
+        self.walk(k, &mut |slot| self.add(slot, 1, k.len as u64))
     }
 
     /// Judge without counting (tests compare evaluators with it).
     pub fn judge_quiet(&self, k: &Key) -> Verdict {
-        self.walk(k, false)
+        self.walk(k, &mut |_| {})
     }
 
-    fn walk(&self, k: &Key, count: bool) -> Verdict {
+    /// Judge, recording the counters touched in `path`; those past its
+    /// room are counted at once and the result says `false` (the path is
+    /// not whole: such a walk is not cached).
+    pub(crate) fn walk_path_checked(&self, k: &Key, path: &mut cache::Path) -> (Verdict, bool) {
+        let mut whole = true;
+        let v = self.walk(k, &mut |slot| {
+            if path.try_push(slot).is_err() {
+                whole = false;
+                self.add(slot, 1, k.len as u64);
+            }
+        });
+        (v, whole)
+    }
+
+    /// Add to a counter slot: rule `r` (global index) is slot `r`, the
+    /// policy of chain `c` is slot `rules + c`.
+    #[inline]
+    pub(crate) fn add(&self, slot: u32, packets: u64, bytes: u64) {
+        let slot = slot as usize;
+        let n = self.counters.rules.len();
+        let ctr = if slot < n {
+            &self.counters.rules[slot]
+        } else {
+            &self.counters.policies[slot - n]
+        };
+        ctr[0].fetch_add(packets, Ordering::Relaxed);
+        ctr[1].fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// `k` with the fields no rule looks at set to one value, so that a
+    /// flow cache tells apart only packets the rules can tell apart.
+    #[inline]
+    pub(crate) fn cache_key(&self, k: &Key) -> Key {
+        let u = self.used;
+        Key {
+            src: if u.src { k.src } else { 0 },
+            dst: if u.dst { k.dst } else { 0 },
+            proto: k.proto,
+            sport: if u.ports { k.sport } else { 0 },
+            dport: if u.ports { k.dport } else { 0 },
+            tcp_flags: if u.flags { k.tcp_flags } else { 0 },
+            icmp: if u.icmp { k.icmp } else { 0 },
+            len: if u.len { k.len } else { 0 },
+            frag: u.frag && k.frag,
+        }
+    }
+
+    /// The walk, calling `hit` with each counter slot a matching rule or
+    /// policy adds to.
+    #[inline]
+    fn walk(&self, k: &Key, hit: &mut impl FnMut(u32)) -> Verdict {
         let Some(input) = self.input else {
             return Verdict {
                 action: Action::Accept,
@@ -322,13 +417,9 @@ impl Ruleset {
                         continue;
                     }
                 }
-                return self.policy(chain, k, count);
+                return self.policy(chain, hit);
             };
-            if count {
-                let ctr = &self.counters.rules[self.base[chain] + i];
-                ctr[0].fetch_add(1, Ordering::Relaxed);
-                ctr[1].fetch_add(k.len as u64, Ordering::Relaxed);
-            }
+            hit((self.base[chain] + i) as u32);
             let decided = |action| Verdict {
                 action,
                 chain,
@@ -340,7 +431,7 @@ impl Ruleset {
                 Target::Reject => return decided(Action::Reject),
                 Target::Return => match stack.pop() {
                     Some(top) => (chain, pos) = top,
-                    None => return self.policy(chain, k, count),
+                    None => return self.policy(chain, hit),
                 },
                 Target::Jump(to) => {
                     if stack.try_push((chain, i + 1)).is_err() {
@@ -354,14 +445,10 @@ impl Ruleset {
         }
     }
 
-    fn policy(&self, chain: usize, k: &Key, count: bool) -> Verdict {
+    fn policy(&self, chain: usize, hit: &mut impl FnMut(u32)) -> Verdict {
         // RETURN in a built-in chain, or its end: the policy.
         let c = &self.table.chains[chain];
-        if count {
-            let ctr = &self.counters.policies[chain];
-            ctr[0].fetch_add(1, Ordering::Relaxed);
-            ctr[1].fetch_add(k.len as u64, Ordering::Relaxed);
-        }
+        hit((self.counters.rules.len() + chain) as u32);
         Verdict {
             action: match c.policy {
                 Some(Target::Drop) => Action::Drop,
@@ -517,15 +604,33 @@ impl Ruleset {
 }
 
 /// The filter of a host: an IPv4 and an IPv6 rule set, either optional.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Filter {
     /// `iptables` rules.
     pub v4: Option<Ruleset>,
     /// `ip6tables` rules.
     pub v6: Option<Ruleset>,
+    /// Unique per filter made: what a [`Judge`]'s cached verdicts belong to.
+    id: u64,
+}
+
+impl Default for Filter {
+    fn default() -> Self {
+        Filter::new(None, None)
+    }
 }
 
 impl Filter {
+    /// A filter of these rule sets.
+    pub fn new(v4: Option<Ruleset>, v6: Option<Ruleset>) -> Filter {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Filter {
+            v4,
+            v6,
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
     /// Judge a packet by its family's rule set (accepted if none).
     #[inline]
     pub fn judge(&self, k: &Key, v6: bool) -> Option<Verdict> {
@@ -534,20 +639,37 @@ impl Filter {
     }
 
     /// Judge a parsed frame; `None` if it is not IP or its family has no
-    /// rule set (the packet goes on).
+    /// rule set (the packet goes on). Counts at once.
     #[inline]
     pub fn judge_frame(&self, frame: &[u8], h: &Headers) -> Option<Verdict> {
-        let v6 = match h.l3 {
-            L3::Ipv4 => false,
-            L3::Ipv6 => true,
-            _ => return None,
-        };
+        let v6 = is_v6(h)?;
         let rs = if v6 {
             self.v6.as_ref()
         } else {
             self.v4.as_ref()
         }?;
         Some(rs.judge(&key(frame, h)?))
+    }
+
+    /// [`Self::judge_frame`] through a thread's [`Judge`] (its flow cache;
+    /// counts held until [`Judge::flush`]).
+    #[inline]
+    pub fn judge_frame_with(
+        &self,
+        j: &mut Judge,
+        frame: &[u8],
+        h: &Headers,
+        rxhash: u32,
+    ) -> Option<Verdict> {
+        let v6 = is_v6(h)?;
+        if if v6 {
+            self.v6.is_none()
+        } else {
+            self.v4.is_none()
+        } {
+            return None;
+        }
+        j.judge(self, &key(frame, h)?, v6, rxhash)
     }
 
     /// Both rule sets, IPv4 first.
@@ -579,17 +701,41 @@ impl Filter {
 }
 
 /// The running filter, replaceable while packets flow.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct FilterHandle {
     cur: arc_swap::ArcSwapOption<Filter>,
+    flow_cache: usize,
 }
 
+impl Default for FilterHandle {
+    fn default() -> Self {
+        FilterHandle::new(None)
+    }
+}
+
+/// Flow cache entries per judging thread unless told otherwise.
+pub const DEFAULT_FLOW_CACHE: usize = 4096;
+
 impl FilterHandle {
-    /// A handle holding `f`.
+    /// A handle holding `f`, judged through flow caches of
+    /// [`DEFAULT_FLOW_CACHE`] entries per thread.
     pub fn new(f: Option<Filter>) -> FilterHandle {
         FilterHandle {
             cur: arc_swap::ArcSwapOption::new(f.map(Arc::new)),
+            flow_cache: DEFAULT_FLOW_CACHE,
         }
+    }
+
+    /// Flow cache entries per judging thread (0: every packet walks the
+    /// rules).
+    pub fn with_flow_cache(mut self, entries: usize) -> FilterHandle {
+        self.flow_cache = entries;
+        self
+    }
+
+    /// A judge for one thread, with this handle's flow cache size.
+    pub fn judge(&self) -> Judge {
+        Judge::new(self.flow_cache)
     }
 
     /// The filter now (a packet is judged wholly by the set it loaded).

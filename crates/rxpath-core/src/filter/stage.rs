@@ -2,7 +2,7 @@
 //! (a super-packet once, as the kernel judges one skb) and drops what the
 //! rules drop, counted `filter` or `filter_reject`.
 
-use super::FilterHandle;
+use super::{FilterHandle, Judge};
 use crate::packet::{Packet, PollEnd, RxCtx, Stack};
 use crate::stats::LatencyHist;
 use std::sync::Arc;
@@ -16,6 +16,8 @@ pub struct FilterStage<S> {
     /// let go at its end, so a swap takes effect at the next bundle and no
     /// packet sees half of one.
     cur: Option<Option<Arc<super::Filter>>>,
+    /// This thread's flow cache and pending counts.
+    judge: Judge,
 }
 
 impl<S> FilterStage<S> {
@@ -23,9 +25,22 @@ impl<S> FilterStage<S> {
     pub fn new(filter: Arc<FilterHandle>, inner: S) -> Self {
         FilterStage {
             inner,
+            judge: filter.judge(),
             filter,
             cur: None,
         }
+    }
+
+    /// Let go of the bundle's filter, its counts written first.
+    fn release(&mut self) {
+        if let Some(Some(f)) = self.cur.take() {
+            self.judge.flush(&f);
+        }
+    }
+
+    /// Flow cache hits and walks so far.
+    pub fn cache_stats(&self) -> (u64, u64) {
+        (self.judge.hits, self.judge.misses)
     }
 }
 
@@ -35,7 +50,12 @@ impl<S: Stack> Stack for FilterStage<S> {
         let filter = &self.filter;
         let cur = self.cur.get_or_insert_with(|| filter.current());
         if let Some(f) = cur {
-            if let Some(v) = f.judge_frame(ctx.data(&pkt), &pkt.meta.headers) {
+            if let Some(v) = f.judge_frame_with(
+                &mut self.judge,
+                ctx.data(&pkt),
+                &pkt.meta.headers,
+                pkt.meta.rxhash,
+            ) {
                 if let Some(reason) = v.drop_reason() {
                     return ctx.drop(pkt, reason);
                 }
@@ -47,13 +67,13 @@ impl<S: Stack> Stack for FilterStage<S> {
         self.inner.malformed(pkt, ctx)
     }
     fn bundle_done(&mut self, ctx: &mut RxCtx<'_>) {
-        self.cur = None;
+        self.release();
         self.inner.bundle_done(ctx)
     }
     fn poll_done(&mut self, ctx: &mut RxCtx<'_>, end: PollEnd) -> Option<u64> {
         let t = self.inner.poll_done(ctx, end);
         // Packets GRO flushed here were judged; hold no set while idle.
-        self.cur = None;
+        self.release();
         t
     }
     fn held(&self) -> u64 {

@@ -610,6 +610,9 @@ where
                 match (kind, cap, filter) {
                     (StackKind::Sink, None, None) => napi_thread_with!(IpStage::new(ip, Sink)),
                     (StackKind::Rxdrop, None, None) => napi_thread_with!(RxDrop),
+                    (StackKind::Sink, None, Some(f)) => {
+                        napi_thread_with!(IpStage::new(ip, FilterStage::new(f, Sink)))
+                    }
                     (k, w, Some(f)) => napi_thread_with!(IpStage::new(
                         ip,
                         FilterStage::new(
