@@ -9,8 +9,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-pub fn bench(cmd: BenchCmd) -> Result<ExitCode> {
-    match cmd {
+pub fn bench(a: crate::opts::BenchArgs) -> Result<ExitCode> {
+    let code = match a.cmd {
         BenchCmd::Rxdrop(a) => rxdrop(a),
         BenchCmd::Gro(a) => crate::bench_gro::gro(a),
         BenchCmd::RxIface(a) => crate::bench_iface::rx_iface(a),
@@ -18,7 +18,36 @@ pub fn bench(cmd: BenchCmd) -> Result<ExitCode> {
         BenchCmd::Filter(a) => crate::bench_filter::filter(a),
         BenchCmd::Steer(a) => crate::bench_steer::steer(a),
         BenchCmd::Rfs(a) => crate::bench_rfs::rfs(a),
+    }?;
+    let missing = std::mem::take(&mut *UNMEASURED.lock().unwrap_or_else(|e| e.into_inner()));
+    if missing.is_empty() {
+        return Ok(code);
     }
+    eprintln!(
+        "\nrxpath bench: {} peer(s) NOT MEASURED (their ratios are missing above):",
+        missing.len()
+    );
+    for m in &missing {
+        eprintln!("  {m}");
+    }
+    if a.require_peers {
+        eprintln!("rxpath bench: --require-peers: failing");
+        return Ok(ExitCode::from(3));
+    }
+    Ok(code)
+}
+
+static UNMEASURED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// A peer the bench meant to run could not be measured: say so at once,
+/// loudly, and again at the end (where `--require-peers` fails the run).
+/// Skips the user asked for (`--no-dpdk`) are not reported here.
+pub(crate) fn peer_not_measured(peer: &str, why: &str) {
+    eprintln!("rxpath bench: PEER NOT MEASURED: {peer}: {why}");
+    UNMEASURED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(format!("{peer}: {why}"));
 }
 
 /// The median (the mean of the middle two for an even count; 0 if empty).
@@ -169,6 +198,9 @@ fn rxdrop(a: RxdropArgs) -> Result<ExitCode> {
                 range(&null_pps)
             );
             println!("| dpdk-testpmd net_null rxonly | not measured: {e} | | |");
+            if !a.no_dpdk {
+                peer_not_measured("dpdk-testpmd net_null rxonly", &e.to_string());
+            }
         }
     }
     if a.json {
@@ -192,28 +224,27 @@ fn rxdrop(a: RxdropArgs) -> Result<ExitCode> {
 fn dpdk_null_rxonly(d: Duration) -> Result<f64> {
     let bin = which("dpdk-testpmd")
         .context("dpdk-testpmd not installed (apt-get install dpdk dpdk-dev librte-net-null23)")?;
-    let mut child = Command::new(bin)
-        .args([
-            "--no-huge",
-            "-m",
-            "1024",
-            "--no-pci",
-            "--vdev",
-            "net_null0",
-            "-l",
-            "0-1",
-            "--log-level=error",
-            "--",
-            "--forward-mode=rxonly",
-            "--total-num-mbufs=16384",
-            "--stats-period",
-            "1",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting dpdk-testpmd")?;
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "--no-huge",
+        "-m",
+        "1024",
+        "--no-pci",
+        "--vdev",
+        "net_null0",
+        "-l",
+        "0-1",
+        "--log-level=error",
+        "--",
+        "--forward-mode=rxonly",
+        "--total-num-mbufs=16384",
+        "--stats-period",
+        "1",
+    ])
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
+    let mut child = spawn_unpinned(cmd).context("starting dpdk-testpmd")?;
     let stdout = child.stdout.take().context("testpmd stdout")?;
     let start = Instant::now();
     let mut samples = Vec::new();
@@ -245,6 +276,18 @@ fn dpdk_null_rxonly(d: Duration) -> Result<f64> {
         .collect();
     anyhow::ensure!(!useful.is_empty(), "dpdk-testpmd printed no Rx-pps samples");
     Ok(useful.iter().sum::<f64>() / useful.len() as f64)
+}
+
+/// Start a peer from a thread that may run on every CPU: a child inherits
+/// the affinity of the thread that forks it, and a bench thread is often
+/// pinned to one core (testpmd's forwarding lcore then never ran).
+pub(crate) fn spawn_unpinned(mut cmd: Command) -> std::io::Result<std::process::Child> {
+    std::thread::spawn(move || {
+        rxpath_dev::sys::sched::unpin_current()?;
+        cmd.spawn()
+    })
+    .join()
+    .unwrap_or_else(|_| Err(std::io::Error::other("spawning thread panicked")))
 }
 
 pub(crate) fn which(name: &str) -> Option<std::path::PathBuf> {

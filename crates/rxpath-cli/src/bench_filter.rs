@@ -101,7 +101,9 @@ pub fn filter(a: FilterBenchArgs) -> Result<ExitCode> {
     let dpdk_note: Option<String> = if a.no_dpdk {
         Some("skipped (--no-dpdk)".into())
     } else if which("dpdk-test-acl").is_none() {
-        Some("not measured: dpdk-test-acl is not installed (apt-get install dpdk)".into())
+        let why = "dpdk-test-acl is not installed (apt-get install dpdk)";
+        crate::bench::peer_not_measured("dpdk-test-acl", why);
+        Some(format!("not measured: {why}"))
     } else {
         None
     };
@@ -159,7 +161,10 @@ pub fn filter(a: FilterBenchArgs) -> Result<ExitCode> {
             None => match dpdk_acl(&rs_comp, &ks) {
                 Ok(v) => Some(v),
                 Err(e) => {
-                    eprintln!("dpdk-test-acl at {n} rules: not measured: {e:#}");
+                    crate::bench::peer_not_measured(
+                        &format!("dpdk-test-acl at {n} rules"),
+                        &format!("{e:#}"),
+                    );
                     None
                 }
             },
@@ -209,7 +214,10 @@ pub fn filter(a: FilterBenchArgs) -> Result<ExitCode> {
                     );
                 }
             }
-            Err(e) => println!("not measured: {e:#}"),
+            Err(e) => {
+                println!("not measured: {e:#}");
+                crate::bench::peer_not_measured("kernel iptables on a veth", &format!("{e:#}"));
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

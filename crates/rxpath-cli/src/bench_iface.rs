@@ -197,15 +197,15 @@ fn bench(t: &Topology, a: &RxIfaceArgs) -> Result<std::process::ExitCode> {
     match which("dpdk-testpmd") {
         None => rows.push(Row { name: "DPDK testpmd net_af_xdp rxonly", received: 0, secs: 1.0, cpu: None, note: "not measured: dpdk-testpmd not installed (apt-get install dpdk dpdk-dev librte-net-af-xdp23)".into() }),
         Some(bin) => {
-            let mut child = Command::new(bin)
-                .args(["-l", "0-1", "--no-pci", "--no-huge", "-m", "1024", "--log-level=error"])
+            let mut cmd = Command::new(bin);
+            cmd.args(["-l", "0-1", "--no-pci", "--no-huge", "-m", "1024", "--log-level=error"])
                 .arg("--vdev")
                 .arg(format!("net_af_xdp0,iface={},start_queue=0,queue_count=1", t.host_if))
                 .args(["--", "--forward-mode=rxonly", "--total-num-mbufs=16384", "--stats-period", "1"])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()?;
+                .stderr(Stdio::null());
+            let mut child = crate::bench::spawn_unpinned(cmd)?;
             let pid = child.id();
             let stdout = child.stdout.take().context("testpmd stdout")?;
             let reader = std::thread::spawn(move || {
@@ -266,6 +266,16 @@ fn bench(t: &Topology, a: &RxIfaceArgs) -> Result<std::process::ExitCode> {
     println!("\n| receiver | received | pkt/s | vs kernel UDP | receiver CPU ns/pkt | note |");
     println!("|---|---:|---:|---:|---:|---|");
     for r in &rows {
+        if r.received == 0 {
+            crate::bench::peer_not_measured(
+                r.name,
+                if r.note.is_empty() {
+                    "received nothing"
+                } else {
+                    &r.note
+                },
+            );
+        }
         let pps = r.received as f64 / r.secs;
         let cpu = match (r.cpu, r.received) {
             (Some(c), n) if n > 0 => format!("{:.0}", c.as_nanos() as f64 / n as f64),

@@ -27,8 +27,7 @@ pub enum Cmd {
     /// Run the receive path (default: simulated 2-queue NIC, mixed flows, 5 s).
     Run(Box<RunArgs>),
     /// Benchmarks that print ratios measured in one run.
-    #[command(subcommand)]
-    Bench(BenchCmd),
+    Bench(BenchArgs),
     /// Send traffic out of an interface (AF_XDP TX or AF_PACKET).
     Gen(GenArgs),
     /// A UDP echo server on rxpath sockets (AF_XDP by default), with busy
@@ -249,6 +248,18 @@ pub struct LabArgs {
     /// Peer namespace name.
     #[arg(long, default_value = "rxp-peer")]
     pub netns: String,
+}
+
+/// `rxpath bench [--require-peers] KIND ...`.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Exit non-zero (3) when a peer the bench runs (DPDK, the kernel's
+    /// iptables, ...) could not be measured; the lines that say why are
+    /// printed either way.
+    #[arg(long, global = true)]
+    pub require_peers: bool,
+    #[command(subcommand)]
+    pub cmd: BenchCmd,
 }
 
 #[derive(Debug, Subcommand)]

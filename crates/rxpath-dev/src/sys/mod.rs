@@ -26,3 +26,4 @@ pub mod ring;
 pub mod sched;
 pub mod umem;
 pub mod xdp;
+pub mod xsk;

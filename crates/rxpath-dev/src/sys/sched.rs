@@ -31,6 +31,28 @@ pub fn pin(tid: i32, cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Let the calling thread run on every online CPU again (a process it
+/// starts inherits this; a peer started from a pinned bench thread would
+/// otherwise share that thread's one core).
+pub fn unpin_current() -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Online CPUs may be sparse; ask for the whole range the set holds up
+    // to a generous bound, the kernel keeps the ones that exist.
+    for cpu in 0..(n * 4).clamp(64, libc::CPU_SETSIZE as usize) {
+        // SAFETY: CPU_SET writes one bit inside `set`; cpu < CPU_SETSIZE.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    // Points to a live cpu_set_t of the size passed.
+    syscall!(sched_setaffinity(
+        0,
+        std::mem::size_of::<libc::cpu_set_t>(),
+        &set as *const libc::cpu_set_t
+    ))?;
+    Ok(())
+}
+
 /// Run the calling thread in `SCHED_FIFO` at `priority` (needs
 /// CAP_SYS_NICE), or back in `SCHED_OTHER` with `None`.
 pub fn set_fifo(priority: Option<i32>) -> io::Result<()> {

@@ -1,7 +1,8 @@
 //! AF_XDP: an XDP program that redirects by `rx_queue_index` into an
 //! XSKMAP, loaded with the `bpf()` system call and attached with a BPF link
 //! (so it goes away when the process dies), and one AF_XDP socket per queue
-//! whose UMEM is our frame region. The rings are driven with `xdpilone`.
+//! whose UMEM is our frame region. The sockets and rings are our own
+//! ([`super::xsk`]).
 //!
 //! The program (16 instructions, written out below) takes only IPv4 and
 //! IPv6 frames; everything else (ARP, LLDP, ...) is passed to the kernel, as
@@ -10,10 +11,10 @@
 use super::af_packet::{ifindex, FdWaiter};
 use super::ring::Desc;
 use super::umem::{Frame, FramePool, Umem};
+use super::xsk::{Ring, XskSocket};
 use crate::{DeviceQueueStats, IrqLine, RxQueue};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -310,65 +311,37 @@ fn ctx(e: io::Error, what: &str) -> io::Error {
     io::Error::new(e.kind(), format!("{what}: {e}{hint}"))
 }
 
-fn xerr(e: xdpilone::Errno, what: &str) -> io::Error {
-    io::Error::other(format!("{what}: {e}"))
-}
-
-/// A frame region registered as an AF_XDP UMEM, with a socket bound to
-/// `iface` queue `queue` owning its fill and completion rings.
+/// A frame region registered as an AF_XDP UMEM, with a socket (not yet
+/// bound) owning its fill and completion rings.
 struct Xsk {
+    sock: XskSocket,
+    fill: Ring<u64>,
+    comp: Ring<u64>,
     pool: FramePool,
     umem: Arc<Umem>,
-    xumem: xdpilone::Umem,
-    sock: xdpilone::Socket,
-    device: xdpilone::DeviceQueue,
 }
 
 impl Xsk {
-    fn setup(
-        iface: &str,
-        queue: u32,
-        frames: usize,
-        fill_size: u32,
-        complete_size: u32,
-    ) -> io::Result<Xsk> {
+    fn setup(frames: usize, fill_size: u32, complete_size: u32) -> io::Result<Xsk> {
         let pool = FramePool::new(frames, crate::DEFAULT_FRAME_SIZE)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         let umem = pool.umem().clone();
         let (base, len) = umem.region();
-        let area = NonNull::slice_from_raw_parts(
-            NonNull::new(base).ok_or_else(|| io::Error::other("null UMEM"))?,
-            len,
-        );
-        let cfg = xdpilone::UmemConfig {
-            fill_size,
-            complete_size,
-            frame_size: crate::DEFAULT_FRAME_SIZE as u32,
-            headroom: 0,
-            flags: 0,
-        };
-        // SAFETY: the area is our page-aligned frame region, kept alive by
-        // `umem` (an Arc the queue holds) for as long as the kernel may use
-        // it; frames are only touched by whoever holds their token, and the
-        // kernel only touches frames we posted to it.
-        let xumem = unsafe { xdpilone::Umem::new(cfg, area) }
-            .map_err(|e| xerr(e, "registering the UMEM"))?;
-        let mut info = xdpilone::IfInfo::invalid();
-        let name =
-            std::ffi::CString::new(iface).map_err(|_| io::Error::other("bad interface name"))?;
-        info.from_name(&name).map_err(|e| xerr(e, "interface"))?;
-        info.set_queue(queue);
-        let sock =
-            xdpilone::Socket::with_shared(&info, &xumem).map_err(|e| xerr(e, "AF_XDP socket"))?;
-        let device = xumem
-            .fq_cq(&sock)
-            .map_err(|e| xerr(e, "fill/completion rings"))?;
+        let sock = XskSocket::new().map_err(|e| ctx(e, "AF_XDP socket"))?;
+        // The region is our page-aligned frame region, kept alive by `umem`
+        // (an Arc the queue holds, dropped after the socket) for as long as
+        // the kernel may use it; the kernel only touches frames we posted.
+        sock.register_umem(base, len, crate::DEFAULT_FRAME_SIZE as u32)
+            .map_err(|e| ctx(e, "registering the UMEM"))?;
+        let (fill, comp) = sock
+            .fill_completion(fill_size, complete_size)
+            .map_err(|e| ctx(e, "fill/completion rings"))?;
         Ok(Xsk {
+            sock,
+            fill,
+            comp,
             pool,
             umem,
-            xumem,
-            sock,
-            device,
         })
     }
 
@@ -378,18 +351,24 @@ impl Xsk {
     }
 }
 
+fn ifindex_u32(iface: &str) -> io::Result<u32> {
+    ifindex(iface).map(|i| i as u32)
+}
+
 /// One AF_XDP receive queue with its own UMEM (our frame region).
 pub struct XdpQueue {
+    // The socket and its rings go first (fields drop in order), the
+    // region they point into after them.
+    sock: XskSocket,
+    fill: Ring<u64>,
+    _comp: Ring<u64>,
+    rx: Ring<libc::xdp_desc>,
     index: u16,
     umem: Arc<Umem>,
-    _xumem: xdpilone::Umem,
-    device: xdpilone::DeviceQueue,
-    user: xdpilone::User,
-    rx: xdpilone::RingRx,
     /// Frames posted to the kernel, by index.
     in_kernel: Vec<Option<Frame>>,
     free: Vec<Frame>,
-    pending: std::collections::VecDeque<xdpilone::xdp::XdpDesc>,
+    pending: std::collections::VecDeque<libc::xdp_desc>,
     irq: Arc<IrqLine>,
     irq_thread: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
     received: u64,
@@ -406,10 +385,6 @@ impl std::fmt::Debug for XdpQueue {
             .finish()
     }
 }
-
-// SAFETY: the xdpilone handles are plain descriptors and mmapped rings used
-// only through `&mut self` by the thread that owns the queue.
-unsafe impl Send for XdpQueue {}
 
 impl XdpQueue {
     /// Open queue `index` of `iface` with `frames` frames, registering the
@@ -444,49 +419,42 @@ impl XdpQueue {
         interrupts: bool,
         zero_copy: bool,
     ) -> io::Result<XdpQueue> {
-        let mut x = Xsk::setup(
-            iface,
-            index as u32,
-            frames,
-            (frames as u32).next_power_of_two(),
-            64,
-        )?;
+        let mut x = Xsk::setup(frames, (frames as u32).next_power_of_two(), 64)?;
         let mode = if zero_copy {
-            xdpilone::SocketConfig::XDP_BIND_ZEROCOPY
+            libc::XDP_ZEROCOPY
         } else {
-            xdpilone::SocketConfig::XDP_BIND_COPY
+            libc::XDP_COPY
         };
-        let sc = xdpilone::SocketConfig {
-            rx_size: std::num::NonZeroU32::new(2048),
-            tx_size: None,
-            bind_flags: mode | xdpilone::SocketConfig::XDP_BIND_NEED_WAKEUP,
-        };
-        let user = x
-            .xumem
-            .rx_tx(&x.sock, &sc)
-            .map_err(|e| xerr(e, "RX ring"))?;
-        x.xumem.bind(&user).map_err(|e| {
-            xerr(
-                e,
-                if zero_copy {
-                    "binding in zero-copy mode"
-                } else {
-                    "binding in copy mode"
-                },
+        let rx = x.sock.rx_ring(2048).map_err(|e| ctx(e, "RX ring"))?;
+        x.sock
+            .bind(
+                ifindex_u32(iface)?,
+                index as u32,
+                mode | libc::XDP_USE_NEED_WAKEUP,
+                None,
             )
-        })?;
-        let rx = user.map_rx().map_err(|e| xerr(e, "mapping the RX ring"))?;
-        prog.set(index as u32, rx.as_raw_fd())?;
+            .map_err(|e| {
+                ctx(
+                    e,
+                    if zero_copy {
+                        "binding in zero-copy mode"
+                    } else {
+                        "binding in copy mode"
+                    },
+                )
+            })?;
+        prog.set(index as u32, x.sock.as_raw_fd())?;
         let free = x.frames();
         let Xsk {
+            sock,
+            fill,
+            comp,
             umem,
-            xumem,
-            device,
             ..
         } = x;
         let irq = Arc::new(IrqLine::default());
         let irq_thread = if interrupts {
-            let dup = syscall!(fcntl(rx.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0))?;
+            let dup = syscall!(fcntl(sock.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0))?;
             // SAFETY: fcntl returned a new descriptor (a dup of the live RX
             // socket) that nothing else owns.
             let waiter = FdWaiter::from_owned(unsafe { OwnedFd::from_raw_fd(dup) });
@@ -499,12 +467,12 @@ impl XdpQueue {
             None
         };
         let mut q = XdpQueue {
+            sock,
+            fill,
+            _comp: comp,
+            rx,
             index,
             umem,
-            _xumem: xumem,
-            device,
-            user,
-            rx,
             in_kernel: (0..frames).map(|_| None).collect(),
             free,
             pending: Default::default(),
@@ -524,7 +492,7 @@ impl XdpQueue {
     /// `pull` then kicks the queue when the RX ring is empty, which runs the
     /// driver's NAPI in our context instead of waiting for its softirq.
     pub fn set_busy_poll(&mut self, usecs: u32, budget: u32) -> io::Result<()> {
-        let fd = self.rx.as_raw_fd();
+        let fd = self.sock.as_raw_fd();
         let set = |opt: libc::c_int, v: libc::c_int| -> io::Result<()> {
             // Points to a live c_int of the size passed.
             syscall!(setsockopt(
@@ -554,23 +522,18 @@ impl XdpQueue {
             return;
         }
         let fs = self.umem.frame_size() as u64;
-        let mut w = self.device.fill(self.free.len() as u32);
-        let n = w.capacity() as usize;
-        let take = n.min(self.free.len());
+        let take = (self.fill.free() as usize).min(self.free.len());
         let start = self.free.len() - take;
-        let addrs: Vec<u64> = self.free[start..]
-            .iter()
-            .map(|f| f.index() as u64 * fs)
-            .collect();
-        let put = w.insert(addrs.into_iter()) as usize;
-        w.commit();
-        drop(w);
+        let put = self
+            .fill
+            .produce(self.free[start..].iter().map(|f| f.index() as u64 * fs))
+            as usize;
         for f in self.free.drain(start..start + put) {
             let i = f.index() as usize;
             self.in_kernel[i] = Some(f);
         }
-        if self.device.needs_wakeup() {
-            self.device.wake();
+        if self.fill.needs_wakeup() {
+            self.sock.kick_rx();
         }
     }
 
@@ -608,22 +571,10 @@ impl RxQueue for XdpQueue {
             if self.busy_poll && self.rx.available() == 0 {
                 // A non-blocking recvfrom runs the kernel's busy poll for
                 // this queue (xsk_recvmsg → napi_busy_loop).
-                let fd = self.rx.as_raw_fd();
-                // No buffer is passed; the call only drives the queue.
-                let _ = syscall!(recvfrom(
-                    fd,
-                    std::ptr::null_mut(),
-                    0,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut()
-                ));
+                self.sock.kick_rx();
             }
-            let mut r = self.rx.receive(64);
-            while let Some(d) = r.read() {
-                self.pending.push_back(d);
-            }
-            r.release();
+            let pending = &mut self.pending;
+            self.rx.consume(64, |d| pending.push_back(d));
         }
         let d = self.pending.pop_front()?;
         let fs = self.umem.frame_size() as u64;
@@ -661,8 +612,8 @@ impl RxQueue for XdpQueue {
         // XDP_STATISTICS: rx_dropped includes the drops for an empty fill
         // ring (also counted in rx_fill_ring_empty_descs); rx_ring_full is
         // separate.
-        let st = self.user.statistics_v2().unwrap_or_default();
-        let no_buffer = st.rx_fill_ring_empty_descs.min(st.rx_dropped);
+        let st = self.sock.statistics().unwrap_or_default();
+        let no_buffer = st.rx_fill_ring_empty.min(st.rx_dropped);
         DeviceQueueStats {
             offered: self.received + st.rx_dropped + st.rx_ring_full,
             rx_ring: self.received,
@@ -678,17 +629,18 @@ impl RxQueue for XdpQueue {
 /// are written in place, posted to the TX ring in batches, and come back to
 /// the pool through the completion ring.
 pub struct XdpTx {
+    sock: XskSocket,
+    _fill: Ring<u64>,
+    comp: Ring<u64>,
+    tx: Ring<libc::xdp_desc>,
     umem: Arc<Umem>,
-    _xumem: xdpilone::Umem,
-    device: xdpilone::DeviceQueue,
-    tx: xdpilone::RingTx,
     free: Vec<Frame>,
     in_flight: Vec<Option<Frame>>,
     /// Frames handed to the kernel so far.
     pub sent: u64,
     /// Completions reaped so far.
     pub completed: u64,
-    descs: Vec<xdpilone::xdp::XdpDesc>,
+    descs: Vec<libc::xdp_desc>,
 }
 
 impl std::fmt::Debug for XdpTx {
@@ -700,42 +652,31 @@ impl std::fmt::Debug for XdpTx {
     }
 }
 
-// SAFETY: as for XdpQueue: descriptors and rings used through `&mut self`.
-unsafe impl Send for XdpTx {}
-
 impl XdpTx {
     /// Open TX queue `queue` of `iface` with `frames` frames.
     pub fn open(iface: &str, queue: u32, frames: usize) -> io::Result<XdpTx> {
-        let mut x = Xsk::setup(
-            iface,
-            queue,
-            frames,
-            64,
-            (frames as u32).next_power_of_two(),
-        )?;
-        let sc = xdpilone::SocketConfig {
-            rx_size: None,
-            tx_size: std::num::NonZeroU32::new((frames as u32).next_power_of_two().min(4096)),
-            bind_flags: xdpilone::SocketConfig::XDP_BIND_NEED_WAKEUP,
-        };
-        let user = x
-            .xumem
-            .rx_tx(&x.sock, &sc)
-            .map_err(|e| xerr(e, "TX ring"))?;
-        x.xumem.bind(&user).map_err(|e| xerr(e, "binding for TX"))?;
-        let tx = user.map_tx().map_err(|e| xerr(e, "mapping the TX ring"))?;
+        let mut x = Xsk::setup(frames, 64, (frames as u32).next_power_of_two())?;
+        let tx = x
+            .sock
+            .tx_ring((frames as u32).next_power_of_two().min(4096))
+            .map_err(|e| ctx(e, "TX ring"))?;
+        x.sock
+            .bind(ifindex_u32(iface)?, queue, libc::XDP_USE_NEED_WAKEUP, None)
+            .map_err(|e| ctx(e, "binding for TX"))?;
         let free = x.frames();
         let Xsk {
+            sock,
+            fill,
+            comp,
             umem,
-            xumem,
-            device,
             ..
         } = x;
         Ok(XdpTx {
-            umem,
-            _xumem: xumem,
-            device,
+            sock,
+            _fill: fill,
+            comp,
             tx,
+            umem,
             free,
             in_flight: (0..frames).map(|_| None).collect(),
             sent: 0,
@@ -747,18 +688,16 @@ impl XdpTx {
     /// Take back completed frames.
     pub fn reap(&mut self) {
         let fs = self.umem.frame_size() as u64;
-        let mut c = self.device.complete(self.in_flight.len() as u32);
-        while let Some(addr) = c.read() {
-            if let Some(f) = self
-                .in_flight
+        let (in_flight, free, done) = (&mut self.in_flight, &mut self.free, &mut self.completed);
+        self.comp.consume(u32::MAX, |addr| {
+            if let Some(f) = in_flight
                 .get_mut((addr / fs) as usize)
                 .and_then(Option::take)
             {
-                self.free.push(f);
-                self.completed += 1;
+                free.push(f);
+                *done += 1;
             }
-        }
-        c.release();
+        });
     }
 
     /// Write up to `n` packets with `write` (which fills a frame and returns
@@ -777,7 +716,7 @@ impl XdpTx {
             let Some(mut f) = self.free.pop() else { break };
             match write(self.umem.data_mut(&mut f)) {
                 Some(len) => {
-                    self.descs.push(xdpilone::xdp::XdpDesc {
+                    self.descs.push(libc::xdp_desc {
                         addr: f.index() as u64 * fs,
                         len: len as u32,
                         options: 0,
@@ -790,10 +729,7 @@ impl XdpTx {
                 }
             }
         }
-        let mut w = self.tx.transmit(self.descs.len() as u32);
-        let put = w.insert(self.descs.iter().copied()) as usize;
-        w.commit();
-        drop(w);
+        let put = self.tx.produce(self.descs.iter().copied()) as usize;
         for (i, f) in frames.into_iter().enumerate() {
             if i < put {
                 let idx = f.index() as usize;
@@ -804,7 +740,7 @@ impl XdpTx {
         }
         self.sent += put as u64;
         if self.tx.needs_wakeup() {
-            self.tx.wake();
+            self.sock.kick_tx();
         }
         put
     }
@@ -815,7 +751,7 @@ impl XdpTx {
     pub fn finish(mut self, timeout: Duration) -> (FramePool, u64) {
         let end = std::time::Instant::now() + timeout;
         while self.in_flight.iter().any(Option::is_some) && std::time::Instant::now() < end {
-            self.tx.wake();
+            self.sock.kick_tx();
             self.reap();
             std::thread::sleep(Duration::from_micros(100));
         }

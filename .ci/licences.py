@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Licence check of every dependency rxpath builds with (normal, build and
+dev), from `cargo metadata`: each package must be available under a licence
+that lets a user embed rxpath (MIT OR Apache-2.0) without taking on copyleft
+terms. An SPDX expression passes if one of its OR-alternatives is made only of
+allowed licences. Exits non-zero and names each package that does not pass."""
+import json
+import re
+import subprocess
+import sys
+
+ALLOWED = {
+    "MIT", "MIT-0", "Apache-2.0", "Apache-2.0 WITH LLVM-exception", "BSD-2-Clause",
+    "BSD-3-Clause", "ISC", "Zlib", "0BSD", "Unlicense", "CC0-1.0", "BSL-1.0",
+    "Unicode-3.0", "Unicode-DFS-2016", "MPL-2.0",
+}
+
+
+def passes(expr: str) -> bool:
+    # Old-style "MIT/Apache-2.0" means OR.
+    expr = expr.replace("/", " OR ")
+    for alt in re.split(r"\s+OR\s+", expr.replace("(", " ").replace(")", " ")):
+        parts = [p.strip() for p in re.split(r"\s+AND\s+", alt) if p.strip()]
+        if parts and all(p in ALLOWED for p in parts):
+            return True
+    return False
+
+
+def main() -> int:
+    meta = json.loads(subprocess.check_output(
+        ["cargo", "metadata", "--format-version", "1", "--locked"]))
+    ws = set(meta["workspace_members"])
+    bad = []
+    n = 0
+    for p in meta["packages"]:
+        if p["id"] in ws:
+            continue
+        n += 1
+        lic = p.get("license")
+        if not lic:
+            bad.append(f"{p['name']} {p['version']}: no SPDX licence field"
+                       + (f" (licence file {p['license_file']})" if p.get("license_file") else ""))
+        elif not passes(lic):
+            bad.append(f"{p['name']} {p['version']}: {lic}")
+    if bad:
+        print(f"licence check: {len(bad)} of {n} dependencies are not under an allowed licence:")
+        for b in bad:
+            print("  " + b)
+        return 1
+    print(f"licence check: all {n} dependencies are under allowed licences "
+          f"({', '.join(sorted(ALLOWED))})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
