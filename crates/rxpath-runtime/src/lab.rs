@@ -51,6 +51,11 @@ impl VethLab {
     /// `a`, 198.18.0.2/24 on `b`), both up. Anything half made is removed
     /// on error.
     pub fn create(tag: &str) -> io::Result<VethLab> {
+        Self::create_with_queues(tag, 1)
+    }
+
+    /// [`Self::create`] with `queues` RX and TX queues on each end.
+    pub fn create_with_queues(tag: &str, queues: usize) -> io::Result<VethLab> {
         static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 100;
         let pid = std::process::id() % 100_000;
@@ -68,9 +73,28 @@ impl VethLab {
         sh("ip", &["netns", "add", &lab.ns])?;
         // From here on, Drop removes the namespace (and the veth in it).
         let (ma, mb) = (mac(MAC_A), mac(MAC_B));
+        let q = queues.to_string();
         lab.ip(&[
-            "link", "add", &lab.a, "address", &ma, "type", "veth", "peer", "name", &lab.b,
-            "address", &mb,
+            "link",
+            "add",
+            &lab.a,
+            "address",
+            &ma,
+            "numtxqueues",
+            &q,
+            "numrxqueues",
+            &q,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &lab.b,
+            "address",
+            &mb,
+            "numtxqueues",
+            &q,
+            "numrxqueues",
+            &q,
         ])?;
         lab.ip(&["addr", "add", "198.18.0.1/24", "dev", &lab.a])?;
         lab.ip(&["addr", "add", "198.18.0.2/24", "dev", &lab.b])?;

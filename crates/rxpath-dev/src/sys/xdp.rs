@@ -355,7 +355,100 @@ fn ifindex_u32(iface: &str) -> io::Result<u32> {
     ifindex(iface).map(|i| i as u32)
 }
 
-/// One AF_XDP receive queue with its own UMEM (our frame region).
+/// What binding one RX queue's socket needs.
+struct Bind<'a> {
+    iface: &'a str,
+    index: u16,
+    prog: Arc<XdpProgram>,
+    interrupts: bool,
+    zero_copy: bool,
+}
+
+impl Bind<'_> {
+    /// Give `sock` (its fill and completion rings made) an RX ring, bind it
+    /// (on `shared`'s UMEM if given), put it in the XSKMAP and post `free`.
+    fn finish(
+        self,
+        sock: XskSocket,
+        fill: Ring<u64>,
+        comp: Ring<u64>,
+        umem: Arc<Umem>,
+        free: Vec<Frame>,
+        shared: Option<&XskSocket>,
+    ) -> io::Result<XdpQueue> {
+        let Bind {
+            iface,
+            index,
+            prog,
+            interrupts,
+            zero_copy,
+        } = self;
+        let mode = if zero_copy {
+            libc::XDP_ZEROCOPY
+        } else {
+            libc::XDP_COPY
+        };
+        let rx = sock.rx_ring(2048).map_err(|e| ctx(e, "RX ring"))?;
+        // A socket on a shared UMEM takes no flags of its own (the kernel
+        // refuses them): copy or zero-copy and need_wakeup come from the
+        // UMEM's owner.
+        let flags = if shared.is_some() {
+            0
+        } else {
+            mode | libc::XDP_USE_NEED_WAKEUP
+        };
+        sock.bind(ifindex_u32(iface)?, index as u32, flags, shared)
+            .map_err(|e| {
+                ctx(
+                    e,
+                    match (zero_copy, shared.is_some()) {
+                        (true, false) => "binding in zero-copy mode",
+                        (false, false) => "binding in copy mode",
+                        (true, true) => "binding to a shared UMEM in zero-copy mode",
+                        (false, true) => "binding to a shared UMEM in copy mode",
+                    },
+                )
+            })?;
+        prog.set(index as u32, sock.as_raw_fd())?;
+        let irq = Arc::new(IrqLine::default());
+        let irq_thread = if interrupts {
+            let dup = syscall!(fcntl(sock.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0))?;
+            // SAFETY: fcntl returned a new descriptor (a dup of the live RX
+            // socket) that nothing else owns.
+            let waiter = FdWaiter::from_owned(unsafe { OwnedFd::from_raw_fd(dup) });
+            Some(crate::irq::spawn_level_irq(
+                format!("rxpath-xdp-irq/{index}"),
+                waiter,
+                irq.clone(),
+            )?)
+        } else {
+            None
+        };
+        let mut q = XdpQueue {
+            sock,
+            fill,
+            _comp: comp,
+            rx,
+            index,
+            in_kernel: (0..umem.frames()).map(|_| None).collect(),
+            umem,
+            shared: shared.is_some(),
+            free,
+            pending: Default::default(),
+            irq,
+            irq_thread,
+            received: 0,
+            zero_copy,
+            busy_poll: false,
+            _prog: prog,
+        };
+        q.post();
+        Ok(q)
+    }
+}
+
+/// One AF_XDP receive queue: its socket and rings, and the frames of the
+/// UMEM it owns (the whole region, or its share of a shared one).
 pub struct XdpQueue {
     // The socket and its rings go first (fields drop in order), the
     // region they point into after them.
@@ -365,6 +458,8 @@ pub struct XdpQueue {
     rx: Ring<libc::xdp_desc>,
     index: u16,
     umem: Arc<Umem>,
+    /// Bound to another queue's UMEM (`XDP_SHARED_UMEM`).
+    shared: bool,
     /// Frames posted to the kernel, by index.
     in_kernel: Vec<Option<Frame>>,
     free: Vec<Frame>,
@@ -420,31 +515,45 @@ impl XdpQueue {
         zero_copy: bool,
     ) -> io::Result<XdpQueue> {
         let mut x = Xsk::setup(frames, (frames as u32).next_power_of_two(), 64)?;
-        let mode = if zero_copy {
-            libc::XDP_ZEROCOPY
-        } else {
-            libc::XDP_COPY
-        };
-        let rx = x.sock.rx_ring(2048).map_err(|e| ctx(e, "RX ring"))?;
-        x.sock
-            .bind(
-                ifindex_u32(iface)?,
-                index as u32,
-                mode | libc::XDP_USE_NEED_WAKEUP,
-                None,
-            )
-            .map_err(|e| {
-                ctx(
-                    e,
-                    if zero_copy {
-                        "binding in zero-copy mode"
-                    } else {
-                        "binding in copy mode"
-                    },
-                )
-            })?;
-        prog.set(index as u32, x.sock.as_raw_fd())?;
         let free = x.frames();
+        let q = Bind {
+            iface,
+            index,
+            prog,
+            interrupts,
+            zero_copy,
+        };
+        q.finish(x.sock, x.fill, x.comp, x.umem, free, None)
+    }
+
+    /// Open queues `0..queues` of `iface` on one UMEM (`XDP_SHARED_UMEM`):
+    /// one frame region of `queues * frames` frames, `frames` of them per
+    /// queue, each queue with its own fill and completion ring (the first
+    /// socket registers the region, the others bind to it). Tries
+    /// zero-copy, then copy mode.
+    pub fn open_shared(
+        iface: &str,
+        queues: u16,
+        frames: usize,
+        prog: Arc<XdpProgram>,
+        interrupts: bool,
+    ) -> io::Result<Vec<XdpQueue>> {
+        Self::open_shared_with(iface, queues, frames, prog.clone(), interrupts, true)
+            .or_else(|_| Self::open_shared_with(iface, queues, frames, prog, interrupts, false))
+    }
+
+    fn open_shared_with(
+        iface: &str,
+        queues: u16,
+        frames: usize,
+        prog: Arc<XdpProgram>,
+        interrupts: bool,
+        zero_copy: bool,
+    ) -> io::Result<Vec<XdpQueue>> {
+        let fill_size = (frames as u32).next_power_of_two();
+        let mut x = Xsk::setup(frames * queues as usize, fill_size, 64)?;
+        let mut all = x.frames();
+        let mut out: Vec<XdpQueue> = Vec::with_capacity(queues as usize);
         let Xsk {
             sock,
             fill,
@@ -452,39 +561,29 @@ impl XdpQueue {
             umem,
             ..
         } = x;
-        let irq = Arc::new(IrqLine::default());
-        let irq_thread = if interrupts {
-            let dup = syscall!(fcntl(sock.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0))?;
-            // SAFETY: fcntl returned a new descriptor (a dup of the live RX
-            // socket) that nothing else owns.
-            let waiter = FdWaiter::from_owned(unsafe { OwnedFd::from_raw_fd(dup) });
-            Some(crate::irq::spawn_level_irq(
-                format!("rxpath-xdp-irq/{index}"),
-                waiter,
-                irq.clone(),
-            )?)
-        } else {
-            None
-        };
-        let mut q = XdpQueue {
-            sock,
-            fill,
-            _comp: comp,
-            rx,
-            index,
-            umem,
-            in_kernel: (0..frames).map(|_| None).collect(),
-            free,
-            pending: Default::default(),
-            irq,
-            irq_thread,
-            received: 0,
-            zero_copy,
-            busy_poll: false,
-            _prog: prog,
-        };
-        q.post();
-        Ok(q)
+        let mut first = Some((sock, fill, comp));
+        for index in 0..queues {
+            let mine = all.split_off(all.len() - frames);
+            let q = Bind {
+                iface,
+                index,
+                prog: prog.clone(),
+                interrupts,
+                zero_copy,
+            };
+            let xq = match first.take() {
+                Some((sock, fill, comp)) => q.finish(sock, fill, comp, umem.clone(), mine, None)?,
+                None => {
+                    let sock = XskSocket::new().map_err(|e| ctx(e, "AF_XDP socket"))?;
+                    let (fill, comp) = sock
+                        .fill_completion(fill_size, 64)
+                        .map_err(|e| ctx(e, "fill/completion rings of a shared UMEM"))?;
+                    q.finish(sock, fill, comp, umem.clone(), mine, Some(&out[0].sock))?
+                }
+            };
+            out.push(xq);
+        }
+        Ok(out)
     }
 
     /// Ask the kernel to busy-poll this socket's device queue
@@ -509,6 +608,11 @@ impl XdpQueue {
         set(70, budget as libc::c_int).map_err(|e| ctx(e, "SO_BUSY_POLL_BUDGET"))?; // SO_BUSY_POLL_BUDGET
         self.busy_poll = usecs > 0;
         Ok(())
+    }
+
+    /// True when this queue's socket is bound to another queue's UMEM.
+    pub fn shares_umem(&self) -> bool {
+        self.shared
     }
 
     /// True when the socket runs in zero-copy mode.

@@ -151,7 +151,8 @@ impl XskSocket {
 
     /// Bind to queue `queue` of interface `ifindex` with `flags`
     /// (`XDP_COPY`, `XDP_ZEROCOPY`, `XDP_USE_NEED_WAKEUP`); with `shared`,
-    /// on the UMEM of that socket (`XDP_SHARED_UMEM`).
+    /// on the UMEM of that socket (`XDP_SHARED_UMEM`; then `flags` must be
+    /// 0: the mode is the UMEM owner's).
     pub fn bind(
         &self,
         ifindex: u32,

@@ -96,16 +96,38 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
             let nq = cfg.sim.queues;
             let opened = XdpProgram::attach(name, nq as u32, cfg.xdp_filter).and_then(|prog| {
                 let prog = Arc::new(prog);
-                let mut qs = Vec::new();
-                for q in 0..nq {
-                    qs.push(XdpQueue::open(
-                        name,
-                        q as u16,
-                        cfg.sim.frames_per_queue,
-                        prog.clone(),
-                        cfg.interrupts,
-                    )?);
-                }
+                let frames = cfg.sim.frames_per_queue;
+                // Several queues draw from one UMEM (XDP_SHARED_UMEM); a
+                // kernel or driver that refuses gets one UMEM per queue.
+                let shared = if nq > 1 {
+                    XdpQueue::open_shared(name, nq as u16, frames, prog.clone(), cfg.interrupts)
+                        .map_err(|e| {
+                            eprintln!(
+                                "rxpath: shared UMEM on {name}: {e}; one UMEM per queue instead"
+                            )
+                        })
+                        .ok()
+                } else {
+                    None
+                };
+                let qs = match shared {
+                    Some(qs) => qs,
+                    None if nq > 1 => {
+                        // The kernel lets go of a queue the failed attempt
+                        // bound in deferred work: give it a moment.
+                        std::thread::sleep(std::time::Duration::from_millis(300));
+                        (0..nq)
+                            .map(|q| {
+                                XdpQueue::open(name, q as u16, frames, prog.clone(), cfg.interrupts)
+                            })
+                            .collect::<std::io::Result<Vec<_>>>()?
+                    }
+                    None => (0..nq)
+                        .map(|q| {
+                            XdpQueue::open(name, q as u16, frames, prog.clone(), cfg.interrupts)
+                        })
+                        .collect::<std::io::Result<Vec<_>>>()?,
+                };
                 Ok((prog.mode, qs))
             });
             let (mode, qs) = match opened {
@@ -278,7 +300,7 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
 /// How AF_XDP came up on `iface`: XDP mode, copy or zero-copy, queues.
 pub(crate) fn xdp_backend(iface: &str, mode: XdpMode, qs: &[XdpQueue]) -> String {
     format!(
-        "AF_XDP on {iface}: {} XDP, {} mode, {} queue(s)",
+        "AF_XDP on {iface}: {} XDP, {} mode, {} queue(s){}",
         if mode == XdpMode::Native {
             "native"
         } else {
@@ -289,7 +311,12 @@ pub(crate) fn xdp_backend(iface: &str, mode: XdpMode, qs: &[XdpQueue]) -> String
         } else {
             "copy"
         },
-        qs.len()
+        qs.len(),
+        if qs.iter().any(|q| q.shares_umem()) {
+            ", one shared UMEM"
+        } else {
+            ""
+        }
     )
 }
 
@@ -360,9 +387,14 @@ fn own_queues<Q: RxQueue + OwnPool + Send + 'static>(
     )?;
     let (queues, softnet, received_in_window, host, latency) = collect(outs);
     let (mut frames_total, mut frames_home) = (0, 0);
+    // Queues on a shared UMEM each hold their share of one region: count
+    // each region once.
+    let mut regions = std::collections::BTreeSet::new();
     for q in host {
         let pool = q.into_pool();
-        frames_total += pool.umem().frames();
+        if regions.insert(pool.umem().id()) {
+            frames_total += pool.umem().frames();
+        }
         frames_home += pool.available();
     }
     Ok(Report {
