@@ -21,16 +21,18 @@ enum Server {
     RxpathPrefer,
     RxpathXsk,
     RxpathSleep,
+    RxpathPacket,
     Kernel,
     KernelBusy,
 }
 
 impl Server {
-    const ALL: [Server; 6] = [
+    const ALL: [Server; 7] = [
         Server::RxpathBusy,
         Server::RxpathPrefer,
         Server::RxpathXsk,
         Server::RxpathSleep,
+        Server::RxpathPacket,
         Server::Kernel,
         Server::KernelBusy,
     ];
@@ -41,6 +43,7 @@ impl Server {
             Server::RxpathPrefer => "prefer",
             Server::RxpathXsk => "xsk",
             Server::RxpathSleep => "sleep",
+            Server::RxpathPacket => "packet",
             Server::Kernel => "kernel",
             Server::KernelBusy => "kernel-busy",
         }
@@ -52,6 +55,7 @@ impl Server {
             Server::RxpathPrefer => "rxpath echo, busy poll + prefer",
             Server::RxpathXsk => "rxpath echo, busy poll + XSK busy poll",
             Server::RxpathSleep => "rxpath echo, sleeping",
+            Server::RxpathPacket => "rxpath echo --mode packet, busy poll",
             Server::Kernel => "kernel UDP (sockperf server)",
             Server::KernelBusy => "kernel UDP, busy_read/busy_poll",
         }
@@ -234,12 +238,20 @@ fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Runn
                 Server::RxpathBusy => (a.busy_poll, 0, 0),
                 Server::RxpathPrefer => (a.busy_poll, a.prefer_ns, 0),
                 Server::RxpathXsk => (a.busy_poll, 0, a.busy_poll),
+                Server::RxpathPacket => (a.busy_poll, 0, 0),
                 _ => (0, 0, 0),
             };
             let args = EchoArgs {
                 busy_poll: busy,
                 prefer_busy_poll: prefer,
                 xdp_busy_poll: xsk,
+                // The fallback where XDP cannot be used: AF_PACKET, with a
+                // frame handed over as soon as the kernel wrote it.
+                mode: if s == Server::RxpathPacket {
+                    BackendArg::Packet
+                } else {
+                    BackendArg::Xdp
+                },
                 ..echo_args(&t.host_if)
             };
             // Started from a thread pinned to the server CPU: every thread

@@ -309,7 +309,7 @@ pub struct RrArgs {
     /// rxpath's prefer-busy-poll interrupt deferral, ns.
     #[arg(long, default_value_t = 200_000)]
     pub prefer_ns: u64,
-    /// Only these servers (comma-separated: busy, prefer, xsk, sleep, kernel,
+    /// Only these servers (comma-separated: busy, prefer, xsk, sleep, packet, kernel,
     /// kernel-busy); the kernel is always run, as the reference.
     #[arg(long, value_delimiter = ',')]
     pub servers: Vec<String>,
@@ -386,7 +386,8 @@ pub enum BackendArg {
     Auto,
     /// AF_XDP.
     Xdp,
-    /// AF_PACKET (TPACKET_V3 with fanout).
+    /// AF_PACKET (with fanout over queues; `run` reads TPACKET_V3 blocks,
+    /// `echo` a TPACKET_V2 ring that hands over every frame at once).
     Packet,
 }
 

@@ -37,21 +37,25 @@ pub struct PacketQueue {
 }
 
 impl PacketQueue {
-    /// Open queue `index` of `iface`: a TPACKET_V3 ring in fanout group
-    /// `group` (all queues of one interface share it), with `frames` frames
-    /// of our own. With `interrupts`, a thread raises the queue's IRQ line
-    /// when packets wait.
+    /// Open queue `index` of `iface`: a ring in fanout group `group` (all
+    /// queues of one interface share it), with `frames` frames of our own.
+    /// With `interrupts`, a thread raises the queue's IRQ line when packets
+    /// wait. `per_frame`: a TPACKET_V2 ring that hands each frame over at
+    /// once (sockets waiting for one request), else TPACKET_V3 blocks
+    /// (handed over when full or after 1 ms: bulk receive).
     pub fn open(
         iface: &str,
         index: u16,
         group: Option<u16>,
         frames: usize,
         interrupts: bool,
+        per_frame: bool,
     ) -> io::Result<Self> {
         let ring = PacketRing::open(
             iface,
             RingConfig {
                 fanout_group: group,
+                per_frame,
                 ..RingConfig::default()
             },
         )?;

@@ -99,6 +99,11 @@ pub struct HostConfig {
     /// so a reader on core `w` is on worker `w` for RFS), fed by the NAPIs'
     /// steering stage. A host's NAPI threads are not workers.
     pub steer: rxpath_core::steer::SteerConfig,
+    /// AF_PACKET: hand each frame over as the kernel writes it (TPACKET_V2;
+    /// the default: a socket waiting for one request gets it at once)
+    /// rather than a block at a time (TPACKET_V3: a block goes up when full
+    /// or after the 1 ms retire timeout, ~0.5 ms per lone request).
+    pub packet_per_frame: bool,
 }
 
 impl Default for HostConfig {
@@ -115,6 +120,7 @@ impl Default for HostConfig {
             napi_in_irq: true,
             sock: SockConfig::default(),
             steer: rxpath_core::steer::SteerConfig::default(),
+            packet_per_frame: true,
         }
     }
 }
@@ -309,6 +315,7 @@ impl Host {
                             (nq > 1).then_some(group),
                             cfg.frames_per_queue,
                             cfg.interrupts,
+                            cfg.packet_per_frame,
                         )
                         .map_err(|e| RunError::Device(format!("AF_PACKET on {iface}: {e}")))?,
                     );

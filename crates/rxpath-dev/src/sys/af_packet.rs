@@ -178,6 +178,7 @@ impl RawSocket {
 // ---- TPACKET_V3 receive ring ---------------------------------------------
 
 const PACKET_VERSION: libc::c_int = 10;
+const TPACKET_V2: libc::c_int = 1;
 const TPACKET_V3: libc::c_int = 2;
 const PACKET_RX_RING: libc::c_int = 5;
 const PACKET_STATISTICS: libc::c_int = 6;
@@ -201,6 +202,22 @@ struct TpacketReq3 {
     tp_sizeof_priv: u32,
     tp_feature_req_word: u32,
 }
+
+/// `struct tpacket_req` (TPACKET_V2).
+#[repr(C)]
+struct TpacketReq {
+    tp_block_size: u32,
+    tp_block_nr: u32,
+    tp_frame_size: u32,
+    tp_frame_nr: u32,
+}
+
+// Offsets in `struct tpacket2_hdr`.
+const P2_STATUS: usize = 0;
+const P2_LEN: usize = 4;
+const P2_SNAPLEN: usize = 8;
+const P2_MAC: usize = 12;
+const P2_VLAN_TCI: usize = 24;
 
 #[repr(C)]
 #[derive(Default)]
@@ -237,6 +254,11 @@ pub struct RingConfig {
     /// Join this PACKET_FANOUT group (hash mode): several rings on one
     /// interface then split its traffic by flow, like RSS queues.
     pub fanout_group: Option<u16>,
+    /// Hand each frame over as soon as the kernel wrote it (TPACKET_V2,
+    /// a status word per frame) instead of a block at a time (TPACKET_V3,
+    /// handed over when full or after `retire_ms`): what a socket that
+    /// waits for one request needs; blocks are better for bulk receive.
+    pub per_frame: bool,
 }
 
 impl Default for RingConfig {
@@ -247,6 +269,7 @@ impl Default for RingConfig {
             frame_size: 2048,
             retire_ms: 1,
             fanout_group: None,
+            per_frame: false,
         }
     }
 }
@@ -267,8 +290,9 @@ pub struct RxSlot<'a> {
     pub csum_flags: u32,
 }
 
-/// A TPACKET_V3 ring: the kernel fills blocks of packets, user space reads a
-/// block and hands it back.
+/// A TPACKET_V3 ring (the kernel fills blocks of packets, user space reads a
+/// block and hands it back) or, with [`RingConfig::per_frame`], a
+/// TPACKET_V2 ring (one status word per frame, each handed back after use).
 #[derive(Debug)]
 pub struct PacketRing {
     sock: RawSocket,
@@ -280,6 +304,11 @@ pub struct PacketRing {
     left: u32,
     next: usize,
     in_block: bool,
+    /// TPACKET_V2: frames in the ring, the frame to read next, and whether
+    /// the previous call's frame is still ours (handed back on the next).
+    frame_nr: usize,
+    frame: usize,
+    held: bool,
 }
 
 // SAFETY: the mapping is owned by this value and only touched through
@@ -309,7 +338,11 @@ impl PacketRing {
         // SAFETY: `socket` returned a new descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let raw = fd.as_raw_fd();
-        let v: libc::c_int = TPACKET_V3;
+        let v: libc::c_int = if cfg.per_frame {
+            TPACKET_V2
+        } else {
+            TPACKET_V3
+        };
         // Points to a live c_int.
         syscall!(setsockopt(
             raw,
@@ -318,23 +351,41 @@ impl PacketRing {
             &v as *const _ as *const libc::c_void,
             4
         ))?;
-        let req = TpacketReq3 {
-            tp_block_size: cfg.block_size as u32,
-            tp_block_nr: cfg.block_nr as u32,
-            tp_frame_size: cfg.frame_size as u32,
-            tp_frame_nr: (cfg.block_size / cfg.frame_size * cfg.block_nr) as u32,
-            tp_retire_blk_tov: cfg.retire_ms,
-            tp_sizeof_priv: 0,
-            tp_feature_req_word: 0,
-        };
-        // Points to a live TpacketReq3 of the size passed.
-        syscall!(setsockopt(
-            raw,
-            libc::SOL_PACKET,
-            PACKET_RX_RING,
-            &req as *const _ as *const libc::c_void,
-            std::mem::size_of::<TpacketReq3>() as libc::socklen_t
-        ))?;
+        let frame_nr = cfg.block_size / cfg.frame_size * cfg.block_nr;
+        if cfg.per_frame {
+            let req = TpacketReq {
+                tp_block_size: cfg.block_size as u32,
+                tp_block_nr: cfg.block_nr as u32,
+                tp_frame_size: cfg.frame_size as u32,
+                tp_frame_nr: frame_nr as u32,
+            };
+            // Points to a live TpacketReq of the size passed.
+            syscall!(setsockopt(
+                raw,
+                libc::SOL_PACKET,
+                PACKET_RX_RING,
+                &req as *const _ as *const libc::c_void,
+                std::mem::size_of::<TpacketReq>() as libc::socklen_t
+            ))?;
+        } else {
+            let req = TpacketReq3 {
+                tp_block_size: cfg.block_size as u32,
+                tp_block_nr: cfg.block_nr as u32,
+                tp_frame_size: cfg.frame_size as u32,
+                tp_frame_nr: frame_nr as u32,
+                tp_retire_blk_tov: cfg.retire_ms,
+                tp_sizeof_priv: 0,
+                tp_feature_req_word: 0,
+            };
+            // Points to a live TpacketReq3 of the size passed.
+            syscall!(setsockopt(
+                raw,
+                libc::SOL_PACKET,
+                PACKET_RX_RING,
+                &req as *const _ as *const libc::c_void,
+                std::mem::size_of::<TpacketReq3>() as libc::socklen_t
+            ))?;
+        }
         let map_len = cfg.block_size * cfg.block_nr;
         // SAFETY: mapping the ring the kernel just set up on this socket,
         // with the length it was configured with.
@@ -365,6 +416,9 @@ impl PacketRing {
             left: 0,
             next: 0,
             in_block: false,
+            frame_nr,
+            frame: 0,
+            held: false,
         };
         // Points to a live sockaddr_ll of the size passed.
         syscall!(bind(
@@ -409,8 +463,38 @@ impl PacketRing {
         unsafe { std::ptr::read_unaligned(p.add(off) as *const u32) }
     }
 
+    /// TPACKET_V2: the header of frame `i` (frames never straddle blocks).
+    fn frame_ptr(&self, i: usize) -> *mut u8 {
+        let per_block = self.cfg.block_size / self.cfg.frame_size;
+        // SAFETY: i < frame_nr, so the block and the frame's offset in it
+        // are inside the mapping.
+        unsafe {
+            self.block_ptr(i / per_block)
+                .add((i % per_block) * self.cfg.frame_size)
+        }
+    }
+
+    fn frame_status(&self, i: usize) -> &std::sync::atomic::AtomicU32 {
+        // SAFETY: tp_status is the 4-byte aligned first word of the frame
+        // header, shared with the kernel; the TPACKET_V2 protocol hands
+        // frames over through it.
+        unsafe { &*(self.frame_ptr(i).add(P2_STATUS) as *const std::sync::atomic::AtomicU32) }
+    }
+
     /// True when a packet is waiting.
     pub fn has_pending(&self) -> bool {
+        if self.cfg.per_frame {
+            let i = if self.held {
+                (self.frame + 1) % self.frame_nr
+            } else {
+                self.frame
+            };
+            return self
+                .frame_status(i)
+                .load(std::sync::atomic::Ordering::Acquire)
+                & TP_STATUS_USER
+                != 0;
+        }
         (self.in_block && self.left > 0)
             || self
                 .status(self.block)
@@ -423,6 +507,9 @@ impl PacketRing {
     /// every packet in them has been returned.
     pub fn next_packet(&mut self) -> Option<RxSlot<'_>> {
         use std::sync::atomic::Ordering;
+        if self.cfg.per_frame {
+            return self.next_frame();
+        }
         if self.in_block && self.left == 0 {
             // Pairs with the kernel's read of block_status before it fills
             // the block again: everything we read happened before this.
@@ -477,13 +564,48 @@ impl PacketRing {
             wire_len,
             rxhash,
             vlan_tci: (status & TP_STATUS_VLAN_VALID != 0).then_some(tci & 0x0fff),
-            csum_flags: if status & TP_STATUS_CSUMNOTREADY != 0 {
-                crate::sys::ring::desc_flags::CSUM_PARTIAL
-            } else if status & TP_STATUS_CSUM_VALID != 0 {
-                crate::sys::ring::desc_flags::CSUM_OK
-            } else {
-                0
-            },
+            csum_flags: csum_flags(status),
+        })
+    }
+
+    /// TPACKET_V2: the next frame, the previous one handed back first.
+    fn next_frame(&mut self) -> Option<RxSlot<'_>> {
+        use std::sync::atomic::Ordering;
+        if self.held {
+            // Everything read from the frame happened before this store,
+            // which gives it back to the kernel.
+            self.frame_status(self.frame)
+                .store(TP_STATUS_KERNEL, Ordering::Release);
+            self.held = false;
+            self.frame = (self.frame + 1) % self.frame_nr;
+        }
+        // Acquire pairs with the kernel's smp_wmb + status write.
+        let status = self.frame_status(self.frame).load(Ordering::Acquire);
+        if status & TP_STATUS_USER == 0 {
+            return None;
+        }
+        self.held = true;
+        let fp = self.frame_ptr(self.frame);
+        let snaplen = self.read_u32(fp, P2_SNAPLEN) as usize;
+        let wire_len = self.read_u32(fp, P2_LEN);
+        // SAFETY: tp_mac and tp_vlan_tci are u16 fields of the header.
+        let (mac, tci) = unsafe {
+            (
+                std::ptr::read_unaligned(fp.add(P2_MAC) as *const u16) as usize,
+                std::ptr::read_unaligned(fp.add(P2_VLAN_TCI) as *const u16),
+            )
+        };
+        let len = snaplen.min(self.cfg.frame_size.saturating_sub(mac));
+        // SAFETY: [mac, mac+len) lies inside this frame (clamped above),
+        // which stays ours until the next call, and `&mut self` is
+        // borrowed for the slice's life.
+        let data = unsafe { std::slice::from_raw_parts(fp.add(mac), len) };
+        Some(RxSlot {
+            data,
+            wire_len,
+            rxhash: 0,
+            vlan_tci: (status & TP_STATUS_VLAN_VALID != 0).then_some(tci & 0x0fff),
+            csum_flags: csum_flags(status),
         })
     }
 
@@ -512,6 +634,18 @@ impl PacketRing {
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // Points to one live pollfd.
         Ok(syscall!(poll(&mut pfd as *mut libc::pollfd, 1, ms))? > 0)
+    }
+}
+
+/// The checksum state a packet's status word reports, as
+/// [`crate::sys::ring::desc_flags`].
+fn csum_flags(status: u32) -> u32 {
+    if status & TP_STATUS_CSUMNOTREADY != 0 {
+        crate::sys::ring::desc_flags::CSUM_PARTIAL
+    } else if status & TP_STATUS_CSUM_VALID != 0 {
+        crate::sys::ring::desc_flags::CSUM_OK
+    } else {
+        0
     }
 }
 

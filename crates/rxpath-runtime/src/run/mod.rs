@@ -166,6 +166,8 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                     (nq > 1).then_some(group),
                     cfg.sim.frames_per_queue,
                     cfg.interrupts,
+                    // Bulk receive: TPACKET_V3 blocks.
+                    false,
                 )
                 .map_err(|e| RunError::Device(format!("AF_PACKET on {name}: {e}")))?;
                 qs.push(pq);
