@@ -17,13 +17,50 @@ ALLOWED = {
 
 
 def passes(expr: str) -> bool:
-    # Old-style "MIT/Apache-2.0" means OR.
-    expr = expr.replace("/", " OR ")
-    for alt in re.split(r"\s+OR\s+", expr.replace("(", " ").replace(")", " ")):
-        parts = [p.strip() for p in re.split(r"\s+AND\s+", alt) if p.strip()]
-        if parts and all(p in ALLOWED for p in parts):
-            return True
-    return False
+    """Evaluate an SPDX expression: AND binds tighter than OR, parentheses
+    group, `WITH exception` stays with its licence; old-style "A/B" is OR."""
+    toks = re.findall(r"\(|\)|[^\s()]+", expr.replace("/", " OR "))
+    pos = 0
+
+    def peek():
+        return toks[pos] if pos < len(toks) else None
+
+    def take():
+        nonlocal pos
+        pos += 1
+        return toks[pos - 1]
+
+    def atom():
+        if peek() == "(":
+            take()
+            v = disj()
+            if peek() == ")":
+                take()
+            return v
+        lic = take()
+        if peek() == "WITH":
+            take()
+            lic = f"{lic} WITH {take()}"
+        return lic in ALLOWED or lic.split(" WITH ")[0] in ALLOWED - {"Apache-2.0 WITH LLVM-exception"}
+
+    def conj():
+        v = atom()
+        while peek() == "AND":
+            take()
+            v = atom() and v
+        return v
+
+    def disj():
+        v = conj()
+        while peek() == "OR":
+            take()
+            v = conj() or v
+        return v
+
+    try:
+        return bool(toks) and disj() and pos == len(toks)
+    except IndexError:
+        return False
 
 
 def main() -> int:
