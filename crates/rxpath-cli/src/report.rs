@@ -85,6 +85,9 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             report.elapsed.as_secs_f64()
         );
     }
+    if let Some(why) = &report.stopped_early {
+        eprintln!("rxpath: stopped early: {why}; the report covers what ran");
+    }
     if let Some(r) = readers {
         let moves = r.finish();
         if moves > 0 {
@@ -110,10 +113,14 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             std::thread::sleep(d);
         }
     }
-    Ok(if report.consistent() {
-        ExitCode::SUCCESS
-    } else {
+    Ok(if !report.consistent() {
         ExitCode::from(1)
+    } else if report.stopped_early.is_some() {
+        // The interface went away or down: the report is complete for what
+        // ran, but the run is not what was asked for.
+        ExitCode::from(4)
+    } else {
+        ExitCode::SUCCESS
     })
 }
 
@@ -384,6 +391,7 @@ pub fn json_report(r: &Report) -> serde_json::Value {
         "workers": r.workers,
         "order": r.order,
         "accel_rfs": r.accel_rfs,
+        "stopped_early": r.stopped_early,
         "config": r.config,
     })
 }

@@ -44,6 +44,17 @@ fn run_on_b(lab: &VethLab, mode: &str, extra: &[&str]) -> std::process::Child {
 
 /// [`run_on_b`] on `queues` queues.
 fn run_on_b_queues(lab: &VethLab, mode: &str, queues: &str, extra: &[&str]) -> std::process::Child {
+    run_on_b_for(lab, mode, queues, "2500ms", extra)
+}
+
+/// [`run_on_b_queues`] for `duration`.
+fn run_on_b_for(
+    lab: &VethLab,
+    mode: &str,
+    queues: &str,
+    duration: &str,
+    extra: &[&str],
+) -> std::process::Child {
     let mut args = vec![
         "run",
         "--iface",
@@ -53,7 +64,7 @@ fn run_on_b_queues(lab: &VethLab, mode: &str, queues: &str, extra: &[&str]) -> s
         "--mode",
         mode,
         "--duration",
-        "2500ms",
+        duration,
         "--json",
         "--no-pin",
     ];
@@ -412,4 +423,52 @@ fn two_queues_share_one_umem_and_receive_exact_counts() {
         "both queues took frames from the shared UMEM: {per_queue:?}"
     );
     assert!(!xdp_attached(&lab), "nothing left attached after exit");
+}
+
+/// The world changes under a running rxpath: the interface set down (AF_XDP)
+/// or deleted (AF_PACKET) stops the run at once with the report so far,
+/// every frame home, a one-line reason and exit code 4 — not a run that
+/// idles to the end of its duration on a queue that never delivers again.
+#[test]
+fn an_interface_that_goes_down_or_away_stops_the_run_cleanly() {
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs it as root)");
+        return;
+    }
+    for (mode, action) in [("xdp", "down"), ("packet", "delete")] {
+        let lab = lab();
+        let child = run_on_b_for(&lab, mode, "1", "20s", &[]);
+        std::thread::sleep(Duration::from_millis(800));
+        send_udp(&lab, 500);
+        let t0 = std::time::Instant::now();
+        match action {
+            "down" => lab.ip(&["link", "set", &lab.b, "down"]).unwrap(),
+            _ => lab.ip(&["link", "del", &lab.b]).unwrap(),
+        };
+        let out = child.wait_with_output().unwrap();
+        let took = t0.elapsed();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "{mode}/{action}: {err}");
+        assert!(
+            took < Duration::from_secs(5),
+            "{mode}/{action}: stopped {took:?} after the change, not at the end of 20 s"
+        );
+        assert!(
+            err.contains("stopped early: interface")
+                && err.contains(if action == "down" {
+                    "went down"
+                } else {
+                    "was deleted"
+                }),
+            "{err}"
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["consistent"], true, "{mode}: {v}");
+        assert_eq!(v["frames_home"], v["frames_total"], "{mode}");
+        assert_eq!(v["total"]["delivered"].as_u64(), Some(500), "{mode}: {v}");
+        assert!(v["stopped_early"].is_string(), "{v}");
+        if action == "down" {
+            assert!(!xdp_attached(&lab), "nothing left attached");
+        }
+    }
 }

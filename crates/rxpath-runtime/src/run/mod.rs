@@ -6,6 +6,7 @@
 mod config;
 mod napi_thread;
 mod report;
+mod watch;
 
 pub use config::*;
 pub use report::*;
@@ -141,8 +142,9 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 Err(e) => return Err(RunError::Device(format!("AF_XDP on {name}: {e}"))),
             };
             eprintln!("rxpath: {}", xdp_backend(name, mode, &qs));
-            own_queues(
-                cfg,
+            let (watch, watched) = watch::IfaceWatch::start(name, cfg);
+            let r = own_queues(
+                &watched,
                 qs,
                 cfg.interrupts,
                 &mut table,
@@ -151,7 +153,8 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 &stop_napi,
                 &window_over,
                 &mut on_tick,
-            )
+            );
+            with_watch(r, watch, cfg)
         }
         Producer::Packet { iface } => {
             let name = iface.as_str();
@@ -172,8 +175,9 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 .map_err(|e| RunError::Device(format!("AF_PACKET on {name}: {e}")))?;
                 qs.push(pq);
             }
-            own_queues(
-                cfg,
+            let (watch, watched) = watch::IfaceWatch::start(name, cfg);
+            let r = own_queues(
+                &watched,
                 qs,
                 cfg.interrupts,
                 &mut table,
@@ -182,7 +186,8 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 &stop_napi,
                 &window_over,
                 &mut on_tick,
-            )
+            );
+            with_watch(r, watch, cfg)
         }
         Producer::Thread { .. } | Producer::Pcap { .. } => {
             let trace = match &cfg.producer {
@@ -294,12 +299,28 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 workers: steer.workers,
                 order: steer.order,
                 accel_rfs: steer.accel,
+                stopped_early: None,
             })
         }
     }
 }
 
 /// How AF_XDP came up on `iface`: XDP mode, copy or zero-copy, queues.
+/// A run on a watched interface: the report with why it stopped early (if
+/// it did), and the caller's configuration (not the watcher's stop flag).
+fn with_watch(
+    r: Result<Report, RunError>,
+    watch: watch::IfaceWatch,
+    cfg: &RunConfig,
+) -> Result<Report, RunError> {
+    let why = watch.finish();
+    r.map(|mut rep| {
+        rep.stopped_early = why;
+        rep.config = cfg.clone();
+        rep
+    })
+}
+
 pub(crate) fn xdp_backend(iface: &str, mode: XdpMode, qs: &[XdpQueue]) -> String {
     format!(
         "AF_XDP on {iface}: {} XDP, {} mode, {} queue(s){}",
@@ -411,6 +432,7 @@ fn own_queues<Q: RxQueue + OwnPool + Send + 'static>(
         workers: steer.workers,
         order: steer.order,
         accel_rfs: steer.accel,
+        stopped_early: None,
     })
 }
 

@@ -50,6 +50,9 @@ pub struct Report {
     pub order: Option<crate::steer::OrderReport>,
     /// Accelerated RFS (`--accel-rfs`).
     pub accel_rfs: Option<crate::steer::AccelReport>,
+    /// Why the run stopped before its end, if the world made it (the
+    /// interface was deleted or went down); the report covers what ran.
+    pub stopped_early: Option<String>,
 }
 
 impl Report {
