@@ -212,10 +212,15 @@ fn into_pools<Q: RxQueue + 'static>(
     into_pool: impl Fn(Q) -> FramePool,
 ) -> (usize, usize) {
     let (mut total, mut home) = (0, 0);
+    // Queues on a shared UMEM each hold their share of one region: count
+    // each region once.
+    let mut regions = std::collections::BTreeSet::new();
     for c in cells {
         if let Ok(q) = c.downcast::<Q>() {
             let pool = into_pool(*q);
-            total += pool.umem().frames();
+            if regions.insert(pool.umem().id()) {
+                total += pool.umem().frames();
+            }
             home += pool.available();
         }
     }
@@ -268,19 +273,18 @@ impl Host {
                 let nq = cfg.queues;
                 let opened = XdpProgram::attach(&iface, nq as u32, filter).and_then(|prog| {
                     let prog = Arc::new(prog);
-                    let mut qs = Vec::new();
-                    for q in 0..nq {
-                        let mut xq = XdpQueue::open(
-                            &iface,
-                            q as u16,
-                            cfg.frames_per_queue,
-                            prog.clone(),
-                            cfg.interrupts,
-                        )?;
-                        if xsk_busy_poll_us > 0 {
+                    // Several queues draw from one UMEM (XDP_SHARED_UMEM).
+                    let mut qs = XdpQueue::open_all(
+                        &iface,
+                        nq as u16,
+                        cfg.frames_per_queue,
+                        prog.clone(),
+                        cfg.interrupts,
+                    )?;
+                    if xsk_busy_poll_us > 0 {
+                        for xq in &mut qs {
                             xq.set_busy_poll(xsk_busy_poll_us, 8)?;
                         }
-                        qs.push(xq);
                     }
                     Ok((prog.mode, qs))
                 });

@@ -526,6 +526,32 @@ impl XdpQueue {
         q.finish(x.sock, x.fill, x.comp, x.umem, free, None)
     }
 
+    /// Open queues `0..queues` of `iface`: on one shared UMEM when there
+    /// are several ([`Self::open_shared`]), else (or if the kernel refuses
+    /// to share, said on stderr) each on its own.
+    pub fn open_all(
+        iface: &str,
+        queues: u16,
+        frames: usize,
+        prog: Arc<XdpProgram>,
+        interrupts: bool,
+    ) -> io::Result<Vec<XdpQueue>> {
+        if queues > 1 {
+            match Self::open_shared(iface, queues, frames, prog.clone(), interrupts) {
+                Ok(qs) => return Ok(qs),
+                Err(e) => {
+                    eprintln!("rxpath: shared UMEM on {iface}: {e}; one UMEM per queue instead");
+                    // The kernel lets go of a queue the failed attempt bound
+                    // in deferred work: give it a moment.
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            }
+        }
+        (0..queues)
+            .map(|q| Self::open(iface, q, frames, prog.clone(), interrupts))
+            .collect()
+    }
+
     /// Open queues `0..queues` of `iface` on one UMEM (`XDP_SHARED_UMEM`):
     /// one frame region of `queues * frames` frames, `frames` of them per
     /// queue, each queue with its own fill and completion ring (the first

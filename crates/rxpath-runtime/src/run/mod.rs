@@ -97,38 +97,14 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
             let nq = cfg.sim.queues;
             let opened = XdpProgram::attach(name, nq as u32, cfg.xdp_filter).and_then(|prog| {
                 let prog = Arc::new(prog);
-                let frames = cfg.sim.frames_per_queue;
-                // Several queues draw from one UMEM (XDP_SHARED_UMEM); a
-                // kernel or driver that refuses gets one UMEM per queue.
-                let shared = if nq > 1 {
-                    XdpQueue::open_shared(name, nq as u16, frames, prog.clone(), cfg.interrupts)
-                        .map_err(|e| {
-                            eprintln!(
-                                "rxpath: shared UMEM on {name}: {e}; one UMEM per queue instead"
-                            )
-                        })
-                        .ok()
-                } else {
-                    None
-                };
-                let qs = match shared {
-                    Some(qs) => qs,
-                    None if nq > 1 => {
-                        // The kernel lets go of a queue the failed attempt
-                        // bound in deferred work: give it a moment.
-                        std::thread::sleep(std::time::Duration::from_millis(300));
-                        (0..nq)
-                            .map(|q| {
-                                XdpQueue::open(name, q as u16, frames, prog.clone(), cfg.interrupts)
-                            })
-                            .collect::<std::io::Result<Vec<_>>>()?
-                    }
-                    None => (0..nq)
-                        .map(|q| {
-                            XdpQueue::open(name, q as u16, frames, prog.clone(), cfg.interrupts)
-                        })
-                        .collect::<std::io::Result<Vec<_>>>()?,
-                };
+                // Several queues draw from one UMEM (XDP_SHARED_UMEM).
+                let qs = XdpQueue::open_all(
+                    name,
+                    nq as u16,
+                    cfg.sim.frames_per_queue,
+                    prog.clone(),
+                    cfg.interrupts,
+                )?;
                 Ok((prog.mode, qs))
             });
             let (mode, qs) = match opened {
