@@ -726,14 +726,20 @@ fn loop2(
         };
         let parsed = match umem.data(&pkt.frame).get(off..end) {
             Some(bytes) => rxpath_wire::parse_into(bytes, &mut pkt.meta.headers),
-            None => Err(rxpath_wire::Error::BadLength("descriptor")),
+            None => {
+                // A descriptor that claims bytes past its frame (a buggy
+                // device): keep the packet inside the frame, so no stage
+                // reads beyond it, and hand it up as malformed.
+                let fs = umem.frame_size();
+                pkt.off = off.min(fs) as u16;
+                pkt.len = (end.min(fs) - off.min(fs)) as u16;
+                Err(rxpath_wire::Error::BadLength("descriptor"))
+            }
         };
         if let Some(tap) = rx_tap.as_mut() {
             // Every frame as the device delivered it, before GRO.
-            tap(
-                &umem.data(&pkt.frame)[off..end.min(umem.frame_size())],
-                ctx.now_ns,
-            );
+            let fs = umem.frame_size();
+            tap(&umem.data(&pkt.frame)[off.min(fs)..end.min(fs)], ctx.now_ns);
         }
         match parsed {
             Ok(()) => {

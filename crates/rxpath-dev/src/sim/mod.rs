@@ -377,6 +377,37 @@ impl SimPort {
         Self::place(q, d).map(|_| qi)
     }
 
+    /// Fault injection: place `bytes` as [`Self::inject`] does, but with a
+    /// descriptor that claims `claimed_len` bytes at offset `off` (a buggy
+    /// device whose length runs past the frame). The host must neither read
+    /// past the frame nor lose it.
+    pub fn inject_lying(
+        &mut self,
+        bytes: &[u8],
+        rxhash: u32,
+        off: u16,
+        claimed_len: u16,
+    ) -> Result<usize, DeviceDrop> {
+        let qi = self.queue_for(rxhash);
+        let q = &mut self.queues[qi];
+        q.offered += 1;
+        q.dirty = true;
+        let Some(mut frame) = q.frame() else {
+            q.rx_no_buffer += 1;
+            return Err(DeviceDrop::NoBuffer);
+        };
+        let n = bytes.len().min(self.umem.frame_size());
+        self.umem.data_mut(&mut frame)[..n].copy_from_slice(&bytes[..n]);
+        let d = Desc {
+            frame,
+            off,
+            len: claimed_len,
+            rxhash,
+            flags: 0,
+        };
+        Self::place(q, d).map(|_| qi)
+    }
+
     /// Publish placed packets to the host, take back recycled frames, update
     /// counters, and raise interrupts as the coalescing settings say.
     /// `now_ns` is any monotonic clock in nanoseconds.
