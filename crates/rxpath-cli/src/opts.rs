@@ -497,6 +497,12 @@ pub struct RunArgs {
     /// instead of spinning (it leaves its core to a worker).
     #[arg(long)]
     pub producer_sleeps: bool,
+    /// Fault injection on the simulated NIC's producer thread, a share of
+    /// the packets each: garbage=P (frames of random bytes), lying=P
+    /// (descriptors whose offset or length runs past their frame), seed=N;
+    /// e.g. `--fault garbage=0.01,lying=0.001`. Each is counted as a drop.
+    #[arg(long, value_name = "SPEC", value_parser = parse_faults)]
+    pub fault: Option<rxpath_dev::sim::Faults>,
     /// Interrupt coalescing: µs after the first packet (ethtool rx-usecs).
     #[arg(long, default_value_t = 8)]
     pub rx_usecs: u32,
@@ -646,6 +652,7 @@ impl RunArgs {
                 rx_frames: self.rx_frames,
             },
             sleep_pacing: self.producer_sleeps,
+            faults: self.fault.unwrap_or_default(),
             ..SimConfig::default()
         };
         Ok(RunConfig {
@@ -777,4 +784,31 @@ pub fn exit_on_clap_error(e: clap::Error) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `--fault garbage=P,lying=P,seed=N`.
+pub(crate) fn parse_faults(s: &str) -> Result<rxpath_dev::sim::Faults, String> {
+    let mut f = rxpath_dev::sim::Faults::default();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        let (k, v) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{part:?}: want KIND=VALUE (garbage, lying, seed)"))?;
+        let share = || -> Result<f64, String> {
+            let p: f64 = v.parse().map_err(|_| format!("{k}={v}: not a number"))?;
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!("{k}={v}: a share is 0 to 1"));
+            }
+            Ok(p)
+        };
+        match k {
+            "garbage" => f.garbage = share()?,
+            "lying" => f.lying = share()?,
+            "seed" => f.seed = v.parse().map_err(|_| format!("seed={v}: not a number"))?,
+            o => return Err(format!("unknown fault {o:?}: garbage, lying or seed")),
+        }
+    }
+    if f.garbage + f.lying > 1.0 {
+        return Err("the shares add up to more than 1".into());
+    }
+    Ok(f)
 }

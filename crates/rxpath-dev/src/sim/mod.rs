@@ -72,6 +72,29 @@ pub struct SimConfig {
     /// (leaving the core to others: the steering bench runs a worker
     /// there) instead of spinning. Costs burstiness, not rate.
     pub sleep_pacing: bool,
+    /// Faults the producer thread injects (none by default).
+    pub faults: Faults,
+}
+
+/// Faults a simulated NIC injects, each a share of the packets it receives
+/// (a seeded schedule: the same seed gives the same faults).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Faults {
+    /// Frames of random bytes (0 to 200 of them), not checked by the
+    /// "hardware": IP input must count each as a drop.
+    pub garbage: f64,
+    /// Descriptors whose offset or length runs past their frame (a buggy
+    /// device): the NAPI must cut them to the frame and count them.
+    pub lying: f64,
+    /// Seed of the schedule.
+    pub seed: u64,
+}
+
+impl Faults {
+    /// Whether any fault is on.
+    pub fn any(&self) -> bool {
+        self.garbage > 0.0 || self.lying > 0.0
+    }
 }
 
 impl Default for SimConfig {
@@ -84,6 +107,7 @@ impl Default for SimConfig {
             coalesce: Coalesce::default(),
             indir_size: 128,
             sleep_pacing: false,
+            faults: Faults::default(),
         }
     }
 }
@@ -147,6 +171,8 @@ pub struct SimPort {
     sleep_pacing: bool,
     /// ntuple rules (accelerated RFS), looked up before RSS.
     rules: Option<std::sync::Arc<FlowRules>>,
+    faults: Faults,
+    fault_rng: rand_pcg::Pcg64Mcg,
 }
 
 /// The host side of one simulated queue.
@@ -232,6 +258,8 @@ pub fn build(cfg: &SimConfig) -> Result<(SimPort, Vec<SimRxQueue>), SimError> {
         coalesce: cfg.coalesce,
         sleep_pacing: cfg.sleep_pacing,
         rules: None,
+        faults: cfg.faults,
+        fault_rng: rand::SeedableRng::seed_from_u64(cfg.faults.seed),
         scratch: vec![0; cfg.frame_size].into_boxed_slice(),
     };
     Ok((port, host_queues))
@@ -377,6 +405,32 @@ impl SimPort {
         Self::place(q, d).map(|_| qi)
     }
 
+    /// The next packet of `traffic`, or in its place a fault the schedule
+    /// draws (see [`Faults`]).
+    fn send_or_fault(&mut self, traffic: &mut Traffic) -> Result<usize, DeviceDrop> {
+        use rand::Rng;
+        let r: f64 = self.fault_rng.gen();
+        let f = self.faults;
+        if r < f.garbage {
+            let mut b = [0u8; 200];
+            let len = self.fault_rng.gen_range(0..b.len());
+            self.fault_rng.fill(&mut b[..len]);
+            let h = self.fault_rng.gen();
+            self.inject(&b[..len], h)
+        } else if r < f.garbage + f.lying {
+            let fs = self.umem.frame_size();
+            let (off, len) = match self.fault_rng.gen_range(0..3) {
+                0 => (0, fs + self.fault_rng.gen_range(1..4000)),
+                1 => (fs + self.fault_rng.gen_range(0..100), 64),
+                _ => (fs - 10, 500),
+            };
+            let h = self.fault_rng.gen();
+            self.inject_lying(&[0x45; 64], h, off as u16, len as u16)
+        } else {
+            self.send(traffic)
+        }
+    }
+
     /// Fault injection: place `bytes` as [`Self::inject`] does, but with a
     /// descriptor that claims `claimed_len` bytes at offset `off` (a buggy
     /// device whose length runs past the frame). The host must neither read
@@ -481,8 +535,14 @@ impl SimPort {
             };
             let n = due.saturating_sub(sent).min(batch);
             self.prefetch_fill(2 * batch as usize);
-            for _ in 0..n {
-                let _ = self.send(traffic);
+            if self.faults.any() {
+                for _ in 0..n {
+                    let _ = self.send_or_fault(traffic);
+                }
+            } else {
+                for _ in 0..n {
+                    let _ = self.send(traffic);
+                }
             }
             sent += n;
             self.flush(now.as_nanos() as u64 + 1);
