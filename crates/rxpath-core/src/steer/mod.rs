@@ -321,7 +321,12 @@ pub fn get_rps_cpu(
     if !map.is_empty() {
         let w = map[reciprocal_scale(hash, map.len() as u32) as usize];
         if workers.online(w) {
-            return Some((w, false));
+            // The kernel leaves the dev flow entry alone here, so a flow's
+            // first move to its reader's CPU finds it unset and goes at
+            // once, overtaking what `rps_cpus` queued before: a window of
+            // reordering. rxpath records the RPS worker and its tail
+            // (`rflow`), so that first move waits for the head too.
+            return Some((w, flows.is_some()));
         }
     }
     None

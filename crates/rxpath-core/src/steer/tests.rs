@@ -200,6 +200,51 @@ fn rfs_moves_a_flow_only_after_the_old_backlog_passed_its_last_tail() {
 }
 
 #[test]
+fn rfs_first_move_off_an_rps_worker_waits_for_its_backlog() {
+    // The flow's first packets go by `rps_cpus` (no reader yet); the
+    // entry records where, so the move to the reader's worker waits until
+    // that backlog has processed them (the kernel moves at once here).
+    let sock = SockFlowTable::new(64);
+    let mut flows = DevFlowTable::new(64);
+    let map: [Worker; 2] = [0, 1];
+    let online = [true, true];
+    let mut backlogs = vec![Backlog::new(1000, None); 2];
+    // A hash that rps_cpus sends to worker 0; its reader will be on 1.
+    let h = (1..u32::MAX)
+        .find(|&h| map[reciprocal_scale(h, 2) as usize] == 0)
+        .unwrap();
+    let pick = |flows: &DevFlowTable, b: &[Backlog]| {
+        get_rps_cpu(
+            h,
+            &map,
+            Some(flows),
+            Some(&sock),
+            &View {
+                backlogs: b,
+                online: &online,
+            },
+        )
+    };
+    for _ in 0..3 {
+        let (w, save) = pick(&flows, &backlogs).unwrap();
+        assert_eq!((w, save), (0, true), "by rps_cpus, recorded");
+        let Enqueued::Queued { tail, .. } = backlogs[0].enqueue(h, false) else {
+            panic!("queued")
+        };
+        flows.set(h, w, tail);
+    }
+    sock.record(h, 1);
+    assert_eq!(
+        pick(&flows, &backlogs),
+        Some((0, true)),
+        "three packets still queued on 0: stay"
+    );
+    backlogs[0].dequeue(3);
+    backlogs[0].processed(3);
+    assert_eq!(pick(&flows, &backlogs), Some((1, true)), "drained: move");
+}
+
+#[test]
 fn head_and_tail_compare_across_the_wrap() {
     // get_rps_cpu's (int)(head - last_qtail) >= 0 holds across u32 wrap.
     let sock = SockFlowTable::new(64);

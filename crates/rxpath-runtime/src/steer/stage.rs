@@ -218,7 +218,10 @@ impl<I: Stack> Stack for SteerStage<I> {
                     );
                     if self.w.accel.is_some() {
                         if let Some((t, true)) = r {
-                            if before != Some(t) {
+                            // `set_rps_cpu` steers the NIC on a move to the
+                            // reader's worker only, not to an RPS one.
+                            let desired = self.w.sock.desired_cpu(hash) == Some(t as u32);
+                            if before != Some(t) && desired {
                                 self.accel_steer(hash, t, q);
                             }
                         }
