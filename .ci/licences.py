@@ -12,7 +12,7 @@ import sys
 ALLOWED = {
     "MIT", "MIT-0", "Apache-2.0", "Apache-2.0 WITH LLVM-exception", "BSD-2-Clause",
     "BSD-3-Clause", "ISC", "Zlib", "0BSD", "Unlicense", "CC0-1.0", "BSL-1.0",
-    "Unicode-3.0", "Unicode-DFS-2016", "MPL-2.0",
+    "Unicode-3.0", "Unicode-DFS-2016", "MPL-2.0", "NCSA",
 }
 
 

@@ -31,12 +31,6 @@ fn pcap_err(e: pcap_file::PcapError) -> io::Error {
 /// The magic number a pcapng file starts with (its Section Header Block).
 const PCAPNG_MAGIC: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
 
-fn bad(path: &Path, what: String) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("{}: {what}", path.display()),
-    )
-}
 
 impl Trace {
     /// Read a capture file: classic pcap or pcapng, Ethernet link type
@@ -44,48 +38,53 @@ impl Trace {
     /// says what the file has.
     pub fn load(path: &Path) -> io::Result<Trace> {
         let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
-        let mut f = File::open(path).map_err(named)?;
-        let mut magic = [0u8; 4];
-        let n = f.read(&mut magic).map_err(named)?;
         let f = File::open(path).map_err(named)?;
-        if n == 4 && magic == PCAPNG_MAGIC {
-            return Self::load_pcapng(path, f);
+        Self::read(BufReader::new(f), &path.display().to_string())
+    }
+
+    /// [`Trace::load`] from any reader (`name` goes in the errors).
+    pub fn read(mut r: impl Read, name: &str) -> io::Result<Trace> {
+        let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, format!("{name}: {what}"));
+        let mut magic = Vec::with_capacity(4);
+        (&mut r)
+            .take(4)
+            .read_to_end(&mut magic)
+            .map_err(|e| io::Error::new(e.kind(), format!("{name}: {e}")))?;
+        let r = io::Cursor::new(magic.clone()).chain(r);
+        if magic == PCAPNG_MAGIC {
+            return Self::read_pcapng(r, &bad);
         }
-        let mut r = PcapReader::new(BufReader::new(f)).map_err(|e| bad(path, e.to_string()))?;
+        let mut r = PcapReader::new(r).map_err(|e| bad(e.to_string()))?;
         let dl = r.header().datalink;
         if dl != DataLink::ETHERNET {
-            return Err(bad(
-                path,
-                format!("link type {dl:?}, not Ethernet: rxpath replays Ethernet frames only"),
-            ));
+            return Err(bad(format!(
+                "link type {dl:?}, not Ethernet: rxpath replays Ethernet frames only"
+            )));
         }
         let mut packets = Vec::new();
         let mut first = None;
         while let Some(p) = r.next_packet() {
-            let p = p.map_err(|e| bad(path, e.to_string()))?;
+            let p = p.map_err(|e| bad(e.to_string()))?;
             let t0 = *first.get_or_insert(p.timestamp);
             packets.push((p.timestamp.saturating_sub(t0), p.data.into_owned()));
         }
         Ok(Trace { packets })
     }
 
-    fn load_pcapng(path: &Path, f: File) -> io::Result<Trace> {
-        let mut r = PcapNgReader::new(BufReader::new(f)).map_err(|e| bad(path, e.to_string()))?;
+    fn read_pcapng(r: impl Read, bad: &dyn Fn(String) -> io::Error) -> io::Result<Trace> {
+        let mut r = PcapNgReader::new(r).map_err(|e| bad(e.to_string()))?;
         let mut packets = Vec::new();
         let mut first = None;
         let mut iface = 0u32;
         while let Some(b) = r.next_block() {
-            let b = b.map_err(|e| bad(path, e.to_string()))?;
+            let b = b.map_err(|e| bad(e.to_string()))?;
             let (ts, data) = match b {
                 Block::InterfaceDescription(idb) => {
                     if idb.linktype != DataLink::ETHERNET {
-                        return Err(bad(
-                            path,
-                            format!(
-                                "interface {iface} has link type {:?}, not Ethernet: rxpath replays Ethernet frames only",
-                                idb.linktype
-                            ),
-                        ));
+                        return Err(bad(format!(
+                            "interface {iface} has link type {:?}, not Ethernet: rxpath replays Ethernet frames only",
+                            idb.linktype
+                        )));
                     }
                     iface += 1;
                     continue;
