@@ -497,10 +497,13 @@ pub struct RunArgs {
     /// instead of spinning (it leaves its core to a worker).
     #[arg(long)]
     pub producer_sleeps: bool,
-    /// Fault injection on the simulated NIC's producer thread, a share of
-    /// the packets each: garbage=P (frames of random bytes), lying=P
-    /// (descriptors whose offset or length runs past their frame), seed=N;
-    /// e.g. `--fault garbage=0.01,lying=0.001`. Each is counted as a drop.
+    /// Fault injection (a seeded schedule): garbage=P (a share of frames
+    /// of random bytes), lying=P (descriptors whose offset or length runs
+    /// past their frame), starve=MS (the simulated NIC's fill ring reads
+    /// empty for MS ms, every starve-every=MS on average: rx_no_buffer),
+    /// stall=MS (each NAPI thread stops for MS ms, every stall-every=MS on
+    /// average: its ring fills, rx_missed), seed=N; e.g. `--fault
+    /// garbage=0.01,lying=0.001,stall=2,starve=1`. Each is counted.
     #[arg(long, value_name = "SPEC", value_parser = parse_faults)]
     pub fault: Option<rxpath_dev::sim::Faults>,
     /// Interrupt coalescing: µs after the first packet (ethtool rx-usecs).
@@ -786,25 +789,48 @@ pub fn exit_on_clap_error(e: clap::Error) -> ExitCode {
     }
 }
 
-/// `--fault garbage=P,lying=P,seed=N`.
+/// `--fault garbage=P,lying=P,starve=MS[,starve-every=MS],stall=MS[,stall-every=MS],seed=N`.
 pub(crate) fn parse_faults(s: &str) -> Result<rxpath_dev::sim::Faults, String> {
-    let mut f = rxpath_dev::sim::Faults::default();
+    const KINDS: &str = "garbage, lying, starve, starve-every, stall, stall-every, seed";
+    let mut f = rxpath_dev::sim::Faults {
+        starve_every_ms: 100.0,
+        stall_every_ms: 100.0,
+        ..Default::default()
+    };
     for part in s.split(',').filter(|p| !p.is_empty()) {
         let (k, v) = part
             .split_once('=')
-            .ok_or_else(|| format!("{part:?}: want KIND=VALUE (garbage, lying, seed)"))?;
+            .ok_or_else(|| format!("{part:?}: want KIND=VALUE ({KINDS})"))?;
+        let num = || -> Result<f64, String> {
+            let x: f64 = v.parse().map_err(|_| format!("{k}={v}: not a number"))?;
+            if !x.is_finite() || x < 0.0 {
+                return Err(format!("{k}={v}: not a number of 0 or more"));
+            }
+            Ok(x)
+        };
         let share = || -> Result<f64, String> {
-            let p: f64 = v.parse().map_err(|_| format!("{k}={v}: not a number"))?;
-            if !(0.0..=1.0).contains(&p) {
+            let p = num()?;
+            if p > 1.0 {
                 return Err(format!("{k}={v}: a share is 0 to 1"));
             }
             Ok(p)
         };
+        let ms = || -> Result<f64, String> {
+            let m = num()?;
+            if m > 10_000.0 {
+                return Err(format!("{k}={v}: at most 10000 ms"));
+            }
+            Ok(m)
+        };
         match k {
             "garbage" => f.garbage = share()?,
             "lying" => f.lying = share()?,
+            "starve" => f.starve_ms = ms()?,
+            "starve-every" => f.starve_every_ms = ms()?.max(0.01),
+            "stall" => f.stall_ms = ms()?,
+            "stall-every" => f.stall_every_ms = ms()?.max(0.01),
             "seed" => f.seed = v.parse().map_err(|_| format!("seed={v}: not a number"))?,
-            o => return Err(format!("unknown fault {o:?}: garbage, lying or seed")),
+            o => return Err(format!("unknown fault {o:?}: {KINDS}")),
         }
     }
     if f.garbage + f.lying > 1.0 {

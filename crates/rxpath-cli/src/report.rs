@@ -88,6 +88,20 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     if let Some(why) = &report.stopped_early {
         eprintln!("rxpath: stopped early: {why}; the report covers what ran");
     }
+    let f = report.config.sim.faults;
+    if f.on() {
+        let d = report.device_total();
+        eprintln!(
+            "rxpath: faults injected: {} starvation window(s) ({} rx_no_buffer), {} NAPI stall(s) of {:.1} ms in all ({} rx_missed); garbage {:.2} %, lying {:.2} % of frames (malformed, unhandled_proto)",
+            report.faults.starve_windows,
+            d.rx_no_buffer,
+            report.faults.stalls,
+            report.faults.stalled_ms,
+            d.rx_missed,
+            f.garbage * 100.0,
+            f.lying * 100.0
+        );
+    }
     if let Some(r) = readers {
         let moves = r.finish();
         if moves > 0 {
@@ -392,6 +406,7 @@ pub fn json_report(r: &Report) -> serde_json::Value {
         "order": r.order,
         "accel_rfs": r.accel_rfs,
         "stopped_early": r.stopped_early,
+        "faults": r.faults,
         "config": r.config,
     })
 }

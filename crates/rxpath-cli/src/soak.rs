@@ -18,11 +18,11 @@
 //!
 //! Memory is measured as the process's resident set (`/proc/self/statm`)
 //! after the first round and at the end; growth over 64 MiB is a breach.
-//! The path rounds run with the simulated NIC's fault injection on (`--fault`,
-//! by default 0.1 % frames of random bytes and 0.05 % descriptors that run
-//! past their frame; each must be a counted drop). Not built yet: the other
-//! faults of issue 13 (stalled threads, starved fill rings, readers that
-//! stop).
+//! The path rounds run with fault injection on (`--fault`, by default 0.1 %
+//! frames of random bytes, 0.05 % descriptors that run past their frame,
+//! 1 ms fill-ring starvation and 2 ms NAPI stalls every 250 ms on average;
+//! each must be counted). Not built yet: the other faults of issue 13
+//! (stalled workers, readers that stop, a TX ring that stops completing).
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -51,9 +51,9 @@ pub struct SoakArgs {
     /// Seed of the traffic (each round adds its number).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Faults the simulated NIC injects in the path rounds (see `rxpath run
-    /// --fault`); on by default, `--fault garbage=0` turns them off.
-    #[arg(long, value_name = "SPEC", default_value = "garbage=0.001,lying=0.0005", value_parser = crate::opts::parse_faults)]
+    /// Faults injected in the path rounds (see `rxpath run --fault`); on by
+    /// default, `--fault garbage=0` turns them off.
+    #[arg(long, value_name = "SPEC", default_value = "garbage=0.001,lying=0.0005,starve=1,starve-every=250,stall=2,stall-every=250", value_parser = crate::opts::parse_faults)]
     pub fault: rxpath_dev::sim::Faults,
 }
 
@@ -311,11 +311,15 @@ pub fn soak(a: SoakArgs) -> Result<ExitCode> {
         a.duration.as_secs_f64(),
         a.packets.map_or(String::new(), |p| format!(" or {p} packets")),
         a.round.as_secs_f64(),
-        if a.fault.any() {
+        if a.fault.on() {
             format!(
-                "{} % garbage frames, {} % lying descriptors",
+                "{} % garbage frames, {} % lying descriptors, {} ms starvation and {} ms NAPI stalls every {} / {} ms",
                 a.fault.garbage * 100.0,
-                a.fault.lying * 100.0
+                a.fault.lying * 100.0,
+                a.fault.starve_ms,
+                a.fault.stall_ms,
+                a.fault.starve_every_ms,
+                a.fault.stall_every_ms
             )
         } else {
             "off".into()

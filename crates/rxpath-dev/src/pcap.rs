@@ -31,7 +31,6 @@ fn pcap_err(e: pcap_file::PcapError) -> io::Error {
 /// The magic number a pcapng file starts with (its Section Header Block).
 const PCAPNG_MAGIC: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
 
-
 impl Trace {
     /// Read a capture file: classic pcap or pcapng, Ethernet link type
     /// (every pcapng interface is checked). Anything else is an error that
@@ -44,7 +43,8 @@ impl Trace {
 
     /// [`Trace::load`] from any reader (`name` goes in the errors).
     pub fn read(mut r: impl Read, name: &str) -> io::Result<Trace> {
-        let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, format!("{name}: {what}"));
+        let bad =
+            |what: String| io::Error::new(io::ErrorKind::InvalidData, format!("{name}: {what}"));
         let mut magic = Vec::with_capacity(4);
         (&mut r)
             .take(4)

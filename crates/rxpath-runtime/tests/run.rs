@@ -214,6 +214,7 @@ fn injected_faults_are_counted_drops_and_every_frame_comes_home() {
                 garbage: 0.02,
                 lying: 0.02,
                 seed: 3,
+                ..Default::default()
             },
             ..base().sim
         },
@@ -234,4 +235,59 @@ fn injected_faults_are_counted_drops_and_every_frame_comes_home() {
     );
     assert!(t.dropped.get(DropReason::Malformed) > 0, "{t:?}");
     assert!(t.delivered > t.received / 2, "{t:?}");
+}
+
+/// Starved fill rings and stalled NAPI threads (`--fault starve=MS,stall=MS`)
+/// on real threads: the NIC counts what they cost where a NIC does
+/// (`rx_no_buffer` while the fill ring reads empty, `rx_missed` once a
+/// stalled thread's ring is full), the schedule counts what it injected,
+/// and still received = delivered + dropped with every frame home. The
+/// same run without a schedule injects nothing.
+#[test]
+fn starved_fill_rings_and_stalled_napi_threads_are_counted_where_a_nic_counts_them() {
+    let with = |faults| RunConfig {
+        sim: SimConfig {
+            faults,
+            ..base().sim
+        },
+        producer: Producer::Thread { pps: Some(200_000) },
+        duration: Duration::from_millis(600),
+        ..base()
+    };
+    let faults = rxpath_dev::sim::Faults {
+        starve_ms: 2.0,
+        starve_every_ms: 40.0,
+        stall_ms: 25.0,
+        stall_every_ms: 60.0,
+        seed: 5,
+        ..Default::default()
+    };
+    let r = run(&with(faults), |_| {}).unwrap();
+    assert!(r.consistent(), "received = delivered + dropped");
+    assert_eq!(r.frames_home, r.frames_total, "every frame home");
+    let d = r.device_total();
+    assert!(r.faults.starve_windows > 0, "{:?}", r.faults);
+    assert!(d.rx_no_buffer > 0, "starved: rx_no_buffer {d:?}");
+    assert!(
+        r.faults.stalls > 0 && r.faults.stalled_ms >= 25.0,
+        "{:?}",
+        r.faults
+    );
+    assert!(
+        d.rx_missed > 0,
+        "a 25 ms stall at 200 kpps fills a 1024-entry ring: {d:?}"
+    );
+    assert_eq!(
+        d.offered,
+        d.rx_ring + d.rx_missed + d.rx_no_buffer + d.rx_too_long
+    );
+    let t = r.napi_total();
+    assert_eq!(t.received, d.rx_ring, "what reached the ring was polled");
+    let clean = run(&with(rxpath_dev::sim::Faults::default()), |_| {}).unwrap();
+    assert_eq!(
+        clean.faults,
+        rxpath_runtime::run::FaultReport::default(),
+        "no schedule, nothing injected"
+    );
+    assert!(clean.consistent() && clean.frames_home == clean.frames_total);
 }

@@ -76,8 +76,10 @@ pub struct SimConfig {
     pub faults: Faults,
 }
 
-/// Faults a simulated NIC injects, each a share of the packets it receives
-/// (a seeded schedule: the same seed gives the same faults).
+/// Faults injected into a run (a seeded schedule: the same seed gives the
+/// same faults). `garbage` and `lying` are a share of the packets the
+/// simulated NIC receives; starvation windows are the simulated NIC's;
+/// stalls are the NAPI threads' (on any device).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct Faults {
     /// Frames of random bytes (0 to 200 of them), not checked by the
@@ -86,14 +88,79 @@ pub struct Faults {
     /// Descriptors whose offset or length runs past their frame (a buggy
     /// device): the NAPI must cut them to the frame and count them.
     pub lying: f64,
+    /// Fill-ring starvation: windows of this many ms in which the NIC
+    /// finds no posted frame (as when the host does not refill the ring);
+    /// every packet then is `rx_no_buffer`, as a NIC counts it. 0 = off.
+    pub starve_ms: f64,
+    /// Mean gap between starvation windows, ms (exponential gaps).
+    pub starve_every_ms: f64,
+    /// A NAPI thread stalls this many ms (preempted, a long softirq
+    /// elsewhere); its RX ring fills and the NIC counts `rx_missed`. 0 = off.
+    pub stall_ms: f64,
+    /// Mean gap between stalls of each NAPI thread, ms.
+    pub stall_every_ms: f64,
     /// Seed of the schedule.
     pub seed: u64,
 }
 
 impl Faults {
-    /// Whether any fault is on.
+    /// Whether a per-packet fault (garbage, lying) is on.
     pub fn any(&self) -> bool {
         self.garbage > 0.0 || self.lying > 0.0
+    }
+
+    /// Whether anything at all is injected.
+    pub fn on(&self) -> bool {
+        self.any() || self.starve_ms > 0.0 || self.stall_ms > 0.0
+    }
+}
+
+/// A seeded schedule of windows: each `len` long, separated by
+/// exponentially distributed gaps of mean `every` (a Poisson process).
+#[derive(Debug, Clone)]
+pub struct FaultWindows {
+    len: Duration,
+    every_ns: f64,
+    next: Duration,
+    rng: rand_pcg::Pcg64Mcg,
+    /// Windows begun.
+    pub count: u64,
+}
+
+impl FaultWindows {
+    /// Windows of `len_ms` every `every_ms` on average from time 0; `None`
+    /// if `len_ms` is 0.
+    pub fn new(len_ms: f64, every_ms: f64, seed: u64) -> Option<FaultWindows> {
+        if len_ms <= 0.0 {
+            return None;
+        }
+        let mut w = FaultWindows {
+            len: Duration::from_secs_f64(len_ms / 1e3),
+            every_ns: every_ms.max(0.001) * 1e6,
+            next: Duration::ZERO,
+            rng: rand::SeedableRng::seed_from_u64(seed),
+            count: 0,
+        };
+        w.next = w.gap();
+        Some(w)
+    }
+
+    fn gap(&mut self) -> Duration {
+        use rand::Rng;
+        let u: f64 = self.rng.gen_range(f64::EPSILON..1.0);
+        Duration::from_nanos((-u.ln() * self.every_ns) as u64)
+    }
+
+    /// At `t` since the start: the end of a window that begins now (the
+    /// next one is then scheduled after it), or `None`.
+    pub fn begins(&mut self, t: Duration) -> Option<Duration> {
+        if t < self.next {
+            return None;
+        }
+        let end = t + self.len;
+        self.next = end + self.gap();
+        self.count += 1;
+        Some(end)
     }
 }
 
@@ -173,6 +240,7 @@ pub struct SimPort {
     rules: Option<std::sync::Arc<FlowRules>>,
     faults: Faults,
     fault_rng: rand_pcg::Pcg64Mcg,
+    starve_windows: u64,
 }
 
 /// The host side of one simulated queue.
@@ -260,6 +328,7 @@ pub fn build(cfg: &SimConfig) -> Result<(SimPort, Vec<SimRxQueue>), SimError> {
         rules: None,
         faults: cfg.faults,
         fault_rng: rand::SeedableRng::seed_from_u64(cfg.faults.seed),
+        starve_windows: 0,
         scratch: vec![0; cfg.frame_size].into_boxed_slice(),
     };
     Ok((port, host_queues))
@@ -361,6 +430,18 @@ impl SimPort {
             flags,
         };
         Self::place(q, d).map(|_| qi)
+    }
+
+    /// The next packet of `traffic` arrives while the fill ring reads
+    /// empty (a starvation window): counted `rx_no_buffer`.
+    fn send_starved(&mut self, traffic: &mut Traffic) {
+        let flow = traffic.pick();
+        let qi = self.queue_for(traffic.rxhash(flow));
+        let q = &mut self.queues[qi];
+        q.offered += 1;
+        q.dirty = true;
+        q.rx_no_buffer += 1;
+        traffic.write_flow(flow, &mut self.scratch);
     }
 
     #[inline]
@@ -527,6 +608,9 @@ impl SimPort {
         let start = Instant::now();
         let mut sent = 0u64;
         let batch = batch.max(1) as u64;
+        let f = self.faults;
+        let mut starve = FaultWindows::new(f.starve_ms, f.starve_every_ms, f.seed ^ 0x57a7);
+        let mut starved_until = Duration::ZERO;
         while !stop.load(Ordering::Relaxed) {
             let now = start.elapsed();
             let due = match pps {
@@ -534,6 +618,21 @@ impl SimPort {
                 None => sent + batch,
             };
             let n = due.saturating_sub(sent).min(batch);
+            if let Some(end) = starve.as_mut().and_then(|w| w.begins(now)) {
+                starved_until = end;
+            }
+            if now < starved_until {
+                // The fill ring reads empty: every packet is rx_no_buffer.
+                for _ in 0..n {
+                    self.send_starved(traffic);
+                }
+                sent += n;
+                self.flush(now.as_nanos() as u64 + 1);
+                if n == 0 {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
             self.prefetch_fill(2 * batch as usize);
             if self.faults.any() {
                 for _ in 0..n {
@@ -561,7 +660,13 @@ impl SimPort {
             }
         }
         self.flush(start.elapsed().as_nanos() as u64 + 1);
+        self.starve_windows += starve.map_or(0, |w| w.count);
         sent
+    }
+
+    /// Fill-ring starvation windows injected so far (see [`Faults`]).
+    pub fn starve_windows(&self) -> u64 {
+        self.starve_windows
     }
 
     /// Stop the device and gather every frame back into a pool: frames in

@@ -25,7 +25,7 @@ use rxpath_core::stats::{LatencyHist, NapiStats, SoftnetStats};
 use rxpath_core::steer::{SeqSource, SteerMode, Worker};
 
 use rxpath_dev::packet::PacketQueue;
-use rxpath_dev::sim::{self, NullQueue, Traffic};
+use rxpath_dev::sim::{self, FaultWindows, NullQueue, Traffic};
 use rxpath_dev::sys::xdp::{XdpMode, XdpProgram, XdpQueue};
 use rxpath_dev::RxQueue;
 use rxpath_wire::toeplitz::Toeplitz;
@@ -261,6 +261,8 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
             let port = producer
                 .join()
                 .map_err(|_| RunError::Thread("producer panicked".into()))?;
+            let mut faults = stalls_of(&outs);
+            faults.starve_windows = port.starve_windows();
             let (queues, softnet, received_in_window, host, latency) = collect(outs);
             let pool = port.reclaim(host);
             Ok(Report {
@@ -276,6 +278,7 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 order: steer.order,
                 accel_rfs: steer.accel,
                 stopped_early: None,
+                faults,
             })
         }
     }
@@ -384,6 +387,7 @@ fn own_queues<Q: RxQueue + OwnPool + Send + 'static>(
         },
         on_tick,
     )?;
+    let faults = stalls_of(&outs);
     let (queues, softnet, received_in_window, host, latency) = collect(outs);
     let (mut frames_total, mut frames_home) = (0, 0);
     // Queues on a shared UMEM each hold their share of one region: count
@@ -409,7 +413,20 @@ fn own_queues<Q: RxQueue + OwnPool + Send + 'static>(
         order: steer.order,
         accel_rfs: steer.accel,
         stopped_early: None,
+        faults,
     })
+}
+
+/// The stalls the NAPI threads injected.
+fn stalls_of<Q: RxQueue>(outs: &[ThreadOut<Q>]) -> FaultReport {
+    let (n, d) = outs.iter().fold((0, Duration::ZERO), |(n, d), o| {
+        (n + o.stalls.0, d + o.stalls.1)
+    });
+    FaultReport {
+        starve_windows: 0,
+        stalls: n,
+        stalled_ms: d.as_secs_f64() * 1e3,
+    }
 }
 
 type Collected<Q> = (
@@ -600,6 +617,12 @@ where
         let ip = ip_cfg.clone();
         let (wk, rest) = (workers.clone(), rest.clone());
         let knobs = cfg.knobs.clone();
+        let f = cfg.sim.faults;
+        let stall = FaultWindows::new(
+            f.stall_ms,
+            f.stall_every_ms,
+            f.seed ^ (t as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        );
         let h = thread::Builder::new()
             .name(format!("rxpath-napi/{t}"))
             .spawn(move || {
@@ -625,6 +648,7 @@ where
                         &live,
                         Some(bh),
                         knobs,
+                        stall,
                     );
                 }
                 // The same thread, whatever stack it runs.
@@ -632,7 +656,7 @@ where
                     ($stack:expr) => {
                         napi_thread(
                             t, napis, $stack, softnet, interrupts, idle_poll, &stop, &over, &live,
-                            None, knobs,
+                            None, knobs, stall,
                         )
                     };
                 }

@@ -9,6 +9,7 @@ use rxpath_core::packet::Stack;
 use rxpath_core::softnet::{Softnet, SoftnetConfig};
 use rxpath_core::stats::{LatencyHist, NapiStats, SoftnetStats};
 use rxpath_core::time::Clock;
+use rxpath_dev::sim::FaultWindows;
 use rxpath_dev::{DeviceQueueStats, RxQueue};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -28,6 +29,8 @@ pub(super) struct ThreadOut<Q: RxQueue> {
     pub(super) latency: Option<LatencyHist>,
     /// The thread's counters as a worker of the bottom half (steering on).
     pub(super) worker: Option<WorkerCounters>,
+    /// Stalls injected (`--fault stall=MS`) and the time they took.
+    pub(super) stalls: (u64, Duration),
 }
 
 /// Frames the workers freed go back to their queues' fill rings.
@@ -60,8 +63,11 @@ pub(super) fn napi_thread<Q: RxQueue, S: Stack>(
     live: &Mutex<Live>,
     mut bh: Option<BottomHalf>,
     knobs: Option<RunKnobs>,
+    mut stall: Option<FaultWindows>,
 ) -> ThreadOut<Q> {
     let clock = MonotonicClock;
+    let t0 = std::time::Instant::now();
+    let mut stalled = Duration::ZERO;
     let mut home = Vec::new();
     let me = thread::current();
     for n in &napis {
@@ -94,6 +100,14 @@ pub(super) fn napi_thread<Q: RxQueue, S: Stack>(
         }
         if stop.load(Ordering::Acquire) {
             break;
+        }
+        // An injected stall: the thread is gone for a while, its rings fill.
+        if let Some(s) = stall.as_mut() {
+            let at = t0.elapsed();
+            if let Some(end) = s.begins(at) {
+                thread::sleep(end - at);
+                stalled += t0.elapsed() - at;
+            }
         }
         // This thread's own backlog (steering on), and the frames the
         // workers freed.
@@ -200,6 +214,7 @@ pub(super) fn napi_thread<Q: RxQueue, S: Stack>(
         received_at_stop,
         latency: stack.latency().cloned(),
         worker: bh.map(|b| b.counters),
+        stalls: (stall.map_or(0, |s| s.count), stalled),
     }
 }
 

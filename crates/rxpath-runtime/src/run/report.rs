@@ -53,6 +53,21 @@ pub struct Report {
     /// Why the run stopped before its end, if the world made it (the
     /// interface was deleted or went down); the report covers what ran.
     pub stopped_early: Option<String>,
+    /// Faults injected by the schedule (`--fault`), beside what they cost
+    /// in the device's and the path's own counters.
+    pub faults: FaultReport,
+}
+
+/// What a fault schedule injected that no other counter shows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct FaultReport {
+    /// Fill-ring starvation windows of the simulated NIC (their packets
+    /// are its `rx_no_buffer`).
+    pub starve_windows: u64,
+    /// NAPI thread stalls (their cost: `rx_missed` once a ring is full).
+    pub stalls: u64,
+    /// Time the NAPI threads spent stalled, ms (summed over threads).
+    pub stalled_ms: f64,
 }
 
 impl Report {
