@@ -21,14 +21,16 @@
 //! The path rounds run with fault injection on (`--fault`, by default 0.1 %
 //! frames of random bytes, 0.05 % descriptors that run past their frame,
 //! 1 ms fill-ring starvation and 2 ms NAPI stalls every 250 ms on average;
-//! each must be counted). Not built yet: the other faults of issue 13
-//! (stalled workers, readers that stop, a TX ring that stops completing).
+//! each must be counted); the socket rounds then stop a reader for a while
+//! (its queue overflows: each loss counted). Not built yet: the other
+//! faults of issue 13 (stalled workers, a TX ring that stops completing).
 
 use anyhow::{Context, Result};
 use clap::Args;
 use rxpath_core::filter::gen::{generate, Shape};
 use rxpath_core::filter::{Family, Filter, FilterHandle, FilterMode, Ruleset};
 use rxpath_core::sock::SockFlowTable;
+use rxpath_core::stats::DropReason;
 use rxpath_core::steer::{SteerConfig, SteerMode};
 use rxpath_dev::sim::{Coalesce, Mix, SimConfig, Traffic, TrafficConfig};
 use rxpath_runtime::{GroSettings, Host, HostConfig, HostDevice, Producer, RunConfig};
@@ -219,14 +221,31 @@ fn sockets_round(i: u64, a: &SoakArgs) -> Result<(u64, Option<String>)> {
     socks[0].set_busy_poll(50);
     let stop = Arc::new(AtomicBool::new(false));
     let read = Arc::new(AtomicU64::new(0));
+    // The reader-stop fault: with faults on, the sleeping reader stops
+    // reading for a while a third into the round; its queue overflows
+    // (`RcvbufErrors`, each a counted drop).
+    let pause = a
+        .fault
+        .on()
+        .then(|| (a.round / 3, (a.round / 4).min(Duration::from_millis(200))));
+    let t0 = Instant::now();
     let readers: Vec<_> = socks
         .iter()
-        .map(|s| {
+        .enumerate()
+        .map(|(k, s)| {
             let (s, stop, read) = (s.clone(), stop.clone(), read.clone());
+            let pause = pause.filter(|_| k == 1);
             s.set_read_timeout(Some(Duration::from_millis(20)));
             std::thread::spawn(move || {
                 let mut b = [0u8; 2048];
+                let mut paused = false;
                 while !stop.load(Ordering::Acquire) || s.queued() > 0 {
+                    if let Some((at, len)) = pause {
+                        if !paused && t0.elapsed() >= at {
+                            paused = true;
+                            std::thread::sleep(len);
+                        }
+                    }
                     if s.recv_from(&mut b).is_ok() {
                         read.fetch_add(1, Ordering::Relaxed);
                     }
@@ -273,7 +292,14 @@ fn sockets_round(i: u64, a: &SoakArgs) -> Result<(u64, Option<String>)> {
     let n = rep.napi_total();
     let d = rep.queues.iter().fold(0, |s, q| s + q.device.offered);
     let got = read.load(Ordering::Relaxed);
-    let what = format!("round {i} (sockets, rfs, a busy-polling and a sleeping reader)");
+    let what = format!(
+        "round {i} (sockets, rfs, a busy-polling and a sleeping reader{})",
+        if pause.is_some() {
+            " that stops a while"
+        } else {
+            ""
+        }
+    );
     let breach = if !n.accounted() {
         Some(format!(
             "{what}: received {} != delivered {} + dropped {}",
@@ -288,6 +314,17 @@ fn sockets_round(i: u64, a: &SoakArgs) -> Result<(u64, Option<String>)> {
         ))
     } else if d != sent {
         Some(format!("{what}: sent {sent}, the device saw {d}"))
+    } else if pause.is_some() && rep.sock.rcvbuf_errors == 0 {
+        Some(format!(
+            "{what}: a reader stopped for {:?}, yet no receive queue overflowed (RcvbufErrors 0)",
+            pause.map(|p| p.1).unwrap_or_default()
+        ))
+    } else if rep.sock.rcvbuf_errors != n.dropped.get(DropReason::SocketQueueFull) {
+        Some(format!(
+            "{what}: RcvbufErrors {} but {} drops for a full queue",
+            rep.sock.rcvbuf_errors,
+            n.dropped.get(DropReason::SocketQueueFull)
+        ))
     } else if rep.sock.in_datagrams != got {
         Some(format!(
             "{what}: {} datagrams queued to sockets, {got} read (closing drops none: the readers drained)",
