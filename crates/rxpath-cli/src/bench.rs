@@ -10,6 +10,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 pub fn bench(a: crate::opts::BenchArgs) -> Result<ExitCode> {
+    stop_cleanly_on_signals("bench")?;
     let code = match a.cmd {
         BenchCmd::Rxdrop(a) => rxdrop(a),
         BenchCmd::Gro(a) => crate::bench_gro::gro(a),
@@ -38,6 +39,76 @@ pub fn bench(a: crate::opts::BenchArgs) -> Result<ExitCode> {
 }
 
 static UNMEASURED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// SIGINT and SIGTERM stop a bench at once and cleanly: the processes it
+/// started (peers, generators: every descendant) are killed, the
+/// namespaces and veth pairs it made are removed, and it exits with 128 +
+/// the signal (130, 143). XDP programs go with the process (BPF links).
+pub(crate) fn stop_cleanly_on_signals(what: &'static str) -> Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .context("installing the SIGINT/SIGTERM handler")?;
+    std::thread::Builder::new()
+        .name("rxpath-signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
+                eprintln!("\nrxpath {what}: {name}: stopping, removing what it made");
+                let killed = kill_descendants();
+                let gone = rxpath_runtime::lab::cleanup_all();
+                eprintln!(
+                    "rxpath {what}: {killed} process(es) stopped, {} removed; no results (exit {})",
+                    if gone.is_empty() {
+                        "no namespace".to_string()
+                    } else {
+                        gone.join(", ")
+                    },
+                    128 + sig
+                );
+                std::process::exit(128 + sig);
+            }
+        })
+        .context("starting the signal thread")?;
+    Ok(())
+}
+
+/// Kill every descendant of this process (children first found, then
+/// theirs), from `/proc`. Returns how many.
+fn kill_descendants() -> usize {
+    let me = std::process::id();
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // pid (comm) state ppid ...: comm may hold spaces and parens.
+            let ppid = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut tree = vec![me];
+    let mut i = 0;
+    while i < tree.len() {
+        let p = tree[i];
+        tree.extend(parents.iter().filter(|&&(_, pp)| pp == p).map(|&(c, _)| c));
+        i += 1;
+    }
+    let kids: Vec<String> = tree[1..].iter().map(|p| p.to_string()).collect();
+    if !kids.is_empty() {
+        let mut args = vec!["-KILL"];
+        args.extend(kids.iter().map(|s| s.as_str()));
+        let _ = rxpath_runtime::lab::sh("kill", &args);
+    }
+    kids.len()
+}
 
 /// A peer the bench meant to run could not be measured: say so at once,
 /// loudly, and again at the end (where `--require-peers` fails the run).

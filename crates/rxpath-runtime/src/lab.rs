@@ -4,6 +4,59 @@
 
 use std::io;
 use std::process::Command;
+use std::sync::Mutex;
+
+/// What exists now that a process that is told to stop must remove: the
+/// namespaces of live [`VethLab`]s and the topologies of live
+/// [`LabGuard`]s. Guards remove themselves when dropped; a signal handler
+/// calls [`cleanup_all`] instead, since a process that exits from a handler
+/// drops nothing.
+static LIVE: Mutex<Vec<Made>> = Mutex::new(Vec::new());
+
+#[derive(Debug, Clone, PartialEq)]
+enum Made {
+    Ns(String),
+    Topology(Topology),
+}
+
+fn live() -> std::sync::MutexGuard<'static, Vec<Made>> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn forget(m: &Made) {
+    let mut l = live();
+    if let Some(i) = l.iter().position(|x| x == m) {
+        l.remove(i);
+    }
+}
+
+/// Remove everything this process made and still has (for a signal
+/// handler: what a normal exit would drop). Processes still running in
+/// those namespaces (peers, generators) are killed first. Returns the names
+/// removed.
+pub fn cleanup_all() -> Vec<String> {
+    let made = std::mem::take(&mut *live());
+    let mut gone = Vec::new();
+    for m in made {
+        let ns = match &m {
+            Made::Ns(ns) => ns.clone(),
+            Made::Topology(t) => t.ns.clone(),
+        };
+        if let Ok(pids) = sh("ip", &["netns", "pids", &ns]) {
+            for pid in pids.split_whitespace() {
+                let _ = sh("kill", &["-KILL", pid]);
+            }
+        }
+        let r = match &m {
+            Made::Ns(ns) => sh("ip", &["netns", "del", ns]).map(|_| ()),
+            Made::Topology(t) => t.down(),
+        };
+        if r.is_ok() {
+            gone.push(ns);
+        }
+    }
+    gone
+}
 
 /// A network namespace holding the veth pair `a` ↔ `b`.
 #[derive(Debug)]
@@ -71,6 +124,7 @@ impl VethLab {
             ));
         }
         sh("ip", &["netns", "add", &lab.ns])?;
+        live().push(Made::Ns(lab.ns.clone()));
         // From here on, Drop removes the namespace (and the veth in it).
         let (ma, mb) = (mac(MAC_A), mac(MAC_B));
         let q = queues.to_string();
@@ -169,6 +223,7 @@ impl VethLab {
 
 impl Drop for VethLab {
     fn drop(&mut self) {
+        forget(&Made::Ns(self.ns.clone()));
         let _ = sh("ip", &["netns", "del", &self.ns]);
     }
 }
@@ -216,6 +271,7 @@ pub struct LabGuard(pub Topology);
 
 impl Drop for LabGuard {
     fn drop(&mut self) {
+        forget(&Made::Topology(self.0.clone()));
         let _ = self.0.down();
     }
 }
@@ -223,6 +279,7 @@ impl Drop for LabGuard {
 impl Topology {
     /// Bring the topology up for the life of the returned guard.
     pub fn up_scoped(self) -> io::Result<LabGuard> {
+        live().push(Made::Topology(self.clone()));
         let g = LabGuard(self);
         g.0.up()?;
         Ok(g)
