@@ -58,7 +58,18 @@ impl PacketQueue {
                 per_frame,
                 ..RingConfig::default()
             },
-        )?;
+        )
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => io::Error::new(
+                e.kind(),
+                format!("{e} (an AF_PACKET socket needs CAP_NET_RAW: run as root)"),
+            ),
+            Some(libc::ENOBUFS) | Some(libc::ENOMEM) => io::Error::new(
+                e.kind(),
+                format!("{e} (no memory for the packet ring: RLIMIT_MEMLOCK or free memory)"),
+            ),
+            _ => e,
+        })?;
         // Frames this host sends are not received ones.
         ring.socket().ignore_outgoing()?;
         let pool = FramePool::new(frames, crate::DEFAULT_FRAME_SIZE)

@@ -303,7 +303,13 @@ fn ctx(e: io::Error, what: &str) -> io::Error {
     let hint = match e.raw_os_error() {
         Some(libc::EPERM) => " (needs root or CAP_BPF + CAP_NET_ADMIN)",
         Some(libc::EBUSY) | Some(libc::EEXIST) => {
-            " (another XDP program is attached: `ip link set dev IF xdp off`)"
+            " (the interface or queue is held by another XDP program or AF_XDP socket, \
+             perhaps another rxpath: `ip link show IF` names the program; a BPF link goes \
+             with its process, `ip link set dev IF xdp off` removes a plain attachment)"
+        }
+        Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
+            " (RLIMIT_MEMLOCK too low to pin the frame region: raise it with `ulimit -l`, \
+             LimitMEMLOCK= in a systemd unit, or grant CAP_IPC_LOCK)"
         }
         Some(libc::EOPNOTSUPP) => " (XDP not supported on this device)",
         _ => "",
