@@ -12,7 +12,9 @@
 //!   dual-stack UDP echo, then to `rxpath echo` on AF_XDP and on AF_PACKET:
 //!   the same datagrams must be answered, payload for payload, and rxpath's
 //!   SNMP counters must equal the kernel's `/proc/net/snmp`, `netstat` and
-//!   `snmp6` deltas for every counter both have.
+//!   `snmp6` deltas for every counter both have; rxpath loses nothing
+//!   (received = delivered + dropped by reason, garbage counted
+//!   unhandled, every frame home).
 
 mod common;
 
@@ -335,7 +337,29 @@ fn the_kernel_is_the_oracle_for_every_datagram() {
             "{mode}: answered by the kernel only: {:?}\nby rxpath only: {:?}\ncounters: {diffs:#?}\nrxpath: {}",
             name(&only_k),
             name(&only_r),
-            r.report.map(|v| v.to_string()).unwrap_or_default()
+            r.report.as_ref().map(|v| v.to_string()).unwrap_or_default()
+        );
+        // Nothing lost: every frame rxpath took was answered or counted by
+        // reason (the garbage as unhandled), and every frame came home.
+        let v = r.report.expect("rxpath's report");
+        let n = &v["napi"];
+        let num = |x: &serde_json::Value| x.as_u64().unwrap_or(0);
+        assert_eq!(
+            num(&n["received"]),
+            num(&n["delivered"]) + num(&n["dropped"]),
+            "{mode}: received = delivered + dropped: {v}"
+        );
+        let garbage = cases
+            .iter()
+            .filter(|c| c.kind.starts_with("garbage"))
+            .count() as u64;
+        assert!(
+            num(&v["dropped"]["unhandled_proto"]) >= garbage,
+            "{mode}: {garbage} garbage frames counted unhandled: {v}"
+        );
+        assert_eq!(
+            v["frames_home"], v["frames_total"],
+            "{mode}: every frame home"
         );
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -16,7 +16,8 @@
 //! * IPv4 options (valid and malformed, source routes), VLAN tags (priority
 //!   tags and real VLANs), IPv6 extension chains (hop-by-hop, destination
 //!   options, routing, atomic fragments; options that say skip, drop, drop
-//!   and report).
+//!   and report);
+//! * garbage: random bytes behind ethertypes no kernel protocol takes.
 //!
 //! Left out, so that nothing leaves the benchmarking ranges and the answer
 //! does not depend on which kernel modules happen to be loaded: flips that
@@ -405,6 +406,24 @@ pub fn corpus(ends: Ends, seed: u64) -> Vec<Case> {
         h[18..20].copy_from_slice(&plen.to_be_bytes());
         g.push(format!("v6 {name}"), h, n);
         g.valid();
+    }
+    // Garbage: random bytes (the tag among them) behind an Ethernet header
+    // to the server with an ethertype no kernel protocol takes: neither
+    // side answers or counts it in SNMP; rxpath counts it unhandled.
+    for (i, etype) in [0x88b5u16, 0x88b6, 0x9000, 0x1234, 0xfffe]
+        .into_iter()
+        .cycle()
+        .take(40)
+        .enumerate()
+    {
+        let (f, n) = g.base(false, None);
+        let mut h = f[..12].to_vec();
+        h.extend_from_slice(&etype.to_be_bytes());
+        h.extend_from_slice(tag(n).as_bytes());
+        for _ in 0..(next() % 200) {
+            h.push(next() as u8);
+        }
+        g.push(format!("garbage {i} (ethertype {etype:#06x})"), h, n);
     }
     g.valid();
     g.cases
