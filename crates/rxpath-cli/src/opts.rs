@@ -501,8 +501,9 @@ pub struct RunArgs {
     /// of random bytes), lying=P (descriptors whose offset or length runs
     /// past their frame), starve=MS (the simulated NIC's fill ring reads
     /// empty for MS ms, every starve-every=MS on average: rx_no_buffer),
-    /// stall=MS (each NAPI thread stops for MS ms, every stall-every=MS on
-    /// average: its ring fills, rx_missed), seed=N; e.g. `--fault
+    /// stall=MS (each NAPI thread, and with --steer each other worker, stops
+    /// for MS ms every stall-every=MS on average: its ring fills, rx_missed;
+    /// a worker's backlog fills, backlog_full), seed=N; e.g. `--fault
     /// garbage=0.01,lying=0.001,stall=2,starve=1`. Each is counted.
     #[arg(long, value_name = "SPEC", value_parser = parse_faults)]
     pub fault: Option<rxpath_dev::sim::Faults>,

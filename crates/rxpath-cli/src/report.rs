@@ -92,12 +92,15 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     if f.on() {
         let d = report.device_total();
         eprintln!(
-            "rxpath: faults injected: {} starvation window(s) ({} rx_no_buffer), {} NAPI stall(s) of {:.1} ms in all ({} rx_missed); garbage {:.2} %, lying {:.2} % of frames (malformed, unhandled_proto)",
+            "rxpath: faults injected: {} starvation window(s) ({} rx_no_buffer), {} NAPI stall(s) of {:.1} ms in all ({} rx_missed), {} worker stall(s) of {:.1} ms ({} backlog_full); garbage {:.2} %, lying {:.2} % of frames (malformed, unhandled_proto)",
             report.faults.starve_windows,
             d.rx_no_buffer,
             report.faults.stalls,
             report.faults.stalled_ms,
             d.rx_missed,
+            report.faults.worker_stalls,
+            report.faults.worker_stalled_ms,
+            report.napi_total().dropped.get(rxpath_core::stats::DropReason::BacklogFull),
             f.garbage * 100.0,
             f.lying * 100.0
         );

@@ -20,10 +20,11 @@
 //! after the first round and at the end; growth over 64 MiB is a breach.
 //! The path rounds run with fault injection on (`--fault`, by default 0.1 %
 //! frames of random bytes, 0.05 % descriptors that run past their frame,
-//! 1 ms fill-ring starvation and 2 ms NAPI stalls every 250 ms on average;
+//! 1 ms fill-ring starvation and 2 ms NAPI and worker stalls every 250 ms
+//! on average;
 //! each must be counted); the socket rounds then stop a reader for a while
 //! (its queue overflows: each loss counted). Not built yet: the other
-//! faults of issue 13 (stalled workers, a TX ring that stops completing).
+//! faults of issue 13 (a TX ring that stops completing).
 
 use anyhow::{Context, Result};
 use clap::Args;

@@ -463,7 +463,7 @@ impl Host {
                                 budget,
                             )
                         };
-                        crate::steer::pure_worker_thread(bh, false, None)
+                        crate::steer::pure_worker_thread(bh, false, None, None)
                     })
                     .map_err(|e| RunError::Thread(e.to_string()))?;
                 worker_threads.push((id as Worker, h));

@@ -291,3 +291,45 @@ fn starved_fill_rings_and_stalled_napi_threads_are_counted_where_a_nic_counts_th
     );
     assert!(clean.consistent() && clean.frames_home == clean.frames_total);
 }
+
+/// A stalled worker (`--fault stall=MS` with steering: workers that are
+/// not NAPI threads stall too): its backlog fills and the packets steered
+/// to it meanwhile are `backlog_full` drops, counted on the NAPI thread as
+/// the kernel's `enqueue_to_backlog` counts them; everything adds up.
+#[test]
+fn a_stalled_worker_fills_its_backlog_and_the_overflow_is_counted() {
+    use rxpath_core::stats::DropReason;
+    use rxpath_core::steer::{SteerConfig, SteerMode};
+    let c = RunConfig {
+        sim: SimConfig {
+            faults: rxpath_dev::sim::Faults {
+                stall_ms: 80.0,
+                stall_every_ms: 150.0,
+                seed: 9,
+                ..Default::default()
+            },
+            ..base().sim
+        },
+        producer: Producer::Thread { pps: Some(200_000) },
+        steer: SteerConfig {
+            mode: SteerMode::Rps,
+            workers: 2,
+            ..SteerConfig::default()
+        },
+        threads: 1,
+        duration: Duration::from_secs(1),
+        ..base()
+    };
+    let r = run(&c, |_| {}).unwrap();
+    assert!(r.consistent(), "received = delivered + dropped");
+    assert_eq!(r.frames_home, r.frames_total, "every frame home");
+    assert!(r.faults.worker_stalls > 0, "{:?}", r.faults);
+    let t = r.napi_total();
+    assert!(
+        t.dropped.get(DropReason::BacklogFull) > 0,
+        "80 ms of a stalled worker overflows its 1000-packet backlog even at a loaded machine's rate: {:?} {:?} {:#?}",
+        t.dropped,
+        r.faults,
+        r.workers
+    );
+}

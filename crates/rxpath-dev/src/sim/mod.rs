@@ -151,6 +151,19 @@ impl FaultWindows {
         Duration::from_nanos((-u.ln() * self.every_ns) as u64)
     }
 
+    /// A thread's stall: if a window begins at this moment (`t0`: the
+    /// schedule's start), sleep through it. Returns the time slept.
+    pub fn stall_if_due(&mut self, t0: Instant) -> Duration {
+        let at = t0.elapsed();
+        match self.begins(at) {
+            Some(end) => {
+                std::thread::sleep(end - at);
+                t0.elapsed() - at
+            }
+            None => Duration::ZERO,
+        }
+    }
+
     /// At `t` since the start: the end of a window that begins now (the
     /// next one is then scheduled after it), or `None`.
     pub fn begins(&mut self, t: Duration) -> Option<Duration> {

@@ -261,7 +261,7 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
             let port = producer
                 .join()
                 .map_err(|_| RunError::Thread("producer panicked".into()))?;
-            let mut faults = stalls_of(&outs);
+            let mut faults = stalls_of(&outs, &steer.workers);
             faults.starve_windows = port.starve_windows();
             let (queues, softnet, received_in_window, host, latency) = collect(outs);
             let pool = port.reclaim(host);
@@ -387,7 +387,7 @@ fn own_queues<Q: RxQueue + OwnPool + Send + 'static>(
         },
         on_tick,
     )?;
-    let faults = stalls_of(&outs);
+    let faults = stalls_of(&outs, &steer.workers);
     let (queues, softnet, received_in_window, host, latency) = collect(outs);
     let (mut frames_total, mut frames_home) = (0, 0);
     // Queues on a shared UMEM each hold their share of one region: count
@@ -417,8 +417,11 @@ fn own_queues<Q: RxQueue + OwnPool + Send + 'static>(
     })
 }
 
-/// The stalls the NAPI threads injected.
-fn stalls_of<Q: RxQueue>(outs: &[ThreadOut<Q>]) -> FaultReport {
+/// The stalls the NAPI threads and the pure workers injected.
+fn stalls_of<Q: RxQueue>(
+    outs: &[ThreadOut<Q>],
+    workers: &[crate::steer::WorkerReport],
+) -> FaultReport {
     let (n, d) = outs.iter().fold((0, Duration::ZERO), |(n, d), o| {
         (n + o.stalls.0, d + o.stalls.1)
     });
@@ -426,6 +429,8 @@ fn stalls_of<Q: RxQueue>(outs: &[ThreadOut<Q>]) -> FaultReport {
         starve_windows: 0,
         stalls: n,
         stalled_ms: d.as_secs_f64() * 1e3,
+        worker_stalls: workers.iter().map(|w| w.stalls).sum(),
+        worker_stalled_ms: workers.iter().map(|w| w.stalled_ms).sum(),
     }
 }
 
@@ -575,6 +580,12 @@ where
                 .stop_worker
                 .filter(|&(s, _)| s as usize == id)
                 .map(|(_, d)| t0 + d);
+            let f = cfg.sim.faults;
+            let stall = FaultWindows::new(
+                f.stall_ms,
+                f.stall_every_ms,
+                f.seed ^ (id as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            );
             let h = thread::Builder::new()
                 .name(format!("rxpath-bh/{id}"))
                 .spawn(move || {
@@ -582,7 +593,7 @@ where
                         core_affinity::set_for_current(c);
                     }
                     let bh = BottomHalf::for_path(&w, id as Worker, &rest, budget);
-                    pure_worker_thread(bh, idle_poll, stop_at)
+                    pure_worker_thread(bh, idle_poll, stop_at, stall)
                 })
                 .map_err(|e| RunError::Thread(e.to_string()))?;
             pure.push((id as Worker, h));

@@ -103,11 +103,7 @@ pub(super) fn napi_thread<Q: RxQueue, S: Stack>(
         }
         // An injected stall: the thread is gone for a while, its rings fill.
         if let Some(s) = stall.as_mut() {
-            let at = t0.elapsed();
-            if let Some(end) = s.begins(at) {
-                thread::sleep(end - at);
-                stalled += t0.elapsed() - at;
-            }
+            stalled += s.stall_if_due(t0);
         }
         // This thread's own backlog (steering on), and the frames the
         // workers freed.

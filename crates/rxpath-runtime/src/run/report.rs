@@ -68,6 +68,11 @@ pub struct FaultReport {
     pub stalls: u64,
     /// Time the NAPI threads spent stalled, ms (summed over threads).
     pub stalled_ms: f64,
+    /// Stalls of workers that are not NAPI threads (steering on; their
+    /// cost: `backlog_full` once a backlog is full).
+    pub worker_stalls: u64,
+    /// Their time, ms.
+    pub worker_stalled_ms: f64,
 }
 
 impl Report {

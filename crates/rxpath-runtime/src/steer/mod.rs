@@ -351,6 +351,8 @@ impl Workers {
             wakeups_sent: self.ws[w as usize].wakeups_sent.load(Ordering::Relaxed),
             online_at_end: self.ws[w as usize].online.load(Ordering::Relaxed),
             path: own.path,
+            stalls: own.stalls.0,
+            stalled_ms: own.stalls.1.as_secs_f64() * 1e3,
         }
     }
 }
@@ -371,6 +373,9 @@ impl WorkerView for Workers {
 pub(crate) struct WorkerCounters {
     pub(crate) time_squeeze: u64,
     pub(crate) path: NapiStats,
+    /// Stalls injected into a pure worker (`--fault stall=MS`), and their
+    /// time.
+    pub(crate) stalls: (u64, std::time::Duration),
 }
 
 /// One worker at the end of a run: `/proc/net/softnet_stat`'s columns and
@@ -392,6 +397,11 @@ pub struct WorkerReport {
     /// Delivered, dropped (by reason), SNMP: the path's counters on this
     /// worker (`received` is 0: NAPI counts what it takes from devices).
     pub path: NapiStats,
+    /// Injected stalls of a worker that is not a NAPI thread (a NAPI
+    /// thread's are the run's `faults.stalls`).
+    pub stalls: u64,
+    /// Their time, ms.
+    pub stalled_ms: f64,
 }
 
 /// Order at delivery.

@@ -189,15 +189,22 @@ pub(crate) fn pure_worker_thread(
     mut bh: BottomHalf,
     idle_poll: bool,
     stop_at: Option<Instant>,
+    mut stall: Option<rxpath_dev::sim::FaultWindows>,
 ) -> WorkerCounters {
     let w = bh.workers().clone();
     let id = bh.id();
     w.register(id);
     let mut offline = false;
+    let t0 = Instant::now();
+    let mut stalled = Duration::ZERO;
     loop {
         if !offline && stop_at.is_some_and(|t| Instant::now() >= t) {
             w.set_offline(id);
             offline = true;
+        }
+        // An injected stall: the backlog fills (backlog_full, flow_limit).
+        if let Some(s) = stall.as_mut() {
+            stalled += s.stall_if_due(t0);
         }
         if bh.run() {
             continue;
@@ -218,5 +225,6 @@ pub(crate) fn pure_worker_thread(
         }
     }
     w.bh_running.fetch_sub(1, Ordering::AcqRel);
+    bh.counters.stalls = (stall.map_or(0, |s| s.count), stalled);
     bh.counters
 }
