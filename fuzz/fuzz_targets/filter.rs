@@ -133,8 +133,9 @@ fn key(u: &mut Unstructured<'_>) -> arbitrary::Result<Key> {
     if !frag {
         match proto {
             6 | 17 => {
-                k.sport = *pick(u, &PORTS)? as u32 + u.int_in_range(0u32..=1)?;
-                k.dport = *pick(u, &PORTS)? as u32 - u.int_in_range(0u32..=1)?;
+                // Ports next to the rules' bounds, inside 0..=65535.
+                k.sport = (*pick(u, &PORTS)?).saturating_add(u.int_in_range(0u16..=1)?) as u32;
+                k.dport = (*pick(u, &PORTS)?).saturating_sub(u.int_in_range(0u16..=1)?) as u32;
                 if proto == 6 {
                     k.tcp_flags = u.arbitrary::<u8>()? as u32 & 0x3f;
                 }

@@ -53,11 +53,22 @@ fn flag(key: &str, v: &toml::Value) -> Result<Vec<OsString>> {
 /// The command line with the file's keys spliced in after the subcommand;
 /// also the keys, to name an unknown one.
 pub fn expand(args: Vec<OsString>) -> Result<(Vec<OsString>, Vec<String>)> {
+    expand_with(args, |path| {
+        std::fs::read_to_string(path)
+            .with_context(|| format!("--config {}", path.to_string_lossy()))
+    })
+}
+
+/// [`expand`] with the file read by `read` (the fuzz target gives the
+/// text itself).
+pub fn expand_with(
+    args: Vec<OsString>,
+    read: impl FnOnce(&std::ffi::OsStr) -> Result<String>,
+) -> Result<(Vec<OsString>, Vec<String>)> {
     let Some((at, n, path)) = find(&args) else {
         return Ok((args, Vec::new()));
     };
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("--config {}", path.to_string_lossy()))?;
+    let text = read(&path)?;
     let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
         // One line: where, and what.
         let at = e.to_string().lines().next().unwrap_or("").to_string();

@@ -31,8 +31,9 @@ fn path_of(pid: u32) -> PathBuf {
     dir().join(format!("rxpath-{pid}.sock"))
 }
 
-/// Answer one request line.
-fn answer(k: &RunKnobs, line: &str) -> String {
+/// Answer one request line (`get NAME`, `set NAME VALUE`, `show`): the
+/// reply, never a panic; a bad request changes nothing.
+pub fn answer(k: &RunKnobs, line: &str) -> String {
     let words: Vec<&str> = line.split_whitespace().collect();
     let name = |n: &str| n.strip_prefix("net.core.").unwrap_or(n).to_string();
     let get = |n: &str| -> Option<u64> {
