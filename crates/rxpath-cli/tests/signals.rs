@@ -146,3 +146,32 @@ fn a_signal_stops_a_bench_and_removes_what_it_made() {
         );
     }
 }
+
+#[test]
+fn a_signal_stops_echo_with_its_report() {
+    if !rxpath_dev::sys::sched::is_root() {
+        eprintln!("skipped: needs root (namespaces, AF_XDP)");
+        return;
+    }
+    let lab = rxpath_runtime::lab::VethLab::create("sig").expect("lab");
+    for sig in ["TERM", "INT"] {
+        // `ip netns exec` execs rxpath: the child's pid is rxpath's.
+        let child = Command::new("ip")
+            .args(["netns", "exec", &lab.ns, env!("CARGO_BIN_EXE_rxpath")])
+            .args(["echo", "--iface", &lab.b, "--duration", "60", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("rxpath echo");
+        std::thread::sleep(Duration::from_millis(1500));
+        let t = Instant::now();
+        signal(child.id(), sig);
+        let out = child.wait_with_output().expect("echo ends");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(t.elapsed() < Duration::from_secs(15), "SIG{sig}: {err}");
+        assert_eq!(out.status.code(), Some(0), "SIG{sig}: {err}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("echo's JSON");
+        assert_eq!(v["frames_home"], v["frames_total"], "SIG{sig}: {v}");
+        assert!(v["frames_total"].as_u64().unwrap_or(0) > 0, "{v}");
+    }
+}
