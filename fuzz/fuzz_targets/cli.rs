@@ -63,10 +63,11 @@ fuzz_target!(|input: Input| {
             }
         }
     }
-    let k = RunKnobs::new(&RunConfig::default());
+    let set = rxpath_cli::ctl::RunKnobSet(RunKnobs::new(&RunConfig::default()));
+    let k = &set.0;
     for line in input.ctl.iter().take(32) {
-        let before = knobs(&k);
-        let reply = rxpath_cli::ctl::answer(&k, line);
+        let before = knobs(k);
+        let reply = rxpath_cli::ctl::answer(&set, line);
         if reply.starts_with("error") {
             assert_eq!(
                 before,

@@ -1,5 +1,5 @@
-//! Live knobs: a control socket next to a running `rxpath run`, and
-//! `rxpath ctl [--pid N] show | get NAME | set NAME VALUE`.
+//! Live knobs: a control socket next to a running `rxpath run` or `rxpath
+//! echo`, and `rxpath ctl [--pid N] show | get NAME | set NAME VALUE`.
 //!
 //! The socket is `$XDG_RUNTIME_DIR/rxpath-PID.sock` (else
 //! `/tmp/rxpath-PID.sock`), mode 0600, removed when the run ends. One line
@@ -8,7 +8,8 @@
 //! is `error: ...` with nothing changed. Names are the kernel's:
 //! `gro_flush_timeout` (ns, every NAPI of the device, as
 //! `/sys/class/net/IF/gro_flush_timeout`), `net.core.netdev_budget`,
-//! `net.core.netdev_budget_usecs`.
+//! `net.core.netdev_budget_usecs` for `run`; `busy_poll`,
+//! `net.core.busy_read`, `prefer_busy_poll` for `echo`.
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
@@ -31,49 +32,81 @@ fn path_of(pid: u32) -> PathBuf {
     dir().join(format!("rxpath-{pid}.sock"))
 }
 
-/// Answer one request line (`get NAME`, `set NAME VALUE`, `show`): the
-/// reply, never a panic; a bad request changes nothing.
-pub fn answer(k: &RunKnobs, line: &str) -> String {
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let name = |n: &str| n.strip_prefix("net.core.").unwrap_or(n).to_string();
-    let get = |n: &str| -> Option<u64> {
-        match n {
-            "gro_flush_timeout" => Some(k.gro_flush_timeout.get()),
-            "netdev_budget" => Some(k.netdev_budget.load(Ordering::Relaxed) as u64),
-            "netdev_budget_usecs" => Some(k.netdev_budget_usecs.load(Ordering::Relaxed)),
-            _ => None,
+/// The knobs a control socket serves: `rxpath run`'s and `rxpath echo`'s.
+pub trait Knobs: Send + Sync + 'static {
+    /// Every knob, with its value, in the order `show` lists them.
+    fn values(&self) -> Vec<(&'static str, u64)>;
+    /// Set knob `name` (as listed) to `v`; an error (out of range) changes
+    /// nothing.
+    fn set(&self, name: &str, v: u64) -> Result<(), String>;
+}
+
+/// `rxpath run`'s knobs.
+pub struct RunKnobSet(pub RunKnobs);
+
+impl Knobs for RunKnobSet {
+    fn values(&self) -> Vec<(&'static str, u64)> {
+        let k = &self.0;
+        vec![
+            ("gro_flush_timeout", k.gro_flush_timeout.get()),
+            (
+                "net.core.netdev_budget",
+                k.netdev_budget.load(Ordering::Relaxed) as u64,
+            ),
+            (
+                "net.core.netdev_budget_usecs",
+                k.netdev_budget_usecs.load(Ordering::Relaxed),
+            ),
+        ]
+    }
+
+    fn set(&self, name: &str, v: u64) -> Result<(), String> {
+        let k = &self.0;
+        match name {
+            "gro_flush_timeout" if v <= 1_000_000_000 => k.gro_flush_timeout.set(v),
+            "net.core.netdev_budget" if (1..=1_000_000).contains(&v) => {
+                k.netdev_budget.store(v as usize, Ordering::Relaxed)
+            }
+            "net.core.netdev_budget_usecs" if (1..=1_000_000).contains(&v) => {
+                k.netdev_budget_usecs.store(v, Ordering::Relaxed)
+            }
+            _ => return Err(format!("{v} is out of range")),
         }
+        Ok(())
+    }
+}
+
+/// Answer one request line (`get NAME`, `set NAME VALUE`, `show`): the
+/// reply, never a panic; a bad request changes nothing. `net.core.` may be
+/// left out of a name.
+pub fn answer(k: &dyn Knobs, line: &str) -> String {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let short = |n: &str| n.strip_prefix("net.core.").unwrap_or(n).to_string();
+    let find = |n: &str| -> Option<(&'static str, u64)> {
+        k.values().into_iter().find(|(m, _)| short(m) == short(n))
     };
     match words.as_slice() {
-        ["show"] => format!(
-            "gro_flush_timeout {}\nnet.core.netdev_budget {}\nnet.core.netdev_budget_usecs {}",
-            k.gro_flush_timeout.get(),
-            k.netdev_budget.load(Ordering::Relaxed),
-            k.netdev_budget_usecs.load(Ordering::Relaxed)
-        ),
-        ["get", n] => match get(&name(n)) {
-            Some(v) => v.to_string(),
-            None => format!("error: no knob named {n}"),
+        ["show"] => k
+            .values()
+            .iter()
+            .map(|(n, v)| format!("{n} {v}"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        ["get", n] => match find(n) {
+            Some((_, v)) => v.to_string(),
+            None => format!("error: no knob named {}", short(n)),
         },
         ["set", n, v] => {
-            let n = name(n);
-            if get(&n).is_none() {
-                return format!("error: no knob named {n}");
-            }
-            let Ok(v) = v.parse::<u64>() else {
-                return format!("error: {n}: '{v}' is not a number");
+            let Some((name, _)) = find(n) else {
+                return format!("error: no knob named {}", short(n));
             };
-            match n.as_str() {
-                "gro_flush_timeout" if v <= 1_000_000_000 => k.gro_flush_timeout.set(v),
-                "netdev_budget" if (1..=1_000_000).contains(&v) => {
-                    k.netdev_budget.store(v as usize, Ordering::Relaxed)
-                }
-                "netdev_budget_usecs" if (1..=1_000_000).contains(&v) => {
-                    k.netdev_budget_usecs.store(v, Ordering::Relaxed)
-                }
-                _ => return format!("error: {n}: {v} is out of range"),
+            let Ok(v) = v.parse::<u64>() else {
+                return format!("error: {}: '{v}' is not a number", short(name));
+            };
+            match k.set(name, v) {
+                Ok(()) => "ok".into(),
+                Err(e) => format!("error: {}: {e}", short(name)),
             }
-            "ok".into()
         }
         _ => "error: show | get NAME | set NAME VALUE".into(),
     }
@@ -86,7 +119,7 @@ pub struct Control {
 
 impl Control {
     /// Listen for requests that change `knobs`.
-    pub fn start(knobs: RunKnobs) -> Result<Control> {
+    pub fn start(knobs: impl Knobs) -> Result<Control> {
         let path = path_of(std::process::id());
         let _ = std::fs::remove_file(&path);
         let l = UnixListener::bind(&path)
@@ -115,7 +148,7 @@ impl Drop for Control {
     }
 }
 
-fn serve(s: UnixStream, k: &RunKnobs) -> std::io::Result<()> {
+fn serve(s: UnixStream, k: &dyn Knobs) -> std::io::Result<()> {
     s.set_read_timeout(Some(std::time::Duration::from_secs(2)))?;
     let mut r = BufReader::new(s.try_clone()?);
     let mut line = String::new();

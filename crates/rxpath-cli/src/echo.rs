@@ -60,7 +60,53 @@ pub struct EchoReport {
     pub filter: Option<serde_json::Value>,
 }
 
+/// `rxpath echo`'s live knobs (`rxpath ctl`): the echo socket's
+/// `SO_BUSY_POLL`, the host's `net.core.busy_read` (sockets that set no
+/// busy-poll time), and the prefer-busy-poll deferral of every NAPI
+/// (`napi_defer_hard_irqs` with `gro_flush_timeout` in the kernel).
+pub struct EchoKnobs {
+    sock: UdpSocket,
+    sockets: Arc<rxpath_core::sock::Sockets>,
+    napis: Vec<Arc<rxpath_core::sock::SharedNapi>>,
+}
+
+impl crate::ctl::Knobs for EchoKnobs {
+    fn values(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("busy_poll", self.sock.busy_poll() as u64),
+            ("net.core.busy_read", self.sockets.busy_read() as u64),
+            (
+                "prefer_busy_poll",
+                self.napis.first().map_or(0, |n| n.prefer_busy_poll()),
+            ),
+        ]
+    }
+
+    fn set(&self, name: &str, v: u64) -> Result<(), String> {
+        match name {
+            "busy_poll" if v <= 1_000_000 => self.sock.set_busy_poll(v as u32),
+            "net.core.busy_read" if v <= 1_000_000 => self.sockets.set_busy_read(v as u32),
+            "prefer_busy_poll" if v <= 1_000_000_000 => {
+                for n in &self.napis {
+                    n.set_prefer_busy_poll(v);
+                }
+            }
+            _ => return Err(format!("{v} is out of range")),
+        }
+        Ok(())
+    }
+}
+
 impl EchoServer {
+    /// The knobs a control socket changes while it runs.
+    pub fn knobs(&self) -> EchoKnobs {
+        EchoKnobs {
+            sock: self.sock.clone(),
+            sockets: self.host.sockets().clone(),
+            napis: self.host.napis().to_vec(),
+        }
+    }
+
     /// Start the host and the reader threads. Threads inherit the calling
     /// thread's CPU affinity (the bench pins a thread and starts it there).
     pub fn start(a: &EchoArgs) -> anyhow::Result<EchoServer> {
@@ -215,12 +261,14 @@ pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
             .context("installing the Ctrl-C handler")?;
     }
     let server = EchoServer::start(&a)?;
+    let control = crate::ctl::Control::start(server.knobs())?;
     eprintln!(
-        "rxpath echo: {}, busy poll {} µs, {} reader thread(s){}",
+        "rxpath echo: {}, busy poll {} µs, {} reader thread(s){}; live knobs: rxpath ctl (socket {})",
         server.describe(),
         a.busy_poll,
         a.threads,
-        if a.sockperf { ", sockperf mode" } else { "" }
+        if a.sockperf { ", sockperf mode" } else { "" },
+        control.path().display()
     );
     let start = Instant::now();
     let end = a

@@ -222,3 +222,86 @@ print(ok)
     assert!(text.contains(&want), "{want} in\n{text}");
     assert!(text.contains("\nrxpath_run_finished 1\n"));
 }
+
+/// 200 request/response round trips from a kernel client in the lab.
+fn client(lab: &VethLab, port: u16) -> String {
+    let script = format!(
+        r#"
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(('198.18.0.1', 0))
+s.settimeout(0.5)
+ok = 0
+for i in range(200):
+    m = ('k-%d' % i).encode()
+    for attempt in range(6):
+        s.sendto(m, ('198.18.0.2', {port}))
+        try:
+            d, a = s.recvfrom(4096)
+        except socket.timeout:
+            continue
+        ok += d == m
+        break
+print(ok)
+"#
+    );
+    lab.exec(&["python3", "-c", &script])
+        .expect("python3 client")
+}
+
+fn ctl(pid: u32, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_rxpath"))
+        .args(["ctl", "--pid", &pid.to_string()])
+        .args(args)
+        .output()
+        .expect("rxpath ctl")
+}
+
+/// `rxpath ctl` on a running echo: `busy_poll` set live (from 0 to 50 µs)
+/// makes the socket busy-poll from then on, where a run left at 0 never
+/// does; a bad value or name is an error that changes nothing.
+#[test]
+fn echo_knobs_change_live_through_rxpath_ctl() {
+    let Some(lab) = lab() else { return };
+    for live in [false, true] {
+        let child = echo(&lab, &["--port", "7778", "--duration", "6"]);
+        let pid = child.id();
+        std::thread::sleep(Duration::from_millis(800));
+        assert_eq!(client(&lab, 7778).trim(), "200");
+        let get = |n: &str| {
+            let o = ctl(pid, &["get", n]);
+            assert!(o.status.success(), "{o:?}");
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        };
+        assert_eq!(get("busy_poll"), "0");
+        if live {
+            let o = ctl(pid, &["set", "busy_poll", "fifty"]);
+            assert!(!o.status.success(), "a bad value is refused");
+            assert!(
+                String::from_utf8_lossy(&o.stderr).contains("not a number"),
+                "{o:?}"
+            );
+            let o = ctl(pid, &["set", "no_such_knob", "1"]);
+            assert!(!o.status.success(), "a bad name is refused");
+            assert_eq!(get("busy_poll"), "0", "nothing changed");
+            let o = ctl(pid, &["set", "busy_poll", "50"]);
+            assert!(o.status.success(), "{o:?}");
+            assert_eq!(get("busy_poll"), "50");
+            let o = ctl(pid, &["show"]);
+            let show = String::from_utf8_lossy(&o.stdout).into_owned();
+            assert!(
+                show.contains("busy_poll 50") && show.contains("net.core.busy_read 0"),
+                "{show}"
+            );
+        }
+        assert_eq!(client(&lab, 7778).trim(), "200");
+        let v = report(child);
+        let polls = v["sock"]["busy_polls"].as_u64().unwrap();
+        if live {
+            assert!(polls > 0, "busy polling after the live change: {v}");
+        } else {
+            assert_eq!(polls, 0, "never busy-polls at 0: {v}");
+        }
+        assert_eq!(v["frames_home"], v["frames_total"], "{v}");
+    }
+}

@@ -199,6 +199,11 @@ impl SharedNapi {
         }
     }
 
+    /// The prefer-busy-poll deferral, ns (0: off).
+    pub fn prefer_busy_poll(&self) -> u64 {
+        self.defer_ns.load(Ordering::Relaxed)
+    }
+
     /// The NAPI thread took a deferred NAPI back (it owns it now).
     pub fn clear_deferral(&self) {
         self.defer_until.store(0, Ordering::Release);
