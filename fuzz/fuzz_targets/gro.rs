@@ -52,20 +52,19 @@ struct Out(HashMap<GroFlow, Vec<u8>>, u64);
 
 /// What makes two packets one GRO flow, as the kernel tells them apart
 /// (`same_flow`): the link header (MACs, VLAN tags: `compare_ether_header`),
-/// for IPv6 the version, flow label and hop limit (`ipv6_gro_receive`),
-/// and the 5-tuple. Packets of different GRO flows may leave in either
-/// order, as in the kernel; differences within a flow (TTL, TOS, IP ID,
+/// for IPv6 the version and flow label (`ipv6_gro_receive`), and the
+/// 5-tuple. Packets of different GRO flows may leave in either order, as in
+/// the kernel; differences within a flow (TTL, hop limit, TOS, IP ID,
 /// flags, options) flush instead, and keep the order.
-type GroFlow = (Vec<u8>, [u8; 5], FlowKey);
+type GroFlow = (Vec<u8>, [u8; 4], FlowKey);
 
 fn gro_flow(frame: &[u8], h: &rxpath_wire::Headers) -> GroFlow {
     let l3 = h.l3_offset as usize;
-    let mut v6 = [0u8; 5];
+    let mut v6 = [0u8; 4];
     if h.l3 == rxpath_wire::L3::Ipv6 {
-        v6[..4].copy_from_slice(&frame[l3..l3 + 4]);
+        v6.copy_from_slice(&frame[l3..l3 + 4]);
         v6[1] &= 0x0f;
         v6[0] &= 0xf0;
-        v6[4] = frame[l3 + 7];
     }
     (frame[..l3].to_vec(), v6, h.flow)
 }

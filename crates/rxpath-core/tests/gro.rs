@@ -388,6 +388,59 @@ fn ip_level_checks_go_up_normal_and_keep_the_flow_in_order() {
     h.finish();
 }
 
+/// Found by the `gro` fuzz target (kept as a regression test of the
+/// kernel's notion of a flow): a segment with the same 5-tuple but another
+/// source MAC (`compare_ether_header`), or for IPv6 another flow label
+/// (`ipv6_gro_receive`), is another GRO flow. It neither merges with nor
+/// flushes the held packet, so a PSH segment of it leaves first; the held
+/// flow merges on with its own next segment. Another hop limit is the same
+/// flow (since 6.10 a flush: both leave, in order).
+#[test]
+fn another_mac_or_ipv6_flow_label_is_another_gro_flow() {
+    for (v6, what, edit) in [
+        (false, "source MAC", 6usize),
+        (true, "IPv6 flow label", 14 + 3),
+    ] {
+        let mut a = Seg::new(1);
+        a.v6 = v6;
+        let b = a.next();
+        let mut psh = b.bytes();
+        psh[edit] ^= 0x01;
+        let t = psh.len() - 1448 - 12 - 20 + 13; // TCP flags byte
+        psh[t] |= flags::PSH as u8;
+        let mut h = Harness::new(0);
+        h.feed(&a, 1);
+        assert_eq!(h.feed_raw(&psh, 2, 0, true), GroResult::Normal, "{what}");
+        assert_eq!(
+            h.out.0.len(),
+            1,
+            "{what}: the other flow's PSH segment left at once"
+        );
+        assert_eq!(h.out.0[0].seq, b.seq, "{what}: it is the second segment");
+        assert_eq!(
+            h.feed(&b, 3),
+            GroResult::Merged,
+            "{what}: the held flow merges on"
+        );
+        h.flush(4);
+        assert_eq!(h.shape(), vec![1, 2], "{what}");
+        h.finish();
+    }
+    let mut a = Seg::new(1);
+    a.v6 = true;
+    let mut b = a.next().bytes();
+    b[14 + 7] ^= 0x01;
+    let mut h = Harness::new(0);
+    h.feed(&a, 1);
+    // The held packet goes up; the new one starts a packet of its own.
+    assert_eq!(h.feed_raw(&b, 2, 0, true), GroResult::Held);
+    assert_eq!(h.shape(), vec![1], "hop limit: a flush of the held packet");
+    h.flush(3);
+    assert_eq!(h.shape(), vec![1, 1]);
+    assert_eq!(h.out.0[0].seq, 1, "in order");
+    h.finish();
+}
+
 #[test]
 fn short_and_psh_segments_end_the_packet_at_once() {
     let a = Seg::new(1);
