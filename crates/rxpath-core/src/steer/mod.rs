@@ -64,59 +64,133 @@ pub struct DevFlow {
     pub last_qtail: u32,
 }
 
+/// Ways per set of the dev flow table.
+pub const DEV_FLOW_WAYS: usize = 4;
+
+#[derive(Debug, Clone, Copy)]
+struct Way {
+    /// The flow's hash (0: empty; hash 0 is never steered).
+    tag: u32,
+    flow: DevFlow,
+}
+
 /// `rps_dev_flow_table` of one RX queue (`rps_flow_cnt` entries).
+///
+/// One deliberate difference from the kernel: the kernel's table is direct
+/// mapped and untagged, so two flows that share a slot share one `cpu` and
+/// `last_qtail`, and one can be moved past the other's packets (reordered).
+/// Here a set of [`DEV_FLOW_WAYS`] entries is tagged with the flow hash, and
+/// an entry is given to another flow only when its own flow has nothing in
+/// flight (the head of its worker has passed its tail). A flow without an
+/// entry therefore has nothing in flight and may go anywhere; if every entry
+/// of its set is busy, [`get_rps_cpu`] runs the packet right here (as the
+/// kernel does without a target), which keeps its order too.
 #[derive(Debug, Clone)]
 pub struct DevFlowTable {
-    flows: Vec<DevFlow>,
+    ways: Vec<Way>,
     log: u32,
 }
 
 impl DevFlowTable {
-    /// `rps_flow_cnt` entries, rounded up to a power of two (at least 1).
+    /// `rps_flow_cnt` entries, rounded up to a power of two (at least one
+    /// set).
     pub fn new(entries: usize) -> Self {
-        let n = entries.max(1).next_power_of_two();
+        let n = entries.max(DEV_FLOW_WAYS).next_power_of_two();
+        let sets = n / DEV_FLOW_WAYS;
         DevFlowTable {
-            flows: vec![
-                DevFlow {
-                    cpu: NO_WORKER,
-                    last_qtail: 0
+            ways: vec![
+                Way {
+                    tag: 0,
+                    flow: DevFlow {
+                        cpu: NO_WORKER,
+                        last_qtail: 0
+                    }
                 };
                 n
             ],
-            log: n.trailing_zeros(),
+            log: sets.trailing_zeros(),
         }
     }
 
     /// `rfs_slot()`: `hash_32(hash, log)` since 2025 (before: `hash &
-    /// mask`).
+    /// mask`); here the set of ways.
     #[inline]
     pub fn slot(&self, hash: u32) -> usize {
         hash_32(hash, self.log) as usize
     }
 
+    fn set_of(&self, hash: u32) -> std::ops::Range<usize> {
+        let s = self.slot(hash) * DEV_FLOW_WAYS;
+        s..s + DEV_FLOW_WAYS
+    }
+
     /// Entries.
     pub fn len(&self) -> usize {
-        self.flows.len()
+        self.ways.len()
     }
 
-    /// Never true (at least one entry).
+    /// Never true (at least one set).
     pub fn is_empty(&self) -> bool {
-        self.flows.is_empty()
+        self.ways.is_empty()
     }
 
-    /// The entry of `hash`.
+    /// The entry of the flow `hash` (`cpu` is [`NO_WORKER`] if it has
+    /// none).
     pub fn get(&self, hash: u32) -> DevFlow {
-        self.flows[self.slot(hash)]
+        self.ways[self.set_of(hash)]
+            .iter()
+            .find(|w| w.tag == hash && hash != 0)
+            .map_or(
+                DevFlow {
+                    cpu: NO_WORKER,
+                    last_qtail: 0,
+                },
+                |w| w.flow,
+            )
+    }
+
+    /// An entry whose flow has nothing in flight: empty, on a worker gone,
+    /// or passed by its worker's head.
+    fn idle(w: &Way, workers: &dyn WorkerView) -> bool {
+        w.tag == 0
+            || w.flow.cpu == NO_WORKER
+            || !workers.online(w.flow.cpu)
+            || (workers.head(w.flow.cpu).wrapping_sub(w.flow.last_qtail) as i32) >= 0
+    }
+
+    /// The flow has an entry, or can have one (an entry of its set is
+    /// idle).
+    pub fn can_track(&self, hash: u32, workers: &dyn WorkerView) -> bool {
+        self.ways[self.set_of(hash)]
+            .iter()
+            .any(|w| w.tag == hash || Self::idle(w, workers))
     }
 
     /// Record that the flow's packet went to `cpu` and left its tail at
-    /// `tail` (`set_rps_cpu` plus `rps_input_queue_tail_save`).
-    pub fn set(&mut self, hash: u32, cpu: Worker, tail: u32) {
-        let s = self.slot(hash);
-        self.flows[s] = DevFlow {
-            cpu,
-            last_qtail: tail,
-        };
+    /// `tail` (`set_rps_cpu` plus `rps_input_queue_tail_save`), in its
+    /// entry or one whose flow has nothing in flight. False if there was
+    /// none (every entry busy).
+    pub fn set(&mut self, hash: u32, cpu: Worker, tail: u32, workers: &dyn WorkerView) -> bool {
+        let r = self.set_of(hash);
+        let ways = &mut self.ways[r];
+        let at = ways.iter().position(|w| w.tag == hash).or_else(|| {
+            ways.iter()
+                .position(|w| w.tag == 0)
+                .or_else(|| ways.iter().position(|w| Self::idle(w, workers)))
+        });
+        match at {
+            Some(i) => {
+                ways[i] = Way {
+                    tag: hash,
+                    flow: DevFlow {
+                        cpu,
+                        last_qtail: tail,
+                    },
+                };
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -299,6 +373,12 @@ pub fn get_rps_cpu(
         return None;
     }
     if let (Some(table), Some(sock)) = (flows, desired) {
+        if !table.can_track(hash, workers) {
+            // Every entry of its set holds a flow with packets in flight:
+            // this flow has none (see DevFlowTable), and run here it keeps
+            // its order.
+            return None;
+        }
         if let Some(next) = sock.desired_cpu(hash) {
             let next = next as Worker;
             let DevFlow { cpu, last_qtail } = table.get(hash);

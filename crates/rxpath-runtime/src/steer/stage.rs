@@ -167,7 +167,9 @@ impl<I: Stack> SteerStage<I> {
         match r {
             Ok(tail) => {
                 if let Some(f) = rflow.and_then(|q| self.flows.get_mut(q)) {
-                    f.set(hash, t, tail);
+                    // get_rps_cpu checked that the flow has an entry or can
+                    // have one; heads only move on since.
+                    let _ = f.set(hash, t, tail, &*self.w);
                 }
             }
             Err(Refused::Dropped(p, reason)) => ctx.drop(p, reason),
