@@ -134,7 +134,7 @@ fn a_signal_stops_a_bench_and_removes_what_it_made() {
                 .args(["-a", "-f", "sockperf.*198.18"])
                 .output()
                 .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-                .unwrap_or_default();
+                .expect("pgrep (procps)");
             if left.is_empty() || t.elapsed() > Duration::from_secs(3) {
                 break left;
             }
