@@ -357,6 +357,12 @@ fn workers_table(r: &Report) -> String {
             if w.online_at_end { "" } else { "  (offline)" }
         );
     }
+    let here: u64 = r.workers.iter().map(|w| w.rfs_here).sum();
+    if here > 0 {
+        s += &format!(
+            "rfs: {here} packets run on their NAPI thread (every entry of the flow's dev flow set had packets in flight, or no worker online)\n"
+        );
+    }
     if let Some(a) = &r.accel_rfs {
         s += &format!(
             "accelerated RFS: {} ntuple rules installed, {} expired, {} packets steered by a rule\n",

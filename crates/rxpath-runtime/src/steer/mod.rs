@@ -78,6 +78,10 @@ pub(crate) struct WorkerShared {
     wakeups: AtomicU64,
     /// Wakeups this worker's NAPI thread sent.
     wakeups_sent: AtomicU64,
+    /// RFS packets this NAPI thread ran itself: every entry of the flow's
+    /// dev flow set held a flow with packets in flight (or no worker was
+    /// online).
+    rfs_here: AtomicU64,
 }
 
 /// Why an enqueue did not queue the packet.
@@ -161,6 +165,7 @@ impl Workers {
                 thread: OnceLock::new(),
                 wakeups: AtomicU64::new(0),
                 wakeups_sent: AtomicU64::new(0),
+                rfs_here: AtomicU64::new(0),
             })
             .collect();
         Workers {
@@ -319,6 +324,13 @@ impl Workers {
         s.online.store(false, Ordering::Relaxed);
     }
 
+    /// NAPI thread `me` ran an RFS packet itself (see `rfs_here`).
+    pub(crate) fn count_rfs_here(&self, me: Worker) {
+        if let Some(s) = self.ws.get(me as usize) {
+            s.rfs_here.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Worker `from` wakes worker `w` (`napi_schedule_rps` through an
     /// IPI).
     pub(crate) fn wake(&self, from: Worker, w: Worker) {
@@ -349,6 +361,7 @@ impl Workers {
             time_squeeze: own.time_squeeze,
             wakeups: self.ws[w as usize].wakeups.load(Ordering::Relaxed),
             wakeups_sent: self.ws[w as usize].wakeups_sent.load(Ordering::Relaxed),
+            rfs_here: self.ws[w as usize].rfs_here.load(Ordering::Relaxed),
             online_at_end: self.ws[w as usize].online.load(Ordering::Relaxed),
             path: own.path,
             stalls: own.stalls.0,
@@ -392,6 +405,9 @@ pub struct WorkerReport {
     pub wakeups: u64,
     /// Wakeups its NAPI thread sent to other workers (a NAPI thread only).
     pub wakeups_sent: u64,
+    /// RFS packets its NAPI thread ran itself, not steered: the flow's dev
+    /// flow set was all busy, or no worker online (a NAPI thread only).
+    pub rfs_here: u64,
     /// Still online when the run ended.
     pub online_at_end: bool,
     /// Delivered, dropped (by reason), SNMP: the path's counters on this

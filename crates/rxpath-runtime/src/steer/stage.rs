@@ -233,6 +233,9 @@ impl<I: Stack> Stack for SteerStage<I> {
                             self.accel_expire();
                         }
                     }
+                    if r.is_none() {
+                        self.w.count_rfs_here(self.me);
+                    }
                     r
                 }
                 SteerMode::Spread | SteerMode::SpreadUnordered => self.pick().map(|t| (t, false)),
