@@ -29,6 +29,8 @@ use std::time::Duration;
 struct Snapshot {
     queues: Vec<(u16, NapiStats, DeviceQueueStats)>,
     softnet: SoftnetStats,
+    /// Live per-worker counters (the shared ones: backlog, wakeups).
+    workers: Vec<rxpath_runtime::steer::WorkerReport>,
     report: Option<Report>,
     /// `rxpath echo`: the socket layer's counters (live), and the host's
     /// report at the end.
@@ -83,7 +85,7 @@ impl Collector for Collect {
         let workers: Vec<rxpath_runtime::steer::WorkerReport> = match (&s.report, &s.host) {
             (Some(r), _) => r.workers.clone(),
             (None, Some(h)) => h.workers.clone(),
-            (None, None) => Vec::new(),
+            (None, None) => s.workers.clone(),
         };
         let finished = s.report.is_some() || s.host.is_some();
         let sock = s.host.as_ref().map(|h| h.sock).or(s.sock);
@@ -302,40 +304,44 @@ impl Collector for Collect {
             )?;
             counter(
                 &mut enc,
-                "rxpath_worker_time_squeeze",
-                "Backlog turns that ran out of budget with work left",
-                &w(&|x| x.time_squeeze),
-            )?;
-            counter(
-                &mut enc,
                 "rxpath_worker_wakeups",
                 "Wakeups a worker received",
                 &w(&|x| x.wakeups),
             )?;
-            counter(
-                &mut enc,
-                "rxpath_worker_delivered_packets",
-                "Packets (segments) delivered on a worker",
-                &w(&|x| x.path.delivered),
-            )?;
-            let mut drops = Vec::new();
-            for x in &workers {
-                for reason in DropReason::ALL {
-                    drops.push((
-                        vec![
-                            ("worker", x.worker.to_string()),
-                            ("reason", reason.name().to_string()),
-                        ],
-                        x.path.dropped.get(reason),
-                    ));
+            // Each worker thread's own counters come with the report at the
+            // end; live, only what the workers share is known.
+            if finished {
+                counter(
+                    &mut enc,
+                    "rxpath_worker_time_squeeze",
+                    "Backlog turns that ran out of budget with work left",
+                    &w(&|x| x.time_squeeze),
+                )?;
+                counter(
+                    &mut enc,
+                    "rxpath_worker_delivered_packets",
+                    "Packets (segments) delivered on a worker",
+                    &w(&|x| x.path.delivered),
+                )?;
+                let mut drops = Vec::new();
+                for x in &workers {
+                    for reason in DropReason::ALL {
+                        drops.push((
+                            vec![
+                                ("worker", x.worker.to_string()),
+                                ("reason", reason.name().to_string()),
+                            ],
+                            x.path.dropped.get(reason),
+                        ));
+                    }
                 }
+                counter(
+                    &mut enc,
+                    "rxpath_worker_dropped_packets",
+                    "Packets dropped on a worker's part of the path, by reason",
+                    &drops,
+                )?;
             }
-            counter(
-                &mut enc,
-                "rxpath_worker_dropped_packets",
-                "Packets dropped on a worker's part of the path, by reason",
-                &drops,
-            )?;
         }
         let finished_gauge = |enc: &mut DescriptorEncoder<'_>| -> Result<(), std::fmt::Error> {
             let m = enc.encode_descriptor(
@@ -467,6 +473,7 @@ impl Metrics {
         let mut s = self.snap.lock().unwrap_or_else(|e| e.into_inner());
         s.queues = t.queues.clone();
         s.softnet = t.softnet;
+        s.workers = t.workers.clone();
     }
 
     /// The socket layer's counters so far (`rxpath echo`).

@@ -199,6 +199,29 @@ fn metrics_are_scraped_checked_by_promtool_and_match_the_json() {
         "{live}"
     );
     assert!(live.contains("\nrxpath_run_finished 0\n"), "{live}");
+    // Per-worker counters are live too (what the workers share), and grow.
+    let worker1 = |t: &str| {
+        t.lines()
+            .find_map(|l| {
+                l.strip_prefix("rxpath_worker_processed_packets_total{worker=\"1\"}")?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+            .unwrap_or(0.0) as u64
+    };
+    let first = worker1(&live);
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let later = scrape(&url, false);
+    assert!(
+        worker1(&later) > first,
+        "worker 1's processed packets grow while the run goes: {first} then {}\n{later}",
+        worker1(&later)
+    );
+    assert!(
+        !later.contains("rxpath_worker_delivered_packets"),
+        "a worker's own counters come only at the end"
+    );
     match Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())

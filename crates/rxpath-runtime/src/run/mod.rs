@@ -722,7 +722,7 @@ where
         thread::sleep(next.min(end).saturating_duration_since(now).min(poll));
         if Instant::now() >= next {
             next += cfg.tick;
-            on_tick(&tick(&live, start));
+            on_tick(&tick(&live, start, workers.as_deref()));
         }
     }
     window_over.store(true, Ordering::Release);
@@ -766,17 +766,25 @@ where
     Ok((outs, elapsed, l, steer))
 }
 
-fn tick(live: &Mutex<Live>, start: Instant) -> Tick {
+fn tick(live: &Mutex<Live>, start: Instant, workers: Option<&Workers>) -> Tick {
     let l = live.lock().unwrap_or_else(|e| e.into_inner());
     let mut napi = NapiStats::default();
     for (_, n, _) in &l.queues {
         napi.merge(n);
     }
+    // What the workers share (backlog columns, wakeups); their threads'
+    // own counters (time_squeeze, the path's) come with the report.
+    let workers = workers.map_or_else(Vec::new, |w| {
+        (0..w.len())
+            .map(|id| w.report(id as Worker, &Default::default()))
+            .collect()
+    });
     Tick {
         elapsed: start.elapsed(),
         napi,
         device: sum_device(l.queues.iter().map(|q| q.2)),
         softnet: l.softnet,
         queues: l.queues.clone(),
+        workers,
     }
 }

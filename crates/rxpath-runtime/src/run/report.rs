@@ -146,6 +146,10 @@ pub struct Tick {
     pub softnet: SoftnetStats,
     /// Per queue: index, NAPI counters, device counters.
     pub queues: Vec<(u16, NapiStats, DeviceQueueStats)>,
+    /// Per worker (steering on): the backlog columns and wakeups so far;
+    /// `time_squeeze` and `path` are 0 here (each worker's own, in the
+    /// report at the end).
+    pub workers: Vec<crate::steer::WorkerReport>,
 }
 
 pub(crate) fn queue_report<Q: RxQueue>(n: &Napi<Q>) -> QueueReport {
