@@ -276,7 +276,8 @@ pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
         .map(|d| start + Duration::from_secs_f64(d.max(0.0)));
     let metrics = match a.metrics {
         Some(addr) => {
-            let m = crate::metrics::Metrics::start(addr)?;
+            let m = rxpath_runtime::metrics::Metrics::start(addr)
+                .map_err(|e| anyhow::anyhow!("--{e}"))?;
             eprintln!("rxpath: metrics on http://{}/metrics", m.addr);
             Some(m)
         }

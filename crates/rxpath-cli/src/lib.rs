@@ -13,7 +13,6 @@ pub mod config;
 pub mod ctl;
 mod echo;
 mod filter;
-mod metrics;
 pub mod opts;
 mod report;
 mod soak;

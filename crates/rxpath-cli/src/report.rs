@@ -25,7 +25,8 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     let readers = crate::steer::Readers::start(&a.steer, &cfg)?;
     let metrics = match a.metrics {
         Some(addr) => {
-            let m = crate::metrics::Metrics::start(addr)?;
+            let m = rxpath_runtime::metrics::Metrics::start(addr)
+                .map_err(|e| anyhow::anyhow!("--{e}"))?;
             eprintln!("rxpath: metrics on http://{}/metrics", m.addr);
             Some(m)
         }

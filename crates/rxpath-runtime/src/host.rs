@@ -228,6 +228,18 @@ fn into_pools<Q: RxQueue + 'static>(
 }
 
 impl Host {
+    /// Serve this host's counters for Prometheus on `addr` (port 0: any
+    /// free port, see [`crate::metrics::Metrics::addr`]): the socket
+    /// layer's counters, read at every scrape (`rxpath_socket_*_total`,
+    /// busy polling). Give it the report at the end
+    /// ([`crate::metrics::Metrics::finish_host`]) for the per-queue,
+    /// per-worker and SNMP counters; it serves until dropped.
+    pub fn serve_metrics(&self, addr: SocketAddr) -> std::io::Result<crate::metrics::Metrics> {
+        let m = crate::metrics::Metrics::start(addr)?;
+        m.watch_sockets(self.sockets().clone());
+        Ok(m)
+    }
+
     /// Start a host on `dev`.
     pub fn start(mut cfg: HostConfig, dev: HostDevice) -> Result<Host, RunError> {
         let iface_default = cfg.queues == 0 && !matches!(dev, HostDevice::Sim(_));

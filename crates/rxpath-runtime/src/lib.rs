@@ -24,6 +24,7 @@ pub mod clock;
 pub mod gen;
 pub mod host;
 pub mod lab;
+pub mod metrics;
 pub mod run;
 mod stages;
 pub mod steer;

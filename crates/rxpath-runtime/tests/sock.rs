@@ -520,3 +520,79 @@ fn prefer_busy_poll_defers_the_interrupt_until_the_socket_sleeps() {
     drop(s);
     all_home(&Arc::into_inner(h).unwrap().shutdown());
 }
+
+/// `GET /metrics` from `addr`, the classic text format.
+fn scrape(addr: SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("metrics endpoint");
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+fn sample(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
+}
+
+/// A host's metrics for an application (`Host::serve_metrics`): the socket
+/// counters are read at every scrape while it runs, and the final report
+/// adds the per-queue counters, equal to the report's.
+#[test]
+fn a_host_serves_its_counters_for_prometheus() {
+    let h = host(1, 1);
+    let m = h
+        .serve_metrics("127.0.0.1:0".parse().unwrap())
+        .expect("listen on loopback");
+    let s = h.udp_bind(sa(HOST4, 7100)).unwrap();
+    let before = scrape(m.addr);
+    assert_eq!(
+        sample(&before, "rxpath_socket_in_datagrams_total"),
+        Some(0),
+        "{before}"
+    );
+    for i in 0..50 {
+        inject(
+            &h,
+            sa(PEER4, 5000),
+            sa(HOST4, 7100),
+            format!("m{i}").as_bytes(),
+        );
+        recv_str(&s);
+    }
+    // Two for a port nobody has.
+    inject(&h, sa(PEER4, 5000), sa(HOST4, 7199), b"x");
+    inject(&h, sa(PEER4, 5000), sa(HOST4, 7199), b"y");
+    let t = Instant::now();
+    let live = loop {
+        let t2 = scrape(m.addr);
+        if sample(&t2, "rxpath_socket_no_ports_total") == Some(2) || t.elapsed().as_secs() > 5 {
+            break t2;
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        sample(&live, "rxpath_socket_in_datagrams_total"),
+        Some(50),
+        "{live}"
+    );
+    assert_eq!(
+        sample(&live, "rxpath_socket_no_ports_total"),
+        Some(2),
+        "{live}"
+    );
+    assert!(live.contains("\nrxpath_run_finished 0\n"), "{live}");
+    drop(s);
+    let r = h.shutdown();
+    m.finish_host(&r);
+    let end = scrape(m.addr);
+    assert!(end.contains("\nrxpath_run_finished 1\n"), "{end}");
+    assert_eq!(
+        sample(&end, "rxpath_rx_packets_total{queue=\"0\"}"),
+        Some(r.queues[0].napi.received),
+        "{end}"
+    );
+}

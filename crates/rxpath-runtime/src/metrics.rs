@@ -1,5 +1,6 @@
-//! `--metrics ADDR`: the run's counters for Prometheus, over HTTP
-//! (`GET /metrics`, OpenMetrics text from `prometheus-client`).
+//! Prometheus metrics over HTTP (`GET /metrics`, OpenMetrics text from
+//! `prometheus-client`): `rxpath run --metrics ADDR`, `rxpath echo
+//! --metrics ADDR`, and [`crate::Host::serve_metrics`] for applications.
 //!
 //! While the run goes, what the per-second line sees: per queue NAPI and
 //! device counters, drops by reason, softnet, SNMP. When it ends, the final
@@ -8,7 +9,7 @@
 //! Counters are named `rxpath_..._total` with `queue=`, `reason=`,
 //! `worker=`, `section=`/`counter=` labels.
 
-use anyhow::{Context, Result};
+use crate::run::{Report, Tick};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -16,7 +17,6 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use rxpath_core::stats::{DropReason, NapiStats, SoftnetStats};
 use rxpath_dev::DeviceQueueStats;
-use rxpath_runtime::{Report, Tick};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,12 +30,14 @@ struct Snapshot {
     queues: Vec<(u16, NapiStats, DeviceQueueStats)>,
     softnet: SoftnetStats,
     /// Live per-worker counters (the shared ones: backlog, wakeups).
-    workers: Vec<rxpath_runtime::steer::WorkerReport>,
+    workers: Vec<crate::steer::WorkerReport>,
     report: Option<Report>,
     /// `rxpath echo`: the socket layer's counters (live), and the host's
     /// report at the end.
     sock: Option<rxpath_core::sock::SockStats>,
-    host: Option<rxpath_runtime::HostReport>,
+    host: Option<crate::HostReport>,
+    /// A host's socket layer, read at every scrape while it runs.
+    live_sock: Option<Arc<rxpath_core::sock::Sockets>>,
 }
 
 #[derive(Debug)]
@@ -82,13 +84,18 @@ impl Collector for Collect {
                 .collect(),
             (None, None) => s.queues.clone(),
         };
-        let workers: Vec<rxpath_runtime::steer::WorkerReport> = match (&s.report, &s.host) {
+        let workers: Vec<crate::steer::WorkerReport> = match (&s.report, &s.host) {
             (Some(r), _) => r.workers.clone(),
             (None, Some(h)) => h.workers.clone(),
             (None, None) => s.workers.clone(),
         };
         let finished = s.report.is_some() || s.host.is_some();
-        let sock = s.host.as_ref().map(|h| h.sock).or(s.sock);
+        let sock = s
+            .host
+            .as_ref()
+            .map(|h| h.sock)
+            .or(s.sock)
+            .or_else(|| s.live_sock.as_ref().map(|k| k.stats()));
         if let Some(k) = &sock {
             let one = |v: u64| [(Labels::new(), v)];
             counter(
@@ -271,7 +278,7 @@ impl Collector for Collect {
             "IP/UDP input counters under the kernel's /proc/net/snmp names",
             &rows,
         )?;
-        let w = |f: &dyn Fn(&rxpath_runtime::steer::WorkerReport) -> u64| -> Vec<(Labels, u64)> {
+        let w = |f: &dyn Fn(&crate::steer::WorkerReport) -> u64| -> Vec<(Labels, u64)> {
             workers
                 .iter()
                 .map(|x| (vec![("worker", x.worker.to_string())], f(x)))
@@ -429,9 +436,12 @@ impl Collector for Collect {
     }
 }
 
-/// The metrics endpoint of a run.
+/// A metrics endpoint: serves what it was last given (a run's ticks and
+/// report, a host's live socket counters and final report).
+#[derive(Debug)]
 pub struct Metrics {
     snap: Arc<Mutex<Snapshot>>,
+    /// Where it listens (a port 0 request resolved).
     pub addr: SocketAddr,
     stop: Arc<AtomicBool>,
     server: Option<JoinHandle<()>>,
@@ -439,9 +449,13 @@ pub struct Metrics {
 
 impl Metrics {
     /// Listen on `addr` (port 0: any free port; see [`Metrics::addr`]).
-    pub fn start(addr: SocketAddr) -> Result<Metrics> {
-        let l = TcpListener::bind(addr)
-            .with_context(|| format!("--metrics {addr}: cannot listen there"))?;
+    pub fn start(addr: SocketAddr) -> std::io::Result<Metrics> {
+        let l = TcpListener::bind(addr).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("metrics on {addr}: cannot listen there: {e}"),
+            )
+        })?;
         let addr = l.local_addr()?;
         let snap = Arc::new(Mutex::new(Snapshot::default()));
         let stop = Arc::new(AtomicBool::new(false));
@@ -476,13 +490,21 @@ impl Metrics {
         s.workers = t.workers.clone();
     }
 
+    /// Read `sockets`' counters at every scrape (a running host).
+    pub fn watch_sockets(&self, sockets: Arc<rxpath_core::sock::Sockets>) {
+        self.snap
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .live_sock = Some(sockets);
+    }
+
     /// The socket layer's counters so far (`rxpath echo`).
     pub fn sock(&self, k: rxpath_core::sock::SockStats) {
         self.snap.lock().unwrap_or_else(|e| e.into_inner()).sock = Some(k);
     }
 
     /// A host's final report (`rxpath echo`).
-    pub fn finish_host(&self, r: &rxpath_runtime::HostReport) {
+    pub fn finish_host(&self, r: &crate::HostReport) {
         self.snap.lock().unwrap_or_else(|e| e.into_inner()).host = Some(r.clone());
     }
 
