@@ -63,7 +63,7 @@ fuzz_target!(|input: Input| {
             }
         }
     }
-    let set = rxpath_cli::ctl::RunKnobSet(RunKnobs::new(&RunConfig::default()));
+    let set = rxpath_cli::ctl::RunKnobSet(RunKnobs::new(&RunConfig::default()), None);
     let k = &set.0;
     for line in input.ctl.iter().take(32) {
         let before = knobs(k);

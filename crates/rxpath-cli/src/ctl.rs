@@ -8,7 +8,8 @@
 //! is `error: ...` with nothing changed. Names are the kernel's:
 //! `gro_flush_timeout` (ns, every NAPI of the device, as
 //! `/sys/class/net/IF/gro_flush_timeout`), `net.core.netdev_budget`,
-//! `net.core.netdev_budget_usecs` for `run`; `busy_poll`,
+//! `net.core.netdev_budget_usecs` (and `filter_reloads` with `--filter`)
+//! for `run`; `busy_poll`,
 //! `net.core.busy_read`, `prefer_busy_poll` for `echo`.
 
 use anyhow::{bail, Context, Result};
@@ -18,7 +19,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// The directory control sockets live in.
 fn dir() -> PathBuf {
@@ -41,13 +43,17 @@ pub trait Knobs: Send + Sync + 'static {
     fn set(&self, name: &str, v: u64) -> Result<(), String>;
 }
 
-/// `rxpath run`'s knobs.
-pub struct RunKnobSet(pub RunKnobs);
+/// `rxpath run`'s knobs; with `--filter`, also `filter_reloads` (get:
+/// reloads done; set 1: reload the rule files now, as SIGHUP does).
+pub struct RunKnobSet(
+    pub RunKnobs,
+    pub Option<(Arc<AtomicBool>, Arc<std::sync::atomic::AtomicU64>)>,
+);
 
 impl Knobs for RunKnobSet {
     fn values(&self) -> Vec<(&'static str, u64)> {
         let k = &self.0;
-        vec![
+        let mut v = vec![
             ("gro_flush_timeout", k.gro_flush_timeout.get()),
             (
                 "net.core.netdev_budget",
@@ -57,12 +63,20 @@ impl Knobs for RunKnobSet {
                 "net.core.netdev_budget_usecs",
                 k.netdev_budget_usecs.load(Ordering::Relaxed),
             ),
-        ]
+        ];
+        if let Some((_, n)) = &self.1 {
+            v.push(("filter_reloads", n.load(Ordering::Acquire)));
+        }
+        v
     }
 
     fn set(&self, name: &str, v: u64) -> Result<(), String> {
         let k = &self.0;
         match name {
+            "filter_reloads" => match (&self.1, v) {
+                (Some((hup, _)), 1) => hup.store(true, Ordering::Release),
+                _ => return Err("set 1 to reload the rule files".into()),
+            },
             "gro_flush_timeout" if v <= 1_000_000_000 => k.gro_flush_timeout.set(v),
             "net.core.netdev_budget" if (1..=1_000_000).contains(&v) => {
                 k.netdev_budget.store(v as usize, Ordering::Relaxed)

@@ -71,6 +71,7 @@ pub struct Loaded {
     args: FilterArgs,
     iface: String,
     hup: Arc<AtomicBool>,
+    reloads: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Loaded {
@@ -91,6 +92,7 @@ impl Loaded {
             args: a.clone(),
             iface: iface.to_string(),
             hup,
+            reloads: Arc::default(),
         }))
     }
 
@@ -106,10 +108,17 @@ impl Loaded {
             Ok(f) => {
                 let d = describe(&f);
                 self.handle.replace(f);
+                self.reloads.fetch_add(1, Ordering::AcqRel);
                 eprintln!("rxpath: filter reloaded: {d}");
             }
             Err(e) => eprintln!("rxpath: filter reload failed, the running rules stay: {e:#}"),
         }
+    }
+
+    /// What the control socket needs to ask for a reload (the flag SIGHUP
+    /// sets) and to count the reloads done.
+    pub fn reload_handles(&self) -> (Arc<AtomicBool>, Arc<std::sync::atomic::AtomicU64>) {
+        (self.hup.clone(), self.reloads.clone())
     }
 
     /// Per-rule counters as JSON.

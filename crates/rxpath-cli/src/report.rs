@@ -35,7 +35,10 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     // Live knobs through a control socket (`rxpath ctl`).
     let knobs = rxpath_runtime::run::RunKnobs::new(&cfg);
     cfg.knobs = Some(knobs.clone());
-    let control = crate::ctl::Control::start(crate::ctl::RunKnobSet(knobs))?;
+    let control = crate::ctl::Control::start(crate::ctl::RunKnobSet(
+        knobs,
+        filter.as_ref().map(|f| f.reload_handles()),
+    ))?;
     cfg.sock_flows = readers.as_ref().map(|r| r.table.clone());
     let mut last = Tick::default();
     let line = |t: &Tick, last: &Tick| {

@@ -440,3 +440,68 @@ fn a_knob_changed_through_ctl_changes_the_running_path() {
     assert_eq!(after["accounted"], true);
     assert_eq!(after["frames_home"], after["frames_total"]);
 }
+
+/// `rxpath ctl set filter_reloads 1` reloads the rule files while packets
+/// flow, as SIGHUP does: a run whose file drops nothing at the start drops
+/// UDP once the file says so and the reload is asked for; `get
+/// filter_reloads` counts it; other values are refused.
+#[test]
+fn the_filter_reloads_through_ctl_while_packets_flow() {
+    use std::process::Stdio;
+    let dir = std::env::temp_dir().join(format!("rxpath-ctl-filter-{}", std::process::id()));
+    std::fs::write(&dir, "*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n").unwrap();
+    let file = dir.to_str().unwrap().to_string();
+    let child = Command::new(env!("CARGO_BIN_EXE_rxpath"))
+        .args([
+            "run",
+            "--duration",
+            "4",
+            "--no-pin",
+            "--json",
+            "--filter",
+            &file,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rxpath");
+    let pid = child.id().to_string();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let ctl = |args: &[&str]| {
+        let mut a = vec!["ctl", "--pid", &pid];
+        a.extend_from_slice(args);
+        rxpath(&a)
+    };
+    let get = || {
+        String::from_utf8_lossy(&ctl(&["get", "filter_reloads"]).stdout)
+            .trim()
+            .to_string()
+    };
+    assert_eq!(get(), "0");
+    let o = ctl(&["set", "filter_reloads", "2"]);
+    assert_eq!(o.status.code(), Some(2), "only 1 asks for a reload");
+    std::fs::write(
+        &dir,
+        "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p udp -j DROP\nCOMMIT\n",
+    )
+    .unwrap();
+    let o = ctl(&["set", "filter_reloads", "1"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let t = std::time::Instant::now();
+    while get() != "1" {
+        assert!(t.elapsed().as_secs() < 3, "reloaded within a tick or two");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let o = child.wait_with_output().unwrap();
+    let _ = std::fs::remove_file(&dir);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("filter reloaded"), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["drops"]["filter"].as_u64().unwrap() > 0,
+        "UDP dropped after the reload: {}",
+        v["drops"]
+    );
+    assert_eq!(v["accounted"], true);
+}
