@@ -8,8 +8,8 @@
 //! is `error: ...` with nothing changed. Names are the kernel's:
 //! `gro_flush_timeout` (ns, every NAPI of the device, as
 //! `/sys/class/net/IF/gro_flush_timeout`), `net.core.netdev_budget`,
-//! `net.core.netdev_budget_usecs` (and `filter_reloads` with `--filter`)
-//! for `run`; `busy_poll`,
+//! `net.core.netdev_budget_usecs` (and `rps_cpus` with `--steer`, a bitmask
+//! of workers; `filter_reloads` with `--filter`) for `run`; `busy_poll`,
 //! `net.core.busy_read`, `prefer_busy_poll` for `echo`.
 
 use anyhow::{bail, Context, Result};
@@ -64,6 +64,9 @@ impl Knobs for RunKnobSet {
                 k.netdev_budget_usecs.load(Ordering::Relaxed),
             ),
         ];
+        if k.workers.load(Ordering::Relaxed) > 0 {
+            v.push(("rps_cpus", k.rps_cpus.load(Ordering::Relaxed)));
+        }
         if let Some((_, n)) = &self.1 {
             v.push(("filter_reloads", n.load(Ordering::Acquire)));
         }
@@ -73,6 +76,15 @@ impl Knobs for RunKnobSet {
     fn set(&self, name: &str, v: u64) -> Result<(), String> {
         let k = &self.0;
         match name {
+            "rps_cpus" => {
+                let n = k.workers.load(Ordering::Relaxed).min(64);
+                if n < 64 && v >> n != 0 {
+                    return Err(format!(
+                        "{v:#x} names a worker past the {n} of this run (0 turns RPS off)"
+                    ));
+                }
+                k.rps_cpus.store(v, Ordering::Relaxed)
+            }
             "filter_reloads" => match (&self.1, v) {
                 (Some((hup, _)), 1) => hup.store(true, Ordering::Release),
                 _ => return Err("set 1 to reload the rule files".into()),

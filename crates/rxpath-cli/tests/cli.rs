@@ -505,3 +505,47 @@ fn the_filter_reloads_through_ctl_while_packets_flow() {
     );
     assert_eq!(v["accounted"], true);
 }
+
+/// `rps_cpus` changed through ctl while packets flow: a run that starts
+/// with worker 0 only steers to worker 1 once the mask says so (one
+/// without the change never does); a mask naming a worker the run does not
+/// have is refused.
+#[test]
+fn rps_cpus_changes_through_ctl_while_packets_flow() {
+    use std::process::Stdio;
+    let run = |change: bool| -> serde_json::Value {
+        let child = Command::new(env!("CARGO_BIN_EXE_rxpath"))
+            .args(["run", "--steer", "rps", "--workers", "2", "--rps-cpus", "0"])
+            .args(["--duration", "3", "--no-pin", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("rxpath");
+        let pid = child.id().to_string();
+        std::thread::sleep(std::time::Duration::from_millis(800));
+        if change {
+            let ctl = |args: &[&str]| rxpath(&[&["ctl", "--pid", &pid][..], args].concat());
+            let o = ctl(&["get", "rps_cpus"]);
+            assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "1");
+            let o = ctl(&["set", "rps_cpus", "4"]);
+            assert_eq!(o.status.code(), Some(2), "worker 2 does not exist");
+            let o = ctl(&["set", "rps_cpus", "2"]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        }
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success());
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let processed =
+        |v: &serde_json::Value, w: usize| v["workers"][w]["backlog"]["processed"].as_u64().unwrap();
+    let before = run(false);
+    assert_eq!(processed(&before, 1), 0, "rps_cpus 0: worker 1 idle");
+    let after = run(true);
+    assert!(
+        processed(&after, 1) > 0,
+        "steered to worker 1 after the change"
+    );
+    assert!(processed(&after, 0) > 0, "worker 0 before it");
+    assert_eq!(after["accounted"], true);
+    assert_eq!(after["frames_home"], after["frames_total"]);
+}

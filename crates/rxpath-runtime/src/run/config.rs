@@ -385,6 +385,13 @@ pub struct RunKnobs {
     pub netdev_budget: Arc<std::sync::atomic::AtomicUsize>,
     /// `netdev_budget_usecs`.
     pub netdev_budget_usecs: Arc<std::sync::atomic::AtomicU64>,
+    /// `rps_cpus` of every RX queue as a bitmask of workers (`--steer rps`
+    /// or `rfs`; 0: RPS off, the rest of the path runs on the NAPI thread).
+    /// The run fills it in when its workers start.
+    pub rps_cpus: Arc<std::sync::atomic::AtomicU64>,
+    /// Workers of the run (0 until its workers start, or without
+    /// steering): the bits `rps_cpus` may have.
+    pub workers: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl RunKnobs {
@@ -396,6 +403,8 @@ impl RunKnobs {
             ),
             netdev_budget: Arc::new(cfg.softnet.netdev_budget.into()),
             netdev_budget_usecs: Arc::new(cfg.softnet.netdev_budget_usecs.into()),
+            rps_cpus: Arc::default(),
+            workers: Arc::default(),
         }
     }
 }

@@ -493,13 +493,17 @@ fn steer_workers<Q: RxQueue>(
         Producer::Thread { .. } | Producer::Null => SeqSource::TcpAndUdpCounter,
         _ => SeqSource::Tcp,
     };
-    let w = Workers::new(
+    let mut w = Workers::new(
         &cfg.steer,
         crate::steer::Ports::Own(ports),
         groups.len(),
         seq,
         cfg.sock_flows.clone(),
     );
+    if let Some(k) = &cfg.knobs {
+        w.share_rps_mask(&k.rps_cpus);
+        k.workers.store(w.len(), Ordering::Relaxed);
+    }
     Some(Arc::new(match rules {
         Some(r) => {
             let mut queue_worker = vec![None; max_q + 1];

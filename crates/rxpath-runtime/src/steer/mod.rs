@@ -107,7 +107,9 @@ pub(crate) enum Ports {
 pub(crate) struct Workers {
     ws: Vec<WorkerShared>,
     pub(crate) cfg: SteerConfig,
-    pub(crate) map: Vec<Worker>,
+    /// `rps_cpus` as a bitmask of workers, changeable while packets flow
+    /// (each steering stage picks a change up at the end of a poll).
+    pub(crate) rps_mask: std::sync::Arc<AtomicU64>,
     pub(crate) reorder: Option<Reorder<Packet>>,
     pub(crate) order: OrderCheck,
     pub(crate) sock: std::sync::Arc<SockFlowTable>,
@@ -143,7 +145,18 @@ pub struct AccelReport {
     pub steered: u64,
 }
 
+/// The bitmask of a worker list (workers past 63 cannot be named).
+pub(crate) fn mask_of(map: &[Worker]) -> u64 {
+    map.iter().filter(|&&w| w < 64).fold(0, |m, &w| m | 1 << w)
+}
+
 impl Workers {
+    /// Share `rps_cpus` with a run's knobs (a control socket changes it).
+    pub(crate) fn share_rps_mask(&mut self, knob: &std::sync::Arc<AtomicU64>) {
+        knob.store(self.rps_mask.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.rps_mask = knob.clone();
+    }
+
     /// Workers for `cfg`, over the queues `ports` (index = queue index),
     /// with `napi_threads` NAPI threads among them.
     pub(crate) fn new(
@@ -170,7 +183,11 @@ impl Workers {
             .collect();
         Workers {
             ws,
-            map: cfg.rps_map(),
+            rps_mask: {
+                let m = std::sync::Arc::new(AtomicU64::new(0));
+                m.store(mask_of(&cfg.rps_map()), Ordering::Relaxed);
+                m
+            },
             reorder: (cfg.mode == SteerMode::Spread).then(|| Reorder::new(cfg.reorder_window)),
             order: OrderCheck::new(seq),
             sock: sock.unwrap_or_else(|| {

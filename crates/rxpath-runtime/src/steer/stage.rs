@@ -37,6 +37,10 @@ pub(crate) struct SteerStage<I> {
     /// Workers to wake at the end of this poll (the IPI list).
     ipi: Vec<Worker>,
     rr: usize,
+    /// `rps_cpus` in use, and the mask it came from (a change is picked
+    /// up at the end of a poll).
+    map: Vec<Worker>,
+    mask: u64,
     /// Accelerated RFS: packets since the last expiry scan, where the
     /// next scan starts, and how many scans each rule whose flow has not
     /// reached its queue yet has survived.
@@ -61,7 +65,11 @@ impl<I: Stack> SteerStage<I> {
         } else {
             Vec::new()
         };
+        let map = w.cfg.rps_map();
+        let mask = w.rps_mask.load(std::sync::atomic::Ordering::Relaxed);
         SteerStage {
+            map,
+            mask,
             w,
             me,
             inline,
@@ -207,13 +215,13 @@ impl<I: Stack> Stack for SteerStage<I> {
         } else {
             match mode {
                 SteerMode::None => None,
-                SteerMode::Rps => get_rps_cpu(hash, &self.w.map, None, None, &*self.w),
+                SteerMode::Rps => get_rps_cpu(hash, &self.map, None, None, &*self.w),
                 SteerMode::Rfs => {
                     let q = pkt.meta.queue as usize;
                     let before = self.flows.get(q).map(|f| f.get(hash).cpu);
                     let r = get_rps_cpu(
                         hash,
-                        &self.w.map,
+                        &self.map,
                         self.flows.get(q),
                         Some(&self.w.sock),
                         &*self.w,
@@ -268,6 +276,14 @@ impl<I: Stack> Stack for SteerStage<I> {
         // `net_rps_send_ipi`: each worker on the list once.
         for t in self.ipi.drain(..) {
             self.w.wake(self.me, t);
+        }
+        // `rps_cpus` written while packets flow (`store_rps_map`).
+        let m = self.w.rps_mask.load(std::sync::atomic::Ordering::Relaxed);
+        if m != self.mask {
+            self.mask = m;
+            self.map = (0..self.w.len().min(64) as Worker)
+                .filter(|&w| m & 1 << w != 0)
+                .collect();
         }
         self.inline.poll_done(ctx, end)
     }
