@@ -230,13 +230,14 @@ fn into_pools<Q: RxQueue + 'static>(
 impl Host {
     /// Serve this host's counters for Prometheus on `addr` (port 0: any
     /// free port, see [`crate::metrics::Metrics::addr`]): the socket
-    /// layer's counters, read at every scrape (`rxpath_socket_*_total`,
-    /// busy polling). Give it the report at the end
+    /// layer's and every queue's NAPI and device counters, read at every
+    /// scrape (`rxpath_socket_*_total`, busy polling, `rxpath_rx_*`). Give it the report at the end
     /// ([`crate::metrics::Metrics::finish_host`]) for the per-queue,
     /// per-worker and SNMP counters; it serves until dropped.
     pub fn serve_metrics(&self, addr: SocketAddr) -> std::io::Result<crate::metrics::Metrics> {
         let m = crate::metrics::Metrics::start(addr)?;
         m.watch_sockets(self.sockets().clone());
+        m.watch_napis(self.napis().to_vec());
         Ok(m)
     }
 

@@ -38,6 +38,9 @@ struct Snapshot {
     host: Option<crate::HostReport>,
     /// A host's socket layer, read at every scrape while it runs.
     live_sock: Option<Arc<rxpath_core::sock::Sockets>>,
+    /// A host's NAPIs, their counters read at every scrape while it runs
+    /// (each cell's lock taken briefly, as a busy poller takes it).
+    live_napis: Vec<Arc<rxpath_core::sock::SharedNapi>>,
 }
 
 #[derive(Debug)]
@@ -81,6 +84,15 @@ impl Collector for Collect {
                 .queues
                 .iter()
                 .map(|q| (q.queue, q.napi, q.device))
+                .collect(),
+            (None, None) if !s.live_napis.is_empty() => s
+                .live_napis
+                .iter()
+                .filter_map(|n| {
+                    let c = n.cell();
+                    c.as_ref()
+                        .map(|c| (n.queue, c.napi_stats(), c.device_stats()))
+                })
                 .collect(),
             (None, None) => s.queues.clone(),
         };
@@ -496,6 +508,15 @@ impl Metrics {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .live_sock = Some(sockets);
+    }
+
+    /// Read these NAPIs' per-queue counters at every scrape (a running
+    /// host).
+    pub fn watch_napis(&self, napis: Vec<Arc<rxpath_core::sock::SharedNapi>>) {
+        self.snap
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .live_napis = napis;
     }
 
     /// The socket layer's counters so far (`rxpath echo`).

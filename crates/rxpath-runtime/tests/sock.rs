@@ -585,6 +585,11 @@ fn a_host_serves_its_counters_for_prometheus() {
         "{live}"
     );
     assert!(live.contains("\nrxpath_run_finished 0\n"), "{live}");
+    assert_eq!(
+        sample(&live, "rxpath_rx_packets_total{queue=\"0\"}"),
+        Some(52),
+        "the queue's NAPI counters are live too: {live}"
+    );
     drop(s);
     let r = h.shutdown();
     m.finish_host(&r);
