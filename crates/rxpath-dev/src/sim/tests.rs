@@ -1,0 +1,178 @@
+//! The simulated NIC by hand: RSS, a full ring, an empty fill ring,
+//! coalescing, the null queue.
+
+use super::*;
+use rxpath_wire::toeplitz::Toeplitz;
+
+fn small() -> SimConfig {
+    SimConfig {
+        queues: 2,
+        ring_size: 64,
+        frames_per_queue: 96,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn rss_spreads_flows_and_keeps_a_flow_on_one_queue() {
+    let (mut port, mut queues) = build(&small()).unwrap();
+    let mut t = Traffic::new(
+        TrafficConfig {
+            flows: 64,
+            mix: Mix::Udp,
+            ..Default::default()
+        },
+        &Toeplitz::default(),
+    );
+    let mut per_q = [0usize; 2];
+    let mut flow_q = std::collections::HashMap::new();
+    for _ in 0..40 {
+        let flow = t.peek_pick();
+        if let Ok(q) = port.send(&mut t) {
+            assert_eq!(q, port.queue_for(t.rxhash(flow)));
+            per_q[q] += 1;
+            assert_eq!(*flow_q.entry(flow).or_insert(q), q);
+        }
+    }
+    port.flush(1);
+    for (i, q) in queues.iter_mut().enumerate() {
+        let mut n = 0;
+        while let Some(d) = q.pull() {
+            let h = rxpath_wire::parse(&q.umem().data(&d.frame)[..d.len as usize]).unwrap();
+            assert_eq!(Toeplitz::default().hash_flow(&h.flow, true), d.rxhash);
+            q.recycle(d.frame);
+            n += 1;
+        }
+        q.pull_done();
+        q.recycle_done();
+        assert_eq!(n, per_q[i]);
+    }
+    assert!(per_q[0] > 5 && per_q[1] > 5, "{per_q:?}");
+    assert!(port.reclaim(queues).is_home());
+}
+
+#[test]
+fn full_ring_counts_missed_and_frames_come_home() {
+    let (mut port, queues) = build(&SimConfig {
+        queues: 1,
+        ..small()
+    })
+    .unwrap();
+    let mut t = Traffic::new(
+        TrafficConfig {
+            flows: 4,
+            mix: Mix::Udp,
+            ..Default::default()
+        },
+        &Toeplitz::default(),
+    );
+    let results: Vec<_> = (0..100).map(|_| port.send(&mut t)).collect();
+    port.flush(1);
+    let st = queues[0].stats();
+    assert_eq!(st.offered, 100);
+    assert_eq!(st.rx_ring, 64);
+    assert_eq!(st.rx_missed, 36);
+    assert_eq!(
+        results
+            .iter()
+            .filter(|r| **r == Err(DeviceDrop::Missed))
+            .count(),
+        36
+    );
+    assert!(port.reclaim(queues).is_home());
+}
+
+#[test]
+fn empty_fill_ring_counts_no_buffer() {
+    let cfg = SimConfig {
+        queues: 1,
+        ring_size: 64,
+        frames_per_queue: 10,
+        ..Default::default()
+    };
+    let (mut port, queues) = build(&cfg).unwrap();
+    let mut t = Traffic::new(
+        TrafficConfig {
+            flows: 1,
+            mix: Mix::Udp,
+            ..Default::default()
+        },
+        &Toeplitz::default(),
+    );
+    for _ in 0..15 {
+        let _ = port.send(&mut t);
+    }
+    port.flush(1);
+    let st = queues[0].stats();
+    assert_eq!((st.rx_ring, st.rx_no_buffer), (10, 5));
+    assert!(port.reclaim(queues).is_home());
+}
+
+#[test]
+fn coalescing_by_frames_and_by_time() {
+    let cfg = SimConfig {
+        queues: 1,
+        coalesce: Coalesce {
+            rx_usecs: 10,
+            rx_frames: 4,
+        },
+        ..small()
+    };
+    let (mut port, mut queues) = build(&cfg).unwrap();
+    let mut t = Traffic::new(
+        TrafficConfig {
+            flows: 1,
+            mix: Mix::Udp,
+            ..Default::default()
+        },
+        &Toeplitz::default(),
+    );
+    let irq = |q: &SimRxQueue| q.stats().wakeups;
+    for _ in 0..3 {
+        port.send(&mut t).unwrap();
+    }
+    port.flush(1_000);
+    assert_eq!(irq(&queues[0]), 0, "3 frames, 0 µs: no interrupt yet");
+    port.flush(5_000);
+    assert_eq!(irq(&queues[0]), 0, "4 µs: still within rx-usecs");
+    port.flush(11_000);
+    assert_eq!(irq(&queues[0]), 1, "rx-usecs expired");
+    assert!(queues[0].irq().unwrap().take());
+    // Masked until re-armed: more packets, no interrupt.
+    for _ in 0..8 {
+        port.send(&mut t).unwrap();
+    }
+    port.flush(20_000);
+    assert_eq!(irq(&queues[0]), 1);
+    queues[0].irq().unwrap().arm();
+    for _ in 0..4 {
+        port.send(&mut t).unwrap();
+    }
+    port.flush(20_500);
+    assert_eq!(irq(&queues[0]), 2, "rx-frames reached");
+    while let Some(d) = queues[0].pull() {
+        queues[0].recycle(d.frame);
+    }
+    queues[0].pull_done();
+    queues[0].recycle_done();
+    assert!(port.reclaim(queues).is_home());
+}
+
+#[test]
+fn null_queue_cycles_its_frames() {
+    let mut t = Traffic::new(TrafficConfig::default(), &Toeplitz::default());
+    let mut q = NullQueue::new(0, 8, &mut t).unwrap();
+    for _ in 0..3 {
+        let mut held = Vec::new();
+        while let Some(d) = q.pull() {
+            let (off, len) = (d.off as usize, d.len as usize);
+            assert!(rxpath_wire::parse(&q.umem().data(&d.frame)[off..off + len]).is_ok());
+            held.push(d.frame);
+        }
+        assert_eq!(held.len(), 8, "every frame handed out once per cycle");
+        for f in held {
+            q.recycle(f);
+        }
+    }
+    assert!(q.into_pool().is_home());
+}
