@@ -9,6 +9,11 @@ fn rxpath(args: &[&str]) -> std::process::Output {
         .expect("run rxpath")
 }
 
+/// `rxpath ctl --pid PID ARGS...`.
+fn ctl(pid: &str, args: &[&str]) -> std::process::Output {
+    rxpath(&[&["ctl", "--pid", pid][..], args].concat())
+}
+
 #[test]
 fn run_prints_lines_and_a_summary() {
     let o = rxpath(&["run", "--duration", "2", "--no-pin"]);
@@ -399,11 +404,7 @@ fn a_knob_changed_through_ctl_changes_the_running_path() {
         let pid = child.id().to_string();
         std::thread::sleep(std::time::Duration::from_millis(800));
         if change {
-            let ctl = |args: &[&str]| {
-                let mut a = vec!["ctl", "--pid", &pid];
-                a.extend_from_slice(args);
-                rxpath(&a)
-            };
+            let ctl = |args: &[&str]| ctl(&pid, args);
             // Bad input changes nothing and says why in one line.
             for bad in [
                 &["set", "bogus", "1"][..],
@@ -467,11 +468,7 @@ fn the_filter_reloads_through_ctl_while_packets_flow() {
         .expect("rxpath");
     let pid = child.id().to_string();
     std::thread::sleep(std::time::Duration::from_millis(800));
-    let ctl = |args: &[&str]| {
-        let mut a = vec!["ctl", "--pid", &pid];
-        a.extend_from_slice(args);
-        rxpath(&a)
-    };
+    let ctl = |args: &[&str]| ctl(&pid, args);
     let get = || {
         String::from_utf8_lossy(&ctl(&["get", "filter_reloads"]).stdout)
             .trim()
@@ -524,7 +521,7 @@ fn rps_cpus_changes_through_ctl_while_packets_flow() {
         let pid = child.id().to_string();
         std::thread::sleep(std::time::Duration::from_millis(800));
         if change {
-            let ctl = |args: &[&str]| rxpath(&[&["ctl", "--pid", &pid][..], args].concat());
+            let ctl = |args: &[&str]| ctl(&pid, args);
             let o = ctl(&["get", "rps_cpus"]);
             assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "1");
             let o = ctl(&["set", "rps_cpus", "4"]);

@@ -158,12 +158,21 @@ impl DevFlowTable {
             || (workers.head(w.flow.cpu).wrapping_sub(w.flow.last_qtail) as i32) >= 0
     }
 
-    /// The flow has an entry, or can have one (an entry of its set is
-    /// idle).
-    pub fn can_track(&self, hash: u32, workers: &dyn WorkerView) -> bool {
-        self.ways[self.set_of(hash)]
-            .iter()
-            .any(|w| w.tag == hash || Self::idle(w, workers))
+    /// The flow's entry ([`NO_WORKER`] if it has none but an entry of its
+    /// set is idle, so it can have one), or `None` if every entry of its
+    /// set holds another flow with packets in flight. One pass over the set.
+    pub fn lookup(&self, hash: u32, workers: &dyn WorkerView) -> Option<DevFlow> {
+        let mut free = false;
+        for w in &self.ways[self.set_of(hash)] {
+            if w.tag == hash {
+                return Some(w.flow);
+            }
+            free = free || Self::idle(w, workers);
+        }
+        free.then_some(DevFlow {
+            cpu: NO_WORKER,
+            last_qtail: 0,
+        })
     }
 
     /// Record that the flow's packet went to `cpu` and left its tail at
@@ -373,15 +382,14 @@ pub fn get_rps_cpu(
         return None;
     }
     if let (Some(table), Some(sock)) = (flows, desired) {
-        if !table.can_track(hash, workers) {
+        let Some(DevFlow { cpu, last_qtail }) = table.lookup(hash, workers) else {
             // Every entry of its set holds a flow with packets in flight:
             // this flow has none (see DevFlowTable), and run here it keeps
             // its order.
             return None;
-        }
+        };
         if let Some(next) = sock.desired_cpu(hash) {
             let next = next as Worker;
-            let DevFlow { cpu, last_qtail } = table.get(hash);
             let mut tcpu = cpu;
             // Move to the desired worker only if the current one is unset or
             // gone, or its head has passed the flow's last tail (wrap-safe):

@@ -218,7 +218,12 @@ impl<I: Stack> Stack for SteerStage<I> {
                 SteerMode::Rps => get_rps_cpu(hash, &self.map, None, None, &*self.w),
                 SteerMode::Rfs => {
                     let q = pkt.meta.queue as usize;
-                    let before = self.flows.get(q).map(|f| f.get(hash).cpu);
+                    // Accelerated RFS steers the NIC when the flow moves.
+                    let before = self
+                        .w
+                        .accel
+                        .as_ref()
+                        .and_then(|_| self.flows.get(q).map(|f| f.get(hash).cpu));
                     let r = get_rps_cpu(
                         hash,
                         &self.map,
@@ -230,8 +235,8 @@ impl<I: Stack> Stack for SteerStage<I> {
                         if let Some((t, true)) = r {
                             // `set_rps_cpu` steers the NIC on a move to the
                             // reader's worker only, not to an RPS one.
-                            let desired = self.w.sock.desired_cpu(hash) == Some(t as u32);
-                            if before != Some(t) && desired {
+                            if before != Some(t) && self.w.sock.desired_cpu(hash) == Some(t as u32)
+                            {
                                 self.accel_steer(hash, t, q);
                             }
                         }
