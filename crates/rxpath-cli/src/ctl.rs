@@ -211,9 +211,13 @@ pub fn ctl(a: CtlArgs) -> Result<ExitCode> {
                 .flatten()
                 .map(|e| e.path())
                 .filter(|p| {
+                    // A process that died without removing its socket
+                    // (SIGKILL) is not running: skip its file.
                     p.file_name()
                         .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with("rxpath-") && n.ends_with(".sock"))
+                        .and_then(|n| n.strip_prefix("rxpath-")?.strip_suffix(".sock"))
+                        .and_then(|pid| pid.parse::<u32>().ok())
+                        .is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
                 })
                 .collect();
             found.sort();

@@ -546,3 +546,31 @@ fn rps_cpus_changes_through_ctl_while_packets_flow() {
     assert_eq!(after["accounted"], true);
     assert_eq!(after["frames_home"], after["frames_total"]);
 }
+
+/// `rxpath ctl` without `--pid` finds the one running rxpath even when a
+/// process killed earlier (SIGKILL) left its socket file behind.
+#[test]
+fn ctl_finds_the_running_rxpath_past_stale_sockets() {
+    use std::process::Stdio;
+    let dir = std::env::temp_dir().join(format!("rxpath-ctl-dir-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // No process has a pid this large (pid_max is at most 2^22).
+    std::fs::write(dir.join("rxpath-99999999.sock"), b"").unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_rxpath"))
+        .args(["run", "--duration", "3", "--no-pin"])
+        .env("XDG_RUNTIME_DIR", &dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("rxpath");
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let o = Command::new(env!("CARGO_BIN_EXE_rxpath"))
+        .args(["ctl", "get", "net.core.netdev_budget"])
+        .env("XDG_RUNTIME_DIR", &dir)
+        .output()
+        .unwrap();
+    let _ = child.wait_with_output();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "300");
+}
