@@ -3,12 +3,6 @@
 //! control socket parsers).
 
 mod bench;
-mod bench_filter;
-mod bench_gro;
-mod bench_iface;
-mod bench_rfs;
-mod bench_rr;
-mod bench_steer;
 pub mod config;
 pub mod ctl;
 mod echo;

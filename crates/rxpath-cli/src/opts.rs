@@ -281,15 +281,15 @@ pub enum BenchCmd {
     /// The INPUT filter at 0 to 10 000 rules: linear walk vs compiled
     /// classifier, Mpps on one core and ns per classification beside
     /// DPDK's dpdk-test-acl.
-    Filter(crate::bench_filter::FilterBenchArgs),
+    Filter(crate::bench::filter::FilterBenchArgs),
     /// Seed 003's experiment: an expensive bottom half (2000 rules walked
     /// linearly) on 1 worker vs 2, 1 flow and 64, for every steering mode;
     /// reordered packets counted at delivery.
-    Steer(crate::bench_steer::SteerBenchArgs),
+    Steer(crate::bench::steer::SteerBenchArgs),
     /// Seed 002's experiment (root, sockperf): UDP request/response into a
     /// reader pinned to one CPU, rxpath echo with RPS vs RFS, the kernel's
     /// own RPS/RFS on the same veth as the reference.
-    Rfs(crate::bench_rfs::RfsBenchArgs),
+    Rfs(crate::bench::rfs::RfsBenchArgs),
 }
 
 #[derive(Debug, Clone, Args)]

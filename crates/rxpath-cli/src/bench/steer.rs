@@ -180,7 +180,7 @@ pub fn steer(a: SteerBenchArgs) -> Result<ExitCode> {
     ))));
     // Misses only (the sim's traffic misses every rule too).
     let probe = generate(Shape::Acl, Family::V4, a.rules, 2000, 0.0, 2);
-    let keys = Arc::new(crate::bench_filter::keys(&probe));
+    let keys = Arc::new(crate::bench::filter::keys(&probe));
     let rs = Arc::new(Ruleset::new(table, "sim0", FilterMode::Linear));
     let (c_one, c_two) = ceiling(&rs, &keys, d);
     let machine = c_two / c_one.max(1.0);

@@ -7,7 +7,7 @@
 //! `sockperf server`.
 
 use crate::bench::median;
-use crate::bench_rr::{client, read_sysctl, ready, write_sysctl, Measure, PORT};
+use crate::bench::rr::{client, read_sysctl, ready, write_sysctl, Measure, PORT};
 use crate::echo::EchoServer;
 use crate::opts::EchoArgs;
 use anyhow::{bail, Context, Result};
@@ -140,7 +140,7 @@ fn start(s: Server, t: &Topology, knobs: &Knobs, reader: usize, ncpu: usize) -> 
             let args = EchoArgs {
                 steer,
                 reader_cpus: Some(reader.to_string()),
-                ..crate::bench_rr::echo_args(&t.host_if)
+                ..crate::bench::rr::echo_args(&t.host_if)
             };
             Ok(Running::Rxpath(Box::new(EchoServer::start(&args)?)))
         }
@@ -176,7 +176,7 @@ fn stop(r: Running) -> Result<Option<Vec<u64>>> {
 }
 
 pub fn rfs(a: RfsBenchArgs) -> Result<ExitCode> {
-    crate::bench_rr::require_root_and_sockperf(
+    crate::bench::rr::require_root_and_sockperf(
         "rfs",
         "it builds a veth lab, attaches XDP and sets rps_cpus",
     )?;

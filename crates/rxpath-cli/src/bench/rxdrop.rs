@@ -1,0 +1,177 @@
+//! `rxpath bench rxdrop`: the lowest RX level (seed 001), bundles against
+//! the per-packet loop, and the engine alone against `dpdk-testpmd`.
+
+use super::{measure, median, peer_not_measured, range, rxdrop_config, spawn_unpinned, which};
+use crate::opts::RxdropArgs;
+use anyhow::{Context, Result};
+use rxpath_runtime::Producer;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+pub(super) fn rxdrop(a: RxdropArgs) -> Result<ExitCode> {
+    let d = a.duration;
+    let cold: [(&str, usize, bool); 4] = [
+        ("bundle 1 (per packet)", 1, false),
+        ("bundle 16", 16, false),
+        ("bundle 64", 64, false),
+        ("bundle 16, split on hash", 16, true),
+    ];
+    println!("rxpath bench rxdrop: lowest RX level (pull, parse Ethernet/IP/L4, drop), 60-byte UDP, 64 flows, 1 queue, weight 64, polling mode");
+    println!(
+        "{} round(s) of {:.1}s per configuration, median kept",
+        a.rounds,
+        d.as_secs_f64()
+    );
+    let mut cold_pps: Vec<Vec<f64>> = vec![Vec::new(); cold.len()];
+    let mut missed: Vec<u64> = vec![0; cold.len()];
+    let mut null_pps = Vec::new();
+    let mut dpdk_pps = Vec::new();
+    let mut dpdk_err = if a.no_dpdk {
+        Some("skipped (--no-dpdk)".to_string())
+    } else {
+        None
+    };
+    for round in 0..a.rounds {
+        for (i, &(_, b, split)) in cold.iter().enumerate() {
+            let (pps, r) = measure(&rxdrop_config(b, split, Producer::Thread { pps: None }, d))?;
+            cold_pps[i].push(pps);
+            missed[i] += r.device_total().rx_missed;
+        }
+        let (pps, _) = measure(&rxdrop_config(16, false, Producer::Null, d))?;
+        null_pps.push(pps);
+        // DPDK in the same round, so that both see the same machine.
+        if dpdk_err.is_none() {
+            match dpdk_null_rxonly(d) {
+                Ok(p) => dpdk_pps.push(p),
+                Err(e) => dpdk_err = Some(format!("{e:#}")),
+            }
+        }
+        eprintln!("round {} done", round + 1);
+    }
+    let cold_med: Vec<f64> = cold_pps.iter().map(|v| median(v.clone())).collect();
+    // Ratios are taken within each round (both sides saw the same machine)
+    // and then the median over rounds is kept.
+    let ratio = |a: &[f64], b: &[f64]| median(a.iter().zip(b).map(|(x, y)| x / y).collect());
+    let cold_ratio: Vec<f64> = cold_pps.iter().map(|v| ratio(v, &cold_pps[0])).collect();
+    println!("\n## Cold data (producer thread on the other core writes every frame)\n");
+    println!("| configuration | Mpps (median) | range | vs bundle 1 (median of per-round ratios) | NIC drops, all rounds (rx_missed) |");
+    println!("|---|---:|---:|---:|---:|");
+    for (i, (name, _, _)) in cold.iter().enumerate() {
+        println!(
+            "| {name} | {:.2} | {} | {:.2}x | {} |",
+            cold_med[i] / 1e6,
+            range(&cold_pps[i]),
+            cold_ratio[i],
+            missed[i]
+        );
+    }
+    let null_med = median(null_pps.clone());
+    println!("\n## Null mode (engine alone, same thread; frames written once)\n");
+    println!("| engine | Mpps (median) | range | vs DPDK (median of per-round ratios) |");
+    println!("|---|---:|---:|---:|");
+    let dpdk = match dpdk_err {
+        None if !dpdk_pps.is_empty() => Ok(median(dpdk_pps.clone())),
+        None => Err(anyhow::anyhow!("no samples")),
+        Some(e) => Err(anyhow::anyhow!(e)),
+    };
+    match &dpdk {
+        Ok(dpdk_med) => {
+            println!(
+                "| rxpath null, bundle 16, parse + drop | {:.2} | {} | {:.2}x |",
+                null_med / 1e6,
+                range(&null_pps),
+                ratio(&null_pps, &dpdk_pps)
+            );
+            println!(
+                "| dpdk-testpmd net_null rxonly (no parse) | {:.2} | {} | 1.00x |",
+                dpdk_med / 1e6,
+                range(&dpdk_pps)
+            );
+        }
+        Err(e) => {
+            println!(
+                "| rxpath null, bundle 16, parse + drop | {:.2} | {} | n/a |",
+                null_med / 1e6,
+                range(&null_pps)
+            );
+            println!("| dpdk-testpmd net_null rxonly | not measured: {e} | | |");
+            if !a.no_dpdk {
+                peer_not_measured("dpdk-testpmd net_null rxonly", &e.to_string());
+            }
+        }
+    }
+    if a.json {
+        let j = serde_json::json!({
+            "cold_mpps": cold.iter().zip(&cold_med).map(|((n, _, _), v)| (n.to_string(), v / 1e6)).collect::<std::collections::BTreeMap<_, _>>(),
+            "ratio_bundle16_vs_1": cold_ratio[1],
+            "ratio_bundle64_vs_1": cold_ratio[2],
+            "ratio_null_vs_dpdk": dpdk.as_ref().ok().map(|_| ratio(&null_pps, &dpdk_pps)),
+            "null_mpps": null_med / 1e6,
+            "null_mpps_rounds": null_pps.iter().map(|v| v / 1e6).collect::<Vec<_>>(),
+            "dpdk_null_mpps_rounds": dpdk_pps.iter().map(|v| v / 1e6).collect::<Vec<_>>(),
+            "dpdk_null_mpps": dpdk.as_ref().ok().map(|v| v / 1e6),
+        });
+        println!("\n{}", serde_json::to_string_pretty(&j)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Run `dpdk-testpmd` with the net_null PMD in rxonly mode for `d` and
+/// return its mean Rx-pps (the first, warm-up sample is skipped).
+fn dpdk_null_rxonly(d: Duration) -> Result<f64> {
+    let bin = which("dpdk-testpmd")
+        .context("dpdk-testpmd not installed (apt-get install dpdk dpdk-dev librte-net-null23)")?;
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "--no-huge",
+        "-m",
+        "1024",
+        "--no-pci",
+        "--vdev",
+        "net_null0",
+        "-l",
+        "0-1",
+        "--log-level=error",
+        "--",
+        "--forward-mode=rxonly",
+        "--total-num-mbufs=16384",
+        "--stats-period",
+        "1",
+    ])
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
+    let mut child = spawn_unpinned(cmd).context("starting dpdk-testpmd")?;
+    let stdout = child.stdout.take().context("testpmd stdout")?;
+    let start = Instant::now();
+    let mut samples = Vec::new();
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    while start.elapsed() < d + Duration::from_secs(2) {
+        line.clear();
+        if reader.read_line(&mut line)? == 0 {
+            break;
+        }
+        if let Some(rest) = line.trim().strip_prefix("Rx-pps:") {
+            if let Some(v) = rest
+                .split_whitespace()
+                .next()
+                .and_then(|x| x.parse::<f64>().ok())
+            {
+                samples.push(v);
+            }
+        }
+    }
+    drop(child.stdin.take()); // testpmd exits on EOF at its "Press enter" prompt
+    let _ = child.kill();
+    let _ = child.wait();
+    let useful: Vec<f64> = samples
+        .iter()
+        .skip(1)
+        .copied()
+        .filter(|v| *v > 0.0)
+        .collect();
+    anyhow::ensure!(!useful.is_empty(), "dpdk-testpmd printed no Rx-pps samples");
+    Ok(useful.iter().sum::<f64>() / useful.len() as f64)
+}
