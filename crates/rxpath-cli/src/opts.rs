@@ -258,6 +258,10 @@ pub struct BenchArgs {
     /// printed either way.
     #[arg(long, global = true)]
     pub require_peers: bool,
+    /// Write into DIR the JSON of every run and the bench's plots (PNG and
+    /// SVG); DIR is created if missing.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub report: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub cmd: BenchCmd,
 }

@@ -574,3 +574,56 @@ fn ctl_finds_the_running_rxpath_past_stale_sockets() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "300");
 }
+
+/// `rxpath bench gro --report DIR`: the JSON of the run (every round) and
+/// the three plots, each as PNG and SVG, and a line that says where.
+#[test]
+fn a_bench_report_has_the_json_and_the_plots() {
+    let dir = std::env::temp_dir().join(format!("rxpath-report-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = rxpath(&[
+        "bench",
+        "gro",
+        "--duration",
+        "100ms",
+        "--rounds",
+        "2",
+        "--report",
+        dir.to_str().unwrap(),
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.contains(&format!("report: 8 file(s) in {}", dir.display())),
+        "{out}"
+    );
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("gro.json")).unwrap()).unwrap();
+    assert_eq!(j["bulk"].as_array().map(Vec::len), Some(4), "{j}");
+    assert_eq!(
+        j["bulk"][0]["rounds"]["segs_per_pkt"]
+            .as_array()
+            .map(Vec::len),
+        Some(2),
+        "{j}"
+    );
+    let missing: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("peers-not-measured.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(missing, serde_json::json!([]));
+    for name in ["gro-segments-per-packet", "gro-packets-up", "gro-rr-p99"] {
+        let png = std::fs::read(dir.join(format!("{name}.png"))).unwrap();
+        assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{name}.png");
+        image::load_from_memory(&png).unwrap_or_else(|e| panic!("{name}.png: {e}"));
+        let svg = std::fs::read_to_string(dir.join(format!("{name}.svg"))).unwrap();
+        roxmltree::Document::parse(&svg).unwrap_or_else(|e| panic!("{name}.svg: {e}"));
+    }
+    // Not a terminal: no progress bar escape codes in what was captured.
+    assert!(!String::from_utf8_lossy(&o.stderr).contains('\x1b'));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

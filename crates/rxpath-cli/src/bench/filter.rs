@@ -3,6 +3,7 @@
 //! core of the simulated NIC, and per classification beside DPDK's
 //! `dpdk-test-acl` on the same rules and packets.
 
+use crate::bench::plot::{progress, Axes, Legend, ReportDir, Series};
 use crate::bench::{measure, which};
 use anyhow::{Context, Result};
 use clap::Args;
@@ -86,7 +87,7 @@ fn ns_per_class(rs: &Ruleset, keys: &[Key], d: Duration) -> f64 {
     start.elapsed().as_nanos() as f64 / n as f64
 }
 
-pub fn filter(a: FilterBenchArgs) -> Result<ExitCode> {
+pub fn filter(a: FilterBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     let d = a.duration;
     println!(
         "rxpath bench filter: INPUT filter after GRO, ClassBench-shaped {:?} rule sets (seed 1), 1 queue, 1 NAPI core, polling mode, bundle 16; {:.1}s per measurement",
@@ -108,7 +109,10 @@ pub fn filter(a: FilterBenchArgs) -> Result<ExitCode> {
         None
     };
     let mut at2000: Option<[[f64; 4]; 2]> = None;
+    let mut rows = Vec::new();
+    let pb = progress(a.rules.len() as u64, "filter");
     for &n in &a.rules {
+        pb.set_message(format!("{n} rules"));
         let g = generate(a.shape, Family::V4, n, 100_000, 0.8, 1);
         let table = rxpath_core::filter::parse(&g.save).map_err(|e| anyhow::anyhow!("{e}"))?;
         let mk = |mode, cache| {
@@ -188,17 +192,28 @@ pub fn filter(a: FilterBenchArgs) -> Result<ExitCode> {
             ns_dpdk.map_or("n/a".into(), |v| format!("{v:.1}")),
             ns_dpdk.map_or("n/a".into(), |v| format!("{:.2}x", v / ns_comp)),
         );
+        let nan = |v: f64| v.is_finite().then_some(v);
+        rows.push(serde_json::json!({
+            "rules": n, "build_ms": build_ms, "memory_bytes": mem,
+            "null_mpps": { "none": nan(m(0, 0)), "linear": nan(m(0, 1)), "compiled": nan(m(0, 2)), "cached": nan(m(0, 3)) },
+            "cold_mpps": { "none": nan(m(1, 0)), "linear": nan(m(1, 1)), "cached": nan(m(1, 3)) },
+            "ns_per_class": { "linear": ns_lin, "compiled": ns_comp, "dpdk_test_acl": ns_dpdk },
+        }));
+        pb.inc(1);
     }
-    if let Some(n) = dpdk_note {
+    pb.finish_and_clear();
+    if let Some(n) = &dpdk_note {
         println!("\ndpdk-test-acl: {n}");
     }
     println!("\n## The kernel: iptables (nft backend) on a veth, 2000 rules vs none\n");
+    let mut kernel = serde_json::Value::Null;
     if a.no_kernel {
         println!("skipped (--no-kernel)");
     } else {
         let g = generate(a.shape, Family::V4, 2000, 0, 0.0, 1);
         match kernel_rows(&g.save, d.max(Duration::from_secs(3))) {
             Ok((none, with)) => {
+                kernel = serde_json::json!({ "mpps_0_rules": none / 1e6, "mpps_2000_rules": with / 1e6 });
                 println!("| rules | Mpps received (INPUT policy counter) | vs no rules |");
                 println!("|---:|---:|---:|");
                 println!("| 0 | {:.3} | 1.00x |", none / 1e6);
@@ -216,11 +231,71 @@ pub fn filter(a: FilterBenchArgs) -> Result<ExitCode> {
             }
             Err(e) => {
                 println!("not measured: {e:#}");
+                kernel = serde_json::json!({ "not_measured": format!("{e:#}") });
                 crate::bench::peer_not_measured("kernel iptables on a veth", &format!("{e:#}"));
             }
         }
     }
+    if let Some(rep) = rep {
+        report(rep, &a, rows, kernel, dpdk_note)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The report of `bench filter`: every row, Mpps and ns per
+/// classification against the number of rules.
+fn report(
+    rep: &mut ReportDir,
+    a: &FilterBenchArgs,
+    rows: Vec<serde_json::Value>,
+    kernel: serde_json::Value,
+    dpdk_note: Option<String>,
+) -> Result<()> {
+    let series = |path: &[&str], label: &str| Series {
+        label: label.into(),
+        points: rows
+            .iter()
+            .filter_map(|r| {
+                let y = path.iter().try_fold(r, |v, k| v.get(k))?.as_f64()?;
+                Some((r["rules"].as_f64()?, y))
+            })
+            .collect(),
+    };
+    rep.lines(
+        "filter-mpps",
+        "INPUT filter, null mode: Mpps against the number of rules",
+        ("rules (log scale)", "Mpps on one core (log scale)"),
+        &[
+            series(&["null_mpps", "none"], "no filter"),
+            series(&["null_mpps", "linear"], "linear walk"),
+            series(&["null_mpps", "compiled"], "compiled"),
+            series(&["null_mpps", "cached"], "compiled + flow cache"),
+        ],
+        Axes {
+            legend: Legend::LowerLeft,
+            ..Axes::LOG_XY
+        },
+    )?;
+    let dpdk = match &dpdk_note {
+        None => "dpdk-test-acl (rte_acl)".to_string(),
+        Some(n) => format!("dpdk-test-acl: {n}"),
+    };
+    rep.lines(
+        "filter-ns-per-class",
+        "ns per classification against the number of rules",
+        ("rules (log scale)", "ns per classification (log scale)"),
+        &[
+            series(&["ns_per_class", "linear"], "linear walk"),
+            series(&["ns_per_class", "compiled"], "compiled"),
+            series(&["ns_per_class", "dpdk_test_acl"], &dpdk),
+        ],
+        Axes::LOG_XY,
+    )?;
+    let j = serde_json::json!({
+        "shape": format!("{:?}", a.shape), "duration_s": a.duration.as_secs_f64(),
+        "rows": rows, "kernel_iptables": kernel, "dpdk_test_acl": dpdk_note,
+    });
+    rep.json("filter", &j)
 }
 
 /// The kernel's receive rate on a veth in a namespace of its own (never the

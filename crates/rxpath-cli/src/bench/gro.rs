@@ -10,6 +10,7 @@
 //! stamped with their send time) at a fixed rate, same three settings:
 //! send-to-delivery latency p50/p99 and packets passed up per second.
 
+use crate::bench::plot::{progress, say, Bar, ReportDir};
 use crate::bench::{measure, median};
 use crate::opts::GroBenchArgs;
 use anyhow::Result;
@@ -102,7 +103,7 @@ struct Sample {
     p99_us: Vec<f64>,
 }
 
-pub fn gro(a: GroBenchArgs) -> Result<ExitCode> {
+pub fn gro(a: GroBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     let settings = [
         Setting::Fixed(0),
         Setting::Fixed(a.timeout),
@@ -129,8 +130,10 @@ pub fn gro(a: GroBenchArgs) -> Result<ExitCode> {
     );
     let mut bulk: Vec<Sample> = vec![Sample::default(); settings.len()];
     let mut rr: Vec<Sample> = vec![Sample::default(); settings.len()];
+    let pb = progress(a.rounds as u64 * settings.len() as u64 * 2, "gro");
     for round in 0..a.rounds {
         for (i, s) in settings.iter().enumerate() {
+            pb.set_message(s.name());
             for (mix, pps, out) in [
                 (Mix::TcpBulk, Some(a.bulk_pps), &mut bulk),
                 (Mix::TcpRr, Some(a.rr_pps), &mut rr),
@@ -146,10 +149,12 @@ pub fn gro(a: GroBenchArgs) -> Result<ExitCode> {
                     o.p50_us.push(l.quantile_ns(0.5) as f64 / 1000.0);
                     o.p99_us.push(l.quantile_ns(0.99) as f64 / 1000.0);
                 }
+                pb.inc(1);
             }
         }
-        eprintln!("round {} done", round + 1);
+        say(&pb, &format!("round {} done", round + 1));
     }
+    pb.finish_and_clear();
     let med = |v: &Vec<f64>| median(v.clone());
     println!("\n## Bulk: 200 TCP streams\n");
     println!("| setting | segments in/s | packets passed up/s | segments per GRO packet | packets up vs timeout 0 |");
@@ -225,19 +230,61 @@ pub fn gro(a: GroBenchArgs) -> Result<ExitCode> {
     println!(
         "| request/response, p99 µs (lower is better) | {best_p99:.1} | {ad_p99:.1} | {p99_ratio:.2} |"
     );
+    let rounds = |v: &[Sample]| {
+        settings
+            .iter()
+            .zip(v)
+            .map(|(s, b)| {
+                serde_json::json!({
+                    "setting": s.name(),
+                    "segs_per_pkt": med(&b.segs_per_pkt), "pkts_up_per_s": med(&b.pkts_up_per_s),
+                    "segs_in_per_s": med(&b.segs_in_per_s), "p50_us": med(&b.p50_us), "p99_us": med(&b.p99_us),
+                    "rounds": { "segs_per_pkt": b.segs_per_pkt, "pkts_up_per_s": b.pkts_up_per_s,
+                        "segs_in_per_s": b.segs_in_per_s, "p50_us": b.p50_us, "p99_us": b.p99_us },
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    let j = serde_json::json!({
+        "bulk": rounds(&bulk),
+        "rr": rounds(&rr),
+        "packets_up_ratio_0_vs_timeout": base_up / med(&bulk[1].pkts_up_per_s).max(1.0),
+        "packets_up_ratio_0_vs_long_timeout": base_up / med(&bulk[2].pkts_up_per_s).max(1.0),
+        "adaptive_over_best_bulk": bulk_ratio,
+        "adaptive_over_best_rr_p99": p99_ratio,
+        "rounds": a.rounds,
+        "duration_s": d.as_secs_f64(),
+    });
     if a.json {
-        let j = serde_json::json!({
-            "bulk": settings.iter().zip(&bulk).map(|(s, b)| serde_json::json!({
-                "setting": s.name(), "segs_per_pkt": med(&b.segs_per_pkt), "pkts_up_per_s": med(&b.pkts_up_per_s),
-                "segs_in_per_s": med(&b.segs_in_per_s) })).collect::<Vec<_>>(),
-            "rr": settings.iter().zip(&rr).map(|(s, b)| serde_json::json!({
-                "setting": s.name(), "pkts_up_per_s": med(&b.pkts_up_per_s), "p50_us": med(&b.p50_us), "p99_us": med(&b.p99_us) })).collect::<Vec<_>>(),
-            "packets_up_ratio_0_vs_timeout": base_up / med(&bulk[1].pkts_up_per_s).max(1.0),
-            "packets_up_ratio_0_vs_long_timeout": base_up / med(&bulk[2].pkts_up_per_s).max(1.0),
-            "adaptive_over_best_bulk": bulk_ratio,
-            "adaptive_over_best_rr_p99": p99_ratio,
-        });
         println!("\n{}", serde_json::to_string_pretty(&j)?);
+    }
+    if let Some(rep) = rep {
+        rep.json("gro", &j)?;
+        let bars = |v: &[Sample], f: fn(&Sample) -> &Vec<f64>, scale: f64| -> Vec<Bar> {
+            settings
+                .iter()
+                .zip(v)
+                .map(|(s, b)| Bar::of(s.name(), f(b), scale))
+                .collect()
+        };
+        rep.bars(
+            "gro-segments-per-packet",
+            "GRO, 200 bulk TCP streams: segments per GRO packet, per flush setting",
+            "segments per packet passed up (median, range of rounds)",
+            &bars(&bulk, |s| &s.segs_per_pkt, 1.0),
+        )?;
+        rep.bars(
+            "gro-packets-up",
+            "GRO, 200 bulk TCP streams: packets passed up per flush setting",
+            "thousand packets passed up per second (median, range)",
+            &bars(&bulk, |s| &s.pkts_up_per_s, 1e-3),
+        )?;
+        rep.bars(
+            "gro-rr-p99",
+            "GRO, 200 request/response flows: p99 send-to-delivery latency",
+            "p99 latency, µs (median, range)",
+            &bars(&rr, |s| &s.p99_us, 1.0),
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

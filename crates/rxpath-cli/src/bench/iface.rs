@@ -2,6 +2,8 @@
 //! one run, the same generator (rxpath gen over AF_XDP TX in the peer
 //! namespace) for each.
 
+use crate::bench::plot::{Bar, ReportDir};
+use crate::bench::which;
 use crate::opts::RxIfaceArgs;
 use anyhow::{bail, Context, Result};
 use rxpath_dev::sys::{sched, xdp::XdpProgram};
@@ -123,7 +125,7 @@ fn proc_cpu(pid: u32) -> Option<Duration> {
     Some(Duration::from_millis(ticks * 10))
 }
 
-pub fn rx_iface(a: RxIfaceArgs) -> Result<std::process::ExitCode> {
+pub fn rx_iface(a: RxIfaceArgs, rep: &mut Option<ReportDir>) -> Result<std::process::ExitCode> {
     if !sched::is_root() {
         bail!(
             "bench rx-iface needs root (it builds a veth lab and attaches XDP): run it with sudo"
@@ -134,10 +136,14 @@ pub fn rx_iface(a: RxIfaceArgs) -> Result<std::process::ExitCode> {
         ..Topology::default()
     };
     let guard = t.up_scoped()?;
-    bench(&guard.0, &a)
+    bench(&guard.0, &a, rep)
 }
 
-fn bench(t: &Topology, a: &RxIfaceArgs) -> Result<std::process::ExitCode> {
+fn bench(
+    t: &Topology,
+    a: &RxIfaceArgs,
+    rep: &mut Option<ReportDir>,
+) -> Result<std::process::ExitCode> {
     let d = a.duration;
     let mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", t.host_if))?
         .trim()
@@ -293,13 +299,52 @@ fn bench(t: &Topology, a: &RxIfaceArgs) -> Result<std::process::ExitCode> {
     }
     let g = crate::bench::median(gen_rates.clone());
     println!("\ngenerator rate (median over runs): {:.3} Mpps", g / 1e6);
+    if let Some(rep) = rep {
+        let cpu_ns = |r: &Row| {
+            r.cpu
+                .filter(|_| r.received > 0)
+                .map(|c| c.as_nanos() as f64 / r.received as f64)
+        };
+        let j = serde_json::json!({
+            "duration_s": d.as_secs_f64(),
+            "generator_mpps": g / 1e6,
+            "receivers": rows.iter().map(|r| serde_json::json!({
+                "receiver": r.name, "received": r.received, "secs": r.secs,
+                "pps": r.received as f64 / r.secs, "cpu_ns_per_pkt": cpu_ns(r), "note": r.note,
+            })).collect::<Vec<_>>(),
+        });
+        rep.json("rx-iface", &j)?;
+        let label = |r: &Row| {
+            if r.received == 0 {
+                format!("{}: {}", r.name, r.note)
+            } else {
+                r.name.to_string()
+            }
+        };
+        let pps: Vec<Bar> = rows
+            .iter()
+            .map(|r| Bar::of(label(r), &[r.received as f64 / r.secs], 1e-6))
+            .collect();
+        rep.bars(
+            "rx-iface-rate",
+            "Receivers on the lab veth: packets received per second (one run)",
+            "Mpps",
+            &pps,
+        )?;
+        // Receivers whose CPU is their own (threads or a process); the
+        // kernel's softirq work is not attributed, so it gets no bar.
+        let cpu: Vec<Bar> = rows
+            .iter()
+            .filter_map(|r| Some(Bar::of(r.name, &[cpu_ns(r)?], 1.0)))
+            .collect();
+        if !cpu.is_empty() {
+            rep.bars(
+                "rx-iface-cpu",
+                "Receiver CPU per packet (threads of the receiver, user + system)",
+                "ns of receiver CPU per packet",
+                &cpu,
+            )?;
+        }
+    }
     Ok(std::process::ExitCode::SUCCESS)
-}
-
-fn which(name: &str) -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| std::path::Path::new(d).join(name))
-        .find(|p| p.is_file())
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 pub(crate) mod filter;
 pub(crate) mod gro;
 pub(crate) mod iface;
+pub(crate) mod plot;
 pub(crate) mod rfs;
 pub(crate) mod rr;
 mod rxdrop;
@@ -18,16 +19,22 @@ pub(crate) mod steer;
 
 pub fn bench(a: crate::opts::BenchArgs) -> Result<ExitCode> {
     stop_cleanly_on_signals("bench")?;
+    let mut rep = plot::ReportDir::open(a.report.as_deref())?;
     let code = match a.cmd {
-        BenchCmd::Rxdrop(a) => rxdrop::rxdrop(a),
-        BenchCmd::Gro(a) => crate::bench::gro::gro(a),
-        BenchCmd::RxIface(a) => crate::bench::iface::rx_iface(a),
-        BenchCmd::Rr(a) => crate::bench::rr::rr(a),
-        BenchCmd::Filter(a) => crate::bench::filter::filter(a),
-        BenchCmd::Steer(a) => crate::bench::steer::steer(a),
-        BenchCmd::Rfs(a) => crate::bench::rfs::rfs(a),
+        BenchCmd::Rxdrop(a) => rxdrop::rxdrop(a, &mut rep),
+        BenchCmd::Gro(a) => gro::gro(a, &mut rep),
+        BenchCmd::RxIface(a) => iface::rx_iface(a, &mut rep),
+        BenchCmd::Rr(a) => rr::rr(a, &mut rep),
+        BenchCmd::Filter(a) => filter::filter(a, &mut rep),
+        BenchCmd::Steer(a) => steer::steer(a, &mut rep),
+        BenchCmd::Rfs(a) => rfs::rfs(a, &mut rep),
     }?;
     let missing = std::mem::take(&mut *UNMEASURED.lock().unwrap_or_else(|e| e.into_inner()));
+    if let Some(mut r) = rep {
+        // Beside the bench's own files: which peers it could not measure.
+        r.json("peers-not-measured", &serde_json::json!(missing))?;
+        r.finish();
+    }
     if missing.is_empty() {
         return Ok(code);
     }

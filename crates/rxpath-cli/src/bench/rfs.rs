@@ -7,6 +7,7 @@
 //! `sockperf server`.
 
 use crate::bench::median;
+use crate::bench::plot::{progress, say, Bar, ReportDir};
 use crate::bench::rr::{client, read_sysctl, ready, write_sysctl, Measure, PORT};
 use crate::echo::EchoServer;
 use crate::opts::EchoArgs;
@@ -175,7 +176,7 @@ fn stop(r: Running) -> Result<Option<Vec<u64>>> {
     }
 }
 
-pub fn rfs(a: RfsBenchArgs) -> Result<ExitCode> {
+pub fn rfs(a: RfsBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     crate::bench::rr::require_root_and_sockperf(
         "rfs",
         "it builds a veth lab, attaches XDP and sets rps_cpus",
@@ -207,16 +208,30 @@ pub fn rfs(a: RfsBenchArgs) -> Result<ExitCode> {
         t.ns
     );
     let mut results: Vec<Vec<Cell>> = Vec::new();
+    let mut rtts: Vec<Vec<f64>> = vec![Vec::new(); Server::ALL.len()];
+    let pb = progress(a.rounds as u64 * Server::ALL.len() as u64, "rfs");
     for round in 0..a.rounds {
         let mut row = vec![None; Server::ALL.len()];
         for (i, &s) in Server::ALL.iter().enumerate() {
+            pb.set_message(s.name());
             let r = start(s, t, &knobs, reader, ncpu)?;
             let m = if ready(t, a.size)? {
-                client(t, a.duration.as_secs().max(1), a.size, Some(client_cpu))?
+                client(
+                    t,
+                    a.duration.as_secs().max(1),
+                    a.size,
+                    Some(client_cpu),
+                    rep.is_some(),
+                )?
+                .map(|(m, samples)| {
+                    rtts[i].extend(samples);
+                    m
+                })
             } else {
                 None
             };
             let per_worker = stop(r)?;
+            pb.inc(1);
             match m {
                 Some(m) => {
                     let share = per_worker.as_ref().map(|p| {
@@ -228,21 +243,22 @@ pub fn rfs(a: RfsBenchArgs) -> Result<ExitCode> {
                             p
                         )
                     });
-                    println!(
+                    say(&pb, &format!(
                         "  round {round}: {:34} {:9.0} round trips/s  avg {:6.2} µs  p99 {:6.2} µs{}",
                         s.name(),
                         m.rt_per_s,
                         m.avg_us,
                         m.p99_us,
                         share.unwrap_or_default()
-                    );
+                    ));
                     row[i] = Some((m, per_worker));
                 }
-                None => println!("  round {round}: {:34} no answer", s.name()),
+                None => say(&pb, &format!("  round {round}: {:34} no answer", s.name())),
             }
         }
         results.push(row);
     }
+    pb.finish_and_clear();
     println!(
         "\n{:34} {:>13} {:>9} {:>9} {:>22}",
         "median over rounds", "round trips/s", "avg µs", "p99 µs", "on the reader's worker"
@@ -304,6 +320,53 @@ pub fn rfs(a: RfsBenchArgs) -> Result<ExitCode> {
         "kernel reference: RFS p99 {:.2} µs vs RPS {:.2} µs",
         p99[3], p99[2]
     );
+    if let Some(rep) = rep {
+        let j = serde_json::json!({
+            "size": a.size, "duration_s": a.duration.as_secs(), "rounds": a.rounds, "reader_cpu": reader,
+            "servers": Server::ALL.iter().enumerate().map(|(i, s)| serde_json::json!({
+                "name": s.name(),
+                "rounds": results.iter().map(|row| row[i].as_ref().map(|(m, p)| serde_json::json!({
+                    "round_trips_per_s": m.rt_per_s, "avg_rtt_us": m.avg_us, "p99_rtt_us": m.p99_us,
+                    "processed_per_worker": p,
+                }))).collect::<Vec<_>>(),
+                "on_reader_share": on_reader[i].is_finite().then_some(on_reader[i]),
+                "samples": rtts[i].len(),
+            })).collect::<Vec<_>>(),
+            "targets": { "rfs_on_reader": ok_share, "rfs_p99_no_worse_than_rps": ok_p99 },
+        });
+        rep.json("rfs", &j)?;
+        let cdfs: Vec<(String, Vec<f64>)> = Server::ALL
+            .iter()
+            .zip(&rtts)
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(s, v)| (s.name().to_string(), v.clone()))
+            .collect();
+        if !cdfs.is_empty() {
+            rep.cdf(
+                "rfs-latency-cdf",
+                "RPS vs RFS, reader pinned to one CPU: round-trip time, every round",
+                "round-trip time, µs (log scale)",
+                &cdfs,
+            )?;
+        }
+        let p99s: Vec<Bar> = Server::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let v: Vec<f64> = results
+                    .iter()
+                    .filter_map(|r| Some(r[i].as_ref()?.0.p99_us))
+                    .collect();
+                Bar::of(s.name(), &v, 1.0)
+            })
+            .collect();
+        rep.bars(
+            "rfs-p99",
+            "RPS vs RFS: p99 round-trip time (median, range of rounds)",
+            "p99 round-trip time, µs",
+            &p99s,
+        )?;
+    }
     Ok(if ok_share && ok_p99 {
         ExitCode::SUCCESS
     } else {

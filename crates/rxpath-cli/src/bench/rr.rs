@@ -6,6 +6,7 @@
 //! rounds interleaved; medians of each configuration are compared.
 
 use crate::bench::median;
+use crate::bench::plot::{progress, say, Bar, ReportDir};
 use crate::echo::EchoServer;
 use crate::opts::{BackendArg, EchoArgs, ModeArg, RrArgs};
 use anyhow::{bail, Context, Result};
@@ -68,6 +69,9 @@ pub(crate) struct Measure {
     pub(crate) rt_per_s: f64,
     pub(crate) avg_us: f64,
     pub(crate) p99_us: f64,
+    /// How busy the server's CPU was during the client's run (0 to 1),
+    /// when the server had a CPU of its own.
+    pub(crate) server_busy: Option<f64>,
 }
 
 fn strip_ansi(s: &str) -> String {
@@ -106,40 +110,84 @@ fn parse_sockperf(out: &str) -> Option<Measure> {
         rt_per_s: recv / secs.max(1e-9),
         avg_us: field(&t, "avg-rtt")?,
         p99_us: field(&t, "percentile 99.000")?,
+        server_busy: None,
     })
 }
 
+/// One sockperf client run; with `samples`, every round trip's time too
+/// (sockperf's `--full-log`, in µs), for the latency CDFs of a report.
 pub(crate) fn client(
     t: &Topology,
     secs: u64,
     size: usize,
     cpu: Option<usize>,
-) -> Result<Option<Measure>> {
+    samples: bool,
+) -> Result<Option<(Measure, Vec<f64>)>> {
+    let log = std::env::temp_dir().join(format!("rxpath-rr-{}.csv", std::process::id()));
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &t.ns]);
     if let Some(c) = cpu {
         cmd.args(["taskset", "-c", &c.to_string()]);
     }
-    let out = cmd
-        .args([
-            "sockperf",
-            "ping-pong",
-            "-i",
-            HOST_ADDR,
-            "-p",
-            &PORT.to_string(),
-        ])
-        .args([
-            "-t",
-            &secs.to_string(),
-            "-m",
-            &size.to_string(),
-            "--full-rtt",
-        ])
-        .output()
-        .context("running the sockperf client")?;
+    cmd.args([
+        "sockperf",
+        "ping-pong",
+        "-i",
+        HOST_ADDR,
+        "-p",
+        &PORT.to_string(),
+    ])
+    .args([
+        "-t",
+        &secs.to_string(),
+        "-m",
+        &size.to_string(),
+        "--full-rtt",
+    ]);
+    if samples {
+        cmd.arg("--full-log").arg(&log);
+    }
+    let out = cmd.output().context("running the sockperf client")?;
     let text = String::from_utf8_lossy(&out.stdout);
-    Ok(parse_sockperf(&text))
+    let rtts = if samples {
+        let csv = std::fs::read_to_string(&log).unwrap_or_default();
+        let _ = std::fs::remove_file(&log);
+        parse_full_log(&csv)
+    } else {
+        Vec::new()
+    };
+    Ok(parse_sockperf(&text).map(|m| (m, rtts)))
+}
+
+/// The round-trip times (µs) of a sockperf `--full-log` file: the lines
+/// `packet, txTime(sec), rxTime(sec), rtt(usec)` after its header.
+fn parse_full_log(csv: &str) -> Vec<f64> {
+    csv.lines()
+        .skip_while(|l| !l.starts_with("packet,"))
+        .skip(1)
+        .filter_map(|l| {
+            let mut f = l.split(',').map(str::trim);
+            f.next()?.parse::<u64>().ok()?;
+            f.nth(2)?.parse::<f64>().ok()
+        })
+        .collect()
+}
+
+/// Busy and total jiffies of one CPU from `/proc/stat` (busy: everything
+/// but idle and iowait, so softirq work done there counts).
+fn cpu_jiffies(cpu: usize) -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&format!("cpu{cpu}")))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3)? + v.get(4)?;
+    Some((total - idle, total))
 }
 
 /// Wait until the server answers (an XDP attach or a fresh ARP entry takes
@@ -347,7 +395,7 @@ pub(crate) fn require_root_and_sockperf(bench: &str, why_root: &str) -> Result<(
     Ok(())
 }
 
-pub fn rr(a: RrArgs) -> Result<ExitCode> {
+pub fn rr(a: RrArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     require_root_and_sockperf("rr", "it builds a veth lab and attaches XDP")?;
     let t = Topology {
         ns: "rxp-rr".into(),
@@ -395,35 +443,60 @@ pub fn rr(a: RrArgs) -> Result<ExitCode> {
     // results[round][config]: None when the configuration was not run or
     // got no answer that round.
     let mut results: Vec<Vec<Option<Measure>>> = Vec::new();
+    // Every round trip of every round, per server (for the CDFs).
+    let mut rtts: Vec<Vec<f64>> = vec![Vec::new(); Server::ALL.len()];
+    let runs = Server::ALL.iter().filter(|s| chosen(**s)).count() as u64;
+    let pb = progress(a.rounds as u64 * runs, "rr");
     for round in 0..a.rounds {
         let mut row = vec![None; Server::ALL.len()];
         for (i, &s) in Server::ALL.iter().enumerate() {
             if !chosen(s) {
                 continue;
             }
+            pb.set_message(s.name());
             let r = start(s, t, &a, server_cpu)?;
             let m = if ready(t, a.size)? {
-                client(t, a.duration.as_secs().max(1), a.size, client_cpu)?
+                let before = server_cpu.and_then(cpu_jiffies);
+                let m = client(
+                    t,
+                    a.duration.as_secs().max(1),
+                    a.size,
+                    client_cpu,
+                    rep.is_some(),
+                )?;
+                let after = server_cpu.and_then(cpu_jiffies);
+                m.map(|(mut m, samples)| {
+                    if let (Some(b), Some(a)) = (before, after) {
+                        let total = a.1.saturating_sub(b.1);
+                        m.server_busy =
+                            (total > 0).then(|| a.0.saturating_sub(b.0) as f64 / total as f64);
+                    }
+                    rtts[i].extend(samples);
+                    m
+                })
             } else {
                 None
             };
             let note = stop(r)?;
+            pb.inc(1);
             match m {
                 Some(m) => {
-                    println!(
-                        "  round {round}: {:40} {:9.0} round trips/s  avg {:6.2} µs  p99 {:6.2} µs  {note}",
+                    say(&pb, &format!(
+                        "  round {round}: {:40} {:9.0} round trips/s  avg {:6.2} µs  p99 {:6.2} µs  server CPU {}  {note}",
                         s.name(),
                         m.rt_per_s,
                         m.avg_us,
-                        m.p99_us
-                    );
+                        m.p99_us,
+                        m.server_busy.map_or("n/a".into(), |b| format!("{:.0} %", b * 100.0)),
+                    ));
                     row[i] = Some(m);
                 }
-                None => println!("  round {round}: {:40} no answer", s.name()),
+                None => say(&pb, &format!("  round {round}: {:40} no answer", s.name())),
             }
         }
         results.push(row);
     }
+    pb.finish_and_clear();
     let at = |s: Server| Server::ALL.iter().position(|&x| x == s).unwrap_or(0);
     let (k, kb) = (at(Server::Kernel), at(Server::KernelBusy));
     // A ratio is taken inside each round, then the median over rounds.
@@ -475,7 +548,87 @@ pub fn rr(a: RrArgs) -> Result<ExitCode> {
             ratio(i, kb, |m| m.rt_per_s),
         );
     }
+    if let Some(rep) = rep {
+        report(rep, &a, &results, &rtts, &chosen)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The report of `bench rr`: every round of every server, the latency
+/// CDFs, and the server's CPU per round trip.
+fn report(
+    rep: &mut ReportDir,
+    a: &RrArgs,
+    results: &[Vec<Option<Measure>>],
+    rtts: &[Vec<f64>],
+    chosen: &dyn Fn(Server) -> bool,
+) -> Result<()> {
+    // µs of the server's CPU per round trip: its busy share over the rate.
+    let cpu_us = |m: &Measure| {
+        m.server_busy
+            .filter(|_| m.rt_per_s > 0.0)
+            .map(|b| b * 1e6 / m.rt_per_s)
+    };
+    let servers: Vec<(usize, Server)> = Server::ALL
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|(_, s)| chosen(*s))
+        .collect();
+    let j = serde_json::json!({
+        "size": a.size, "duration_s": a.duration.as_secs(), "rounds": a.rounds,
+        "busy_poll_us": a.busy_poll, "prefer_ns": a.prefer_ns,
+        "servers": servers.iter().map(|&(i, s)| serde_json::json!({
+            "server": s.key(), "name": s.name(),
+            "rounds": results.iter().map(|row| row[i].map(|m| serde_json::json!({
+                "round_trips_per_s": m.rt_per_s, "avg_rtt_us": m.avg_us, "p99_rtt_us": m.p99_us,
+                "server_cpu_busy": m.server_busy, "server_cpu_us_per_round_trip": cpu_us(&m),
+            }))).collect::<Vec<_>>(),
+            "samples": rtts[i].len(),
+        })).collect::<Vec<_>>(),
+    });
+    rep.json("rr", &j)?;
+    let cdfs: Vec<(String, Vec<f64>)> = servers
+        .iter()
+        .filter(|(i, _)| !rtts[*i].is_empty())
+        .map(|&(i, s)| (s.name().to_string(), rtts[i].clone()))
+        .collect();
+    if !cdfs.is_empty() {
+        rep.cdf(
+            "rr-latency-cdf",
+            &format!(
+                "sockperf ping-pong, {}-byte UDP: round-trip time, every round",
+                a.size
+            ),
+            "round-trip time, µs (log scale)",
+            &cdfs,
+        )?;
+    }
+    let per = |f: &dyn Fn(&Measure) -> Option<f64>| -> Vec<Bar> {
+        servers
+            .iter()
+            .map(|&(i, s)| {
+                let v: Vec<f64> = results
+                    .iter()
+                    .filter_map(|row| f(row[i].as_ref()?))
+                    .collect();
+                Bar::of(s.name(), &v, 1.0)
+            })
+            .collect()
+    };
+    rep.bars(
+        "rr-round-trips",
+        "Round trips per second per server (median, range of rounds)",
+        "thousand round trips per second",
+        &per(&|m| Some(m.rt_per_s / 1e3)),
+    )?;
+    rep.bars(
+        "rr-server-cpu",
+        "Server CPU per round trip (its core, user + system + softirq)",
+        "µs of the server's core per round trip (median, range)",
+        &per(&cpu_us),
+    )?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -494,5 +647,18 @@ mod tests {
         assert_eq!(m.avg_us, 12.931);
         assert_eq!(m.p99_us, 19.745);
         assert!(parse_sockperf("sockperf: No messages were received").is_none());
+    }
+
+    #[test]
+    fn parses_sockperf_full_log() {
+        let csv = "------------------------------\n\
+            test was performed using the following parameters: --full-rtt\n\
+            ------------------------------\n\
+            packet, txTime(sec), rxTime(sec), rtt(usec)\n\
+            0, 2.445247112, 2.445337506, 90.394\n\
+            1, 2.445337576, 2.445428250, 90.674\n\
+            ------------------------------\n";
+        assert_eq!(parse_full_log(csv), vec![90.394, 90.674]);
+        assert!(parse_full_log("no header\n0, 1, 2, 3\n").is_empty());
     }
 }

@@ -1,6 +1,7 @@
 //! `rxpath bench rxdrop`: the lowest RX level (seed 001), bundles against
 //! the per-packet loop, and the engine alone against `dpdk-testpmd`.
 
+use super::plot::{progress, say, Bar, ReportDir};
 use super::{measure, median, peer_not_measured, range, rxdrop_config, spawn_unpinned, which};
 use crate::opts::RxdropArgs;
 use anyhow::{Context, Result};
@@ -9,7 +10,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-pub(super) fn rxdrop(a: RxdropArgs) -> Result<ExitCode> {
+pub(super) fn rxdrop(a: RxdropArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     let d = a.duration;
     let cold: [(&str, usize, bool); 4] = [
         ("bundle 1 (per packet)", 1, false),
@@ -32,22 +33,29 @@ pub(super) fn rxdrop(a: RxdropArgs) -> Result<ExitCode> {
     } else {
         None
     };
+    let pb = progress(a.rounds as u64 * (cold.len() as u64 + 2), "rxdrop");
     for round in 0..a.rounds {
-        for (i, &(_, b, split)) in cold.iter().enumerate() {
+        for (i, &(name, b, split)) in cold.iter().enumerate() {
+            pb.set_message(name);
             let (pps, r) = measure(&rxdrop_config(b, split, Producer::Thread { pps: None }, d))?;
             cold_pps[i].push(pps);
             missed[i] += r.device_total().rx_missed;
+            pb.inc(1);
         }
+        pb.set_message("null mode");
         let (pps, _) = measure(&rxdrop_config(16, false, Producer::Null, d))?;
         null_pps.push(pps);
+        pb.inc(1);
         // DPDK in the same round, so that both see the same machine.
         if dpdk_err.is_none() {
+            pb.set_message("dpdk-testpmd");
             match dpdk_null_rxonly(d) {
                 Ok(p) => dpdk_pps.push(p),
                 Err(e) => dpdk_err = Some(format!("{e:#}")),
             }
         }
-        eprintln!("round {} done", round + 1);
+        pb.inc(1);
+        say(&pb, &format!("round {} done", round + 1));
     }
     let cold_med: Vec<f64> = cold_pps.iter().map(|v| median(v.clone())).collect();
     // Ratios are taken within each round (both sides saw the same machine)
@@ -101,18 +109,51 @@ pub(super) fn rxdrop(a: RxdropArgs) -> Result<ExitCode> {
             }
         }
     }
+    pb.finish_and_clear();
+    let j = serde_json::json!({
+        "cold_mpps": cold.iter().zip(&cold_med).map(|((n, _, _), v)| (n.to_string(), v / 1e6)).collect::<std::collections::BTreeMap<_, _>>(),
+        "ratio_bundle16_vs_1": cold_ratio[1],
+        "ratio_bundle64_vs_1": cold_ratio[2],
+        "ratio_null_vs_dpdk": dpdk.as_ref().ok().map(|_| ratio(&null_pps, &dpdk_pps)),
+        "null_mpps": null_med / 1e6,
+        "null_mpps_rounds": null_pps.iter().map(|v| v / 1e6).collect::<Vec<_>>(),
+        "dpdk_null_mpps_rounds": dpdk_pps.iter().map(|v| v / 1e6).collect::<Vec<_>>(),
+        "dpdk_null_mpps": dpdk.as_ref().ok().map(|v| v / 1e6),
+        "dpdk_not_measured": dpdk.as_ref().err().map(|e| e.to_string()),
+        "cold_mpps_rounds": cold.iter().zip(&cold_pps).map(|((n, _, _), v)| (n.to_string(), v.iter().map(|x| x / 1e6).collect::<Vec<_>>())).collect::<std::collections::BTreeMap<_, _>>(),
+        "cold_rx_missed": cold.iter().zip(&missed).map(|((n, _, _), v)| (n.to_string(), *v)).collect::<std::collections::BTreeMap<_, _>>(),
+        "rounds": a.rounds,
+        "duration_s": d.as_secs_f64(),
+    });
     if a.json {
-        let j = serde_json::json!({
-            "cold_mpps": cold.iter().zip(&cold_med).map(|((n, _, _), v)| (n.to_string(), v / 1e6)).collect::<std::collections::BTreeMap<_, _>>(),
-            "ratio_bundle16_vs_1": cold_ratio[1],
-            "ratio_bundle64_vs_1": cold_ratio[2],
-            "ratio_null_vs_dpdk": dpdk.as_ref().ok().map(|_| ratio(&null_pps, &dpdk_pps)),
-            "null_mpps": null_med / 1e6,
-            "null_mpps_rounds": null_pps.iter().map(|v| v / 1e6).collect::<Vec<_>>(),
-            "dpdk_null_mpps_rounds": dpdk_pps.iter().map(|v| v / 1e6).collect::<Vec<_>>(),
-            "dpdk_null_mpps": dpdk.as_ref().ok().map(|v| v / 1e6),
-        });
         println!("\n{}", serde_json::to_string_pretty(&j)?);
+    }
+    if let Some(rep) = rep {
+        rep.json("rxdrop", &j)?;
+        let bars: Vec<Bar> = cold
+            .iter()
+            .zip(&cold_pps)
+            .map(|((n, _, _), v)| Bar::of(*n, v, 1e-6))
+            .collect();
+        rep.bars(
+            "rxdrop-cold",
+            "rxdrop, cold data: Mpps per bundle size (median, range of rounds)",
+            "Mpps",
+            &bars,
+        )?;
+        let dpdk_label = match &dpdk {
+            Ok(_) => "dpdk-testpmd net_null rxonly (no parse)".to_string(),
+            Err(e) => format!("dpdk-testpmd: {e}"),
+        };
+        rep.bars(
+            "rxdrop-null",
+            "rxdrop, null mode: the engine alone beside DPDK (median, range)",
+            "Mpps",
+            &[
+                Bar::of("rxpath null, bundle 16, parse + drop", &null_pps, 1e-6),
+                Bar::of(dpdk_label, &dpdk_pps, 1e-6),
+            ],
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -4,6 +4,7 @@
 //! steering mode; packets from the simulated NIC's single queue (the shape
 //! of a veth, or of a NIC whose RSS cannot spread one flow).
 
+use crate::bench::plot::{progress, Bar, ReportDir};
 use anyhow::{Context, Result};
 use clap::Args;
 use rxpath_core::filter::gen::{generate, Shape};
@@ -169,7 +170,7 @@ fn row(flows: usize, mode: SteerMode, workers: usize, r: &Report) -> Row {
     }
 }
 
-pub fn steer(a: SteerBenchArgs) -> Result<ExitCode> {
+pub fn steer(a: SteerBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let d = a.duration;
     let g = generate(Shape::Acl, Family::V4, a.rules, 1, 0.8, 1);
@@ -223,8 +224,12 @@ pub fn steer(a: SteerBenchArgs) -> Result<ExitCode> {
     let mut rows = Vec::new();
     println!("| flows | steer | 1 worker kpps | 2 workers kpps | 2 vs 1 | of the machine's ceiling | reordered (2 workers, all rounds) | processed per worker (2 workers) | backlog drops (2 workers) | rx_missed (2 workers) |");
     println!("|---:|---|---:|---:|---:|---:|---:|---|---:|---:|");
+    // (label, delivered kpps of every round) for the report.
+    let mut bars: Vec<(String, Vec<f64>)> = Vec::new();
+    let pb = progress((a.flows.len() * modes.len()) as u64, "steer");
     for &flows in &a.flows {
         for mode in modes {
+            pb.set_message(format!("{flows} flow(s), {}", mode.name()));
             let mut ones = Vec::new();
             let mut twos = Vec::new();
             for _ in 0..a.rounds.max(1) {
@@ -243,6 +248,18 @@ pub fn steer(a: SteerBenchArgs) -> Result<ExitCode> {
                     ));
                 }
             }
+            let kpps = |v: &[Row]| v.iter().map(|r| r.delivered_pps / 1e3).collect::<Vec<_>>();
+            bars.push((
+                format!("{flows} flow(s), {}, 1 worker", mode.name()),
+                kpps(&ones),
+            ));
+            if !twos.is_empty() {
+                bars.push((
+                    format!("{flows} flow(s), {}, 2 workers", mode.name()),
+                    kpps(&twos),
+                ));
+            }
+            pb.inc(1);
             let one = median_row(ones);
             let two = (!twos.is_empty()).then(|| median_row(twos));
             match &two {
@@ -268,6 +285,7 @@ pub fn steer(a: SteerBenchArgs) -> Result<ExitCode> {
             rows.extend(two);
         }
     }
+    pb.finish_and_clear();
     println!();
     let ratio = |flows: usize, mode: SteerMode| -> f64 {
         let get = |w: usize| {
@@ -315,6 +333,27 @@ pub fn steer(a: SteerBenchArgs) -> Result<ExitCode> {
     );
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rows).context("json")?);
+    }
+    if let Some(rep) = rep {
+        let j = serde_json::json!({
+            "rules": a.rules, "duration_s": d.as_secs_f64(), "rounds": a.rounds.max(1), "cores": cores,
+            "offered_pps": pps, "machine_ceiling_2_vs_1": machine,
+            "rows": rows, "delivered_kpps_rounds": bars.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+        });
+        rep.json("steer", &j)?;
+        let bars: Vec<Bar> = bars
+            .iter()
+            .map(|(l, v)| Bar::of(l.clone(), v, 1.0))
+            .collect();
+        rep.bars(
+            "steer",
+            &format!(
+                "Steering with an expensive bottom half ({} rules walked): delivered rate",
+                a.rules
+            ),
+            "thousand packets delivered per second (median, range of rounds)",
+            &bars,
+        )?;
     }
     Ok(if met {
         ExitCode::SUCCESS
