@@ -9,7 +9,9 @@
 //! `gro_flush_timeout` (ns, every NAPI of the device, as
 //! `/sys/class/net/IF/gro_flush_timeout`), `net.core.netdev_budget`,
 //! `net.core.netdev_budget_usecs` (and `rps_cpus` with `--steer`, a bitmask
-//! of workers; `filter_reloads` with `--filter`) for `run`; `busy_poll`,
+//! of workers; `rps_flow_cnt` with `--steer rfs`, every RX queue's dev flow
+//! table, rounded up to a power of two; `filter_reloads` with `--filter`)
+//! for `run`; `busy_poll`,
 //! `net.core.busy_read`, `prefer_busy_poll` for `echo`.
 
 use anyhow::{bail, Context, Result};
@@ -67,6 +69,10 @@ impl Knobs for RunKnobSet {
         if k.workers.load(Ordering::Relaxed) > 0 {
             v.push(("rps_cpus", k.rps_cpus.load(Ordering::Relaxed)));
         }
+        let flow_cnt = k.rps_flow_cnt.load(Ordering::Relaxed);
+        if flow_cnt > 0 {
+            v.push(("rps_flow_cnt", flow_cnt));
+        }
         if let Some((_, n)) = &self.1 {
             v.push(("filter_reloads", n.load(Ordering::Acquire)));
         }
@@ -85,6 +91,12 @@ impl Knobs for RunKnobSet {
                 }
                 k.rps_cpus.store(v, Ordering::Relaxed)
             }
+            // Rounded up to a power of two, as the kernel stores it.
+            "rps_flow_cnt" if (1..=1 << 20).contains(&v) => k.rps_flow_cnt.store(
+                v.max(rxpath_core::steer::DEV_FLOW_WAYS as u64)
+                    .next_power_of_two(),
+                Ordering::Relaxed,
+            ),
             "filter_reloads" => match (&self.1, v) {
                 (Some((hup, _)), 1) => hup.store(true, Ordering::Release),
                 _ => return Err("set 1 to reload the rule files".into()),

@@ -627,3 +627,67 @@ fn a_bench_report_has_the_json_and_the_plots() {
     assert!(!String::from_utf8_lossy(&o.stderr).contains('\x1b'));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `rps_flow_cnt` changed through ctl while packets flow: read back rounded
+/// up to a power of two, as the kernel keeps it; 256 flows in a table of 8
+/// entries (2 sets of 4) find every entry of their set busy, so the NAPI
+/// thread runs their packets itself (`rfs_here`), which a run with 4096
+/// entries never does; no flow is reordered and every frame comes home.
+/// 0 (the kernel's "no table") is refused and changes nothing.
+#[test]
+fn rps_flow_cnt_changes_through_ctl_while_packets_flow() {
+    use std::process::Stdio;
+    let run = |change: bool| -> serde_json::Value {
+        let child = Command::new(env!("CARGO_BIN_EXE_rxpath"))
+            .args([
+                "run",
+                "--steer",
+                "rfs",
+                "--workers",
+                "2",
+                "--rfs-readers",
+                "0,1",
+            ])
+            .args(["--flows", "256", "--rps-flow-cnt", "4096"])
+            .args(["--duration", "3", "--no-pin", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("rxpath");
+        let pid = child.id().to_string();
+        std::thread::sleep(std::time::Duration::from_millis(800));
+        let get = || {
+            let o = ctl(&pid, &["get", "rps_flow_cnt"]);
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        };
+        assert_eq!(get(), "4096");
+        if change {
+            let o = ctl(&pid, &["set", "rps_flow_cnt", "0"]);
+            assert_eq!(o.status.code(), Some(2), "0 is refused");
+            assert_eq!(get(), "4096", "a refused value changes nothing");
+            let o = ctl(&pid, &["set", "rps_flow_cnt", "5"]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            assert_eq!(get(), "8");
+        }
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success());
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let here = |v: &serde_json::Value| -> u64 {
+        v["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["rfs_here"].as_u64().unwrap())
+            .sum()
+    };
+    let big = run(false);
+    let small = run(true);
+    assert_eq!(here(&big), 0, "4096 entries hold 256 flows");
+    assert!(here(&small) > 0, "8 entries cannot hold 256 busy flows");
+    for v in [&big, &small] {
+        assert_eq!(v["order"]["reordered"], 0);
+        assert_eq!(v["accounted"], true);
+        assert_eq!(v["frames_home"], v["frames_total"]);
+    }
+}

@@ -134,6 +134,23 @@ impl DevFlowTable {
         self.ways.is_empty()
     }
 
+    /// A table of `entries` (`rps_flow_cnt` written while packets flow,
+    /// `store_rps_dev_flow_table_cnt`) holding every flow of this one that
+    /// has packets in flight, so that none of them can be moved past its
+    /// own packets; flows with nothing in flight may go anywhere and are
+    /// left out. `None` if they do not all fit (a smaller table, a set
+    /// full of busy flows): the caller keeps this table and tries again
+    /// later, when some have drained. The kernel swaps in an empty table.
+    pub fn resized(&self, entries: usize, workers: &dyn WorkerView) -> Option<DevFlowTable> {
+        let mut t = DevFlowTable::new(entries);
+        for w in self.ways.iter().filter(|w| !Self::idle(w, workers)) {
+            if !t.set(w.tag, w.flow.cpu, w.flow.last_qtail, workers) {
+                return None;
+            }
+        }
+        Some(t)
+    }
+
     /// The entry of the flow `hash` (`cpu` is [`NO_WORKER`] if it has
     /// none).
     pub fn get(&self, hash: u32) -> DevFlow {

@@ -439,3 +439,60 @@ fn colliding_flows_never_reorder_each_other() {
         assert!(here > 0, "seed {seed}: some packets found every entry busy");
     }
 }
+
+/// `rps_flow_cnt` changed while packets flow: the new table keeps every
+/// flow with packets in flight (its worker and tail), drops the idle ones,
+/// and is refused while the busy flows do not fit.
+#[test]
+fn a_resized_dev_flow_table_keeps_the_flows_in_flight() {
+    let mut backlogs = vec![Backlog::new(100_000, None); 2];
+    let online = [true, true];
+    let mut flows = DevFlowTable::new(256);
+    let hashes: Vec<u32> = (1..=40u32).map(|i| i.wrapping_mul(0x9e37_79b9)).collect();
+    for (i, &h) in hashes.iter().enumerate() {
+        let w = (i % 2) as Worker;
+        let Enqueued::Queued { tail, .. } = backlogs[w as usize].enqueue(h, false) else {
+            panic!("queued")
+        };
+        let v = View {
+            backlogs: &backlogs,
+            online: &online,
+        };
+        assert!(flows.set(h, w, tail, &v));
+    }
+    // Worker 0 processes everything it has: its 20 flows are idle now.
+    let n0 = backlogs[0].len();
+    backlogs[0].dequeue(n0);
+    backlogs[0].processed(n0);
+    let v = View {
+        backlogs: &backlogs,
+        online: &online,
+    };
+    let bigger = flows.resized(1024, &v).expect("room for all");
+    assert_eq!(bigger.len(), 1024);
+    for (i, &h) in hashes.iter().enumerate() {
+        let e = bigger.get(h);
+        if i % 2 == 1 {
+            assert_eq!(
+                (e.cpu, e.last_qtail),
+                (flows.get(h).cpu, flows.get(h).last_qtail),
+                "busy flow {i} kept"
+            );
+        } else {
+            assert_eq!(e.cpu, NO_WORKER, "idle flow {i} left out");
+        }
+    }
+    // 20 busy flows cannot fit in one set of 4 ways: refused, nothing lost.
+    assert!(flows.resized(DEV_FLOW_WAYS, &v).is_none());
+    // Once worker 1 has drained too, any size will do.
+    let n1 = backlogs[1].len();
+    backlogs[1].dequeue(n1);
+    backlogs[1].processed(n1);
+    let v = View {
+        backlogs: &backlogs,
+        online: &online,
+    };
+    let small = flows.resized(DEV_FLOW_WAYS, &v).expect("all idle");
+    assert_eq!(small.len(), DEV_FLOW_WAYS);
+    assert!(hashes.iter().all(|&h| small.get(h).cpu == NO_WORKER));
+}

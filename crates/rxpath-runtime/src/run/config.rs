@@ -389,6 +389,9 @@ pub struct RunKnobs {
     /// or `rfs`; 0: RPS off, the rest of the path runs on the NAPI thread).
     /// The run fills it in when its workers start.
     pub rps_cpus: Arc<std::sync::atomic::AtomicU64>,
+    /// `rps_flow_cnt` of every RX queue (`--steer rfs`; 0 otherwise, or
+    /// until the run's workers start), a power of two.
+    pub rps_flow_cnt: Arc<std::sync::atomic::AtomicU64>,
     /// Workers of the run (0 until its workers start, or without
     /// steering): the bits `rps_cpus` may have.
     pub workers: Arc<std::sync::atomic::AtomicUsize>,
@@ -404,6 +407,7 @@ impl RunKnobs {
             netdev_budget: Arc::new(cfg.softnet.netdev_budget.into()),
             netdev_budget_usecs: Arc::new(cfg.softnet.netdev_budget_usecs.into()),
             rps_cpus: Arc::default(),
+            rps_flow_cnt: Arc::default(),
             workers: Arc::default(),
         }
     }

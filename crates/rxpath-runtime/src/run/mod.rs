@@ -502,6 +502,9 @@ fn steer_workers<Q: RxQueue>(
     );
     if let Some(k) = &cfg.knobs {
         w.share_rps_mask(&k.rps_cpus);
+        if cfg.steer.mode == SteerMode::Rfs {
+            w.share_flow_cnt(&k.rps_flow_cnt);
+        }
         k.workers.store(w.len(), Ordering::Relaxed);
     }
     Some(Arc::new(match rules {

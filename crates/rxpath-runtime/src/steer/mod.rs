@@ -110,6 +110,10 @@ pub(crate) struct Workers {
     /// `rps_cpus` as a bitmask of workers, changeable while packets flow
     /// (each steering stage picks a change up at the end of a poll).
     pub(crate) rps_mask: std::sync::Arc<AtomicU64>,
+    /// `rps_flow_cnt` of every RX queue (RFS), changeable while packets
+    /// flow (each steering stage resizes its tables at the end of a poll,
+    /// once every flow in flight fits).
+    pub(crate) rps_flow_cnt: std::sync::Arc<AtomicU64>,
     pub(crate) reorder: Option<Reorder<Packet>>,
     pub(crate) order: OrderCheck,
     pub(crate) sock: std::sync::Arc<SockFlowTable>,
@@ -150,11 +154,25 @@ pub(crate) fn mask_of(map: &[Worker]) -> u64 {
     map.iter().filter(|&&w| w < 64).fold(0, |m, &w| m | 1 << w)
 }
 
+/// `rps_flow_cnt` as the kernel keeps it: rounded up to a power of two
+/// (here at least one set of ways).
+pub(crate) fn flow_cnt(entries: usize) -> u64 {
+    entries
+        .max(rxpath_core::steer::DEV_FLOW_WAYS)
+        .next_power_of_two() as u64
+}
+
 impl Workers {
     /// Share `rps_cpus` with a run's knobs (a control socket changes it).
     pub(crate) fn share_rps_mask(&mut self, knob: &std::sync::Arc<AtomicU64>) {
         knob.store(self.rps_mask.load(Ordering::Relaxed), Ordering::Relaxed);
         self.rps_mask = knob.clone();
+    }
+
+    /// Share `rps_flow_cnt` with a run's knobs (RFS only).
+    pub(crate) fn share_flow_cnt(&mut self, knob: &std::sync::Arc<AtomicU64>) {
+        knob.store(self.rps_flow_cnt.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.rps_flow_cnt = knob.clone();
     }
 
     /// Workers for `cfg`, over the queues `ports` (index = queue index),
@@ -188,6 +206,7 @@ impl Workers {
                 m.store(mask_of(&cfg.rps_map()), Ordering::Relaxed);
                 m
             },
+            rps_flow_cnt: std::sync::Arc::new(AtomicU64::new(flow_cnt(cfg.rps_flow_cnt))),
             reorder: (cfg.mode == SteerMode::Spread).then(|| Reorder::new(cfg.reorder_window)),
             order: OrderCheck::new(seq),
             sock: sock.unwrap_or_else(|| {

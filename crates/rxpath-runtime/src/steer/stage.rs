@@ -41,6 +41,8 @@ pub(crate) struct SteerStage<I> {
     /// up at the end of a poll).
     map: Vec<Worker>,
     mask: u64,
+    /// `rps_flow_cnt` of the tables in `flows`.
+    flow_cnt: u64,
     /// Accelerated RFS: packets since the last expiry scan, where the
     /// next scan starts, and how many scans each rule whose flow has not
     /// reached its queue yet has survived.
@@ -60,16 +62,22 @@ impl<I: Stack> SteerStage<I> {
     pub(crate) fn new(w: Arc<Workers>, me: Worker, inline: I) -> Self {
         let flows = if w.cfg.mode == SteerMode::Rfs {
             (0..w.queues())
-                .map(|_| DevFlowTable::new(w.cfg.rps_flow_cnt))
+                .map(|_| {
+                    DevFlowTable::new(
+                        w.rps_flow_cnt.load(std::sync::atomic::Ordering::Relaxed) as usize
+                    )
+                })
                 .collect()
         } else {
             Vec::new()
         };
         let map = w.cfg.rps_map();
         let mask = w.rps_mask.load(std::sync::atomic::Ordering::Relaxed);
+        let flow_cnt = w.rps_flow_cnt.load(std::sync::atomic::Ordering::Relaxed);
         SteerStage {
             map,
             mask,
+            flow_cnt,
             w,
             me,
             inline,
@@ -289,6 +297,23 @@ impl<I: Stack> Stack for SteerStage<I> {
             self.map = (0..self.w.len().min(64) as Worker)
                 .filter(|&w| m & 1 << w != 0)
                 .collect();
+        }
+        // `rps_flow_cnt` written while packets flow: new tables once every
+        // flow in flight fits in them (else again after the next poll).
+        let n = self
+            .w
+            .rps_flow_cnt
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if n != self.flow_cnt && !self.flows.is_empty() {
+            let resized: Option<Vec<DevFlowTable>> = self
+                .flows
+                .iter()
+                .map(|f| f.resized(n as usize, &*self.w))
+                .collect();
+            if let Some(t) = resized {
+                self.flows = t;
+                self.flow_cnt = n;
+            }
         }
         self.inline.poll_done(ctx, end)
     }
