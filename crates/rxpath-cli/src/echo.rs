@@ -5,7 +5,7 @@
 //! `--sockperf` mode the answer is what the sockperf client expects: the
 //! message back with its header's client bit cleared.
 
-use crate::opts::{BackendArg, EchoArgs, EchoTake, ModeArg};
+use crate::opts::{BackendArg, EchoArgs, EchoTake, EchoTx, ModeArg};
 use anyhow::Context;
 use rxpath_core::sock::{SockError, UdpSocket};
 use rxpath_dev::sys::xdp::XdpFilter;
@@ -45,6 +45,8 @@ pub struct EchoServer {
     filter: Option<crate::filter::Loaded>,
     sock: UdpSocket,
     stop: Arc<AtomicBool>,
+    /// The `--tx-stall` schedule's thread.
+    fault: Option<thread::JoinHandle<u64>>,
     readers: Vec<thread::JoinHandle<anyhow::Result<()>>>,
     echoed: Arc<AtomicU64>,
     start: Instant,
@@ -58,6 +60,8 @@ pub struct EchoReport {
     pub host: rxpath_runtime::HostReport,
     /// Per-rule filter counters, if a filter ran.
     pub filter: Option<serde_json::Value>,
+    /// TX stalls injected (`--tx-stall`).
+    pub tx_stalls: u64,
 }
 
 /// `rxpath echo`'s live knobs (`rxpath ctl`): the echo socket's
@@ -120,6 +124,9 @@ impl EchoServer {
             prefer_busy_poll_ns: a.prefer_busy_poll,
             ..HostConfig::default()
         };
+        if a.tx == EchoTx::Packet {
+            cfg.xdp_tx_frames = 0;
+        }
         cfg.sock.busy_read_us = a.busy_poll;
         if a.steer.stop_worker.is_some() {
             anyhow::bail!("--stop-worker is for rxpath run; echo's workers run until it stops");
@@ -155,12 +162,23 @@ impl EchoServer {
         let filter = crate::filter::Loaded::load(&a.filt, &a.iface)?;
         cfg.sock.filter = filter.as_ref().map(|f| f.handle.clone());
         let host = Host::start(cfg, dev)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let fault = match a.tx_stall {
+            None => None,
+            Some(ms) => {
+                let Some(switch) = host.tx_stop_completing() else {
+                    anyhow::bail!(
+                        "--tx-stall needs replies through the AF_XDP TX ring (--tx ring on AF_XDP)"
+                    );
+                };
+                Some(tx_stalls(switch, ms, a.tx_stall_every, stop.clone())?)
+            }
+        };
         let addr = SocketAddr::new(a.bind, a.port);
         let sock = host.udp_bind(addr).context("binding the echo socket")?;
         sock.set_busy_poll(a.busy_poll);
         sock.set_only_v6(a.only_v6);
         sock.set_read_timeout(Some(Duration::from_millis(100)));
-        let stop = Arc::new(AtomicBool::new(false));
         let echoed = Arc::new(AtomicU64::new(0));
         let cpus = match &a.reader_cpus {
             Some(l) => crate::steer::parse_list(l).map_err(anyhow::Error::msg)?,
@@ -194,6 +212,7 @@ impl EchoServer {
             filter,
             sock,
             stop,
+            fault,
             readers,
             echoed,
             start: Instant::now(),
@@ -223,6 +242,7 @@ impl EchoServer {
                 Err(_) => err = Some(anyhow::anyhow!("a reader thread panicked")),
             }
         }
+        let tx_stalls = self.fault.map_or(0, |h| h.join().unwrap_or(0));
         let socket = self.sock.counters();
         drop(self.sock);
         let elapsed = self.start.elapsed();
@@ -243,6 +263,7 @@ impl EchoServer {
             socket,
             host,
             filter,
+            tx_stalls,
         })
     }
 }
@@ -316,6 +337,8 @@ pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
                 "snmp": rep.snmp.to_json(),
                 "filter": r.filter,
                 "workers": rep.workers,
+                "tx": rep.tx,
+                "tx_stalls": r.tx_stalls,
             })
         );
     } else {
@@ -338,6 +361,10 @@ pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
             rep.frames_home,
             rep.frames_total,
         );
+        if !rep.tx.is_empty() {
+            let c: Vec<String> = rep.tx.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            println!("TX ring: {}; stalls injected {}", c.join(", "), r.tx_stalls);
+        }
         print!("{}", rep.snmp.table());
         for w in &rep.workers {
             println!(
@@ -367,6 +394,38 @@ pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
         thread::sleep(d);
     }
     code
+}
+
+/// `--tx-stall MS`: a thread that stops the TX ring's completions for MS
+/// ms every EVERY ms until `stop`; returns how many stalls it made.
+fn tx_stalls(
+    switch: Arc<AtomicBool>,
+    ms: u64,
+    every: u64,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<thread::JoinHandle<u64>> {
+    if ms == 0 || every <= ms {
+        anyhow::bail!("--tx-stall {ms} needs 0 < MS < --tx-stall-every ({every})");
+    }
+    let nap = |d: u64, stop: &AtomicBool| {
+        let end = Instant::now() + Duration::from_millis(d);
+        while !stop.load(Ordering::Acquire) && Instant::now() < end {
+            thread::sleep(Duration::from_millis(1));
+        }
+    };
+    Ok(thread::Builder::new()
+        .name("rxpath-tx-stall".into())
+        .spawn(move || {
+            let mut n = 0;
+            while !stop.load(Ordering::Acquire) {
+                nap(every - ms, &stop);
+                switch.store(true, Ordering::Relaxed);
+                n += 1;
+                nap(ms, &stop);
+                switch.store(false, Ordering::Relaxed);
+            }
+            n
+        })?)
 }
 
 /// One reader: take a batch, answer it, until stopped.

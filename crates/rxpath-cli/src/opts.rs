@@ -50,6 +50,15 @@ pub enum Cmd {
     Ctl(crate::ctl::CtlArgs),
 }
 
+/// How `rxpath echo`'s replies leave on AF_XDP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EchoTx {
+    /// The AF_XDP TX ring of queue 0's socket.
+    Ring,
+    /// An AF_PACKET socket on the interface.
+    Packet,
+}
+
 /// What the XDP program of `rxpath echo` takes from the interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum EchoTake {
@@ -135,6 +144,19 @@ pub struct EchoArgs {
     /// Stop after this many seconds (default: run until Ctrl-C).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
+    /// How replies leave on AF_XDP: `ring`, the TX ring of queue 0's own
+    /// socket (no trip through the kernel's stack), or `packet`, an
+    /// AF_PACKET socket on the interface (what AF_PACKET mode always uses).
+    #[arg(long, value_enum, default_value_t = EchoTx::Ring)]
+    pub tx: EchoTx,
+    /// Fault injection: the TX ring stops completing for MS milliseconds at
+    /// a time (every --tx-stall-every); replies then find no free frame and
+    /// are counted (SndbufErrors, xsk_tx_busy), nothing is lost.
+    #[arg(long, value_name = "MS")]
+    pub tx_stall: Option<u64>,
+    /// How often a --tx-stall begins, in ms.
+    #[arg(long, value_name = "MS", default_value_t = 200)]
+    pub tx_stall_every: u64,
     #[command(flatten)]
     pub filt: crate::filter::FilterArgs,
     #[command(flatten)]
@@ -313,7 +335,7 @@ pub struct RrArgs {
     /// rxpath's prefer-busy-poll interrupt deferral, ns.
     #[arg(long, default_value_t = 200_000)]
     pub prefer_ns: u64,
-    /// Only these servers (comma-separated: busy, prefer, xsk, sleep, packet, kernel,
+    /// Only these servers (comma-separated: busy, busy-packet-tx, prefer, xsk, sleep, packet, kernel,
     /// kernel-busy); the kernel is always run, as the reference.
     #[arg(long, value_delimiter = ',')]
     pub servers: Vec<String>,

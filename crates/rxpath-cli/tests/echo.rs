@@ -76,6 +76,112 @@ print(ok)
     }
 }
 
+/// Replies leave through the AF_XDP TX ring of the socket the requests
+/// came in on (the default), or an AF_PACKET socket with `--tx packet`:
+/// the same answers either way, and with the ring every reply is a frame
+/// of our UMEM that comes back through the completion ring.
+#[test]
+fn replies_leave_through_the_sockets_tx_ring_or_af_packet() {
+    let Some(lab) = lab() else { return };
+    for tx in ["ring", "packet"] {
+        let child = echo(&lab, &["--port", "7777", "--tx", tx, "--duration", "3"]);
+        std::thread::sleep(Duration::from_millis(800));
+        assert_eq!(
+            client(&lab, 7777).trim(),
+            "200",
+            "--tx {tx}: all 200 echoed"
+        );
+        let v = report(child);
+        let sent = v["snmp"]["Udp"]["OutDatagrams"].as_u64().unwrap();
+        assert!(sent >= 200, "{v}");
+        match tx {
+            "ring" => {
+                assert_eq!(v["tx"]["xsk_tx_sent"].as_u64(), Some(sent), "{v}");
+                assert_eq!(v["tx"]["xsk_tx_completed"].as_u64(), Some(sent), "{v}");
+                assert_eq!(v["tx"]["xsk_tx_busy"], 0, "{v}");
+            }
+            _ => assert_eq!(v["tx"], serde_json::json!({}), "{v}"),
+        }
+    }
+}
+
+/// Fault injection: the TX ring stops completing for 100 ms of every 150
+/// (`--tx-stall`). A client sending faster than 512 frames per stall finds
+/// replies missing; each one is counted where the kernel counts a send the
+/// device could not take (`SndbufErrors`; `xsk_tx_busy` counts refusals),
+/// every datagram read is either sent or counted, the client got no more
+/// than was sent, and every frame comes home.
+#[test]
+fn a_tx_ring_that_stops_completing_is_counted_and_loses_no_frame() {
+    let Some(lab) = lab() else { return };
+    let child = echo(
+        &lab,
+        &[
+            "--port",
+            "7777",
+            "--tx-stall",
+            "100",
+            "--tx-stall-every",
+            "150",
+            "--duration",
+            "4",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    let script = r#"
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(('198.18.0.1', 0))
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+s.setblocking(False)
+got = 0
+end = time.time() + 1.5
+i = 0
+while time.time() < end:
+    for _ in range(50):
+        s.sendto(b'x%d' % i, ('198.18.0.2', 7777))
+        i += 1
+    time.sleep(0.002)
+    while True:
+        try:
+            s.recvfrom(4096)
+            got += 1
+        except BlockingIOError:
+            break
+time.sleep(0.5)
+while True:
+    try:
+        s.recvfrom(4096)
+        got += 1
+    except BlockingIOError:
+        break
+print(i, got)
+"#;
+    let out = lab
+        .exec(&["python3", "-c", script])
+        .expect("python3 client");
+    let nums: Vec<u64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    let (asked, got) = (nums[0], nums[1]);
+    let v = report(child);
+    let udp = &v["snmp"]["Udp"];
+    let sent = udp["OutDatagrams"].as_u64().unwrap();
+    let refused = udp["SndbufErrors"].as_u64().unwrap();
+    let read = v["socket"]["read"].as_u64().unwrap();
+    assert!(v["tx_stalls"].as_u64().unwrap() >= 2, "{v}");
+    assert!(refused > 0, "the stalls cost replies: {v}");
+    assert!(v["tx"]["xsk_tx_busy"].as_u64().unwrap() >= refused, "{v}");
+    assert_eq!(
+        read,
+        sent + refused,
+        "every datagram read is sent or counted: {v}"
+    );
+    assert_eq!(v["tx"]["xsk_tx_sent"].as_u64(), Some(sent), "{v}");
+    assert!(
+        got <= sent && sent <= asked,
+        "client {got}/{asked}, sent {sent}: {v}"
+    );
+}
+
 #[test]
 fn sockperf_ping_pong_is_answered_in_sockperf_mode() {
     let Some(lab) = lab() else { return };

@@ -104,6 +104,10 @@ pub struct HostConfig {
     /// rather than a block at a time (TPACKET_V3: a block goes up when full
     /// or after the 1 ms retire timeout, ~0.5 ms per lone request).
     pub packet_per_frame: bool,
+    /// AF_XDP: frames of queue 0's share that its socket's TX ring sends
+    /// replies from (up to half the share); 0 sends through an AF_PACKET
+    /// socket on the interface instead (a trip through the kernel's stack).
+    pub xdp_tx_frames: usize,
 }
 
 impl Default for HostConfig {
@@ -121,6 +125,7 @@ impl Default for HostConfig {
             sock: SockConfig::default(),
             steer: rxpath_core::steer::SteerConfig::default(),
             packet_per_frame: true,
+            xdp_tx_frames: 512,
         }
     }
 }
@@ -152,6 +157,9 @@ pub struct HostReport {
     pub snmp: Snmp,
     /// Per worker (steering on; empty otherwise).
     pub workers: Vec<crate::steer::WorkerReport>,
+    /// The TX port's counters (AF_XDP TX ring: `xsk_tx_sent`,
+    /// `xsk_tx_completed`, `xsk_tx_busy`, `xsk_tx_kicks`).
+    pub tx: std::collections::BTreeMap<&'static str, u64>,
 }
 
 impl HostReport {
@@ -186,6 +194,8 @@ pub struct Host {
     /// Steering on: the workers and their threads.
     workers: Option<Arc<Workers>>,
     worker_threads: Vec<(Worker, JoinHandle<crate::steer::WorkerCounters>)>,
+    /// AF_XDP replies: the TX ring's "stop completing" fault switch.
+    tx_fault: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl std::fmt::Debug for Host {
@@ -194,6 +204,42 @@ impl std::fmt::Debug for Host {
             .field("backend", &self.backend)
             .field("napis", &self.napis)
             .finish()
+    }
+}
+
+/// Queue 0's AF_XDP socket's TX side, as the sockets' TX port.
+#[derive(Debug)]
+struct XskTxPort(
+    Option<rxpath_dev::sys::xdp::XskTx>,
+    rxpath_dev::sys::xdp::XskTxCounters,
+);
+
+impl TxPort for XskTxPort {
+    fn send(&mut self, frames: &[&[u8]]) -> std::io::Result<usize> {
+        match &mut self.0 {
+            Some(tx) => Ok(tx.send(frames)),
+            None => Err(std::io::Error::other("the TX ring is closed")),
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let c = tx.finish(std::time::Duration::from_millis(100));
+            self.1 = c;
+        }
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let c = match &self.0 {
+            Some(tx) => tx.counters,
+            None => self.1,
+        };
+        vec![
+            ("xsk_tx_sent", c.sent),
+            ("xsk_tx_completed", c.completed),
+            ("xsk_tx_busy", c.busy),
+            ("xsk_tx_kicks", c.kicks),
+        ]
     }
 }
 
@@ -239,6 +285,15 @@ impl Host {
         m.watch_sockets(self.sockets().clone());
         m.watch_napis(self.napis().to_vec());
         Ok(m)
+    }
+
+    /// Fault injection (AF_XDP replies): while the switch is on, the TX
+    /// ring's completions are not taken back, as if the device stopped
+    /// completing; sends then find no free frame and count
+    /// `SndbufErrors` (`xsk_tx_busy`), and nothing is lost. `None` when
+    /// replies do not go through an AF_XDP TX ring.
+    pub fn tx_stop_completing(&self) -> Option<Arc<std::sync::atomic::AtomicBool>> {
+        self.tx_fault.clone()
     }
 
     /// Start a host on `dev`.
@@ -293,6 +348,7 @@ impl Host {
                         cfg.frames_per_queue,
                         prog.clone(),
                         cfg.interrupts,
+                        cfg.xdp_tx_frames,
                     )?;
                     if xsk_busy_poll_us > 0 {
                         for xq in &mut qs {
@@ -311,11 +367,24 @@ impl Host {
                     }
                     Err(e) => return Err(RunError::Device(format!("AF_XDP on {iface}: {e}"))),
                 };
-                let backend = crate::run::xdp_backend(&iface, mode, &qs);
+                let mut qs = qs;
+                let tx = qs.first_mut().and_then(XdpQueue::take_tx);
+                let mut backend = crate::run::xdp_backend(&iface, mode, &qs);
+                if tx.is_some() {
+                    backend.push_str("; replies through queue 0's TX ring");
+                }
                 let finish: Finish =
                     Box::new(|cells, _| into_pools::<XdpQueue>(cells, XdpQueue::into_pool));
-                let h = Self::with_queues(&cfg, qs, finish, backend, cfg.napi_in_irq)?.on_iface();
-                h.open_tx(&iface)?;
+                let mut h =
+                    Self::with_queues(&cfg, qs, finish, backend, cfg.napi_in_irq)?.on_iface();
+                match tx {
+                    Some(tx) => {
+                        h.tx_fault = Some(tx.stop_completing.clone());
+                        h.sockets
+                            .set_tx(Box::new(XskTxPort(Some(tx), Default::default())));
+                    }
+                    None => h.open_tx(&iface)?,
+                }
                 Ok(h)
             }
             HostDevice::Packet { iface } => {
@@ -493,6 +562,7 @@ impl Host {
             guards: None,
             workers,
             worker_threads,
+            tx_fault: None,
         })
     }
 
@@ -559,6 +629,8 @@ impl Host {
     fn stop_all(&mut self) -> HostReport {
         self.stop_napi_threads();
         self.sockets.close_all();
+        // The TX port gives its frames back to the queue they came from.
+        let tx = self.sockets.finish_tx().into_iter().collect();
         self.sockets.unregister_napis();
         let mut cells = Vec::new();
         let mut queues = Vec::new();
@@ -625,6 +697,7 @@ impl Host {
             frames_total,
             frames_home,
             workers,
+            tx,
         }
     }
 

@@ -19,6 +19,7 @@ pub(crate) const PORT: u16 = 11111;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Server {
     RxpathBusy,
+    RxpathBusyPacketTx,
     RxpathPrefer,
     RxpathXsk,
     RxpathSleep,
@@ -28,8 +29,9 @@ enum Server {
 }
 
 impl Server {
-    const ALL: [Server; 7] = [
+    const ALL: [Server; 8] = [
         Server::RxpathBusy,
+        Server::RxpathBusyPacketTx,
         Server::RxpathPrefer,
         Server::RxpathXsk,
         Server::RxpathSleep,
@@ -41,6 +43,7 @@ impl Server {
     fn key(self) -> &'static str {
         match self {
             Server::RxpathBusy => "busy",
+            Server::RxpathBusyPacketTx => "busy-packet-tx",
             Server::RxpathPrefer => "prefer",
             Server::RxpathXsk => "xsk",
             Server::RxpathSleep => "sleep",
@@ -53,6 +56,7 @@ impl Server {
     fn name(self) -> &'static str {
         match self {
             Server::RxpathBusy => "rxpath echo, busy poll",
+            Server::RxpathBusyPacketTx => "rxpath echo, busy poll, AF_PACKET replies",
             Server::RxpathPrefer => "rxpath echo, busy poll + prefer",
             Server::RxpathXsk => "rxpath echo, busy poll + XSK busy poll",
             Server::RxpathSleep => "rxpath echo, sleeping",
@@ -283,7 +287,7 @@ fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Runn
         }
         _ => {
             let (busy, prefer, xsk) = match s {
-                Server::RxpathBusy => (a.busy_poll, 0, 0),
+                Server::RxpathBusy | Server::RxpathBusyPacketTx => (a.busy_poll, 0, 0),
                 Server::RxpathPrefer => (a.busy_poll, a.prefer_ns, 0),
                 Server::RxpathXsk => (a.busy_poll, 0, a.busy_poll),
                 Server::RxpathPacket => (a.busy_poll, 0, 0),
@@ -293,6 +297,13 @@ fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Runn
                 busy_poll: busy,
                 prefer_busy_poll: prefer,
                 xdp_busy_poll: xsk,
+                // Replies through the TX ring of the socket the requests
+                // came in on, or (to show what that buys) AF_PACKET.
+                tx: if s == Server::RxpathBusyPacketTx {
+                    crate::opts::EchoTx::Packet
+                } else {
+                    crate::opts::EchoTx::Ring
+                },
                 // The fallback where XDP cannot be used: AF_PACKET, with a
                 // frame handed over as soon as the kernel wrote it.
                 mode: if s == Server::RxpathPacket {
@@ -344,6 +355,9 @@ pub(crate) fn echo_args(iface: &str) -> EchoArgs {
         reader_cpus: None,
         only_v6: false,
         xdp_take: crate::opts::EchoTake::Port,
+        tx: crate::opts::EchoTx::Ring,
+        tx_stall: None,
+        tx_stall_every: 200,
         duration: None,
         json: false,
     }
@@ -434,7 +448,8 @@ pub fn rr(a: RrArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     );
     for k in &a.servers {
         if !Server::ALL.iter().any(|s| s.key() == k) {
-            bail!("unknown server {k:?}: busy, prefer, xsk, sleep, kernel, kernel-busy");
+            let keys: Vec<&str> = Server::ALL.iter().map(|s| s.key()).collect();
+            bail!("unknown server {k:?}: {}", keys.join(", "));
         }
     }
     let chosen = |s: Server| {

@@ -16,6 +16,13 @@ const FRAME_MAX: usize = 2048;
 pub trait TxPort: Send + std::fmt::Debug {
     /// Send whole Ethernet frames; returns how many were taken.
     fn send(&mut self, frames: &[&[u8]]) -> std::io::Result<usize>;
+    /// The host stops: give back what the port holds of the device (its
+    /// frames), after what is in flight has completed or a short wait.
+    fn finish(&mut self) {}
+    /// Counters worth reporting, by name.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// A TX port that keeps what it is given (tests, the simulated NIC).
@@ -110,6 +117,18 @@ impl Frames {
 }
 
 impl Sockets {
+    /// The host stops: the TX port gives back what it holds of the device
+    /// and is gone (sends after this fail with `NoTx`); its counters.
+    pub fn finish_tx(&self) -> Vec<(&'static str, u64)> {
+        match lock(&self.tx).take() {
+            Some(mut port) => {
+                port.finish();
+                port.counters()
+            }
+            None => Vec::new(),
+        }
+    }
+
     /// Hand built frames to the TX port.
     pub(crate) fn transmit(&self, f: &Frames) -> Result<usize, SockError> {
         let mut refs: [&[u8]; TX_BATCH] = [&[]; TX_BATCH];

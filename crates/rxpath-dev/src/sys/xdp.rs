@@ -368,6 +368,8 @@ struct Bind<'a> {
     prog: Arc<XdpProgram>,
     interrupts: bool,
     zero_copy: bool,
+    /// Frames of this queue's share kept for its TX ring (0: no TX ring).
+    tx_frames: usize,
 }
 
 impl Bind<'_> {
@@ -379,7 +381,7 @@ impl Bind<'_> {
         fill: Ring<u64>,
         comp: Ring<u64>,
         umem: Arc<Umem>,
-        free: Vec<Frame>,
+        mut free: Vec<Frame>,
         shared: Option<&XskSocket>,
     ) -> io::Result<XdpQueue> {
         let Bind {
@@ -388,6 +390,7 @@ impl Bind<'_> {
             prog,
             interrupts,
             zero_copy,
+            tx_frames,
         } = self;
         let mode = if zero_copy {
             libc::XDP_ZEROCOPY
@@ -395,6 +398,17 @@ impl Bind<'_> {
             libc::XDP_COPY
         };
         let rx = sock.rx_ring(2048).map_err(|e| ctx(e, "RX ring"))?;
+        // The TX ring must exist before bind; its frames are the last
+        // `tx_frames` of this queue's share.
+        let tx_frames = tx_frames.min(free.len() / 2);
+        let tx_ring = if tx_frames > 0 {
+            Some(
+                sock.tx_ring((tx_frames as u32).next_power_of_two())
+                    .map_err(|e| ctx(e, "TX ring"))?,
+            )
+        } else {
+            None
+        };
         // A socket on a shared UMEM takes no flags of its own (the kernel
         // refuses them): copy or zero-copy and need_wakeup come from the
         // UMEM's owner.
@@ -416,6 +430,19 @@ impl Bind<'_> {
                 )
             })?;
         prog.set(index as u32, sock.as_raw_fd())?;
+        let tx_home = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (comp, tx) = match tx_ring {
+            Some(ring) => {
+                let dup = syscall!(fcntl(sock.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0))?;
+                // SAFETY: fcntl returned a new descriptor (a dup of the live
+                // socket) that nothing else owns.
+                let fd = unsafe { OwnedFd::from_raw_fd(dup) };
+                let frames = free.split_off(free.len() - tx_frames);
+                let tx = XskTx::new(fd, ring, comp, umem.clone(), frames, tx_home.clone());
+                (None, Some(tx))
+            }
+            None => (Some(comp), None),
+        };
         let irq = Arc::new(IrqLine::default());
         let irq_thread = if interrupts {
             let dup = syscall!(fcntl(sock.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0))?;
@@ -434,6 +461,8 @@ impl Bind<'_> {
             sock,
             fill,
             _comp: comp,
+            tx,
+            tx_home,
             rx,
             index,
             in_kernel: (0..umem.frames()).map(|_| None).collect(),
@@ -460,7 +489,12 @@ pub struct XdpQueue {
     // region they point into after them.
     sock: XskSocket,
     fill: Ring<u64>,
-    _comp: Ring<u64>,
+    /// The completion ring, while no TX side has it.
+    _comp: Option<Ring<u64>>,
+    /// The TX side of this socket until [`Self::take_tx`].
+    tx: Option<XskTx>,
+    /// Where the TX side returns its frames when it finishes.
+    tx_home: Arc<std::sync::Mutex<Vec<Frame>>>,
     rx: Ring<libc::xdp_desc>,
     index: u16,
     umem: Arc<Umem>,
@@ -496,10 +530,22 @@ impl XdpQueue {
         frames: usize,
         prog: Arc<XdpProgram>,
         interrupts: bool,
+        tx_frames: usize,
     ) -> io::Result<XdpQueue> {
-        match Self::open_with(iface, index, frames, prog.clone(), interrupts, true) {
+        let open = |zc| {
+            Self::open_with(
+                iface,
+                index,
+                frames,
+                prog.clone(),
+                interrupts,
+                zc,
+                tx_frames,
+            )
+        };
+        match open(true) {
             Ok(q) => Ok(q),
-            Err(_) => Self::open_with(iface, index, frames, prog, interrupts, false).map_err(|e| {
+            Err(_) => open(false).map_err(|e| {
                 if index > 0 && e.to_string().contains("Invalid argument") {
                     io::Error::new(
                         io::ErrorKind::InvalidInput,
@@ -519,8 +565,14 @@ impl XdpQueue {
         prog: Arc<XdpProgram>,
         interrupts: bool,
         zero_copy: bool,
+        tx_frames: usize,
     ) -> io::Result<XdpQueue> {
-        let mut x = Xsk::setup(frames, (frames as u32).next_power_of_two(), 64)?;
+        let comp = if tx_frames > 0 {
+            (tx_frames as u32).next_power_of_two()
+        } else {
+            64
+        };
+        let mut x = Xsk::setup(frames, (frames as u32).next_power_of_two(), comp)?;
         let free = x.frames();
         let q = Bind {
             iface,
@@ -528,22 +580,26 @@ impl XdpQueue {
             prog,
             interrupts,
             zero_copy,
+            tx_frames,
         };
         q.finish(x.sock, x.fill, x.comp, x.umem, free, None)
     }
 
     /// Open queues `0..queues` of `iface`: on one shared UMEM when there
     /// are several ([`Self::open_shared`]), else (or if the kernel refuses
-    /// to share, said on stderr) each on its own.
+    /// to share, said on stderr) each on its own. With `tx_frames`, queue
+    /// 0's socket also gets a TX ring and that many of its frames for it
+    /// ([`Self::take_tx`]).
     pub fn open_all(
         iface: &str,
         queues: u16,
         frames: usize,
         prog: Arc<XdpProgram>,
         interrupts: bool,
+        tx_frames: usize,
     ) -> io::Result<Vec<XdpQueue>> {
         if queues > 1 {
-            match Self::open_shared(iface, queues, frames, prog.clone(), interrupts) {
+            match Self::open_shared(iface, queues, frames, prog.clone(), interrupts, tx_frames) {
                 Ok(qs) => return Ok(qs),
                 Err(e) => {
                     eprintln!("rxpath: shared UMEM on {iface}: {e}; one UMEM per queue instead");
@@ -554,7 +610,10 @@ impl XdpQueue {
             }
         }
         (0..queues)
-            .map(|q| Self::open(iface, q, frames, prog.clone(), interrupts))
+            .map(|q| {
+                let tx = if q == 0 { tx_frames } else { 0 };
+                Self::open(iface, q, frames, prog.clone(), interrupts, tx)
+            })
             .collect()
     }
 
@@ -569,9 +628,20 @@ impl XdpQueue {
         frames: usize,
         prog: Arc<XdpProgram>,
         interrupts: bool,
+        tx_frames: usize,
     ) -> io::Result<Vec<XdpQueue>> {
-        Self::open_shared_with(iface, queues, frames, prog.clone(), interrupts, true)
-            .or_else(|_| Self::open_shared_with(iface, queues, frames, prog, interrupts, false))
+        let open = |zc| {
+            Self::open_shared_with(
+                iface,
+                queues,
+                frames,
+                prog.clone(),
+                interrupts,
+                zc,
+                tx_frames,
+            )
+        };
+        open(true).or_else(|_| open(false))
     }
 
     fn open_shared_with(
@@ -581,9 +651,15 @@ impl XdpQueue {
         prog: Arc<XdpProgram>,
         interrupts: bool,
         zero_copy: bool,
+        tx_frames: usize,
     ) -> io::Result<Vec<XdpQueue>> {
         let fill_size = (frames as u32).next_power_of_two();
-        let mut x = Xsk::setup(frames * queues as usize, fill_size, 64)?;
+        let comp = if tx_frames > 0 {
+            (tx_frames as u32).next_power_of_two()
+        } else {
+            64
+        };
+        let mut x = Xsk::setup(frames * queues as usize, fill_size, comp)?;
         let mut all = x.frames();
         let mut out: Vec<XdpQueue> = Vec::with_capacity(queues as usize);
         let Xsk {
@@ -602,6 +678,7 @@ impl XdpQueue {
                 prog: prog.clone(),
                 interrupts,
                 zero_copy,
+                tx_frames: if index == 0 { tx_frames } else { 0 },
             };
             let xq = match first.take() {
                 Some((sock, fill, comp)) => q.finish(sock, fill, comp, umem.clone(), mine, None)?,
@@ -640,6 +717,13 @@ impl XdpQueue {
         set(70, budget as libc::c_int).map_err(|e| ctx(e, "SO_BUSY_POLL_BUDGET"))?; // SO_BUSY_POLL_BUDGET
         self.busy_poll = usecs > 0;
         Ok(())
+    }
+
+    /// The TX side of this queue's socket (opened with `tx_frames`), to
+    /// send from another thread; its frames come back to this queue when
+    /// it [finishes](XskTx::finish).
+    pub fn take_tx(&mut self) -> Option<XskTx> {
+        self.tx.take()
     }
 
     /// True when this queue's socket is bound to another queue's UMEM.
@@ -682,6 +766,10 @@ impl XdpQueue {
         }
         let mut frames = std::mem::take(&mut self.free);
         frames.extend(self.in_kernel.iter_mut().filter_map(Option::take));
+        if let Some(tx) = self.tx.take() {
+            tx.finish(Duration::ZERO);
+        }
+        frames.append(&mut self.tx_home.lock().unwrap_or_else(|e| e.into_inner()));
         FramePool::from_frames(self.umem.clone(), frames)
     }
 }
@@ -761,22 +849,16 @@ impl RxQueue for XdpQueue {
     }
 }
 
-/// One AF_XDP transmit queue with its own UMEM (our frame region): frames
-/// are written in place, posted to the TX ring in batches, and come back to
-/// the pool through the completion ring.
+/// One AF_XDP transmit queue with its own UMEM (our frame region), for
+/// `rxpath gen`: an [`XskTx`] on a socket of its own.
 pub struct XdpTx {
-    sock: XskSocket,
+    tx: XskTx,
     _fill: Ring<u64>,
-    comp: Ring<u64>,
-    tx: Ring<libc::xdp_desc>,
-    umem: Arc<Umem>,
-    free: Vec<Frame>,
-    in_flight: Vec<Option<Frame>>,
+    home: Arc<std::sync::Mutex<Vec<Frame>>>,
     /// Frames handed to the kernel so far.
     pub sent: u64,
     /// Completions reaped so far.
     pub completed: u64,
-    descs: Vec<libc::xdp_desc>,
 }
 
 impl std::fmt::Debug for XdpTx {
@@ -807,39 +889,162 @@ impl XdpTx {
             umem,
             ..
         } = x;
+        let home = Arc::new(std::sync::Mutex::new(Vec::new()));
         Ok(XdpTx {
-            sock,
+            tx: XskTx::new(sock.into(), tx, comp, umem, free, home.clone()),
             _fill: fill,
-            comp,
-            tx,
-            umem,
-            free,
-            in_flight: (0..frames).map(|_| None).collect(),
+            home,
             sent: 0,
             completed: 0,
-            descs: Vec::with_capacity(64),
         })
     }
 
-    /// Take back completed frames.
-    pub fn reap(&mut self) {
+    /// Write up to `n` packets with `write` (which fills a frame and returns
+    /// the packet length, or None to stop) and post them. Returns how many
+    /// were posted.
+    pub fn send_batch(&mut self, n: usize, write: impl FnMut(&mut [u8]) -> Option<usize>) -> usize {
+        let put = self.tx.send_with(n, write);
+        self.sent = self.tx.counters.sent;
+        self.completed = self.tx.counters.completed;
+        put
+    }
+
+    /// Wait for outstanding completions (up to `timeout`) and return the
+    /// pool. Frames still in flight after that are taken back too: the
+    /// socket closes right after, so the kernel no longer reads them.
+    pub fn finish(self, timeout: Duration) -> (FramePool, u64) {
+        let umem = self.tx.umem.clone();
+        let c = self.tx.finish(timeout);
+        let frames = std::mem::take(&mut *self.home.lock().unwrap_or_else(|e| e.into_inner()));
+        (FramePool::from_frames(umem, frames), c.completed)
+    }
+}
+
+/// The TX side of an RX queue's AF_XDP socket (its TX and completion
+/// rings and a share of its UMEM): replies leave through the same socket
+/// the requests came in on, one `sendto` kick per batch (what the kernel's
+/// own `sendmsg` costs), no AF_PACKET socket and no trip through the
+/// kernel's stack. Used from any thread, one at a time (the host's TX
+/// lock, as the kernel's TX queue lock).
+pub struct XskTx {
+    // The socket (a dup of the queue's) and rings first, the region last.
+    fd: OwnedFd,
+    tx: Ring<libc::xdp_desc>,
+    comp: Ring<u64>,
+    umem: Arc<Umem>,
+    free: Vec<Frame>,
+    in_flight: Vec<Option<Frame>>,
+    home: Arc<std::sync::Mutex<Vec<Frame>>>,
+    descs: Vec<libc::xdp_desc>,
+    /// Fault injection: completions are not taken back while set (as if
+    /// the device stopped completing); sends then find no free frame.
+    pub stop_completing: Arc<AtomicBool>,
+    /// Frames handed to the kernel, completions taken back, and frames a
+    /// send could not have (no free frame, or the TX ring full).
+    pub counters: XskTxCounters,
+}
+
+/// What an [`XskTx`] did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct XskTxCounters {
+    /// Frames posted to the TX ring.
+    pub sent: u64,
+    /// Completions taken back.
+    pub completed: u64,
+    /// Frames a send could not post (no free frame: completions have not
+    /// come back; or the ring was full). A caller may offer a refused
+    /// frame again, so one datagram can be refused more than once.
+    pub busy: u64,
+    /// `sendto` kicks.
+    pub kicks: u64,
+}
+
+impl std::fmt::Debug for XskTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XskTx")
+            .field("counters", &self.counters)
+            .finish()
+    }
+}
+
+impl XskTx {
+    fn new(
+        fd: OwnedFd,
+        tx: Ring<libc::xdp_desc>,
+        comp: Ring<u64>,
+        umem: Arc<Umem>,
+        free: Vec<Frame>,
+        home: Arc<std::sync::Mutex<Vec<Frame>>>,
+    ) -> XskTx {
+        XskTx {
+            fd,
+            tx,
+            comp,
+            in_flight: (0..umem.frames()).map(|_| None).collect(),
+            umem,
+            free,
+            home,
+            descs: Vec::with_capacity(64),
+            stop_completing: Arc::default(),
+            counters: XskTxCounters::default(),
+        }
+    }
+
+    /// Frames this side holds (free or in flight).
+    pub fn frames(&self) -> usize {
+        self.free.len() + self.in_flight.iter().filter(|f| f.is_some()).count()
+    }
+
+    /// Take back completed frames (unless completions are stopped).
+    fn reap(&mut self) {
+        if self.stop_completing.load(Ordering::Relaxed) {
+            return;
+        }
         let fs = self.umem.frame_size() as u64;
-        let (in_flight, free, done) = (&mut self.in_flight, &mut self.free, &mut self.completed);
+        let (in_flight, free, c) = (&mut self.in_flight, &mut self.free, &mut self.counters);
         self.comp.consume(u32::MAX, |addr| {
             if let Some(f) = in_flight
                 .get_mut((addr / fs) as usize)
                 .and_then(Option::take)
             {
                 free.push(f);
-                *done += 1;
+                c.completed += 1;
             }
         });
     }
 
-    /// Write up to `n` packets with `write` (which fills a frame and returns
-    /// the packet length, or None to stop) and post them. Returns how many
-    /// were posted.
-    pub fn send_batch(
+    fn kick(&mut self) {
+        self.counters.kicks += 1;
+        // No buffer is passed; the call only drives the TX ring.
+        let _ = syscall!(sendto(
+            self.fd.as_raw_fd(),
+            std::ptr::null(),
+            0,
+            libc::MSG_DONTWAIT,
+            std::ptr::null(),
+            0
+        ));
+    }
+
+    /// Copy whole Ethernet frames into TX frames and post them; returns
+    /// how many were posted (fewer when frames or ring slots ran out, each
+    /// one counted as `busy`).
+    pub fn send(&mut self, frames: &[&[u8]]) -> usize {
+        let mut next = frames.iter();
+        let put = self.send_with(frames.len(), |buf| {
+            let data = next.next()?;
+            let len = data.len().min(buf.len());
+            buf[..len].copy_from_slice(&data[..len]);
+            Some(len)
+        });
+        self.counters.busy += (frames.len() - put) as u64;
+        put
+    }
+
+    /// Write up to `n` packets in place with `write` (which fills a frame
+    /// and returns the packet length, or `None` to stop) and post them,
+    /// as many as there are free frames and ring slots; returns how many.
+    pub fn send_with(
         &mut self,
         n: usize,
         mut write: impl FnMut(&mut [u8]) -> Option<usize>,
@@ -847,8 +1052,8 @@ impl XdpTx {
         self.reap();
         let fs = self.umem.frame_size() as u64;
         self.descs.clear();
-        let mut frames = Vec::new();
-        while self.descs.len() < n {
+        let room = (self.tx.free() as usize).min(self.free.len()).min(n);
+        while self.descs.len() < room {
             let Some(mut f) = self.free.pop() else { break };
             match write(self.umem.data_mut(&mut f)) {
                 Some(len) => {
@@ -857,7 +1062,8 @@ impl XdpTx {
                         len: len as u32,
                         options: 0,
                     });
-                    frames.push(f);
+                    let i = f.index() as usize;
+                    self.in_flight[i] = Some(f);
                 }
                 None => {
                     self.free.push(f);
@@ -866,34 +1072,37 @@ impl XdpTx {
             }
         }
         let put = self.tx.produce(self.descs.iter().copied()) as usize;
-        for (i, f) in frames.into_iter().enumerate() {
-            if i < put {
-                let idx = f.index() as usize;
-                self.in_flight[idx] = Some(f);
-            } else {
-                self.free.push(f);
-            }
-        }
-        self.sent += put as u64;
-        if self.tx.needs_wakeup() {
-            self.sock.kick_tx();
+        // `room` bounded the batch by the ring's free slots: all went in.
+        debug_assert_eq!(put, self.descs.len());
+        self.counters.sent += put as u64;
+        // Copy mode sends only from `sendto` (the kernel keeps the TX
+        // ring's need_wakeup flag set); zero-copy asks when it needs one.
+        if put > 0 && self.tx.needs_wakeup() {
+            self.kick();
         }
         put
     }
 
-    /// Wait for outstanding completions (up to `timeout`) and return the
-    /// pool. Frames still in flight after that are taken back too: the
-    /// socket closes right after, so the kernel no longer reads them.
-    pub fn finish(mut self, timeout: Duration) -> (FramePool, u64) {
+    /// Wait up to `timeout` for outstanding completions, then return every
+    /// frame to the RX queue it came from (the socket closes with the
+    /// queue, so the kernel no longer reads them).
+    pub fn finish(mut self, timeout: Duration) -> XskTxCounters {
+        self.stop_completing.store(false, Ordering::Relaxed);
         let end = std::time::Instant::now() + timeout;
-        while self.in_flight.iter().any(Option::is_some) && std::time::Instant::now() < end {
-            self.sock.kick_tx();
+        loop {
             self.reap();
+            if self.in_flight.iter().all(Option::is_none) || std::time::Instant::now() >= end {
+                break;
+            }
+            self.kick();
             std::thread::sleep(Duration::from_micros(100));
         }
-        let completed = self.completed;
         let mut frames = std::mem::take(&mut self.free);
         frames.extend(self.in_flight.iter_mut().filter_map(Option::take));
-        (FramePool::from_frames(self.umem.clone(), frames), completed)
+        self.home
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .append(&mut frames);
+        self.counters
     }
 }

@@ -226,6 +226,12 @@ impl XskSocket {
     }
 }
 
+impl From<XskSocket> for OwnedFd {
+    fn from(s: XskSocket) -> OwnedFd {
+        s.fd
+    }
+}
+
 impl AsRawFd for XskSocket {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()

@@ -104,6 +104,7 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                     cfg.sim.frames_per_queue,
                     prog.clone(),
                     cfg.interrupts,
+                    0,
                 )?;
                 Ok((prog.mode, qs))
             });
