@@ -194,6 +194,32 @@ fn path_round(i: u64, a: &SoakArgs, f: &Arc<FilterHandle>) -> Result<(u64, Optio
     Ok((n.received, breach))
 }
 
+/// The replies' invariants: every answer is sent or counted refused
+/// (`OutDatagrams + SndbufErrors`), the TX ring sent exactly what was
+/// counted sent and completed all of it, and stalls refused some.
+fn tx_breach(rep: &rxpath_runtime::HostReport, answered: u64, stalls: u64) -> Option<String> {
+    let udp = &rep.snmp.udp;
+    let (out, refused) = (udp.out_datagrams, udp.sndbuf_errors);
+    let tx = |k: &str| rep.tx.get(k).copied().unwrap_or(0);
+    if out + refused != answered {
+        Some(format!(
+            "{answered} answers, but OutDatagrams {out} + SndbufErrors {refused}"
+        ))
+    } else if tx("sim_tx_sent") != out || tx("sim_tx_completed") != out {
+        Some(format!(
+            "OutDatagrams {out}, the TX ring sent {} and completed {}",
+            tx("sim_tx_sent"),
+            tx("sim_tx_completed")
+        ))
+    } else if stalls > 0 && refused == 0 {
+        Some(format!(
+            "the TX ring stopped completing {stalls} times, yet no answer was refused"
+        ))
+    } else {
+        None
+    }
+}
+
 /// One round of the sockets shape; returns (datagrams, breach).
 fn sockets_round(i: u64, a: &SoakArgs) -> Result<(u64, Option<String>)> {
     let mut cfg = HostConfig {
@@ -222,6 +248,27 @@ fn sockets_round(i: u64, a: &SoakArgs) -> Result<(u64, Option<String>)> {
     socks[0].set_busy_poll(50);
     let stop = Arc::new(AtomicBool::new(false));
     let read = Arc::new(AtomicU64::new(0));
+    // The busy-polling reader answers every datagram through the NIC's TX
+    // ring; with faults on, the ring stops completing for 20 ms of every
+    // 60 (its 256 frames run out: the refused replies are counted).
+    let answered = Arc::new(AtomicU64::new(0));
+    let tx_stalls = match (a.fault.on(), h.tx_stop_completing()) {
+        (true, Some(switch)) => {
+            let stop = stop.clone();
+            Some(std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(40));
+                    switch.store(true, Ordering::Relaxed);
+                    n += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                    switch.store(false, Ordering::Relaxed);
+                }
+                n
+            }))
+        }
+        _ => None,
+    };
     // The reader-stop fault: with faults on, the sleeping reader stops
     // reading for a while a third into the round; its queue overflows
     // (`RcvbufErrors`, each a counted drop).
@@ -235,6 +282,7 @@ fn sockets_round(i: u64, a: &SoakArgs) -> Result<(u64, Option<String>)> {
         .enumerate()
         .map(|(k, s)| {
             let (s, stop, read) = (s.clone(), stop.clone(), read.clone());
+            let answered = answered.clone();
             let pause = pause.filter(|_| k == 1);
             s.set_read_timeout(Some(Duration::from_millis(20)));
             std::thread::spawn(move || {
@@ -247,8 +295,14 @@ fn sockets_round(i: u64, a: &SoakArgs) -> Result<(u64, Option<String>)> {
                             std::thread::sleep(len);
                         }
                     }
-                    if s.recv_from(&mut b).is_ok() {
+                    if let Ok((n, src)) = s.recv_from(&mut b) {
                         read.fetch_add(1, Ordering::Relaxed);
+                        if k == 0 {
+                            // Refused by a full TX ring: counted
+                            // (SndbufErrors), as the kernel's UDP does.
+                            let _ = s.send_to(&b[..n], src);
+                            answered.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                 }
             })
@@ -287,6 +341,7 @@ fn sockets_round(i: u64, a: &SoakArgs) -> Result<(u64, Option<String>)> {
     for r in readers {
         let _ = r.join();
     }
+    let stalls = tx_stalls.map_or(0, |t| t.join().unwrap_or(0));
     drop(socks);
     let h = Arc::try_unwrap(h).map_err(|_| anyhow::anyhow!("host still shared"))?;
     let rep = h.shutdown();
@@ -294,7 +349,12 @@ fn sockets_round(i: u64, a: &SoakArgs) -> Result<(u64, Option<String>)> {
     let d = rep.queues.iter().fold(0, |s, q| s + q.device.offered);
     let got = read.load(Ordering::Relaxed);
     let what = format!(
-        "round {i} (sockets, rfs, a busy-polling and a sleeping reader{})",
+        "round {i} (sockets, rfs, a busy-polling reader that answers{} and a sleeping reader{})",
+        if stalls > 0 {
+            " through a TX ring that stops completing"
+        } else {
+            ""
+        },
         if pause.is_some() {
             " that stops a while"
         } else {
@@ -326,6 +386,8 @@ fn sockets_round(i: u64, a: &SoakArgs) -> Result<(u64, Option<String>)> {
             rep.sock.rcvbuf_errors,
             n.dropped.get(DropReason::SocketQueueFull)
         ))
+    } else if let Some(b) = tx_breach(&rep, answered.load(Ordering::Relaxed), stalls) {
+        Some(format!("{what}: {b}"))
     } else if rep.sock.in_datagrams != got {
         Some(format!(
             "{what}: {} datagrams queued to sockets, {got} read (closing drops none: the readers drained)",
@@ -334,6 +396,10 @@ fn sockets_round(i: u64, a: &SoakArgs) -> Result<(u64, Option<String>)> {
     } else {
         None
     };
+    eprintln!(
+        "             answers: {} sent, {} refused by the TX ring (stopped {stalls} times)",
+        rep.snmp.udp.out_datagrams, rep.snmp.udp.sndbuf_errors
+    );
     Ok((n.received, breach))
 }
 
@@ -345,7 +411,7 @@ pub fn soak(a: SoakArgs) -> Result<ExitCode> {
     let mut rss0 = 0;
     let mut breach = None;
     eprintln!(
-        "rxpath soak: {:.0}s{}, rounds of {:.1}s alternating the path (GRO, filter, steering modes, a worker going offline; faults: {}) and sockets (RFS workers, busy-polling and sleeping readers)",
+        "rxpath soak: {:.0}s{}, rounds of {:.1}s alternating the path (GRO, filter, steering modes, a worker going offline; faults: {}) and sockets (RFS workers, a busy-polling reader that answers, a sleeping reader; with faults, the TX ring stops completing 20 ms of every 60 and the sleeping reader stops a while)",
         a.duration.as_secs_f64(),
         a.packets.map_or(String::new(), |p| format!(" or {p} packets")),
         a.round.as_secs_f64(),

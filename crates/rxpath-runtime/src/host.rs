@@ -158,7 +158,9 @@ pub struct HostReport {
     /// Per worker (steering on; empty otherwise).
     pub workers: Vec<crate::steer::WorkerReport>,
     /// The TX port's counters (AF_XDP TX ring: `xsk_tx_sent`,
-    /// `xsk_tx_completed`, `xsk_tx_busy`, `xsk_tx_kicks`).
+    /// `xsk_tx_completed`, `xsk_tx_busy`, `xsk_tx_kicks`; the simulated
+    /// NIC's: `sim_tx_sent`, `sim_tx_completed`, `sim_tx_busy`,
+    /// `sim_tx_wire_bytes`).
     pub tx: std::collections::BTreeMap<&'static str, u64>,
 }
 
@@ -194,7 +196,8 @@ pub struct Host {
     /// Steering on: the workers and their threads.
     workers: Option<Arc<Workers>>,
     worker_threads: Vec<(Worker, JoinHandle<crate::steer::WorkerCounters>)>,
-    /// AF_XDP replies: the TX ring's "stop completing" fault switch.
+    /// The TX ring's "stop completing" fault switch (AF_XDP replies, or
+    /// the simulated NIC's TX ring).
     tx_fault: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
@@ -222,11 +225,12 @@ impl TxPort for XskTxPort {
         }
     }
 
-    fn finish(&mut self) {
+    fn finish(&mut self) -> (usize, usize) {
         if let Some(tx) = self.0.take() {
-            let c = tx.finish(std::time::Duration::from_millis(100));
-            self.1 = c;
+            self.1 = tx.finish(std::time::Duration::from_millis(100));
         }
+        // Its frames are queue 0's: they count there.
+        (0, 0)
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
@@ -239,6 +243,30 @@ impl TxPort for XskTxPort {
             ("xsk_tx_completed", c.completed),
             ("xsk_tx_busy", c.busy),
             ("xsk_tx_kicks", c.kicks),
+        ]
+    }
+}
+
+/// The simulated NIC's TX ring, as the sockets' TX port.
+#[derive(Debug)]
+struct SimTxPort(rxpath_dev::sim::SimTx);
+
+impl TxPort for SimTxPort {
+    fn send(&mut self, frames: &[&[u8]]) -> std::io::Result<usize> {
+        Ok(self.0.send(frames))
+    }
+
+    fn finish(&mut self) -> (usize, usize) {
+        self.0.finish()
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let c = self.0.counters;
+        vec![
+            ("sim_tx_sent", c.sent),
+            ("sim_tx_completed", c.completed),
+            ("sim_tx_busy", c.busy),
+            ("sim_tx_wire_bytes", c.wire_bytes),
         ]
     }
 }
@@ -287,11 +315,12 @@ impl Host {
         Ok(m)
     }
 
-    /// Fault injection (AF_XDP replies): while the switch is on, the TX
-    /// ring's completions are not taken back, as if the device stopped
-    /// completing; sends then find no free frame and count
-    /// `SndbufErrors` (`xsk_tx_busy`), and nothing is lost. `None` when
-    /// replies do not go through an AF_XDP TX ring.
+    /// Fault injection: while the switch is on, the TX ring's completions
+    /// are not taken back (AF_XDP), or the simulated NIC's wire takes
+    /// nothing from its TX ring, as a device that stopped completing;
+    /// sends then find no free frame and count `SndbufErrors`
+    /// (`xsk_tx_busy`, `sim_tx_busy`), and nothing is lost. `None` when
+    /// replies do not go through a TX ring of ours (AF_PACKET).
     pub fn tx_stop_completing(&self) -> Option<Arc<std::sync::atomic::AtomicBool>> {
         self.tx_fault.clone()
     }
@@ -328,6 +357,12 @@ impl Host {
                 // (tests, the producer): NAPI stays on NAPI threads.
                 let mut h = Self::with_queues(&cfg, qs, finish, "simulated NIC".into(), false)?;
                 h.port = Some(Mutex::new(port));
+                // Sockets send through the NIC's TX ring (256 frames of its
+                // own); `set_tx` replaces it.
+                let tx = rxpath_dev::sim::SimTx::new(256, 256)
+                    .map_err(|e| RunError::Device(format!("the simulated NIC's TX ring: {e}")))?;
+                h.tx_fault = Some(tx.stop_completing.clone());
+                h.sockets.set_tx(Box::new(SimTxPort(tx)));
                 Ok(h)
             }
             HostDevice::Xdp {
@@ -629,8 +664,10 @@ impl Host {
     fn stop_all(&mut self) -> HostReport {
         self.stop_napi_threads();
         self.sockets.close_all();
-        // The TX port gives its frames back to the queue they came from.
-        let tx = self.sockets.finish_tx().into_iter().collect();
+        // The TX port gives its frames back to the queue they came from
+        // (AF_XDP), or counts its own (the simulated NIC's TX ring).
+        let (tx, (tx_total, tx_home)) = self.sockets.finish_tx();
+        let tx = tx.into_iter().collect();
         self.sockets.unregister_napis();
         let mut cells = Vec::new();
         let mut queues = Vec::new();
@@ -679,6 +716,7 @@ impl Host {
             Some(f) => f(cells, port),
             None => (0, 0),
         };
+        let (frames_total, frames_home) = (frames_total + tx_total, frames_home + tx_home);
         let mut snmp = Snmp::default();
         for q in &queues {
             snmp.merge(&q.napi.snmp);

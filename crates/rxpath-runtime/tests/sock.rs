@@ -407,6 +407,42 @@ fn send_builds_frames_from_learned_neighbours() {
     all_home(&h.shutdown());
 }
 
+/// A host on the simulated NIC sends through the NIC's TX ring (256
+/// frames of its own): replies reach the wire; when the ring stops
+/// completing (the fault), sends are refused and counted `SndbufErrors`
+/// (`sim_tx_busy`), nothing is lost, and once it completes again replies
+/// flow; every frame, the TX ring's too, comes home.
+#[test]
+fn the_sim_tx_ring_sends_and_a_ring_that_stops_completing_is_counted() {
+    let h = host(1, 1);
+    let s = h.udp_bind(sa("0.0.0.0", 7000)).unwrap();
+    inject(&h, sa(PEER4, 9), sa(HOST4, 7000), b"ping");
+    let (_, src) = recv_str(&s);
+    let stall = h.tx_stop_completing().expect("the sim NIC has a TX ring");
+    for _ in 0..10 {
+        s.send_to(b"pong", src).unwrap();
+    }
+    stall.store(true, Ordering::Relaxed);
+    // 256 frames, the last pong still on the ring (the wire takes what was
+    // posted at the next send): 255 more fit on the stopped ring, then none.
+    for _ in 0..300 {
+        // Refused sends succeed, as the kernel's UDP does, and are counted.
+        s.send_to(b"stuck", src).unwrap();
+    }
+    let st = h.sockets().stats();
+    assert_eq!(st.out_datagrams, 10 + 255, "{st:?}");
+    stall.store(false, Ordering::Relaxed);
+    s.send_to(b"again", src).unwrap();
+    drop(s);
+    let r = h.shutdown();
+    assert_eq!(r.snmp.udp.out_datagrams, 10 + 255 + 1);
+    assert_eq!(r.snmp.udp.sndbuf_errors, 300 - 255);
+    assert_eq!(r.tx["sim_tx_sent"], 10 + 255 + 1);
+    assert_eq!(r.tx["sim_tx_completed"], 10 + 255 + 1);
+    assert_eq!(r.tx["sim_tx_busy"], 300 - 255);
+    all_home(&r);
+}
+
 #[test]
 fn bad_checksum_is_a_counted_drop() {
     let h = host(1, 1);

@@ -18,7 +18,10 @@ pub trait TxPort: Send + std::fmt::Debug {
     fn send(&mut self, frames: &[&[u8]]) -> std::io::Result<usize>;
     /// The host stops: give back what the port holds of the device (its
     /// frames), after what is in flight has completed or a short wait.
-    fn finish(&mut self) {}
+    /// Returns the frames of its own region, if it has one: (total, home).
+    fn finish(&mut self) -> (usize, usize) {
+        (0, 0)
+    }
     /// Counters worth reporting, by name.
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
@@ -118,14 +121,15 @@ impl Frames {
 
 impl Sockets {
     /// The host stops: the TX port gives back what it holds of the device
-    /// and is gone (sends after this fail with `NoTx`); its counters.
-    pub fn finish_tx(&self) -> Vec<(&'static str, u64)> {
+    /// and is gone (sends after this fail with `NoTx`); its counters, and
+    /// the frames of its own region (total, home).
+    pub fn finish_tx(&self) -> (Vec<(&'static str, u64)>, (usize, usize)) {
         match lock(&self.tx).take() {
             Some(mut port) => {
-                port.finish();
-                port.counters()
+                let frames = port.finish();
+                (port.counters(), frames)
             }
-            None => Vec::new(),
+            None => (Vec::new(), (0, 0)),
         }
     }
 

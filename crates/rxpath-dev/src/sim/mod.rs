@@ -25,9 +25,11 @@ mod faults;
 pub mod ntuple;
 mod null;
 pub mod traffic;
+mod tx;
 
 pub use faults::{FaultWindows, Faults};
 pub use null::NullQueue;
+pub use tx::{SimTx, SimTxCounters};
 
 use crate::sys::ring::{self, Consumer, Desc, Producer};
 use crate::sys::umem::{Frame, FramePool, Umem, UmemError};
