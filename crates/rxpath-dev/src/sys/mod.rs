@@ -25,5 +25,6 @@ pub mod iface;
 pub mod ring;
 pub mod sched;
 pub mod umem;
+pub mod uring;
 pub mod xdp;
 pub mod xsk;
