@@ -346,6 +346,17 @@ pub struct RxIfaceArgs {
     /// Generator run per receiver.
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
     pub duration: Duration,
+    /// The fixed offered rate (packets/s) at which whole-machine CPU per
+    /// received packet is compared (one every receiver can take).
+    #[arg(long, default_value_t = 100_000)]
+    pub cpu_rate: u64,
+    /// Generator run per step of the RFC 2544 search.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub step: Duration,
+    /// Steps of the RFC 2544 search (a binary search of the offered rate;
+    /// 0 skips it).
+    #[arg(long, default_value_t = 5)]
+    pub steps: u32,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -103,13 +103,41 @@ pub fn is_root() -> bool {
 /// CPU time (user + system) used so far by the calling process, or by the
 /// calling thread with `thread`.
 pub fn cpu_time(thread: bool) -> Duration {
-    // SAFETY: rusage is plain data; all-zero is valid.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let who = if thread {
+    rusage(if thread {
         libc::RUSAGE_THREAD
     } else {
         libc::RUSAGE_SELF
+    })
+}
+
+/// Give a socket a receive buffer of `bytes` (`SO_RCVBUFFORCE` as root,
+/// past `net.core.rmem_max`; else `SO_RCVBUF`, capped by it).
+pub fn set_rcvbuf(sock: &std::net::UdpSocket, bytes: usize) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    let set = |opt| {
+        // Points to a live c_int of the size passed; the fd is the live socket.
+        syscall!(setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            opt,
+            &v as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t
+        ))
     };
+    set(libc::SO_RCVBUFFORCE)
+        .or_else(|_| set(libc::SO_RCVBUF))
+        .map(drop)
+}
+
+/// CPU time (user + system) of the children waited for so far.
+pub fn children_cpu_time() -> Duration {
+    rusage(libc::RUSAGE_CHILDREN)
+}
+
+fn rusage(who: libc::c_int) -> Duration {
+    // SAFETY: rusage is plain data; all-zero is valid.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // Points to a live rusage.
     if syscall!(getrusage(who, &mut ru as *mut libc::rusage)).is_err() {
         return Duration::ZERO;

@@ -150,8 +150,38 @@ impl UringRecv {
             .map_err(|_| io::Error::other("io_uring submission queue full"))
     }
 
+    /// Cancel the multishot receive and wait for its last completion, so
+    /// that the socket is free (its port can be bound again) once the
+    /// caller drops it.
+    fn cancel(&mut self) {
+        let e = opcode::AsyncCancel::new(RECV).build().user_data(0);
+        // SAFETY: a cancel names a request by user data; it borrows nothing.
+        if unsafe { self.ring.submission().push(&e) }.is_err() {
+            return;
+        }
+        let end = Instant::now() + std::time::Duration::from_millis(500);
+        let ts = types::Timespec::new().nsec(10_000_000);
+        while Instant::now() < end {
+            let args = types::SubmitArgs::new().timespec(&ts);
+            let _ = self.ring.submitter().submit_with_args(1, &args);
+            let done = self
+                .ring
+                .completion()
+                .any(|c| c.user_data() == RECV && !cqueue::more(c.flags()));
+            if done {
+                return;
+            }
+        }
+    }
+
     /// Receive until `deadline`; returns (datagrams, bytes).
     pub fn run_until(&mut self, deadline: Instant) -> io::Result<(u64, u64)> {
+        let r = self.receive_until(deadline);
+        self.cancel();
+        r
+    }
+
+    fn receive_until(&mut self, deadline: Instant) -> io::Result<(u64, u64)> {
         let (mut pkts, mut bytes) = (0u64, 0u64);
         self.arm()?;
         let ts = types::Timespec::new().nsec(20_000_000);
