@@ -577,7 +577,7 @@ fn report(rep: &mut ReportDir, a: &RxIfaceArgs, rows: &[Row]) -> Result<()> {
         .filter(|x| x.0 != Receiver::XdpDrop)
         .filter_map(|(r, _, fixed, _)| {
             let m = fixed.as_ref()?.machine_ns()?;
-            Some(Bar::of(r.name(), &[m - floor?], 1.0))
+            Some(Bar::of(r.name(), &[(m - floor?).max(0.0)], 1.0))
         })
         .collect();
     if !cpu.is_empty() {
