@@ -27,4 +27,5 @@ pub mod sched;
 pub mod umem;
 pub mod uring;
 pub mod xdp;
+mod xdp_tx;
 pub mod xsk;
