@@ -185,11 +185,17 @@ fn dpdk_null_rxonly(d: Duration) -> Result<f64> {
     .stderr(Stdio::null());
     let mut child = spawn_unpinned(cmd).context("starting dpdk-testpmd")?;
     let stdout = child.stdout.take().context("testpmd stdout")?;
+    // testpmd's start (memory without hugepages) takes seconds on a busy
+    // machine: count samples, not time since the spawn. The first sample
+    // (warm-up) is dropped; then one per second for `d`.
     let start = Instant::now();
+    let want = 1 + (d.as_secs_f64().round() as usize).max(1);
     let mut samples = Vec::new();
     let mut reader = BufReader::new(stdout);
     let mut line = String::new();
-    while start.elapsed() < d + Duration::from_secs(2) {
+    while samples.iter().filter(|v: &&f64| **v > 0.0).count() < want
+        && start.elapsed() < d + Duration::from_secs(15)
+    {
         line.clear();
         if reader.read_line(&mut line)? == 0 {
             break;
