@@ -13,7 +13,7 @@
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
 use rxpath_core::gro::{Gro, GroConfig, GroKnob};
-use rxpath_core::packet::{Frag, Meta, Packet, PollEnd, RxCtx, Stack};
+use rxpath_core::packet::{ChainPool, Frags, Meta, Packet, PollEnd, RxCtx, Stack};
 use rxpath_core::stats::NapiStats;
 use rxpath_dev::{Frame, FramePool};
 use rxpath_wire::build::{self, Spec};
@@ -153,7 +153,7 @@ impl Flow {
 struct Harness {
     pool: FramePool,
     recycle: Vec<Frame>,
-    chains: Vec<Vec<Frag>>,
+    chains: ChainPool,
     stats: NapiStats,
     gro: Gro,
     out: Out,
@@ -192,7 +192,7 @@ impl Harness {
             off: 0,
             len: bytes.len() as u16,
             meta,
-            frags: Vec::new(),
+            frags: Frags::new(),
         };
         self.fed += 1;
         self.in_poll(now, |gro, ctx, out| {

@@ -9,7 +9,7 @@
 
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
-use rxpath_core::packet::{Frag, Meta, Packet, RxCtx, Stack};
+use rxpath_core::packet::{ChainPool, Frags, Meta, Packet, RxCtx, Stack};
 use rxpath_core::sock::{SockConfig, Sockets, UdpSocket};
 use rxpath_core::stats::NapiStats;
 use rxpath_dev::{Frame, FramePool};
@@ -62,7 +62,7 @@ fuzz_target!(|ops: Vec<Op>| {
         s.connect(sa("198.18.0.1", 5000)).unwrap();
     }
     let mut stage = host.stage(0);
-    let (mut recycle, mut chains, mut stats): (Vec<Frame>, Vec<Vec<Frag>>, NapiStats) =
+    let (mut recycle, mut chains, mut stats): (Vec<Frame>, ChainPool, NapiStats) =
         (Vec::new(), Vec::new(), NapiStats::default());
     let mut fed = 0u64;
     let mut buf = [0u8; 2048];
@@ -145,7 +145,7 @@ fuzz_target!(|ops: Vec<Op>| {
                 csum_ok,
                 ..Meta::default()
             },
-            frags: Vec::new(),
+            frags: Frags::new(),
         };
         fed += 1;
         // The NAPI counts what it takes from the queue.

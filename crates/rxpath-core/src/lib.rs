@@ -43,6 +43,6 @@ pub mod steer;
 pub mod time;
 
 pub use napi::{BundleMode, Napi, NapiId, NapiState, NapiTable};
-pub use packet::{Frag, Meta, Packet, PollEnd, RxCtx, Stack};
+pub use packet::{ChainPool, Frag, Frags, Meta, Packet, PollEnd, RxCtx, Stack};
 pub use softnet::{Softnet, SoftnetConfig};
 pub use stats::{DropReason, NapiStats};

@@ -243,7 +243,7 @@ pub struct Napi<Q: RxQueue> {
     scratch: Vec<Desc>,
     carry: Option<Desc>,
     recycle: Vec<Frame>,
-    chains: Vec<Vec<crate::packet::Frag>>,
+    chains: crate::packet::ChainPool,
     stats: NapiStats,
     timer: Option<u64>,
     // Boxed: `finish` takes it out of the NAPI every poll, and moving the
@@ -722,7 +722,7 @@ fn loop2(
                 segs: 1,
                 ..Meta::default()
             },
-            frags: Vec::new(),
+            frags: crate::packet::Frags::new(),
         };
         let parsed = match umem.data(&pkt.frame).get(off..end) {
             Some(bytes) => rxpath_wire::parse_into(bytes, &mut pkt.meta.headers),

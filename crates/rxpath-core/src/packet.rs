@@ -40,8 +40,8 @@ pub struct Meta {
 ///
 /// After GRO a packet can be a chain: the head frame holds the headers and
 /// the first segment's payload, and `frags` the payload of every further
-/// segment, each still in its own frame (no copy). `frags` is empty (and
-/// allocates nothing) for a plain packet.
+/// segment, each still in its own frame (no copy). `frags` is empty (one
+/// null pointer, nothing allocated) for a plain packet.
 #[derive(Debug)]
 pub struct Packet {
     /// The frame holding the packet (the head of a chain).
@@ -53,7 +53,64 @@ pub struct Packet {
     /// Metadata.
     pub meta: Meta,
     /// Further payload in other frames, in order (GRO).
-    pub frags: Vec<Frag>,
+    pub frags: Frags,
+}
+
+/// The fragments of a chain: one pointer wide, null for a plain packet.
+///
+/// A plain `Vec` here cost null mode a quarter of its cycles: the record is
+/// moved from stage to stage, and the compiler wrote the empty vector's two
+/// words with two stores and read them back with one wide load, which
+/// store forwarding cannot serve (perf on an AMD EPYC). One word written and
+/// read as one word forwards, and the record is 16 bytes slimmer.
+// The box is the point: one word in the record instead of three.
+#[allow(clippy::box_collection)]
+#[derive(Debug, Default)]
+pub struct Frags(Option<Box<Vec<Frag>>>);
+
+/// Chain storage kept for reuse, so that steady-state GRO does not allocate.
+pub type ChainPool = Vec<Box<Vec<Frag>>>;
+
+impl Frags {
+    /// No fragments, nothing allocated.
+    pub const fn new() -> Self {
+        Frags(None)
+    }
+
+    /// Number of fragments.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |v| v.len())
+    }
+
+    /// True for a plain packet.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The fragments, in order.
+    #[inline]
+    pub fn iter(&self) -> std::slice::Iter<'_, Frag> {
+        self.0.as_deref().map_or(&[][..], |v| &v[..]).iter()
+    }
+
+    /// Append a fragment, taking storage from `pool` if there is none yet.
+    #[inline]
+    pub fn push(&mut self, f: Frag, pool: &mut ChainPool) {
+        self.0
+            .get_or_insert_with(|| pool.pop().unwrap_or_default())
+            .push(f);
+    }
+
+    /// Free the fragments' frames into `recycle` and the storage into `pool`.
+    #[inline]
+    fn release(self, recycle: &mut Vec<Frame>, pool: &mut ChainPool) {
+        if let Some(mut v) = self.0 {
+            recycle.extend(v.drain(..).map(|f| f.frame));
+            pool.push(v);
+        }
+    }
 }
 
 /// Payload bytes of a merged segment, in its own frame.
@@ -84,7 +141,7 @@ pub struct RxCtx<'a> {
     pub(crate) umem: &'a Umem,
     pub(crate) recycle: &'a mut Vec<Frame>,
     pub(crate) stats: &'a mut NapiStats,
-    pub(crate) chains: &'a mut Vec<Vec<Frag>>,
+    pub(crate) chains: &'a mut ChainPool,
     /// The time of this poll.
     pub now_ns: u64,
 }
@@ -96,7 +153,7 @@ impl<'a> RxCtx<'a> {
         umem: &'a Umem,
         recycle: &'a mut Vec<Frame>,
         stats: &'a mut NapiStats,
-        chains: &'a mut Vec<Vec<Frag>>,
+        chains: &'a mut ChainPool,
         now_ns: u64,
     ) -> Self {
         RxCtx {
@@ -108,11 +165,11 @@ impl<'a> RxCtx<'a> {
         }
     }
 
-    /// An empty chain vector, reused from packets already consumed, so that
-    /// steady-state GRO does not allocate.
+    /// Append `f` to `p`'s chain (GRO), with storage reused from packets
+    /// already consumed.
     #[inline]
-    pub fn take_chain(&mut self) -> Vec<Frag> {
-        self.chains.pop().unwrap_or_default()
+    pub fn push_frag(&mut self, p: &mut Packet, f: Frag) {
+        p.frags.push(f, self.chains);
     }
 
     /// The payload of every frame of a packet, in order: the head frame's
@@ -164,12 +221,9 @@ impl<'a> RxCtx<'a> {
     }
 
     #[inline(always)]
-    fn release(&mut self, frame: Frame, mut frags: Vec<Frag>) {
+    fn release(&mut self, frame: Frame, frags: Frags) {
         self.recycle.push(frame);
-        if frags.capacity() > 0 {
-            self.recycle.extend(frags.drain(..).map(|f| f.frame));
-            self.chains.push(frags);
-        }
+        frags.release(self.recycle, self.chains);
     }
 
     /// The packet reached a socket, which keeps its frame until the
@@ -179,14 +233,9 @@ impl<'a> RxCtx<'a> {
     /// freed here (UDP is never merged, so sockets see plain packets).
     #[inline]
     pub fn keep(&mut self, p: Packet) -> Frame {
-        let Packet {
-            frame, mut frags, ..
-        } = p;
+        let Packet { frame, frags, .. } = p;
         self.stats.delivered += 1 + frags.len() as u64;
-        if frags.capacity() > 0 {
-            self.recycle.extend(frags.drain(..).map(|f| f.frame));
-            self.chains.push(frags);
-        }
+        frags.release(self.recycle, self.chains);
         frame
     }
 

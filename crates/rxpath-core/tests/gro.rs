@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use rxpath_core::gro::{Check, FlushReason, Gro, GroConfig, GroKnob, GroResult, TICK_NS};
 use rxpath_core::ip::CsumPolicy;
 use rxpath_core::napi::CsumMode;
-use rxpath_core::packet::{Frag, Meta, Packet, PollEnd, RxCtx, Stack};
+use rxpath_core::packet::{ChainPool, Frags, Meta, Packet, PollEnd, RxCtx, Stack};
 use rxpath_core::stats::NapiStats;
 use rxpath_dev::{Frame, FramePool};
 use rxpath_wire::build::{self, Spec};
@@ -114,7 +114,7 @@ impl Seg {
 struct Harness {
     pool: FramePool,
     recycle: Vec<Frame>,
-    chains: Vec<Vec<Frag>>,
+    chains: ChainPool,
     stats: NapiStats,
     gro: Gro,
     out: Collect,
@@ -163,7 +163,7 @@ impl Harness {
             off: 0,
             len: bytes.len() as u16,
             meta,
-            frags: Vec::new(),
+            frags: Frags::new(),
         };
         self.fed += 1;
         let mut ctx = RxCtx::new(

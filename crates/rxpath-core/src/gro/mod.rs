@@ -441,20 +441,20 @@ impl Gro {
                 held.fixed_id = true;
             }
         }
-        if held.pkt.frags.capacity() == 0 {
-            held.pkt.frags = ctx.take_chain();
-        }
         let carry = seg.flags & (flags::FIN | flags::PSH);
         if carry != 0 {
             let t = held.pkt.off as usize + held.pkt.meta.headers.l4_offset as usize;
             let d = ctx.umem().data_mut(&mut held.pkt.frame);
             d[t + 13] |= carry as u8;
         }
-        held.pkt.frags.push(Frag {
-            frame: pkt.frame,
-            off: pkt.off + h.payload_offset,
-            len: h.payload_len,
-        });
+        ctx.push_frag(
+            &mut held.pkt,
+            Frag {
+                frame: pkt.frame,
+                off: pkt.off + h.payload_offset,
+                len: h.payload_len,
+            },
+        );
         held.count += 1;
         held.next_seq = held.next_seq.wrapping_add(seg.len as u32);
         held.ip_len += seg.len as u32;

@@ -73,7 +73,7 @@ pub fn replay(frames: &[&[u8]]) -> Vec<Boundary> {
                 off: 0,
                 len: n as u16,
                 meta,
-                frags: Vec::new(),
+                frags: crate::packet::Frags::new(),
             };
             let _ = gro.receive(pkt, &mut ctx, &mut out);
         }

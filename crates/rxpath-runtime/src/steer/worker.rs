@@ -3,7 +3,7 @@
 //! thread that is not also a NAPI thread.
 
 use super::{Item, WorkerCounters, Workers};
-use rxpath_core::packet::{Frag, Packet, RxCtx, Stack};
+use rxpath_core::packet::{ChainPool, Packet, RxCtx, Stack};
 use rxpath_core::steer::Worker;
 use rxpath_dev::Frame;
 use std::cell::RefCell;
@@ -35,7 +35,7 @@ pub(crate) struct BottomHalf {
     done: Vec<(u64, Option<Packet>)>,
     /// Freed frames per RX queue, sent home after each batch.
     recycle: Vec<Vec<Frame>>,
-    chains: Vec<Vec<Frag>>,
+    chains: ChainPool,
     budget: usize,
     pub(crate) counters: WorkerCounters,
 }
