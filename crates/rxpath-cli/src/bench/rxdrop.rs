@@ -26,6 +26,9 @@ pub(super) fn rxdrop(a: RxdropArgs, rep: &mut Option<ReportDir>) -> Result<ExitC
     );
     let mut cold_pps: Vec<Vec<f64>> = vec![Vec::new(); cold.len()];
     let mut missed: Vec<u64> = vec![0; cold.len()];
+    // Per round, the share of what the simulated NIC offered that the host
+    // took (the rest is rx_missed): near 100 % the producer is the limit.
+    let mut taken: Vec<Vec<f64>> = vec![Vec::new(); cold.len()];
     let mut null_pps = Vec::new();
     let mut dpdk_pps = Vec::new();
     let mut dpdk_err = if a.no_dpdk {
@@ -39,7 +42,9 @@ pub(super) fn rxdrop(a: RxdropArgs, rep: &mut Option<ReportDir>) -> Result<ExitC
             pb.set_message(name);
             let (pps, r) = measure(&rxdrop_config(b, split, Producer::Thread { pps: None }, d))?;
             cold_pps[i].push(pps);
-            missed[i] += r.device_total().rx_missed;
+            let dev = r.device_total();
+            missed[i] += dev.rx_missed;
+            taken[i].push(dev.rx_ring as f64 / dev.offered.max(1) as f64);
             pb.inc(1);
         }
         pb.set_message("null mode");
@@ -63,16 +68,32 @@ pub(super) fn rxdrop(a: RxdropArgs, rep: &mut Option<ReportDir>) -> Result<ExitC
     let ratio = |a: &[f64], b: &[f64]| median(a.iter().zip(b).map(|(x, y)| x / y).collect());
     let cold_ratio: Vec<f64> = cold_pps.iter().map(|v| ratio(v, &cold_pps[0])).collect();
     println!("\n## Cold data (producer thread on the other core writes every frame)\n");
-    println!("| configuration | Mpps (median) | range | vs bundle 1 (median of per-round ratios) | NIC drops, all rounds (rx_missed) |");
-    println!("|---|---:|---:|---:|---:|");
+    println!("| configuration | Mpps (median) | range | vs bundle 1 (median of per-round ratios) | NIC drops, all rounds (rx_missed) | offered Mpps (median) | taken of offered (median) |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    let taken_med: Vec<f64> = taken.iter().map(|v| median(v.clone())).collect();
+    let offered_med: Vec<f64> = cold_pps
+        .iter()
+        .zip(&taken)
+        .map(|(p, t)| median(p.iter().zip(t).map(|(p, t)| p / t.max(1e-9)).collect()))
+        .collect();
     for (i, (name, _, _)) in cold.iter().enumerate() {
         println!(
-            "| {name} | {:.2} | {} | {:.2}x | {} |",
+            "| {name} | {:.2} | {} | {:.2}x | {} | {:.2} | {:.1} % |",
             cold_med[i] / 1e6,
             range(&cold_pps[i]),
             cold_ratio[i],
-            missed[i]
+            missed[i],
+            offered_med[i] / 1e6,
+            100.0 * taken_med[i]
         );
+    }
+    for (i, (name, _, _)) in cold.iter().enumerate() {
+        if taken_med[i] >= 0.98 {
+            println!(
+                "\n{name} took {:.1} % of what the simulated NIC offered: the producer thread, not the host, limits that row (and any ratio it is part of).",
+                100.0 * taken_med[i]
+            );
+        }
     }
     let null_med = median(null_pps.clone());
     println!("\n## Null mode (engine alone, same thread; frames written once)\n");
@@ -122,6 +143,8 @@ pub(super) fn rxdrop(a: RxdropArgs, rep: &mut Option<ReportDir>) -> Result<ExitC
         "dpdk_not_measured": dpdk.as_ref().err().map(|e| e.to_string()),
         "cold_mpps_rounds": cold.iter().zip(&cold_pps).map(|((n, _, _), v)| (n.to_string(), v.iter().map(|x| x / 1e6).collect::<Vec<_>>())).collect::<std::collections::BTreeMap<_, _>>(),
         "cold_rx_missed": cold.iter().zip(&missed).map(|((n, _, _), v)| (n.to_string(), *v)).collect::<std::collections::BTreeMap<_, _>>(),
+        "cold_offered_mpps": cold.iter().zip(&offered_med).map(|((n, _, _), v)| (n.to_string(), v / 1e6)).collect::<std::collections::BTreeMap<_, _>>(),
+        "cold_taken_share": cold.iter().zip(&taken_med).map(|((n, _, _), v)| (n.to_string(), *v)).collect::<std::collections::BTreeMap<_, _>>(),
         "rounds": a.rounds,
         "duration_s": d.as_secs_f64(),
     });
