@@ -572,6 +572,11 @@ pub struct RunArgs {
     /// sleeping, so an interrupt is taken within a microsecond.
     #[arg(long)]
     pub idle_poll: bool,
+    /// Interrupt mode on an interface: wake the NAPI thread through a
+    /// separate interrupt thread per queue (the default: a NAPI thread with
+    /// one queue waits on the socket itself, one thread hop less).
+    #[arg(long)]
+    pub irq_thread: bool,
     /// GRO on every queue's NAPI (the kernel's default is on).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub gro: OnOff,
@@ -700,6 +705,7 @@ impl RunArgs {
             sim,
             traffic,
             idle_poll: self.idle_poll,
+            irq_thread: self.irq_thread,
             weight: self.weight,
             bundle: BundleMode {
                 size: self.bundle,

@@ -182,6 +182,53 @@ fn af_xdp_and_af_packet_receive_exact_counts_and_leave_nothing_attached() {
     assert!(!xdp_attached(&lab), "no XDP program left after SIGKILL");
 }
 
+/// Threads of process `pid` whose name starts with `prefix`.
+fn threads_named(pid: u32, prefix: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|c| c.starts_with(prefix))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_napi_thread_with_one_queue_waits_on_the_socket_itself() {
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs it as root)");
+        return;
+    }
+    let lab = lab();
+    // Interrupt mode (the default): inline, then the interrupt thread.
+    for (extra, irq_threads) in [(&[][..], 0), (&["--irq-thread"][..], 1)] {
+        let child = run_on_b(&lab, "xdp", extra);
+        std::thread::sleep(Duration::from_millis(700));
+        // `ip netns exec` execs the binary, so this is rxpath's pid.
+        let seen = threads_named(child.id(), "rxpath-xdp-irq");
+        send_udp(&lab, 3000);
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{extra:?}: {err}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(seen, irq_threads, "{extra:?}: interrupt threads");
+        assert_eq!(
+            v["total"]["delivered"].as_u64(),
+            Some(3000),
+            "{extra:?}: {v}"
+        );
+        assert_eq!(v["consistent"], true, "{extra:?}");
+        assert_eq!(v["frames_home"], v["frames_total"], "{extra:?}");
+        // The line fired (the NAPI slept and was woken by its queue).
+        let wakeups = v["queues"][0]["device"]["wakeups"].as_u64().unwrap_or(0);
+        assert!(wakeups > 0, "{extra:?}: no interrupt was raised: {v}");
+        assert!(!xdp_attached(&lab), "{extra:?}: nothing left attached");
+    }
+}
+
 #[test]
 fn interface_errors_are_one_line_and_name_the_fix() {
     if !is_root() {

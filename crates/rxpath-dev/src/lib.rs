@@ -105,6 +105,22 @@ pub trait RxQueue {
         None
     }
 
+    /// Let the thread that runs this queue's NAPI wait on the device itself
+    /// ([`RxQueue::wait_irq`]) instead of being woken by a separate
+    /// interrupt thread: one thread hop (two context switches) less per
+    /// wakeup. Only for a NAPI thread that has nothing else to wait for.
+    /// Returns false when the device cannot (the default).
+    fn irq_inline(&mut self) -> bool {
+        false
+    }
+
+    /// With [`RxQueue::irq_inline`] on and the line armed: block up to
+    /// `timeout` until the device has work, and raise the line if it has.
+    /// `None` when the queue does not wait inline (the caller parks).
+    fn wait_irq(&mut self, _timeout: std::time::Duration) -> Option<bool> {
+        None
+    }
+
     /// True when descriptors are waiting (used when re-arming the interrupt,
     /// so that a packet that raced with `napi_complete_done` is not stranded).
     fn has_pending(&mut self) -> bool;

@@ -446,10 +446,7 @@ impl Bind<'_> {
         };
         let irq = Arc::new(IrqLine::default());
         let irq_thread = if interrupts {
-            let dup = syscall!(fcntl(sock.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0))?;
-            // SAFETY: fcntl returned a new descriptor (a dup of the live RX
-            // socket) that nothing else owns.
-            let waiter = FdWaiter::from_owned(unsafe { OwnedFd::from_raw_fd(dup) });
+            let waiter = waiter_on(&sock)?;
             Some(crate::irq::spawn_level_irq(
                 format!("rxpath-xdp-irq/{index}"),
                 waiter,
@@ -473,6 +470,7 @@ impl Bind<'_> {
             pending: Default::default(),
             irq,
             irq_thread,
+            inline_waiter: None,
             received: 0,
             zero_copy,
             busy_poll: false,
@@ -507,6 +505,9 @@ pub struct XdpQueue {
     pending: std::collections::VecDeque<libc::xdp_desc>,
     irq: Arc<IrqLine>,
     irq_thread: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
+    /// Set by [`RxQueue::irq_inline`]: the NAPI thread polls the socket
+    /// itself, and there is no interrupt thread.
+    inline_waiter: Option<FdWaiter>,
     received: u64,
     zero_copy: bool,
     busy_poll: bool,
@@ -775,6 +776,21 @@ impl XdpQueue {
     }
 }
 
+/// A waiter on a duplicate of the RX socket's descriptor.
+fn waiter_on(sock: &XskSocket) -> io::Result<FdWaiter> {
+    let dup = syscall!(fcntl(sock.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0))?;
+    // SAFETY: fcntl returned a new descriptor (a dup of the live RX socket)
+    // that nothing else owns.
+    Ok(FdWaiter::from_owned(unsafe { OwnedFd::from_raw_fd(dup) }))
+}
+
+impl XdpQueue {
+    /// The queue raises interrupts (from its thread, or inline).
+    fn has_irq(&self) -> bool {
+        self.irq_thread.is_some() || self.inline_waiter.is_some()
+    }
+}
+
 impl Drop for XdpQueue {
     fn drop(&mut self) {
         if let Some((stop, h)) = self.irq_thread.take() {
@@ -825,10 +841,40 @@ impl RxQueue for XdpQueue {
         self.post();
     }
     fn irq(&self) -> Option<&IrqLine> {
-        self.irq_thread.as_ref().map(|_| &*self.irq)
+        self.has_irq().then_some(&*self.irq)
     }
     fn irq_handle(&self) -> Option<Arc<IrqLine>> {
-        self.irq_thread.as_ref().map(|_| self.irq.clone())
+        self.has_irq().then(|| self.irq.clone())
+    }
+    fn irq_inline(&mut self) -> bool {
+        let Some((stop, h)) = self.irq_thread.take() else {
+            return self.inline_waiter.is_some();
+        };
+        match waiter_on(&self.sock) {
+            Ok(w) => {
+                stop.store(true, Ordering::Relaxed);
+                let _ = h.join();
+                self.inline_waiter = Some(w);
+                true
+            }
+            Err(_) => {
+                self.irq_thread = Some((stop, h));
+                false
+            }
+        }
+    }
+    fn wait_irq(&mut self, timeout: Duration) -> Option<bool> {
+        let w = self.inline_waiter.as_ref()?;
+        if !self.irq.is_armed() {
+            return None;
+        }
+        // The same wait the interrupt thread makes (xsk_poll also wakes
+        // the driver when the fill ring asks for it), on this thread.
+        let ready = w.wait(timeout).unwrap_or(false);
+        if ready {
+            self.irq.raise();
+        }
+        Some(ready)
     }
     fn has_pending(&mut self) -> bool {
         !self.pending.is_empty() || self.rx.available() > 0

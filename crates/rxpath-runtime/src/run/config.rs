@@ -161,6 +161,11 @@ pub struct RunConfig {
     /// as a hard IRQ is; a futex wakeup takes 10-50 µs on this VM, during
     /// which packets pile up (GRO then merges more without any timer).
     pub idle_poll: bool,
+    /// Interrupt mode on an interface: wake NAPI threads through a separate
+    /// interrupt thread per queue (poll(2) on the socket, then a futex
+    /// wakeup). Off (the default), a NAPI thread that runs one queue and no
+    /// backlog waits on the socket itself: one thread hop less per wakeup.
+    pub irq_thread: bool,
     /// Where packets come from.
     pub producer: Producer,
     /// What the end of the path does.
@@ -245,6 +250,7 @@ impl Default for RunConfig {
             softnet: SoftnetConfig::default(),
             interrupts: true,
             idle_poll: false,
+            irq_thread: false,
             producer: Producer::Thread { pps: None },
             stack: StackKind::Sink,
             threads: 1,

@@ -363,7 +363,17 @@ fn own_queues<Q: RxQueue + OwnPool + Send + 'static>(
         }
         _ => false,
     };
-    for (i, q) in qs.into_iter().enumerate() {
+    // A NAPI thread with one queue and no backlog of its own has nothing
+    // to wait for but its queue: it waits on the device itself.
+    let inline = interrupts
+        && !cfg.irq_thread
+        && !cfg.idle_poll
+        && qs.len() <= cfg.threads
+        && cfg.steer.mode == SteerMode::None;
+    for (i, mut q) in qs.into_iter().enumerate() {
+        if inline {
+            q.irq_inline();
+        }
         let mut napi = Napi::new(q, cfg.weight, cfg.bundle, interrupts);
         napi.set_gro(gro_cfg.clone());
         napi.set_csum(cfg.csum, local_traffic);

@@ -169,7 +169,16 @@ pub(super) fn napi_thread<Q: RxQueue, S: Stack>(
                 if idle_poll {
                     std::hint::spin_loop();
                 } else if !wait.is_zero() {
-                    thread::park_timeout(wait);
+                    // A queue that waits inline blocks in poll(2) on its
+                    // socket and raises its own line; others park until
+                    // an interrupt thread unparks us.
+                    let inline = match napis.as_mut_slice() {
+                        [n] if bh.is_none() => n.queue_mut().wait_irq(wait).is_some(),
+                        _ => false,
+                    };
+                    if !inline {
+                        thread::park_timeout(wait);
+                    }
                 }
             }
             continue;
