@@ -203,12 +203,17 @@ fn a_napi_thread_with_one_queue_waits_on_the_socket_itself() {
         return;
     }
     let lab = lab();
-    // Interrupt mode (the default): inline, then the interrupt thread.
-    for (extra, irq_threads) in [(&[][..], 0), (&["--irq-thread"][..], 1)] {
-        let child = run_on_b(&lab, "xdp", extra);
+    // Interrupt mode (the default): inline, then the interrupt thread; on
+    // both backends.
+    let cases = [("xdp", "rxpath-xdp-irq"), ("packet", "rxpath-irq")]
+        .into_iter()
+        .flat_map(|(m, t)| [(m, t, &[][..], 0), (m, t, &["--irq-thread"][..], 1)]);
+    for (mode, thread, extra, irq_threads) in cases {
+        let child = run_on_b(&lab, mode, extra);
         std::thread::sleep(Duration::from_millis(700));
         // `ip netns exec` execs the binary, so this is rxpath's pid.
-        let seen = threads_named(child.id(), "rxpath-xdp-irq");
+        let seen = threads_named(child.id(), thread);
+        let extra = (mode, extra);
         send_udp(&lab, 3000);
         let out = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

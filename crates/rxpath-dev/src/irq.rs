@@ -133,7 +133,7 @@ impl IrqLine {
 /// is armed, waits for `waiter`'s descriptor to become readable and raises
 /// the line. Used by the AF_PACKET and AF_XDP queues. Stop it by setting
 /// the returned flag and joining the handle.
-pub fn spawn_level_irq(
+fn spawn_level_irq(
     name: String,
     waiter: crate::sys::af_packet::FdWaiter,
     line: std::sync::Arc<IrqLine>,
@@ -159,4 +159,67 @@ pub fn spawn_level_irq(
         }
     })?;
     Ok((stop, h))
+}
+
+/// A queue's level-triggered interrupt over `poll(2)` on its socket: a
+/// thread of its own ([`spawn_level_irq`]) by default, or, after
+/// [`LevelIrq::make_inline`], waits made by the NAPI thread itself
+/// ([`LevelIrq::wait`]), which saves the thread hop and two context
+/// switches per wakeup. Stops its thread when dropped.
+#[derive(Debug)]
+pub struct LevelIrq {
+    line: std::sync::Arc<IrqLine>,
+    waiter: crate::sys::af_packet::FdWaiter,
+    thread: Option<(std::sync::Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
+    inline: bool,
+}
+
+impl LevelIrq {
+    /// Raise `line` from `waiter`'s descriptor, from a thread called `name`.
+    pub fn spawn(
+        name: String,
+        waiter: crate::sys::af_packet::FdWaiter,
+        line: std::sync::Arc<IrqLine>,
+    ) -> std::io::Result<LevelIrq> {
+        let thread = spawn_level_irq(name, waiter.try_clone()?, line.clone())?;
+        Ok(LevelIrq {
+            line,
+            waiter,
+            thread: Some(thread),
+            inline: false,
+        })
+    }
+
+    /// Stop the thread: from now on the caller waits ([`LevelIrq::wait`]).
+    pub fn make_inline(&mut self) {
+        self.stop_thread();
+        self.inline = true;
+    }
+
+    /// Inline mode with the line armed: wait up to `timeout` for the
+    /// descriptor to become readable and raise the line if it did. `None`
+    /// when not inline or masked (the caller parks instead).
+    pub fn wait(&self, timeout: std::time::Duration) -> Option<bool> {
+        if !self.inline || !self.line.is_armed() {
+            return None;
+        }
+        let ready = self.waiter.wait(timeout).unwrap_or(false);
+        if ready {
+            self.line.raise();
+        }
+        Some(ready)
+    }
+
+    fn stop_thread(&mut self) {
+        if let Some((stop, h)) = self.thread.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for LevelIrq {
+    fn drop(&mut self) {
+        self.stop_thread();
+    }
 }

@@ -18,9 +18,7 @@ use crate::sys::umem::{Frame, FramePool, Umem};
 use crate::{DeviceQueueStats, IrqLine, RxQueue};
 use std::cell::Cell;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 /// One AF_PACKET receive queue.
 #[derive(Debug)]
@@ -30,7 +28,7 @@ pub struct PacketQueue {
     umem: Arc<Umem>,
     free: Vec<Frame>,
     irq: Arc<IrqLine>,
-    irq_thread: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
+    level: Option<crate::irq::LevelIrq>,
     seen: u64,
     no_buffer: u64,
     kernel_drops: Cell<u64>,
@@ -81,8 +79,8 @@ impl PacketQueue {
             free.push(f);
         }
         let irq = Arc::new(IrqLine::default());
-        let irq_thread = if interrupts {
-            Some(crate::irq::spawn_level_irq(
+        let level = if interrupts {
+            Some(crate::irq::LevelIrq::spawn(
                 format!("rxpath-irq/{index}"),
                 ring.waiter()?,
                 irq.clone(),
@@ -96,7 +94,7 @@ impl PacketQueue {
             umem,
             free,
             irq,
-            irq_thread,
+            level,
             seen: 0,
             no_buffer: 0,
             kernel_drops: Cell::new(0),
@@ -112,10 +110,8 @@ impl PacketQueue {
     }
 
     fn stop_irq(&mut self) {
-        if let Some((stop, h)) = self.irq_thread.take() {
-            stop.store(true, Ordering::Relaxed);
-            let _ = h.join();
-        }
+        // Dropping it stops its thread.
+        self.level = None;
     }
 }
 
@@ -176,10 +172,16 @@ impl RxQueue for PacketQueue {
     }
     fn recycle_done(&mut self) {}
     fn irq(&self) -> Option<&IrqLine> {
-        self.irq_thread.as_ref().map(|_| &*self.irq)
+        self.level.as_ref().map(|_| &*self.irq)
     }
     fn irq_handle(&self) -> Option<Arc<IrqLine>> {
-        self.irq_thread.as_ref().map(|_| self.irq.clone())
+        self.level.as_ref().map(|_| self.irq.clone())
+    }
+    fn irq_inline(&mut self) -> bool {
+        self.level.as_mut().map(|l| l.make_inline()).is_some()
+    }
+    fn wait_irq(&mut self, timeout: std::time::Duration) -> Option<bool> {
+        self.level.as_ref()?.wait(timeout)
     }
     fn has_pending(&mut self) -> bool {
         self.ring.has_pending()

@@ -670,6 +670,11 @@ impl PacketRing {
 }
 
 impl FdWaiter {
+    /// Another waiter on the same socket (a duplicate descriptor).
+    pub fn try_clone(&self) -> io::Result<FdWaiter> {
+        Ok(FdWaiter(self.0.try_clone()?))
+    }
+
     /// Wait on a descriptor this waiter now owns.
     pub fn from_owned(fd: OwnedFd) -> FdWaiter {
         FdWaiter(fd)

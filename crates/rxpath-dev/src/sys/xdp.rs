@@ -16,9 +16,7 @@ use super::xsk::{Ring, XskSocket};
 use crate::{DeviceQueueStats, IrqLine, RxQueue};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 const BPF_MAP_CREATE: libc::c_long = 0;
@@ -445,9 +443,9 @@ impl Bind<'_> {
             None => (Some(comp), None),
         };
         let irq = Arc::new(IrqLine::default());
-        let irq_thread = if interrupts {
+        let level = if interrupts {
             let waiter = waiter_on(&sock)?;
-            Some(crate::irq::spawn_level_irq(
+            Some(crate::irq::LevelIrq::spawn(
                 format!("rxpath-xdp-irq/{index}"),
                 waiter,
                 irq.clone(),
@@ -469,8 +467,7 @@ impl Bind<'_> {
             free,
             pending: Default::default(),
             irq,
-            irq_thread,
-            inline_waiter: None,
+            level,
             received: 0,
             zero_copy,
             busy_poll: false,
@@ -504,10 +501,7 @@ pub struct XdpQueue {
     free: Vec<Frame>,
     pending: std::collections::VecDeque<libc::xdp_desc>,
     irq: Arc<IrqLine>,
-    irq_thread: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
-    /// Set by [`RxQueue::irq_inline`]: the NAPI thread polls the socket
-    /// itself, and there is no interrupt thread.
-    inline_waiter: Option<FdWaiter>,
+    level: Option<crate::irq::LevelIrq>,
     received: u64,
     zero_copy: bool,
     busy_poll: bool,
@@ -762,10 +756,8 @@ impl XdpQueue {
     /// Stop the interrupt thread and gather every frame back: the ones
     /// posted to the kernel come back once the socket is gone.
     pub fn into_pool(mut self) -> FramePool {
-        if let Some((stop, h)) = self.irq_thread.take() {
-            stop.store(true, Ordering::Relaxed);
-            let _ = h.join();
-        }
+        // Dropping it stops its thread.
+        self.level = None;
         let mut frames = std::mem::take(&mut self.free);
         frames.extend(self.in_kernel.iter_mut().filter_map(Option::take));
         if let Some(tx) = self.tx.take() {
@@ -787,16 +779,7 @@ fn waiter_on(sock: &XskSocket) -> io::Result<FdWaiter> {
 impl XdpQueue {
     /// The queue raises interrupts (from its thread, or inline).
     fn has_irq(&self) -> bool {
-        self.irq_thread.is_some() || self.inline_waiter.is_some()
-    }
-}
-
-impl Drop for XdpQueue {
-    fn drop(&mut self) {
-        if let Some((stop, h)) = self.irq_thread.take() {
-            stop.store(true, Ordering::Relaxed);
-            let _ = h.join();
-        }
+        self.level.is_some()
     }
 }
 
@@ -847,34 +830,12 @@ impl RxQueue for XdpQueue {
         self.has_irq().then(|| self.irq.clone())
     }
     fn irq_inline(&mut self) -> bool {
-        let Some((stop, h)) = self.irq_thread.take() else {
-            return self.inline_waiter.is_some();
-        };
-        match waiter_on(&self.sock) {
-            Ok(w) => {
-                stop.store(true, Ordering::Relaxed);
-                let _ = h.join();
-                self.inline_waiter = Some(w);
-                true
-            }
-            Err(_) => {
-                self.irq_thread = Some((stop, h));
-                false
-            }
-        }
+        self.level.as_mut().map(|l| l.make_inline()).is_some()
     }
     fn wait_irq(&mut self, timeout: Duration) -> Option<bool> {
-        let w = self.inline_waiter.as_ref()?;
-        if !self.irq.is_armed() {
-            return None;
-        }
-        // The same wait the interrupt thread makes (xsk_poll also wakes
-        // the driver when the fill ring asks for it), on this thread.
-        let ready = w.wait(timeout).unwrap_or(false);
-        if ready {
-            self.irq.raise();
-        }
-        Some(ready)
+        // The same wait the interrupt thread makes (xsk_poll also wakes the
+        // driver when the fill ring asks for it), on this thread.
+        self.level.as_ref()?.wait(timeout)
     }
     fn has_pending(&mut self) -> bool {
         !self.pending.is_empty() || self.rx.available() > 0
