@@ -573,8 +573,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub idle_poll: bool,
     /// Interrupt mode on an interface: wake the NAPI thread through a
-    /// separate interrupt thread per queue (the default: a NAPI thread with
-    /// one queue waits on the socket itself, one thread hop less).
+    /// separate interrupt thread per queue (the default: a NAPI thread
+    /// waits on its queues' sockets itself, one thread hop less).
     #[arg(long)]
     pub irq_thread: bool,
     /// GRO on every queue's NAPI (the kernel's default is on).

@@ -449,6 +449,8 @@ fn two_queues_share_one_umem_and_receive_exact_counts() {
     lab.route_to_b().unwrap();
     let child = run_on_b_queues(&lab, "xdp", "2", &[]);
     std::thread::sleep(Duration::from_millis(700));
+    // One NAPI thread waits on both sockets itself: no interrupt threads.
+    let irq_threads = threads_named(child.id(), "rxpath-xdp-irq");
     let script = "import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\nfor i in range(4000):\n    s.sendto(b'x'*64,('198.18.0.2',9000+i%32))\n    if i%200==0: time.sleep(0.001)\n";
     let st = Command::new("ip")
         .args(["netns", "exec", &lab.ns, "python3", "-c", script])
@@ -473,6 +475,17 @@ fn two_queues_share_one_umem_and_receive_exact_counts() {
     assert!(
         per_queue.iter().all(|&n| n > 0),
         "both queues took frames from the shared UMEM: {per_queue:?}"
+    );
+    assert_eq!(irq_threads, 0, "interrupt threads beside the NAPI thread");
+    let woken: Vec<u64> = v["queues"]
+        .as_array()
+        .expect("queues")
+        .iter()
+        .map(|q| q["device"]["wakeups"].as_u64().unwrap_or(0))
+        .collect();
+    assert!(
+        woken.iter().all(|&n| n > 0),
+        "each queue's line fired: {woken:?}"
     );
     assert!(!xdp_attached(&lab), "nothing left attached after exit");
 }

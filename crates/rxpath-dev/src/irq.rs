@@ -196,18 +196,36 @@ impl LevelIrq {
         self.inline = true;
     }
 
-    /// Inline mode with the line armed: wait up to `timeout` for the
-    /// descriptor to become readable and raise the line if it did. `None`
-    /// when not inline or masked (the caller parks instead).
-    pub fn wait(&self, timeout: std::time::Duration) -> Option<bool> {
-        if !self.inline || !self.line.is_armed() {
-            return None;
+    /// True after [`LevelIrq::make_inline`].
+    pub fn is_inline(&self) -> bool {
+        self.inline
+    }
+
+    /// The NAPI thread's wait over all its queues' lines (inline mode):
+    /// up to `timeout` until one of those armed has work, raising each
+    /// that has. False, without waiting, when none is inline and armed
+    /// (the caller parks instead).
+    pub fn wait_any(irqs: &[&LevelIrq], timeout: std::time::Duration) -> bool {
+        let armed: Vec<&LevelIrq> = irqs
+            .iter()
+            .copied()
+            .filter(|l| l.inline && l.line.is_armed())
+            .collect();
+        if armed.is_empty() {
+            return false;
         }
-        let ready = self.waiter.wait(timeout).unwrap_or(false);
-        if ready {
-            self.line.raise();
+        let waiters: Vec<&crate::sys::af_packet::FdWaiter> =
+            armed.iter().map(|l| &l.waiter).collect();
+        let mut ready = Vec::with_capacity(armed.len());
+        let n = crate::sys::af_packet::FdWaiter::wait_any(&waiters, timeout, &mut ready);
+        if n.unwrap_or(0) > 0 {
+            for (l, r) in armed.iter().zip(ready) {
+                if r {
+                    l.line.raise();
+                }
+            }
         }
-        Some(ready)
+        true
     }
 
     fn stop_thread(&mut self) {

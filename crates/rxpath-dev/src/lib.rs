@@ -106,7 +106,7 @@ pub trait RxQueue {
     }
 
     /// Let the thread that runs this queue's NAPI wait on the device itself
-    /// ([`RxQueue::wait_irq`]) instead of being woken by a separate
+    /// ([`RxQueue::inline_irq`]) instead of being woken by a separate
     /// interrupt thread: one thread hop (two context switches) less per
     /// wakeup. Only for a NAPI thread that has nothing else to wait for.
     /// Returns false when the device cannot (the default).
@@ -114,10 +114,9 @@ pub trait RxQueue {
         false
     }
 
-    /// With [`RxQueue::irq_inline`] on and the line armed: block up to
-    /// `timeout` until the device has work, and raise the line if it has.
-    /// `None` when the queue does not wait inline (the caller parks).
-    fn wait_irq(&mut self, _timeout: std::time::Duration) -> Option<bool> {
+    /// The interrupt the NAPI thread waits on itself, once
+    /// [`RxQueue::irq_inline`] is on (see [`irq::LevelIrq::wait_any`]).
+    fn inline_irq(&self) -> Option<&irq::LevelIrq> {
         None
     }
 

@@ -180,8 +180,8 @@ impl RxQueue for PacketQueue {
     fn irq_inline(&mut self) -> bool {
         self.level.as_mut().map(|l| l.make_inline()).is_some()
     }
-    fn wait_irq(&mut self, timeout: std::time::Duration) -> Option<bool> {
-        self.level.as_ref()?.wait(timeout)
+    fn inline_irq(&self) -> Option<&crate::irq::LevelIrq> {
+        self.level.as_ref().filter(|l| l.is_inline())
     }
     fn has_pending(&mut self) -> bool {
         self.ring.has_pending()

@@ -691,6 +691,29 @@ impl FdWaiter {
         // Points to one live pollfd.
         Ok(syscall!(poll(&mut pfd as *mut libc::pollfd, 1, ms))? > 0)
     }
+
+    /// Wait up to `timeout` until any of `waiters` is readable; `ready[i]`
+    /// says whether `waiters[i]` is. Returns how many are.
+    pub fn wait_any(
+        waiters: &[&FdWaiter],
+        timeout: Duration,
+        ready: &mut Vec<bool>,
+    ) -> io::Result<usize> {
+        let mut pfds: Vec<libc::pollfd> = waiters
+            .iter()
+            .map(|w| libc::pollfd {
+                fd: w.0.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // Points to `pfds.len()` live pollfds.
+        let n = syscall!(poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms))?;
+        ready.clear();
+        ready.extend(pfds.iter().map(|p| p.revents != 0));
+        Ok(n as usize)
+    }
 }
 
 /// Whether interface `name` (in the calling thread's network namespace) is

@@ -832,10 +832,10 @@ impl RxQueue for XdpQueue {
     fn irq_inline(&mut self) -> bool {
         self.level.as_mut().map(|l| l.make_inline()).is_some()
     }
-    fn wait_irq(&mut self, timeout: Duration) -> Option<bool> {
+    fn inline_irq(&self) -> Option<&crate::irq::LevelIrq> {
         // The same wait the interrupt thread makes (xsk_poll also wakes the
         // driver when the fill ring asks for it), on this thread.
-        self.level.as_ref()?.wait(timeout)
+        self.level.as_ref().filter(|l| l.is_inline())
     }
     fn has_pending(&mut self) -> bool {
         !self.pending.is_empty() || self.rx.available() > 0

@@ -163,8 +163,8 @@ pub struct RunConfig {
     pub idle_poll: bool,
     /// Interrupt mode on an interface: wake NAPI threads through a separate
     /// interrupt thread per queue (poll(2) on the socket, then a futex
-    /// wakeup). Off (the default), a NAPI thread that runs one queue and no
-    /// backlog waits on the socket itself: one thread hop less per wakeup.
+    /// wakeup). Off (the default), a NAPI thread with no backlog of its own
+    /// waits on its queues' sockets itself: one thread hop less per wakeup.
     pub irq_thread: bool,
     /// Where packets come from.
     pub producer: Producer,

@@ -363,13 +363,10 @@ fn own_queues<Q: RxQueue + OwnPool + Send + 'static>(
         }
         _ => false,
     };
-    // A NAPI thread with one queue and no backlog of its own has nothing
-    // to wait for but its queue: it waits on the device itself.
-    let inline = interrupts
-        && !cfg.irq_thread
-        && !cfg.idle_poll
-        && qs.len() <= cfg.threads
-        && cfg.steer.mode == SteerMode::None;
+    // A NAPI thread with no backlog of its own has nothing to wait for but
+    // its queues: it waits on their sockets itself.
+    let inline =
+        interrupts && !cfg.irq_thread && !cfg.idle_poll && cfg.steer.mode == SteerMode::None;
     for (i, mut q) in qs.into_iter().enumerate() {
         if inline {
             q.irq_inline();

@@ -169,13 +169,16 @@ pub(super) fn napi_thread<Q: RxQueue, S: Stack>(
                 if idle_poll {
                     std::hint::spin_loop();
                 } else if !wait.is_zero() {
-                    // A queue that waits inline blocks in poll(2) on its
-                    // socket and raises its own line; others park until
-                    // an interrupt thread unparks us.
-                    let inline = match napis.as_mut_slice() {
-                        [n] if bh.is_none() => n.queue_mut().wait_irq(wait).is_some(),
-                        _ => false,
-                    };
+                    // Queues that wait inline: block in poll(2) on their
+                    // sockets and raise their own lines; otherwise park
+                    // until an interrupt thread unparks us.
+                    let levels: Vec<_> = napis
+                        .iter()
+                        .filter_map(|n| n.queue().inline_irq())
+                        .collect();
+                    let inline = bh.is_none()
+                        && levels.len() == napis.len()
+                        && rxpath_dev::irq::LevelIrq::wait_any(&levels, wait);
                     if !inline {
                         thread::park_timeout(wait);
                     }
