@@ -284,6 +284,7 @@ pub fn input_any(
 
 /// `eth_type_trans()` and the VLAN step of `__netif_receive_skb_core()`:
 /// the ethertype and the offset of the network header.
+#[inline(always)]
 fn l2_rcv(frame: &[u8], cfg: &IpConfig, snmp: &mut Snmp) -> Result<(u16, usize), DropReason> {
     let Some(dst_mac) = frame.get(..6) else {
         return Err(DropReason::Malformed);
@@ -322,6 +323,11 @@ fn l2_rcv(frame: &[u8], cfg: &IpConfig, snmp: &mut Snmp) -> Result<(u16, usize),
     Ok((etype, off + 2))
 }
 
+// L2, L3 and UDP input are always inlined into their caller: called, each
+// returned a `Result` with two addresses through memory, written narrow and
+// read wide by the next step (store-forwarding stalls: 40 % of the samples of
+// `input_any`). Null mode with `--stack sink`: 19.4-20.4 -> 27.4 Mpps.
+#[inline(always)]
 fn l3_rcv(
     frame: &[u8],
     etype: u16,

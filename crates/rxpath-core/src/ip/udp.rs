@@ -12,6 +12,7 @@ use crate::stats::DropReason;
 use rxpath_wire::checksum;
 use std::net::SocketAddr;
 
+#[inline(always)]
 pub(super) fn rcv(
     frame: &[u8],
     l4: L4,

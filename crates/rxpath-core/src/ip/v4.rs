@@ -28,6 +28,7 @@ fn hdr_error(snmp: &mut Snmp) -> DropReason {
     DropReason::IpHeader
 }
 
+#[inline(always)]
 pub(super) fn rcv(
     frame: &[u8],
     l3: usize,

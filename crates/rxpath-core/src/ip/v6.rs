@@ -29,6 +29,7 @@ fn mc_scope(a: &Ipv6Addr) -> Option<u8> {
     a.is_multicast().then(|| a.octets()[1] & 0x0f)
 }
 
+#[inline(always)]
 pub(super) fn rcv(
     frame: &[u8],
     l3: usize,
