@@ -3,14 +3,13 @@
 //! namespace) for each.
 
 use crate::bench::plot::{Bar, ReportDir};
-use crate::bench::which;
 use crate::opts::RxIfaceArgs;
 use anyhow::{bail, Context, Result};
 use rxpath_dev::sys::{sched, xdp::XdpProgram};
 use rxpath_runtime::lab::{Topology, HOST_ADDR, PEER_ADDR};
 use rxpath_runtime::{run, GroSettings, IfName, Producer, RunConfig};
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The receivers, each measured the same way: a generator run against it.
@@ -253,44 +252,18 @@ fn kernel_receiver(
 
 /// DPDK testpmd with the AF_XDP PMD (busy-polls: its CPU is the window).
 fn dpdk_receiver(t: &Topology, d: Duration, mac: &str, pps: Option<u64>) -> Result<Trial> {
-    let bin = which("dpdk-testpmd").context(
-        "dpdk-testpmd not installed (apt-get install dpdk dpdk-dev librte-net-af-xdp23)",
-    )?;
-    let mut cmd = Command::new(bin);
-    cmd.args([
-        "-l",
-        "0-1",
-        "--no-pci",
-        "--no-huge",
-        "-m",
-        "1024",
-        "--log-level=error",
-    ])
-    .arg("--vdev")
-    .arg(format!(
+    let vdev = format!(
         "net_af_xdp0,iface={},start_queue=0,queue_count=1",
         t.host_if
-    ))
-    .args([
-        "--",
-        "--forward-mode=rxonly",
-        "--total-num-mbufs=16384",
-        "--stats-period",
-        "1",
-    ])
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null());
-    let mut child = crate::bench::spawn_unpinned(cmd)?;
+    );
+    let mut child = crate::bench::testpmd_rxonly(&vdev, "dpdk dpdk-dev librte-net-af-xdp23")?;
     let pid = child.id();
     let stdout = child.stdout.take().context("testpmd stdout")?;
     let reader = std::thread::spawn(move || {
         let mut last = 0u64;
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(rest) = line.trim().strip_prefix("RX-packets:") {
-                if let Some(v) = rest.split_whitespace().next().and_then(|x| x.parse().ok()) {
-                    last = v;
-                }
+            if let Some(v) = crate::bench::testpmd_field(&line, "RX-packets:") {
+                last = v;
             }
         }
         last

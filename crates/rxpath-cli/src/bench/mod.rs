@@ -208,6 +208,34 @@ pub(crate) fn spawn_unpinned(mut cmd: Command) -> std::io::Result<std::process::
     .unwrap_or_else(|_| Err(std::io::Error::other("spawning thread panicked")))
 }
 
+/// Start `dpdk-testpmd` in rxonly mode on `vdev` (no hugepages, both CPUs,
+/// counters once a second), from a thread allowed on every CPU; stdin and
+/// stdout piped (testpmd exits on EOF at its "Press enter" prompt).
+/// `package` names what to install when it is missing.
+pub(crate) fn testpmd_rxonly(vdev: &str, package: &str) -> Result<std::process::Child> {
+    let bin = which("dpdk-testpmd")
+        .with_context(|| format!("dpdk-testpmd not installed (apt-get install {package})"))?;
+    let mut cmd = Command::new(bin);
+    cmd.args(["--no-huge", "-m", "1024", "--no-pci", "-l", "0-1"])
+        .args(["--log-level=error", "--vdev", vdev, "--"])
+        .args(["--forward-mode=rxonly", "--total-num-mbufs=16384"])
+        .args(["--stats-period", "1"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    spawn_unpinned(cmd).context("starting dpdk-testpmd")
+}
+
+/// The number after `field` (e.g. `Rx-pps:`) on a line of testpmd's stats.
+pub(crate) fn testpmd_field<T: std::str::FromStr>(line: &str, field: &str) -> Option<T> {
+    line.trim()
+        .strip_prefix(field)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 pub(crate) fn which(name: &str) -> Option<std::path::PathBuf> {
     std::env::var_os("PATH")?
         .to_str()?

@@ -2,12 +2,14 @@
 //! the per-packet loop, and the engine alone against `dpdk-testpmd`.
 
 use super::plot::{progress, say, Bar, ReportDir};
-use super::{measure, median, peer_not_measured, range, rxdrop_config, spawn_unpinned, which};
+use super::{
+    measure, median, peer_not_measured, range, rxdrop_config, testpmd_field, testpmd_rxonly,
+};
 use crate::opts::RxdropArgs;
 use anyhow::{Context, Result};
 use rxpath_runtime::Producer;
 use std::io::{BufRead, BufReader};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 pub(super) fn rxdrop(a: RxdropArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
@@ -184,29 +186,7 @@ pub(super) fn rxdrop(a: RxdropArgs, rep: &mut Option<ReportDir>) -> Result<ExitC
 /// Run `dpdk-testpmd` with the net_null PMD in rxonly mode for `d` and
 /// return its mean Rx-pps (the first, warm-up sample is skipped).
 fn dpdk_null_rxonly(d: Duration) -> Result<f64> {
-    let bin = which("dpdk-testpmd")
-        .context("dpdk-testpmd not installed (apt-get install dpdk dpdk-dev librte-net-null23)")?;
-    let mut cmd = Command::new(bin);
-    cmd.args([
-        "--no-huge",
-        "-m",
-        "1024",
-        "--no-pci",
-        "--vdev",
-        "net_null0",
-        "-l",
-        "0-1",
-        "--log-level=error",
-        "--",
-        "--forward-mode=rxonly",
-        "--total-num-mbufs=16384",
-        "--stats-period",
-        "1",
-    ])
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null());
-    let mut child = spawn_unpinned(cmd).context("starting dpdk-testpmd")?;
+    let mut child = testpmd_rxonly("net_null0", "dpdk dpdk-dev librte-net-null23")?;
     let stdout = child.stdout.take().context("testpmd stdout")?;
     // testpmd's start (memory without hugepages) takes seconds on a busy
     // machine: count samples, not time since the spawn. The first sample
@@ -223,14 +203,8 @@ fn dpdk_null_rxonly(d: Duration) -> Result<f64> {
         if reader.read_line(&mut line)? == 0 {
             break;
         }
-        if let Some(rest) = line.trim().strip_prefix("Rx-pps:") {
-            if let Some(v) = rest
-                .split_whitespace()
-                .next()
-                .and_then(|x| x.parse::<f64>().ok())
-            {
-                samples.push(v);
-            }
+        if let Some(v) = testpmd_field::<f64>(&line, "Rx-pps:") {
+            samples.push(v);
         }
     }
     drop(child.stdin.take()); // testpmd exits on EOF at its "Press enter" prompt
