@@ -32,6 +32,10 @@ pub struct Meta {
     pub csum_partial: bool,
     /// Segments in this packet: 1, or more after GRO merged a chain.
     pub segs: u16,
+    /// `gso_size` of a merged chain: the payload length of each segment
+    /// but the last (0 for a plain packet). A UDP socket with `UDP_GRO`
+    /// reports it with every read.
+    pub gso_size: u16,
     /// Parsed headers.
     pub headers: Headers,
 }

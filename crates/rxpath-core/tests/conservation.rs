@@ -120,6 +120,7 @@ fn run(c: &Case) -> Result<(), TestCaseError> {
                 enabled: true,
                 flush_timeout: GroKnob::new(t),
                 adaptive: None,
+                udp: None,
             }));
             n
         })

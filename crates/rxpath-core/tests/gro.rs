@@ -127,6 +127,7 @@ impl Harness {
             enabled: true,
             flush_timeout: GroKnob::new(timeout),
             adaptive: None,
+            udp: None,
         };
         Harness {
             pool: FramePool::new(4096, 2048).unwrap(),

@@ -46,11 +46,23 @@ impl Default for Adaptive {
     }
 }
 
+/// Which datagrams UDP GRO may merge: the kernel asks the socket a
+/// datagram is for (`udp_sk(sk)->gro_enabled`, set by `UDP_GRO`).
+pub trait UdpGroPolicy: Send + Sync + std::fmt::Debug {
+    /// True if the socket that `flow` (a UDP datagram's addresses and
+    /// ports) reaches asked for `UDP_GRO`. Called for every UDP datagram
+    /// GRO sees: a host with no such socket should answer without a lookup,
+    /// as the kernel's `udp_encap_needed_key` static branch does.
+    fn wants(&self, flow: &rxpath_wire::FlowKey) -> bool;
+}
+
 /// GRO configuration of one NAPI.
 #[derive(Debug, Clone, Default)]
 pub struct GroConfig {
     /// GRO on (`ethtool -K dev gro on`).
     pub enabled: bool,
+    /// Who wants UDP datagrams merged (`None`: nobody; UDP goes up alone).
+    pub udp: Option<std::sync::Arc<dyn UdpGroPolicy>>,
     /// `gro_flush_timeout`.
     pub flush_timeout: GroKnob,
     /// Choose the timeout from the traffic instead of the knob.

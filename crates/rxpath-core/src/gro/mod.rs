@@ -55,21 +55,24 @@
 //! from what it sees (bulk segments that merge vs. request/response
 //! segments that end packets at once).
 //!
-//! UDP is not merged: the kernel merges UDP only for sockets that ask for it
-//! (`UDP_GRO`) or for tunnels; [`Gro::check`] has the place where that hook
-//! goes.
+//! ## UDP
+//!
+//! Datagrams are merged only for sockets that ask for it (`UDP_GRO`), as in
+//! the kernel: see `udp.rs` and [`UdpGroPolicy`]. Each protocol has its
+//! file (`tcp.rs`, `udp.rs`); this one holds what they share: the flow
+//! table, the network-layer checks, chaining and flushing.
 
 mod config;
 mod replay;
 mod stats;
+mod tcp;
+mod udp;
 
-pub use config::{Adaptive, GroConfig, GroKnob};
+pub use config::{Adaptive, GroConfig, GroKnob, UdpGroPolicy};
 pub use replay::{replay, Boundary};
 pub use stats::{Check, FlushReason, GroStats, SEGS_BUCKETS};
 
 use crate::packet::{Frag, Packet, PollEnd, RxCtx, Stack};
-use rxpath_wire::ipv4::protocol;
-use rxpath_wire::tcp::flags;
 use rxpath_wire::{L3, L4};
 use serde::Serialize;
 
@@ -124,13 +127,6 @@ impl std::fmt::Debug for Gro {
             .field("stats", &self.stats)
             .finish()
     }
-}
-
-/// The parts of a segment the checks compare, read once.
-struct Seg {
-    seq: u32,
-    flags: u16,
-    len: usize,
 }
 
 impl Gro {
@@ -195,78 +191,19 @@ impl Gro {
             rxpath_wire::hash::flow_hash(&pkt.meta.headers.flow)
         };
         let bucket = hash as usize & (GRO_HASH_BUCKETS - 1);
-        let seg = match self.eligible(&pkt, ctx) {
-            Ok(seg) => seg,
-            Err(c) => {
-                self.count_check(c);
-                self.sample(false);
-                // Keep the flow in order: a held packet of this flow goes first.
-                if let Some(i) = self.lookup(bucket, &pkt, ctx) {
-                    self.flush_at(bucket, i, FlushReason::Mismatch, ctx, inner);
-                }
-                self.stats.normal += 1;
-                self.pass_up(pkt, ctx, inner);
-                return GroResult::Normal;
-            }
-        };
-        let ends =
-            seg.flags & (flags::URG | flags::PSH | flags::RST | flags::SYN | flags::FIN) != 0;
-        if let Some(i) = self.lookup(bucket, &pkt, ctx) {
-            match self.can_merge(&self.buckets[bucket][i], &pkt, &seg, ctx) {
-                Ok(()) => {
-                    let short = seg.len < self.buckets[bucket][i].mss as usize;
-                    self.merge(bucket, i, pkt, &seg, ctx);
-                    self.stats.merged += 1;
-                    self.sample(!ends && !short);
-                    if ends || short {
-                        let r = if seg.flags & flags::PSH != 0 {
-                            FlushReason::Psh
-                        } else if ends {
-                            FlushReason::Flags
-                        } else {
-                            FlushReason::Short
-                        };
-                        self.flush_at(bucket, i, r, ctx, inner);
-                    }
-                    return GroResult::Merged;
-                }
-                Err(c) => {
-                    self.count_check(c);
-                    let r = match c {
-                        Check::Cwr | Check::FlagsDiffer => FlushReason::Flags,
-                        Check::SizeLimit => FlushReason::Size,
-                        _ => FlushReason::Mismatch,
-                    };
-                    self.flush_at(bucket, i, r, ctx, inner);
-                }
-            }
+        match pkt.meta.headers.l4 {
+            L4::Udp if self.udp_wanted(&pkt) => self.receive_udp(bucket, pkt, ctx, inner),
+            _ => self.receive_tcp(bucket, pkt, ctx, inner),
         }
-        // A new packet: held unless it must go up at once (no payload was
-        // excluded above; flags end it).
-        self.sample(!ends);
-        if ends {
-            self.stats.normal += 1;
-            self.pass_up(pkt, ctx, inner);
-            return GroResult::Normal;
+    }
+
+    /// `udp4_gro_receive` → `udp_gro_receive`: does the socket this datagram
+    /// is for ask for `UDP_GRO`?
+    fn udp_wanted(&self, pkt: &Packet) -> bool {
+        match &self.cfg.udp {
+            Some(p) => !pkt.meta.headers.fragment && p.wants(&pkt.meta.headers.flow),
+            None => false,
         }
-        if self.buckets[bucket].len() >= MAX_GRO_SKBS {
-            self.flush_at(bucket, 0, FlushReason::BucketFull, ctx, inner);
-        }
-        let h = &pkt.meta.headers;
-        let ip_len = (h.payload_offset - h.l3_offset) as u32 + seg.len as u32;
-        let fixed_id = false;
-        self.buckets[bucket].push(Held {
-            first_ns: pkt.meta.rx_ns,
-            count: 1,
-            mss: seg.len as u16,
-            next_seq: seg.seq.wrapping_add(seg.len as u32),
-            ip_len,
-            fixed_id,
-            pkt,
-        });
-        self.held_segments += 1;
-        self.stats.held += 1;
-        GroResult::Held
     }
 
     fn sample(&mut self, bulk: bool) {
@@ -275,62 +212,136 @@ impl Gro {
         }
     }
 
-    /// The checks on the segment alone (`inet_gro_receive`,
-    /// `ipv6_gro_receive`, `tcp4_gro_receive`).
-    fn eligible(&self, pkt: &Packet, ctx: &RxCtx<'_>) -> Result<Seg, Check> {
+    /// A segment that failed a check on its own: counted, passed up as is,
+    /// after a held packet of its flow (so the flow stays in order).
+    fn not_merged<S: Stack + ?Sized>(
+        &mut self,
+        bucket: usize,
+        pkt: Packet,
+        c: Check,
+        ctx: &mut RxCtx<'_>,
+        inner: &mut S,
+    ) -> GroResult {
+        self.count_check(c);
+        self.sample(false);
+        if let Some(i) = self.lookup(bucket, &pkt, ctx) {
+            self.flush_at(bucket, i, FlushReason::Mismatch, ctx, inner);
+        }
+        self.stats.normal += 1;
+        self.pass_up(pkt, ctx, inner);
+        GroResult::Normal
+    }
+
+    /// Hold `pkt` as the start of a new packet with segment size `mss`.
+    fn hold<S: Stack + ?Sized>(
+        &mut self,
+        bucket: usize,
+        pkt: Packet,
+        mss: usize,
+        next_seq: u32,
+        ctx: &mut RxCtx<'_>,
+        inner: &mut S,
+    ) -> GroResult {
+        if self.buckets[bucket].len() >= MAX_GRO_SKBS {
+            self.flush_at(bucket, 0, FlushReason::BucketFull, ctx, inner);
+        }
         let h = &pkt.meta.headers;
-        let L4::Tcp { flags: tcp_flags } = h.l4 else {
-            // UDP GRO (`udp_gro_receive` for sockets with UDP_GRO, or
-            // tunnels) would go here; the kernel does not merge plain UDP.
-            return Err(if h.fragment {
-                Check::Fragment
-            } else {
-                Check::NotTcp
-            });
-        };
+        let ip_len = (h.payload_offset - h.l3_offset) as u32 + mss as u32;
+        self.buckets[bucket].push(Held {
+            first_ns: pkt.meta.rx_ns,
+            count: 1,
+            mss: mss as u16,
+            next_seq,
+            ip_len,
+            fixed_id: false,
+            pkt,
+        });
+        self.held_segments += 1;
+        self.stats.held += 1;
+        GroResult::Held
+    }
+
+    /// The IP-level checks on a segment alone (`inet_gro_receive`,
+    /// `ipv6_gro_receive`): fragments, IPv4 options, the IPv4 header
+    /// checksum (unless the device verified the packet).
+    fn ip_alone(pkt: &Packet, ctx: &RxCtx<'_>) -> Result<(), Check> {
+        let h = &pkt.meta.headers;
         if h.fragment {
             return Err(Check::Fragment);
         }
-        let b = ctx.data(pkt);
         match h.l3 {
-            L3::Ipv4 if h.ip_options => return Err(Check::IpOptions),
-            L3::Ipv6 if h.ip_options => {
-                // Hop-by-hop, routing and destination options are pulled
-                // (`ipv6_gso_pull_exthdrs`) and must match the held packet's;
-                // the parser reports anything else as a fragment or non-TCP.
+            L3::Ipv4 if h.ip_options => Err(Check::IpOptions),
+            L3::Ipv4 if !pkt.meta.csum_ok => {
+                let b = ctx.data(pkt);
+                let ip = rxpath_wire::ipv4::Packet::new_unchecked(&b[h.l3_offset as usize..]);
+                if ip.verify_checksum() {
+                    Ok(())
+                } else {
+                    Err(Check::BadChecksum)
+                }
             }
-            L3::Ipv4 | L3::Ipv6 => {}
-            _ => return Err(Check::NotTcp),
+            // Hop-by-hop, routing and destination options are pulled
+            // (`ipv6_gso_pull_exthdrs`) and must match the held packet's
+            // (`lookup`); the parser reports anything else as a fragment or
+            // another protocol.
+            L3::Ipv4 | L3::Ipv6 => Ok(()),
+            _ => Err(Check::NotTcp),
         }
-        // `__skb_gro_checksum_validate_needed()`: nothing to validate for
-        // a packet the device verified or a local sender left partial.
-        if !pkt.meta.csum_ok && !pkt.meta.csum_partial {
-            let l4 = &b[h.l4_offset as usize..(h.payload_offset + h.payload_len) as usize];
-            if rxpath_wire::checksum::l4(h.flow.src(), h.flow.dst(), protocol::TCP, l4) != 0 {
-                return Err(Check::BadChecksum);
-            }
-        }
-        // The IPv4 header's own checksum (`inet_gro_receive`); a device's
-        // verdict covers it.
-        if !pkt.meta.csum_ok && h.l3 == L3::Ipv4 {
-            let ip = rxpath_wire::ipv4::Packet::new_unchecked(&b[h.l3_offset as usize..]);
-            if !ip.verify_checksum() {
-                return Err(Check::BadChecksum);
-            }
-        }
-        if h.payload_len == 0 {
-            return Err(Check::NoPayload);
-        }
-        let t = h.l4_offset as usize;
-        let be32 = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        Ok(Seg {
-            seq: be32(t + 4),
-            flags: tcp_flags,
-            len: h.payload_len as usize,
-        })
     }
 
-    /// `gro_list_prepare` + the IP and TCP lookups: the held packet of the
+    /// `__skb_gro_checksum_validate()`: the L4 checksum of a segment, in
+    /// software unless the device verified it or a local sender left it
+    /// partial.
+    fn l4_checksum_ok(pkt: &Packet, ctx: &RxCtx<'_>, proto: u8) -> bool {
+        if pkt.meta.csum_ok || pkt.meta.csum_partial {
+            return true;
+        }
+        let h = &pkt.meta.headers;
+        let b = ctx.data(pkt);
+        let l4 = &b[h.l4_offset as usize..(h.payload_offset + h.payload_len) as usize];
+        rxpath_wire::checksum::l4(h.flow.src(), h.flow.dst(), proto, l4) == 0
+    }
+
+    /// The network-layer flush checks against the held packet, the same for
+    /// every protocol (`inet_gro_flush`, `ipv6_gro_receive`): IPv4 TTL, TOS
+    /// and DF equal, the ID incrementing by the segments held (or fixed
+    /// with DF); IPv6 traffic class and hop limit equal.
+    fn ip_flush(p: &Held, pkt: &Packet, ctx: &RxCtx<'_>) -> Result<(), Check> {
+        let h = &pkt.meta.headers;
+        let b = ctx.data(pkt);
+        let b2 = ctx.data(&p.pkt);
+        let l3 = h.l3_offset as usize;
+        match h.l3 {
+            L3::Ipv4 => {
+                if b[l3 + 8] != b2[l3 + 8]
+                    || b[l3 + 1] != b2[l3 + 1]
+                    || (b[l3 + 6] ^ b2[l3 + 6]) & 0x40 != 0
+                {
+                    return Err(Check::TtlTosDf);
+                }
+                let id = u16::from_be_bytes([b[l3 + 4], b[l3 + 5]]);
+                let id2 = u16::from_be_bytes([b2[l3 + 4], b2[l3 + 5]]);
+                let df = b[l3 + 6] & 0x40 != 0;
+                let offset = id.wrapping_sub(id2);
+                let fixed = p.fixed_id || (p.count == 1 && df && offset == 0);
+                let want = if fixed { 0 } else { p.count };
+                if offset != want {
+                    return Err(Check::IpId);
+                }
+                Ok(())
+            }
+            L3::Ipv6 => {
+                let tc = |x: &[u8]| (u16::from_be_bytes([x[l3], x[l3 + 1]]) >> 4) & 0xff;
+                if tc(b) != tc(b2) || b[l3 + 7] != b2[l3 + 7] {
+                    return Err(Check::TclassHopLimit);
+                }
+                Ok(())
+            }
+            _ => Err(Check::NotTcp),
+        }
+    }
+
+    /// `gro_list_prepare` + the IP and L4 lookups: the held packet of the
     /// same flow in `bucket`, if any.
     fn lookup(&self, bucket: usize, pkt: &Packet, ctx: &RxCtx<'_>) -> Option<usize> {
         let h = &pkt.meta.headers;
@@ -362,73 +373,9 @@ impl Gro {
         })
     }
 
-    /// The checks against the held packet (`tcp_gro_receive`,
-    /// `inet_gro_flush`, the IPv6 flush conditions, `skb_gro_receive`).
-    fn can_merge(&self, p: &Held, pkt: &Packet, seg: &Seg, ctx: &RxCtx<'_>) -> Result<(), Check> {
-        let h = &pkt.meta.headers;
-        let h2 = &p.pkt.meta.headers;
-        let b = ctx.data(pkt);
-        let b2 = ctx.data(&p.pkt);
-        let (t, t2) = (h.l4_offset as usize, h2.l4_offset as usize);
-        let flags2 = u16::from_be_bytes([b2[t2 + 12], b2[t2 + 13]]) & 0x01ff;
-        if seg.flags & flags::CWR != 0 {
-            return Err(Check::Cwr);
-        }
-        if (seg.flags ^ flags2) & !(flags::CWR | flags::FIN | flags::PSH) != 0 {
-            return Err(Check::FlagsDiffer);
-        }
-        if b[t + 8..t + 12] != b2[t2 + 8..t2 + 12] {
-            return Err(Check::AckDiffer);
-        }
-        let thl = (h.payload_offset as usize) - t;
-        let thl2 = (h2.payload_offset as usize) - t2;
-        if thl != thl2 || b[t + 20..t + thl] != b2[t2 + 20..t2 + thl2] {
-            return Err(Check::OptionsDiffer);
-        }
-        let l3 = h.l3_offset as usize;
-        match h.l3 {
-            L3::Ipv4 => {
-                // ttl, tos, DF must match; the ID increments by the number of
-                // segments held, or stays fixed with DF (`inet_gro_flush`).
-                if b[l3 + 8] != b2[l3 + 8]
-                    || b[l3 + 1] != b2[l3 + 1]
-                    || (b[l3 + 6] ^ b2[l3 + 6]) & 0x40 != 0
-                {
-                    return Err(Check::TtlTosDf);
-                }
-                let id = u16::from_be_bytes([b[l3 + 4], b[l3 + 5]]);
-                let id2 = u16::from_be_bytes([b2[l3 + 4], b2[l3 + 5]]);
-                let df = b[l3 + 6] & 0x40 != 0;
-                let offset = id.wrapping_sub(id2);
-                let fixed = p.fixed_id || (p.count == 1 && df && offset == 0);
-                let want = if fixed { 0 } else { p.count };
-                if offset != want {
-                    return Err(Check::IpId);
-                }
-            }
-            L3::Ipv6 => {
-                let tc = |x: &[u8]| (u16::from_be_bytes([x[l3], x[l3 + 1]]) >> 4) & 0xff;
-                if tc(b) != tc(b2) || b[l3 + 7] != b2[l3 + 7] {
-                    return Err(Check::TclassHopLimit);
-                }
-            }
-            _ => return Err(Check::NotTcp),
-        }
-        if seg.len > p.mss as usize {
-            return Err(Check::TooLong);
-        }
-        if seg.seq != p.next_seq {
-            return Err(Check::SeqGap);
-        }
-        if p.ip_len as usize + seg.len >= GRO_MAX_SIZE {
-            return Err(Check::SizeLimit);
-        }
-        Ok(())
-    }
-
-    /// `skb_gro_receive`: chain the segment's payload to the held packet; its
-    /// header is not kept. FIN and PSH are carried into the head's flags.
-    fn merge(&mut self, bucket: usize, i: usize, pkt: Packet, seg: &Seg, ctx: &mut RxCtx<'_>) {
+    /// `skb_gro_receive`: chain the segment's payload to the held packet;
+    /// its headers are not kept.
+    fn chain(&mut self, bucket: usize, i: usize, pkt: Packet, ctx: &mut RxCtx<'_>) {
         let h = pkt.meta.headers;
         let held = &mut self.buckets[bucket][i];
         if held.count == 1 {
@@ -441,12 +388,6 @@ impl Gro {
                 held.fixed_id = true;
             }
         }
-        let carry = seg.flags & (flags::FIN | flags::PSH);
-        if carry != 0 {
-            let t = held.pkt.off as usize + held.pkt.meta.headers.l4_offset as usize;
-            let d = ctx.umem().data_mut(&mut held.pkt.frame);
-            d[t + 13] |= carry as u8;
-        }
         ctx.push_frag(
             &mut held.pkt,
             Frag {
@@ -456,10 +397,10 @@ impl Gro {
             },
         );
         held.count += 1;
-        held.next_seq = held.next_seq.wrapping_add(seg.len as u32);
-        held.ip_len += seg.len as u32;
+        held.ip_len += h.payload_len as u32;
         held.pkt.meta.segs = held.count;
         self.held_segments += 1;
+        self.stats.merged += 1;
     }
 
     /// `napi_gro_complete`: fix the head's lengths and pass it up.
@@ -493,10 +434,14 @@ impl Gro {
                     );
                 }
             }
-            // The TCP checksum covered the first segment only; the chain's
+            if h.l4 == L4::Udp {
+                udp::complete(d, pkt.off as usize, &h, held.ip_len);
+            }
+            // The L4 checksum covered the first segment only; the chain's
             // segments were each verified, as the kernel's CHECKSUM_PARTIAL
             // conversion trusts.
             pkt.meta.csum_ok = true;
+            pkt.meta.gso_size = held.mss;
         }
         self.pass_up(pkt, ctx, inner);
     }

@@ -7,7 +7,8 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Check {
-    /// Not TCP (UDP GRO is opt-in in the kernel and off here).
+    /// Neither TCP nor UDP for a socket that asked for UDP GRO (the
+    /// kernel merges plain UDP only for sockets with `UDP_GRO`).
     NotTcp,
     /// IPv4 header with options.
     IpOptions,
@@ -40,11 +41,17 @@ pub enum Check {
     SeqGap,
     /// The merged packet would reach 64 KiB.
     SizeLimit,
+    /// UDP without a checksum (`udp_gro_receive_segment` merges only
+    /// datagrams with one, for symmetry with GSO).
+    UdpNoChecksum,
+    /// UDP length field of 8 or less, or not the IP payload's (padded or
+    /// malicious).
+    UdpLength,
 }
 
 impl Check {
     /// All checks, in counter order.
-    pub const ALL: [Check; 16] = [
+    pub const ALL: [Check; 18] = [
         Check::NotTcp,
         Check::IpOptions,
         Check::Fragment,
@@ -61,6 +68,8 @@ impl Check {
         Check::TooLong,
         Check::SeqGap,
         Check::SizeLimit,
+        Check::UdpNoChecksum,
+        Check::UdpLength,
     ];
 }
 
@@ -84,11 +93,13 @@ pub enum FlushReason {
     PollEnd,
     /// The `gro_flush_timeout` timer.
     Timer,
+    /// A UDP packet reached `UDP_GRO_CNT_MAX` = 64 segments.
+    Count,
 }
 
 impl FlushReason {
     /// All reasons, in counter order.
-    pub const ALL: [FlushReason; 8] = [
+    pub const ALL: [FlushReason; 9] = [
         FlushReason::Psh,
         FlushReason::Flags,
         FlushReason::Short,
@@ -97,6 +108,7 @@ impl FlushReason {
         FlushReason::Mismatch,
         FlushReason::PollEnd,
         FlushReason::Timer,
+        FlushReason::Count,
     ];
 }
 
@@ -123,9 +135,9 @@ pub struct GroStats {
     /// Segments per packet passed up (see [`SEGS_BUCKETS`]).
     pub segs_hist: [u64; SEGS_BUCKETS],
     /// Flushes by [`FlushReason`] (index = position in `FlushReason::ALL`).
-    pub flushes: [u64; 8],
+    pub flushes: [u64; 9],
     /// Segments not merged, by [`Check`] (index = position in `Check::ALL`).
-    pub not_merged: [u64; 16],
+    pub not_merged: [u64; 18],
     /// Time from NAPI receive to pass-up, log2 ns buckets (2^i ns).
     pub latency_log2: [u64; 32],
 }

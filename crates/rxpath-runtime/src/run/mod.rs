@@ -66,6 +66,8 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
         enabled: true,
         flush_timeout: knob.clone(),
         adaptive: g.adaptive,
+        // No sockets: no datagram is for a socket with UDP_GRO.
+        udp: None,
     });
     let stop_napi = Arc::new(AtomicBool::new(false));
     let window_over = Arc::new(AtomicBool::new(false));
