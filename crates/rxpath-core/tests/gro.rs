@@ -1,13 +1,14 @@
 //! GRO rules, flushing and the flush timer, with literal segments and
 //! simulated time.
 
+mod common;
+
+use common::Harness;
 use proptest::prelude::*;
-use rxpath_core::gro::{Check, FlushReason, Gro, GroConfig, GroKnob, GroResult, TICK_NS};
+use rxpath_core::gro::{Check, FlushReason, GroResult, TICK_NS};
 use rxpath_core::ip::CsumPolicy;
 use rxpath_core::napi::CsumMode;
-use rxpath_core::packet::{ChainPool, Frags, Meta, Packet, PollEnd, RxCtx, Stack};
-use rxpath_core::stats::NapiStats;
-use rxpath_dev::{Frame, FramePool};
+use rxpath_core::packet::{Meta, PollEnd};
 use rxpath_wire::build::{self, Spec};
 use rxpath_wire::tcp::flags;
 use std::collections::HashMap;
@@ -15,37 +16,6 @@ use std::net::IpAddr;
 
 const MSS: usize = 1448;
 const TS: [u8; 12] = [1, 1, 8, 10, 0, 0, 0, 9, 0, 0, 0, 7];
-
-/// What left GRO.
-#[derive(Debug, Clone, PartialEq)]
-struct Out {
-    sport: u16,
-    seq: u32,
-    segs: u16,
-    payload: Vec<u8>,
-    at: u64,
-    first_rx: u64,
-}
-
-#[derive(Default)]
-struct Collect(Vec<Out>);
-
-impl Stack for Collect {
-    fn receive(&mut self, p: Packet, ctx: &mut RxCtx<'_>) {
-        let payload: Vec<u8> = ctx.payload_parts(&p).flatten().copied().collect();
-        let b = ctx.data(&p);
-        let t = p.meta.headers.l4_offset as usize;
-        self.0.push(Out {
-            sport: p.meta.headers.flow.src_port,
-            seq: u32::from_be_bytes([b[t + 4], b[t + 5], b[t + 6], b[t + 7]]),
-            segs: p.frames() as u16,
-            payload,
-            at: ctx.now_ns,
-            first_rx: p.meta.rx_ns,
-        });
-        ctx.deliver(p);
-    }
-}
 
 /// A segment to build.
 #[derive(Debug, Clone)]
@@ -111,117 +81,14 @@ impl Seg {
     }
 }
 
-struct Harness {
-    pool: FramePool,
-    recycle: Vec<Frame>,
-    chains: ChainPool,
-    stats: NapiStats,
-    gro: Gro,
-    out: Collect,
-    fed: u64,
+/// Feed TCP segments.
+trait FeedSeg {
+    fn feed(&mut self, s: &Seg, now: u64) -> GroResult;
 }
 
-impl Harness {
-    fn new(timeout: u64) -> Harness {
-        let cfg = GroConfig {
-            enabled: true,
-            flush_timeout: GroKnob::new(timeout),
-            adaptive: None,
-            udp: None,
-        };
-        Harness {
-            pool: FramePool::new(4096, 2048).unwrap(),
-            recycle: vec![],
-            chains: vec![],
-            stats: NapiStats::default(),
-            gro: Gro::new(cfg),
-            out: Collect::default(),
-            fed: 0,
-        }
-    }
-
-    fn feed_raw(&mut self, bytes: &[u8], now: u64, rxhash: u32, csum_ok: bool) -> GroResult {
-        self.feed_with(bytes, now, |m| {
-            m.rxhash = rxhash;
-            m.csum_ok = csum_ok;
-        })
-    }
-
-    fn feed_with(&mut self, bytes: &[u8], now: u64, edit: impl FnOnce(&mut Meta)) -> GroResult {
-        let mut f = self.pool.alloc().expect("frame");
-        let umem = self.pool.umem().clone();
-        umem.data_mut(&mut f)[..bytes.len()].copy_from_slice(bytes);
-        let headers = rxpath_wire::parse(bytes).expect("test segments parse");
-        let mut meta = Meta {
-            rx_ns: now,
-            segs: 1,
-            headers,
-            ..Meta::default()
-        };
-        edit(&mut meta);
-        let pkt = Packet {
-            frame: f,
-            off: 0,
-            len: bytes.len() as u16,
-            meta,
-            frags: Frags::new(),
-        };
-        self.fed += 1;
-        let mut ctx = RxCtx::new(
-            &umem,
-            &mut self.recycle,
-            &mut self.stats,
-            &mut self.chains,
-            now,
-        );
-        let r = self.gro.receive(pkt, &mut ctx, &mut self.out);
-        self.give_back();
-        r
-    }
-
-    /// Feed with the checksum status a NAPI in `mode` gives the frame.
-    fn feed_as(&mut self, bytes: &[u8], now: u64, mode: CsumMode) -> GroResult {
-        self.feed_with(bytes, now, |m| mode.classify(m, bytes))
-    }
-
+impl FeedSeg for Harness {
     fn feed(&mut self, s: &Seg, now: u64) -> GroResult {
         self.feed_raw(&s.bytes(), now, 0, false)
-    }
-
-    fn poll_end(&mut self, end: PollEnd, now: u64) -> Option<u64> {
-        let umem = self.pool.umem().clone();
-        let mut ctx = RxCtx::new(
-            &umem,
-            &mut self.recycle,
-            &mut self.stats,
-            &mut self.chains,
-            now,
-        );
-        let t = self.gro.poll_done(&mut ctx, end, &mut self.out);
-        self.give_back();
-        t
-    }
-
-    fn flush(&mut self, now: u64) {
-        let _ = self.poll_end(PollEnd::Complete { work_done: 0 }, now);
-    }
-
-    fn give_back(&mut self) {
-        for f in self.recycle.drain(..) {
-            self.pool.free(f);
-        }
-    }
-
-    /// Segments per packet that left GRO, in order.
-    fn shape(&self) -> Vec<u16> {
-        self.out.0.iter().map(|o| o.segs).collect()
-    }
-
-    fn finish(mut self) {
-        self.flush(u64::MAX / 2);
-        assert_eq!(self.gro.held(), 0);
-        assert_eq!(self.stats.delivered, self.fed, "every segment left GRO");
-        assert!(self.pool.is_home(), "every frame came home");
     }
 }
 

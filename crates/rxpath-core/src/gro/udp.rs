@@ -92,11 +92,19 @@ impl Gro {
         if !Self::l4_checksum_ok(pkt, ctx, 17) {
             return Err(Check::BadChecksum);
         }
+        // `skb_gro_len()`: what the IP header says follows the UDP header's
+        // start (the parser bounds the payload by the UDP length instead).
+        let (l3, l4) = (h.l3_offset as usize, h.l4_offset as usize);
+        let ip_l4_len = match h.l3 {
+            rxpath_wire::L3::Ipv4 => be16(b, l3 + 2).map(|t| t as usize + l3),
+            _ => be16(b, l3 + 4).map(|p| p as usize + l3 + 40),
+        }
+        .and_then(|end| end.checked_sub(l4));
         let ulen = ulen as usize;
-        if ulen <= 8 || ulen != h.payload_len as usize + 8 {
+        if ulen <= 8 || Some(ulen) != ip_l4_len {
             return Err(Check::UdpLength);
         }
-        Ok(h.payload_len as usize)
+        Ok(ulen - 8)
     }
 
     /// `udp_gro_receive_segment` against the held packet of the flow.
