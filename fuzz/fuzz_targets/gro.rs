@@ -234,6 +234,16 @@ impl Harness {
     }
 }
 
+/// A host whose every UDP socket asked for `UDP_GRO`.
+#[derive(Debug)]
+struct AllUdp;
+
+impl rxpath_core::gro::UdpGroPolicy for AllUdp {
+    fn wants(&self, _: &rxpath_wire::FlowKey) -> bool {
+        true
+    }
+}
+
 fuzz_target!(|input: Input| {
     let timeout = [0u64, 2_000, 50_000, 1_000_000][input.timeout as usize % 4];
     let mut h = Harness {
@@ -245,6 +255,8 @@ fuzz_target!(|input: Input| {
             enabled: true,
             flush_timeout: GroKnob::new(timeout),
             adaptive: None,
+            // Every UDP datagram is for a socket with UDP_GRO.
+            udp: Some(std::sync::Arc::new(AllUdp)),
         }),
         out: Out::default(),
         sent: HashMap::new(),

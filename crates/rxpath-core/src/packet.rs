@@ -107,6 +107,11 @@ impl Frags {
             .push(f);
     }
 
+    /// The fragments, owned (a socket keeps a UDP GRO packet's chain).
+    pub fn into_vec(self) -> Vec<Frag> {
+        self.0.map_or_else(Vec::new, |b| *b)
+    }
+
     /// Free the fragments' frames into `recycle` and the storage into `pool`.
     #[inline]
     fn release(self, recycle: &mut Vec<Frame>, pool: &mut ChainPool) {
@@ -234,13 +239,22 @@ impl<'a> RxCtx<'a> {
     /// application reads it: count it delivered and hand the frame over.
     /// The frame comes back to the device through the queue's
     /// [`FrameReturn`](crate::sock::FrameReturn). A chain's fragments are
-    /// freed here (UDP is never merged, so sockets see plain packets).
+    /// freed here (see [`keep_chain`](Self::keep_chain)).
     #[inline]
     pub fn keep(&mut self, p: Packet) -> Frame {
         let Packet { frame, frags, .. } = p;
         self.stats.delivered += 1 + frags.len() as u64;
         frags.release(self.recycle, self.chains);
         frame
+    }
+
+    /// [`keep`](Self::keep) for a chain a socket takes whole (UDP GRO):
+    /// every frame counted delivered, the fragments handed over too.
+    #[inline]
+    pub fn keep_chain(&mut self, p: Packet) -> (Frame, Vec<Frag>) {
+        let Packet { frame, frags, .. } = p;
+        self.stats.delivered += 1 + frags.len() as u64;
+        (frame, frags.into_vec())
     }
 
     /// A frame [`keep`](Self::keep) handed over could not be queued after

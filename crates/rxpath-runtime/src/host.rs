@@ -19,6 +19,7 @@
 
 use crate::run::{check_iface, RunError};
 use crate::steer::{BottomHalf, Collect, PerQueue, Ports, SteerStage, Workers};
+use rxpath_core::gro::{GroConfig, UdpGroPolicy};
 use rxpath_core::ip::Snmp;
 use rxpath_core::napi::{BundleMode, Napi, NapiTable, NAPI_POLL_WEIGHT};
 use rxpath_core::sock::{SharedNapi, SockConfig, SockError, SockStats, Sockets};
@@ -108,6 +109,12 @@ pub struct HostConfig {
     /// replies from (up to half the share); 0 sends through an AF_PACKET
     /// socket on the interface instead (a trip through the kernel's stack).
     pub xdp_tx_frames: usize,
+    /// GRO on every NAPI (`ethtool -K IF gro on`, the kernel's default).
+    /// Sockets leave TCP to the kernel, so what it merges is UDP for
+    /// sockets with `UDP_GRO` ([`UdpSocket::set_udp_gro`]); every other
+    /// datagram goes up alone. Held packets are flushed when a poll
+    /// completes (`gro_flush_timeout` 0: hosts have no NAPI timer yet).
+    pub gro: bool,
 }
 
 impl Default for HostConfig {
@@ -126,6 +133,7 @@ impl Default for HostConfig {
             steer: rxpath_core::steer::SteerConfig::default(),
             packet_per_frame: true,
             xdp_tx_frames: 512,
+            gro: true,
         }
     }
 }
@@ -500,6 +508,14 @@ impl Host {
             let qi = q.queue_index();
             let mut napi = Napi::new(q, cfg.weight, cfg.bundle, cfg.interrupts);
             napi.set_csum(cfg.sock.csum, cfg.sock.local_traffic);
+            if cfg.gro {
+                let udp: Arc<dyn UdpGroPolicy> = sockets.clone();
+                napi.set_gro(Some(GroConfig {
+                    enabled: true,
+                    udp: Some(udp),
+                    ..GroConfig::default()
+                }));
+            }
             table.add(&mut napi, |n| n.queue().queue_index());
             let shared = match &workers {
                 // No NAPI context is a worker: `me` is none of them.

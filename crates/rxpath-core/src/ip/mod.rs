@@ -254,14 +254,31 @@ pub fn input_hooked(
     snmp: &mut Snmp,
     filter: Option<(&crate::filter::Filter, &rxpath_wire::Headers)>,
 ) -> Result<Datagram, DropReason> {
+    input_chain(frame, 0, csum, cfg, snmp, filter)
+}
+
+/// [`input_hooked`] for a UDP GRO packet: `frame` is its head, whose IP
+/// and UDP lengths cover `more` bytes of payload in the chain's other
+/// frames. Input runs once for the packet, as the kernel's `ip_rcv` runs
+/// once per GRO skb (one `InReceives`, one `InDatagrams`); the checksum of
+/// each segment was verified by GRO. `Datagram::payload_len` is the whole
+/// packet's.
+pub fn input_chain(
+    frame: &[u8],
+    more: usize,
+    csum: CsumStatus,
+    cfg: &IpConfig,
+    snmp: &mut Snmp,
+    filter: Option<(&crate::filter::Filter, &rxpath_wire::Headers)>,
+) -> Result<Datagram, DropReason> {
     let (etype, l3) = l2_rcv(frame, cfg, snmp)?;
-    let l4 = l3_rcv(frame, etype, l3, cfg, snmp)?;
+    let l4 = l3_rcv(frame, more, etype, l3, cfg, snmp)?;
     if let Some((f, h)) = filter {
         if let Some(reason) = f.judge_frame(frame, h).and_then(|v| v.drop_reason()) {
             return Err(reason);
         }
     }
-    udp::rcv(frame, l4, csum, cfg, snmp)
+    udp::rcv(frame, more, l4, csum, cfg, snmp)
 }
 
 /// IP input for a path end that takes every protocol (`rxpath run`'s
@@ -275,9 +292,9 @@ pub fn input_any(
     snmp: &mut Snmp,
 ) -> Result<u8, DropReason> {
     let (etype, l3) = l2_rcv(frame, cfg, snmp)?;
-    let l4 = l3_rcv(frame, etype, l3, cfg, snmp)?;
+    let l4 = l3_rcv(frame, 0, etype, l3, cfg, snmp)?;
     if l4.proto == 17 {
-        udp::rcv(frame, l4, csum, cfg, snmp)?;
+        udp::rcv(frame, 0, l4, csum, cfg, snmp)?;
     }
     Ok(l4.proto)
 }
@@ -330,14 +347,15 @@ fn l2_rcv(frame: &[u8], cfg: &IpConfig, snmp: &mut Snmp) -> Result<(u16, usize),
 #[inline(always)]
 fn l3_rcv(
     frame: &[u8],
+    more: usize,
     etype: u16,
     l3: usize,
     cfg: &IpConfig,
     snmp: &mut Snmp,
 ) -> Result<L4, DropReason> {
     Ok(match etype {
-        ethertype::IPV4 => v4::rcv(frame, l3, cfg, snmp)?,
-        ethertype::IPV6 => v6::rcv(frame, l3, cfg, snmp)?,
+        ethertype::IPV4 => v4::rcv(frame, more, l3, cfg, snmp)?,
+        ethertype::IPV6 => v6::rcv(frame, more, l3, cfg, snmp)?,
         _ => {
             snmp.ext.not_ip += 1;
             return Err(DropReason::UnhandledProto);

@@ -31,6 +31,7 @@ fn hdr_error(snmp: &mut Snmp) -> DropReason {
 #[inline(always)]
 pub(super) fn rcv(
     frame: &[u8],
+    more: usize,
     l3: usize,
     cfg: &IpConfig,
     snmp: &mut Snmp,
@@ -52,14 +53,15 @@ pub(super) fn rcv(
         return Err(hdr_error(snmp));
     }
     let tot = be16(p, 2).unwrap_or(0) as usize;
-    if p.len() < tot {
+    if p.len() + more < tot {
         snmp.ip.in_truncated_pkts += 1;
         return Err(DropReason::Malformed);
-    } else if tot < ihl {
+    } else if tot < ihl + more {
         return Err(hdr_error(snmp));
     }
-    // pskb_trim_rcsum(): the medium may have padded the frame.
-    let p = &p[..tot];
+    // pskb_trim_rcsum(): the medium may have padded the frame. (`more`
+    // bytes of a GRO packet lie in the chain's other frames.)
+    let p = &p[..tot - more];
     let src = Ipv4Addr::new(p[12], p[13], p[14], p[15]);
     let dst = Ipv4Addr::new(p[16], p[17], p[18], p[19]);
     // ip_route_input_slow(): martian sources first.
@@ -108,7 +110,7 @@ pub(super) fn rcv(
                 src: src.into(),
                 dst: dst.into(),
                 off: l3 + ihl,
-                len: tot - ihl,
+                len: p.len() - ihl,
                 proto,
             })
         }

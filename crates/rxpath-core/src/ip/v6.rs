@@ -32,6 +32,7 @@ fn mc_scope(a: &Ipv6Addr) -> Option<u8> {
 #[inline(always)]
 pub(super) fn rcv(
     frame: &[u8],
+    more: usize,
     l3: usize,
     cfg: &IpConfig,
     snmp: &mut Snmp,
@@ -56,11 +57,15 @@ pub(super) fn rcv(
     let plen = be16(p, 4).unwrap_or(0) as usize;
     let mut nh = p[6];
     let p = if plen != 0 || nh != NEXTHDR_HOP {
-        if plen + 40 > p.len() {
+        if plen + 40 > p.len() + more {
             snmp.ip6.in_truncated_pkts += 1;
             return Err(DropReason::Malformed);
         }
-        &p[..40 + plen]
+        if plen < more {
+            return Err(hdr_error(snmp));
+        }
+        // `more` bytes of a GRO packet lie in the chain's other frames.
+        &p[..40 + plen - more]
     } else {
         p
     };

@@ -74,7 +74,14 @@ impl<Q: RxQueue + Send + 'static, S: CellStack + 'static> PollCell for NapiCell<
     }
 
     fn poll_busy(&mut self, budget: usize, now_ns: u64) -> usize {
-        self.napi.poll_owned(budget, &mut self.stack, now_ns)
+        let work = self.napi.poll_owned(budget, &mut self.stack, now_ns);
+        if work < budget && self.napi.held() > 0 {
+            // The queue ran dry: pass up what GRO holds now, as a
+            // completion would. (The kernel's busy loop keeps it until
+            // `busy_poll_stop`; a reader spinning for it would wait in vain.)
+            self.napi.flush_gro(&mut self.stack, now_ns);
+        }
+        work
     }
 
     fn busy_start(&mut self) {
@@ -86,6 +93,10 @@ impl<Q: RxQueue + Send + 'static, S: CellStack + 'static> PollCell for NapiCell<
     }
 
     fn busy_stop(&mut self, missed: bool) {
+        if self.napi.held() > 0 {
+            // `busy_poll_stop()` polls once more and completes: GRO flushed.
+            self.napi.flush_gro(&mut self.stack, rxpath_dev::mono_ns());
+        }
         if !self.napi.interrupts() {
             return;
         }

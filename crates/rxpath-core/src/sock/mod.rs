@@ -282,6 +282,24 @@ pub struct Sockets {
     busy_read: AtomicU32,
     next_port: AtomicU16,
     counters: Counters,
+    /// Sockets with `UDP_GRO` on: while 0, GRO asks nothing per datagram
+    /// (the kernel's `udp_encap_needed_key` static branch).
+    gro_socks: AtomicUsize,
+}
+
+impl crate::gro::UdpGroPolicy for Sockets {
+    /// `udp4_gro_lookup_skb()`: the socket the datagram is for, and its
+    /// `UDP_GRO` flag.
+    fn wants(&self, flow: &rxpath_wire::FlowKey) -> bool {
+        if self.gro_socks.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let src = SocketAddr::new(flow.src(), flow.src_port);
+        let dst = SocketAddr::new(flow.dst(), flow.dst_port);
+        read(&self.demux)
+            .lookup(dst, src)
+            .is_some_and(|s| s.gro.load(Ordering::Relaxed))
+    }
 }
 
 /// Lock a mutex; a panic elsewhere does not make the data unusable (every
@@ -307,6 +325,7 @@ impl Sockets {
             .collect();
         Arc::new(Sockets {
             busy_read: AtomicU32::new(cfg.busy_read_us),
+            gro_socks: AtomicUsize::new(0),
             flows: Arc::new(SockFlowTable::new(cfg.sock_flow_entries)),
             cfg,
             ports,

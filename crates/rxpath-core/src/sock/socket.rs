@@ -3,23 +3,70 @@
 use super::demux::Key;
 use super::{lock, read, SockError, Sockets};
 use crate::napi::NapiId;
+use crate::packet::Frag;
 use rxpath_dev::Frame;
 use serde::Serialize;
 use std::collections::VecDeque;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 /// A queued datagram: the frame it arrived in (not copied) and where its
-/// payload lies.
+/// payload lies; for a socket with `UDP_GRO`, possibly a GRO packet: the
+/// first segment here and the others in `frags`, each in its own frame.
 #[derive(Debug)]
 pub(crate) struct Dgram {
     pub(crate) frame: Frame,
     pub(crate) off: u16,
+    /// Payload bytes in `frame`.
     pub(crate) len: u16,
     pub(crate) src: SocketAddr,
+    /// The address it was sent to (`IP_PKTINFO`).
+    pub(crate) dst: IpAddr,
     pub(crate) queue: u16,
+    /// ECN codepoint of the IP header (`IP_RECVTOS`'s low two bits).
+    pub(crate) ecn: u8,
+    /// `gso_size` of a GRO packet (0: one datagram).
+    pub(crate) gso: u16,
+    /// Further segments of a GRO packet (empty: not allocated).
+    pub(crate) frags: Vec<Frag>,
+}
+
+impl Dgram {
+    /// Payload bytes in all its frames.
+    fn payload_len(&self) -> usize {
+        self.len as usize + self.frags.iter().map(|f| f.len as usize).sum::<usize>()
+    }
+
+    /// Frames it holds.
+    pub(crate) fn frames(&self) -> usize {
+        1 + self.frags.len()
+    }
+
+    /// Its frames, to go home.
+    pub(crate) fn into_frames(self) -> impl Iterator<Item = Frame> {
+        std::iter::once(self.frame).chain(self.frags.into_iter().map(|f| f.frame))
+    }
+
+    /// Copy the payload into `buf` (as much as fits); returns the bytes
+    /// copied.
+    fn copy_to(&self, umem: &rxpath_dev::Umem, buf: &mut [u8]) -> usize {
+        let mut at = 0;
+        let parts = std::iter::once((&self.frame, self.off, self.len))
+            .chain(self.frags.iter().map(|f| (&f.frame, f.off, f.len)));
+        for (frame, off, len) in parts {
+            let o = off as usize;
+            let data = &umem.data(frame)[o..o + len as usize];
+            let n = data.len().min(buf.len() - at);
+            buf[at..at + n].copy_from_slice(&data[..n]);
+            at += n;
+            if at == buf.len() {
+                break;
+            }
+        }
+        at
+    }
 }
 
 #[derive(Debug, Default)]
@@ -87,6 +134,8 @@ pub(crate) struct SockInner {
     pub(crate) v6: bool,
     /// `IPV6_V6ONLY`: an IPv6 wildcard socket takes no IPv4.
     pub(crate) v6only: AtomicBool,
+    /// `UDP_GRO`: take GRO packets whole (else their datagrams one by one).
+    pub(crate) gro: AtomicBool,
     pub(crate) watch: Mutex<Option<Watch>>,
 }
 
@@ -131,7 +180,7 @@ impl SockInner {
         self.cv.notify_all();
         for d in dgrams {
             if let Some(p) = host.port(d.queue) {
-                p.ret.put(d.frame);
+                p.ret.put_all(d.into_frames());
             }
         }
     }
@@ -150,6 +199,15 @@ pub struct RecvMeta {
     pub truncated: bool,
     /// Sender.
     pub src: SocketAddr,
+    /// The address it was sent to (`IP_PKTINFO` / `IPV6_RECVPKTINFO`).
+    pub dst: IpAddr,
+    /// Segment size: each `stride` bytes of the buffer are one datagram
+    /// as sent, the last one possibly shorter (the `UDP_GRO` control
+    /// message; equal to the whole length for a single datagram).
+    pub stride: usize,
+    /// ECN codepoint of the IP header (0 Not-ECT, 1 ECT(1), 2 ECT(0), 3
+    /// CE; `IP_RECVTOS` / `IPV6_RECVTCLASS`).
+    pub ecn: u8,
 }
 
 /// A UDP socket on an rxpath host.
@@ -173,6 +231,9 @@ impl Drop for CloseOnDrop {
     fn drop(&mut self) {
         let (l, r) = self.inner.addrs();
         lock_write(&self.host).remove(Key::of(l, r), self.inner.id);
+        if self.inner.gro.swap(false, Ordering::Relaxed) {
+            self.host.gro_socks.fetch_sub(1, Ordering::Relaxed);
+        }
         self.inner.close(&self.host);
     }
 }
@@ -220,6 +281,7 @@ impl UdpSocket {
             watch: Mutex::new(None),
             v6: addr.is_ipv6(),
             v6only: AtomicBool::new(false),
+            gro: AtomicBool::new(false),
         });
         t.insert(key, inner.clone());
         drop(t);
@@ -249,6 +311,25 @@ impl UdpSocket {
         t.insert(new, self.inner.clone());
         a.1 = Some(remote);
         Ok(())
+    }
+
+    /// `setsockopt(UDP_GRO)`: take datagrams GRO merged as one read of up
+    /// to 64 segments, each [`RecvMeta::stride`] bytes but the last (the
+    /// device's NAPIs must run GRO: `HostConfig::gro`). Off (the default):
+    /// one datagram per read, as sent, whatever GRO did.
+    pub fn set_udp_gro(&self, on: bool) {
+        if self.inner.gro.swap(on, Ordering::Relaxed) != on {
+            if on {
+                self.host.gro_socks.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.host.gro_socks.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// `getsockopt(UDP_GRO)`.
+    pub fn udp_gro(&self) -> bool {
+        self.inner.gro.load(Ordering::Relaxed)
     }
 
     /// `IPV6_V6ONLY`: with `true` an IPv6 socket bound to `::` receives
@@ -376,12 +457,18 @@ impl UdpSocket {
             match d {
                 Some(d) => {
                     if let Some(p) = self.host.port(d.queue) {
-                        let o = d.off as usize;
-                        let data = &p.umem.data(&d.frame)[o..o + d.len as usize];
                         if let Some(f) = f.take() {
-                            out = Some(f(data, d.src));
+                            if d.frags.is_empty() {
+                                let o = d.off as usize;
+                                out = Some(f(&p.umem.data(&d.frame)[o..o + d.len as usize], d.src));
+                            } else {
+                                // A GRO packet spans frames: one copy.
+                                let mut v = vec![0u8; d.payload_len()];
+                                d.copy_to(&p.umem, &mut v);
+                                out = Some(f(&v, d.src));
+                            }
                         }
-                        p.ret.put(d.frame);
+                        p.ret.put_all(d.into_frames());
                     }
                     self.after_read(1);
                     return out.ok_or(SockError::Closed);
@@ -450,23 +537,24 @@ impl UdpSocket {
             let Some(p) = self.host.port(d.queue) else {
                 continue;
             };
-            let o = d.off as usize;
-            let data = &p.umem.data(&d.frame)[o..o + d.len as usize];
             let buf = bufs[i].as_mut();
-            let len = data.len().min(buf.len());
-            buf[..len].copy_from_slice(&data[..len]);
+            let whole = d.payload_len();
+            let len = d.copy_to(&p.umem, buf);
             meta(
                 i,
                 RecvMeta {
                     len,
-                    truncated: len < data.len(),
+                    truncated: len < whole,
                     src: d.src,
+                    dst: d.dst,
+                    stride: if d.gso > 0 { d.gso as usize } else { whole },
+                    ecn: d.ecn,
                 },
             );
-            if Some(d.queue) == first_q {
+            if Some(d.queue) == first_q && d.frags.is_empty() {
                 home[i] = Some(d.frame);
             } else {
-                p.ret.put(d.frame);
+                p.ret.put_all(d.into_frames());
             }
         }
         if let Some(p) = first_q.and_then(|q| self.host.port(q)) {
@@ -479,9 +567,11 @@ impl UdpSocket {
     /// What a queued datagram is charged against rcvbuf: the frame it pins
     /// (as `SockStack` charged it).
     fn truesize(&self, d: &Dgram) -> usize {
-        self.host
-            .port(d.queue)
-            .map_or(rxpath_dev::DEFAULT_FRAME_SIZE, |p| p.umem.frame_size())
+        d.frames()
+            * self
+                .host
+                .port(d.queue)
+                .map_or(rxpath_dev::DEFAULT_FRAME_SIZE, |p| p.umem.frame_size())
     }
 
     /// RFS: record the CPU this thread reads the flow on

@@ -6,6 +6,7 @@ use crate::ip::{self, CsumStatus, IpConfig};
 use crate::packet::{Packet, PollEnd, RxCtx, Stack};
 use crate::stats::DropReason;
 use rxpath_wire::ethernet::Mac;
+use rxpath_wire::{Headers, L3, L4};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -48,6 +49,33 @@ impl SockStack {
         f(&self.host.counters).fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Queue one datagram (or GRO packet) on `sock`, or count it dropped.
+    fn queue_dgram(
+        &self,
+        sock: &super::socket::SockInner,
+        dg: Dgram,
+        truesize: usize,
+        v6: bool,
+        ctx: &mut RxCtx<'_>,
+    ) {
+        match sock.enqueue(dg, truesize) {
+            Ok(()) => {
+                self.count(|c| &c.in_datagrams);
+                ctx.snmp().udp_mut(v6).in_datagrams += 1;
+            }
+            Err(dg) => {
+                // Counted delivered by `keep`; move it to the drop column.
+                for frame in dg.into_frames() {
+                    ctx.undeliver(frame, DropReason::SocketQueueFull);
+                }
+                self.count(|c| &c.rcvbuf_errors);
+                let m = ctx.snmp().udp_mut(v6);
+                m.rcvbuf_errors += 1;
+                m.in_errors += 1;
+            }
+        }
+    }
+
     /// Remember the sender's MAC so replies can be addressed (the
     /// neighbour table; rxpath does not run ARP/ND itself).
     fn learn(&mut self, ip: IpAddr, frame: &[u8]) {
@@ -64,10 +92,15 @@ impl SockStack {
 
 impl Stack for SockStack {
     fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
-        if !pkt.frags.is_empty() {
-            // GRO merges TCP only; a chain is never a datagram.
+        // A chain is a UDP GRO packet (for a socket that asked for one), or
+        // TCP, which sockets leave to the kernel.
+        let more = if pkt.frags.is_empty() {
+            0
+        } else if pkt.meta.headers.l4 == L4::Udp && pkt.meta.gso_size > 0 {
+            pkt.frags.iter().map(|f| f.len as usize).sum()
+        } else {
             return ctx.drop(pkt, DropReason::UnhandledProto);
-        }
+        };
         let csum = CsumStatus::of(&pkt.meta);
         // The frame bytes (through the region, not `ctx`) and the counters
         // are borrowed apart: no copy of the SNMP block per packet.
@@ -75,11 +108,11 @@ impl Stack for SockStack {
         let off = pkt.off as usize;
         let bytes = &umem.data(&pkt.frame)[off..off + pkt.len as usize];
         let r = match self.host.config().filter.as_deref() {
-            None => ip::input(bytes, csum, &self.ip, &mut ctx.stats.snmp),
+            None => ip::input_chain(bytes, more, csum, &self.ip, &mut ctx.stats.snmp, None),
             Some(h) => {
                 let g = h.load();
                 let hook = g.as_deref().map(|f| (f, &pkt.meta.headers));
-                ip::input_hooked(bytes, csum, &self.ip, &mut ctx.stats.snmp, hook)
+                ip::input_chain(bytes, more, csum, &self.ip, &mut ctx.stats.snmp, hook)
             }
         };
         let d = match r {
@@ -122,27 +155,47 @@ impl Stack for SockStack {
             a => a,
         };
         let off = pkt.off + d.payload_off as u16;
-        let len = d.payload_len as u16;
-        let frame = ctx.keep(pkt);
-        let dg = Dgram {
+        let ecn = ecn_of(bytes, &pkt.meta.headers);
+        let gro = more > 0 && sock.gro.load(Ordering::Relaxed);
+        let gso = pkt.meta.gso_size;
+        let (frame, frags) = if more > 0 {
+            ctx.keep_chain(pkt)
+        } else {
+            (ctx.keep(pkt), Vec::new())
+        };
+        let head = Dgram {
             frame,
             off,
-            len,
+            len: (d.payload_len - more) as u16,
             src,
+            dst: d.dst.ip(),
             queue: self.queue,
+            ecn,
+            gso: 0,
+            frags: Vec::new(),
         };
-        match sock.enqueue(dg, self.truesize) {
-            Ok(()) => {
-                self.count(|c| &c.in_datagrams);
-                ctx.snmp().udp_mut(v6).in_datagrams += 1;
-            }
-            Err(dg) => {
-                // Counted delivered by `keep`; move it to the drop column.
-                ctx.undeliver(dg.frame, DropReason::SocketQueueFull);
-                self.count(|c| &c.rcvbuf_errors);
-                let m = ctx.snmp().udp_mut(v6);
-                m.rcvbuf_errors += 1;
-                m.in_errors += 1;
+        if gro {
+            // The socket takes the GRO packet whole.
+            let dg = Dgram { gso, frags, ..head };
+            let truesize = self.truesize * dg.frames();
+            self.queue_dgram(&sock, dg, truesize, v6, ctx);
+        } else {
+            // `udp_unexpected_gso()`: a socket without UDP_GRO reads the
+            // datagrams one by one, as they were sent.
+            self.queue_dgram(&sock, head, self.truesize, v6, ctx);
+            for f in frags {
+                let dg = Dgram {
+                    frame: f.frame,
+                    off: f.off,
+                    len: f.len,
+                    src,
+                    dst: d.dst.ip(),
+                    queue: self.queue,
+                    ecn,
+                    gso: 0,
+                    frags: Vec::new(),
+                };
+                self.queue_dgram(&sock, dg, self.truesize, v6, ctx);
             }
         }
     }
@@ -157,5 +210,16 @@ impl Stack for SockStack {
             ctx.recycle_from(&p.ret);
         }
         None
+    }
+}
+
+/// The ECN codepoint of a frame's IP header.
+#[inline]
+fn ecn_of(frame: &[u8], h: &Headers) -> u8 {
+    let l3 = h.l3_offset as usize;
+    match h.l3 {
+        L3::Ipv4 => frame.get(l3 + 1).map_or(0, |tos| tos & 3),
+        L3::Ipv6 => frame.get(l3 + 1).map_or(0, |b| (b >> 4) & 3),
+        _ => 0,
     }
 }

@@ -1,0 +1,149 @@
+//! UDP GRO at the socket (`UDP_GRO`), and what a read reports with each
+//! datagram: segment size, ECN codepoint, destination address.
+
+use rxpath_core::sock::RecvMeta;
+use rxpath_dev::sim::{Coalesce, SimConfig};
+use rxpath_runtime::{Host, HostConfig, HostDevice};
+use rxpath_wire::build::{self, Spec};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+const HOST4: &str = "198.18.0.1";
+const PEER4: &str = "198.18.0.2";
+
+fn sa(ip: &str, port: u16) -> SocketAddr {
+    SocketAddr::new(ip.parse::<IpAddr>().unwrap(), port)
+}
+
+fn sim_host(gro: bool) -> Host {
+    let mut cfg = HostConfig {
+        gro,
+        ..Default::default()
+    };
+    cfg.sock.local_addrs = vec![HOST4.parse().unwrap()];
+    let sim = SimConfig {
+        coalesce: Coalesce {
+            rx_usecs: 0,
+            rx_frames: 1,
+        },
+        ..Default::default()
+    };
+    Host::start(cfg, HostDevice::Sim(sim)).expect("sim host")
+}
+
+/// Datagrams from `PEER4:5` to `HOST4:port`, sizes and TOS given; payload
+/// byte `i` of datagram `k` is `k * 31 + i`. Returns what was sent.
+fn send(h: &Host, port: u16, sizes: &[usize], tos: u8) -> Vec<u8> {
+    let mut spec = Spec::new(PEER4.parse().unwrap(), HOST4.parse().unwrap(), 5, port);
+    spec.tos = tos;
+    let mut all = Vec::new();
+    let mut p = h.sim_port().unwrap();
+    for (k, &n) in sizes.iter().enumerate() {
+        let payload: Vec<u8> = (0..n).map(|i| (k * 31 + i) as u8).collect();
+        all.extend_from_slice(&payload);
+        spec.ip_id = k as u16;
+        p.inject(&build::udp(&spec, &payload), 0)
+            .expect("device took the frame");
+    }
+    p.flush(rxpath_dev::mono_ns());
+    all
+}
+
+/// Read everything queued (busy polling the queue: no NAPI thread runs),
+/// one buffer per read.
+fn read_all(s: &rxpath_core::sock::UdpSocket, want: usize) -> Vec<(Vec<u8>, RecvMeta)> {
+    let mut got = Vec::new();
+    let mut total = 0;
+    while total < want {
+        let mut buf = vec![0u8; 65536];
+        let mut m = None;
+        s.recv_batch(std::slice::from_mut(&mut buf), |_, r| m = Some(r))
+            .expect("read");
+        let m = m.unwrap();
+        total += m.len;
+        buf.truncate(m.len);
+        got.push((buf, m));
+    }
+    got
+}
+
+/// Learn the socket's NAPI with one datagram through the NAPI thread, then
+/// stop the thread: from here a busy-polling read runs the NAPI itself, so
+/// one poll sees everything injected before it.
+fn prime(h: &mut Host, s: &rxpath_core::sock::UdpSocket, port: u16) {
+    s.set_read_timeout(Some(Duration::from_secs(5)));
+    send(h, port, &[10], 0);
+    read_all(s, 10);
+    h.stop_napi_threads();
+    s.set_busy_poll(100_000);
+}
+
+#[test]
+fn a_udp_gro_socket_reads_one_packet_with_its_segment_size() {
+    let mut h = sim_host(true);
+    let s = h.udp_bind(sa(HOST4, 7000)).unwrap();
+    s.set_udp_gro(true);
+    assert!(s.udp_gro());
+    prime(&mut h, &s, 7000);
+    // 20 equal datagrams and a shorter last one, ECT(0).
+    let mut sizes = vec![1000; 20];
+    sizes.push(300);
+    let sent = send(&h, 7000, &sizes, 0x02);
+    let got = read_all(&s, sent.len());
+    assert_eq!(got.len(), 1, "one read for the whole GRO packet");
+    let (data, m) = &got[0];
+    assert_eq!(data, &sent, "payload in order across the chain");
+    assert_eq!(m.stride, 1000, "the UDP_GRO segment size");
+    assert!(!m.truncated);
+    assert_eq!(m.ecn, 2, "ECT(0) as sent");
+    assert_eq!(m.dst, HOST4.parse::<IpAddr>().unwrap());
+    assert_eq!(m.src, sa(PEER4, 5));
+    drop(s);
+    let r = h.shutdown();
+    assert_eq!(r.frames_home, r.frames_total, "every frame home");
+    assert!(r.napi_total().accounted());
+}
+
+#[test]
+fn a_socket_without_udp_gro_reads_datagrams_as_they_were_sent() {
+    let mut h = sim_host(true);
+    let s = h.udp_bind(sa(HOST4, 7001)).unwrap();
+    // Another socket asks for GRO, so GRO looks sockets up: this one's
+    // datagrams still come one by one.
+    let other = h.udp_bind(sa(HOST4, 7002)).unwrap();
+    other.set_udp_gro(true);
+    prime(&mut h, &s, 7001);
+    let sent = send(&h, 7001, &[700, 700, 700, 200], 0x03);
+    let got = read_all(&s, sent.len());
+    let lens: Vec<usize> = got.iter().map(|(_, m)| m.len).collect();
+    assert_eq!(lens, vec![700, 700, 700, 200]);
+    for (_, m) in &got {
+        assert_eq!(m.stride, m.len, "a single datagram's stride is its length");
+        assert_eq!(m.ecn, 3, "CE as sent");
+    }
+    let data: Vec<u8> = got.into_iter().flat_map(|(d, _)| d).collect();
+    assert_eq!(data, sent);
+    drop((s, other));
+    let r = h.shutdown();
+    assert_eq!(r.frames_home, r.frames_total, "every frame home");
+}
+
+#[test]
+fn a_gro_packet_larger_than_the_buffer_is_truncated_and_its_frames_go_home() {
+    let mut h = sim_host(true);
+    let s = h.udp_bind(sa(HOST4, 7003)).unwrap();
+    s.set_udp_gro(true);
+    prime(&mut h, &s, 7003);
+    let sent = send(&h, 7003, &[1200; 10], 0);
+    let mut buf = vec![0u8; 5000];
+    let mut m = None;
+    s.recv_batch(std::slice::from_mut(&mut buf), |_, r| m = Some(r))
+        .unwrap();
+    let m = m.unwrap();
+    assert_eq!(m.len, 5000);
+    assert!(m.truncated, "MSG_TRUNC: the rest of the packet is gone");
+    assert_eq!(&buf[..], &sent[..5000]);
+    drop(s);
+    let r = h.shutdown();
+    assert_eq!(r.frames_home, r.frames_total, "every frame home");
+}
