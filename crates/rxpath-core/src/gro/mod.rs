@@ -69,7 +69,7 @@ mod tcp;
 mod udp;
 
 pub use config::{Adaptive, GroConfig, GroKnob, UdpGroPolicy};
-pub use replay::{replay, Boundary};
+pub use replay::{replay, replay_udp_gro, Boundary};
 pub use stats::{Check, FlushReason, GroStats, SEGS_BUCKETS};
 
 use crate::packet::{Frag, Packet, PollEnd, RxCtx, Stack};

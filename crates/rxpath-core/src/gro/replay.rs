@@ -1,16 +1,18 @@
 //! Offline GRO: a list of frames through one poll, for the kernel oracle
 //! and tests.
 
-use super::{Gro, GroConfig};
+use super::{Gro, GroConfig, UdpGroPolicy};
 use crate::packet::{Packet, PollEnd, RxCtx, Stack};
 use rxpath_wire::L4;
+use std::sync::Arc;
 
-/// A packet as GRO passed it up, described by its TCP sequence range.
+/// A packet as GRO passed it up, described by its TCP sequence range (UDP:
+/// by its payload).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Boundary {
-    /// TCP source port of the flow.
+    /// Source port of the flow.
     pub src_port: u16,
-    /// Sequence number of the first payload byte.
+    /// Sequence number of the first payload byte (0 for UDP).
     pub seq: u32,
     /// Payload bytes (all segments).
     pub payload: u32,
@@ -23,18 +25,44 @@ pub struct Boundary {
 /// passed up. Non-TCP frames and frames that do not parse are skipped.
 /// Checksums are verified in software, as for a device without offload.
 pub fn replay(frames: &[&[u8]]) -> Vec<Boundary> {
+    replay_with(frames, false)
+}
+
+/// [`replay`] for UDP datagrams, every one of them for a socket with
+/// `UDP_GRO`; TCP frames are skipped.
+pub fn replay_udp_gro(frames: &[&[u8]]) -> Vec<Boundary> {
+    replay_with(frames, true)
+}
+
+#[derive(Debug)]
+struct AllUdp;
+
+impl UdpGroPolicy for AllUdp {
+    fn wants(&self, _: &rxpath_wire::FlowKey) -> bool {
+        true
+    }
+}
+
+fn replay_with(frames: &[&[u8]], udp: bool) -> Vec<Boundary> {
     #[derive(Default)]
-    struct Record(Vec<Boundary>);
+    struct Record(Vec<Boundary>, bool);
     impl Stack for Record {
         fn receive(&mut self, p: Packet, ctx: &mut RxCtx<'_>) {
             let h = p.meta.headers;
-            if let L4::Tcp { .. } = h.l4 {
-                let b = ctx.data(&p);
-                let t = h.l4_offset as usize;
+            let b = ctx.data(&p);
+            let t = h.l4_offset as usize;
+            let seq = match h.l4 {
+                L4::Tcp { .. } if !self.1 => {
+                    Some(u32::from_be_bytes([b[t + 4], b[t + 5], b[t + 6], b[t + 7]]))
+                }
+                L4::Udp if self.1 => Some(0),
+                _ => None,
+            };
+            if let Some(seq) = seq {
                 let payload: usize = ctx.payload_parts(&p).map(|x| x.len()).sum();
                 self.0.push(Boundary {
                     src_port: h.flow.src_port,
-                    seq: u32::from_be_bytes([b[t + 4], b[t + 5], b[t + 6], b[t + 7]]),
+                    seq,
                     payload: payload as u32,
                     segs: p.frames() as u16,
                 });
@@ -46,13 +74,15 @@ pub fn replay(frames: &[&[u8]]) -> Vec<Boundary> {
         return Vec::new();
     };
     let umem = pool.umem().clone();
+    let policy: Arc<dyn UdpGroPolicy> = Arc::new(AllUdp);
     let mut gro = Gro::new(GroConfig {
         enabled: true,
+        udp: udp.then_some(policy),
         ..GroConfig::default()
     });
     let (mut recycle, mut chains, mut stats) =
         (Vec::new(), Vec::new(), crate::stats::NapiStats::default());
-    let mut out = Record::default();
+    let mut out = Record(Vec::new(), udp);
     {
         let mut ctx = RxCtx::new(&umem, &mut recycle, &mut stats, &mut chains, 1);
         for f in frames {

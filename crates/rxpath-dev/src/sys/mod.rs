@@ -24,6 +24,7 @@ pub mod af_packet;
 pub mod iface;
 pub mod ring;
 pub mod sched;
+pub mod udp;
 pub mod umem;
 pub mod uring;
 pub mod xdp;
