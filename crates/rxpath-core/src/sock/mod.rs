@@ -35,6 +35,7 @@ mod busy;
 mod demux;
 mod epoll;
 mod flow;
+mod send;
 mod socket;
 mod stage;
 mod tx;
