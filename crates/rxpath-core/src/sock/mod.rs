@@ -35,6 +35,7 @@ mod busy;
 mod demux;
 mod epoll;
 mod flow;
+mod poll;
 mod send;
 mod socket;
 mod stage;
@@ -43,6 +44,7 @@ mod tx;
 pub use busy::{CellStack, NapiCell, PollCell, SharedNapi, BUSY_POLL_BUDGET};
 pub use epoll::Epoll;
 pub use flow::SockFlowTable;
+pub use send::UDP_MAX_SEGMENTS;
 pub use socket::{RecvMeta, SockCounters, UdpSocket};
 pub use stage::SockStack;
 pub use tx::{CaptureTx, TxPort};
@@ -145,6 +147,15 @@ pub enum SockError {
         max: usize,
         /// The MTU.
         mtu: usize,
+    },
+    /// More than `UDP_MAX_SEGMENTS` datagrams in one segmented send
+    /// (`EINVAL`).
+    #[error("{len} bytes in segments of {segment} make more than 64 datagrams")]
+    TooManySegments {
+        /// Bytes to send.
+        len: usize,
+        /// Segment size asked for.
+        segment: usize,
     },
     /// IPv4 to IPv6 or back.
     #[error("address family mismatch: {0}")]

@@ -7,6 +7,9 @@ use super::SockError;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
+/// `UDP_MAX_SEGMENTS`: datagrams one `UDP_SEGMENT` send may make.
+pub const UDP_MAX_SEGMENTS: usize = 64;
+
 impl UdpSocket {
     /// `send()` on a connected socket.
     pub fn send(&self, payload: &[u8]) -> Result<usize, SockError> {
@@ -29,6 +32,44 @@ impl UdpSocket {
     /// retries it counts it again, as with the kernel's `sendmmsg`).
     /// Nothing here ends a server.
     pub fn send_batch(&self, msgs: &[(&[u8], SocketAddr)]) -> Result<usize, SockError> {
+        self.send_msgs(msgs, 0)
+    }
+
+    /// `sendmsg()` with `UDP_SEGMENT` and the ECN bits of `IP_TOS` /
+    /// `IPV6_TCLASS`: `contents` cut into datagrams of `segment_size` bytes
+    /// (the last may be shorter; `None`: one datagram), each with its own
+    /// headers, lengths and checksums, all carrying `ecn` (0-3) and all
+    /// handed to the TX port at once. At most [`UDP_MAX_SEGMENTS`]
+    /// datagrams, as the kernel allows (`EINVAL` beyond). Returns the
+    /// datagrams sent (all of them, or as `send_batch` reports a failure).
+    pub fn send_segments(
+        &self,
+        contents: &[u8],
+        segment_size: Option<usize>,
+        dst: SocketAddr,
+        ecn: u8,
+    ) -> Result<usize, SockError> {
+        let seg = match segment_size {
+            Some(s) if s > 0 && s < contents.len() => s,
+            _ => contents.len().max(1),
+        };
+        if contents.len().div_ceil(seg) > UDP_MAX_SEGMENTS {
+            return Err(SockError::TooManySegments {
+                len: contents.len(),
+                segment: seg,
+            });
+        }
+        let mut msgs = arrayvec::ArrayVec::<(&[u8], SocketAddr), UDP_MAX_SEGMENTS>::new();
+        if contents.is_empty() {
+            msgs.push((contents, dst));
+        }
+        for c in contents.chunks(seg) {
+            msgs.push((c, dst));
+        }
+        self.send_msgs(&msgs, ecn & 3)
+    }
+
+    fn send_msgs(&self, msgs: &[(&[u8], SocketAddr)], tos: u8) -> Result<usize, SockError> {
         let local = self.local_addr();
         let mut sent = 0;
         for chunk in msgs.chunks(super::tx::TX_BATCH) {
@@ -36,7 +77,7 @@ impl UdpSocket {
             let mut fams = [false; super::tx::TX_BATCH];
             let mut err = None;
             for (payload, dst) in chunk {
-                match self.build(&mut frames, local, *dst, payload) {
+                match self.build(&mut frames, local, *dst, tos, payload) {
                     Ok(v6) => fams[frames.len() - 1] = v6,
                     Err(e) => {
                         match e {
@@ -85,6 +126,7 @@ impl UdpSocket {
         frames: &mut super::tx::Frames,
         local: SocketAddr,
         dst: SocketAddr,
+        tos: u8,
         payload: &[u8],
     ) -> Result<bool, SockError> {
         let (src_ip, dst) = self.route(local, dst)?;
@@ -106,6 +148,7 @@ impl UdpSocket {
             dst,
             mac,
             id,
+            tos,
             payload,
         )?;
         Ok(dst.is_ipv6())

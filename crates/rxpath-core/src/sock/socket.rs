@@ -136,6 +136,11 @@ pub(crate) struct SockInner {
     pub(crate) v6only: AtomicBool,
     /// `UDP_GRO`: take GRO packets whole (else their datagrams one by one).
     pub(crate) gro: AtomicBool,
+    /// The task waiting in [`UdpSocket::poll_recv_batch`], woken by the
+    /// thread that queues the next datagram (no thread per socket).
+    pub(crate) waker: Mutex<Option<std::task::Waker>>,
+    /// A waker is registered (read without the lock on every enqueue).
+    pub(crate) has_waker: AtomicBool,
     pub(crate) watch: Mutex<Option<Watch>>,
 }
 
@@ -161,12 +166,32 @@ impl SockInner {
         if wake {
             self.cv.notify_one();
         }
+        self.wake_task();
         if was_empty {
             if let Some(ep) = lock(&self.watch).as_ref().and_then(|w| w.ep.upgrade()) {
                 ep.notify();
             }
         }
         Ok(())
+    }
+
+    /// Count a `recv` that busy-polled.
+    pub(crate) fn count_busy_poll(&self) {
+        self.counters.busy_polls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Wake the task registered by `poll_recv_batch`, if any.
+    #[inline]
+    pub(crate) fn wake_task(&self) {
+        // SeqCst pairs with the store in `poll_recv_batch`: either it sees
+        // the datagram just queued, or this sees its waker.
+        if self.has_waker.load(Ordering::SeqCst) {
+            let w = lock(&self.waker).take();
+            self.has_waker.store(false, Ordering::SeqCst);
+            if let Some(w) = w {
+                w.wake();
+            }
+        }
     }
 
     /// Close: mark the queue closed, send its frames home, wake sleepers.
@@ -178,6 +203,7 @@ impl SockInner {
         self.qlen.store(0, Ordering::Release);
         drop(q);
         self.cv.notify_all();
+        self.wake_task();
         for d in dgrams {
             if let Some(p) = host.port(d.queue) {
                 p.ret.put_all(d.into_frames());
@@ -282,6 +308,8 @@ impl UdpSocket {
             v6: addr.is_ipv6(),
             v6only: AtomicBool::new(false),
             gro: AtomicBool::new(false),
+            waker: Mutex::new(None),
+            has_waker: AtomicBool::new(false),
         });
         t.insert(key, inner.clone());
         drop(t);
@@ -497,7 +525,7 @@ impl UdpSocket {
 
     /// Copy out up to `bufs.len()` queued datagrams; frames go home in one
     /// batch.
-    fn take<B: AsMut<[u8]>>(
+    pub(crate) fn take<B: AsMut<[u8]>>(
         &self,
         bufs: &mut [B],
         meta: &mut dyn FnMut(usize, RecvMeta),
@@ -601,7 +629,7 @@ impl UdpSocket {
         let us = self.busy_poll();
         let napi = NapiId(inner.napi_id.load(Ordering::Relaxed));
         if us > 0 && napi.0 != 0 {
-            inner.counters.busy_polls.fetch_add(1, Ordering::Relaxed);
+            inner.count_busy_poll();
             self.host
                 .busy_loop(&[napi], us, &|| inner.qlen.load(Ordering::Acquire) > 0);
             if inner.qlen.load(Ordering::Acquire) > 0 {

@@ -7,8 +7,10 @@ use rxpath_wire::ethernet::Mac;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-/// Datagrams built and handed to the port at once by `send_batch`.
-pub(crate) const TX_BATCH: usize = 16;
+/// Datagrams built and handed to the port at once by `send_batch`: as many
+/// as one `UDP_SEGMENT` send may carry (`UDP_MAX_SEGMENTS`), so a GSO send
+/// is one hand-over (one wakeup of the device).
+pub(crate) const TX_BATCH: usize = 64;
 const FRAME_MAX: usize = 2048;
 
 /// A device's transmit side. Calling context: any thread, serialized by
@@ -90,6 +92,7 @@ impl Frames {
         dst: SocketAddr,
         dst_mac: Mac,
         ip_id: u16,
+        tos: u8,
         payload: &[u8],
     ) -> Result<(), SockError> {
         let l3 = if dst.is_ipv4() { 20 } else { 40 };
@@ -105,6 +108,7 @@ impl Frames {
         spec.src_mac = cfg.mac;
         spec.dst_mac = dst_mac;
         spec.ip_id = ip_id;
+        spec.tos = tos;
         let at = self.n * FRAME_MAX;
         let len = write_udp(&mut self.buf[at..at + FRAME_MAX], &spec, payload).map_err(|_| {
             SockError::MessageTooLong {

@@ -1,11 +1,16 @@
-//! UDP GRO at the socket (`UDP_GRO`), and what a read reports with each
-//! datagram: segment size, ECN codepoint, destination address.
+//! What a QUIC stack asks of a socket: UDP GRO at the socket (`UDP_GRO`),
+//! what a read reports with each datagram (segment size, ECN codepoint,
+//! destination address), segmented sends (`UDP_SEGMENT`) with the ECN bits
+//! set, and reads from a task woken by the thread that queues.
 
-use rxpath_core::sock::RecvMeta;
+use rxpath_core::sock::{CaptureTx, RecvMeta, SockError, UDP_MAX_SEGMENTS};
 use rxpath_dev::sim::{Coalesce, SimConfig};
 use rxpath_runtime::{Host, HostConfig, HostDevice};
 use rxpath_wire::build::{self, Spec};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 const HOST4: &str = "198.18.0.1";
@@ -146,4 +151,92 @@ fn a_gro_packet_larger_than_the_buffer_is_truncated_and_its_frames_go_home() {
     drop(s);
     let r = h.shutdown();
     assert_eq!(r.frames_home, r.frames_total, "every frame home");
+}
+
+#[test]
+fn a_segmented_send_makes_one_datagram_per_segment_with_the_ecn_bits() {
+    let mut h = sim_host(true);
+    let tx = CaptureTx::default();
+    h.sockets().set_tx(Box::new(tx.clone()));
+    let s = h.udp_bind(sa(HOST4, 4433)).unwrap();
+    // Learn the peer's MAC from one datagram.
+    prime(&mut h, &s, 4433);
+    let contents: Vec<u8> = (0..5000u32).map(|i| (i * 7) as u8).collect();
+    let n = s
+        .send_segments(&contents, Some(1200), sa(PEER4, 5), 2)
+        .unwrap();
+    assert_eq!(n, 5, "4 x 1200 and one of 200");
+    let frames = tx.frames.lock().unwrap().clone();
+    assert_eq!(frames.len(), 5);
+    let mut back = Vec::new();
+    for (i, f) in frames.iter().enumerate() {
+        let hd = rxpath_wire::parse(f).expect("valid frame");
+        let want = if i < 4 { 1200 } else { 200 };
+        assert_eq!(hd.payload_len as usize, want);
+        assert_eq!(f[15] & 3, 2, "ECT(0) in the TOS byte");
+        let ip = rxpath_wire::ipv4::Packet::new_unchecked(&f[14..]);
+        assert!(ip.verify_checksum());
+        let p = hd.payload_offset as usize;
+        let seg = &f[hd.l4_offset as usize..p + want];
+        assert_eq!(
+            rxpath_wire::checksum::l4(hd.flow.src(), hd.flow.dst(), 17, seg),
+            0,
+            "each segment's own UDP checksum"
+        );
+        back.extend_from_slice(&f[p..p + want]);
+    }
+    assert_eq!(back, contents);
+    // More than 64 segments is refused, as the kernel's EINVAL.
+    let big = vec![0u8; 65 * 10];
+    assert!(matches!(
+        s.send_segments(&big, Some(10), sa(PEER4, 5), 0),
+        Err(SockError::TooManySegments { .. })
+    ));
+    assert_eq!(
+        s.send_segments(&big[..640], Some(10), sa(PEER4, 5), 0),
+        Ok(UDP_MAX_SEGMENTS)
+    );
+    drop(s);
+    let r = h.shutdown();
+    assert_eq!(r.frames_home, r.frames_total);
+}
+
+struct CountWake(AtomicUsize);
+
+impl Wake for CountWake {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_task_is_woken_by_the_thread_that_queues_its_datagram() {
+    let h = sim_host(true);
+    let s = h.udp_bind(sa(HOST4, 7010)).unwrap();
+    let count = Arc::new(CountWake(AtomicUsize::new(0)));
+    let waker = Waker::from(count.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut bufs = [vec![0u8; 2048]];
+    let mut got = Vec::new();
+    let mut meta = |_: usize, m: RecvMeta| got.push(m.len);
+    assert!(s
+        .poll_recv_batch(&mut cx, &mut bufs, &mut meta)
+        .is_pending());
+    assert_eq!(count.0.load(Ordering::SeqCst), 0);
+    // The NAPI thread queues it and wakes the task.
+    send(&h, 7010, &[321], 0);
+    let t0 = std::time::Instant::now();
+    while count.0.load(Ordering::SeqCst) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "never woken");
+        std::thread::yield_now();
+    }
+    match s.poll_recv_batch(&mut cx, &mut bufs, &mut meta) {
+        Poll::Ready(Ok(1)) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(got, vec![321]);
+    assert_eq!(count.0.load(Ordering::SeqCst), 1, "one wake per wait");
+    drop(s);
+    let r = h.shutdown();
+    assert_eq!(r.frames_home, r.frames_total);
 }

@@ -1,0 +1,58 @@
+//! Reading from a task: [`UdpSocket::poll_recv_batch`], what an async
+//! runtime (quinn's `AsyncUdpSocket`) calls.
+//!
+//! No thread per socket and no system call per datagram: a task that finds
+//! the queue empty leaves its waker in the socket, and the thread that
+//! queues the next datagram (a NAPI thread, a worker, or a busy poller)
+//! wakes it. With `busy_poll` set, an empty queue is first polled once
+//! through the socket's NAPI, as the kernel's non-blocking `recvmsg` does
+//! (`sk_busy_loop(sk, nonblock)`: one `napi_busy_loop` round without a loop
+//! end).
+
+use super::socket::{RecvMeta, UdpSocket};
+use super::{lock, SockError};
+use crate::napi::NapiId;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+
+impl UdpSocket {
+    /// Non-blocking `recvmmsg()` for a task: up to `bufs.len()` datagrams
+    /// (GRO packets for a `UDP_GRO` socket), `meta` called with each
+    /// one's index and [`RecvMeta`]; `Pending` with the task's waker
+    /// registered when nothing is queued; `Err(Closed)` once the socket
+    /// is closed and drained.
+    pub fn poll_recv_batch<B: AsMut<[u8]>>(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &mut [B],
+        meta: &mut dyn FnMut(usize, RecvMeta),
+    ) -> Poll<Result<usize, SockError>> {
+        let n = self.take(bufs, meta)?;
+        if n > 0 {
+            return Poll::Ready(Ok(n));
+        }
+        let inner = &self.inner;
+        let us = self.busy_poll();
+        let napi = NapiId(inner.napi_id.load(Ordering::Relaxed));
+        if us > 0 && napi.0 != 0 {
+            inner.count_busy_poll();
+            self.host
+                .busy_loop(&[napi], 0, &|| inner.qlen.load(Ordering::Acquire) > 0);
+            let n = self.take(bufs, meta)?;
+            if n > 0 {
+                return Poll::Ready(Ok(n));
+            }
+            // About to wait: a deferred interrupt must fire again.
+            self.host.resume_irqs(&[napi]);
+        }
+        *lock(&inner.waker) = Some(cx.waker().clone());
+        inner.has_waker.store(true, Ordering::SeqCst);
+        // A datagram queued between the first look and the registration
+        // found no waker: look again.
+        let n = self.take(bufs, meta)?;
+        if n > 0 {
+            return Poll::Ready(Ok(n));
+        }
+        Poll::Pending
+    }
+}
