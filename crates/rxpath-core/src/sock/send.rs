@@ -147,8 +147,7 @@ impl UdpSocket {
             SocketAddr::new(src, local.port()),
             dst,
             mac,
-            id,
-            tos,
+            (id, tos),
             payload,
         )?;
         Ok(dst.is_ipv6())

@@ -84,15 +84,15 @@ impl Frames {
         self.n
     }
 
-    /// Build one UDP datagram's frame.
+    /// Build one UDP datagram's frame with IPv4 ID `ip_id` and TOS (or
+    /// traffic class) `tos`.
     pub(crate) fn push(
         &mut self,
         cfg: &SockConfig,
         src: SocketAddr,
         dst: SocketAddr,
         dst_mac: Mac,
-        ip_id: u16,
-        tos: u8,
+        (ip_id, tos): (u16, u8),
         payload: &[u8],
     ) -> Result<(), SockError> {
         let l3 = if dst.is_ipv4() { 20 } else { 40 };
