@@ -1,0 +1,138 @@
+//! rxpath's UDP sockets under quinn.
+//!
+//! [`RxpathSocket`] is quinn 0.11's `AsyncUdpSocket` over an rxpath
+//! [`UdpSocket`]: quinn's endpoint reads GRO packets (`stride` is the
+//! segment size), sends segmented transmits in one hand-over to the device
+//! (`UDP_SEGMENT`), sees and sets the ECN bits, and is woken by the thread
+//! that queues its datagrams: no thread per socket, no system call per
+//! datagram. With `busy_poll` set on the socket, an empty read first polls
+//! the queue's NAPI once, as the kernel's non-blocking `recvmsg` does.
+//!
+//! ```no_run
+//! # async fn serve() -> anyhow::Result<()> {
+//! use rxpath_dev::sys::xdp::XdpFilter;
+//! use rxpath_runtime::{Host, HostConfig, HostDevice};
+//! use std::sync::Arc;
+//! // AF_XDP on eth1, UDP to port 4433 only; the rest stays with the kernel.
+//! let filter = XdpFilter { protocol: Some(17), dst_port: Some(4433), ..XdpFilter::default() };
+//! let dev = HostDevice::Xdp { iface: "eth1".into(), filter, fallback: true, xsk_busy_poll_us: 0 };
+//! let host = Host::start(HostConfig::default(), dev)?;
+//! let sock = rxpath_quinn::RxpathSocket::new(host.udp_bind("0.0.0.0:4433".parse()?)?);
+//! let (server_config, _cert) = rxpath_quinn::perf::self_signed_server()?;
+//! let endpoint = quinn::Endpoint::new_with_abstract_socket(
+//!     quinn::EndpointConfig::default(), Some(server_config),
+//!     Arc::new(sock), Arc::new(quinn::TokioRuntime))?;
+//! while let Some(incoming) = endpoint.accept().await { let _conn = incoming.await?; }
+//! # Ok(()) }
+//! //! ```
+
+pub mod perf;
+
+use quinn::udp::{EcnCodepoint, RecvMeta, Transmit};
+use quinn::{AsyncUdpSocket, UdpPoller};
+use rxpath_core::sock::{SockError, UdpSocket, UDP_MAX_SEGMENTS};
+use std::io::{self, IoSliceMut};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+/// Datagrams a GRO packet may hold (`UDP_GRO_CNT_MAX`).
+const GRO_SEGMENTS: usize = 64;
+
+/// quinn's socket over an rxpath UDP socket (see the crate docs).
+#[derive(Debug)]
+pub struct RxpathSocket {
+    sock: UdpSocket,
+}
+
+impl RxpathSocket {
+    /// Wrap `sock`, turning `UDP_GRO` on (quinn reads GRO packets).
+    pub fn new(sock: UdpSocket) -> Self {
+        sock.set_udp_gro(true);
+        RxpathSocket { sock }
+    }
+
+    /// The rxpath socket underneath (counters, busy poll).
+    pub fn socket(&self) -> &UdpSocket {
+        &self.sock
+    }
+}
+
+/// Sends never wait for room: the TX port takes a batch or refuses it at
+/// once (counted), so a send is always worth trying.
+#[derive(Debug)]
+struct Writable;
+
+impl UdpPoller for Writable {
+    fn poll_writable(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncUdpSocket for RxpathSocket {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
+        Box::pin(Writable)
+    }
+
+    fn try_send(&self, t: &Transmit<'_>) -> io::Result<()> {
+        let ecn = t.ecn.map_or(0, |e| e as u8);
+        match self
+            .sock
+            .send_segments(t.contents, t.segment_size, t.destination, ecn)
+        {
+            Ok(_) => Ok(()),
+            // As quinn-udp does with the kernel's errors: a datagram that
+            // cannot leave is lost (counted by the host), the endpoint
+            // goes on; QUIC retransmits.
+            Err(SockError::Closed) => Err(io::Error::from(io::ErrorKind::NotConnected)),
+            Err(_) => Ok(()),
+        }
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        let n = bufs.len().min(meta.len()).min(32);
+        let mut slices: [&mut [u8]; 32] = Default::default();
+        for (s, b) in slices.iter_mut().zip(bufs.iter_mut()) {
+            *s = &mut b[..];
+        }
+        let r = self
+            .sock
+            .poll_recv_batch(cx, &mut slices[..n], &mut |i, m| {
+                let mut r = RecvMeta::default();
+                r.addr = m.src;
+                r.len = m.len;
+                r.stride = m.stride.max(1);
+                r.ecn = EcnCodepoint::from_bits(m.ecn);
+                r.dst_ip = Some(m.dst);
+                meta[i] = r;
+            });
+        match r {
+            Poll::Ready(Ok(n)) => Poll::Ready(Ok(n)),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(io::Error::other(e.to_string()))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.sock.local_addr())
+    }
+
+    fn max_transmit_segments(&self) -> usize {
+        UDP_MAX_SEGMENTS
+    }
+
+    fn max_receive_segments(&self) -> usize {
+        GRO_SEGMENTS
+    }
+
+    /// rxpath sends every datagram with DF set and never fragments.
+    fn may_fragment(&self) -> bool {
+        false
+    }
+}
