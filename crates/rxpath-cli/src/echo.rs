@@ -148,17 +148,7 @@ impl EchoServer {
                 ..XdpFilter::default()
             },
         };
-        let dev = match a.mode {
-            BackendArg::Packet => HostDevice::Packet {
-                iface: a.iface.clone(),
-            },
-            m => HostDevice::Xdp {
-                iface: a.iface.clone(),
-                filter,
-                fallback: m == BackendArg::Auto,
-                xsk_busy_poll_us: a.xdp_busy_poll,
-            },
-        };
+        let dev = device(&a.iface, a.mode, filter, a.xdp_busy_poll);
         let filter = crate::filter::Loaded::load(&a.filt, &a.iface)?;
         cfg.sock.filter = filter.as_ref().map(|f| f.handle.clone());
         let host = Host::start(cfg, dev)?;
@@ -265,6 +255,22 @@ impl EchoServer {
             filter,
             tx_stalls,
         })
+    }
+}
+
+/// The device a server on `iface` runs on: AF_XDP taking what `filter`
+/// takes (with `auto`, AF_PACKET if AF_XDP cannot be set up), or AF_PACKET.
+pub(crate) fn device(iface: &str, mode: BackendArg, filter: XdpFilter, busy_us: u32) -> HostDevice {
+    match mode {
+        BackendArg::Packet => HostDevice::Packet {
+            iface: iface.to_string(),
+        },
+        m => HostDevice::Xdp {
+            iface: iface.to_string(),
+            filter,
+            fallback: m == BackendArg::Auto,
+            xsk_busy_poll_us: busy_us,
+        },
     }
 }
 

@@ -8,6 +8,7 @@ pub mod ctl;
 mod echo;
 mod filter;
 pub mod opts;
+mod quic;
 mod report;
 mod soak;
 mod steer;
@@ -34,6 +35,7 @@ pub fn main() -> ExitCode {
         opts::Cmd::Lab(l) => lab(l),
         opts::Cmd::Gen(g) => gen(g),
         opts::Cmd::Echo(e) => echo::echo(*e),
+        opts::Cmd::Quic(q) => quic::quic(*q),
         opts::Cmd::Filter(f) => filter::filter_cmd(f),
         opts::Cmd::Soak(s) => soak::soak(s),
         opts::Cmd::Ctl(c) => ctl::ctl(c),

@@ -7,6 +7,7 @@ use rxpath_core::napi::BundleMode;
 use rxpath_core::softnet::SoftnetConfig;
 use rxpath_dev::sim::{Coalesce, Mix, SimConfig, TrafficConfig};
 use rxpath_runtime::{GroSettings, IfName, Producer, RunConfig, StackKind};
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -33,6 +34,9 @@ pub enum Cmd {
     /// A UDP echo server on rxpath sockets (AF_XDP by default), with busy
     /// polling and a sockperf mode.
     Echo(Box<EchoArgs>),
+    /// A QUIC server (quinn) speaking quinn's perf protocol, on rxpath
+    /// sockets or, for comparison, on the kernel's.
+    Quic(Box<QuicArgs>),
     /// Build, remove or show the test topology: a veth pair, host end here,
     /// peer end in a network namespace, addresses from 198.18.0.0/15.
     Lab(LabArgs),
@@ -48,6 +52,64 @@ pub enum Cmd {
     /// net.core.netdev_budget, net.core.netdev_budget_usecs) while packets
     /// flow, through its control socket.
     Ctl(crate::ctl::CtlArgs),
+}
+
+/// What `rxpath quic` serves on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum QuicSocket {
+    /// An rxpath socket (AF_XDP or AF_PACKET, GRO, busy polling).
+    Rxpath,
+    /// The kernel's UDP socket through quinn-udp (GSO, GRO, ECN).
+    Kernel,
+}
+
+/// `rxpath quic`.
+#[derive(Debug, Parser)]
+pub struct QuicArgs {
+    /// Interface to serve on (rxpath sockets; the kernel socket binds
+    /// --bind).
+    #[arg(long, required_unless_present_any = ["connect"])]
+    pub iface: Option<String>,
+    /// Be a perf client instead (on the kernel's socket): connect to ADDR,
+    /// upload --upload bytes and download --download bytes on one stream
+    /// each, then time --requests small request/response streams.
+    #[arg(long, value_name = "ADDR")]
+    pub connect: Option<SocketAddr>,
+    /// Client: bytes to upload.
+    #[arg(long, default_value_t = 0)]
+    pub upload: u64,
+    /// Client: bytes to download.
+    #[arg(long, default_value_t = 0)]
+    pub download: u64,
+    /// Client: small request/response streams to time (32 bytes each way).
+    #[arg(long, default_value_t = 0)]
+    pub requests: u64,
+    /// Backend: auto (AF_XDP, else AF_PACKET), xdp or packet.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub mode: BackendArg,
+    /// Address to bind.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind: std::net::IpAddr,
+    /// UDP port.
+    #[arg(long, default_value_t = 4433)]
+    pub port: u16,
+    /// rxpath's socket or the kernel's.
+    #[arg(long, value_enum, default_value_t = QuicSocket::Rxpath)]
+    pub socket: QuicSocket,
+    /// Busy-poll for US µs when a read finds nothing (SO_BUSY_POLL; 0 =
+    /// off). rxpath: one busy-poll round per empty read, as the kernel's
+    /// non-blocking recvmsg; kernel socket: set on it.
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    pub busy_poll: u32,
+    /// NAPI threads (rxpath).
+    #[arg(long, default_value_t = 1)]
+    pub napi_threads: usize,
+    /// Stop after this many seconds (default: run until Ctrl-C).
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// How `rxpath echo`'s replies leave on AF_XDP.

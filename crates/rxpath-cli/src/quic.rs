@@ -1,0 +1,253 @@
+//! `rxpath quic`: a quinn server speaking quinn's perf protocol, on an
+//! rxpath socket ([`rxpath_quinn::RxpathSocket`]) or, for comparison, on
+//! the kernel's UDP socket through quinn-udp. Anyone can point quinn's
+//! `perf_client` (or any QUIC client with ALPN `perf`) at it.
+
+use crate::opts::{QuicArgs, QuicSocket};
+use anyhow::Context;
+use rxpath_dev::sys::xdp::XdpFilter;
+use rxpath_quinn::{perf, RxpathSocket};
+use rxpath_runtime::{Host, HostConfig};
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The server socket's receive buffer, either kind: a QUIC server's bursts
+/// (64-segment GRO packets) overflow the 208 KiB default at once, and
+/// QUIC servers set theirs large.
+const RCVBUF: usize = 8 << 20;
+
+pub fn quic(a: QuicArgs) -> anyhow::Result<ExitCode> {
+    if let Some(server) = a.connect {
+        return client(&a, server);
+    }
+    let iface = a.iface.clone().unwrap_or_default();
+    let addr = SocketAddr::new(a.bind, a.port);
+    let host = match a.socket {
+        QuicSocket::Kernel => None,
+        QuicSocket::Rxpath => {
+            if !rxpath_dev::sys::sched::is_root() {
+                anyhow::bail!(
+                    "quic opens AF_XDP/AF_PACKET sockets on {iface}: run it as root (CAP_NET_RAW, CAP_BPF), or use --socket kernel"
+                );
+            }
+            let cfg = HostConfig {
+                queues: 0,
+                napi_threads: a.napi_threads,
+                ..HostConfig::default()
+            };
+            let filter = XdpFilter {
+                protocol: Some(17),
+                dst_port: Some(a.port),
+                ..XdpFilter::default()
+            };
+            let dev = crate::echo::device(&iface, a.mode, filter, 0);
+            Some(Host::start(cfg, dev)?)
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        ctrlc::set_handler(move || stop.store(true, Ordering::Release))
+            .context("installing the Ctrl-C handler")?;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let stats = Arc::new(perf::ServerStats::default());
+    let (scfg, _cert) = perf::self_signed_server()?;
+    let (endpoint, sock) = {
+        let _g = rt.enter();
+        match &host {
+            Some(h) => {
+                let sock = h.udp_bind(addr).context("binding the QUIC socket")?;
+                sock.set_busy_poll(a.busy_poll);
+                sock.set_rcvbuf(RCVBUF);
+                let ep = quinn::Endpoint::new_with_abstract_socket(
+                    quinn::EndpointConfig::default(),
+                    Some(scfg),
+                    Arc::new(RxpathSocket::new(sock.clone())),
+                    Arc::new(quinn::TokioRuntime),
+                )?;
+                (ep, Some(sock))
+            }
+            None => {
+                let s = std::net::UdpSocket::bind(addr).context("binding the kernel socket")?;
+                rxpath_dev::sys::sched::set_rcvbuf(&s, RCVBUF)?;
+                if a.busy_poll > 0 {
+                    rxpath_dev::sys::udp::set_busy_poll(&s, a.busy_poll)?;
+                }
+                let ep = quinn::Endpoint::new(
+                    quinn::EndpointConfig::default(),
+                    Some(scfg),
+                    s,
+                    Arc::new(quinn::TokioRuntime),
+                )?;
+                (ep, None)
+            }
+        }
+    };
+    eprintln!(
+        "rxpath quic: perf server (ALPN perf, self-signed certificate for localhost) on {} {addr}",
+        match &host {
+            Some(h) => format!("rxpath {}", h.backend()),
+            None => "the kernel's socket".to_string(),
+        }
+    );
+    let start = Instant::now();
+    let end = a
+        .duration
+        .map(|d| start + Duration::from_secs_f64(d.max(0.0)));
+    rt.spawn(perf::serve(endpoint.clone(), stats.clone()));
+    while !stop.load(Ordering::Acquire) && end.is_none_or(|e| Instant::now() < e) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    endpoint.close(0u32.into(), b"server stops");
+    rt.block_on(async {
+        let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+    });
+    drop(endpoint);
+    rt.shutdown_timeout(Duration::from_secs(1));
+    let elapsed = start.elapsed();
+    let ld = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
+    let perf_json = serde_json::json!({
+        "connections": ld(&stats.connections),
+        "streams": ld(&stats.streams),
+        "bytes_in": ld(&stats.bytes_in),
+        "bytes_out": ld(&stats.bytes_out),
+        "failed_streams": ld(&stats.failed),
+    });
+    let socket = sock.as_ref().map(|s| s.counters());
+    drop(sock);
+    let rep = host.map(Host::shutdown);
+    let lost = rep
+        .as_ref()
+        .is_some_and(|r| r.frames_home != r.frames_total);
+    if a.json {
+        let path = rep.as_ref().map(|r| {
+            let napi = r.napi_total();
+            serde_json::json!({
+                "socket": socket,
+                "sock": r.sock,
+                "napi": {
+                    "received": napi.received,
+                    "delivered": napi.delivered,
+                    "dropped": napi.dropped.total(),
+                    "polls": napi.polls,
+                },
+                "dropped": napi.dropped,
+                "frames_total": r.frames_total,
+                "frames_home": r.frames_home,
+                "snmp": r.snmp.to_json(),
+                "tx": r.tx,
+            })
+        });
+        println!(
+            "{}",
+            serde_json::json!({
+                "elapsed_s": elapsed.as_secs_f64(),
+                "socket_kind": format!("{:?}", a.socket).to_lowercase(),
+                "perf": perf_json,
+                "path": path,
+            })
+        );
+    } else {
+        println!(
+            "quic: {:.1}s, {} connection(s), {} stream(s) answered ({} failed), {} bytes in, {} bytes out",
+            elapsed.as_secs_f64(),
+            ld(&stats.connections),
+            ld(&stats.streams),
+            ld(&stats.failed),
+            ld(&stats.bytes_in),
+            ld(&stats.bytes_out),
+        );
+        if let (Some(r), Some(s)) = (&rep, &socket) {
+            let napi = r.napi_total();
+            println!(
+                "path: {} reads ({} busy polls, {} sleeps); NAPI received {} frames, delivered {}, dropped {}; frames home {}/{}",
+                s.read,
+                s.busy_polls,
+                s.sleeps,
+                napi.received,
+                napi.delivered,
+                napi.dropped.total(),
+                r.frames_home,
+                r.frames_total
+            );
+            print!("{}", r.snmp.table());
+        }
+    }
+    if lost {
+        eprintln!("rxpath quic: frames lost");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The perf client: one upload stream, one download stream, then timed
+/// small requests, on the kernel's socket; a JSON line (or text) with the
+/// rates and the latencies.
+fn client(a: &QuicArgs, server: SocketAddr) -> anyhow::Result<ExitCode> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let r = rt.block_on(async {
+        let bind: SocketAddr = match server {
+            SocketAddr::V4(_) => "0.0.0.0:0".parse()?,
+            SocketAddr::V6(_) => "[::]:0".parse()?,
+        };
+        let mut ep = quinn::Endpoint::client(bind)?;
+        ep.set_default_client_config(perf::client_insecure()?);
+        let conn = tokio::time::timeout(
+            Duration::from_secs(5),
+            ep.connect(server, "localhost")?,
+        )
+        .await
+        .context("handshake timed out")??;
+        let mut out = serde_json::Map::new();
+        for (name, up, down) in [("upload", a.upload, 0), ("download", 0, a.download)] {
+            let bytes = up + down;
+            if bytes == 0 {
+                continue;
+            }
+            let t = Instant::now();
+            perf::request(&conn, up, down).await?;
+            let s = t.elapsed().as_secs_f64();
+            out.insert(
+                name.into(),
+                serde_json::json!({"bytes": bytes, "seconds": s, "gbit_s": bytes as f64 * 8.0 / s / 1e9}),
+            );
+        }
+        if a.requests > 0 {
+            let mut lat = Vec::with_capacity(a.requests as usize);
+            for _ in 0..a.requests {
+                let t = Instant::now();
+                perf::request(&conn, 32, 32).await?;
+                lat.push(t.elapsed().as_nanos() as u64);
+            }
+            lat.sort_unstable();
+            let q = |f: f64| lat[((lat.len() as f64 * f) as usize).min(lat.len() - 1)] as f64 / 1e3;
+            out.insert(
+                "requests".into(),
+                serde_json::json!({"n": a.requests, "p50_us": q(0.5), "p99_us": q(0.99)}),
+            );
+        }
+        let stats = conn.stats();
+        out.insert(
+            "lost_packets".into(),
+            serde_json::json!(stats.path.lost_packets),
+        );
+        conn.close(0u32.into(), b"done");
+        ep.wait_idle().await;
+        anyhow::Ok(serde_json::Value::Object(out))
+    })?;
+    if a.json {
+        println!("{r}");
+    } else {
+        println!("quic client: {r}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
