@@ -104,13 +104,13 @@ impl AsyncUdpSocket for RxpathSocket {
         let r = self
             .sock
             .poll_recv_batch(cx, &mut slices[..n], &mut |i, m| {
-                let mut r = RecvMeta::default();
-                r.addr = m.src;
-                r.len = m.len;
-                r.stride = m.stride.max(1);
-                r.ecn = EcnCodepoint::from_bits(m.ecn);
-                r.dst_ip = Some(m.dst);
-                meta[i] = r;
+                meta[i] = RecvMeta {
+                    addr: m.src,
+                    len: m.len,
+                    stride: m.stride.max(1),
+                    ecn: EcnCodepoint::from_bits(m.ecn),
+                    dst_ip: Some(m.dst),
+                };
             });
         match r {
             Poll::Ready(Ok(n)) => Poll::Ready(Ok(n)),
