@@ -122,7 +122,9 @@ fn quinn_handshake_and_perf_transfers_over_rxpath_sockets() {
     drop((ssock, csock));
     drop(rt);
     for (name, h) in [("server", server), ("client", client)] {
-        let h = Arc::try_unwrap(h).ok().expect("host still shared");
+        let Ok(h) = Arc::try_unwrap(h) else {
+            panic!("{name} host still shared")
+        };
         let r = h.shutdown();
         assert_eq!(r.frames_home, r.frames_total, "every frame home");
         if name == "server" {
