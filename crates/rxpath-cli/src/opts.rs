@@ -378,6 +378,10 @@ pub enum BenchCmd {
     /// reader pinned to one CPU, rxpath echo with RPS vs RFS, the kernel's
     /// own RPS/RFS on the same veth as the reference.
     Rfs(crate::bench::rfs::RfsBenchArgs),
+    /// quinn's perf protocol on the lab veth (root): the server on the
+    /// kernel's socket vs on rxpath (sleeping, busy polling), the peer's
+    /// UDP GSO off and on; Gbit/s, server CPU per GB, request p50/p99.
+    Quic(crate::bench::quic::QuicBenchArgs),
 }
 
 #[derive(Debug, Clone, Args)]

@@ -96,7 +96,7 @@ impl Trial {
 }
 
 /// Busy jiffies of all CPUs together, from the first line of /proc/stat.
-fn machine_busy() -> Duration {
+pub(crate) fn machine_busy() -> Duration {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let v: Vec<u64> = stat
         .lines()

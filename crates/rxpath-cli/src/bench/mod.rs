@@ -12,6 +12,7 @@ pub(crate) mod filter;
 pub(crate) mod gro;
 pub(crate) mod iface;
 pub(crate) mod plot;
+pub(crate) mod quic;
 pub(crate) mod rfs;
 pub(crate) mod rr;
 mod rxdrop;
@@ -28,6 +29,7 @@ pub fn bench(a: crate::opts::BenchArgs) -> Result<ExitCode> {
         BenchCmd::Filter(a) => filter::filter(a, &mut rep),
         BenchCmd::Steer(a) => steer::steer(a, &mut rep),
         BenchCmd::Rfs(a) => rfs::rfs(a, &mut rep),
+        BenchCmd::Quic(a) => quic::quic(a, &mut rep),
     }?;
     let missing = std::mem::take(&mut *UNMEASURED.lock().unwrap_or_else(|e| e.into_inner()));
     if let Some(mut r) = rep {

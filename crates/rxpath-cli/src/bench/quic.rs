@@ -1,0 +1,259 @@
+//! `rxpath bench quic` (root): quinn's perf protocol on the lab veth, the
+//! server (`rxpath quic`) on the kernel's socket vs on an rxpath socket,
+//! sleeping and busy polling; the client (`rxpath quic --connect`, quinn on
+//! the kernel's socket) in the peer namespace, with its UDP GSO on and off
+//! (`ethtool -K PEER tx-udp-segmentation`: off, a wire's single datagrams).
+//!
+//! Per configuration: an upload and a download of `--bytes` (Gbit/s, and
+//! the server's CPU per GB: the whole machine's busy time from
+//! `/proc/stat` less the client process's own CPU), then `--requests`
+//! 32-byte request/response streams on one connection (p50, p99), and
+//! from the server's report every byte and frame accounted for and the
+//! datagrams per read (UDP GRO).
+
+use crate::bench::iface::machine_busy;
+use crate::bench::plot::ReportDir;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use rxpath_dev::sys::sched;
+use rxpath_runtime::lab::{Topology, HOST_ADDR};
+use serde_json::Value;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Args)]
+pub struct QuicBenchArgs {
+    /// Bytes per upload and per download.
+    #[arg(long, default_value_t = 300_000_000)]
+    pub bytes: u64,
+    /// 32-byte request/response streams timed per configuration.
+    #[arg(long, default_value_t = 2000)]
+    pub requests: u64,
+    /// Busy-poll µs for the busy-polling servers (rxpath and kernel).
+    #[arg(long, default_value_t = 50)]
+    pub busy_poll: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Server {
+    Kernel,
+    KernelBusy,
+    Rxpath,
+    RxpathBusy,
+}
+
+impl Server {
+    const ALL: [Server; 4] = [
+        Server::Kernel,
+        Server::KernelBusy,
+        Server::Rxpath,
+        Server::RxpathBusy,
+    ];
+    fn name(self) -> &'static str {
+        match self {
+            Server::Kernel => "kernel socket",
+            Server::KernelBusy => "kernel socket, busy poll",
+            Server::Rxpath => "rxpath AF_XDP, sleeping",
+            Server::RxpathBusy => "rxpath AF_XDP, busy poll",
+        }
+    }
+    fn rxpath(self) -> bool {
+        matches!(self, Server::Rxpath | Server::RxpathBusy)
+    }
+    fn busy(self) -> bool {
+        matches!(self, Server::KernelBusy | Server::RxpathBusy)
+    }
+}
+
+/// One configuration's figures.
+#[derive(Debug, Default, Clone)]
+struct Row {
+    up_gbit: f64,
+    up_cpu_s_per_gb: f64,
+    down_gbit: f64,
+    down_cpu_s_per_gb: f64,
+    p50_us: f64,
+    p99_us: f64,
+    /// Datagrams per socket read on the server (rxpath: UDP GRO).
+    per_read: Option<f64>,
+    /// Every byte arrived and (rxpath) every frame came home.
+    whole: bool,
+}
+
+fn client(t: &Topology, args: &[String]) -> Result<(Value, Duration, Duration)> {
+    let exe = std::env::current_exe()?;
+    let (m0, c0) = (machine_busy(), sched::children_cpu_time());
+    let out = Command::new("ip")
+        .args(["netns", "exec", &t.ns])
+        .arg(&exe)
+        .args(["quic", "--connect", &format!("{HOST_ADDR}:4433"), "--json"])
+        .args(args)
+        .output()
+        .context("running the perf client")?;
+    let (m1, c1) = (machine_busy(), sched::children_cpu_time());
+    if !out.status.success() {
+        bail!(
+            "perf client failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).context("client JSON")?;
+    Ok((v, m1.saturating_sub(m0), c1.saturating_sub(c0)))
+}
+
+fn start(s: Server, t: &Topology, a: &QuicBenchArgs) -> Result<Child> {
+    let exe = std::env::current_exe()?;
+    let mut cmd = Command::new(exe);
+    cmd.args(["quic", "--iface", &t.host_if, "--bind", HOST_ADDR, "--json"])
+        .args(["--socket", if s.rxpath() { "rxpath" } else { "kernel" }])
+        .args([
+            "--busy-poll",
+            &if s.busy() { a.busy_poll } else { 0 }.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let c = crate::bench::spawn_unpinned(cmd).context("starting rxpath quic")?;
+    std::thread::sleep(Duration::from_millis(1200));
+    Ok(c)
+}
+
+fn stop(c: Child) -> Result<Value> {
+    let _ = Command::new("kill")
+        .args(["-INT", &c.id().to_string()])
+        .status();
+    let out = c.wait_with_output()?;
+    serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "server report: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+    })
+}
+
+fn measure(s: Server, t: &Topology, a: &QuicBenchArgs) -> Result<Row> {
+    let server = start(s, t, a)?;
+    let mut row = Row::default();
+    let r = (|| -> Result<()> {
+        let gb = a.bytes as f64 / 1e9;
+        let (v, machine, own) = client(t, &["--upload".into(), a.bytes.to_string()])?;
+        row.up_gbit = v["upload"]["gbit_s"].as_f64().unwrap_or(0.0);
+        row.up_cpu_s_per_gb = machine.saturating_sub(own).as_secs_f64() / gb;
+        let (v, machine, own) = client(t, &["--download".into(), a.bytes.to_string()])?;
+        row.down_gbit = v["download"]["gbit_s"].as_f64().unwrap_or(0.0);
+        row.down_cpu_s_per_gb = machine.saturating_sub(own).as_secs_f64() / gb;
+        let (v, _, _) = client(t, &["--requests".into(), a.requests.to_string()])?;
+        row.p50_us = v["requests"]["p50_us"].as_f64().unwrap_or(0.0);
+        row.p99_us = v["requests"]["p99_us"].as_f64().unwrap_or(0.0);
+        Ok(())
+    })();
+    let rep = stop(server)?;
+    r?;
+    let p = &rep["perf"];
+    let want_in = a.bytes + 32 * a.requests;
+    row.whole = p["bytes_in"].as_u64() == Some(want_in)
+        && p["bytes_out"].as_u64() == Some(want_in)
+        && p["failed_streams"].as_u64() == Some(0);
+    if let Some(path) = rep.get("path").filter(|x| !x.is_null()) {
+        row.whole &= path["frames_home"] == path["frames_total"];
+        let reads = path["socket"]["read"].as_f64().unwrap_or(0.0);
+        let dgrams = path["napi"]["delivered"].as_f64().unwrap_or(0.0);
+        row.per_read = (reads > 0.0).then(|| dgrams / reads);
+    }
+    Ok(row)
+}
+
+pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
+    if !sched::is_root() {
+        bail!("bench quic needs root (it builds a veth lab and attaches XDP): run it with sudo");
+    }
+    let t = Topology {
+        ns: "rxp-quic".into(),
+        host_if: "rxpq0".into(),
+        peer_if: "rxpq1".into(),
+        queues: 1,
+        gro: false,
+        threaded: false,
+    };
+    let guard = t.up_scoped()?;
+    let t = &guard.0;
+    println!(
+        "rxpath bench quic: quinn perf protocol, {} MB up and down, {} small requests; veth {} <- {} (netns {}); busy poll {} µs",
+        a.bytes / 1_000_000,
+        a.requests,
+        t.host_if,
+        t.peer_if,
+        t.ns,
+        a.busy_poll
+    );
+    let mut all = serde_json::Map::new();
+    let mut whole = true;
+    for gso in ["off", "on"] {
+        let e = Command::new("ip")
+            .args(["netns", "exec", &t.ns, "ethtool", "-K", &t.peer_if])
+            .args(["tx-udp-segmentation", gso])
+            .output()?;
+        if !e.status.success() {
+            bail!("ethtool -K {} tx-udp-segmentation {gso} failed", t.peer_if);
+        }
+        println!("\npeer UDP GSO {gso}:");
+        println!(
+            "| server | upload Gbit/s | server CPU s/GB up | download Gbit/s | server CPU s/GB down | request p50 µs | p99 µs | datagrams/read | every byte, frames home |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
+        let mut rows = Vec::new();
+        for s in Server::ALL {
+            let r = measure(s, t, &a)?;
+            println!(
+                "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {} | {} |",
+                s.name(),
+                r.up_gbit,
+                r.up_cpu_s_per_gb,
+                r.down_gbit,
+                r.down_cpu_s_per_gb,
+                r.p50_us,
+                r.p99_us,
+                r.per_read.map_or("n/a".into(), |x| format!("{x:.1}")),
+                if r.whole { "yes" } else { "NO" }
+            );
+            whole &= r.whole;
+            all.insert(
+                format!("gso_{gso}/{}", s.name()),
+                serde_json::json!({
+                    "upload_gbit_s": r.up_gbit, "upload_cpu_s_per_gb": r.up_cpu_s_per_gb,
+                    "download_gbit_s": r.down_gbit, "download_cpu_s_per_gb": r.down_cpu_s_per_gb,
+                    "p50_us": r.p50_us, "p99_us": r.p99_us, "datagrams_per_read": r.per_read,
+                    "whole": r.whole,
+                }),
+            );
+            rows.push((s, r));
+        }
+        let get = |s: Server| rows.iter().find(|x| x.0 == s).map(|x| x.1.clone());
+        if let (Some(k), Some(r), Some(rb), Some(kb)) = (
+            get(Server::Kernel),
+            get(Server::Rxpath),
+            get(Server::RxpathBusy),
+            get(Server::KernelBusy),
+        ) {
+            let per_cpu = |x: &Row| 1.0 / x.up_cpu_s_per_gb.max(1e-9);
+            println!(
+                "upload bytes per server CPU-second, rxpath sleeping vs kernel: {:.2}x{}; rxpath busy poll vs kernel: {:.2}x",
+                per_cpu(&r) / per_cpu(&k),
+                if gso == "off" { " (target >= 1.3x)" } else { "" },
+                per_cpu(&rb) / per_cpu(&k),
+            );
+            println!(
+                "request p99, rxpath busy poll vs kernel: {:.2}x (target <= 0.8x); vs kernel busy poll: {:.2}x",
+                rb.p99_us / k.p99_us.max(1e-9),
+                rb.p99_us / kb.p99_us.max(1e-9),
+            );
+        }
+    }
+    if let Some(r) = rep {
+        r.json("quic", &Value::Object(all))?;
+    }
+    if !whole {
+        eprintln!("rxpath bench quic: a configuration lost bytes or frames (see NO above)");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
