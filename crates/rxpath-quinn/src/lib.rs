@@ -47,9 +47,11 @@ pub struct RxpathSocket {
 }
 
 impl RxpathSocket {
-    /// Wrap `sock`, turning `UDP_GRO` on (quinn reads GRO packets).
+    /// Wrap `sock`, turning `UDP_GRO` on (quinn reads GRO packets) and DF
+    /// on every datagram (`IP_PMTUDISC_PROBE`, as quinn-udp sets it).
     pub fn new(sock: UdpSocket) -> Self {
         sock.set_udp_gro(true);
+        sock.set_pmtudisc_do(true);
         RxpathSocket { sock }
     }
 

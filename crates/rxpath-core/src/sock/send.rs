@@ -32,7 +32,9 @@ impl UdpSocket {
     /// retries it counts it again, as with the kernel's `sendmmsg`).
     /// Nothing here ends a server.
     pub fn send_batch(&self, msgs: &[(&[u8], SocketAddr)]) -> Result<usize, SockError> {
-        self.send_msgs(msgs, 0)
+        // Each datagram fits the MTU (longer ones are refused): DF, as the
+        // kernel's default `IP_PMTUDISC_WANT` sets it.
+        self.send_msgs(msgs, 0, true)
     }
 
     /// `sendmsg()` with `UDP_SEGMENT` and the ECN bits of `IP_TOS` /
@@ -66,10 +68,31 @@ impl UdpSocket {
         for c in contents.chunks(seg) {
             msgs.push((c, dst));
         }
-        self.send_msgs(&msgs, ecn & 3)
+        // `__ip_make_skb()`: DF with `IP_PMTUDISC_DO`/`PROBE`, else only if
+        // the whole buffer fits the MTU (a GSO send's segments go without).
+        let hdrs = if dst.is_ipv4() { 28 } else { 48 };
+        let df = self.pmtudisc_do() || contents.len() + hdrs <= self.host.cfg.mtu;
+        self.send_msgs(&msgs, ecn & 3, df)
     }
 
-    fn send_msgs(&self, msgs: &[(&[u8], SocketAddr)], tos: u8) -> Result<usize, SockError> {
+    /// `IP_MTU_DISCOVER` = `IP_PMTUDISC_PROBE` (true) or the default
+    /// `IP_PMTUDISC_WANT` (false): with it every datagram carries DF, the
+    /// segments of a segmented send too (quinn-udp sets it on its sockets).
+    pub fn set_pmtudisc_do(&self, on: bool) {
+        self.inner.pmtudisc_do.store(on, Ordering::Relaxed);
+    }
+
+    /// See [`Self::set_pmtudisc_do`].
+    pub fn pmtudisc_do(&self) -> bool {
+        self.inner.pmtudisc_do.load(Ordering::Relaxed)
+    }
+
+    fn send_msgs(
+        &self,
+        msgs: &[(&[u8], SocketAddr)],
+        tos: u8,
+        df: bool,
+    ) -> Result<usize, SockError> {
         let local = self.local_addr();
         let mut sent = 0;
         for chunk in msgs.chunks(super::tx::TX_BATCH) {
@@ -77,7 +100,7 @@ impl UdpSocket {
             let mut fams = [false; super::tx::TX_BATCH];
             let mut err = None;
             for (payload, dst) in chunk {
-                match self.build(&mut frames, local, *dst, tos, payload) {
+                match self.build(&mut frames, local, *dst, (tos, df), payload) {
                     Ok(v6) => fams[frames.len() - 1] = v6,
                     Err(e) => {
                         match e {
@@ -126,7 +149,7 @@ impl UdpSocket {
         frames: &mut super::tx::Frames,
         local: SocketAddr,
         dst: SocketAddr,
-        tos: u8,
+        (tos, df): (u8, bool),
         payload: &[u8],
     ) -> Result<bool, SockError> {
         let (src_ip, dst) = self.route(local, dst)?;
@@ -147,7 +170,7 @@ impl UdpSocket {
             SocketAddr::new(src, local.port()),
             dst,
             mac,
-            (id, tos),
+            super::tx::IpFields { id, tos, df },
             payload,
         )?;
         Ok(dst.is_ipv6())

@@ -136,6 +136,8 @@ pub(crate) struct SockInner {
     pub(crate) v6only: AtomicBool,
     /// `UDP_GRO`: take GRO packets whole (else their datagrams one by one).
     pub(crate) gro: AtomicBool,
+    /// `IP_PMTUDISC_DO`/`PROBE`: DF on every datagram.
+    pub(crate) pmtudisc_do: AtomicBool,
     /// The task waiting in [`UdpSocket::poll_recv_batch`], woken by the
     /// thread that queues the next datagram (no thread per socket).
     pub(crate) waker: Mutex<Option<std::task::Waker>>,
@@ -308,6 +310,7 @@ impl UdpSocket {
             v6: addr.is_ipv6(),
             v6only: AtomicBool::new(false),
             gro: AtomicBool::new(false),
+            pmtudisc_do: AtomicBool::new(false),
             waker: Mutex::new(None),
             has_waker: AtomicBool::new(false),
         });

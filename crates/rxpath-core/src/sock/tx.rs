@@ -44,6 +44,17 @@ impl TxPort for CaptureTx {
     }
 }
 
+/// What a datagram's IP header carries that the socket decides.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IpFields {
+    /// IPv4 identification.
+    pub(crate) id: u16,
+    /// TOS / traffic class (the ECN bits).
+    pub(crate) tos: u8,
+    /// IPv4 don't-fragment.
+    pub(crate) df: bool,
+}
+
 /// Up to [`TX_BATCH`] frames, built in a per-thread buffer that is reused
 /// (not zeroed again) from one send to the next.
 pub(crate) struct Frames {
@@ -84,15 +95,14 @@ impl Frames {
         self.n
     }
 
-    /// Build one UDP datagram's frame with IPv4 ID `ip_id` and TOS (or
-    /// traffic class) `tos`.
+    /// Build one UDP datagram's frame with the IP fields `ip`.
     pub(crate) fn push(
         &mut self,
         cfg: &SockConfig,
         src: SocketAddr,
         dst: SocketAddr,
         dst_mac: Mac,
-        (ip_id, tos): (u16, u8),
+        ip: IpFields,
         payload: &[u8],
     ) -> Result<(), SockError> {
         let l3 = if dst.is_ipv4() { 20 } else { 40 };
@@ -107,8 +117,9 @@ impl Frames {
         let mut spec = Spec::new(src.ip(), dst.ip(), src.port(), dst.port());
         spec.src_mac = cfg.mac;
         spec.dst_mac = dst_mac;
-        spec.ip_id = ip_id;
-        spec.tos = tos;
+        spec.ip_id = ip.id;
+        spec.tos = ip.tos;
+        spec.df = ip.df;
         let at = self.n * FRAME_MAX;
         let len = write_udp(&mut self.buf[at..at + FRAME_MAX], &spec, payload).map_err(|_| {
             SockError::MessageTooLong {

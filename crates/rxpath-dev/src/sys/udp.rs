@@ -33,3 +33,9 @@ pub fn set_busy_poll(sock: &std::net::UdpSocket, us: u32) -> io::Result<()> {
         us.min(i32::MAX as u32) as i32,
     )
 }
+
+/// `setsockopt(SOL_UDP, UDP_SEGMENT)`: every send of this socket is cut by
+/// the kernel into datagrams of `size` bytes (GSO); 0 turns it off.
+pub fn set_udp_segment(sock: &std::net::UdpSocket, size: u16) -> io::Result<()> {
+    set_int(sock, libc::SOL_UDP, libc::UDP_SEGMENT, size as i32)
+}
