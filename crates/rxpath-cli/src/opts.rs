@@ -104,6 +104,11 @@ pub struct QuicArgs {
     /// NAPI threads (rxpath).
     #[arg(long, default_value_t = 1)]
     pub napi_threads: usize,
+    /// rxpath: gro_flush_timeout in ns (0: GRO flushes at every
+    /// completion; more keeps a flow's datagrams across polls, the NAPI
+    /// timer passes them up).
+    #[arg(long, value_name = "NS", default_value_t = 0)]
+    pub gro_flush_timeout: u64,
     /// Stop after this many seconds (default: run until Ctrl-C).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,

@@ -36,6 +36,7 @@ pub fn quic(a: QuicArgs) -> anyhow::Result<ExitCode> {
             let cfg = HostConfig {
                 queues: 0,
                 napi_threads: a.napi_threads,
+                gro_flush_timeout_ns: a.gro_flush_timeout,
                 ..HostConfig::default()
             };
             let filter = XdpFilter {

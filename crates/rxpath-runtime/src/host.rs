@@ -112,9 +112,12 @@ pub struct HostConfig {
     /// GRO on every NAPI (`ethtool -K IF gro on`, the kernel's default).
     /// Sockets leave TCP to the kernel, so what it merges is UDP for
     /// sockets with `UDP_GRO` ([`UdpSocket::set_udp_gro`]); every other
-    /// datagram goes up alone. Held packets are flushed when a poll
-    /// completes (`gro_flush_timeout` 0: hosts have no NAPI timer yet).
+    /// datagram goes up alone.
     pub gro: bool,
+    /// `gro_flush_timeout` in ns: 0 flushes GRO at every completion; more
+    /// keeps packets across polls and arms the NAPI timer, which the
+    /// NAPI thread fires (`napi_watchdog`).
+    pub gro_flush_timeout_ns: u64,
 }
 
 impl Default for HostConfig {
@@ -134,6 +137,7 @@ impl Default for HostConfig {
             packet_per_frame: true,
             xdp_tx_frames: 512,
             gro: true,
+            gro_flush_timeout_ns: 0,
         }
     }
 }
@@ -504,6 +508,8 @@ impl Host {
                 )))
             })
             .transpose()?;
+        // One gro_flush_timeout per device, shared by its NAPIs.
+        let gro_knob = rxpath_core::gro::GroKnob::new(cfg.gro_flush_timeout_ns);
         for q in qs {
             let qi = q.queue_index();
             let mut napi = Napi::new(q, cfg.weight, cfg.bundle, cfg.interrupts);
@@ -513,7 +519,8 @@ impl Host {
                 napi.set_gro(Some(GroConfig {
                     enabled: true,
                     udp: Some(udp),
-                    ..GroConfig::default()
+                    flush_timeout: gro_knob.clone(),
+                    adaptive: None,
                 }));
             }
             table.add(&mut napi, |n| n.queue().queue_index());
@@ -817,6 +824,7 @@ fn napi_in_irq(n: &SharedNapi) -> bool {
         }
         let w = cell.weight();
         while !cell.poll(w, rxpath_dev::mono_ns()).completed {}
+        n.note_timer(cell.as_ref());
         // Completion re-armed the line; a packet that raced in raised it
         // again (pending), which this loop takes.
     }
@@ -849,7 +857,23 @@ fn napi_thread(napis: Vec<Arc<SharedNapi>>, socks: &Sockets, interrupts: bool, s
             let returning = socks.port(n.queue).is_some_and(|p| p.ret.pending() > 0);
             // A busy poller deferred the interrupt and did not come back.
             let d = n.deferred_until();
-            let deferred = d != 0 && rxpath_dev::mono_ns() >= d;
+            let now = rxpath_dev::mono_ns();
+            let deferred = d != 0 && now >= d;
+            // The NAPI timer (`gro_flush_timeout`) is due: `napi_watchdog`.
+            let t = n.timer_at();
+            if t != 0 && now >= t {
+                let mut g = n.cell();
+                if let Some(c) = g.as_mut() {
+                    let owned = c.fire_timer(now);
+                    n.note_timer(c.as_ref());
+                    if owned {
+                        drop(g);
+                        n.clear_deferral();
+                        sched.push(i);
+                        continue;
+                    }
+                }
+            }
             // An interrupt or a lapsed deferral is `napi_schedule`
             // (MISSED if owned). Frames coming home only take an idle NAPI
             // that no busy poller deferred: while deferred, the busy poller
@@ -870,7 +894,7 @@ fn napi_thread(napis: Vec<Arc<SharedNapi>>, socks: &Sockets, interrupts: bool, s
                 let cap = Duration::from_millis(1);
                 let next = napis
                     .iter()
-                    .map(|n| n.deferred_until())
+                    .flat_map(|n| [n.deferred_until(), n.timer_at()])
                     .filter(|&d| d != 0)
                     .min();
                 let wait = next.map_or(cap, |d| {
@@ -892,7 +916,11 @@ fn napi_thread(napis: Vec<Arc<SharedNapi>>, socks: &Sockets, interrupts: bool, s
             let n = &napis[i];
             let mut g = n.cell();
             match g.as_mut() {
-                Some(c) => !c.poll(c.weight(), now).completed,
+                Some(c) => {
+                    let done = c.poll(c.weight(), now).completed;
+                    n.note_timer(c.as_ref());
+                    !done
+                }
                 None => {
                     n.state.complete();
                     false

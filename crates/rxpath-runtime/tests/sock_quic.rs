@@ -21,8 +21,13 @@ fn sa(ip: &str, port: u16) -> SocketAddr {
 }
 
 fn sim_host(gro: bool) -> Host {
+    sim_host_with(gro, 0)
+}
+
+fn sim_host_with(gro: bool, gro_flush_timeout_ns: u64) -> Host {
     let mut cfg = HostConfig {
         gro,
+        gro_flush_timeout_ns,
         ..Default::default()
     };
     cfg.sock.local_addrs = vec![HOST4.parse().unwrap()];
@@ -90,8 +95,10 @@ fn a_udp_gro_socket_reads_one_packet_with_its_segment_size() {
     s.set_udp_gro(true);
     assert!(s.udp_gro());
     prime(&mut h, &s, 7000);
-    // 20 equal datagrams and a shorter last one, ECT(0).
-    let mut sizes = vec![1000; 20];
+    // 6 equal datagrams and a shorter last one, ECT(0): fewer than the
+    // busy poll's budget of 8, so one poll takes them all and, finding the
+    // queue dry, passes the GRO packet up.
+    let mut sizes = vec![1000; 6];
     sizes.push(300);
     let sent = send(&h, 7000, &sizes, 0x02);
     let got = read_all(&s, sent.len());
@@ -139,7 +146,7 @@ fn a_gro_packet_larger_than_the_buffer_is_truncated_and_its_frames_go_home() {
     let s = h.udp_bind(sa(HOST4, 7003)).unwrap();
     s.set_udp_gro(true);
     prime(&mut h, &s, 7003);
-    let sent = send(&h, 7003, &[1200; 10], 0);
+    let sent = send(&h, 7003, &[1200; 6], 0);
     let mut buf = vec![0u8; 5000];
     let mut m = None;
     s.recv_batch(std::slice::from_mut(&mut buf), |_, r| m = Some(r))
@@ -236,6 +243,32 @@ fn a_task_is_woken_by_the_thread_that_queues_its_datagram() {
     }
     assert_eq!(got, vec![321]);
     assert_eq!(count.0.load(Ordering::SeqCst), 1, "one wake per wait");
+    drop(s);
+    let r = h.shutdown();
+    assert_eq!(r.frames_home, r.frames_total);
+}
+
+#[test]
+fn with_gro_flush_timeout_the_napi_timer_delivers_what_gro_held() {
+    // 300 µs: a lone datagram is held past its poll (the poll found work,
+    // so napi_complete_done arms the timer instead of flushing); only the
+    // timer, fired by the NAPI thread, can pass it up.
+    let h = sim_host_with(true, 300_000);
+    let s = h.udp_bind(sa(HOST4, 7020)).unwrap();
+    s.set_udp_gro(true);
+    s.set_read_timeout(Some(Duration::from_secs(2)));
+    for round in 0..20 {
+        let sent = send(&h, 7020, &[100 + round], 0);
+        let t0 = std::time::Instant::now();
+        let got = read_all(&s, sent.len());
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, sent);
+        assert!(
+            t0.elapsed() < Duration::from_millis(50),
+            "round {round}: held {:?}",
+            t0.elapsed()
+        );
+    }
     drop(s);
     let r = h.shutdown();
     assert_eq!(r.frames_home, r.frames_total);

@@ -43,6 +43,11 @@ pub trait PollCell: Send {
     fn weight(&self) -> usize;
     /// The device queue (a `Box<Q>`), to take it back at shutdown.
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+    /// The NAPI timer's deadline (`gro_flush_timeout`), if armed.
+    fn timer(&self) -> Option<u64>;
+    /// `napi_watchdog()`: if the timer is due, disarm it and try to
+    /// schedule the NAPI; true if the caller now owns it.
+    fn fire_timer(&mut self, now_ns: u64) -> bool;
 }
 
 /// What a NAPI cell runs after the device: the socket stage, or a stage
@@ -128,6 +133,14 @@ impl<Q: RxQueue + Send + 'static, S: CellStack + 'static> PollCell for NapiCell<
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         Box::new(self.napi.into_queue())
     }
+
+    fn timer(&self) -> Option<u64> {
+        self.napi.timer()
+    }
+
+    fn fire_timer(&mut self, now_ns: u64) -> bool {
+        self.napi.fire_timer(now_ns)
+    }
 }
 
 /// A NAPI reachable by id: its ownership word, its interrupt line, and the
@@ -148,6 +161,9 @@ pub struct SharedNapi {
     defer_ns: AtomicU64,
     /// While deferred: when the NAPI thread must take the NAPI back.
     defer_until: AtomicU64,
+    /// The NAPI timer's deadline as its last poller left it (0: none), for
+    /// the NAPI thread to watch without the cell's lock.
+    timer_at: AtomicU64,
 }
 
 impl fmt::Debug for SharedNapi {
@@ -175,6 +191,7 @@ impl SharedNapi {
             cell: Mutex::new(Some(Box::new(NapiCell { napi, stack }))),
             defer_ns: AtomicU64::new(0),
             defer_until: AtomicU64::new(0),
+            timer_at: AtomicU64::new(0),
         })
     }
 
@@ -188,6 +205,18 @@ impl SharedNapi {
     /// off: the interrupt is re-armed at once.
     pub fn set_prefer_busy_poll(&self, ns: u64) {
         self.defer_ns.store(ns, Ordering::Relaxed);
+    }
+
+    /// The NAPI timer's deadline (0: none), as the last poll left it.
+    pub fn timer_at(&self) -> u64 {
+        self.timer_at.load(Ordering::Acquire)
+    }
+
+    /// Record the timer `cell` has after a poll (the poller calls this
+    /// while it holds the cell).
+    pub fn note_timer(&self, cell: &dyn PollCell) {
+        self.timer_at
+            .store(cell.timer().unwrap_or(0), Ordering::Release);
     }
 
     /// The deadline (ns, `mono_ns`) at which a deferred NAPI must be polled
@@ -278,6 +307,7 @@ impl SharedNapi {
                 self.defer_until.store(0, Ordering::Release);
                 cell.busy_stop(missed);
             }
+            self.note_timer(cell.as_ref());
         }
         Some((polls, packets))
     }
