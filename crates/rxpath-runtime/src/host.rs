@@ -237,6 +237,25 @@ impl TxPort for XskTxPort {
         }
     }
 
+    /// Frames written straight into the UMEM frames the TX ring posts.
+    fn send_with(
+        &mut self,
+        n: usize,
+        write: &mut dyn FnMut(usize, &mut [u8]) -> Option<usize>,
+    ) -> std::io::Result<usize> {
+        let Some(tx) = &mut self.0 else {
+            return Err(std::io::Error::other("the TX ring is closed"));
+        };
+        let mut i = 0;
+        let put = tx.send_with(n, |buf| {
+            let r = write(i, buf);
+            i += 1;
+            r
+        });
+        tx.counters.busy += (n - put) as u64;
+        Ok(put)
+    }
+
     fn finish(&mut self) -> (usize, usize) {
         if let Some(tx) = self.0.take() {
             self.1 = tx.finish(std::time::Duration::from_millis(100));

@@ -144,13 +144,13 @@ impl UdpSocket {
     }
 
     /// Build one datagram's frame; returns whether it left as IPv6.
-    fn build(
+    fn build<'a>(
         &self,
-        frames: &mut super::tx::Frames,
+        frames: &mut super::tx::Frames<'a>,
         local: SocketAddr,
         dst: SocketAddr,
         (tos, df): (u8, bool),
-        payload: &[u8],
+        payload: &'a [u8],
     ) -> Result<bool, SockError> {
         let (src_ip, dst) = self.route(local, dst)?;
         let c = &self.host.cfg;

@@ -18,6 +18,18 @@ const FRAME_MAX: usize = 2048;
 pub trait TxPort: Send + std::fmt::Debug {
     /// Send whole Ethernet frames; returns how many were taken.
     fn send(&mut self, frames: &[&[u8]]) -> std::io::Result<usize>;
+    /// Send up to `n` frames written in place: `write(i, buf)` writes frame
+    /// `i` into `buf` and returns its length (`None`: stop). Returns how
+    /// many were taken. The default writes into a scratch buffer and calls
+    /// [`send`](Self::send); a port with frames of its own (an AF_XDP TX
+    /// ring) hands them to `write` directly.
+    fn send_with(
+        &mut self,
+        n: usize,
+        write: &mut dyn FnMut(usize, &mut [u8]) -> Option<usize>,
+    ) -> std::io::Result<usize> {
+        send_via_scratch(self, n, write)
+    }
     /// The host stops: give back what the port holds of the device (its
     /// frames), after what is in flight has completed or a short wait.
     /// Returns the frames of its own region, if it has one: (total, home).
@@ -55,47 +67,60 @@ pub(crate) struct IpFields {
     pub(crate) df: bool,
 }
 
-/// Up to [`TX_BATCH`] frames, built in a per-thread buffer that is reused
-/// (not zeroed again) from one send to the next.
-pub(crate) struct Frames {
-    buf: Vec<u8>,
-    lens: [usize; TX_BATCH],
-    n: usize,
+/// Up to [`TX_BATCH`] datagrams checked and ready to be written: their
+/// headers' fields and payloads. The port writes them where they go (in
+/// place in an AF_XDP TX ring; elsewhere through a scratch buffer).
+pub(crate) struct Frames<'a> {
+    specs: arrayvec::ArrayVec<(Spec, &'a [u8]), TX_BATCH>,
 }
 
 thread_local! {
     static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-impl Drop for Frames {
-    fn drop(&mut self) {
-        let buf = std::mem::take(&mut self.buf);
-        SCRATCH.with(|s| s.set(buf));
+/// [`TxPort::send_with`]'s default: write the frames into this thread's
+/// scratch buffer (reused from one send to the next), then `send` them.
+fn send_via_scratch<P: TxPort + ?Sized>(
+    port: &mut P,
+    n: usize,
+    write: &mut dyn FnMut(usize, &mut [u8]) -> Option<usize>,
+) -> std::io::Result<usize> {
+    let n = n.min(TX_BATCH);
+    let mut buf = SCRATCH.with(|s| s.take());
+    if buf.len() < n * FRAME_MAX {
+        buf.resize(n * FRAME_MAX, 0);
     }
+    let mut lens = arrayvec::ArrayVec::<usize, TX_BATCH>::new();
+    for (i, slot) in buf.chunks_mut(FRAME_MAX).take(n).enumerate() {
+        match write(i, slot) {
+            Some(l) => lens.push(l),
+            None => break,
+        }
+    }
+    let refs: arrayvec::ArrayVec<&[u8], TX_BATCH> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| &buf[i * FRAME_MAX..i * FRAME_MAX + l])
+        .collect();
+    let r = port.send(&refs);
+    drop(refs);
+    SCRATCH.with(|s| s.set(buf));
+    r
 }
 
-impl Frames {
+impl<'a> Frames<'a> {
     pub(crate) fn new() -> Self {
-        let mut buf = SCRATCH.with(|s| s.take());
-        if buf.len() < TX_BATCH * FRAME_MAX {
-            buf.resize(TX_BATCH * FRAME_MAX, 0);
-        }
         Frames {
-            buf,
-            lens: [0; TX_BATCH],
-            n: 0,
+            specs: arrayvec::ArrayVec::new(),
         }
-    }
-
-    fn slot(&self, i: usize) -> &[u8] {
-        &self.buf[i * FRAME_MAX..i * FRAME_MAX + self.lens[i]]
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.n
+        self.specs.len()
     }
 
-    /// Build one UDP datagram's frame with the IP fields `ip`.
+    /// Check one UDP datagram and keep what its frame needs, with the IP
+    /// fields `ip`.
     pub(crate) fn push(
         &mut self,
         cfg: &SockConfig,
@@ -103,11 +128,11 @@ impl Frames {
         dst: SocketAddr,
         dst_mac: Mac,
         ip: IpFields,
-        payload: &[u8],
+        payload: &'a [u8],
     ) -> Result<(), SockError> {
         let l3 = if dst.is_ipv4() { 20 } else { 40 };
         let max = cfg.mtu.min(FRAME_MAX - 14).saturating_sub(l3 + 8);
-        if payload.len() > max {
+        if payload.len() > max || self.specs.is_full() {
             return Err(SockError::MessageTooLong {
                 len: payload.len(),
                 max,
@@ -120,16 +145,7 @@ impl Frames {
         spec.ip_id = ip.id;
         spec.tos = ip.tos;
         spec.df = ip.df;
-        let at = self.n * FRAME_MAX;
-        let len = write_udp(&mut self.buf[at..at + FRAME_MAX], &spec, payload).map_err(|_| {
-            SockError::MessageTooLong {
-                len: payload.len(),
-                max,
-                mtu: cfg.mtu,
-            }
-        })?;
-        self.lens[self.n] = len;
-        self.n += 1;
+        self.specs.push((spec, payload));
         Ok(())
     }
 }
@@ -148,15 +164,15 @@ impl Sockets {
         }
     }
 
-    /// Hand built frames to the TX port.
-    pub(crate) fn transmit(&self, f: &Frames) -> Result<usize, SockError> {
-        let mut refs: [&[u8]; TX_BATCH] = [&[]; TX_BATCH];
-        for (i, r) in refs.iter_mut().enumerate().take(f.n) {
-            *r = f.slot(i);
-        }
+    /// Hand the datagrams to the TX port, which writes their frames where
+    /// they go (in place in an AF_XDP TX ring: no copy through a buffer).
+    pub(crate) fn transmit(&self, f: &Frames<'_>) -> Result<usize, SockError> {
         let mut tx = lock(&self.tx);
         let port = tx.as_mut().ok_or(SockError::NoTx)?;
-        port.send(&refs[..f.n])
-            .map_err(|e| SockError::Tx(e.to_string()))
+        port.send_with(f.len(), &mut |i, buf| {
+            let (spec, payload) = f.specs.get(i)?;
+            write_udp(buf, spec, payload).ok()
+        })
+        .map_err(|e| SockError::Tx(e.to_string()))
     }
 }
