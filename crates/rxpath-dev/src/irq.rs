@@ -65,6 +65,19 @@ impl IrqLine {
         *self.waiter.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
     }
 
+    /// Unpark the waiter thread without raising the line (a handler that
+    /// polled in interrupt context armed a timer the waiter must watch).
+    pub fn wake_waiter(&self) {
+        if let Some(t) = self
+            .waiter
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            t.unpark();
+        }
+    }
+
     /// True while the device may raise the line.
     #[inline]
     pub fn is_armed(&self) -> bool {

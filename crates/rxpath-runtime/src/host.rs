@@ -844,6 +844,10 @@ fn napi_in_irq(n: &SharedNapi) -> bool {
         let w = cell.weight();
         while !cell.poll(w, rxpath_dev::mono_ns()).completed {}
         n.note_timer(cell.as_ref());
+        if n.timer_at() != 0 {
+            // The NAPI thread fires the timer: let it see the deadline.
+            irq.wake_waiter();
+        }
         // Completion re-armed the line; a packet that raced in raised it
         // again (pending), which this loop takes.
     }

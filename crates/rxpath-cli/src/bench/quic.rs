@@ -32,6 +32,9 @@ pub struct QuicBenchArgs {
     /// Busy-poll µs for the busy-polling servers (rxpath and kernel).
     #[arg(long, default_value_t = 50)]
     pub busy_poll: u32,
+    /// gro_flush_timeout of the rxpath servers, ns.
+    #[arg(long, default_value_t = 0)]
+    pub gro_flush_timeout: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -110,6 +113,14 @@ fn start(s: Server, t: &Topology, a: &QuicBenchArgs) -> Result<Child> {
             "--busy-poll",
             &if s.busy() { a.busy_poll } else { 0 }.to_string(),
         ])
+        .args(if s.rxpath() {
+            vec![
+                "--gro-flush-timeout".to_string(),
+                a.gro_flush_timeout.to_string(),
+            ]
+        } else {
+            Vec::new()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let c = crate::bench::spawn_unpinned(cmd).context("starting rxpath quic")?;
@@ -177,13 +188,14 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     let guard = t.up_scoped()?;
     let t = &guard.0;
     println!(
-        "rxpath bench quic: quinn perf protocol, {} MB up and down, {} small requests; veth {} <- {} (netns {}); busy poll {} µs",
+        "rxpath bench quic: quinn perf protocol, {} MB up and down, {} small requests; veth {} <- {} (netns {}); busy poll {} µs; rxpath gro_flush_timeout {} ns",
         a.bytes / 1_000_000,
         a.requests,
         t.host_if,
         t.peer_if,
         t.ns,
-        a.busy_poll
+        a.busy_poll,
+        a.gro_flush_timeout
     );
     let mut all = serde_json::Map::new();
     let mut whole = true;
