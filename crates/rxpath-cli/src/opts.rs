@@ -104,6 +104,12 @@ pub struct QuicArgs {
     /// NAPI threads (rxpath).
     #[arg(long, default_value_t = 1)]
     pub napi_threads: usize,
+    /// rxpath: prefer busy polling: after a busy poll keep the queue's
+    /// interrupt masked for NS ns (SO_PREFER_BUSY_POLL with
+    /// napi_defer_hard_irqs): with --busy-poll the reading task is woken by
+    /// the device and polls the queue itself; 0 = off.
+    #[arg(long, value_name = "NS", default_value_t = 0)]
+    pub prefer_busy_poll: u64,
     /// rxpath: gro_flush_timeout in ns (0: GRO flushes at every
     /// completion; more keeps a flow's datagrams across polls, the NAPI
     /// timer passes them up).

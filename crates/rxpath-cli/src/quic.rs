@@ -37,6 +37,7 @@ pub fn quic(a: QuicArgs) -> anyhow::Result<ExitCode> {
                 queues: 0,
                 napi_threads: a.napi_threads,
                 gro_flush_timeout_ns: a.gro_flush_timeout,
+                prefer_busy_poll_ns: a.prefer_busy_poll,
                 ..HostConfig::default()
             };
             let filter = XdpFilter {

@@ -209,6 +209,13 @@ impl LevelIrq {
         self.inline = true;
     }
 
+    /// A duplicate of the descriptor the interrupt is taken from (readable
+    /// when the device has packets), for an event loop that polls the
+    /// queue itself.
+    pub fn readiness_fd(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        self.waiter.dup_fd()
+    }
+
     /// True after [`LevelIrq::make_inline`].
     pub fn is_inline(&self) -> bool {
         self.inline

@@ -120,6 +120,14 @@ pub trait RxQueue {
         None
     }
 
+    /// A descriptor that is readable when the device has packets for this
+    /// queue (a duplicate, the caller's to keep), for an application's
+    /// event loop that polls the queue itself. `None` when there is none
+    /// (the default: the simulated NIC).
+    fn readiness_fd(&self) -> Option<std::io::Result<std::os::fd::OwnedFd>> {
+        None
+    }
+
     /// True when descriptors are waiting (used when re-arming the interrupt,
     /// so that a packet that raced with `napi_complete_done` is not stranded).
     fn has_pending(&mut self) -> bool;

@@ -186,6 +186,9 @@ impl RxQueue for PacketQueue {
     fn has_pending(&mut self) -> bool {
         self.ring.has_pending()
     }
+    fn readiness_fd(&self) -> Option<std::io::Result<std::os::fd::OwnedFd>> {
+        self.level.as_ref().map(|l| l.readiness_fd())
+    }
     fn device_stats(&self) -> DeviceQueueStats {
         if let Ok((_, drops)) = self.ring.kernel_stats() {
             self.kernel_drops

@@ -33,9 +33,11 @@ use quinn::{AsyncUdpSocket, UdpPoller};
 use rxpath_core::sock::{SockError, UdpSocket, UDP_MAX_SEGMENTS};
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use tokio::io::unix::AsyncFd;
 
 /// Datagrams a GRO packet may hold (`UDP_GRO_CNT_MAX`).
 const GRO_SEGMENTS: usize = 64;
@@ -44,6 +46,10 @@ const GRO_SEGMENTS: usize = 64;
 #[derive(Debug)]
 pub struct RxpathSocket {
     sock: UdpSocket,
+    /// With `busy_poll` set: the device queue's descriptor in tokio's
+    /// reactor, so that the device wakes this task, which then polls the
+    /// queue itself (made once the socket knows its NAPI).
+    device: Mutex<Option<AsyncFd<OwnedFd>>>,
 }
 
 impl RxpathSocket {
@@ -52,7 +58,10 @@ impl RxpathSocket {
     pub fn new(sock: UdpSocket) -> Self {
         sock.set_udp_gro(true);
         sock.set_pmtudisc_do(true);
-        RxpathSocket { sock }
+        RxpathSocket {
+            sock,
+            device: Mutex::new(None),
+        }
     }
 
     /// The rxpath socket underneath (counters, busy poll).
@@ -92,6 +101,15 @@ impl AsyncUdpSocket for RxpathSocket {
         }
     }
 
+    /// Datagrams queued by the NAPI thread are read at once; when none are
+    /// queued the task's waker stays in the socket (the thread that queues
+    /// the next one wakes it). With `busy_poll` set on the socket, an empty
+    /// read polls the queue once (`poll_recv_batch`), and the task also
+    /// waits on the device's own descriptor in tokio's reactor: when the
+    /// device has packets, tokio wakes this task and it polls the queue
+    /// itself, as an epoll loop with `SO_PREFER_BUSY_POLL` does; with the
+    /// host's prefer-busy-poll deferral the interrupt thread stays out of
+    /// it, one wakeup per burst.
     fn poll_recv(
         &self,
         cx: &mut Context<'_>,
@@ -103,22 +121,44 @@ impl AsyncUdpSocket for RxpathSocket {
         for (s, b) in slices.iter_mut().zip(bufs.iter_mut()) {
             *s = &mut b[..];
         }
-        let r = self
-            .sock
-            .poll_recv_batch(cx, &mut slices[..n], &mut |i, m| {
-                meta[i] = RecvMeta {
-                    addr: m.src,
-                    len: m.len,
-                    stride: m.stride.max(1),
-                    ecn: EcnCodepoint::from_bits(m.ecn),
-                    dst_ip: Some(m.dst),
-                };
-            });
-        match r {
-            Poll::Ready(Ok(n)) => Poll::Ready(Ok(n)),
-            Poll::Ready(Err(e)) => Poll::Ready(Err(io::Error::other(e.to_string()))),
-            Poll::Pending => Poll::Pending,
+        for _ in 0..4 {
+            let r = self
+                .sock
+                .poll_recv_batch(cx, &mut slices[..n], &mut |i, m| {
+                    meta[i] = RecvMeta {
+                        addr: m.src,
+                        len: m.len,
+                        stride: m.stride.max(1),
+                        ecn: EcnCodepoint::from_bits(m.ecn),
+                        dst_ip: Some(m.dst),
+                    };
+                });
+            match r {
+                Poll::Ready(Ok(n)) => return Poll::Ready(Ok(n)),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(io::Error::other(e.to_string()))),
+                Poll::Pending => {}
+            }
+            if self.sock.busy_poll() == 0 {
+                return Poll::Pending;
+            }
+            let mut dev = self.device.lock().unwrap_or_else(|e| e.into_inner());
+            if dev.is_none() {
+                if let Some(Ok(fd)) = self.sock.napi_readiness_fd() {
+                    *dev = rxpath_dev::sys::reactor::register(fd).ok();
+                }
+            }
+            let Some(fd) = dev.as_ref() else {
+                return Poll::Pending;
+            };
+            match fd.poll_read_ready(cx) {
+                // The device has packets: poll the queue again.
+                Poll::Ready(Ok(mut g)) => g.clear_ready(),
+                _ => return Poll::Pending,
+            }
         }
+        // Still nothing after the device said it had packets (the NAPI
+        // thread owns the queue): its delivery wakes us.
+        Poll::Pending
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {

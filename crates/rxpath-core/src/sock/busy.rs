@@ -48,6 +48,8 @@ pub trait PollCell: Send {
     /// `napi_watchdog()`: if the timer is due, disarm it and try to
     /// schedule the NAPI; true if the caller now owns it.
     fn fire_timer(&mut self, now_ns: u64) -> bool;
+    /// The device queue's readiness descriptor ([`RxQueue::readiness_fd`]).
+    fn readiness_fd(&self) -> Option<std::io::Result<std::os::fd::OwnedFd>>;
 }
 
 /// What a NAPI cell runs after the device: the socket stage, or a stage
@@ -140,6 +142,10 @@ impl<Q: RxQueue + Send + 'static, S: CellStack + 'static> PollCell for NapiCell<
 
     fn fire_timer(&mut self, now_ns: u64) -> bool {
         self.napi.fire_timer(now_ns)
+    }
+
+    fn readiness_fd(&self) -> Option<std::io::Result<std::os::fd::OwnedFd>> {
+        self.napi.queue().readiness_fd()
     }
 }
 

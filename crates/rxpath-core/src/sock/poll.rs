@@ -55,4 +55,21 @@ impl UdpSocket {
         }
         Poll::Pending
     }
+
+    /// A descriptor that becomes readable when the device queue of this
+    /// socket's NAPI has packets (the AF_XDP or AF_PACKET socket's), for an
+    /// event loop that wants to be woken by the device itself and then
+    /// busy-poll (`SO_PREFER_BUSY_POLL` with epoll in the kernel): one
+    /// wakeup per burst instead of the interrupt thread's and then the
+    /// task's. `None` before the socket has seen its NAPI (its first
+    /// datagram) or on a device without one (the simulated NIC).
+    pub fn napi_readiness_fd(&self) -> Option<std::io::Result<std::os::fd::OwnedFd>> {
+        let id = self.inner.napi_id.load(Ordering::Relaxed);
+        if id == 0 {
+            return None;
+        }
+        let napi = super::read(&self.host.napis).get(&NapiId(id))?.clone();
+        let g = napi.cell();
+        g.as_ref()?.readiness_fd()
+    }
 }

@@ -680,6 +680,11 @@ impl FdWaiter {
         FdWaiter(fd)
     }
 
+    /// A duplicate of the descriptor, for an event loop to watch.
+    pub fn dup_fd(&self) -> io::Result<OwnedFd> {
+        self.0.try_clone()
+    }
+
     /// Wait up to `timeout` for the socket to become readable.
     pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
         let mut pfd = libc::pollfd {

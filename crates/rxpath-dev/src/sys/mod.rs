@@ -22,6 +22,8 @@ macro_rules! syscall {
 
 pub mod af_packet;
 pub mod iface;
+#[cfg(feature = "tokio")]
+pub mod reactor;
 pub mod ring;
 pub mod sched;
 pub mod udp;

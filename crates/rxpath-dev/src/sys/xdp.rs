@@ -840,6 +840,9 @@ impl RxQueue for XdpQueue {
     fn has_pending(&mut self) -> bool {
         !self.pending.is_empty() || self.rx.available() > 0
     }
+    fn readiness_fd(&self) -> Option<io::Result<OwnedFd>> {
+        self.level.as_ref().map(|l| l.readiness_fd())
+    }
     fn device_stats(&self) -> DeviceQueueStats {
         // XDP_STATISTICS: rx_dropped includes the drops for an empty fill
         // ring (also counted in rx_fill_ring_empty_descs); rx_ring_full is
