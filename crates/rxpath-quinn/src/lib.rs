@@ -26,6 +26,9 @@
 //! # Ok(()) }
 //! //! ```
 
+#![forbid(unsafe_code)]
+#![deny(missing_docs, missing_debug_implementations)]
+
 pub mod perf;
 
 use quinn::udp::{EcnCodepoint, RecvMeta, Transmit};
