@@ -18,7 +18,7 @@ fn a_quinn_client_moves_every_byte_through_an_rxpath_quic_server() {
     lab.route_to_b().unwrap();
     // As on a wire, the client's GSO batches leave as single datagrams
     // (with an XDP program on `b` the veth does this itself; AF_PACKET
-    // would see 64 KiB super-frames it cannot take, counted malformed).
+    // would see 64 KiB super-frames it cannot take, counted rx_too_long).
     lab.exec(&["ethtool", "-K", &lab.a, "tx-udp-segmentation", "off"])
         .expect("ethtool tx-udp-segmentation off");
     let bin = env!("CARGO_BIN_EXE_rxpath");

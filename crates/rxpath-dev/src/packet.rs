@@ -6,7 +6,11 @@
 //! more into a frame of our pool so that the rest of the path sees the same
 //! frames as with every other device (AF_XDP will not need that copy). A
 //! packet that finds no free frame is dropped and counted `rx_no_buffer`;
-//! packets the kernel dropped because the ring was full are `rx_missed`.
+//! packets the kernel dropped because the ring was full are `rx_missed`; a
+//! packet longer than a ring slot or a frame of ours (on a veth, a local
+//! sender's 64 KiB GSO datagram, which no wire carries) arrives cut short
+//! and is dropped here, counted `rx_too_long`, rather than passed up
+//! truncated.
 //!
 //! Interrupts: a small thread per queue waits for the socket to become
 //! readable while the queue's [`IrqLine`] is armed and raises it, which is
@@ -31,6 +35,7 @@ pub struct PacketQueue {
     level: Option<crate::irq::LevelIrq>,
     seen: u64,
     no_buffer: u64,
+    too_long: u64,
     kernel_drops: Cell<u64>,
 }
 
@@ -97,6 +102,7 @@ impl PacketQueue {
             level,
             seen: 0,
             no_buffer: 0,
+            too_long: 0,
             kernel_drops: Cell::new(0),
         })
     }
@@ -132,6 +138,13 @@ impl RxQueue for PacketQueue {
         loop {
             let slot = self.ring.next_packet()?;
             self.seen += 1;
+            let vlan = if slot.vlan_tci.is_some() { 4 } else { 0 };
+            if (slot.wire_len as usize) > slot.data.len()
+                || slot.data.len() + vlan > self.umem.frame_size()
+            {
+                self.too_long += 1;
+                continue;
+            }
             let Some(mut frame) = self.free.pop() else {
                 self.no_buffer += 1;
                 continue;
@@ -197,10 +210,10 @@ impl RxQueue for PacketQueue {
         let missed = self.kernel_drops.get();
         DeviceQueueStats {
             offered: self.seen + missed,
-            rx_ring: self.seen - self.no_buffer,
+            rx_ring: self.seen - self.no_buffer - self.too_long,
             rx_missed: missed,
             rx_no_buffer: self.no_buffer,
-            rx_too_long: 0,
+            rx_too_long: self.too_long,
             wakeups: self.irq.wakeups(),
         }
     }
