@@ -7,18 +7,26 @@
 //! cached key keeps only the fields some rule looks at (a set without
 //! `-m length` does not tell packets apart by length), so every packet of
 //! a flow hits. An entry holds the verdict and the counters the walk
-//! touched (a jump, `LOG`, the deciding rule or policy); a hit adds to
-//! the same counters, so counts stay exactly the kernel's. Entries belong
-//! to one loaded filter: a new filter empties the cache. The linear walk,
-//! the kernel's cost by definition, never goes through the cache.
+//! touched (a jump, `LOG`, the deciding rule or policy); a hit adds to the
+//! same counters, so counts stay exactly the kernel's. Entries belong to
+//! one loaded filter: a new filter empties the cache. The linear walk, the
+//! kernel's cost by definition, never goes through the cache.
 //!
-//! Counters are added up in the thread and written to the shared atomics
-//! at the end of each bundle (the kernel keeps per-CPU counters and sums
-//! them when read): a flow's packets cost one atomic add per bundle, not
-//! two per packet.
+//! The common packet (TCP or UDP, no fragment, with its flow hash) is
+//! keyed straight from the parsed headers in three words, addresses in
+//! network order: a hit is a few dozen instructions. Other packets
+//! (IPv6 too) build the full [`Key`] first. The two kinds of key differ in a
+//! tag bit, so one never stands for the other.
+//!
+//! Counts are added up in the thread per counter, as the kernel keeps
+//! per-CPU counters and sums them when read, and written to the shared
+//! atomics at the end of each bundle: one atomic add per counter a bundle
+//! touched (64 flows that all end at the policy are one), not two per
+//! packet.
 
-use super::{Filter, FilterMode, Key, Verdict};
+use super::{Action, Filter, FilterMode, Key, Ruleset, Verdict};
 use arrayvec::ArrayVec;
+use rxpath_wire::{Headers, IpAddrs, L3, L4};
 
 /// Counters one walk touched, at most this many (more: counted at once
 /// and not cached).
@@ -27,15 +35,23 @@ pub(super) const PATH: usize = 4;
 /// Counter slots a walk touched.
 pub(super) type Path = ArrayVec<u32, PATH>;
 
+/// A cache key: word 0 ports, protocol, fragment, family and the kind of
+/// key; word 1 TCP flags, ICMP type and code, IP length (each ≤ 21 bits:
+/// a port or type is 16 bits or [`super::ABSENT`]); then the addresses:
+/// a full key's source and destination as numbers (four words), a quick
+/// IPv4 key's both in word 2 in network order (the rest 0).
+pub(super) type Packed = [u64; 6];
+
+/// Word 0's bit for a key packed from the parsed headers.
+const QUICK: u64 = 1 << 52;
+
 #[derive(Debug, Clone)]
 struct Entry {
-    key: Key,
-    v6: bool,
-    verdict: Verdict,
+    key: Packed,
+    action: Action,
+    /// Pending-counter indices (v6 slots after the v4 set's).
     path: Path,
-    /// Packets and bytes of this bundle not yet added to the counters.
-    packets: u32,
-    bytes: u64,
+    verdict: Verdict,
 }
 
 /// What one thread needs to judge packets fast: see the module docs.
@@ -43,9 +59,13 @@ struct Entry {
 pub struct Judge {
     cache: Vec<Option<Entry>>,
     mask: usize,
-    /// The filter the entries came from.
+    /// The filter the entries and pending counts belong to.
     filter: u64,
-    /// Entries with pending counts.
+    /// Counter slots of the filter's v4 set (v6 slots come after).
+    v4_slots: usize,
+    /// Packets and bytes not yet added to the shared counters, per slot.
+    pending: Vec<[u64; 2]>,
+    /// Slots with pending counts.
     dirty: Vec<u32>,
     /// Cache hits.
     pub hits: u64,
@@ -66,49 +86,144 @@ impl Judge {
             cache: vec![None; n],
             mask: n.saturating_sub(1),
             filter: u64::MAX,
-            dirty: Vec::with_capacity(n.min(1024)),
+            v4_slots: 0,
+            pending: Vec::new(),
+            dirty: Vec::with_capacity(64),
             hits: 0,
             misses: 0,
         }
+    }
+
+    /// Start judging by `f`: nothing cached is valid any more, nothing is
+    /// pending (the caller flushed before it let the old filter go).
+    #[cold]
+    fn adopt(&mut self, f: &Filter) {
+        debug_assert!(self.dirty.is_empty(), "judge: flush before a new filter");
+        self.dirty.clear();
+        self.cache.iter_mut().for_each(|e| *e = None);
+        self.v4_slots = f.v4.as_ref().map_or(0, |r| r.slots());
+        let all = self.v4_slots + f.v6.as_ref().map_or(0, |r| r.slots());
+        self.pending.clear();
+        self.pending.resize(all, [0; 2]);
+        self.filter = f.id;
     }
 
     /// Judge `k` by `f`'s set for its family (`None`: no set, it goes
     /// on). Counts of cached flows stay here until [`Self::flush`].
     /// `rxhash`, if not 0, is the packet's flow hash: it picks the cache
     /// slot (the key decides a hit either way).
-    #[inline]
     pub fn judge(&mut self, f: &Filter, k: &Key, v6: bool, rxhash: u32) -> Option<Verdict> {
         let rs = if v6 { f.v6.as_ref() } else { f.v4.as_ref() }?;
         if self.filter != f.id {
-            // Another filter: nothing cached is valid, and nothing is
-            // pending (the caller flushes before it lets a filter go).
-            debug_assert!(self.dirty.is_empty(), "judge: flush before a new filter");
-            self.flush_all(None);
-            self.cache.iter_mut().for_each(|e| *e = None);
-            self.filter = f.id;
+            self.adopt(f);
         }
         if self.cache.is_empty() || rs.mode() == FilterMode::Linear {
             self.misses += 1;
             return Some(rs.judge(k));
         }
-        let nk = rs.cache_key(k);
+        let key = and(full_key(k, v6), rs.cache_mask());
         let h = if rxhash != 0 {
             rxhash as usize
         } else {
-            hash(&nk, v6)
+            hash(&key)
         };
         let slot = h & self.mask;
-        if let Some(e) = &mut self.cache[slot] {
-            if e.v6 == v6 && e.key == nk {
-                self.hits += 1;
-                if e.packets == 0 {
-                    self.dirty.push(slot as u32);
-                }
-                e.packets += 1;
-                e.bytes += k.len as u64;
-                return Some(e.verdict);
+        if self.hit(&key, slot, k.len).is_none() {
+            return Some(self.miss(rs, k, key, v6, slot));
+        }
+        self.cache[slot].as_ref().map(|e| e.verdict)
+    }
+
+    /// [`Self::judge`] of a parsed frame (`None`: not IP, or no set for
+    /// its family).
+    pub fn judge_frame(
+        &mut self,
+        f: &Filter,
+        frame: &[u8],
+        h: &Headers,
+        rxhash: u32,
+    ) -> Option<Verdict> {
+        let v6 = match h.l3 {
+            L3::Ipv4 => false,
+            L3::Ipv6 => true,
+            _ => return None,
+        };
+        self.judge(f, &super::key(frame, h)?, v6, rxhash)
+    }
+
+    /// The action of [`Self::judge_frame`] (accept: not IP, or no set for
+    /// its family), the stage's fast path: see the module docs.
+    #[inline]
+    pub fn action(&mut self, f: &Filter, frame: &[u8], h: &Headers, rxhash: u32) -> Action {
+        let fast = h.l3 == L3::Ipv4
+            && rxhash != 0
+            && !h.fragment
+            && self.filter == f.id
+            && !self.cache.is_empty();
+        let quick = if fast { quick_key(frame, h) } else { None };
+        let (Some((raw, len)), Some(rs)) = (quick, f.v4.as_ref()) else {
+            return self.action_slow(f, frame, h, rxhash);
+        };
+        let m = rs.cache_mask();
+        let key = [raw[0] & m[0], raw[1] & m[1], raw[2] & m[2]];
+        let slot = rxhash as usize & self.mask;
+        match self.hit(&key, slot, len) {
+            Some(a) => a,
+            None => {
+                let key = [key[0], key[1], key[2], 0, 0, 0];
+                self.action_miss(rs, frame, h, key, slot)
             }
         }
+    }
+
+    #[inline(never)]
+    fn action_slow(&mut self, f: &Filter, frame: &[u8], h: &Headers, rxhash: u32) -> Action {
+        self.judge_frame(f, frame, h, rxhash)
+            .map_or(Action::Accept, |v| v.action)
+    }
+
+    #[inline(never)]
+    fn action_miss(
+        &mut self,
+        rs: &Ruleset,
+        frame: &[u8],
+        h: &Headers,
+        key: Packed,
+        slot: usize,
+    ) -> Action {
+        if rs.mode() == FilterMode::Linear {
+            self.misses += 1;
+            return super::key(frame, h).map_or(Action::Accept, |k| rs.judge(&k).action);
+        }
+        match super::key(frame, h) {
+            Some(k) => self.miss(rs, &k, key, false, slot).action,
+            None => Action::Accept,
+        }
+    }
+
+    /// The cached action of `key` (the first `N` words of a key: the
+    /// rest are 0 in every key of its kind) in `slot`, its counts added.
+    #[inline(always)]
+    fn hit<const N: usize>(&mut self, key: &[u64; N], slot: usize, len: u32) -> Option<Action> {
+        let e = self.cache[slot].as_ref()?;
+        if !same::<N>(&e.key, key) {
+            return None;
+        }
+        self.hits += 1;
+        for &s in &e.path {
+            let p = &mut self.pending[s as usize];
+            if p[0] == 0 {
+                self.dirty.push(s);
+            }
+            p[0] += 1;
+            p[1] += len as u64;
+        }
+        Some(e.action)
+    }
+
+    /// Walk the rules for `k` and remember the answer in `slot`.
+    #[inline(never)]
+    fn miss(&mut self, rs: &Ruleset, k: &Key, key: Packed, v6: bool, slot: usize) -> Verdict {
         self.misses += 1;
         let mut path = Path::new();
         let (v, whole) = rs.walk_path_checked(k, &mut path);
@@ -118,66 +233,177 @@ impl Judge {
             for &s in &path {
                 rs.add(s, 1, k.len as u64);
             }
-            return Some(v);
+            return v;
         }
-        // The evicted entry's pending counts go first.
-        if let Some(old) = self.cache[slot].take() {
-            flush_entry(f, &old);
+        let base = if v6 { self.v4_slots as u32 } else { 0 };
+        for s in path.iter_mut() {
+            *s += base;
+            let p = &mut self.pending[*s as usize];
+            if p[0] == 0 {
+                self.dirty.push(*s);
+            }
+            p[0] += 1;
+            p[1] += k.len as u64;
         }
-        self.dirty.push(slot as u32);
         self.cache[slot] = Some(Entry {
-            key: nk,
-            v6,
-            verdict: v,
+            key,
+            action: v.action,
             path,
-            packets: 1,
-            bytes: k.len as u64,
+            verdict: v,
         });
-        Some(v)
+        v
     }
 
     /// Write the pending counts to `f`'s shared counters (at the end of a
     /// bundle, while the bundle's filter is still held).
     pub fn flush(&mut self, f: &Filter) {
-        if self.filter == f.id {
-            self.flush_all(Some(f));
+        if self.filter != f.id {
+            return;
         }
-    }
-
-    fn flush_all(&mut self, f: Option<&Filter>) {
-        for slot in self.dirty.drain(..) {
-            if let Some(e) = &mut self.cache[slot as usize] {
-                if let Some(f) = f {
-                    flush_entry(f, e);
-                }
-                e.packets = 0;
-                e.bytes = 0;
+        let n4 = self.v4_slots as u32;
+        for s in self.dirty.drain(..) {
+            let p = std::mem::take(&mut self.pending[s as usize]);
+            let (rs, s) = if s < n4 {
+                (f.v4.as_ref(), s)
+            } else {
+                (f.v6.as_ref(), s - n4)
+            };
+            if let Some(rs) = rs {
+                rs.add(s, p[0], p[1]);
             }
         }
     }
 }
 
-fn flush_entry(f: &Filter, e: &Entry) {
-    if e.packets == 0 {
-        return;
-    }
-    if let Some(rs) = if e.v6 { f.v6.as_ref() } else { f.v4.as_ref() } {
-        for &s in &e.path {
-            rs.add(s, e.packets as u64, e.bytes);
-        }
+/// Words 0 and 1 of a key.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn head(
+    sport: u32,
+    dport: u32,
+    proto: u8,
+    frag: bool,
+    v6: bool,
+    flags: u32,
+    icmp: u32,
+    len: u32,
+) -> [u64; 2] {
+    [
+        sport as u64
+            | (dport as u64) << 21
+            | (proto as u64) << 42
+            | (frag as u64) << 50
+            | (v6 as u64) << 51,
+        flags as u64 | (icmp as u64) << 21 | (len as u64) << 42,
+    ]
+}
+
+/// The full key of `k`.
+#[inline]
+fn full_key(k: &Key, v6: bool) -> Packed {
+    let [w0, w1] = head(
+        k.sport,
+        k.dport,
+        k.proto,
+        k.frag,
+        v6,
+        k.tcp_flags,
+        k.icmp,
+        k.len,
+    );
+    [
+        w0,
+        w1,
+        k.src as u64,
+        (k.src >> 64) as u64,
+        k.dst as u64,
+        (k.dst >> 64) as u64,
+    ]
+}
+
+/// The quick key of an IPv4 TCP or UDP packet that is no fragment, from
+/// its parsed headers, and its IP length; `None` for anything else (or a
+/// frame too short for what the headers say).
+#[inline(always)]
+fn quick_key(frame: &[u8], h: &Headers) -> Option<([u64; 3], u32)> {
+    let l3 = h.l3_offset as usize;
+    let flags = match h.l4 {
+        L4::Udp => super::ABSENT,
+        // The flags byte as the frame holds it (GRO may have ORed in a
+        // segment's PSH or FIN since the headers were parsed).
+        L4::Tcp { .. } => *frame.get(h.l4_offset as usize + 13)? as u32,
+        _ => return None,
+    };
+    let IpAddrs::V4 { src, dst } = &h.flow.addrs else {
+        return None;
+    };
+    let b = frame.get(l3 + 2..l3 + 4)?;
+    let len = u16::from_be_bytes([b[0], b[1]]) as u32;
+    let addrs = u32::from_ne_bytes(*src) as u64 | (u32::from_ne_bytes(*dst) as u64) << 32;
+    let [w0, w1] = head(
+        h.flow.src_port as u32,
+        h.flow.dst_port as u32,
+        h.flow.protocol,
+        false,
+        false,
+        flags,
+        super::ABSENT,
+        len,
+    );
+    Some(([w0 | QUICK, w1, addrs], len))
+}
+
+/// The masks of a rule set's keys: the fields some rule looks at. The
+/// address words are whole fields in every kind of key except a quick
+/// IPv4 key's word 2 (source in the low half, destination in the high).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn key_mask(
+    src: bool,
+    dst: bool,
+    ports: bool,
+    flags: bool,
+    icmp: bool,
+    len: bool,
+    frag: bool,
+    v6: bool,
+) -> Packed {
+    let all = |b: bool| if b { u64::MAX } else { 0 };
+    let f21 = (1u64 << 21) - 1;
+    let w0 =
+        (all(ports) & (f21 | f21 << 21)) | 0xff << 42 | (all(frag) & 1 << 50) | 3 << 51 | QUICK;
+    let w1 = (all(flags) & f21) | (all(icmp) & f21 << 21) | (all(len) & f21 << 42);
+    if v6 {
+        [w0, w1, all(src), all(src), all(dst), all(dst)]
+    } else {
+        // A full IPv4 key holds the source in word 2's low half (the rest
+        // 0) and the destination in word 4's; a quick one both in word 2.
+        let lo = 0xffff_ffff;
+        let w2 = (all(src) & lo) | (all(dst) & lo << 32);
+        [w0, w1, w2, 0, all(dst) & lo, 0]
     }
 }
 
+#[inline(always)]
+fn and(a: Packed, m: &Packed) -> Packed {
+    let mut out = a;
+    for (o, m) in out.iter_mut().zip(m) {
+        *o &= m;
+    }
+    out
+}
+
+/// `a`'s first `N` words equal `b`, without a call to `memcmp`.
+#[inline(always)]
+fn same<const N: usize>(a: &Packed, b: &[u64; N]) -> bool {
+    a.iter().zip(b).fold(0, |d, (x, y)| d | (x ^ y)) == 0
+}
+
 #[inline]
-fn hash(k: &Key, v6: bool) -> usize {
+fn hash(k: &Packed) -> usize {
     // Multiply-fold: cheap, and spreads the fields flows differ in.
-    let mut h = (k.src as u64) ^ ((k.src >> 64) as u64).rotate_left(17);
-    h = h.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (k.dst as u64) ^ ((k.dst >> 64) as u64);
-    h = h.wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        ^ ((k.sport as u64) << 32 | k.dport as u64)
-        ^ (k.proto as u64) << 56
-        ^ (k.len as u64) << 40
-        ^ (k.tcp_flags as u64 ^ k.icmp as u64) << 20
-        ^ v6 as u64;
-    (h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize
+    let mut h = 0u64;
+    for &w in k {
+        h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
+    }
+    (h >> 32) as usize
 }

@@ -99,7 +99,15 @@ pub struct Verdict {
 impl Verdict {
     /// The drop reason, if the packet is dropped.
     pub fn drop_reason(self) -> Option<DropReason> {
-        match self.action {
+        self.action.drop_reason()
+    }
+}
+
+impl Action {
+    /// The drop reason, if the packet is dropped.
+    #[inline]
+    pub fn drop_reason(self) -> Option<DropReason> {
+        match self {
             Action::Accept => None,
             Action::Drop => Some(DropReason::Filter),
             Action::Reject => Some(DropReason::FilterReject),
@@ -199,7 +207,8 @@ pub struct Ruleset {
     compiled: Vec<ChainClassifier>,
     counters: Counters,
     build_ns: u64,
-    used: Used,
+    /// The bits of a flow cache key the rules tell packets apart by.
+    cache_mask: cache::Packed,
 }
 
 /// The key fields some rule of a table looks at.
@@ -215,6 +224,19 @@ struct Used {
 }
 
 impl Used {
+    fn mask(self, fam: Family) -> cache::Packed {
+        cache::key_mask(
+            self.src,
+            self.dst,
+            self.ports,
+            self.flags,
+            self.icmp,
+            self.len,
+            self.frag,
+            fam == Family::V6,
+        )
+    }
+
     fn of(t: &Table) -> Used {
         let mut u = Used::default();
         for m in t.chains.iter().flat_map(|c| &c.rules).map(|r| &r.m) {
@@ -277,7 +299,7 @@ impl Ruleset {
                 .collect(),
         };
         Ruleset {
-            used: Used::of(&table),
+            cache_mask: Used::of(&table).mask(table.family),
             input: table.chain("INPUT"),
             table,
             iface: iface.to_string(),
@@ -350,22 +372,16 @@ impl Ruleset {
         ctr[1].fetch_add(bytes, Ordering::Relaxed);
     }
 
-    /// `k` with the fields no rule looks at set to one value, so that a
-    /// flow cache tells apart only packets the rules can tell apart.
+    /// Counter slots: one per rule, then one per chain's policy.
+    pub(crate) fn slots(&self) -> usize {
+        self.counters.rules.len() + self.counters.policies.len()
+    }
+
+    /// Which bits of a flow cache key ([`cache`]'s layout) the rules
+    /// look at.
     #[inline]
-    pub(crate) fn cache_key(&self, k: &Key) -> Key {
-        let u = self.used;
-        Key {
-            src: if u.src { k.src } else { 0 },
-            dst: if u.dst { k.dst } else { 0 },
-            proto: k.proto,
-            sport: if u.ports { k.sport } else { 0 },
-            dport: if u.ports { k.dport } else { 0 },
-            tcp_flags: if u.flags { k.tcp_flags } else { 0 },
-            icmp: if u.icmp { k.icmp } else { 0 },
-            len: if u.len { k.len } else { 0 },
-            frag: u.frag && k.frag,
-        }
+    pub(crate) fn cache_mask(&self) -> &cache::Packed {
+        &self.cache_mask
     }
 
     /// The walk, calling `hit` with each counter slot a matching rule or
@@ -661,15 +677,7 @@ impl Filter {
         h: &Headers,
         rxhash: u32,
     ) -> Option<Verdict> {
-        let v6 = is_v6(h)?;
-        if if v6 {
-            self.v6.is_none()
-        } else {
-            self.v4.is_none()
-        } {
-            return None;
-        }
-        j.judge(self, &key(frame, h)?, v6, rxhash)
+        j.judge_frame(self, frame, h, rxhash)
     }
 
     /// Both rule sets, IPv4 first.

@@ -45,20 +45,16 @@ impl<S> FilterStage<S> {
 }
 
 impl<S: Stack> Stack for FilterStage<S> {
-    #[inline]
+    #[inline(always)]
     fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
         let filter = &self.filter;
         let cur = self.cur.get_or_insert_with(|| filter.current());
         if let Some(f) = cur {
-            if let Some(v) = f.judge_frame_with(
-                &mut self.judge,
-                ctx.data(&pkt),
-                &pkt.meta.headers,
-                pkt.meta.rxhash,
-            ) {
-                if let Some(reason) = v.drop_reason() {
-                    return ctx.drop(pkt, reason);
-                }
+            let a = self
+                .judge
+                .action(f, ctx.data(&pkt), &pkt.meta.headers, pkt.meta.rxhash);
+            if let Some(reason) = a.drop_reason() {
+                return ctx.drop(pkt, reason);
             }
         }
         self.inner.receive(pkt, ctx)
