@@ -2,37 +2,49 @@
 //! (a super-packet once, as the kernel judges one skb) and drops what the
 //! rules drop, counted `filter` or `filter_reject`.
 
-use super::{FilterHandle, Judge};
+use super::{Action, Filter, FilterHandle, Judge};
 use crate::packet::{Packet, PollEnd, RxCtx, Stack};
 use crate::stats::LatencyHist;
+use rxpath_wire::Headers;
 use std::sync::Arc;
 
-/// `inner` behind the filter's `INPUT` hook.
+/// One thread's `INPUT` hook: the running filter, held for a bundle, and
+/// the thread's [`Judge`] (flow cache, counts added up per bundle). The
+/// filter stage and the socket stage judge through it.
 #[derive(Debug)]
-pub struct FilterStage<S> {
-    inner: S,
+pub struct InputHook {
     filter: Arc<FilterHandle>,
     /// The set this bundle is judged by: loaded at its first packet and
     /// let go at its end, so a swap takes effect at the next bundle and no
     /// packet sees half of one.
-    cur: Option<Option<Arc<super::Filter>>>,
-    /// This thread's flow cache and pending counts.
+    cur: Option<Option<Arc<Filter>>>,
     judge: Judge,
 }
 
-impl<S> FilterStage<S> {
-    /// Put `filter` in front of `inner`.
-    pub fn new(filter: Arc<FilterHandle>, inner: S) -> Self {
-        FilterStage {
-            inner,
+impl InputHook {
+    /// A hook judging by what `filter` holds.
+    pub fn new(filter: Arc<FilterHandle>) -> Self {
+        InputHook {
             judge: filter.judge(),
             filter,
             cur: None,
         }
     }
 
-    /// Let go of the bundle's filter, its counts written first.
-    fn release(&mut self) {
+    /// What the rules do with a parsed frame (accept: not IP, or no set
+    /// for its family); `rxhash` the packet's flow hash, or 0.
+    #[inline(always)]
+    pub fn action(&mut self, frame: &[u8], h: &Headers, rxhash: u32) -> Action {
+        let filter = &self.filter;
+        match self.cur.get_or_insert_with(|| filter.current()) {
+            Some(f) => self.judge.action(f, frame, h, rxhash),
+            None => Action::Accept,
+        }
+    }
+
+    /// Let go of the bundle's filter, its counts written first (at the end
+    /// of every bundle and poll).
+    pub fn release(&mut self) {
         if let Some(Some(f)) = self.cur.take() {
             self.judge.flush(&f);
         }
@@ -44,18 +56,36 @@ impl<S> FilterStage<S> {
     }
 }
 
+/// `inner` behind the filter's `INPUT` hook.
+#[derive(Debug)]
+pub struct FilterStage<S> {
+    inner: S,
+    hook: InputHook,
+}
+
+impl<S> FilterStage<S> {
+    /// Put `filter` in front of `inner`.
+    pub fn new(filter: Arc<FilterHandle>, inner: S) -> Self {
+        FilterStage {
+            inner,
+            hook: InputHook::new(filter),
+        }
+    }
+
+    /// Flow cache hits and walks so far.
+    pub fn cache_stats(&self) -> (u64, u64) {
+        self.hook.cache_stats()
+    }
+}
+
 impl<S: Stack> Stack for FilterStage<S> {
     #[inline(always)]
     fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
-        let filter = &self.filter;
-        let cur = self.cur.get_or_insert_with(|| filter.current());
-        if let Some(f) = cur {
-            let a = self
-                .judge
-                .action(f, ctx.data(&pkt), &pkt.meta.headers, pkt.meta.rxhash);
-            if let Some(reason) = a.drop_reason() {
-                return ctx.drop(pkt, reason);
-            }
+        let a = self
+            .hook
+            .action(ctx.data(&pkt), &pkt.meta.headers, pkt.meta.rxhash);
+        if let Some(reason) = a.drop_reason() {
+            return ctx.drop(pkt, reason);
         }
         self.inner.receive(pkt, ctx)
     }
@@ -63,13 +93,13 @@ impl<S: Stack> Stack for FilterStage<S> {
         self.inner.malformed(pkt, ctx)
     }
     fn bundle_done(&mut self, ctx: &mut RxCtx<'_>) {
-        self.release();
+        self.hook.release();
         self.inner.bundle_done(ctx)
     }
     fn poll_done(&mut self, ctx: &mut RxCtx<'_>, end: PollEnd) -> Option<u64> {
         let t = self.inner.poll_done(ctx, end);
         // Packets GRO flushed here were judged; hold no set while idle.
-        self.release();
+        self.hook.release();
         t
     }
     fn held(&self) -> u64 {

@@ -254,8 +254,18 @@ pub fn input_hooked(
     snmp: &mut Snmp,
     filter: Option<(&crate::filter::Filter, &rxpath_wire::Headers)>,
 ) -> Result<Datagram, DropReason> {
-    input_chain(frame, 0, csum, cfg, snmp, filter)
+    match filter {
+        Some((f, h)) => {
+            let mut hook = |fr: &[u8]| f.judge_frame(fr, h).and_then(|v| v.drop_reason());
+            input_chain(frame, 0, csum, cfg, snmp, Some(&mut hook))
+        }
+        None => input_chain(frame, 0, csum, cfg, snmp, None),
+    }
 }
+
+/// The `INPUT` hook as IP input calls it: the frame in, a drop reason
+/// (the rules dropped it) or `None` (it goes on) out.
+pub type InputHook<'a> = &'a mut dyn FnMut(&[u8]) -> Option<DropReason>;
 
 /// [`input_hooked`] for a UDP GRO packet: `frame` is its head, whose IP
 /// and UDP lengths cover `more` bytes of payload in the chain's other
@@ -269,12 +279,12 @@ pub fn input_chain(
     csum: CsumStatus,
     cfg: &IpConfig,
     snmp: &mut Snmp,
-    filter: Option<(&crate::filter::Filter, &rxpath_wire::Headers)>,
+    filter: Option<InputHook<'_>>,
 ) -> Result<Datagram, DropReason> {
     let (etype, l3) = l2_rcv(frame, cfg, snmp)?;
     let l4 = l3_rcv(frame, more, etype, l3, cfg, snmp)?;
-    if let Some((f, h)) = filter {
-        if let Some(reason) = f.judge_frame(frame, h).and_then(|v| v.drop_reason()) {
+    if let Some(hook) = filter {
+        if let Some(reason) = hook(frame) {
             return Err(reason);
         }
     }

@@ -2,6 +2,7 @@
 
 use super::socket::Dgram;
 use super::{read, Sockets};
+use crate::filter::InputHook;
 use crate::ip::{self, CsumStatus, IpConfig};
 use crate::packet::{Packet, PollEnd, RxCtx, Stack};
 use crate::stats::DropReason;
@@ -24,6 +25,8 @@ pub struct SockStack {
     truesize: usize,
     learned: Option<(IpAddr, Mac)>,
     ip: IpConfig,
+    /// The `INPUT` filter's hook, if the host has a filter.
+    hook: Option<InputHook>,
 }
 
 impl SockStack {
@@ -33,6 +36,7 @@ impl SockStack {
             .map_or(rxpath_dev::DEFAULT_FRAME_SIZE, |p| p.umem.frame_size());
         SockStack {
             ip: host.ip_config(),
+            hook: host.config().filter.clone().map(InputHook::new),
             host,
             queue,
             truesize,
@@ -107,12 +111,19 @@ impl Stack for SockStack {
         let umem = ctx.umem;
         let off = pkt.off as usize;
         let bytes = &umem.data(&pkt.frame)[off..off + pkt.len as usize];
-        let r = match self.host.config().filter.as_deref() {
+        let r = match &mut self.hook {
             None => ip::input_chain(bytes, more, csum, &self.ip, &mut ctx.stats.snmp, None),
-            Some(h) => {
-                let g = h.load();
-                let hook = g.as_deref().map(|f| (f, &pkt.meta.headers));
-                ip::input_chain(bytes, more, csum, &self.ip, &mut ctx.stats.snmp, hook)
+            Some(hook) => {
+                let (h, rxhash) = (&pkt.meta.headers, pkt.meta.rxhash);
+                let mut judge = |fr: &[u8]| hook.action(fr, h, rxhash).drop_reason();
+                ip::input_chain(
+                    bytes,
+                    more,
+                    csum,
+                    &self.ip,
+                    &mut ctx.stats.snmp,
+                    Some(&mut judge),
+                )
             }
         };
         let d = match r {
@@ -205,7 +216,16 @@ impl Stack for SockStack {
         self.receive(pkt, ctx)
     }
 
+    fn bundle_done(&mut self, _ctx: &mut RxCtx<'_>) {
+        if let Some(h) = &mut self.hook {
+            h.release();
+        }
+    }
+
     fn poll_done(&mut self, ctx: &mut RxCtx<'_>, _end: PollEnd) -> Option<u64> {
+        if let Some(h) = &mut self.hook {
+            h.release();
+        }
         if let Some(p) = self.host.port(self.queue) {
             ctx.recycle_from(&p.ret);
         }
