@@ -247,10 +247,74 @@ enum Lookup {
     Direct(Vec<u32>),
     /// Interval starts, sorted, and the vector id of each interval.
     Search(Vec<u128>, Vec<u32>),
-    /// IPv4 addresses: interval starts, their vector ids, and for each
-    /// value of the top 16 bits the first interval starting at or above
-    /// it, so a lookup searches one small bucket.
-    Indexed(Vec<u32>, Vec<u32>, Vec<u32>),
+    /// IPv4 addresses: interval starts, their vector ids, and an index
+    /// of buckets: see [`Buckets`].
+    Indexed(Vec<u32>, Vec<u32>, Buckets),
+}
+
+/// The index of an IPv4 field's interval starts: 2^16 buckets of equal
+/// width laid over the span the rule set's boundaries cover (from the
+/// lowest start above 0 to the highest), one bucket below it and one
+/// above, each holding the first interval that starts in it or later, so a
+/// lookup searches one small bucket. Rule sets live in a few prefixes
+/// (ClassBench's, or one site's /15): buckets over the whole address space
+/// (the top 16 bits) would put every boundary in one or two buckets and a
+/// lookup would binary-search thousands of starts, a cache miss a step.
+#[derive(Debug)]
+struct Buckets {
+    /// Where the span starts.
+    base: u32,
+    /// log2 of a bucket's width.
+    shift: u32,
+    /// Per bucket, the index of the first interval starting in it or
+    /// later; one more entry (the number of intervals) at the end.
+    first: Vec<u32>,
+}
+
+impl Buckets {
+    const SPAN: u64 = 1 << 16;
+
+    fn new(starts: &[u32]) -> Buckets {
+        let base = starts.iter().copied().find(|&s| s > 0).unwrap_or(0);
+        let top = starts.last().copied().unwrap_or(0).max(base);
+        let span = (top - base) as u64;
+        let mut shift = 0;
+        while span >> shift >= Self::SPAN {
+            shift += 1;
+        }
+        let mut b = Buckets {
+            base,
+            shift,
+            first: Vec::new(),
+        };
+        // Bucket 0 (below the span), SPAN buckets over it, one above.
+        let n = Self::SPAN as usize + 2;
+        b.first = (0..n)
+            .map(|h| {
+                let lo = b.low(h);
+                starts.partition_point(|&s| (s as u64) < lo) as u32
+            })
+            .chain(std::iter::once(starts.len() as u32))
+            .collect();
+        b
+    }
+
+    /// The lowest value of bucket `h`.
+    fn low(&self, h: usize) -> u64 {
+        match h {
+            0 => 0,
+            h => (self.base as u64 + (((h - 1) as u64) << self.shift)).min(1 << 32),
+        }
+    }
+
+    /// The bucket of `v`.
+    #[inline]
+    fn bucket(&self, v: u32) -> usize {
+        match v.checked_sub(self.base) {
+            None => 0,
+            Some(d) => ((d >> self.shift) as usize + 1).min(Self::SPAN as usize + 1),
+        }
+    }
 }
 
 /// One field's intervals and its distinct bit vectors.
@@ -274,10 +338,10 @@ impl Field {
                 let i = starts.partition_point(|&s| s <= v);
                 ids[i - 1] as usize
             }
-            Lookup::Indexed(starts, ids, index) => {
+            Lookup::Indexed(starts, ids, b) => {
                 let v = v as u32;
-                let h = (v >> 16) as usize;
-                let (lo, hi) = (index[h] as usize, index[h + 1] as usize);
+                let h = b.bucket(v);
+                let (lo, hi) = (b.first[h] as usize, b.first[h + 1] as usize);
                 // Intervals starting in this bucket at or below v; if none,
                 // the one that started before the bucket (starts[0] == 0).
                 let i = lo + starts[lo..hi].partition_point(|&s| s <= v);
@@ -421,9 +485,7 @@ impl ChainClassifier {
         }
         let lookup = if max == u32::MAX as u128 {
             let starts: Vec<u32> = starts.iter().map(|&s| s as u32).collect();
-            let index: Vec<u32> = (0..=65536u64)
-                .map(|h| starts.partition_point(|&s| (s as u64) < h << 16) as u32)
-                .collect();
+            let index = Buckets::new(&starts);
             Lookup::Indexed(starts, ids, index)
         } else if max <= 65536 {
             let mut t = vec![0u32; max as usize + 1];
@@ -504,7 +566,7 @@ impl ChainClassifier {
                     + match &f.lookup {
                         Lookup::Direct(t) => 4 * t.len(),
                         Lookup::Search(s, i) => 16 * s.len() + 4 * i.len(),
-                        Lookup::Indexed(s, i, x) => 4 * (s.len() + i.len() + x.len()),
+                        Lookup::Indexed(s, i, x) => 4 * (s.len() + i.len() + x.first.len()),
                     }
             })
             .sum::<usize>()
