@@ -24,7 +24,7 @@
 //! touched (64 flows that all end at the policy are one), not two per
 //! packet.
 
-use super::{Action, Filter, FilterMode, Key, Ruleset, Verdict};
+use super::{Action, Filter, FilterMode, Key, Ruleset, Used, Verdict};
 use arrayvec::ArrayVec;
 use rxpath_wire::{Headers, IpAddrs, L3, L4};
 
@@ -155,7 +155,7 @@ impl Judge {
     /// its family), the stage's fast path: see the module docs.
     #[inline]
     pub fn action(&mut self, f: &Filter, frame: &[u8], h: &Headers, rxhash: u32) -> Action {
-        let fast = h.l3 == L3::Ipv4
+        let fast = matches!(h.l3, L3::Ipv4)
             && rxhash != 0
             && !h.fragment
             && self.filter == f.id
@@ -353,33 +353,23 @@ fn quick_key(frame: &[u8], h: &Headers) -> Option<([u64; 3], u32)> {
     Some(([w0 | QUICK, w1, addrs], len))
 }
 
-/// The masks of a rule set's keys: the fields some rule looks at. The
-/// address words are whole fields in every kind of key except a quick
+/// The masks of a rule set's keys: the fields some rule looks at (`u`).
+/// The address words are whole fields in every kind of key except a quick
 /// IPv4 key's word 2 (source in the low half, destination in the high).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn key_mask(
-    src: bool,
-    dst: bool,
-    ports: bool,
-    flags: bool,
-    icmp: bool,
-    len: bool,
-    frag: bool,
-    v6: bool,
-) -> Packed {
+pub(super) fn key_mask(u: &Used, v6: bool) -> Packed {
     let all = |b: bool| if b { u64::MAX } else { 0 };
     let f21 = (1u64 << 21) - 1;
     let w0 =
-        (all(ports) & (f21 | f21 << 21)) | 0xff << 42 | (all(frag) & 1 << 50) | 3 << 51 | QUICK;
-    let w1 = (all(flags) & f21) | (all(icmp) & f21 << 21) | (all(len) & f21 << 42);
+        (all(u.ports) & (f21 | f21 << 21)) | 0xff << 42 | (all(u.frag) & 1 << 50) | 3 << 51 | QUICK;
+    let w1 = (all(u.flags) & f21) | (all(u.icmp) & f21 << 21) | (all(u.len) & f21 << 42);
+    let (src, dst) = (all(u.src), all(u.dst));
     if v6 {
-        [w0, w1, all(src), all(src), all(dst), all(dst)]
+        [w0, w1, src, src, dst, dst]
     } else {
         // A full IPv4 key holds the source in word 2's low half (the rest
         // 0) and the destination in word 4's; a quick one both in word 2.
         let lo = 0xffff_ffff;
-        let w2 = (all(src) & lo) | (all(dst) & lo << 32);
-        [w0, w1, w2, 0, all(dst) & lo, 0]
+        [w0, w1, (src & lo) | (dst & lo << 32), 0, dst & lo, 0]
     }
 }
 

@@ -224,19 +224,6 @@ struct Used {
 }
 
 impl Used {
-    fn mask(self, fam: Family) -> cache::Packed {
-        cache::key_mask(
-            self.src,
-            self.dst,
-            self.ports,
-            self.flags,
-            self.icmp,
-            self.len,
-            self.frag,
-            fam == Family::V6,
-        )
-    }
-
     fn of(t: &Table) -> Used {
         let mut u = Used::default();
         for m in t.chains.iter().flat_map(|c| &c.rules).map(|r| &r.m) {
@@ -299,7 +286,7 @@ impl Ruleset {
                 .collect(),
         };
         Ruleset {
-            cache_mask: Used::of(&table).mask(table.family),
+            cache_mask: cache::key_mask(&Used::of(&table), table.family == Family::V6),
             input: table.chain("INPUT"),
             table,
             iface: iface.to_string(),

@@ -456,20 +456,29 @@ fn the_flow_cache_changes_no_verdict_and_no_counter() {
             j.hits,
             j.misses
         );
-        let (x, y) = (
-            cached.v4.as_ref().unwrap().stats(),
-            plain.v4.as_ref().unwrap().stats(),
+        same_counters(
+            cached.v4.as_ref().unwrap(),
+            plain.v4.as_ref().unwrap(),
+            5000,
+            name,
         );
-        assert!(x.iter().map(|r| r.packets).sum::<u64>() >= 5000);
-        for (r, s) in x.iter().zip(&y) {
-            assert_eq!(
-                (r.packets, r.bytes),
-                (s.packets, s.bytes),
-                "{name}: {} {:?}",
-                r.chain,
-                r.rule
-            );
-        }
+    }
+}
+
+/// Every rule's and policy's counters of `a` equal `b`'s, and `a` counted
+/// at least `packets` packets.
+fn same_counters(a: &Ruleset, b: &Ruleset, packets: u64, what: &str) {
+    let (x, y) = (a.stats(), b.stats());
+    assert!(x.iter().map(|r| r.packets).sum::<u64>() >= packets);
+    for (r, s) in x.iter().zip(&y) {
+        assert_eq!(
+            (r.packets, r.bytes),
+            (s.packets, s.bytes),
+            "{what}: {} {:?} {}",
+            r.chain,
+            r.rule,
+            r.text
+        );
     }
 }
 
@@ -569,18 +578,7 @@ fn the_stage_fast_path_judges_frames_as_the_walk() {
             j.misses
         );
         for (a, b) in cached.sets().zip(plain.sets()) {
-            let (x, y) = (a.stats(), b.stats());
-            assert!(x.iter().map(|r| r.packets).sum::<u64>() >= n);
-            for (r, s) in x.iter().zip(&y) {
-                assert_eq!(
-                    (r.packets, r.bytes),
-                    (s.packets, s.bytes),
-                    "{fam:?}: {} {:?} {}",
-                    r.chain,
-                    r.rule,
-                    r.text
-                );
-            }
+            same_counters(a, b, n, &format!("{fam:?}"));
         }
     }
 }
