@@ -230,10 +230,7 @@ fn completion_rearms_the_interrupt_and_catches_a_racing_packet() {
         queues: 1,
         ring_size: 256,
         frames_per_queue: 512,
-        coalesce: Coalesce {
-            rx_usecs: 0,
-            rx_frames: 1,
-        },
+        coalesce: Coalesce::EVERY_FRAME,
         ..Default::default()
     };
     let (mut port, queues) = sim::build(&cfg).unwrap();

@@ -19,10 +19,7 @@ fn host(addr: &str, mac: [u8; 6]) -> Arc<Host> {
     cfg.sock.local_addrs = vec![addr.parse().unwrap()];
     cfg.sock.mac = mac;
     let sim = SimConfig {
-        coalesce: Coalesce {
-            rx_usecs: 0,
-            rx_frames: 1,
-        },
+        coalesce: Coalesce::EVERY_FRAME,
         ..Default::default()
     };
     Arc::new(Host::start(cfg, HostDevice::Sim(sim)).expect("sim host"))

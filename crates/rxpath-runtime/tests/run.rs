@@ -163,10 +163,7 @@ fn gro_with_the_flush_timer_merges_bulk_and_accounts_for_every_segment() {
             },
             producer: Producer::Thread { pps: Some(200_000) },
             sim: SimConfig {
-                coalesce: Coalesce {
-                    rx_usecs: 0,
-                    rx_frames: 1,
-                },
+                coalesce: Coalesce::EVERY_FRAME,
                 ..base().sim
             },
             gro: Some(GroSettings {

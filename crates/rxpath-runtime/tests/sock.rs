@@ -36,10 +36,7 @@ fn host(queues: usize, napi_threads: usize) -> Host {
         "198.18.0.9".parse().unwrap(),
     ];
     let sim = SimConfig {
-        coalesce: Coalesce {
-            rx_usecs: 0,
-            rx_frames: 1,
-        },
+        coalesce: Coalesce::EVERY_FRAME,
         ..Default::default()
     };
     Host::start(cfg, HostDevice::Sim(sim)).expect("sim host")
@@ -508,10 +505,7 @@ fn prefer_busy_poll_defers_the_interrupt_until_the_socket_sleeps() {
     };
     cfg.sock.local_addrs = vec![HOST4.parse().unwrap()];
     let sim = SimConfig {
-        coalesce: Coalesce {
-            rx_usecs: 0,
-            rx_frames: 1,
-        },
+        coalesce: Coalesce::EVERY_FRAME,
         ..Default::default()
     };
     let h = Arc::new(Host::start(cfg, HostDevice::Sim(sim)).unwrap());

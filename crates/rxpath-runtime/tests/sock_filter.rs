@@ -48,10 +48,7 @@ fn host(filter: Arc<FilterHandle>) -> Host {
     cfg.sock.local_addrs = vec!["198.18.0.1".parse().unwrap(), "2001:2::1".parse().unwrap()];
     cfg.sock.filter = Some(filter);
     let sim = SimConfig {
-        coalesce: Coalesce {
-            rx_usecs: 0,
-            rx_frames: 1,
-        },
+        coalesce: Coalesce::EVERY_FRAME,
         ..Default::default()
     };
     Host::start(cfg, HostDevice::Sim(sim)).expect("sim host")

@@ -32,10 +32,7 @@ fn sim_host_with(gro: bool, gro_flush_timeout_ns: u64) -> Host {
     };
     cfg.sock.local_addrs = vec![HOST4.parse().unwrap()];
     let sim = SimConfig {
-        coalesce: Coalesce {
-            rx_usecs: 0,
-            rx_frames: 1,
-        },
+        coalesce: Coalesce::EVERY_FRAME,
         ..Default::default()
     };
     Host::start(cfg, HostDevice::Sim(sim)).expect("sim host")

@@ -29,10 +29,7 @@ fn host(mode: SteerMode, workers: usize) -> Host {
     };
     cfg.sock.local_addrs = vec![HOST4.parse().unwrap()];
     let sim = SimConfig {
-        coalesce: Coalesce {
-            rx_usecs: 0,
-            rx_frames: 1,
-        },
+        coalesce: Coalesce::EVERY_FRAME,
         ..Default::default()
     };
     Host::start(cfg, HostDevice::Sim(sim)).expect("sim host")

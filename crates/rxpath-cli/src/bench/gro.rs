@@ -63,10 +63,7 @@ fn config(mix: Mix, pps: Option<u64>, s: Setting, d: Duration, idle_poll: bool) 
             frames_per_queue: 2048,
             // A NIC tuned for RPC latency: an interrupt per packet (the
             // seed's premise: NICs do not delay interrupts for bulk).
-            coalesce: Coalesce {
-                rx_usecs: 0,
-                rx_frames: 1,
-            },
+            coalesce: Coalesce::EVERY_FRAME,
             ..SimConfig::default()
         },
         traffic: TrafficConfig {

@@ -50,6 +50,14 @@ pub struct Coalesce {
     pub rx_frames: u32,
 }
 
+impl Coalesce {
+    /// An interrupt for every packet (`ethtool -C rx-usecs 0 rx-frames 1`).
+    pub const EVERY_FRAME: Coalesce = Coalesce {
+        rx_usecs: 0,
+        rx_frames: 1,
+    };
+}
+
 impl Default for Coalesce {
     fn default() -> Self {
         // mlx5's defaults.
