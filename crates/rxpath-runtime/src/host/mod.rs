@@ -17,13 +17,17 @@
 //! With `napi_threads: 0` nothing but busy-polling sockets moves packets
 //! (useful to show busy polling alone delivers; the tests do).
 
+mod napi_thread;
+mod tx;
+
 use crate::run::{check_iface, RunError};
 use crate::steer::{BottomHalf, Collect, PerQueue, Ports, SteerStage, Workers};
+use napi_thread::{napi_in_irq, napi_thread};
 use rxpath_core::gro::{GroConfig, UdpGroPolicy};
 use rxpath_core::ip::Snmp;
 use rxpath_core::napi::{BundleMode, Napi, NapiTable, NAPI_POLL_WEIGHT};
+use rxpath_core::sock::UdpSocket;
 use rxpath_core::sock::{SharedNapi, SockConfig, SockError, SockStats, Sockets};
-use rxpath_core::sock::{TxPort, UdpSocket};
 use rxpath_core::stats::NapiStats;
 use rxpath_core::steer::{SeqSource, SteerMode, Worker};
 use rxpath_dev::packet::PacketQueue;
@@ -38,7 +42,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use tx::{PacketTx, SimTxPort, XskTxPort};
 
 /// Where a host's packets come from.
 #[derive(Debug, Clone)]
@@ -219,96 +223,6 @@ impl std::fmt::Debug for Host {
             .field("backend", &self.backend)
             .field("napis", &self.napis)
             .finish()
-    }
-}
-
-/// Queue 0's AF_XDP socket's TX side, as the sockets' TX port.
-#[derive(Debug)]
-struct XskTxPort(
-    Option<rxpath_dev::sys::xdp::XskTx>,
-    rxpath_dev::sys::xdp::XskTxCounters,
-);
-
-impl TxPort for XskTxPort {
-    fn send(&mut self, frames: &[&[u8]]) -> std::io::Result<usize> {
-        match &mut self.0 {
-            Some(tx) => Ok(tx.send(frames)),
-            None => Err(std::io::Error::other("the TX ring is closed")),
-        }
-    }
-
-    /// Frames written straight into the UMEM frames the TX ring posts.
-    fn send_with(
-        &mut self,
-        n: usize,
-        write: &mut dyn FnMut(usize, &mut [u8]) -> Option<usize>,
-    ) -> std::io::Result<usize> {
-        let Some(tx) = &mut self.0 else {
-            return Err(std::io::Error::other("the TX ring is closed"));
-        };
-        let mut i = 0;
-        let put = tx.send_with(n, |buf| {
-            let r = write(i, buf);
-            i += 1;
-            r
-        });
-        tx.counters.busy += (n - put) as u64;
-        Ok(put)
-    }
-
-    fn finish(&mut self) -> (usize, usize) {
-        if let Some(tx) = self.0.take() {
-            self.1 = tx.finish(std::time::Duration::from_millis(100));
-        }
-        // Its frames are queue 0's: they count there.
-        (0, 0)
-    }
-
-    fn counters(&self) -> Vec<(&'static str, u64)> {
-        let c = match &self.0 {
-            Some(tx) => tx.counters,
-            None => self.1,
-        };
-        vec![
-            ("xsk_tx_sent", c.sent),
-            ("xsk_tx_completed", c.completed),
-            ("xsk_tx_busy", c.busy),
-            ("xsk_tx_kicks", c.kicks),
-        ]
-    }
-}
-
-/// The simulated NIC's TX ring, as the sockets' TX port.
-#[derive(Debug)]
-struct SimTxPort(rxpath_dev::sim::SimTx);
-
-impl TxPort for SimTxPort {
-    fn send(&mut self, frames: &[&[u8]]) -> std::io::Result<usize> {
-        Ok(self.0.send(frames))
-    }
-
-    fn finish(&mut self) -> (usize, usize) {
-        self.0.finish()
-    }
-
-    fn counters(&self) -> Vec<(&'static str, u64)> {
-        let c = self.0.counters;
-        vec![
-            ("sim_tx_sent", c.sent),
-            ("sim_tx_completed", c.completed),
-            ("sim_tx_busy", c.busy),
-            ("sim_tx_wire_bytes", c.wire_bytes),
-        ]
-    }
-}
-
-/// The AF_PACKET socket sockets send through on an interface.
-#[derive(Debug)]
-struct PacketTx(RawSocket);
-
-impl TxPort for PacketTx {
-    fn send(&mut self, frames: &[&[u8]]) -> std::io::Result<usize> {
-        self.0.send_batch(frames)
     }
 }
 
@@ -824,135 +738,4 @@ fn fill_from_iface(cfg: &mut HostConfig, iface: &str) -> Result<(), RunError> {
         cfg.sock.default_route = rxpath_dev::sys::iface::default_routes(iface);
     }
     Ok(())
-}
-
-/// The interrupt handler of a NAPI with `napi_in_irq`: take the interrupt
-/// and poll the NAPI to completion here. Returns false (the NAPI thread is
-/// woken instead) if the cell is busy: its owner is polling, or a busy
-/// poller is letting go of it on this very thread.
-fn napi_in_irq(n: &SharedNapi) -> bool {
-    let Some(irq) = &n.irq else { return false };
-    let Some(mut g) = n.try_cell() else {
-        return false;
-    };
-    let Some(cell) = g.as_mut() else { return false };
-    while irq.take() {
-        if !n.state.schedule_prep() {
-            // Owned elsewhere (MISSED recorded): the owner polls again.
-            return true;
-        }
-        let w = cell.weight();
-        while !cell.poll(w, rxpath_dev::mono_ns()).completed {}
-        n.note_timer(cell.as_ref());
-        if n.timer_at() != 0 {
-            // The NAPI thread fires the timer: let it see the deadline.
-            irq.wake_waiter();
-        }
-        // Completion re-armed the line; a packet that raced in raised it
-        // again (pending), which this loop takes.
-    }
-    true
-}
-
-/// The body of a NAPI thread: take interrupts, poll scheduled NAPIs with
-/// their weight round-robin until they complete (`net_rx_action`).
-fn napi_thread(napis: Vec<Arc<SharedNapi>>, socks: &Sockets, interrupts: bool, stop: &AtomicBool) {
-    let me = thread::current();
-    for n in &napis {
-        if let Some(irq) = &n.irq {
-            irq.set_waiter(me.clone());
-        }
-    }
-    let mut sched: Vec<usize> = Vec::with_capacity(napis.len());
-    let mut idle_spins = 0u32;
-    while !stop.load(Ordering::Acquire) {
-        for (i, n) in napis.iter().enumerate() {
-            if sched.contains(&i) {
-                continue;
-            }
-            let irq = if interrupts {
-                n.irq.as_ref().is_some_and(|l| l.take())
-            } else {
-                true
-            };
-            // Frames coming home from sockets also need the owner: a device
-            // that ran out of buffers raises no interrupt.
-            let returning = socks.port(n.queue).is_some_and(|p| p.ret.pending() > 0);
-            // A busy poller deferred the interrupt and did not come back.
-            let d = n.deferred_until();
-            let now = rxpath_dev::mono_ns();
-            let deferred = d != 0 && now >= d;
-            // The NAPI timer (`gro_flush_timeout`) is due: `napi_watchdog`.
-            let t = n.timer_at();
-            if t != 0 && now >= t {
-                let mut g = n.cell();
-                if let Some(c) = g.as_mut() {
-                    let owned = c.fire_timer(now);
-                    n.note_timer(c.as_ref());
-                    if owned {
-                        drop(g);
-                        n.clear_deferral();
-                        sched.push(i);
-                        continue;
-                    }
-                }
-            }
-            // An interrupt or a lapsed deferral is `napi_schedule`
-            // (MISSED if owned). Frames coming home only take an idle NAPI
-            // that no busy poller deferred: while deferred, the busy poller
-            // reclaims them when it polls again, or this thread at the
-            // deadline (taking it earlier would end the deferral).
-            let owned = if irq || deferred {
-                n.state.schedule_prep()
-            } else {
-                returning && d == 0 && n.state.try_own()
-            };
-            if owned {
-                n.clear_deferral();
-                sched.push(i);
-            }
-        }
-        if sched.is_empty() {
-            if interrupts {
-                let cap = Duration::from_millis(1);
-                let next = napis
-                    .iter()
-                    .flat_map(|n| [n.deferred_until(), n.timer_at()])
-                    .filter(|&d| d != 0)
-                    .min();
-                let wait = next.map_or(cap, |d| {
-                    Duration::from_nanos(d.saturating_sub(rxpath_dev::mono_ns())).min(cap)
-                });
-                thread::park_timeout(wait);
-            } else {
-                idle_spins += 1;
-                if idle_spins.is_multiple_of(64) {
-                    thread::yield_now();
-                }
-                std::hint::spin_loop();
-            }
-            continue;
-        }
-        idle_spins = 0;
-        let now = rxpath_dev::mono_ns();
-        sched.retain(|&i| {
-            let n = &napis[i];
-            let mut g = n.cell();
-            match g.as_mut() {
-                Some(c) => {
-                    let done = c.poll(c.weight(), now).completed;
-                    n.note_timer(c.as_ref());
-                    !done
-                }
-                None => {
-                    n.state.complete();
-                    false
-                }
-            }
-        });
-    }
-    // Give back what this thread still owns.
-    for &i in &sched {
-        napis[i].state.complete();
-    }
 }
