@@ -1,0 +1,362 @@
+//! Options of `rxpath run`, and the run configuration they build.
+
+use super::*;
+use anyhow::{bail, Result};
+use clap::{Args, ValueEnum};
+use rxpath_core::gro::Adaptive;
+use rxpath_core::napi::BundleMode;
+use rxpath_core::softnet::SoftnetConfig;
+use rxpath_dev::sim::{Coalesce, Mix, SimConfig, TrafficConfig};
+use rxpath_runtime::{GroSettings, IfName, Producer, RunConfig, StackKind};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ModeArg {
+    /// Sleep until a queue's interrupt line fires (coalesced wakeups).
+    Interrupt,
+    /// Never sleep: poll every queue continuously.
+    Poll,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CaptureArg {
+    Rx,
+    Delivered,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum XdpTake {
+    /// IPv4 and IPv6.
+    Ip,
+    /// IPv4 only.
+    Ipv4,
+    /// IPv6 only.
+    Ipv6,
+    /// UDP over IPv4 or IPv6.
+    Udp,
+    /// TCP over IPv4 or IPv6.
+    Tcp,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    /// AF_XDP if it can be used, else AF_PACKET (with a message).
+    Auto,
+    /// AF_XDP.
+    Xdp,
+    /// AF_PACKET (with fanout over queues; `run` reads TPACKET_V3 blocks,
+    /// `echo` a TPACKET_V2 ring that hands over every frame at once).
+    Packet,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ProducerArg {
+    /// A producer thread on another core writes every frame (cold data).
+    Thread,
+    /// Same-thread null queues: the engine's cost alone.
+    Null,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum StackArg {
+    /// Deliver TCP/UDP at the end of the path, drop the rest.
+    Sink,
+    /// Parse and drop everything (lowest RX level).
+    Rxdrop,
+    /// Deliver, and measure send-to-delivery latency of stamped TCP request/response packets.
+    Latency,
+}
+
+/// Options shared by `run` and the benchmarks.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub filt: crate::filter::FilterArgs,
+    #[command(flatten)]
+    pub steer: crate::steer::SteerArgs,
+    /// A prefix IP input takes as local besides the interface's addresses,
+    /// as the kernel's `ip route add local PREFIX` (repeatable).
+    #[arg(long, value_name = "PREFIX", value_parser = parse_prefix)]
+    pub local_route: Vec<(std::net::IpAddr, u8)>,
+    /// RX queues: of the simulated NIC (default 2), or of the interface
+    /// to open (default: all its RX queues, /sys/class/net/IF/queues/rx-*).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub queues: Option<u16>,
+    /// TCP/UDP checksums: auto trusts what the device verified or marked
+    /// partial (a local sender's offload; on AF_XDP over veth/tun/bridge a
+    /// partial checksum is known by its value) and verifies the rest;
+    /// verify checks every one; trust none.
+    #[arg(long, value_parser = clap::value_parser!(rxpath_core::ip::CsumPolicy), default_value = "auto")]
+    pub csum: rxpath_core::ip::CsumPolicy,
+    /// Number of flows.
+    #[arg(long, default_value_t = 64)]
+    pub flows: usize,
+    /// Flow mix: udp, tcp-bulk, tcp-rr or mixed.
+    #[arg(long, default_value = "mixed")]
+    pub mix: Mix,
+    /// Run time: 5, 5s, 500ms, 1m.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// RX bulking: descriptors per bundle (1 = per packet).
+    #[arg(long, default_value_t = 16)]
+    pub bundle: usize,
+    /// Also cut bundles where the RX hash changes.
+    #[arg(long)]
+    pub split_on_hash: bool,
+    /// NAPI weight (packets per poll).
+    #[arg(long, default_value_t = 64)]
+    pub weight: usize,
+    /// net.core.netdev_budget: packets per net_rx_action.
+    #[arg(long, default_value_t = 300)]
+    pub netdev_budget: usize,
+    /// net.core.netdev_budget_usecs: time per net_rx_action.
+    #[arg(long, default_value_t = 2000)]
+    pub netdev_budget_usecs: u64,
+    /// NAPI: interrupt (sleep until woken) or poll (never sleep).
+    #[arg(long, value_enum, default_value_t = ModeArg::Interrupt)]
+    pub napi: ModeArg,
+    /// Receive from a real interface instead of the simulated NIC.
+    #[arg(long, value_name = "IF")]
+    pub iface: Option<String>,
+    /// Replay a pcap file through the simulated NIC instead of generated traffic.
+    #[arg(long, value_name = "FILE", conflicts_with = "iface")]
+    pub pcap: Option<std::path::PathBuf>,
+    /// Times to play --pcap (0: until the run ends).
+    #[arg(long, default_value_t = 1)]
+    pub loops: u64,
+    /// Keep the recorded pacing of --pcap (else as fast as possible).
+    #[arg(long)]
+    pub paced: bool,
+    /// Write packets to a pcap file (tcpdump and Wireshark open it).
+    #[arg(long, value_name = "FILE")]
+    pub capture: Option<std::path::PathBuf>,
+    /// Where --capture taps: rx (every frame NAPI takes, before GRO) or delivered (end of the path, after GRO).
+    #[arg(long, value_enum, default_value_t = CaptureArg::Delivered)]
+    pub capture_at: CaptureArg,
+    /// AF_XDP: what the XDP program takes (ip, ipv4, ipv6, udp, tcp); the rest goes to the kernel.
+    #[arg(long, value_enum, default_value_t = XdpTake::Ip)]
+    pub xdp_take: XdpTake,
+    /// AF_XDP: let the kernel busy-poll each queue for US µs (SO_PREFER_BUSY_POLL, SO_BUSY_POLL).
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    pub xdp_busy_poll: u32,
+    /// Backend for --iface: xdp (AF_XDP), packet (AF_PACKET), or auto.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub mode: BackendArg,
+    /// thread (producer on another core) or null (engine alone).
+    #[arg(long, value_enum, default_value_t = ProducerArg::Thread)]
+    pub producer: ProducerArg,
+    /// What the end of the path does.
+    #[arg(long, value_enum, default_value_t = StackArg::Sink)]
+    pub stack: StackArg,
+    /// Offered rate in packets per second (default: as fast as possible).
+    #[arg(long)]
+    pub pps: Option<u64>,
+    /// With --pps: the producer thread sleeps until its next batch is due
+    /// instead of spinning (it leaves its core to a worker).
+    #[arg(long)]
+    pub producer_sleeps: bool,
+    /// Fault injection (a seeded schedule): garbage=P (a share of frames
+    /// of random bytes), lying=P (descriptors whose offset or length runs
+    /// past their frame), starve=MS (the simulated NIC's fill ring reads
+    /// empty for MS ms, every starve-every=MS on average: rx_no_buffer),
+    /// stall=MS (each NAPI thread, and with --steer each other worker, stops
+    /// for MS ms every stall-every=MS on average: its ring fills, rx_missed;
+    /// a worker's backlog fills, backlog_full), seed=N; e.g. `--fault
+    /// garbage=0.01,lying=0.001,stall=2,starve=1`. Each is counted.
+    #[arg(long, value_name = "SPEC", value_parser = parse_faults)]
+    pub fault: Option<rxpath_dev::sim::Faults>,
+    /// Interrupt coalescing: µs after the first packet (ethtool rx-usecs).
+    #[arg(long, default_value_t = 8)]
+    pub rx_usecs: u32,
+    /// Interrupt coalescing: packets (ethtool rx-frames).
+    #[arg(long, default_value_t = 128)]
+    pub rx_frames: u32,
+    /// RX ring entries per queue (power of two).
+    #[arg(long, default_value_t = 1024)]
+    pub ring: usize,
+    /// NAPI threads.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// UDP frame size in bytes (60..=1514).
+    #[arg(long, default_value_t = 60)]
+    pub udp_size: usize,
+    /// Seed of the traffic generator.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Segments a bulk TCP flow sends back to back (a TSO chunk); 1 interleaves all flows.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub burst: u16,
+    /// Do not pin threads to cores.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Interrupt mode: wait for interrupts spinning (idle=poll) instead of
+    /// sleeping, so an interrupt is taken within a microsecond.
+    #[arg(long)]
+    pub idle_poll: bool,
+    /// Interrupt mode on an interface: wake the NAPI thread through a
+    /// separate interrupt thread per queue (the default: a NAPI thread
+    /// waits on its queues' sockets itself, one thread hop less).
+    #[arg(long)]
+    pub irq_thread: bool,
+    /// GRO on every queue's NAPI (the kernel's default is on).
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub gro: OnOff,
+    /// gro_flush_timeout in ns: keep GRO packets across polls while traffic flows.
+    #[arg(long, default_value_t = 0)]
+    pub gro_flush_timeout: u64,
+    /// Adaptive flush timeout: use up to NS for bulk traffic, 0 for request/response.
+    #[arg(long, value_name = "NS")]
+    pub gro_adaptive: Option<u64>,
+    /// Print the final report as JSON on stdout (per-second lines go to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics (loopback port 9464
+    /// when given without a value; port 0 picks a free one, printed on
+    /// stderr).
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9464")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Keep serving the final metrics this long after the run ends.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub metrics_hold: Option<Duration>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+impl RunArgs {
+    /// Build and check the run configuration.
+    pub fn config(&self) -> Result<RunConfig> {
+        if !self.ring.is_power_of_two() || !(64..=16384).contains(&self.ring) {
+            bail!(
+                "--ring must be a power of two in 64..=16384, got {}",
+                self.ring
+            );
+        }
+        if self.pps == Some(0) {
+            bail!("--pps must be > 0");
+        }
+        let traffic = TrafficConfig {
+            flows: self.flows,
+            mix: self.mix,
+            udp_frame: self.udp_size,
+            seed: self.seed,
+            stamp: matches!(self.stack, StackArg::Latency),
+            burst: self.burst as usize,
+            ..TrafficConfig::default()
+        };
+        let queues = match (self.queues, &self.iface) {
+            (Some(q), _) => q as usize,
+            (None, Some(name)) => {
+                rxpath_runtime::check_iface(name)?;
+                rxpath_dev::sys::iface::rx_queues(name)
+                    .map_err(|e| anyhow::anyhow!("{name}: counting its RX queues: {e}"))?
+                    .min(64)
+            }
+            (None, None) => 2,
+        };
+        let sim = SimConfig {
+            queues,
+            ring_size: self.ring,
+            frames_per_queue: self.ring * 2,
+            coalesce: Coalesce {
+                rx_usecs: self.rx_usecs,
+                rx_frames: self.rx_frames,
+            },
+            sleep_pacing: self.producer_sleeps,
+            faults: self.fault.unwrap_or_default(),
+            ..SimConfig::default()
+        };
+        Ok(RunConfig {
+            sim,
+            traffic,
+            idle_poll: self.idle_poll,
+            irq_thread: self.irq_thread,
+            weight: self.weight,
+            bundle: BundleMode {
+                size: self.bundle,
+                split_on_hash: self.split_on_hash,
+            },
+            softnet: SoftnetConfig {
+                netdev_budget: self.netdev_budget,
+                netdev_budget_usecs: self.netdev_budget_usecs,
+            },
+            interrupts: matches!(self.napi, ModeArg::Interrupt),
+            producer: match (&self.iface, self.producer) {
+                (Some(name), _) => {
+                    let iface = IfName::new(name)?;
+                    match self.mode {
+                        BackendArg::Packet => Producer::Packet { iface },
+                        BackendArg::Xdp => Producer::Xdp {
+                            iface,
+                            fallback: false,
+                        },
+                        BackendArg::Auto => Producer::Xdp {
+                            iface,
+                            fallback: true,
+                        },
+                    }
+                }
+                (None, _) if self.pcap.is_some() => Producer::Pcap {
+                    path: self.pcap.clone().unwrap_or_default(),
+                    loops: self.loops,
+                    paced: self.paced,
+                    pps: self.pps,
+                },
+                (None, ProducerArg::Thread) => Producer::Thread { pps: self.pps },
+                (None, ProducerArg::Null) => Producer::Null,
+            },
+            stack: match self.stack {
+                StackArg::Sink => StackKind::Sink,
+                StackArg::Rxdrop => StackKind::Rxdrop,
+                StackArg::Latency => StackKind::Latency,
+            },
+            threads: self.threads,
+            duration: self.duration,
+            tick: Duration::from_secs(1),
+            pin: !self.no_pin,
+            null_frames: 512,
+            gro: (self.gro == OnOff::On).then_some(GroSettings {
+                flush_timeout_ns: self.gro_flush_timeout,
+                adaptive: self.gro_adaptive.map(|max_ns| Adaptive {
+                    max_ns,
+                    ..Adaptive::default()
+                }),
+            }),
+            capture: self.capture.clone(),
+            csum: self.csum,
+            local_routes: self.local_route.clone(),
+            filter: None,
+            steer: self.steer.config(self.threads)?,
+            stop_worker: self.steer.stop_worker,
+            sock_flows: None,
+            local_traffic: false,
+            stop: None,
+            knobs: None,
+            xdp_busy_poll_us: self.xdp_busy_poll,
+            capture_at: match self.capture_at {
+                CaptureArg::Rx => rxpath_runtime::CaptureAt::Rx,
+                CaptureArg::Delivered => rxpath_runtime::CaptureAt::Delivered,
+            },
+            xdp_filter: {
+                use rxpath_dev::sys::xdp::XdpFilter;
+                let ip = XdpFilter::default();
+                match self.xdp_take {
+                    XdpTake::Ip => ip,
+                    XdpTake::Ipv4 => XdpFilter { ipv6: false, ..ip },
+                    XdpTake::Ipv6 => XdpFilter { ipv4: false, ..ip },
+                    XdpTake::Udp => XdpFilter {
+                        protocol: Some(17),
+                        ..ip
+                    },
+                    XdpTake::Tcp => XdpFilter {
+                        protocol: Some(6),
+                        ..ip
+                    },
+                }
+            },
+        })
+    }
+}
