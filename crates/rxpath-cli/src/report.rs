@@ -146,9 +146,16 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
 }
 
 fn describe(cfg: &rxpath_runtime::RunConfig) -> String {
+    let pause = if cfg.sim.pause {
+        ", the link paused while the ring is full"
+    } else {
+        ""
+    };
     let src = match &cfg.producer {
-        Producer::Thread { pps: Some(p) } => format!("sim NIC, producer thread at {p} pps"),
-        Producer::Thread { pps: None } => "sim NIC, producer thread as fast as possible".into(),
+        Producer::Thread { pps: Some(p) } => format!("sim NIC, producer thread at {p} pps{pause}"),
+        Producer::Thread { pps: None } => {
+            format!("sim NIC, producer thread as fast as possible{pause}")
+        }
         Producer::Null => "null queues (engine alone)".into(),
         Producer::Packet { iface } => format!("{} via AF_PACKET", iface.as_str()),
         Producer::Xdp { iface, .. } => format!("{} via AF_XDP", iface.as_str()),

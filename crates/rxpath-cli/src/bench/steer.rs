@@ -24,10 +24,6 @@ pub struct SteerBenchArgs {
     /// Rules in the linear filter (the expensive stage).
     #[arg(long, default_value_t = 2000)]
     pub rules: usize,
-    /// Offered load as a multiple of what one worker delivers (measured
-    /// first): above what two can take, so every run is saturated.
-    #[arg(long, default_value_t = 2.6)]
-    pub load: f64,
     /// Rounds: each measures 1 worker then 2, alternating, and the median
     /// of each is kept (this VM drifts over tens of seconds).
     #[arg(long, default_value_t = 3)]
@@ -61,7 +57,6 @@ fn config(
     flows: usize,
     mode: SteerMode,
     workers: usize,
-    pps: u64,
     filter: &Arc<FilterHandle>,
     d: Duration,
 ) -> RunConfig {
@@ -70,7 +65,11 @@ fn config(
             queues: 1,
             ring_size: 1024,
             frames_per_queue: 4096,
-            sleep_pacing: true,
+            // The source fills the ring as fast as the host drains it and
+            // sleeps while it is full: every run saturated, nothing lost
+            // at the ring, and the core it shares with worker 1 left to
+            // the worker but for a wakeup per half a ring.
+            pause: true,
             ..SimConfig::default()
         },
         traffic: TrafficConfig {
@@ -79,7 +78,7 @@ fn config(
             udp_frame: 60,
             ..TrafficConfig::default()
         },
-        producer: Producer::Thread { pps: Some(pps) },
+        producer: Producer::Thread { pps: None },
         stack: StackKind::Sink,
         filter: Some(filter.clone()),
         threads: 1,
@@ -202,17 +201,10 @@ pub fn steer(a: SteerBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode>
         c_one / 1e3,
         c_two / 1e3
     );
-    // One worker's capacity sets the offered load.
-    let cal = measure(&config(64, SteerMode::None, 1, 2_000_000, &filter, d / 2))?;
-    let c1 = cal.napi_total().delivered as f64 / cal.elapsed.as_secs_f64();
-    let pps = (c1 * a.load).max(1000.0) as u64;
     println!(
-        "calibration: steer none, 1 worker delivers {:.1} kpps ({:.2} µs per packet); offered load {:.1} kpps ({:.1}x) for every run \
-         (the producer sleeps between batches, so it leaves worker 1's core alone)\n",
-        c1 / 1e3,
-        1e6 / c1.max(1.0),
-        pps as f64 / 1e3,
-        a.load
+        "source: the simulated link with flow control (802.3x PAUSE): it fills the RX ring as fast as the host drains it and sleeps \
+         while the ring is full, so every run is saturated and nothing is dropped at the ring (rx_missed 0); it runs on the last \
+         core, worker 1's, where it costs a wakeup per half a ring\n"
     );
     let modes = [
         SteerMode::None,
@@ -237,14 +229,14 @@ pub fn steer(a: SteerBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode>
                     flows,
                     mode,
                     1,
-                    &measure(&config(flows, mode, 1, pps, &filter, d))?,
+                    &measure(&config(flows, mode, 1, &filter, d))?,
                 ));
                 if mode != SteerMode::None {
                     twos.push(row(
                         flows,
                         mode,
                         2,
-                        &measure(&config(flows, mode, 2, pps, &filter, d))?,
+                        &measure(&config(flows, mode, 2, &filter, d))?,
                     ));
                 }
             }
@@ -337,7 +329,7 @@ pub fn steer(a: SteerBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode>
     if let Some(rep) = rep {
         let j = serde_json::json!({
             "rules": a.rules, "duration_s": d.as_secs_f64(), "rounds": a.rounds.max(1), "cores": cores,
-            "offered_pps": pps, "machine_ceiling_2_vs_1": machine,
+            "source": "flow-controlled link (pause)", "machine_ceiling_2_vs_1": machine,
             "rows": rows, "delivered_kpps_rounds": bars.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
         });
         rep.json("steer", &j)?;

@@ -155,6 +155,11 @@ pub struct RunArgs {
     /// instead of spinning (it leaves its core to a worker).
     #[arg(long)]
     pub producer_sleeps: bool,
+    /// Link flow control on the simulated NIC (802.3x PAUSE): the source
+    /// waits, asleep, while the RX ring is full instead of sending packets
+    /// the NIC drops as rx_missed (a saturating source that loses nothing).
+    #[arg(long)]
+    pub pause: bool,
     /// Fault injection (a seeded schedule): garbage=P (a share of frames
     /// of random bytes), lying=P (descriptors whose offset or length runs
     /// past their frame), starve=MS (the simulated NIC's fill ring reads
@@ -266,6 +271,7 @@ impl RunArgs {
                 rx_frames: self.rx_frames,
             },
             sleep_pacing: self.producer_sleeps,
+            pause: self.pause,
             faults: self.fault.unwrap_or_default(),
             ..SimConfig::default()
         };

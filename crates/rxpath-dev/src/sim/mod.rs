@@ -87,6 +87,12 @@ pub struct SimConfig {
     /// (leaving the core to others: the steering bench runs a worker
     /// there) instead of spinning. Costs burstiness, not rate.
     pub sleep_pacing: bool,
+    /// Link-level flow control (802.3x PAUSE): while the RX ring the next
+    /// packet goes to is full (or its queue has no free frame), the link
+    /// partner holds off and the producer thread sleeps, instead of
+    /// writing packets the NIC must drop as `rx_missed`. A saturating
+    /// source that loses nothing and costs its core next to nothing.
+    pub pause: bool,
     /// Faults the producer thread injects (none by default).
     pub faults: Faults,
 }
@@ -101,6 +107,7 @@ impl Default for SimConfig {
             coalesce: Coalesce::default(),
             indir_size: 128,
             sleep_pacing: false,
+            pause: false,
             faults: Faults::default(),
         }
     }
@@ -163,6 +170,9 @@ pub struct SimPort {
     coalesce: Coalesce,
     scratch: Box<[u8]>,
     sleep_pacing: bool,
+    pause: bool,
+    /// Times the link paused (the producer slept on a full ring).
+    pauses: u64,
     /// ntuple rules (accelerated RFS), looked up before RSS.
     rules: Option<std::sync::Arc<FlowRules>>,
     faults: Faults,
@@ -252,6 +262,8 @@ pub fn build(cfg: &SimConfig) -> Result<(SimPort, Vec<SimRxQueue>), SimError> {
         queues: port_queues,
         coalesce: cfg.coalesce,
         sleep_pacing: cfg.sleep_pacing,
+        pause: cfg.pause,
+        pauses: 0,
         rules: None,
         faults: cfg.faults,
         fault_rng: rand::SeedableRng::seed_from_u64(cfg.faults.seed),
@@ -469,6 +481,7 @@ impl SimPort {
         let f = self.faults;
         let mut starve = FaultWindows::new(f.starve_ms, f.starve_every_ms, f.seed ^ 0x57a7);
         let mut starved_until = Duration::ZERO;
+        let mut pause_wait = Duration::from_micros(50);
         while !stop.load(Ordering::Relaxed) {
             let now = start.elapsed();
             let due = match pps {
@@ -492,17 +505,34 @@ impl SimPort {
                 continue;
             }
             self.prefetch_fill(2 * batch as usize);
+            let mut full = None;
             if self.faults.any() {
                 for _ in 0..n {
                     let _ = self.send_or_fault(traffic);
+                }
+            } else if self.pause {
+                for _ in 0..n {
+                    if let Some(q) = self.full_queue(traffic) {
+                        full = Some(q);
+                        break;
+                    }
+                    let _ = self.send(traffic);
                 }
             } else {
                 for _ in 0..n {
                     let _ = self.send(traffic);
                 }
             }
+            // Packets a pause held back never left the link partner: a
+            // rate limit goes on from now, without a burst to catch up.
             sent += n;
             self.flush(now.as_nanos() as u64 + 1);
+            if let Some(q) = full {
+                self.pauses += 1;
+                std::thread::sleep(pause_wait);
+                pause_wait = self.next_pause_wait(q, pause_wait);
+                continue;
+            }
             if n == 0 {
                 match pps {
                     Some(r) if self.sleep_pacing => {
@@ -520,6 +550,37 @@ impl SimPort {
         self.flush(start.elapsed().as_nanos() as u64 + 1);
         self.starve_windows += starve.map_or(0, |w| w.count);
         sent
+    }
+
+    /// With flow control: the queue the next packet of `traffic` goes to,
+    /// if it cannot take it (its RX ring is full, or it has no free frame).
+    #[inline]
+    fn full_queue(&mut self, traffic: &Traffic) -> Option<usize> {
+        let qi = self.queue_for(traffic.rxhash(traffic.peek_pick()));
+        let q = &mut self.queues[qi];
+        let room = q.rx.free() > 0 && (!q.spare.is_empty() || q.fill.available() > 0);
+        (!room).then_some(qi)
+    }
+
+    /// How long the next pause sleeps: the producer aims to wake when
+    /// queue `qi`'s ring is about half drained, so that it neither runs
+    /// dry (the host would idle) nor costs a wakeup per few packets.
+    fn next_pause_wait(&mut self, qi: usize, wait: Duration) -> Duration {
+        let q = &mut self.queues[qi];
+        let size = q.rx.size();
+        let free = q.rx.free();
+        if free < size / 4 {
+            (wait * 2).min(Duration::from_millis(2))
+        } else if free > size * 3 / 4 {
+            (wait / 2).max(Duration::from_micros(5))
+        } else {
+            wait
+        }
+    }
+
+    /// Times the link paused (see [`SimConfig::pause`]).
+    pub fn pauses(&self) -> u64 {
+        self.pauses
     }
 
     /// Stop the device and gather every frame back into a pool: frames in

@@ -193,6 +193,11 @@ impl Producer {
         }
     }
 
+    /// Slots in the ring.
+    pub fn size(&self) -> usize {
+        self.shared.mask as usize + 1
+    }
+
     /// Descriptors pushed but not yet taken by the consumer (approximate
     /// from the producer's side).
     pub fn in_flight(&self) -> usize {
