@@ -13,17 +13,22 @@ fn small() -> SimConfig {
     }
 }
 
-#[test]
-fn rss_spreads_flows_and_keeps_a_flow_on_one_queue() {
-    let (mut port, mut queues) = build(&small()).unwrap();
-    let mut t = Traffic::new(
+/// Seeded UDP traffic of `flows` flows.
+fn udp(flows: usize) -> Traffic {
+    Traffic::new(
         TrafficConfig {
-            flows: 64,
+            flows,
             mix: Mix::Udp,
             ..Default::default()
         },
         &Toeplitz::default(),
-    );
+    )
+}
+
+#[test]
+fn rss_spreads_flows_and_keeps_a_flow_on_one_queue() {
+    let (mut port, mut queues) = build(&small()).unwrap();
+    let mut t = udp(64);
     let mut per_q = [0usize; 2];
     let mut flow_q = std::collections::HashMap::new();
     for _ in 0..40 {
@@ -58,14 +63,7 @@ fn full_ring_counts_missed_and_frames_come_home() {
         ..small()
     })
     .unwrap();
-    let mut t = Traffic::new(
-        TrafficConfig {
-            flows: 4,
-            mix: Mix::Udp,
-            ..Default::default()
-        },
-        &Toeplitz::default(),
-    );
+    let mut t = udp(4);
     let results: Vec<_> = (0..100).map(|_| port.send(&mut t)).collect();
     port.flush(1);
     let st = queues[0].stats();
@@ -91,14 +89,7 @@ fn empty_fill_ring_counts_no_buffer() {
         ..Default::default()
     };
     let (mut port, queues) = build(&cfg).unwrap();
-    let mut t = Traffic::new(
-        TrafficConfig {
-            flows: 1,
-            mix: Mix::Udp,
-            ..Default::default()
-        },
-        &Toeplitz::default(),
-    );
+    let mut t = udp(1);
     for _ in 0..15 {
         let _ = port.send(&mut t);
     }
@@ -119,14 +110,7 @@ fn coalescing_by_frames_and_by_time() {
         ..small()
     };
     let (mut port, mut queues) = build(&cfg).unwrap();
-    let mut t = Traffic::new(
-        TrafficConfig {
-            flows: 1,
-            mix: Mix::Udp,
-            ..Default::default()
-        },
-        &Toeplitz::default(),
-    );
+    let mut t = udp(1);
     let irq = |q: &SimRxQueue| q.stats().wakeups;
     for _ in 0..3 {
         port.send(&mut t).unwrap();
@@ -192,14 +176,7 @@ fn saturate(pause: bool) -> (DeviceQueueStats, u64, u64) {
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
     let producer = std::thread::spawn(move || {
-        let mut t = Traffic::new(
-            TrafficConfig {
-                flows: 4,
-                mix: Mix::Udp,
-                ..Default::default()
-            },
-            &Toeplitz::default(),
-        );
+        let mut t = udp(4);
         port.run(&mut t, &s, None, 16);
         port
     });
