@@ -92,6 +92,8 @@ pub struct SimConfig {
     /// partner holds off and the producer thread sleeps, instead of
     /// writing packets the NIC must drop as `rx_missed`. A saturating
     /// source that loses nothing and costs its core next to nothing.
+    /// Injected faults still happen (a starvation window still counts
+    /// `rx_no_buffer`: the fault is the point).
     pub pause: bool,
     /// Faults the producer thread injects (none by default).
     pub faults: Faults,
@@ -508,6 +510,12 @@ impl SimPort {
             let mut full = None;
             if self.faults.any() {
                 for _ in 0..n {
+                    if self.pause {
+                        if let Some(q) = self.full_queue(traffic) {
+                            full = Some(q);
+                            break;
+                        }
+                    }
                     let _ = self.send_or_fault(traffic);
                 }
             } else if self.pause {
