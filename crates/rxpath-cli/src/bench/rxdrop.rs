@@ -31,6 +31,9 @@ pub(super) fn rxdrop(a: RxdropArgs, rep: &mut Option<ReportDir>) -> Result<ExitC
     // Per round, the share of what the simulated NIC offered that the host
     // took (the rest is rx_missed): near 100 % the producer is the limit.
     let mut taken: Vec<Vec<f64>> = vec![Vec::new(); cold.len()];
+    // The same configurations on cold null queues: data cold as after
+    // DMA (a cache miss a packet), no producer thread to limit.
+    let mut dram_pps: Vec<Vec<f64>> = vec![Vec::new(); cold.len()];
     let mut null_pps = Vec::new();
     let mut dpdk_pps = Vec::new();
     let mut dpdk_err = if a.no_dpdk {
@@ -38,7 +41,7 @@ pub(super) fn rxdrop(a: RxdropArgs, rep: &mut Option<ReportDir>) -> Result<ExitC
     } else {
         None
     };
-    let pb = progress(a.rounds as u64 * (cold.len() as u64 + 2), "rxdrop");
+    let pb = progress(a.rounds as u64 * (2 * cold.len() as u64 + 2), "rxdrop");
     for round in 0..a.rounds {
         for (i, &(name, b, split)) in cold.iter().enumerate() {
             pb.set_message(name);
@@ -47,6 +50,14 @@ pub(super) fn rxdrop(a: RxdropArgs, rep: &mut Option<ReportDir>) -> Result<ExitC
             let dev = r.device_total();
             missed[i] += dev.rx_missed;
             taken[i].push(dev.rx_ring as f64 / dev.offered.max(1) as f64);
+            pb.inc(1);
+        }
+        for (i, &(name, b, split)) in cold.iter().enumerate() {
+            pb.set_message(format!("{name}, cold null queue"));
+            let mut c = rxdrop_config(b, split, Producer::Null, d);
+            c.null_cold = true;
+            let (pps, _) = measure(&c)?;
+            dram_pps[i].push(pps);
             pb.inc(1);
         }
         pb.set_message("null mode");
@@ -97,6 +108,27 @@ pub(super) fn rxdrop(a: RxdropArgs, rep: &mut Option<ReportDir>) -> Result<ExitC
             );
         }
     }
+    let dram_med: Vec<f64> = dram_pps.iter().map(|v| median(v.clone())).collect();
+    let dram_ratio: Vec<f64> = dram_pps.iter().map(|v| ratio(v, &dram_pps[0])).collect();
+    let llc = rxpath_dev::sim::last_level_cache();
+    let frames = rxpath_dev::sim::cold_frames();
+    println!(
+        "\n## Cold data from memory (cold null queue: {frames} frames of 512 bytes, the lines packets touch {} MiB, twice the last-level cache of {} MiB, handed out in a shuffled cycle; same thread, no producer)\n",
+        (frames * 64) >> 20,
+        llc >> 20
+    );
+    println!(
+        "| configuration | Mpps (median) | range | vs bundle 1 (median of per-round ratios) |"
+    );
+    println!("|---|---:|---:|---:|");
+    for (i, (name, _, _)) in cold.iter().enumerate() {
+        println!(
+            "| {name} | {:.2} | {} | {:.2}x |",
+            dram_med[i] / 1e6,
+            range(&dram_pps[i]),
+            dram_ratio[i]
+        );
+    }
     let null_med = median(null_pps.clone());
     println!("\n## Null mode (engine alone, same thread; frames written once)\n");
     println!("| engine | Mpps (median) | range | vs DPDK (median of per-round ratios) |");
@@ -137,6 +169,10 @@ pub(super) fn rxdrop(a: RxdropArgs, rep: &mut Option<ReportDir>) -> Result<ExitC
         "cold_mpps": cold.iter().zip(&cold_med).map(|((n, _, _), v)| (n.to_string(), v / 1e6)).collect::<std::collections::BTreeMap<_, _>>(),
         "ratio_bundle16_vs_1": cold_ratio[1],
         "ratio_bundle64_vs_1": cold_ratio[2],
+        "cold_null_mpps": cold.iter().zip(&dram_med).map(|((n, _, _), v)| (n.to_string(), v / 1e6)).collect::<std::collections::BTreeMap<_, _>>(),
+        "cold_null_mpps_rounds": cold.iter().zip(&dram_pps).map(|((n, _, _), v)| (n.to_string(), v.iter().map(|x| x / 1e6).collect::<Vec<_>>())).collect::<std::collections::BTreeMap<_, _>>(),
+        "cold_null_ratio_bundle16_vs_1": dram_ratio[1],
+        "cold_null_ratio_bundle64_vs_1": dram_ratio[2],
         "ratio_null_vs_dpdk": dpdk.as_ref().ok().map(|_| ratio(&null_pps, &dpdk_pps)),
         "null_mpps": null_med / 1e6,
         "null_mpps_rounds": null_pps.iter().map(|v| v / 1e6).collect::<Vec<_>>(),
@@ -163,6 +199,17 @@ pub(super) fn rxdrop(a: RxdropArgs, rep: &mut Option<ReportDir>) -> Result<ExitC
         rep.bars(
             "rxdrop-cold",
             "rxdrop, cold data: Mpps per bundle size (median, range of rounds)",
+            "Mpps",
+            &bars,
+        )?;
+        let bars: Vec<Bar> = cold
+            .iter()
+            .zip(&dram_pps)
+            .map(|((n, _, _), v)| Bar::of(*n, v, 1e-6))
+            .collect();
+        rep.bars(
+            "rxdrop-cold-null",
+            "rxdrop, cold data from memory (cold null queue): Mpps per bundle size (median, range of rounds)",
             "Mpps",
             &bars,
         )?;

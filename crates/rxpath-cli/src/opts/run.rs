@@ -55,6 +55,10 @@ pub enum ProducerArg {
     Thread,
     /// Same-thread null queues: the engine's cost alone.
     Null,
+    /// Same-thread null queues of cold data: a frame region twice the
+    /// last-level cache, handed out in a shuffled cycle (every packet's
+    /// data a cache miss, as after DMA; no producer thread to limit).
+    NullCold,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -312,7 +316,7 @@ impl RunArgs {
                     pps: self.pps,
                 },
                 (None, ProducerArg::Thread) => Producer::Thread { pps: self.pps },
-                (None, ProducerArg::Null) => Producer::Null,
+                (None, ProducerArg::Null | ProducerArg::NullCold) => Producer::Null,
             },
             stack: match self.stack {
                 StackArg::Sink => StackKind::Sink,
@@ -324,6 +328,7 @@ impl RunArgs {
             tick: Duration::from_secs(1),
             pin: !self.no_pin,
             null_frames: 512,
+            null_cold: matches!(self.producer, ProducerArg::NullCold),
             gro: (self.gro == OnOff::On).then_some(GroSettings {
                 flush_timeout_ns: self.gro_flush_timeout,
                 adaptive: self.gro_adaptive.map(|max_ns| Adaptive {

@@ -21,12 +21,14 @@
 //! Tests drive a port by hand with [`SimPort::send`], [`SimPort::inject`]
 //! and [`SimPort::flush`] with simulated time.
 
+mod cold;
 mod faults;
 pub mod ntuple;
 mod null;
 pub mod traffic;
 mod tx;
 
+pub use cold::{cold_frames, last_level_cache, ColdQueue};
 pub use faults::{FaultWindows, Faults};
 pub use null::NullQueue;
 pub use tx::{SimTx, SimTxCounters};

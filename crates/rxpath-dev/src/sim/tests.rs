@@ -215,3 +215,54 @@ fn flow_control_pauses_the_link_instead_of_dropping() {
     assert_eq!(st.rx_ring, pulled, "{st:?}");
     assert_eq!(pauses, 0);
 }
+
+/// The cold queue hands its frames out in one fixed cycle, not in the
+/// order of the region (nothing for a prefetcher to follow), takes them
+/// back in any order, and stops when the stack still holds the next one.
+#[test]
+fn cold_queue_cycles_in_a_fixed_shuffled_order() {
+    let mut t = udp(4);
+    let n = 64;
+    let mut q = ColdQueue::new(0, n, &mut t, 7).unwrap();
+    let mut cycles: Vec<Vec<u32>> = Vec::new();
+    for round in 0..3 {
+        let mut held = Vec::new();
+        while let Some(d) = q.pull() {
+            let (off, len) = (d.off as usize, d.len as usize);
+            assert!(rxpath_wire::parse(&q.umem().data(&d.frame)[off..off + len]).is_ok());
+            held.push(d.frame);
+        }
+        assert_eq!(held.len(), n, "the whole cycle, then empty");
+        cycles.push(held.iter().map(|f| f.index()).collect());
+        // Back in order, in reverse, or half and half.
+        match round {
+            0 => held.into_iter().for_each(|f| q.recycle(f)),
+            1 => held.into_iter().rev().for_each(|f| q.recycle(f)),
+            _ => {
+                let rest = held.split_off(n / 2);
+                rest.into_iter().for_each(|f| q.recycle(f));
+                held.into_iter().for_each(|f| q.recycle(f));
+            }
+        }
+    }
+    assert!(cycles.windows(2).all(|w| w[0] == w[1]), "one fixed cycle");
+    let sorted: Vec<u32> = (0..n as u32).collect();
+    assert_ne!(cycles[0], sorted, "shuffled, not the region's order");
+    let mut seen = cycles[0].clone();
+    seen.sort_unstable();
+    assert_eq!(seen, sorted, "every frame once per cycle");
+    // The stack holds the next frame: the queue reads empty until it is back.
+    let a = q.pull().unwrap();
+    let b = q.pull().unwrap();
+    q.recycle(b.frame);
+    for _ in 0..n - 2 {
+        let d = q.pull().unwrap();
+        q.recycle(d.frame);
+    }
+    assert!(q.pull().is_none(), "the next frame is still out");
+    q.recycle(a.frame);
+    let d = q.pull().expect("back in the cycle");
+    assert_eq!(d.frame.index(), cycles[0][0]);
+    q.recycle(d.frame);
+    assert!(q.into_pool().is_home());
+}

@@ -180,6 +180,10 @@ pub struct RunConfig {
     pub pin: bool,
     /// Frames per null queue.
     pub null_frames: usize,
+    /// Null queues of cold data ([`rxpath_dev::sim::ColdQueue`]: a frame
+    /// region twice the last-level cache, handed out in a shuffled cycle,
+    /// every packet a cache miss) instead of frames reused hot.
+    pub null_cold: bool,
     /// GRO on every NAPI (None: off).
     pub gro: Option<GroSettings>,
     /// Write every packet that reaches the end of the path (after GRO) to
@@ -258,6 +262,7 @@ impl Default for RunConfig {
             tick: Duration::from_secs(1),
             pin: true,
             null_frames: 512,
+            null_cold: false,
             gro: None,
             capture: None,
             xdp_busy_poll_us: 0,
@@ -321,6 +326,12 @@ pub(crate) fn validate(cfg: &RunConfig) -> Result<(), RunError> {
             "null frames must be at least the weight ({})",
             cfg.weight
         ));
+    }
+    if cfg.null_cold && cfg.steer.mode != SteerMode::None {
+        return bad(
+            "cold null queues do not number their datagrams, which steering's order check needs: no --steer with them"
+                .into(),
+        );
     }
     cfg.steer.validate().map_err(RunError::Config)?;
     if cfg.steer.mode != SteerMode::None && cfg.steer.workers < cfg.threads {

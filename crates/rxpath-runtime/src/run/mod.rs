@@ -27,7 +27,7 @@ use rxpath_core::stats::{LatencyHist, NapiStats, SoftnetStats};
 use rxpath_core::steer::{SeqSource, SteerMode, Worker};
 
 use rxpath_dev::packet::PacketQueue;
-use rxpath_dev::sim::{self, FaultWindows, NullQueue, Traffic};
+use rxpath_dev::sim::{self, ColdQueue, FaultWindows, NullQueue, Traffic};
 use rxpath_dev::sys::xdp::{XdpMode, XdpProgram, XdpQueue};
 use rxpath_dev::RxQueue;
 use rxpath_wire::toeplitz::Toeplitz;
@@ -74,6 +74,24 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
     let stop_napi = Arc::new(AtomicBool::new(false));
     let window_over = Arc::new(AtomicBool::new(false));
     match cfg.producer {
+        Producer::Null if cfg.null_cold => {
+            let frames = sim::cold_frames();
+            let qs = (0..cfg.sim.queues)
+                .map(|q| ColdQueue::new(q as u16, frames, &mut traffic, 0xc01d ^ q as u64))
+                .collect::<Result<Vec<_>, _>>()?;
+            // No interrupt line: always polling mode.
+            own_queues(
+                cfg,
+                qs,
+                false,
+                &mut table,
+                &gro_cfg,
+                &pin_to,
+                &stop_napi,
+                &window_over,
+                &mut on_tick,
+            )
+        }
         Producer::Null => {
             let mut qs = Vec::with_capacity(cfg.sim.queues);
             for q in 0..cfg.sim.queues {
@@ -334,6 +352,11 @@ trait OwnPool {
 impl OwnPool for NullQueue {
     fn into_pool(self) -> rxpath_dev::FramePool {
         NullQueue::into_pool(self)
+    }
+}
+impl OwnPool for ColdQueue {
+    fn into_pool(self) -> rxpath_dev::FramePool {
+        ColdQueue::into_pool(self)
     }
 }
 impl OwnPool for PacketQueue {
