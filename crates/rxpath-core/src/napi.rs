@@ -20,7 +20,11 @@
 //!
 //! Bundle size 1 is the classic per-packet loop. The bundle can also be cut
 //! where the RX hash changes ([`BundleMode::split_on_hash`]), the variant
-//! Jesper Brouer proposes in the seed's thread. A poll never takes more than
+//! Jesper Brouer proposes in the seed's thread: the stack then gets one
+//! flow per bundle, while loop 1 keeps a bundle's worth of descriptors
+//! pulled and prefetched ahead (a cut does not stop the prefetching, or
+//! interleaved flows would make every bundle one packet and every miss
+//! serial). A poll never takes more than
 //! `budget` packets; the RX ring's consumer index and the fill ring are
 //! published once per poll (the driver's doorbell).
 //!
@@ -241,7 +245,9 @@ pub struct Napi<Q: RxQueue> {
     interrupts: bool,
     state: std::sync::Arc<NapiState>,
     scratch: Vec<Desc>,
-    carry: Option<Desc>,
+    /// Split on hash: descriptors pulled and prefetched ahead of loop 2
+    /// (empty between polls).
+    window: std::collections::VecDeque<Desc>,
     recycle: Vec<Frame>,
     chains: crate::packet::ChainPool,
     stats: NapiStats,
@@ -294,7 +300,7 @@ impl<Q: RxQueue> Napi<Q> {
             interrupts,
             state: Default::default(),
             scratch: Vec::with_capacity(weight),
-            carry: None,
+            window: std::collections::VecDeque::with_capacity(bundle.size),
             recycle: Vec::with_capacity(weight * 2),
             chains: Vec::new(),
             stats: NapiStats::default(),
@@ -515,7 +521,7 @@ impl<Q: RxQueue> Napi<Q> {
             queue,
             bundle,
             scratch,
-            carry,
+            window,
             recycle,
             chains,
             stats,
@@ -526,23 +532,68 @@ impl<Q: RxQueue> Napi<Q> {
         } = self;
         let qi = queue.queue_index();
         let mut done = 0;
+        // Loop 2 over `$descs`: parse each packet and run the stack on it,
+        // then tell the stack the bundle is done.
+        macro_rules! deliver {
+            ($descs:expr) => {{
+                stats.bundles += 1;
+                let umem = queue.umem();
+                let mut ctx = RxCtx {
+                    umem,
+                    recycle,
+                    stats,
+                    chains,
+                    now_ns,
+                };
+                // The GRO decision is taken once per bundle, not per
+                // packet: each variant of loop 2 is its own monomorphic copy.
+                let (pkts, bytes) = match gro {
+                    Some(g) => loop2($descs, &mut ctx, qi, *id, *csum, rx_tap, |p, ok, c| {
+                        if ok {
+                            // napi_gro_receive()
+                            let _ = g.receive(p, c, stack);
+                        } else {
+                            stack.malformed(p, c);
+                        }
+                    }),
+                    None => loop2($descs, &mut ctx, qi, *id, *csum, rx_tap, |p, ok, c| {
+                        if ok {
+                            stack.receive(p, c)
+                        } else {
+                            stack.malformed(p, c)
+                        }
+                    }),
+                };
+                ctx.stats.received += pkts;
+                ctx.stats.bytes += bytes;
+                stack.bundle_done(&mut ctx);
+            }};
+        }
+        if bundle.split_on_hash {
+            // Loop 1 keeps `size` descriptors pulled and prefetched ahead of
+            // loop 2, which takes them one run of a flow at a time: the
+            // stack sees one flow per bundle, and the misses on packet data
+            // still overlap when every packet is of another flow.
+            while done < budget {
+                while window.len() < bundle.size && done + window.len() < budget {
+                    let Some(d) = queue.pull() else { break };
+                    queue.umem().prefetch(&d.frame, d.off as usize);
+                    window.push_back(d);
+                }
+                let Some(h) = window.front().map(|d| d.rxhash) else {
+                    break;
+                };
+                let run = window.iter().take_while(|d| d.rxhash == h).count();
+                done += run;
+                deliver!(window.drain(..run));
+            }
+            return done;
+        }
         while done < budget {
             let want = bundle.size.min(budget - done);
             // Loop 1: pull descriptors, prefetch packet data, touch nothing.
-            if let Some(d) = carry.take() {
-                queue.umem().prefetch(&d.frame, d.off as usize);
-                scratch.push(d);
-            }
             while scratch.len() < want {
                 let Some(d) = queue.pull() else { break };
-                if bundle.split_on_hash {
-                    if let Some(first) = scratch.first() {
-                        if first.rxhash != d.rxhash {
-                            *carry = Some(d);
-                            break;
-                        }
-                    }
-                }
                 queue.umem().prefetch(&d.frame, d.off as usize);
                 scratch.push(d);
             }
@@ -550,41 +601,8 @@ impl<Q: RxQueue> Napi<Q> {
                 break;
             }
             done += scratch.len();
-            stats.bundles += 1;
-            // Loop 2: parse each packet and run the stack on it.
-            let umem = queue.umem();
-            let mut ctx = RxCtx {
-                umem,
-                recycle,
-                stats,
-                chains,
-                now_ns,
-            };
-            // The GRO decision is taken once per bundle, not per packet:
-            // each variant of loop 2 is its own monomorphic copy.
-            let (pkts, bytes) = match gro {
-                Some(g) => loop2(scratch, &mut ctx, qi, *id, *csum, rx_tap, |p, ok, c| {
-                    if ok {
-                        // napi_gro_receive()
-                        let _ = g.receive(p, c, stack);
-                    } else {
-                        stack.malformed(p, c);
-                    }
-                }),
-                None => loop2(scratch, &mut ctx, qi, *id, *csum, rx_tap, |p, ok, c| {
-                    if ok {
-                        stack.receive(p, c)
-                    } else {
-                        stack.malformed(p, c)
-                    }
-                }),
-            };
-            ctx.stats.received += pkts;
-            ctx.stats.bytes += bytes;
-            stack.bundle_done(&mut ctx);
+            deliver!(scratch.drain(..));
         }
-        // A carried descriptor was pulled but not processed within budget:
-        // it stays first in line for the next poll (it is not counted yet).
         done
     }
 
@@ -623,10 +641,9 @@ impl<Q: RxQueue> Napi<Q> {
         }
     }
 
-    /// True if packets wait: in the ring, or pulled and carried over to the
-    /// next poll (a bundle cut on a hash change at the end of the budget).
+    /// True if packets wait in the ring.
     pub fn has_work(&mut self) -> bool {
-        self.carry.is_some() || self.queue.has_pending()
+        self.queue.has_pending()
     }
 
     /// Set the id (done by [`NapiTable::add`]).
@@ -694,7 +711,7 @@ impl CsumMode {
 /// `up`; malformed ones are dropped and counted. Returns (packets, bytes).
 #[inline(always)]
 fn loop2(
-    scratch: &mut Vec<Desc>,
+    descs: impl Iterator<Item = Desc>,
     ctx: &mut RxCtx<'_>,
     qi: u16,
     id: NapiId,
@@ -704,7 +721,7 @@ fn loop2(
 ) -> (u64, u64) {
     let umem = ctx.umem;
     let (mut pkts, mut bytes) = (0u64, 0u64);
-    for d in scratch.drain(..) {
+    for d in descs {
         pkts += 1;
         bytes += d.len as u64;
         let (off, end) = (d.off as usize, d.off as usize + d.len as usize);

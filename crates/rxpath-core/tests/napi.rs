@@ -472,3 +472,84 @@ fn bad_descriptors_and_malformed_frames_are_counted_drops() {
     assert!(s.accounted());
     assert!(reclaim(port, n));
 }
+
+/// A queue that counts the descriptors pulled from it.
+struct Counted(SimRxQueue, Arc<AtomicU64>);
+
+impl RxQueue for Counted {
+    fn umem(&self) -> &Arc<rxpath_dev::Umem> {
+        self.0.umem()
+    }
+    fn queue_index(&self) -> u16 {
+        self.0.queue_index()
+    }
+    fn pull(&mut self) -> Option<rxpath_dev::Desc> {
+        let d = self.0.pull()?;
+        self.1.fetch_add(1, Ordering::Relaxed);
+        Some(d)
+    }
+    fn pull_done(&mut self) {
+        self.0.pull_done()
+    }
+    fn recycle(&mut self, frame: rxpath_dev::Frame) {
+        self.0.recycle(frame)
+    }
+    fn recycle_done(&mut self) {
+        self.0.recycle_done()
+    }
+    fn irq(&self) -> Option<&rxpath_dev::IrqLine> {
+        self.0.irq()
+    }
+    fn has_pending(&mut self) -> bool {
+        self.0.has_pending()
+    }
+    fn device_stats(&self) -> rxpath_dev::DeviceQueueStats {
+        self.0.device_stats()
+    }
+}
+
+/// Records, for each packet the stack receives, how many descriptors had
+/// been pulled by then.
+struct PulledAt(Arc<AtomicU64>, Vec<u64>);
+
+impl Stack for PulledAt {
+    fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
+        self.1.push(self.0.load(Ordering::Relaxed));
+        ctx.drop(pkt, DropReason::Rxdrop);
+    }
+}
+
+#[test]
+fn split_on_hash_still_prefetches_a_bundle_ahead() {
+    // Every packet of another flow than the one before: bundles of one,
+    // but loop 1 keeps 16 descriptors pulled (and prefetched) ahead.
+    let (mut port, queues) = nic(1, 1024);
+    let mut t = udp(2);
+    let mut buf = [0u8; 2048];
+    for i in 0..40 {
+        let w = t.write_flow(i % 2, &mut buf).unwrap();
+        port.inject(&buf[..w.len], w.rxhash).unwrap();
+    }
+    port.flush(1);
+    let pulled = Arc::new(AtomicU64::new(0));
+    let q = Counted(queues.into_iter().next().unwrap(), pulled.clone());
+    let mut n = Napi::new(
+        q,
+        64,
+        BundleMode {
+            size: 16,
+            split_on_hash: true,
+        },
+        true,
+    );
+    assert!(n.state().schedule_prep());
+    let mut s = PulledAt(pulled, Vec::new());
+    let r = n.poll(64, &mut s, 0);
+    assert_eq!(r.work, 40);
+    assert_eq!(n.stats().bundles, 40, "one flow per bundle");
+    // Packet i reached the stack with min(i + 16, 40) pulled: ahead.
+    let want: Vec<u64> = (0..40).map(|i| (i + 16).min(40)).collect();
+    assert_eq!(s.1, want);
+    assert!(n.stats().accounted());
+    assert!(port.reclaim(vec![n.into_queue().0]).is_home());
+}
