@@ -50,15 +50,19 @@
 //! `napi_complete_done()` and `napi_busy_loop()`/`busy_poll_stop()` in
 //! net/core/dev.c.
 
+mod state;
+mod table;
+
+pub use state::{bits, NapiId, NapiState};
+pub use table::NapiTable;
+
 use crate::gro::{FlushReason, Gro, GroConfig};
 use crate::ip::CsumPolicy;
 use crate::packet::{Meta, Packet, PollEnd, RxCtx, Stack};
 use crate::stats::NapiStats;
 use rxpath_dev::{desc_flags, Desc, Frame, RxQueue};
 use serde::Serialize;
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The default NAPI weight (`NAPI_POLL_WEIGHT`).
 pub const NAPI_POLL_WEIGHT: usize = 64;
@@ -67,143 +71,6 @@ pub const NAPI_POLL_WEIGHT: usize = 64;
 /// for `sender_cpu` in the kernel (`MIN_NAPI_ID = NR_CPUS + 1`, with the
 /// common `NR_CPUS = 8192`).
 pub const MIN_NAPI_ID: u32 = 8193;
-
-/// A NAPI instance's unique id; `0` means "none".
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct NapiId(pub u32);
-
-impl fmt::Display for NapiId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
-/// State bits, as `NAPI_STATE_*`.
-pub mod bits {
-    /// Scheduled: someone owns the NAPI and will poll it.
-    pub const SCHED: u32 = 1 << 0;
-    /// A schedule attempt came while `SCHED` was held: poll once more.
-    pub const MISSED: u32 = 1 << 1;
-    /// Disable pending: no new owner may take it.
-    pub const DISABLE: u32 = 1 << 2;
-    /// Owned by a busy-polling socket.
-    pub const IN_BUSY_POLL: u32 = 1 << 3;
-}
-
-/// The atomic state word of one NAPI (`napi->state`).
-///
-/// Every transition is a compare-and-swap loop, as in the kernel. `Acquire`
-/// on taking ownership pairs with `Release` on giving it up, so the new
-/// owner sees everything the old owner wrote to the NAPI and its rings.
-#[derive(Debug, Default)]
-pub struct NapiState(AtomicU32);
-
-impl NapiState {
-    /// The raw bits.
-    pub fn bits(&self) -> u32 {
-        self.0.load(Ordering::Acquire)
-    }
-
-    fn update(&self, f: impl Fn(u32) -> Option<u32>) -> Result<u32, u32> {
-        self.0.fetch_update(Ordering::AcqRel, Ordering::Acquire, f)
-    }
-
-    /// `napi_schedule_prep()`: try to become the owner that will poll this
-    /// NAPI. Fails when disabled, or when already scheduled (by the NAPI
-    /// thread or a busy poller), in which case `MISSED` is recorded so the
-    /// current owner polls once more.
-    pub fn schedule_prep(&self) -> bool {
-        let prev = self.update(|v| {
-            if v & bits::DISABLE != 0 {
-                return None;
-            }
-            let mut n = v | bits::SCHED;
-            if v & bits::SCHED != 0 {
-                n |= bits::MISSED;
-            }
-            Some(n)
-        });
-        matches!(prev, Ok(v) if v & bits::SCHED == 0)
-    }
-
-    /// `napi_complete_done()`'s state change: give up ownership. Returns
-    /// false if `MISSED` was set, in which case `SCHED` stays set and the
-    /// caller must poll again (the kernel re-adds the NAPI to the poll list).
-    pub fn complete(&self) -> bool {
-        let prev = self
-            .update(|v| {
-                let mut n = v & !(bits::SCHED | bits::MISSED | bits::IN_BUSY_POLL);
-                if v & bits::MISSED != 0 {
-                    n |= bits::SCHED;
-                }
-                Some(n)
-            })
-            .unwrap_or_else(|v| v);
-        prev & bits::MISSED == 0
-    }
-
-    /// Take an idle NAPI for housekeeping (frames coming home from
-    /// sockets) without recording `MISSED` when someone owns it: the owner
-    /// reclaims returned frames in its own polls, and such work is no
-    /// interrupt, so it must not end a busy poller's interrupt deferral.
-    pub fn try_own(&self) -> bool {
-        self.update(|v| {
-            if v & (bits::DISABLE | bits::SCHED) != 0 {
-                None
-            } else {
-                Some(v | bits::SCHED)
-            }
-        })
-        .is_ok()
-    }
-
-    /// `napi_busy_loop()`'s ownership attempt: take an idle NAPI for a busy
-    /// poller (`SCHED | IN_BUSY_POLL`). Fails if anyone owns it or it is
-    /// being disabled; the busy poller then just checks its socket queue.
-    pub fn try_busy_poll(&self) -> bool {
-        self.update(|v| {
-            if v & (bits::DISABLE | bits::SCHED | bits::IN_BUSY_POLL) != 0 {
-                None
-            } else {
-                Some(v | bits::SCHED | bits::IN_BUSY_POLL)
-            }
-        })
-        .is_ok()
-    }
-
-    /// `busy_poll_stop()`: a busy poller gives the NAPI back. Returns true if
-    /// an interrupt arrived meanwhile (`MISSED`): the caller must make sure
-    /// the NAPI thread polls it (the kernel calls `__napi_schedule`).
-    pub fn busy_poll_stop(&self) -> bool {
-        let prev = self
-            .update(|v| Some(v & !(bits::SCHED | bits::MISSED | bits::IN_BUSY_POLL)))
-            .unwrap_or_else(|v| v);
-        prev & bits::MISSED != 0
-    }
-
-    /// True while a busy poller owns the NAPI.
-    pub fn in_busy_poll(&self) -> bool {
-        self.bits() & bits::IN_BUSY_POLL != 0
-    }
-
-    /// `napi_disable()` first half: forbid new owners. Returns false if it
-    /// was already being disabled.
-    pub fn disable(&self) -> bool {
-        self.update(|v| {
-            if v & bits::DISABLE != 0 {
-                None
-            } else {
-                Some(v | bits::DISABLE)
-            }
-        })
-        .is_ok()
-    }
-
-    /// `napi_enable()`: allow owners again.
-    pub fn enable(&self) {
-        self.0.fetch_and(!bits::DISABLE, Ordering::AcqRel);
-    }
-}
 
 /// How NAPI's first loop groups descriptors (seed 001).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -773,62 +640,4 @@ fn loop2(
         }
     }
     (pkts, bytes)
-}
-
-/// `napi_by_id()`: the table of NAPI instances by id. Ids start at
-/// [`MIN_NAPI_ID`] and are never reused while the table lives (the kernel
-/// avoids collisions the same way in `napi_hash_add`).
-#[derive(Debug)]
-pub struct NapiTable<H> {
-    next: u32,
-    by_id: HashMap<NapiId, H>,
-}
-
-impl<H> Default for NapiTable<H> {
-    fn default() -> Self {
-        NapiTable {
-            next: MIN_NAPI_ID,
-            by_id: HashMap::new(),
-        }
-    }
-}
-
-impl<H> NapiTable<H> {
-    /// Give `napi` the next id and register `handle` under it
-    /// (`napi_hash_add`).
-    pub fn add<Q: RxQueue>(
-        &mut self,
-        napi: &mut Napi<Q>,
-        handle: impl FnOnce(&mut Napi<Q>) -> H,
-    ) -> NapiId {
-        while self.by_id.contains_key(&NapiId(self.next)) || self.next < MIN_NAPI_ID {
-            self.next = self.next.wrapping_add(1);
-        }
-        let id = NapiId(self.next);
-        self.next = self.next.wrapping_add(1);
-        napi.set_id(id);
-        let h = handle(napi);
-        self.by_id.insert(id, h);
-        id
-    }
-
-    /// Look up a NAPI by id (`napi_by_id`).
-    pub fn get(&self, id: NapiId) -> Option<&H> {
-        self.by_id.get(&id)
-    }
-
-    /// Remove a NAPI (`napi_hash_del`).
-    pub fn remove(&mut self, id: NapiId) -> Option<H> {
-        self.by_id.remove(&id)
-    }
-
-    /// Number of registered NAPIs.
-    pub fn len(&self) -> usize {
-        self.by_id.len()
-    }
-
-    /// True when empty.
-    pub fn is_empty(&self) -> bool {
-        self.by_id.is_empty()
-    }
 }
