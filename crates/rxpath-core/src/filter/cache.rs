@@ -118,8 +118,7 @@ impl Judge {
             self.adopt(f);
         }
         if self.cache.is_empty() || rs.mode() == FilterMode::Linear {
-            self.misses += 1;
-            return Some(rs.judge(k));
+            return Some(self.walk_uncached(rs, k, v6));
         }
         let key = and(full_key(k, v6), rs.cache_mask());
         let h = if rxhash != 0 {
@@ -192,8 +191,8 @@ impl Judge {
         slot: usize,
     ) -> Action {
         if rs.mode() == FilterMode::Linear {
-            self.misses += 1;
-            return super::key(frame, h).map_or(Action::Accept, |k| rs.judge(&k).action);
+            return super::key(frame, h)
+                .map_or(Action::Accept, |k| self.walk_uncached(rs, &k, false).action);
         }
         match super::key(frame, h) {
             Some(k) => self.miss(rs, &k, key, false, slot).action,
@@ -219,6 +218,29 @@ impl Judge {
             p[1] += len as u64;
         }
         Some(e.action)
+    }
+
+    /// Walk the rules for `k` without remembering the answer (the linear
+    /// walk, or no cache). The counts still go to this thread's pending
+    /// counts, as the kernel's per-CPU rule counters take them, and reach
+    /// the shared counters at the end of the bundle: two threads walking
+    /// one rule set do not fight over a counter's cache line per packet.
+    fn walk_uncached(&mut self, rs: &Ruleset, k: &Key, v6: bool) -> Verdict {
+        self.misses += 1;
+        let mut path = Path::new();
+        // Slots past the path's room were counted by the walk at once.
+        let (v, _) = rs.walk_path_checked(k, &mut path);
+        let base = if v6 { self.v4_slots as u32 } else { 0 };
+        for &s in &path {
+            let s = s + base;
+            let p = &mut self.pending[s as usize];
+            if p[0] == 0 {
+                self.dirty.push(s);
+            }
+            p[0] += 1;
+            p[1] += k.len as u64;
+        }
+        v
     }
 
     /// Walk the rules for `k` and remember the answer in `slot`.
