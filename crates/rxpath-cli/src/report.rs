@@ -156,6 +156,9 @@ fn describe(cfg: &rxpath_runtime::RunConfig) -> String {
         Producer::Thread { pps: None } => {
             format!("sim NIC, producer thread as fast as possible{pause}")
         }
+        Producer::Null if cfg.null_cold => {
+            "cold null queues (engine alone, every packet's data a cache miss)".into()
+        }
         Producer::Null => "null queues (engine alone)".into(),
         Producer::Packet { iface } => format!("{} via AF_PACKET", iface.as_str()),
         Producer::Xdp { iface, .. } => format!("{} via AF_XDP", iface.as_str()),
