@@ -210,69 +210,48 @@ impl Judge {
         }
         self.hits += 1;
         for &s in &e.path {
-            let p = &mut self.pending[s as usize];
-            if p[0] == 0 {
-                self.dirty.push(s);
-            }
-            p[0] += 1;
-            p[1] += len as u64;
+            pend(&mut self.pending, &mut self.dirty, s, len as u64);
         }
         Some(e.action)
     }
 
-    /// Walk the rules for `k` without remembering the answer (the linear
-    /// walk, or no cache). The counts still go to this thread's pending
-    /// counts, as the kernel's per-CPU rule counters take them, and reach
-    /// the shared counters at the end of the bundle: two threads walking
-    /// one rule set do not fight over a counter's cache line per packet.
-    fn walk_uncached(&mut self, rs: &Ruleset, k: &Key, v6: bool) -> Verdict {
-        self.misses += 1;
-        let mut path = Path::new();
-        // Slots past the path's room were counted by the walk at once.
-        let (v, _) = rs.walk_path_checked(k, &mut path);
-        let base = if v6 { self.v4_slots as u32 } else { 0 };
-        for &s in &path {
-            let s = s + base;
-            let p = &mut self.pending[s as usize];
-            if p[0] == 0 {
-                self.dirty.push(s);
-            }
-            p[0] += 1;
-            p[1] += k.len as u64;
-        }
-        v
-    }
-
-    /// Walk the rules for `k` and remember the answer in `slot`.
-    #[inline(never)]
-    fn miss(&mut self, rs: &Ruleset, k: &Key, key: Packed, v6: bool, slot: usize) -> Verdict {
+    /// Walk the rules for `k`, its counts pending in this thread (as the
+    /// kernel's per-CPU rule counters take them) until the bundle ends:
+    /// two threads walking one rule set do not fight over a counter's
+    /// cache line per packet. Returns the verdict, the counter slots and
+    /// whether they are all of them (slots past the path's room were
+    /// counted by the walk at once).
+    fn walk_pending(&mut self, rs: &Ruleset, k: &Key, v6: bool) -> (Verdict, Path, bool) {
         self.misses += 1;
         let mut path = Path::new();
         let (v, whole) = rs.walk_path_checked(k, &mut path);
-        if !whole {
-            // Counted by the walk already (the part past the path's room
-            // at once, the rest here).
-            for &s in &path {
-                rs.add(s, 1, k.len as u64);
-            }
-            return v;
-        }
         let base = if v6 { self.v4_slots as u32 } else { 0 };
         for s in path.iter_mut() {
             *s += base;
-            let p = &mut self.pending[*s as usize];
-            if p[0] == 0 {
-                self.dirty.push(*s);
-            }
-            p[0] += 1;
-            p[1] += k.len as u64;
+            pend(&mut self.pending, &mut self.dirty, *s, k.len as u64);
         }
-        self.cache[slot] = Some(Entry {
-            key,
-            action: v.action,
-            path,
-            verdict: v,
-        });
+        (v, path, whole)
+    }
+
+    /// Walk the rules for `k` without remembering the answer (the linear
+    /// walk, or no cache).
+    fn walk_uncached(&mut self, rs: &Ruleset, k: &Key, v6: bool) -> Verdict {
+        self.walk_pending(rs, k, v6).0
+    }
+
+    /// Walk the rules for `k` and remember the answer in `slot` (unless
+    /// the walk touched more counters than an entry holds).
+    #[inline(never)]
+    fn miss(&mut self, rs: &Ruleset, k: &Key, key: Packed, v6: bool, slot: usize) -> Verdict {
+        let (v, path, whole) = self.walk_pending(rs, k, v6);
+        if whole {
+            self.cache[slot] = Some(Entry {
+                key,
+                action: v.action,
+                path,
+                verdict: v,
+            });
+        }
         v
     }
 
@@ -295,6 +274,17 @@ impl Judge {
             }
         }
     }
+}
+
+/// Count a packet of `len` bytes to counter slot `s`, in the thread.
+#[inline(always)]
+fn pend(pending: &mut [[u64; 2]], dirty: &mut Vec<u32>, s: u32, len: u64) {
+    let p = &mut pending[s as usize];
+    if p[0] == 0 {
+        dirty.push(s);
+    }
+    p[0] += 1;
+    p[1] += len;
 }
 
 /// Words 0 and 1 of a key.
