@@ -196,17 +196,23 @@ fn netdev_budget_usecs_is_honoured() {
     assert!(reclaim(port, n));
 }
 
+/// Place one packet of each flow in `flows` (of two UDP flows), in order,
+/// and publish them.
+fn inject_flows(port: &mut SimPort, flows: impl Iterator<Item = usize>) {
+    let mut t = udp(2);
+    let mut buf = [0u8; 2048];
+    for f in flows {
+        let w = t.write_flow(f, &mut buf).unwrap();
+        port.inject(&buf[..w.len], w.rxhash).unwrap();
+    }
+    port.flush(1);
+}
+
 #[test]
 fn split_on_hash_cuts_bundles_where_the_flow_changes() {
     let (mut port, queues) = nic(1, 1024);
     // Two flows, alternating in runs of 3: A A A B B B A A A ...
-    let mut t = udp(2);
-    let mut buf = [0u8; 2048];
-    for i in 0..24 {
-        let w = t.write_flow((i / 3) % 2, &mut buf).unwrap();
-        port.inject(&buf[..w.len], w.rxhash).unwrap();
-    }
-    port.flush(1);
+    inject_flows(&mut port, (0..24).map(|i| (i / 3) % 2));
     let mut n = Napi::new(
         queues.into_iter().next().unwrap(),
         64,
@@ -524,13 +530,7 @@ fn split_on_hash_still_prefetches_a_bundle_ahead() {
     // Every packet of another flow than the one before: bundles of one,
     // but loop 1 keeps 16 descriptors pulled (and prefetched) ahead.
     let (mut port, queues) = nic(1, 1024);
-    let mut t = udp(2);
-    let mut buf = [0u8; 2048];
-    for i in 0..40 {
-        let w = t.write_flow(i % 2, &mut buf).unwrap();
-        port.inject(&buf[..w.len], w.rxhash).unwrap();
-    }
-    port.flush(1);
+    inject_flows(&mut port, (0..40).map(|i| i % 2));
     let pulled = Arc::new(AtomicU64::new(0));
     let q = Counted(queues.into_iter().next().unwrap(), pulled.clone());
     let mut n = Napi::new(
