@@ -328,6 +328,16 @@ pub trait Stack {
     fn latency(&self) -> Option<&LatencyHist> {
         None
     }
+
+    /// True if this stage (or one behind it) reads the time: `ctx.now_ns`
+    /// or a packet's `rx_ns`. When neither the stack nor the NAPI (GRO, a
+    /// capture tap) does, `net_rx_action` stamps packets with the coarse
+    /// clock (the kernel stamps nothing unless timestamping is asked for,
+    /// and measures its budget window in jiffies) and reads no fine clock
+    /// per poll. A stage that does not say is assumed to read it.
+    fn wants_time(&self) -> bool {
+        true
+    }
 }
 
 /// The end of the path for latency experiments: delivers like [`Sink`], and
@@ -371,6 +381,9 @@ impl Stack for Sink {
             _ => ctx.drop(pkt, DropReason::UnhandledProto),
         }
     }
+    fn wants_time(&self) -> bool {
+        false
+    }
 }
 
 /// The lowest RX level of seed 001: parse, then drop everything (reason
@@ -382,6 +395,9 @@ impl Stack for RxDrop {
     #[inline(always)]
     fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
         ctx.drop(pkt, DropReason::Rxdrop);
+    }
+    fn wants_time(&self) -> bool {
+        false
     }
 }
 
@@ -405,5 +421,8 @@ impl<S: Stack + ?Sized> Stack for Box<S> {
     }
     fn latency(&self) -> Option<&LatencyHist> {
         (**self).latency()
+    }
+    fn wants_time(&self) -> bool {
+        (**self).wants_time()
     }
 }

@@ -11,6 +11,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub trait Clock {
     /// Nanoseconds since an arbitrary origin; never decreases.
     fn now_ns(&self) -> u64;
+
+    /// The same clock at its last tick (the kernel's `jiffies`): cheaper to
+    /// read, never later than [`now_ns`](Self::now_ns). Windows measured
+    /// in ticks (`netdev_budget_usecs`) use it. By default the fine clock.
+    fn coarse_ns(&self) -> u64 {
+        self.now_ns()
+    }
 }
 
 /// A clock that moves only when told. Shareable between threads.

@@ -553,3 +553,85 @@ fn split_on_hash_still_prefetches_a_bundle_ahead() {
     assert!(n.stats().accounted());
     assert!(port.reclaim(vec![n.into_queue().0]).is_home());
 }
+
+/// A clock that counts its fine and coarse reads; the coarse one lags a
+/// tick (1 ms) behind.
+#[derive(Default)]
+struct CountingClock {
+    fine: AtomicU64,
+    coarse: AtomicU64,
+}
+
+impl rxpath_core::time::Clock for CountingClock {
+    fn now_ns(&self) -> u64 {
+        10_000_000 + self.fine.fetch_add(1, Ordering::Relaxed)
+    }
+    fn coarse_ns(&self) -> u64 {
+        self.coarse.fetch_add(1, Ordering::Relaxed);
+        9_000_000
+    }
+}
+
+/// A sink that reads the time (as the latency sink and a capture do) and
+/// records each packet's stamp.
+#[derive(Default)]
+struct Stamps(Vec<u64>);
+
+impl Stack for Stamps {
+    fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
+        self.0.push(pkt.meta.rx_ns);
+        ctx.drop(pkt, DropReason::Rxdrop);
+    }
+}
+
+/// One `net_rx_action` over a queue of 200 packets with `stack` (GRO on
+/// or off), then the rest drained; returns (fine reads, coarse reads,
+/// polls) of the first call, after checking every frame came home.
+fn clock_reads<S: Stack>(stack: &mut S, gro: bool) -> (u64, u64, usize) {
+    let (mut port, queues) = nic(1, 1024);
+    fill(&mut port, &mut udp(8), 200);
+    let mut n = napis(queues, 16, true);
+    if gro {
+        n[0].set_gro(Some(rxpath_core::gro::GroConfig::default()));
+    }
+    let mut sn = Softnet::new(SoftnetConfig::default());
+    schedule_all(&mut n, &mut sn);
+    let clock = CountingClock::default();
+    let r = sn.net_rx_action(&mut n, stack, &clock);
+    assert!(r.work > 0);
+    let reads = (
+        clock.fine.load(Ordering::Relaxed),
+        clock.coarse.load(Ordering::Relaxed),
+        r.polls,
+    );
+    while sn.pending() > 0 {
+        sn.net_rx_action(&mut n, stack, &clock);
+    }
+    for x in n.iter_mut() {
+        x.flush_gro(stack, 20_000_000);
+    }
+    assert!(reclaim(port, n));
+    reads
+}
+
+/// `net_rx_action` reads the fine clock once per poll only when someone
+/// reads the time (a stage that says so, or GRO); otherwise the coarse
+/// one (the kernel's jiffies), and no fine read at all.
+#[test]
+fn net_rx_action_reads_the_fine_clock_only_for_who_reads_the_time() {
+    // Sink reads no time: one coarse read at the start, one after each poll.
+    let (fine, coarse, polls) = clock_reads(&mut Sink, false);
+    assert_eq!((fine, coarse), (0, 1 + polls as u64));
+
+    // A stage that reads the time: fine reads instead, and every packet
+    // stamped with a fine reading.
+    let mut st = Stamps::default();
+    let (fine, coarse, polls) = clock_reads(&mut st, false);
+    assert_eq!((fine, coarse), (1 + polls as u64, 0));
+    assert_eq!(st.0.len(), 200);
+    assert!(st.0.iter().all(|&t| t >= 10_000_000));
+
+    // GRO reads the time itself: fine reads even behind a sink that does not.
+    let (fine, coarse, polls) = clock_reads(&mut Sink, true);
+    assert_eq!((fine, coarse), (1 + polls as u64, 0));
+}

@@ -32,15 +32,30 @@ pub use sys::umem::{Frame, FramePool, Umem, UmemError, DEFAULT_FRAME_SIZE};
 
 use serde::Serialize;
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
 
 /// Nanoseconds since this process first asked: the one monotonic clock the
 /// device layer and the runtime share, so a time stamped by a producer
 /// thread and one read by a NAPI thread compare.
 #[inline]
 pub fn mono_ns() -> u64 {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    ORIGIN.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
+    let o = origin_ns();
+    sys::clock::monotonic_ns().saturating_sub(o) + 1
+}
+
+/// [`mono_ns`] at the last timer tick (`CLOCK_MONOTONIC_COARSE`): the
+/// kernel's `jiffies`, cheap to read because it reads no hardware counter.
+/// Never later than [`mono_ns`], at most a tick earlier.
+#[inline]
+pub fn mono_coarse_ns() -> u64 {
+    let o = origin_ns();
+    sys::clock::monotonic_coarse_ns().saturating_sub(o) + 1
+}
+
+/// The process's clock origin (`CLOCK_MONOTONIC` ns at the first read).
+#[inline]
+fn origin_ns() -> u64 {
+    static ORIGIN: OnceLock<u64> = OnceLock::new();
+    *ORIGIN.get_or_init(sys::clock::monotonic_ns)
 }
 
 /// Counters kept by the device for one queue, read by the stats code.

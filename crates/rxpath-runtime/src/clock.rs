@@ -13,4 +13,8 @@ impl Clock for MonotonicClock {
     fn now_ns(&self) -> u64 {
         rxpath_dev::mono_ns()
     }
+    #[inline]
+    fn coarse_ns(&self) -> u64 {
+        rxpath_dev::mono_coarse_ns()
+    }
 }

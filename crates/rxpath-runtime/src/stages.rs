@@ -39,6 +39,13 @@ impl Stack for Sinks {
             _ => None,
         }
     }
+    fn wants_time(&self) -> bool {
+        match self {
+            Sinks::Sink(s) => s.wants_time(),
+            Sinks::Rxdrop(s) => s.wants_time(),
+            Sinks::Latency(s) => s.wants_time(),
+        }
+    }
 }
 
 /// A capture point: writes every packet it sees (a GRO chain as one
@@ -92,6 +99,10 @@ impl<S: Stack> Stack for Tap<S> {
     }
     fn latency(&self) -> Option<&LatencyHist> {
         self.inner.latency()
+    }
+    fn wants_time(&self) -> bool {
+        // A capture writes each packet's time.
+        self.w.is_some() || self.inner.wants_time()
     }
 }
 

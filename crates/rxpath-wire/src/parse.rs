@@ -84,10 +84,12 @@ impl Headers {
 /// UDP) takes a straight-line fast path; anything else, including every
 /// malformed frame, goes through the general walk, which reports the error.
 /// Both give the same [`Headers`] (a property test checks it).
-#[inline]
+#[inline(always)]
 pub fn parse(frame: &[u8]) -> Result<Headers> {
-    let mut h = Headers::default();
-    parse_into(frame, &mut h).map(|()| h)
+    match parse_fast(frame) {
+        Some(h) => Ok(h),
+        None => parse_general(frame),
+    }
 }
 
 /// [`parse`] into a caller's record, which is overwritten in place (the hot
@@ -95,37 +97,34 @@ pub fn parse(frame: &[u8]) -> Result<Headers> {
 /// and the store-forwarding stalls that copy causes).
 #[inline]
 pub fn parse_into(frame: &[u8], h: &mut Headers) -> Result<()> {
-    if parse_fast(frame, h) {
-        return Ok(());
-    }
-    *h = parse_general(frame)?;
+    *h = parse(frame)?;
     Ok(())
 }
 
 /// The fast path: `None` means "not the common case, or not valid": ask
-/// [`parse_general`].
+/// [`parse_general`]. The record is returned by value, built from values
+/// in registers, so that a caller that inlines it can keep the fields it
+/// reads in registers and never store the ones it does not.
 #[inline(always)]
-fn parse_fast(f: &[u8], h: &mut Headers) -> bool {
+fn parse_fast(f: &[u8]) -> Option<Headers> {
     const L3: usize = ethernet::HEADER_LEN;
     const L4: usize = L3 + ipv4::HEADER_LEN;
     // Bounds are checked once here; the fixed-size view lets the compiler
     // drop every later check.
-    let Some(hdr) = f.get(..L4 + udp::HEADER_LEN) else {
-        return false;
-    };
+    let hdr = f.get(..L4 + udp::HEADER_LEN)?;
     let Ok(b): core::result::Result<&[u8; L4 + udp::HEADER_LEN], _> = hdr.try_into() else {
-        return false;
+        return None;
     };
     let be = |i: usize| u16::from_be_bytes([b[i], b[i + 1]]);
     if be(12) != ethertype::IPV4 || b[L3] != 0x45 {
-        return false;
+        return None;
     }
     let total = be(L3 + 2) as usize;
     if total < ipv4::HEADER_LEN + udp::HEADER_LEN
         || L3 + total > f.len()
         || be(L3 + 6) & 0x3fff != 0
     {
-        return false;
+        return None;
     }
     let proto = b[L3 + 9];
     let l4_len = total - ipv4::HEADER_LEN;
@@ -133,19 +132,19 @@ fn parse_fast(f: &[u8], h: &mut Headers) -> bool {
         protocol::UDP => {
             let ulen = be(L4 + 4) as usize;
             if ulen < udp::HEADER_LEN || ulen > l4_len {
-                return false;
+                return None;
             }
             (L4::Udp, L4 + udp::HEADER_LEN, ulen - udp::HEADER_LEN)
         }
         protocol::TCP => {
             if l4_len < tcp::HEADER_LEN {
-                return false;
+                return None;
             }
             // Within `f`: L4 + 13 < L3 + total since l4_len >= 20.
             let off_flags = u16::from_be_bytes([f[L4 + 12], f[L4 + 13]]);
             let hl = ((off_flags >> 12) as usize) * 4;
             if hl < tcp::HEADER_LEN || hl > l4_len {
-                return false;
+                return None;
             }
             (
                 L4::Tcp {
@@ -155,31 +154,34 @@ fn parse_fast(f: &[u8], h: &mut Headers) -> bool {
                 l4_len - hl,
             )
         }
-        _ => return false,
+        _ => return None,
     };
     let sport = be(L4);
     let dport = be(L4 + 2);
     let src = [b[L3 + 12], b[L3 + 13], b[L3 + 14], b[L3 + 15]];
     let dst = [b[L3 + 16], b[L3 + 17], b[L3 + 18], b[L3 + 19]];
-    h.vlan = [0; ethernet::MAX_TAGS];
-    h.l3 = L3::Ipv4;
-    h.l3_offset = L3 as u16;
-    h.l4 = l4;
-    h.l4_offset = L4 as u16;
-    h.payload_offset = payload_off as u16;
-    h.payload_len = payload_len as u16;
-    h.fragment = false;
-    h.ip_options = false;
-    h.flow = FlowKey {
-        addrs: IpAddrs::V4 { src, dst },
-        src_port: sport,
-        dst_port: dport,
-        protocol: proto,
-    };
-    true
+    Some(Headers {
+        vlan: [0; ethernet::MAX_TAGS],
+        l3: L3::Ipv4,
+        l3_offset: L3 as u16,
+        l4,
+        l4_offset: L4 as u16,
+        payload_offset: payload_off as u16,
+        payload_len: payload_len as u16,
+        fragment: false,
+        ip_options: false,
+        flow: FlowKey {
+            addrs: IpAddrs::V4 { src, dst },
+            src_port: sport,
+            dst_port: dport,
+            protocol: proto,
+        },
+    })
 }
 
-/// The general walk: every encapsulation we know, every check.
+/// The general walk: every encapsulation we know, every check. Never
+/// inlined: the hot loop keeps only the fast path.
+#[inline(never)]
 pub fn parse_general(frame: &[u8]) -> Result<Headers> {
     let eth = ethernet::Frame::new_checked(frame)?;
     let tags = eth.walk_tags()?;
@@ -390,8 +392,7 @@ mod tests {
             };
             if pos < f.len() { f[pos] = val; }
             f.truncate(cut);
-            let mut h = Headers::default();
-            if parse_fast(&f, &mut h) {
+            if let Some(h) = parse_fast(&f) {
                 prop_assert_eq!(Ok(h), parse_general(&f));
             }
         }

@@ -108,4 +108,7 @@ impl<S: Stack> Stack for FilterStage<S> {
     fn latency(&self) -> Option<&LatencyHist> {
         self.inner.latency()
     }
+    fn wants_time(&self) -> bool {
+        self.inner.wants_time()
+    }
 }

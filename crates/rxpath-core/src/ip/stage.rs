@@ -74,4 +74,7 @@ impl<S: Stack> Stack for IpStage<S> {
     fn latency(&self) -> Option<&LatencyHist> {
         self.inner.latency()
     }
+    fn wants_time(&self) -> bool {
+        self.inner.wants_time()
+    }
 }

@@ -240,6 +240,12 @@ impl<Q: RxQueue> Napi<Q> {
         self.rx_tap = tap;
     }
 
+    /// True if this NAPI reads the time itself: GRO (packet age, the flush
+    /// timer) or a capture tap (each frame's time).
+    pub fn wants_time(&self) -> bool {
+        self.gro.is_some() || self.rx_tap.is_some()
+    }
+
     /// This NAPI's GRO, if on.
     pub fn gro(&self) -> Option<&Gro> {
         self.gro.as_deref()
@@ -536,6 +542,7 @@ impl CsumMode {
     /// UDP checksum field that equals the pseudo-header sum as partial
     /// (what a local sender's `CHECKSUM_PARTIAL` leaves; the kernel's GRO and
     /// UDP skip validation for such packets). Does not read past `frame`.
+    #[inline]
     pub fn classify(self, meta: &mut Meta, frame: &[u8]) {
         match self.policy {
             CsumPolicy::Trust => meta.csum_ok = true,
@@ -591,53 +598,56 @@ fn loop2(
     for d in descs {
         pkts += 1;
         bytes += d.len as u64;
-        let (off, end) = (d.off as usize, d.off as usize + d.len as usize);
-        let mut pkt = Packet {
-            frame: d.frame,
-            off: d.off,
-            len: d.len,
-            meta: Meta {
-                queue: qi,
-                napi_id: id,
-                rxhash: d.rxhash,
-                rx_ns: ctx.now_ns,
-                csum_ok: d.flags & desc_flags::CSUM_OK != 0,
-                csum_partial: d.flags & desc_flags::CSUM_PARTIAL != 0,
-                segs: 1,
-                ..Meta::default()
-            },
-            frags: crate::packet::Frags::new(),
-        };
-        let parsed = match umem.data(&pkt.frame).get(off..end) {
-            Some(bytes) => rxpath_wire::parse_into(bytes, &mut pkt.meta.headers),
+        let (mut off, mut len) = (d.off, d.len);
+        let (lo, hi) = (d.off as usize, d.off as usize + d.len as usize);
+        // The headers are parsed by value and the record is built once, at
+        // the end: nothing takes its address here, so a stage inlined into
+        // this loop keeps the fields it reads in registers and the compiler
+        // never stores the ones it does not read.
+        let data = umem.data(&d.frame);
+        let parsed = match data.get(lo..hi) {
+            Some(b) => rxpath_wire::parse(b),
             None => {
                 // A descriptor that claims bytes past its frame (a buggy
                 // device): keep the packet inside the frame, so no stage
                 // reads beyond it, and hand it up as malformed.
                 let fs = umem.frame_size();
-                pkt.off = off.min(fs) as u16;
-                pkt.len = (end.min(fs) - off.min(fs)) as u16;
+                off = lo.min(fs) as u16;
+                len = (hi.min(fs) - lo.min(fs)) as u16;
                 Err(rxpath_wire::Error::BadLength("descriptor"))
             }
         };
         if let Some(tap) = rx_tap.as_mut() {
             // Every frame as the device delivered it, before GRO.
             let fs = umem.frame_size();
-            tap(&umem.data(&pkt.frame)[off.min(fs)..end.min(fs)], ctx.now_ns);
+            tap(&data[lo.min(fs)..hi.min(fs)], ctx.now_ns);
         }
-        match parsed {
-            Ok(()) => {
-                if csum.policy != CsumPolicy::Auto || csum.local_traffic {
-                    let b = &umem.data(&pkt.frame)[off..end];
-                    csum.classify(&mut pkt.meta, b);
-                }
-                up(pkt, true, ctx)
-            }
-            Err(_) => {
-                pkt.meta.headers = rxpath_wire::Headers::default();
-                up(pkt, false, ctx)
-            }
+        let (ok, headers) = match parsed {
+            Ok(h) => (true, h),
+            Err(_) => (false, rxpath_wire::Headers::default()),
+        };
+        let mut meta = Meta {
+            queue: qi,
+            napi_id: id,
+            rxhash: d.rxhash,
+            rx_ns: ctx.now_ns,
+            csum_ok: d.flags & desc_flags::CSUM_OK != 0,
+            csum_partial: d.flags & desc_flags::CSUM_PARTIAL != 0,
+            segs: 1,
+            gso_size: 0,
+            headers,
+        };
+        if ok && (csum.policy != CsumPolicy::Auto || csum.local_traffic) {
+            csum.classify(&mut meta, &data[lo..hi]);
         }
+        let pkt = Packet {
+            frame: d.frame,
+            off,
+            len,
+            meta,
+            frags: crate::packet::Frags::new(),
+        };
+        up(pkt, ok, ctx)
     }
     (pkts, bytes)
 }

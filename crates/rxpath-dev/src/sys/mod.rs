@@ -21,6 +21,7 @@ macro_rules! syscall {
 }
 
 pub mod af_packet;
+pub mod clock;
 pub mod iface;
 #[cfg(feature = "tokio")]
 pub mod reactor;

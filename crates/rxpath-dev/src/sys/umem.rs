@@ -175,13 +175,22 @@ impl Umem {
         f.index as u64 * self.frame_size as u64
     }
 
-    #[inline]
+    #[inline(always)]
     fn check(&self, f: &Frame) {
         // A token of another region is a programming error, not bad input.
-        assert!(
-            f.umem == self.id && f.index < self.frames,
-            "{f:?} is not a frame of {self:?}"
-        );
+        if f.umem != self.id || f.index >= self.frames {
+            self.not_mine(f.index, f.umem);
+        }
+    }
+
+    /// The panic of [`check`](Self::check), out of line and given the
+    /// token's fields by value: a panic message that borrowed the token
+    /// would make every caller keep its descriptor in memory (read back
+    /// through a failed store forward) instead of in registers.
+    #[cold]
+    #[inline(never)]
+    fn not_mine(&self, index: u32, umem: u32) -> ! {
+        panic!("Frame({index}@{umem}) is not a frame of {self:?}")
     }
 
     /// The bytes of a frame.
