@@ -37,7 +37,7 @@ pub mod toeplitz;
 pub mod udp;
 
 pub use flow::{FlowKey, IpAddrs};
-pub use parse::{parse, parse_into, Headers, L3, L4};
+pub use parse::{parse, parse_fast, parse_general, parse_into, Headers, L3, L4};
 
 /// Why a header could not be read. Every variant is a malformed (or
 /// unsupported) input, never a bug: the receive path counts it as a drop with

@@ -101,12 +101,13 @@ pub fn parse_into(frame: &[u8], h: &mut Headers) -> Result<()> {
     Ok(())
 }
 
-/// The fast path: `None` means "not the common case, or not valid": ask
+/// The fast path alone: untagged IPv4 without options or fragments, TCP or
+/// UDP. `None` means "not the common case, or not valid": ask
 /// [`parse_general`]. The record is returned by value, built from values
 /// in registers, so that a caller that inlines it can keep the fields it
 /// reads in registers and never store the ones it does not.
 #[inline(always)]
-fn parse_fast(f: &[u8]) -> Option<Headers> {
+pub fn parse_fast(f: &[u8]) -> Option<Headers> {
     const L3: usize = ethernet::HEADER_LEN;
     const L4: usize = L3 + ipv4::HEADER_LEN;
     // Bounds are checked once here; the fixed-size view lets the compiler

@@ -598,35 +598,14 @@ fn loop2(
     for d in descs {
         pkts += 1;
         bytes += d.len as u64;
-        let (mut off, mut len) = (d.off, d.len);
         let (lo, hi) = (d.off as usize, d.off as usize + d.len as usize);
-        // The headers are parsed by value and the record is built once, at
-        // the end: nothing takes its address here, so a stage inlined into
-        // this loop keeps the fields it reads in registers and the compiler
-        // never stores the ones it does not read.
         let data = umem.data(&d.frame);
-        let parsed = match data.get(lo..hi) {
-            Some(b) => rxpath_wire::parse(b),
-            None => {
-                // A descriptor that claims bytes past its frame (a buggy
-                // device): keep the packet inside the frame, so no stage
-                // reads beyond it, and hand it up as malformed.
-                let fs = umem.frame_size();
-                off = lo.min(fs) as u16;
-                len = (hi.min(fs) - lo.min(fs)) as u16;
-                Err(rxpath_wire::Error::BadLength("descriptor"))
-            }
-        };
         if let Some(tap) = rx_tap.as_mut() {
             // Every frame as the device delivered it, before GRO.
             let fs = umem.frame_size();
             tap(&data[lo.min(fs)..hi.min(fs)], ctx.now_ns);
         }
-        let (ok, headers) = match parsed {
-            Ok(h) => (true, h),
-            Err(_) => (false, rxpath_wire::Headers::default()),
-        };
-        let mut meta = Meta {
+        let meta = |headers| Meta {
             queue: qi,
             napi_id: id,
             rxhash: d.rxhash,
@@ -637,14 +616,53 @@ fn loop2(
             gso_size: 0,
             headers,
         };
+        // The common case on its own path: the headers come back by value
+        // and the record is built once from them, with nothing taking its
+        // address, so a stage inlined into this loop keeps the fields it
+        // reads in registers and never stores the others, and a stage
+        // that is called gets the record stored once, field by field.
+        // (One path for both cases would merge two records into a copy.)
+        if let Some(h) = data.get(lo..hi).and_then(rxpath_wire::parse_fast) {
+            let mut m = meta(h);
+            if csum.policy != CsumPolicy::Auto || csum.local_traffic {
+                csum.classify(&mut m, &data[lo..hi]);
+            }
+            let pkt = Packet {
+                frame: d.frame,
+                off: d.off,
+                len: d.len,
+                meta: m,
+                frags: crate::packet::Frags::new(),
+            };
+            up(pkt, true, ctx);
+            continue;
+        }
+        let (mut off, mut len) = (d.off, d.len);
+        let parsed = match data.get(lo..hi) {
+            Some(b) => rxpath_wire::parse_general(b),
+            None => {
+                // A descriptor that claims bytes past its frame (a buggy
+                // device): keep the packet inside the frame, so no stage
+                // reads beyond it, and hand it up as malformed.
+                let fs = umem.frame_size();
+                off = lo.min(fs) as u16;
+                len = (hi.min(fs) - lo.min(fs)) as u16;
+                Err(rxpath_wire::Error::BadLength("descriptor"))
+            }
+        };
+        let (ok, headers) = match parsed {
+            Ok(h) => (true, h),
+            Err(_) => (false, rxpath_wire::Headers::default()),
+        };
+        let mut m = meta(headers);
         if ok && (csum.policy != CsumPolicy::Auto || csum.local_traffic) {
-            csum.classify(&mut meta, &data[lo..hi]);
+            csum.classify(&mut m, &data[lo..hi]);
         }
         let pkt = Packet {
             frame: d.frame,
             off,
             len,
-            meta,
+            meta: m,
             frags: crate::packet::Frags::new(),
         };
         up(pkt, ok, ctx)
