@@ -92,9 +92,11 @@ pub fn parse(frame: &[u8]) -> Result<Headers> {
     }
 }
 
-/// [`parse`] into a caller's record, which is overwritten in place (the hot
-/// path uses this: building the record where it will live avoids copying it
-/// and the store-forwarding stalls that copy causes).
+/// [`parse`] into a caller's record, which is overwritten. NAPI's loop 2
+/// does not use it: it calls [`parse_fast`] and builds its record from the
+/// returned values, which keeps the record out of memory when the stage is
+/// inlined (a record written in place has its address taken, and was read
+/// back through failed store forwards).
 #[inline]
 pub fn parse_into(frame: &[u8], h: &mut Headers) -> Result<()> {
     *h = parse(frame)?;
