@@ -371,6 +371,12 @@ fn workers_table(r: &Report) -> String {
             if w.online_at_end { "" } else { "  (offline)" }
         );
     }
+    let ran: Vec<u64> = r.workers.iter().map(|w| w.reader_ran).collect();
+    if ran.iter().any(|&n| n > 0) {
+        s += &format!(
+            "readers: {ran:?} packets per worker run by a reader waiting in recv on the worker's CPU (no worker wakeup)\n"
+        );
+    }
     let here: u64 = r.workers.iter().map(|w| w.rfs_here).sum();
     if here > 0 {
         s += &format!(

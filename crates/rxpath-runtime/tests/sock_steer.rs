@@ -175,3 +175,67 @@ fn rfs_steers_a_flow_to_its_readers_worker() {
     assert_eq!(p.iter().sum::<u64>(), 400, "{p:?}");
     assert!(p[0] >= 199 && p[1] >= 199, "RFS followed the reader: {p:?}");
 }
+
+/// RFS without the second wakeup: a reader blocked in `recv` on the
+/// worker's CPU runs that worker's backlog itself (the kernel processes
+/// the backlog in softirq on the reader's CPU and wakes the reader once).
+/// Request by request, with the reader asleep when each arrives, the
+/// reader runs most of them; the worker's own thread takes what comes
+/// while the reader is away. Order and frames as in every mode.
+#[test]
+fn a_reader_waiting_in_recv_runs_its_workers_backlog() {
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    if cores.len() < 2 {
+        eprintln!(
+            "skipped: a reader on a worker's CPU needs 2 cores, this machine has {}",
+            cores.len()
+        );
+        return;
+    }
+    let h = host(SteerMode::Rfs, 2);
+    let s = h.udp_bind(sa(HOST4, 7000)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5)));
+    let (s2, core) = (s.clone(), cores[1]);
+    let (read_tx, read_rx) = std::sync::mpsc::channel();
+    let n = 100u32;
+    let reader = std::thread::spawn(move || {
+        core_affinity::set_for_current(core);
+        let mut b = [0u8; 64];
+        let mut last = None;
+        for _ in 0..n {
+            let (len, _) = s2.recv_from(&mut b).expect("datagram");
+            let v: u32 = std::str::from_utf8(&b[..len]).unwrap().parse().unwrap();
+            assert!(last.is_none_or(|l| v > l), "in order: {v} after {last:?}");
+            last = Some(v);
+            read_tx.send(()).unwrap();
+        }
+    });
+    for i in 0..n {
+        inject(&h, 5000, format!("{i}").as_bytes());
+        read_rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the reader got the datagram");
+        // The reader is back asleep in recv before the next one comes.
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    reader.join().unwrap();
+    drop(s);
+    let r = h.shutdown();
+    all_home(&r, "rfs, reader serving");
+    let p: Vec<u64> = r.workers.iter().map(|w| w.backlog.processed).collect();
+    let ran: Vec<u64> = r.workers.iter().map(|w| w.reader_ran).collect();
+    assert_eq!(p.iter().sum::<u64>(), n as u64, "{p:?}");
+    assert!(
+        p[1] >= n as u64 - 1,
+        "RFS sent the flow to the reader's worker: {p:?}"
+    );
+    assert!(
+        ran[1] >= n as u64 / 2 && ran[0] == 0,
+        "the reader ran its worker's backlog itself: {ran:?} of {p:?}"
+    );
+    assert!(
+        r.workers[1].path.delivered >= n as u64 - 1,
+        "what the reader ran is in its worker's counters: {:?}",
+        r.workers[1].path
+    );
+}

@@ -102,7 +102,16 @@ impl Drop for Knobs {
 
 /// One configuration's result in one round: what the client measured and,
 /// for rxpath, the packets each worker processed.
-type Cell = Option<(Measure, Option<Vec<u64>>)>;
+type Cell = Option<(Measure, Option<PerWorker>)>;
+
+/// rxpath's workers at the end of a round.
+#[derive(Debug, Clone, serde::Serialize)]
+struct PerWorker {
+    /// Packets each worker's backlog processed.
+    processed: Vec<u64>,
+    /// Of those, what the reader ran itself while it waited in `recv`.
+    reader_ran: Vec<u64>,
+}
 
 enum Running {
     Rxpath(Box<EchoServer>),
@@ -149,7 +158,7 @@ fn start(s: Server, t: &Topology, knobs: &Knobs, reader: usize, ncpu: usize) -> 
 }
 
 /// Stop a server; for rxpath, the packets processed on each worker.
-fn stop(r: Running) -> Result<Option<Vec<u64>>> {
+fn stop(r: Running) -> Result<Option<PerWorker>> {
     match r {
         Running::Rxpath(s) => {
             let rep = s.stop()?;
@@ -160,13 +169,11 @@ fn stop(r: Running) -> Result<Option<Vec<u64>>> {
                     rep.host.frames_total
                 );
             }
-            Ok(Some(
-                rep.host
-                    .workers
-                    .iter()
-                    .map(|w| w.backlog.processed)
-                    .collect(),
-            ))
+            let ws = &rep.host.workers;
+            Ok(Some(PerWorker {
+                processed: ws.iter().map(|w| w.backlog.processed).collect(),
+                reader_ran: ws.iter().map(|w| w.reader_ran).collect(),
+            }))
         }
         Running::Kernel(mut c) => {
             let _ = c.kill();
@@ -235,12 +242,14 @@ pub fn rfs(a: RfsBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
             match m {
                 Some(m) => {
                     let share = per_worker.as_ref().map(|p| {
-                        let total: u64 = p.iter().sum();
+                        let total: u64 = p.processed.iter().sum();
+                        let ran: u64 = p.reader_ran.iter().sum();
                         format!(
-                            "  on the reader's worker: {:.1} % ({:?})",
-                            100.0 * p.get(reader).copied().unwrap_or(0) as f64
+                            "  on the reader's worker: {:.1} % ({:?}), run by the reader in recv: {:.1} %",
+                            100.0 * p.processed.get(reader).copied().unwrap_or(0) as f64
                                 / total.max(1) as f64,
-                            p
+                            p.processed,
+                            100.0 * ran as f64 / total.max(1) as f64
                         )
                     });
                     say(&pb, &format!(
@@ -280,7 +289,8 @@ pub fn rfs(a: RfsBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
             .filter_map(|r| r[i].as_ref())
             .filter_map(|(_, p)| p.as_ref())
             .map(|p| {
-                p.get(reader).copied().unwrap_or(0) as f64 / p.iter().sum::<u64>().max(1) as f64
+                p.processed.get(reader).copied().unwrap_or(0) as f64
+                    / p.processed.iter().sum::<u64>().max(1) as f64
             })
             .collect();
         p99[i] = col(&|m| m.p99_us);
@@ -327,7 +337,8 @@ pub fn rfs(a: RfsBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
                 "name": s.name(),
                 "rounds": results.iter().map(|row| row[i].as_ref().map(|(m, p)| serde_json::json!({
                     "round_trips_per_s": m.rt_per_s, "avg_rtt_us": m.avg_us, "p99_rtt_us": m.p99_us,
-                    "processed_per_worker": p,
+                    "processed_per_worker": p.as_ref().map(|p| &p.processed),
+                    "reader_ran_per_worker": p.as_ref().map(|p| &p.reader_ran),
                 }))).collect::<Vec<_>>(),
                 "on_reader_share": on_reader[i].is_finite().then_some(on_reader[i]),
                 "samples": rtts[i].len(),

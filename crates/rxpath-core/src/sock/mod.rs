@@ -37,6 +37,7 @@ mod epoll;
 mod flow;
 mod poll;
 mod send;
+mod serve;
 mod socket;
 mod stage;
 mod tx;
@@ -45,6 +46,7 @@ pub use busy::{CellStack, NapiCell, PollCell, SharedNapi, BUSY_POLL_BUDGET};
 pub use epoll::Epoll;
 pub use flow::SockFlowTable;
 pub use send::UDP_MAX_SEGMENTS;
+pub use serve::BacklogServer;
 pub use socket::{RecvMeta, SockCounters, UdpSocket};
 pub use stage::SockStack;
 pub use tx::{CaptureTx, TxPort};
@@ -297,6 +299,9 @@ pub struct Sockets {
     /// Sockets with `UDP_GRO` on: while 0, GRO asks nothing per datagram
     /// (the kernel's `udp_encap_needed_key` static branch).
     gro_socks: AtomicUsize,
+    /// The workers a waiting reader may run the backlog of (see
+    /// [`BacklogServer`]); none: readers just sleep.
+    server: std::sync::OnceLock<Arc<dyn BacklogServer>>,
 }
 
 impl crate::gro::UdpGroPolicy for Sockets {
@@ -347,7 +352,20 @@ impl Sockets {
             tx: Mutex::new(None),
             next_port: AtomicU16::new(0),
             counters: Counters::default(),
+            server: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Let readers that wait in `recv` run the backlog of the worker on
+    /// their CPU ([`BacklogServer`]); set once, by the host that runs the
+    /// workers.
+    pub fn set_backlog_server(&self, s: Arc<dyn BacklogServer>) {
+        let _ = self.server.set(s);
+    }
+
+    /// The workers waiting readers may serve.
+    pub(crate) fn backlog_server(&self) -> Option<&Arc<dyn BacklogServer>> {
+        self.server.get()
     }
 
     /// The configuration.

@@ -76,6 +76,9 @@ pub(crate) struct RecvQueue {
     pub(crate) bytes: usize,
     /// Threads sleeping in `recv`.
     pub(crate) waiters: u32,
+    /// A thread in `recv` running its worker's backlog between naps
+    /// ([`super::BacklogServer`]): unparked by the next datagram.
+    pub(crate) parked: Option<std::thread::Thread>,
     pub(crate) closed: bool,
 }
 
@@ -163,10 +166,14 @@ impl SockInner {
         let was_empty = q.dgrams.len() == 1;
         self.qlen.store(q.dgrams.len(), Ordering::Release);
         let wake = q.waiters > 0;
+        let parked = q.parked.clone();
         drop(q);
         self.counters.queued.fetch_add(1, Ordering::Relaxed);
         if wake {
             self.cv.notify_one();
+        }
+        if let Some(t) = parked {
+            t.unpark();
         }
         self.wake_task();
         if was_empty {
@@ -203,8 +210,12 @@ impl SockInner {
         q.bytes = 0;
         let dgrams = std::mem::take(&mut q.dgrams);
         self.qlen.store(0, Ordering::Release);
+        let parked = q.parked.clone();
         drop(q);
         self.cv.notify_all();
+        if let Some(t) = parked {
+            t.unpark();
+        }
         self.wake_task();
         for d in dgrams {
             if let Some(p) = host.port(d.queue) {
@@ -645,6 +656,9 @@ impl UdpSocket {
             0 => None,
             ns => Some(Instant::now() + Duration::from_nanos(ns)),
         };
+        if let Some(r) = self.wait_serving(timeout) {
+            return r;
+        }
         let mut q = lock(&inner.q);
         while q.dgrams.is_empty() {
             if q.closed {
@@ -670,6 +684,66 @@ impl UdpSocket {
             q.waiters -= 1;
         }
         Ok(())
+    }
+}
+
+impl UdpSocket {
+    /// Wait by running the backlog of the worker on this thread's CPU (see
+    /// [`super::BacklogServer`]) until a datagram is queued, the socket
+    /// closes or `timeout` passes. `None` if this thread cannot serve (no
+    /// workers, no worker on this CPU, claimed by another reader, or
+    /// another thread of this socket serves): the caller sleeps as usual.
+    fn wait_serving(&self, timeout: Option<Instant>) -> Option<Result<(), SockError>> {
+        let srv = self.host.backlog_server()?;
+        let cpu = rxpath_dev::sys::sched::current_cpu()?;
+        let inner = &self.inner;
+        {
+            let mut q = lock(&inner.q);
+            if !q.dgrams.is_empty() {
+                return Some(Ok(()));
+            }
+            if q.closed {
+                return Some(Err(SockError::Closed));
+            }
+            if q.parked.is_some() {
+                return None;
+            }
+            q.parked = Some(std::thread::current());
+        }
+        let unpark_me = || lock(&inner.q).parked = None;
+        if !srv.claim(cpu) {
+            unpark_me();
+            return None;
+        }
+        let r = loop {
+            let more = srv.run(cpu);
+            {
+                let q = lock(&inner.q);
+                if !q.dgrams.is_empty() {
+                    break Ok(());
+                }
+                if q.closed {
+                    break Err(SockError::Closed);
+                }
+            }
+            if more {
+                continue;
+            }
+            inner.counters.sleeps.fetch_add(1, Ordering::Relaxed);
+            match timeout {
+                None => std::thread::park(),
+                Some(t) => {
+                    let left = t.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break Err(SockError::TimedOut);
+                    }
+                    std::thread::park_timeout(left);
+                }
+            }
+        };
+        srv.release(cpu);
+        unpark_me();
+        Some(r)
     }
 }
 

@@ -502,6 +502,17 @@ impl Host {
         }
         let mut worker_threads = Vec::new();
         if let Some(w) = &workers {
+            // A reader waiting in recv runs the backlog of the worker on its
+            // CPU itself (RFS's single wakeup; `rxpath_core::sock::BacklogServer`).
+            let socks = Arc::downgrade(&sockets);
+            let budget = rxpath_core::softnet::SoftnetConfig::default().netdev_budget;
+            let build: crate::steer::Build = Box::new(move |w, id| {
+                let socks = socks.upgrade()?;
+                Some(host_bottom_half(w, id, &socks, budget))
+            });
+            if let Some(srv) = crate::steer::Server::new(w, build) {
+                sockets.set_backlog_server(Arc::new(srv));
+            }
             for id in 0..w.len() {
                 let (w, socks) = (w.clone(), sockets.clone());
                 let core = (!cores.is_empty()).then(|| cores[id % cores.len()]);
@@ -512,30 +523,7 @@ impl Host {
                         if let Some(c) = core {
                             core_affinity::set_for_current(c);
                         }
-                        let stacks = || {
-                            PerQueue((0..socks.queues()).map(|q| socks.stage(q as u16)).collect())
-                        };
-                        let bh = if w.reorder.is_some() {
-                            // spread: nothing to run in parallel before the
-                            // sockets (IP input is theirs); order restored.
-                            let survivors = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-                            let serial: Box<dyn rxpath_core::Stack> = Box::new(stacks());
-                            BottomHalf::new(
-                                w.clone(),
-                                id as Worker,
-                                Box::new(Collect(survivors.clone())),
-                                Some((serial, survivors)),
-                                budget,
-                            )
-                        } else {
-                            BottomHalf::new(
-                                w.clone(),
-                                id as Worker,
-                                Box::new(stacks()),
-                                None,
-                                budget,
-                            )
-                        };
+                        let bh = host_bottom_half(&w, id as Worker, &socks, budget);
                         crate::steer::pure_worker_thread(bh, false, None, None)
                     })
                     .map_err(|e| RunError::Thread(e.to_string()))?;
@@ -738,4 +726,29 @@ fn fill_from_iface(cfg: &mut HostConfig, iface: &str) -> Result<(), RunError> {
         cfg.sock.default_route = rxpath_dev::sys::iface::default_routes(iface);
     }
     Ok(())
+}
+
+/// A host worker's path on the calling thread: every queue's socket stage;
+/// for `spread`, nothing in parallel before the sockets (IP input is
+/// theirs) and the order restored in front of them.
+fn host_bottom_half(
+    w: &Arc<Workers>,
+    id: Worker,
+    socks: &Arc<Sockets>,
+    budget: usize,
+) -> BottomHalf {
+    let stacks = || PerQueue((0..socks.queues()).map(|q| socks.stage(q as u16)).collect());
+    if w.reorder.is_some() {
+        let survivors = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let serial: Box<dyn rxpath_core::Stack> = Box::new(stacks());
+        BottomHalf::new(
+            w.clone(),
+            id,
+            Box::new(Collect(survivors.clone())),
+            Some((serial, survivors)),
+            budget,
+        )
+    } else {
+        BottomHalf::new(w.clone(), id, Box::new(stacks()), None, budget)
+    }
 }

@@ -25,9 +25,11 @@
 //! [`Port::ret`]; the NAPI thread that owns the queue gives them back to
 //! the fill ring.
 
+mod serve;
 mod stage;
 mod worker;
 
+pub(crate) use serve::{Build, Server};
 pub(crate) use stage::{Collect, Ordered, PerQueue, SteerStage};
 pub(crate) use worker::{pure_worker_thread, BottomHalf};
 
@@ -82,6 +84,14 @@ pub(crate) struct WorkerShared {
     /// dev flow set held a flow with packets in flight (or no worker was
     /// online).
     rfs_here: AtomicU64,
+    /// A reader waiting in `recv` on this worker's CPU claimed the backlog:
+    /// wakeups go to it (see `serve`).
+    claimed: AtomicBool,
+    claim: Mutex<Option<Thread>>,
+    /// Someone (the worker's thread or a reader) is running the backlog.
+    busy: AtomicBool,
+    /// What readers counted running this backlog.
+    served: Mutex<WorkerCounters>,
 }
 
 /// Why an enqueue did not queue the packet.
@@ -197,6 +207,10 @@ impl Workers {
                 wakeups: AtomicU64::new(0),
                 wakeups_sent: AtomicU64::new(0),
                 rfs_here: AtomicU64::new(0),
+                claimed: AtomicBool::new(false),
+                claim: Mutex::new(None),
+                busy: AtomicBool::new(false),
+                served: Mutex::new(WorkerCounters::default()),
             })
             .collect();
         Workers {
@@ -375,6 +389,14 @@ impl Workers {
         }
         let s = &self.ws[w as usize];
         s.wakeups.fetch_add(1, Ordering::Relaxed);
+        // SeqCst pairs with `Server::release`: either the reader leaving
+        // sees the packet just queued, or this sees the claim gone.
+        if s.claimed.load(Ordering::SeqCst) {
+            if let Some(t) = lock(&s.claim).as_ref() {
+                t.unpark();
+                return;
+            }
+        }
         if let Some(t) = s.thread.get() {
             t.unpark();
         }
@@ -391,6 +413,10 @@ impl Workers {
 
     /// The report of worker `w`, given what its thread counted.
     pub(crate) fn report(&self, w: Worker, own: &WorkerCounters) -> WorkerReport {
+        let served = *lock(&self.ws[w as usize].served);
+        let mut own = *own;
+        own.time_squeeze += served.time_squeeze;
+        own.path.merge(&served.path);
         WorkerReport {
             worker: w,
             backlog: self.backlog_stats(w),
@@ -402,6 +428,7 @@ impl Workers {
             path: own.path,
             stalls: own.stalls.0,
             stalled_ms: own.stalls.1.as_secs_f64() * 1e3,
+            reader_ran: served.ran,
         }
     }
 }
@@ -421,6 +448,8 @@ impl WorkerView for Workers {
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct WorkerCounters {
     pub(crate) time_squeeze: u64,
+    /// Packets run.
+    pub(crate) ran: u64,
     pub(crate) path: NapiStats,
     /// Stalls injected into a pure worker (`--fault stall=MS`), and their
     /// time.
@@ -454,6 +483,9 @@ pub struct WorkerReport {
     pub stalls: u64,
     /// Their time, ms.
     pub stalled_ms: f64,
+    /// Packets of this backlog that readers waiting in `recv` on this
+    /// worker's CPU ran themselves (RFS without a second wakeup).
+    pub reader_ran: u64,
 }
 
 /// Order at delivery.

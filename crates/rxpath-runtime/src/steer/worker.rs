@@ -152,6 +152,7 @@ impl BottomHalf {
             }
         }
         w.processed(*id, pkts);
+        counters.ran += pkts as u64;
         items
     }
 
@@ -206,8 +207,14 @@ pub(crate) fn pure_worker_thread(
         if let Some(s) = stall.as_mut() {
             stalled += s.stall_if_due(t0);
         }
-        if bh.run() {
-            continue;
+        match w.try_run(&mut bh) {
+            Some(true) => continue,
+            Some(false) => {}
+            None => {
+                // A reader on this CPU runs the backlog now.
+                thread::park_timeout(Duration::from_millis(1));
+                continue;
+            }
         }
         // Once no NAPI thread runs (or this worker is offline) nothing new
         // can arrive: empty now means done.
