@@ -374,14 +374,15 @@ pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
         print!("{}", rep.snmp.table());
         for w in &rep.workers {
             println!(
-                "worker {}: processed {} dropped {} received_rps {} time_squeeze {} wakeups {} delivered {}",
+                "worker {}: processed {} dropped {} received_rps {} time_squeeze {} wakeups {} delivered {} run_by_readers {}",
                 w.worker,
                 w.backlog.processed,
                 w.backlog.dropped,
                 w.backlog.received_rps,
                 w.time_squeeze,
                 w.wakeups,
-                w.path.delivered
+                w.path.delivered,
+                w.reader_ran
             );
         }
     }
