@@ -38,6 +38,7 @@ pub mod rule;
 mod stage;
 #[cfg(test)]
 mod tests;
+mod tree;
 
 pub use cache::Judge;
 pub use compiled::ChainClassifier;
@@ -313,6 +314,11 @@ impl Ruleset {
         self.build_ns
     }
 
+    /// The `INPUT` chain's decision tree: nodes and depth (IPv4, compiled).
+    pub fn tree_shape(&self) -> Option<(usize, usize)> {
+        self.compiled.get(self.input?)?.tree_shape()
+    }
+
     /// Bytes the compiled classifier holds (0 for the linear walk).
     pub fn memory(&self) -> usize {
         self.compiled.iter().map(|c| c.memory()).sum()
@@ -404,11 +410,22 @@ impl Ruleset {
                     .map(|i| pos + i),
                 FilterMode::Compiled => {
                     let c = &self.compiled[chain];
-                    if ids_chain != chain {
-                        c.lookup(k, &mut ids);
-                        ids_chain = chain;
+                    let rules = &self.table.chains[chain].rules;
+                    // From rule 0 the tree; past a jump's return or a LOG,
+                    // the bit vectors.
+                    let tree = (pos == 0)
+                        .then(|| c.first_match(k, rules, &self.iface))
+                        .flatten();
+                    match tree {
+                        Some(found) => found,
+                        None => {
+                            if ids_chain != chain {
+                                c.lookup(k, &mut ids);
+                                ids_chain = chain;
+                            }
+                            c.next_match(&ids, pos)
+                        }
                     }
-                    c.next_match(&ids, pos)
                 }
             };
             let c = &self.table.chains[chain];

@@ -594,3 +594,65 @@ fn the_stage_fast_path_judges_frames_as_the_walk() {
         }
     }
 }
+
+/// A random rule for the tree to cut through: negations, port lists and
+/// the other matches it checks whole, prefixes where `random_key` sends
+/// its packets.
+fn tricky_rule(rng: &mut impl rand::Rng) -> String {
+    let pfx = |rng: &mut dyn rand::RngCore| {
+        let len = [15u32, 16, 17, 20, 24, 28, 32][(rng.next_u32() % 7) as usize];
+        let a = (v4("198.18.0.0") as u32 | (rng.next_u32() & 0x1ffff)) & (u32::MAX << (32 - len));
+        format!("{}/{len}", std::net::Ipv4Addr::from(a))
+    };
+    let (p1, p2) = {
+        let a = rng.gen_range(0..65536u32);
+        let b = rng.gen_range(0..65536u32);
+        (a.min(b), a.max(b))
+    };
+    let (s, d) = (pfx(rng), pfx(rng));
+    let target = ["ACCEPT", "DROP", "REJECT", "LOG"][rng.gen_range(0..4)];
+    let body = match rng.gen_range(0..13) {
+        0 => format!("-s {s}"),
+        1 => format!("! -s {s} -p tcp"),
+        2 => format!("-d {d} ! -p udp"),
+        3 => format!("-p tcp -m tcp ! --dport {p1}:{p2}"),
+        4 => format!("-p udp -m multiport --dports {p1},{p2},53"),
+        5 => format!("-p tcp -m multiport --ports {p1},{p2}"),
+        6 => format!("-s {s} -i veth+ -p tcp -m tcp --sport {p1}:{p2}"),
+        7 => format!("-d {d} ! -i lo"),
+        8 => format!("-d {d} -p tcp -m tcp --tcp-flags SYN,ACK SYN"),
+        9 => format!(
+            "-s {s} -m length --length {}:{}",
+            p1 % 2000,
+            p1 % 2000 + 500
+        ),
+        10 => format!("-d {d} -f"),
+        11 => format!("-s {s} -p icmp -m icmp --icmp-type 8"),
+        _ => format!("-s {s} -d {d} -p udp -m udp --dport {p1}"),
+    };
+    format!("-A INPUT {body} -j {target}\n")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+    /// Enough such rules that the compiled classifier's decision tree cuts
+    /// (more than a leaf holds), and random packets: the linear walk's
+    /// verdict and deciding rule, every time.
+    #[test]
+    fn the_tree_cuts_through_negations_and_port_lists(seed in any::<u64>(), n in 40usize..300) {
+        use rand::SeedableRng;
+        let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(seed);
+        let mut text = String::from("*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n");
+        for _ in 0..n {
+            text += &tricky_rule(&mut rng);
+        }
+        text += "COMMIT\n";
+        let (lin, comp) = both(&text, "veth0");
+        let (nodes, _) = comp.tree_shape().expect("an IPv4 INPUT chain has a tree");
+        prop_assert!(nodes > 1, "the tree cut {n} rules");
+        for _ in 0..600 {
+            let k = random_key(&mut rng, Family::V4);
+            prop_assert_eq!(lin.judge_quiet(&k), comp.judge_quiet(&k), "{:?}", k);
+        }
+    }
+}
