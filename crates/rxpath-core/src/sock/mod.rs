@@ -41,6 +41,7 @@ mod serve;
 mod socket;
 mod stage;
 mod tx;
+mod wait;
 
 pub use busy::{CellStack, NapiCell, PollCell, SharedNapi, BUSY_POLL_BUDGET};
 pub use epoll::Epoll;
