@@ -239,3 +239,39 @@ fn a_reader_waiting_in_recv_runs_its_workers_backlog() {
         r.workers[1].path
     );
 }
+
+/// A reader serving its worker's backlog still leaves `recv` as a sleeping
+/// one does: at its receive timeout, and with `Closed` when the host stops
+/// (the host's shutdown does not wait for it).
+#[test]
+fn a_serving_reader_times_out_and_sees_the_host_stop() {
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    if cores.len() < 2 {
+        eprintln!("skipped: needs 2 cores, this machine has {}", cores.len());
+        return;
+    }
+    let h = host(SteerMode::Rfs, 2);
+    let s = h.udp_bind(sa(HOST4, 7000)).unwrap();
+    let (s2, core) = (s.clone(), cores[1]);
+    let reader = std::thread::spawn(move || {
+        core_affinity::set_for_current(core);
+        let mut b = [0u8; 64];
+        s2.set_read_timeout(Some(Duration::from_millis(50)));
+        let t0 = std::time::Instant::now();
+        let timed_out = s2.recv_from(&mut b);
+        let waited = t0.elapsed();
+        s2.set_read_timeout(None);
+        let closed = s2.recv_from(&mut b);
+        (timed_out.map(|x| x.0), waited, closed.map(|x| x.0))
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let r = h.shutdown();
+    let (timed_out, waited, closed) = reader.join().unwrap();
+    assert_eq!(timed_out, Err(rxpath_core::sock::SockError::TimedOut));
+    assert!(
+        waited >= Duration::from_millis(50) && waited < Duration::from_secs(2),
+        "{waited:?}"
+    );
+    assert_eq!(closed, Err(rxpath_core::sock::SockError::Closed));
+    all_home(&r, "rfs, serving reader stopped");
+}
