@@ -445,10 +445,11 @@ impl Ruleset {
                 chain,
                 rule: Some(i),
             };
-            match c.rules[i].target {
-                Target::Accept => return decided(Action::Accept),
-                Target::Drop => return decided(Action::Drop),
-                Target::Reject => return decided(Action::Reject),
+            let target = &c.rules[i].target;
+            if let Some(action) = target.action() {
+                return decided(action);
+            }
+            match *target {
                 Target::Return => match stack.pop() {
                     Some(top) => (chain, pos) = top,
                     None => return self.policy(chain, hit),
@@ -460,7 +461,8 @@ impl Ruleset {
                     }
                     (chain, pos) = (to, 0);
                 }
-                Target::Log | Target::None => pos = i + 1,
+                // LOG, no target (the terminal ones returned above).
+                _ => pos = i + 1,
             }
         }
     }

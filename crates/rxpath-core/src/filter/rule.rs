@@ -258,6 +258,28 @@ impl Matches {
     }
 }
 
+impl Target {
+    /// The action of a terminal target (`ACCEPT`, `DROP`, `REJECT`), by
+    /// table rather than a jump per target: which one decides a packet is
+    /// what a branch predictor cannot guess.
+    #[inline(always)]
+    pub fn action(&self) -> Option<super::Action> {
+        use super::Action;
+        const OF: [Option<Action>; 3] = [
+            Some(Action::Accept),
+            Some(Action::Drop),
+            Some(Action::Reject),
+        ];
+        let i = match self {
+            Target::Accept => 0,
+            Target::Drop => 1,
+            Target::Reject => 2,
+            _ => return None,
+        };
+        OF[i]
+    }
+}
+
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
