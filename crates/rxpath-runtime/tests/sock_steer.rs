@@ -55,6 +55,28 @@ fn all_home(r: &HostReport, what: &str) {
     );
 }
 
+/// The cores, an RFS host with 2 workers and a socket on port 7000; `None`
+/// (the test is skipped, saying `why` it needs 2 cores) on one core.
+fn rfs_on_two_cores(
+    why: &str,
+) -> Option<(
+    Vec<core_affinity::CoreId>,
+    Host,
+    rxpath_core::sock::UdpSocket,
+)> {
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    if cores.len() < 2 {
+        eprintln!(
+            "skipped: {why} needs 2 cores, this machine has {}",
+            cores.len()
+        );
+        return None;
+    }
+    let h = host(SteerMode::Rfs, 2);
+    let s = h.udp_bind(sa(HOST4, 7000)).unwrap();
+    Some((cores, h, s))
+}
+
 #[test]
 fn every_mode_delivers_every_datagram_in_flow_order_from_workers() {
     for mode in [
@@ -121,16 +143,9 @@ fn every_mode_delivers_every_datagram_in_flow_order_from_workers() {
 
 #[test]
 fn rfs_steers_a_flow_to_its_readers_worker() {
-    let cores = core_affinity::get_core_ids().unwrap_or_default();
-    if cores.len() < 2 {
-        eprintln!(
-            "skipped: RFS to a reader's worker needs 2 cores, this machine has {}",
-            cores.len()
-        );
+    let Some((cores, h, s)) = rfs_on_two_cores("RFS to a reader's worker") else {
         return;
-    }
-    let h = host(SteerMode::Rfs, 2);
-    let s = h.udp_bind(sa(HOST4, 7000)).unwrap();
+    };
     s.set_read_timeout(Some(Duration::from_secs(5)));
     // Room for every datagram of a phase: none is dropped if the reader
     // lags.
@@ -184,16 +199,9 @@ fn rfs_steers_a_flow_to_its_readers_worker() {
 /// while the reader is away. Order and frames as in every mode.
 #[test]
 fn a_reader_waiting_in_recv_runs_its_workers_backlog() {
-    let cores = core_affinity::get_core_ids().unwrap_or_default();
-    if cores.len() < 2 {
-        eprintln!(
-            "skipped: a reader on a worker's CPU needs 2 cores, this machine has {}",
-            cores.len()
-        );
+    let Some((cores, h, s)) = rfs_on_two_cores("a reader on a worker's CPU") else {
         return;
-    }
-    let h = host(SteerMode::Rfs, 2);
-    let s = h.udp_bind(sa(HOST4, 7000)).unwrap();
+    };
     s.set_read_timeout(Some(Duration::from_secs(5)));
     let (s2, core) = (s.clone(), cores[1]);
     let (read_tx, read_rx) = std::sync::mpsc::channel();
@@ -245,13 +253,9 @@ fn a_reader_waiting_in_recv_runs_its_workers_backlog() {
 /// (the host's shutdown does not wait for it).
 #[test]
 fn a_serving_reader_times_out_and_sees_the_host_stop() {
-    let cores = core_affinity::get_core_ids().unwrap_or_default();
-    if cores.len() < 2 {
-        eprintln!("skipped: needs 2 cores, this machine has {}", cores.len());
+    let Some((cores, h, s)) = rfs_on_two_cores("a serving reader") else {
         return;
-    }
-    let h = host(SteerMode::Rfs, 2);
-    let s = h.udp_bind(sa(HOST4, 7000)).unwrap();
+    };
     let (s2, core) = (s.clone(), cores[1]);
     let reader = std::thread::spawn(move || {
         core_affinity::set_for_current(core);

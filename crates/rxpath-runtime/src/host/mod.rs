@@ -516,7 +516,6 @@ impl Host {
             for id in 0..w.len() {
                 let (w, socks) = (w.clone(), sockets.clone());
                 let core = (!cores.is_empty()).then(|| cores[id % cores.len()]);
-                let budget = rxpath_core::softnet::SoftnetConfig::default().netdev_budget;
                 let h = thread::Builder::new()
                     .name(format!("rxpath-bh/{id}"))
                     .spawn(move || {

@@ -415,8 +415,7 @@ impl Workers {
     pub(crate) fn report(&self, w: Worker, own: &WorkerCounters) -> WorkerReport {
         let served = *lock(&self.ws[w as usize].served);
         let mut own = *own;
-        own.time_squeeze += served.time_squeeze;
-        own.path.merge(&served.path);
+        own.merge(&served);
         WorkerReport {
             worker: w,
             backlog: self.backlog_stats(w),
@@ -454,6 +453,15 @@ pub(crate) struct WorkerCounters {
     /// Stalls injected into a pure worker (`--fault stall=MS`), and their
     /// time.
     pub(crate) stalls: (u64, std::time::Duration),
+}
+
+impl WorkerCounters {
+    /// Add `o` (stalls are a worker thread's own, not added).
+    pub(crate) fn merge(&mut self, o: &WorkerCounters) {
+        self.time_squeeze += o.time_squeeze;
+        self.ran += o.ran;
+        self.path.merge(&o.path);
+    }
 }
 
 /// One worker at the end of a run: `/proc/net/softnet_stat`'s columns and

@@ -16,8 +16,8 @@ use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-/// Builds a worker's path on the calling thread.
-/// `None` once what the path ends in is gone.
+/// Builds a worker's path on the calling thread (`None` once the socket
+/// layer it ends in is gone).
 pub(crate) type Build = Box<dyn Fn(&Arc<Workers>, Worker) -> Option<BottomHalf> + Send + Sync>;
 
 /// The workers of a host, served by its readers.
@@ -142,14 +142,5 @@ impl Workers {
         let more = bh.run();
         s.busy.store(false, Ordering::Release);
         Some(more)
-    }
-}
-
-impl WorkerCounters {
-    /// Add `o` (stalls are a worker thread's own, not added).
-    pub(crate) fn merge(&mut self, o: &WorkerCounters) {
-        self.time_squeeze += o.time_squeeze;
-        self.ran += o.ran;
-        self.path.merge(&o.path);
     }
 }
