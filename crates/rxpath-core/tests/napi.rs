@@ -635,3 +635,85 @@ fn net_rx_action_reads_the_fine_clock_only_for_who_reads_the_time() {
     let (fine, coarse, polls) = clock_reads(&mut Sink, true);
     assert_eq!((fine, coarse), (1 + polls as u64, 0));
 }
+
+/// Sockets with `UDP_GRO`: all of them, or none (switched while running).
+#[derive(Debug)]
+struct AllOrNone(std::sync::atomic::AtomicBool);
+
+impl rxpath_core::gro::UdpGroPolicy for AllOrNone {
+    fn wants(&self, _: &rxpath_wire::FlowKey) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Each packet a stage saw: its first datagram's sequence number and how
+/// many datagrams it carries.
+#[derive(Default)]
+struct Seqs(Vec<(u32, u64)>);
+
+impl Stack for Seqs {
+    fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
+        let at = pkt.meta.headers.l4_offset as usize + 8;
+        let b = ctx.data(&pkt);
+        let seq = u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        self.0.push((seq, pkt.frames()));
+        ctx.deliver(pkt);
+    }
+}
+
+/// UDP that no socket asked to merge goes past GRO without GRO taking the
+/// packet (`Gro::passes`, the kernel's `udp_encap_needed_key` branch),
+/// counted as GRO's normal path counts it; a datagram behind a held packet
+/// of its own flow still waits for that packet to go up first.
+#[test]
+fn udp_nobody_merges_goes_past_gro_counted_and_in_order() {
+    use rxpath_core::gro::{Check, GroConfig, GroKnob};
+    let (mut port, queues) = nic(1, 1024);
+    let wants = Arc::new(AllOrNone(true.into()));
+    let mut n = napis(queues, 16, false).pop().unwrap();
+    n.set_gro(Some(GroConfig {
+        enabled: true,
+        udp: Some(wants.clone()),
+        // Held packets stay held across polls until flushed by hand.
+        flush_timeout: GroKnob::new(1_000_000_000),
+        adaptive: None,
+    }));
+    let mut seen = Seqs::default();
+    // One traffic source, so sequence numbers go on across injections.
+    let mut t = udp(2);
+    let mut inject = |port: &mut SimPort, flows: &mut dyn Iterator<Item = usize>| {
+        let mut buf = [0u8; 2048];
+        for f in flows {
+            let w = t.write_flow(f, &mut buf).unwrap();
+            port.inject(&buf[..w.len], w.rxhash).unwrap();
+        }
+        port.flush(1);
+    };
+    // Flow 0's datagrams 1-4 for a socket that merges: one packet, held.
+    inject(&mut port, &mut std::iter::repeat_n(0, 4));
+    assert!(n.state().schedule_prep());
+    assert_eq!(n.poll(64, &mut seen, 10).work, 4);
+    assert_eq!(n.gro().unwrap().held(), 4);
+    assert!(seen.0.is_empty());
+    // The socket stops merging: datagrams 5-8 go up alone, after 1-4.
+    wants.0.store(false, Ordering::Relaxed);
+    inject(&mut port, &mut std::iter::repeat_n(0, 4));
+    assert!(n.state().schedule_prep());
+    assert_eq!(n.poll(64, &mut seen, 20).work, 4);
+    assert_eq!(seen.0, vec![(1, 4), (5, 1), (6, 1), (7, 1), (8, 1)]);
+    // Nothing held: 100 datagrams of two flows straight past GRO.
+    inject(&mut port, &mut (0..100).map(|i| i % 2));
+    assert!(n.state().schedule_prep());
+    assert_eq!(n.poll(128, &mut seen, 30).work, 100);
+    n.flush_gro(&mut seen, 2_000_000_000);
+    assert_eq!(seen.0.len(), 105);
+    let s = n.gro().unwrap().stats();
+    let not_tcp = Check::ALL.iter().position(|&c| c == Check::NotTcp).unwrap();
+    assert_eq!(
+        (s.packets_in, s.normal, s.not_merged[not_tcp]),
+        (108, 104, 104)
+    );
+    assert_eq!((s.packets_out, s.segments_out), (105, 108));
+    assert!(n.stats().accounted());
+    assert!(reclaim(port, vec![n]));
+}

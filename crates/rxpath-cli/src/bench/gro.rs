@@ -9,6 +9,11 @@
 //! Request/response: 200 TCP request/response flows (64-byte PSH requests
 //! stamped with their send time) at a fixed rate, same three settings:
 //! send-to-delivery latency p50/p99 and packets passed up per second.
+//!
+//! UDP that no socket merges: 64 UDP flows from the null producer on one
+//! queue, GRO off against GRO on with no socket asking for `UDP_GRO`
+//! (the kernel's `udp_encap_needed_key` off): what GRO costs a path that
+//! has nothing for it, per round in one run.
 
 use crate::bench::plot::{progress, say, Bar, ReportDir};
 use crate::bench::{measure, median};
@@ -242,7 +247,9 @@ pub fn gro(a: GroBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
             })
             .collect::<Vec<_>>()
     };
+    let udp = udp_passes(a.rounds, d)?;
     let j = serde_json::json!({
+        "udp_nobody_merges": udp,
         "bulk": rounds(&bulk),
         "rr": rounds(&rr),
         "packets_up_ratio_0_vs_timeout": base_up / med(&bulk[1].pkts_up_per_s).max(1.0),
@@ -284,4 +291,50 @@ pub fn gro(a: GroBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         )?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// GRO on vs off for UDP that no socket merges, per stack: Mpps (median)
+/// and the median of per-round ratios, printed and returned as JSON.
+fn udp_passes(rounds: usize, d: Duration) -> Result<serde_json::Value> {
+    println!("\n## UDP that no socket merges: 64 flows, null producer, 1 queue, bundle 16\n");
+    println!("| stack | Mpps GRO off | Mpps GRO on | GRO on / off (median of per-round ratios) |");
+    println!("|---|---:|---:|---:|");
+    let mut out = serde_json::Map::new();
+    for stack in [StackKind::Rxdrop, StackKind::Sink] {
+        let (mut off, mut on, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let base = RunConfig {
+                stack,
+                ..crate::bench::rxdrop_config(16, false, Producer::Null, d)
+            };
+            let a = measure(&RunConfig {
+                gro: None,
+                ..base.clone()
+            })?
+            .0;
+            let b = measure(&RunConfig {
+                gro: Some(GroSettings {
+                    flush_timeout_ns: 0,
+                    adaptive: None,
+                }),
+                ..base
+            })?
+            .0;
+            off.push(a / 1e6);
+            on.push(b / 1e6);
+            ratio.push(b / a);
+        }
+        let name = format!("{stack:?}").to_lowercase();
+        println!(
+            "| {name} | {:.2} | {:.2} | {:.2}x |",
+            median(off.clone()),
+            median(on.clone()),
+            median(ratio.clone())
+        );
+        out.insert(
+            name,
+            serde_json::json!({ "mpps_off": off, "mpps_on": on, "on_over_off": ratio }),
+        );
+    }
+    Ok(serde_json::Value::Object(out))
 }

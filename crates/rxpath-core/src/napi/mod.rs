@@ -422,11 +422,13 @@ impl<Q: RxQueue> Napi<Q> {
                 // packet: each variant of loop 2 is its own monomorphic copy.
                 let (pkts, bytes) = match gro {
                     Some(g) => loop2($descs, &mut ctx, qi, *id, *csum, rx_tap, |p, ok, c| {
-                        if ok {
+                        if !ok {
+                            stack.malformed(p, c);
+                        } else if g.passes(&p, c.now_ns) {
+                            stack.receive(p, c)
+                        } else {
                             // napi_gro_receive()
                             let _ = g.receive(p, c, stack);
-                        } else {
-                            stack.malformed(p, c);
                         }
                     }),
                     None => loop2($descs, &mut ctx, qi, *id, *csum, rx_tap, |p, ok, c| {

@@ -76,35 +76,46 @@ impl fmt::Debug for Umem {
 
 /// Ownership of one frame of one [`Umem`]. Not `Clone`: whoever holds it owns
 /// the frame's bytes.
+///
+/// One word (the index in the low half, the region's id in the high): a
+/// token is copied whole from descriptor to packet to recycle list, and a
+/// pair of halves written apart and read back as one word stalls the load
+/// (a failed store-to-load forward, per packet).
 #[derive(PartialEq, Eq)]
 pub struct Frame {
-    index: u32,
-    umem: u32,
+    raw: u64,
 }
 
 impl fmt::Debug for Frame {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Frame({}@{})", self.index, self.umem)
+        write!(f, "Frame({}@{})", self.index(), self.umem_id())
     }
 }
 
 impl Frame {
+    #[inline]
+    fn new(index: u32, umem: u32) -> Frame {
+        Frame {
+            raw: index as u64 | (umem as u64) << 32,
+        }
+    }
+
     /// Index of the frame in its region.
     #[inline]
     pub fn index(&self) -> u32 {
-        self.index
+        self.raw as u32
     }
 
     /// Identity of the region the frame belongs to.
     #[inline]
     pub fn umem_id(&self) -> u32 {
-        self.umem
+        (self.raw >> 32) as u32
     }
 
     /// Give up the token as `(index, umem id)`, e.g. to put it in a ring.
     #[inline]
     pub fn into_raw(self) -> (u32, u32) {
-        (self.index, self.umem)
+        (self.index(), self.umem_id())
     }
 
     /// Rebuild a token from [`into_raw`](Self::into_raw)'s output.
@@ -115,7 +126,7 @@ impl Frame {
     /// two parties write the same bytes.
     #[inline]
     pub unsafe fn from_raw(index: u32, umem: u32) -> Frame {
-        Frame { index, umem }
+        Frame::new(index, umem)
     }
 }
 
@@ -143,7 +154,7 @@ impl Umem {
             id,
         });
         let tokens = (0..frames as u32)
-            .map(|index| Frame { index, umem: id })
+            .map(|index| Frame::new(index, id))
             .collect();
         Ok((umem, tokens))
     }
@@ -172,14 +183,14 @@ impl Umem {
     /// Offset of a frame in the region (an AF_XDP descriptor address).
     #[inline]
     pub fn addr(&self, f: &Frame) -> u64 {
-        f.index as u64 * self.frame_size as u64
+        f.index() as u64 * self.frame_size as u64
     }
 
     #[inline(always)]
     fn check(&self, f: &Frame) {
         // A token of another region is a programming error, not bad input.
-        if f.umem != self.id || f.index >= self.frames {
-            self.not_mine(f.index, f.umem);
+        if f.umem_id() != self.id || f.index() >= self.frames {
+            self.not_mine(f.index(), f.umem_id());
         }
     }
 
@@ -201,7 +212,7 @@ impl Umem {
         // token of this frame and is borrowed shared for 'a, so no `&mut` to
         // these bytes can exist for 'a (that needs `&mut Frame`).
         unsafe {
-            let p = self.ptr.as_ptr().add(f.index as usize * self.frame_size);
+            let p = self.ptr.as_ptr().add(f.index() as usize * self.frame_size);
             std::slice::from_raw_parts(UnsafeCell::raw_get(p), self.frame_size)
         }
     }
@@ -213,7 +224,7 @@ impl Umem {
         // SAFETY: as in `data`; `f` is borrowed exclusively for 'a, so this is
         // the only reference to these bytes for 'a.
         unsafe {
-            let p = self.ptr.as_ptr().add(f.index as usize * self.frame_size);
+            let p = self.ptr.as_ptr().add(f.index() as usize * self.frame_size);
             std::slice::from_raw_parts_mut(UnsafeCell::raw_get(p), self.frame_size)
         }
     }
@@ -227,7 +238,7 @@ impl Umem {
             // No bounds check on the hot path: the address is formed with
             // wrapping arithmetic (never dereferenced), and a prefetch of
             // any address is harmless.
-            let off = f.index as usize * self.frame_size + (offset & (self.frame_size - 1));
+            let off = f.index() as usize * self.frame_size + (offset & (self.frame_size - 1));
             let p = self.ptr.as_ptr().cast::<i8>().wrapping_add(off);
             // SAFETY: a prefetch reads nothing architecturally and cannot
             // fault, whatever the address.
@@ -245,7 +256,7 @@ impl Umem {
     pub fn prefetch_write(&self, f: &Frame) {
         #[cfg(target_arch = "x86_64")]
         {
-            let off = f.index as usize * self.frame_size;
+            let off = f.index() as usize * self.frame_size;
             if off < self.layout.size() {
                 // SAFETY: `off` is inside the region; a prefetch cannot fault.
                 unsafe {
@@ -286,7 +297,7 @@ impl FramePool {
     /// from a stopped device).
     pub fn from_frames(umem: Arc<Umem>, frames: Vec<Frame>) -> Self {
         for f in &frames {
-            assert_eq!(f.umem, umem.id, "{f:?} returned to the wrong pool");
+            assert_eq!(f.umem_id(), umem.id, "{f:?} returned to the wrong pool");
         }
         FramePool { umem, free: frames }
     }
@@ -305,7 +316,11 @@ impl FramePool {
     /// Return a frame.
     #[inline]
     pub fn free(&mut self, f: Frame) {
-        assert_eq!(f.umem, self.umem.id, "{f:?} returned to the wrong pool");
+        assert_eq!(
+            f.umem_id(),
+            self.umem.id,
+            "{f:?} returned to the wrong pool"
+        );
         self.free.push(f);
     }
 
