@@ -7,7 +7,10 @@
 //!
 //! Per configuration: an upload and a download of `--bytes` (Gbit/s, and
 //! the server's CPU per GB: the whole machine's busy time from
-//! `/proc/stat` less the client process's own CPU), then `--requests`
+//! `/proc/stat` less the client process's own CPU; with tick-based CPU
+//! accounting that misses the server's receive softirq, which a veth runs
+//! in the sender's context and so charges to the client: see
+//! BENCHMARKS.md), then `--requests`
 //! 32-byte request/response streams on one connection (p50, p99), and
 //! from the server's report every byte and frame accounted for and the
 //! datagrams per read (UDP GRO).
