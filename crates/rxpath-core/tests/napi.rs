@@ -196,10 +196,9 @@ fn netdev_budget_usecs_is_honoured() {
     assert!(reclaim(port, n));
 }
 
-/// Place one packet of each flow in `flows` (of two UDP flows), in order,
-/// and publish them.
-fn inject_flows(port: &mut SimPort, flows: impl Iterator<Item = usize>) {
-    let mut t = udp(2);
+/// Place one packet of each flow in `flows` (of `t`'s UDP flows), in
+/// order, and publish them.
+fn inject_flows(port: &mut SimPort, t: &mut Traffic, flows: impl Iterator<Item = usize>) {
     let mut buf = [0u8; 2048];
     for f in flows {
         let w = t.write_flow(f, &mut buf).unwrap();
@@ -212,7 +211,7 @@ fn inject_flows(port: &mut SimPort, flows: impl Iterator<Item = usize>) {
 fn split_on_hash_cuts_bundles_where_the_flow_changes() {
     let (mut port, queues) = nic(1, 1024);
     // Two flows, alternating in runs of 3: A A A B B B A A A ...
-    inject_flows(&mut port, (0..24).map(|i| (i / 3) % 2));
+    inject_flows(&mut port, &mut udp(2), (0..24).map(|i| (i / 3) % 2));
     let mut n = Napi::new(
         queues.into_iter().next().unwrap(),
         64,
@@ -530,7 +529,7 @@ fn split_on_hash_still_prefetches_a_bundle_ahead() {
     // Every packet of another flow than the one before: bundles of one,
     // but loop 1 keeps 16 descriptors pulled (and prefetched) ahead.
     let (mut port, queues) = nic(1, 1024);
-    inject_flows(&mut port, (0..40).map(|i| i % 2));
+    inject_flows(&mut port, &mut udp(2), (0..40).map(|i| i % 2));
     let pulled = Arc::new(AtomicU64::new(0));
     let q = Counted(queues.into_iter().next().unwrap(), pulled.clone());
     let mut n = Napi::new(
@@ -681,28 +680,20 @@ fn udp_nobody_merges_goes_past_gro_counted_and_in_order() {
     let mut seen = Seqs::default();
     // One traffic source, so sequence numbers go on across injections.
     let mut t = udp(2);
-    let mut inject = |port: &mut SimPort, flows: &mut dyn Iterator<Item = usize>| {
-        let mut buf = [0u8; 2048];
-        for f in flows {
-            let w = t.write_flow(f, &mut buf).unwrap();
-            port.inject(&buf[..w.len], w.rxhash).unwrap();
-        }
-        port.flush(1);
-    };
     // Flow 0's datagrams 1-4 for a socket that merges: one packet, held.
-    inject(&mut port, &mut std::iter::repeat_n(0, 4));
+    inject_flows(&mut port, &mut t, std::iter::repeat_n(0, 4));
     assert!(n.state().schedule_prep());
     assert_eq!(n.poll(64, &mut seen, 10).work, 4);
     assert_eq!(n.gro().unwrap().held(), 4);
     assert!(seen.0.is_empty());
     // The socket stops merging: datagrams 5-8 go up alone, after 1-4.
     wants.0.store(false, Ordering::Relaxed);
-    inject(&mut port, &mut std::iter::repeat_n(0, 4));
+    inject_flows(&mut port, &mut t, std::iter::repeat_n(0, 4));
     assert!(n.state().schedule_prep());
     assert_eq!(n.poll(64, &mut seen, 20).work, 4);
     assert_eq!(seen.0, vec![(1, 4), (5, 1), (6, 1), (7, 1), (8, 1)]);
     // Nothing held: 100 datagrams of two flows straight past GRO.
-    inject(&mut port, &mut (0..100).map(|i| i % 2));
+    inject_flows(&mut port, &mut t, (0..100).map(|i| i % 2));
     assert!(n.state().schedule_prep());
     assert_eq!(n.poll(128, &mut seen, 30).work, 100);
     n.flush_gro(&mut seen, 2_000_000_000);

@@ -461,8 +461,11 @@ impl Ruleset {
                     }
                     (chain, pos) = (to, 0);
                 }
-                // LOG, no target (the terminal ones returned above).
-                _ => pos = i + 1,
+                // LOG and no target go on; the terminal ones never get
+                // here (`action()` decided them above).
+                Target::Log | Target::None | Target::Accept | Target::Drop | Target::Reject => {
+                    pos = i + 1
+                }
             }
         }
     }

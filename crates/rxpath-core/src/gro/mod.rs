@@ -129,6 +129,20 @@ impl std::fmt::Debug for Gro {
     }
 }
 
+/// The bucket of `pkt`'s flow (its RX hash, else one computed from the
+/// flow taken by value).
+#[inline(always)]
+fn bucket_of(pkt: &Packet) -> usize {
+    let hash = match pkt.meta.rxhash {
+        0 => {
+            let flow = pkt.meta.headers.flow;
+            rxpath_wire::hash::flow_hash(&flow)
+        }
+        h => h,
+    };
+    hash as usize & (GRO_HASH_BUCKETS - 1)
+}
+
 impl Gro {
     /// A GRO instance.
     pub fn new(cfg: GroConfig) -> Self {
@@ -185,14 +199,11 @@ impl Gro {
             self.pass_up(pkt, ctx, inner);
             return GroResult::Normal;
         }
-        let hash = if pkt.meta.rxhash != 0 {
-            pkt.meta.rxhash
-        } else {
-            rxpath_wire::hash::flow_hash(&pkt.meta.headers.flow)
-        };
-        let bucket = hash as usize & (GRO_HASH_BUCKETS - 1);
+        let bucket = bucket_of(&pkt);
         match pkt.meta.headers.l4 {
-            L4::Udp if self.udp_wanted(&pkt) => self.receive_udp(bucket, pkt, ctx, inner),
+            L4::Udp if self.udp_wanted(&pkt.meta.headers) => {
+                self.receive_udp(bucket, pkt, ctx, inner)
+            }
             _ => self.receive_tcp(bucket, pkt, ctx, inner),
         }
     }
@@ -214,19 +225,7 @@ impl Gro {
             if h.l4 != L4::Udp {
                 return false;
             }
-            if let Some(p) = &self.cfg.udp {
-                // The flow by value: no reference into the packet leaves.
-                let flow = h.flow;
-                if !h.fragment && p.wants(&flow) {
-                    return false;
-                }
-            }
-            let hash = if pkt.meta.rxhash != 0 {
-                pkt.meta.rxhash
-            } else {
-                rxpath_wire::hash::flow_hash(&h.flow)
-            };
-            if !self.buckets[hash as usize & (GRO_HASH_BUCKETS - 1)].is_empty() {
+            if self.udp_wanted(h) || !self.buckets[bucket_of(pkt)].is_empty() {
                 return false;
             }
             self.count_check(if h.fragment {
@@ -244,9 +243,16 @@ impl Gro {
 
     /// `udp4_gro_receive` → `udp_gro_receive`: does the socket this datagram
     /// is for ask for `UDP_GRO`?
-    fn udp_wanted(&self, pkt: &Packet) -> bool {
+    #[inline(always)]
+    fn udp_wanted(&self, h: &rxpath_wire::Headers) -> bool {
         match &self.cfg.udp {
-            Some(p) => !pkt.meta.headers.fragment && p.wants(&pkt.meta.headers.flow),
+            // The flow by value: no reference into the packet leaves.
+            Some(p) => {
+                !h.fragment && {
+                    let flow = h.flow;
+                    p.wants(&flow)
+                }
+            }
             None => false,
         }
     }
