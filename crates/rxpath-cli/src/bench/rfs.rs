@@ -13,8 +13,10 @@ use crate::echo::EchoServer;
 use crate::opts::EchoArgs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use rxpath_core::steer::reciprocal_scale;
 use rxpath_core::steer::SteerMode;
-use rxpath_runtime::lab::{Topology, HOST_ADDR};
+use rxpath_runtime::lab::{Topology, HOST_ADDR, PEER_ADDR};
+use rxpath_wire::{hash::flow_hash, FlowKey};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::Duration;
 
@@ -183,6 +185,38 @@ fn stop(r: Running) -> Result<Option<PerWorker>> {
     }
 }
 
+/// The client's source port for each worker RPS can pick: the flow
+/// (peer:port → host:[`PORT`], UDP) hashes, under `rps_cpus` = every
+/// worker, to worker `w` for the `w`-th port. rxpath's software flow hash
+/// is the one its steering uses on AF_XDP (the veth gives no RX hash); the
+/// kernel's rows get the same ports and hash them their own way.
+fn ports_by_rps_worker(workers: usize) -> Vec<u16> {
+    let (peer, host) = (
+        PEER_ADDR.parse().expect("lab address"),
+        HOST_ADDR.parse().expect("lab address"),
+    );
+    (0..workers)
+        .map(|w| {
+            (40000u16..)
+                .find(|&p| {
+                    let h = flow_hash(&FlowKey::new(peer, host, p, PORT, 17));
+                    reciprocal_scale(h, workers as u32) as usize == w
+                })
+                .expect("a port for every worker")
+        })
+        .collect()
+}
+
+/// The nearest-rank percentile `q` (0..=1) of `v`.
+fn percentile(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    s[((q * s.len() as f64).ceil() as usize).clamp(1, s.len()) - 1]
+}
+
 pub fn rfs(a: RfsBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     crate::bench::rr::require_root_and_sockperf(
         "rfs",
@@ -204,6 +238,7 @@ pub fn rfs(a: RfsBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     let t = &guard.0;
     let knobs = Knobs::save(&t.host_if);
     let (client_cpu, reader) = (0usize, ncpu - 1);
+    let ports = ports_by_rps_worker(ncpu);
     println!(
         "rxpath bench rfs (seed 002): sockperf ping-pong, {}-byte UDP, {}s per run, {} round(s); veth {} <- {} (netns {}); \
          client on CPU {client_cpu}, the reader (echo thread / sockperf server) on CPU {reader}; {ncpu} workers (rxpath) or CPUs (kernel)",
@@ -214,148 +249,230 @@ pub fn rfs(a: RfsBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         t.peer_if,
         t.ns
     );
-    let mut results: Vec<Vec<Cell>> = Vec::new();
-    let mut rtts: Vec<Vec<f64>> = vec![Vec::new(); Server::ALL.len()];
-    let pb = progress(a.rounds as u64 * Server::ALL.len() as u64, "rfs");
+    println!(
+        "the flow's hash, as RPS sees it, covered evenly: client source port{} {} put the flow on worker{} {} under rxpath's RPS \
+         (worker {reader} is the reader's); every configuration runs each port once per round, and p99s are over every round trip of both",
+        if ports.len() > 1 { "s" } else { "" },
+        ports.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", "),
+        if ports.len() > 1 { "s" } else { "" },
+        (0..ports.len()).map(|w| w.to_string()).collect::<Vec<_>>().join(", "),
+    );
+    // cells[round][port][server]; samples[server][port]: every round trip, µs.
+    let mut cells: Vec<Vec<Vec<Cell>>> = Vec::new();
+    let mut samples: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); ports.len()]; Server::ALL.len()];
+    let pb = progress((a.rounds * ports.len() * Server::ALL.len()) as u64, "rfs");
     for round in 0..a.rounds {
-        let mut row = vec![None; Server::ALL.len()];
-        for (i, &s) in Server::ALL.iter().enumerate() {
-            pb.set_message(s.name());
-            let r = start(s, t, &knobs, reader, ncpu)?;
-            let m = if ready(t, a.size)? {
-                client(
-                    t,
-                    a.duration.as_secs().max(1),
-                    a.size,
-                    Some(client_cpu),
-                    rep.is_some(),
-                )?
-                .map(|(m, samples)| {
-                    rtts[i].extend(samples);
-                    m
-                })
-            } else {
-                None
-            };
-            let per_worker = stop(r)?;
-            pb.inc(1);
-            match m {
-                Some(m) => {
-                    let share = per_worker.as_ref().map(|p| {
-                        let total: u64 = p.processed.iter().sum();
-                        let ran: u64 = p.reader_ran.iter().sum();
-                        format!(
-                            "  on the reader's worker: {:.1} % ({:?}), run by the reader in recv: {:.1} %",
-                            100.0 * p.processed.get(reader).copied().unwrap_or(0) as f64
-                                / total.max(1) as f64,
-                            p.processed,
-                            100.0 * ran as f64 / total.max(1) as f64
-                        )
-                    });
-                    say(&pb, &format!(
-                        "  round {round}: {:34} {:9.0} round trips/s  avg {:6.2} µs  p99 {:6.2} µs{}",
-                        s.name(),
-                        m.rt_per_s,
-                        m.avg_us,
-                        m.p99_us,
-                        share.unwrap_or_default()
-                    ));
-                    row[i] = Some((m, per_worker));
+        let mut by_port = Vec::new();
+        for (pi, &port) in ports.iter().enumerate() {
+            let mut row = vec![None; Server::ALL.len()];
+            for (i, &s) in Server::ALL.iter().enumerate() {
+                pb.set_message(s.name());
+                let r = start(s, t, &knobs, reader, ncpu)?;
+                let m = if ready(t, a.size, Some(port))? {
+                    client(
+                        t,
+                        a.duration.as_secs().max(1),
+                        a.size,
+                        Some(client_cpu),
+                        true,
+                        Some(port),
+                    )?
+                    .map(|(m, rtts)| {
+                        samples[i][pi].extend(rtts);
+                        m
+                    })
+                } else {
+                    None
+                };
+                let per_worker = stop(r)?;
+                pb.inc(1);
+                let what = format!(
+                    "round {round}, port {port} (RPS: worker {pi}): {}",
+                    s.name()
+                );
+                match m {
+                    Some(m) => {
+                        let share = per_worker.as_ref().map(|p| {
+                            let total: u64 = p.processed.iter().sum();
+                            let ran: u64 = p.reader_ran.iter().sum();
+                            format!(
+                                "  on the reader's worker: {:.1} % ({:?}), run by the reader in recv: {:.1} %",
+                                100.0 * p.processed.get(reader).copied().unwrap_or(0) as f64
+                                    / total.max(1) as f64,
+                                p.processed,
+                                100.0 * ran as f64 / total.max(1) as f64
+                            )
+                        });
+                        say(
+                            &pb,
+                            &format!(
+                                "  {what:68} {:7.0} round trips/s  avg {:6.2} µs  p99 {:6.2} µs{}",
+                                m.rt_per_s,
+                                m.avg_us,
+                                m.p99_us,
+                                share.unwrap_or_default()
+                            ),
+                        );
+                        row[i] = Some((m, per_worker));
+                    }
+                    None => say(&pb, &format!("  {what:68} no answer")),
                 }
-                None => say(&pb, &format!("  round {round}: {:34} no answer", s.name())),
             }
+            by_port.push(row);
         }
-        results.push(row);
+        cells.push(by_port);
     }
     pb.finish_and_clear();
-    println!(
-        "\n{:34} {:>13} {:>9} {:>9} {:>22}",
-        "median over rounds", "round trips/s", "avg µs", "p99 µs", "on the reader's worker"
-    );
-    let mut p99 = [f64::NAN; 4];
-    let mut on_reader = [f64::NAN; 4];
-    for (i, s) in Server::ALL.iter().enumerate() {
-        let col = |f: &dyn Fn(&Measure) -> f64| {
-            median(
-                results
-                    .iter()
-                    .filter_map(|r| r[i].as_ref())
-                    .map(|(m, _)| f(m))
-                    .collect(),
-            )
-        };
-        let shares: Vec<f64> = results
-            .iter()
-            .filter_map(|r| r[i].as_ref())
-            .filter_map(|(_, p)| p.as_ref())
-            .map(|p| {
-                p.processed.get(reader).copied().unwrap_or(0) as f64
-                    / p.processed.iter().sum::<u64>().max(1) as f64
-            })
-            .collect();
-        p99[i] = col(&|m| m.p99_us);
-        on_reader[i] = if shares.is_empty() {
+
+    // Per server and placement: round trips/s (median over rounds), p50 and
+    // p99 over every round trip, and the share on the reader's worker.
+    let share_of = |i: usize, port: Option<usize>| -> f64 {
+        let (mut on, mut all) = (0u64, 0u64);
+        for by_port in &cells {
+            for (pi, row) in by_port.iter().enumerate() {
+                if port.is_some_and(|p| p != pi) {
+                    continue;
+                }
+                if let Some((_, Some(p))) = &row[i] {
+                    on += p.processed.get(reader).copied().unwrap_or(0);
+                    all += p.processed.iter().sum::<u64>();
+                }
+            }
+        }
+        if all == 0 {
             f64::NAN
         } else {
-            median(shares)
-        };
-        println!(
-            "{:34} {:>13.0} {:>9.2} {:>9.2} {:>22}",
-            s.name(),
-            col(&|m| m.rt_per_s),
-            col(&|m| m.avg_us),
-            p99[i],
-            if on_reader[i].is_nan() {
-                "(kernel: not counted)".to_string()
-            } else {
-                format!("{:.1} %", 100.0 * on_reader[i])
+            on as f64 / all as f64
+        }
+    };
+    let rate_of = |i: usize, port: Option<usize>| -> f64 {
+        median(
+            cells
+                .iter()
+                .flat_map(|by_port| by_port.iter().enumerate())
+                .filter(|(pi, _)| port.is_none_or(|p| p == *pi))
+                .filter_map(|(_, row)| row[i].as_ref().map(|(m, _)| m.rt_per_s))
+                .collect(),
+        )
+    };
+    let pooled = |i: usize, port: Option<usize>| -> Vec<f64> {
+        samples[i]
+            .iter()
+            .enumerate()
+            .filter(|(pi, _)| port.is_none_or(|p| p == *pi))
+            .flat_map(|(_, v)| v.iter().copied())
+            .collect()
+    };
+    println!(
+        "\n{:34} {:>22} {:>9} {:>13} {:>8} {:>8} {:>22}",
+        "every round trip of every round",
+        "flow (RPS's worker)",
+        "samples",
+        "round trips/s",
+        "p50 µs",
+        "p99 µs",
+        "on the reader's worker"
+    );
+    let mut p99 = [f64::NAN; 4];
+    let mut p99_by_port = vec![[f64::NAN; 4]; ports.len()];
+    for (i, s) in Server::ALL.iter().enumerate() {
+        for port in (0..ports.len()).map(Some).chain([None]) {
+            let v = pooled(i, port);
+            let q99 = percentile(&v, 0.99);
+            match port {
+                Some(p) => p99_by_port[p][i] = q99,
+                None => p99[i] = q99,
             }
-        );
+            let share = share_of(i, port);
+            println!(
+                "{:34} {:>22} {:>9} {:>13.0} {:>8.2} {:>8.2} {:>22}",
+                s.name(),
+                match port {
+                    Some(p) => format!("port {} (worker {p})", ports[p]),
+                    None => "both".to_string(),
+                },
+                v.len(),
+                rate_of(i, port),
+                percentile(&v, 0.5),
+                q99,
+                if share.is_nan() {
+                    "(kernel: not counted)".to_string()
+                } else {
+                    format!("{:.1} %", 100.0 * share)
+                }
+            );
+        }
     }
     println!();
-    let ok_share = on_reader[1] >= 0.99;
+    // The ports were chosen by rxpath's hash: RPS must have followed it.
+    let placed = (0..ports.len()).all(|p| {
+        let share = share_of(0, Some(p));
+        share.is_nan() || (share >= 0.9) == (p == reader)
+    });
+    if !placed {
+        println!("NOTE: rxpath's RPS did not put the flows where their hash said (see the shares above): the placements are not the ones named");
+    }
+    let on_reader = share_of(1, None);
+    let ok_share = on_reader >= 0.99;
     println!(
         "target RFS delivers on the reader's worker: {:.1} % of packets: {}",
-        100.0 * on_reader[1],
+        100.0 * on_reader,
         if ok_share { "met" } else { "NOT met" }
     );
     let ok_p99 = p99[1] <= p99[0];
     println!(
-        "target RFS p99 no worse than RPS: {:.2} vs {:.2} µs: {}",
+        "target RFS p99 no worse than RPS (every round trip, the flow hashed to each worker alike): {:.2} vs {:.2} µs: {}",
         p99[1],
         p99[0],
         if ok_p99 { "met" } else { "NOT met" }
     );
+    for (p, q) in p99_by_port.iter().enumerate() {
+        println!(
+            "  where RPS puts the flow on worker {p}{}: RFS {:.2} vs RPS {:.2} µs",
+            if p == reader {
+                " (the reader's: the same path as RFS)"
+            } else {
+                " (not the reader's: what RFS is for)"
+            },
+            q[1],
+            q[0]
+        );
+    }
     println!(
-        "kernel reference: RFS p99 {:.2} µs vs RPS {:.2} µs",
+        "kernel reference: RFS p99 {:.2} µs vs RPS {:.2} µs (every round trip of both ports)",
         p99[3], p99[2]
     );
     if let Some(rep) = rep {
+        let shares: Vec<Option<f64>> = (0..Server::ALL.len())
+            .map(|i| Some(share_of(i, None)).filter(|s| s.is_finite()))
+            .collect();
         let j = serde_json::json!({
             "size": a.size, "duration_s": a.duration.as_secs(), "rounds": a.rounds, "reader_cpu": reader,
+            "client_ports_by_rps_worker": ports,
             "servers": Server::ALL.iter().enumerate().map(|(i, s)| serde_json::json!({
                 "name": s.name(),
-                "rounds": results.iter().map(|row| row[i].as_ref().map(|(m, p)| serde_json::json!({
+                "rounds": cells.iter().map(|by_port| by_port.iter().enumerate().map(|(pi, row)| row[i].as_ref().map(|(m, p)| serde_json::json!({
+                    "client_port": ports[pi], "rps_worker": pi,
                     "round_trips_per_s": m.rt_per_s, "avg_rtt_us": m.avg_us, "p99_rtt_us": m.p99_us,
                     "processed_per_worker": p.as_ref().map(|p| &p.processed),
                     "reader_ran_per_worker": p.as_ref().map(|p| &p.reader_ran),
-                }))).collect::<Vec<_>>(),
-                "on_reader_share": on_reader[i].is_finite().then_some(on_reader[i]),
-                "samples": rtts[i].len(),
+                }))).collect::<Vec<_>>()).collect::<Vec<_>>(),
+                "p99_us": p99[i].is_finite().then_some(p99[i]),
+                "p99_us_by_rps_worker": p99_by_port.iter().map(|q| q[i].is_finite().then_some(q[i])).collect::<Vec<_>>(),
+                "on_reader_share": shares[i],
+                "samples": samples[i].iter().map(Vec::len).sum::<usize>(),
             })).collect::<Vec<_>>(),
             "targets": { "rfs_on_reader": ok_share, "rfs_p99_no_worse_than_rps": ok_p99 },
         });
         rep.json("rfs", &j)?;
-        let cdfs: Vec<(String, Vec<f64>)> = Server::ALL
-            .iter()
-            .zip(&rtts)
+        let cdfs: Vec<(String, Vec<f64>)> = (0..Server::ALL.len())
+            .map(|i| (Server::ALL[i].name().to_string(), pooled(i, None)))
             .filter(|(_, v)| !v.is_empty())
-            .map(|(s, v)| (s.name().to_string(), v.clone()))
             .collect();
         if !cdfs.is_empty() {
             rep.cdf(
                 "rfs-latency-cdf",
-                "RPS vs RFS, reader pinned to one CPU: round-trip time, every round",
+                "RPS vs RFS, reader pinned to one CPU: round-trip time, every round and port",
                 "round-trip time, µs (log scale)",
                 &cdfs,
             )?;
@@ -364,8 +481,9 @@ pub fn rfs(a: RfsBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                let v: Vec<f64> = results
+                let v: Vec<f64> = cells
                     .iter()
+                    .flat_map(|by_port| by_port.iter())
                     .filter_map(|r| Some(r[i].as_ref()?.0.p99_us))
                     .collect();
                 Bar::of(s.name(), &v, 1.0)
@@ -373,12 +491,12 @@ pub fn rfs(a: RfsBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
             .collect();
         rep.bars(
             "rfs-p99",
-            "RPS vs RFS: p99 round-trip time (median, range of rounds)",
+            "RPS vs RFS: p99 round-trip time (median, range of runs)",
             "p99 round-trip time, µs",
             &p99s,
         )?;
     }
-    Ok(if ok_share && ok_p99 {
+    Ok(if ok_share && ok_p99 && placed {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -120,12 +120,14 @@ fn parse_sockperf(out: &str) -> Option<Measure> {
 
 /// One sockperf client run; with `samples`, every round trip's time too
 /// (sockperf's `--full-log`, in µs), for the latency CDFs of a report.
+/// `from_port` fixes the client's source port (and so the flow's hash).
 pub(crate) fn client(
     t: &Topology,
     secs: u64,
     size: usize,
     cpu: Option<usize>,
     samples: bool,
+    from_port: Option<u16>,
 ) -> Result<Option<(Measure, Vec<f64>)>> {
     let log = std::env::temp_dir().join(format!("rxpath-rr-{}.csv", std::process::id()));
     let mut cmd = Command::new("ip");
@@ -148,6 +150,9 @@ pub(crate) fn client(
         &size.to_string(),
         "--full-rtt",
     ]);
+    if let Some(p) = from_port {
+        cmd.args(["--client_port", &p.to_string()]);
+    }
     if samples {
         cmd.arg("--full-log").arg(&log);
     }
@@ -197,21 +202,23 @@ fn cpu_jiffies(cpu: usize) -> Option<(u64, u64)> {
 /// Wait until the server answers (an XDP attach or a fresh ARP entry takes
 /// a moment), with short client runs: any answer counts (a 1-second run
 /// can end with no observations sockperf calls valid).
-pub(crate) fn ready(t: &Topology, size: usize) -> Result<bool> {
+pub(crate) fn ready(t: &Topology, size: usize, from_port: Option<u16>) -> Result<bool> {
     for _ in 0..8 {
-        let out = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &t.ns,
-                "sockperf",
-                "ping-pong",
-                "-i",
-                HOST_ADDR,
-            ])
-            .args(["-p", &PORT.to_string(), "-t", "1", "-m", &size.to_string()])
-            .output()
-            .context("running the sockperf client")?;
+        let mut cmd = Command::new("ip");
+        cmd.args([
+            "netns",
+            "exec",
+            &t.ns,
+            "sockperf",
+            "ping-pong",
+            "-i",
+            HOST_ADDR,
+        ])
+        .args(["-p", &PORT.to_string(), "-t", "1", "-m", &size.to_string()]);
+        if let Some(p) = from_port {
+            cmd.args(["--client_port", &p.to_string()]);
+        }
+        let out = cmd.output().context("running the sockperf client")?;
         let text = strip_ansi(&String::from_utf8_lossy(&out.stdout));
         if field(&text, "ReceivedMessages").is_some_and(|n| n > 0.0) {
             return Ok(true);
@@ -470,7 +477,7 @@ pub fn rr(a: RrArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
             }
             pb.set_message(s.name());
             let r = start(s, t, &a, server_cpu)?;
-            let m = if ready(t, a.size)? {
+            let m = if ready(t, a.size, None)? {
                 let before = server_cpu.and_then(cpu_jiffies);
                 let m = client(
                     t,
@@ -478,6 +485,7 @@ pub fn rr(a: RrArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
                     a.size,
                     client_cpu,
                     rep.is_some(),
+                    None,
                 )?;
                 let after = server_cpu.and_then(cpu_jiffies);
                 m.map(|(mut m, samples)| {
