@@ -4,20 +4,27 @@
 //! RFS (the worker the reader reads on), on rxpath echo and, as the
 //! reference in the same run, on the kernel's own RPS/RFS over the same
 //! veth (`rps_cpus`, `rps_flow_cnt`, `net.core.rps_sock_flow_entries`) with
-//! `sockperf server`.
+//! a kernel UDP echo socket that connects to its client, as the kernel's
+//! RFS needs (it records flows of TCP and connected UDP sockets only).
 
 use crate::bench::median;
 use crate::bench::plot::{progress, say, Bar, ReportDir};
 use crate::bench::rr::{client, read_sysctl, ready, write_sysctl, Measure, PORT};
+use crate::echo::sockperf_reply;
 use crate::echo::EchoServer;
 use crate::opts::EchoArgs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use rxpath_core::steer::reciprocal_scale;
 use rxpath_core::steer::SteerMode;
+use rxpath_dev::sys::sched;
 use rxpath_runtime::lab::{Topology, HOST_ADDR, PEER_ADDR};
 use rxpath_wire::{hash::flow_hash, FlowKey};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::net::UdpSocket;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Args)]
@@ -52,8 +59,8 @@ impl Server {
         match self {
             Server::RxpathRps => "rxpath echo, --steer rps",
             Server::RxpathRfs => "rxpath echo, --steer rfs",
-            Server::KernelRps => "kernel UDP, RPS (rps_cpus)",
-            Server::KernelRfs => "kernel UDP, RFS (+ flow tables)",
+            Server::KernelRps => "kernel UDP (connected), RPS",
+            Server::KernelRfs => "kernel UDP (connected), RFS",
         }
     }
 }
@@ -117,7 +124,69 @@ struct PerWorker {
 
 enum Running {
     Rxpath(Box<EchoServer>),
-    Kernel(Child),
+    Kernel(KernelEcho),
+}
+
+/// The kernel's side: a UDP socket on the reader's CPU that answers as
+/// sockperf's server does, and connects to its client at the first
+/// datagram. The kernel's RFS learns a flow only from a connected UDP
+/// socket (`__udp_queue_rcv_skb` saves `sk_rxhash` only when the socket
+/// has a peer; the seed: "RFS for TCP and connected UDP sockets"), so
+/// `sockperf server`, whose socket never connects, gets RPS under RFS's
+/// knobs.
+struct KernelEcho {
+    stop: Arc<AtomicBool>,
+    thread: thread::JoinHandle<std::io::Result<()>>,
+}
+
+impl KernelEcho {
+    fn start(cpu: usize) -> Result<KernelEcho> {
+        let sock =
+            UdpSocket::bind((HOST_ADDR, PORT)).context("binding the kernel's echo socket")?;
+        sock.set_read_timeout(Some(Duration::from_millis(50)))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = thread::Builder::new()
+            .name("kernel-echo".into())
+            .spawn(move || {
+                let _ = sched::pin(0, cpu);
+                let mut buf = [0u8; 2048];
+                let mut connected = false;
+                while !s.load(Ordering::Relaxed) {
+                    let (n, from) = match sock.recv_from(&mut buf) {
+                        Ok(r) => r,
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                            ) =>
+                        {
+                            continue
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    if !sockperf_reply(&mut buf[..n]) {
+                        continue;
+                    }
+                    if !connected {
+                        sock.connect(from)?;
+                        connected = true;
+                    }
+                    sock.send(&buf[..n])?;
+                }
+                Ok(())
+            })
+            .context("starting the kernel's echo thread")?;
+        Ok(KernelEcho { stop, thread })
+    }
+
+    fn stop(self) -> Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.join() {
+            Ok(r) => r.context("the kernel's echo socket"),
+            Err(_) => bail!("the kernel's echo thread panicked"),
+        }
+    }
 }
 
 fn start(s: Server, t: &Topology, knobs: &Knobs, reader: usize, ncpu: usize) -> Result<Running> {
@@ -129,14 +198,7 @@ fn start(s: Server, t: &Topology, knobs: &Knobs, reader: usize, ncpu: usize) -> 
             } else {
                 knobs.set(&all, 4096, 32768)?;
             }
-            let child = Command::new("taskset")
-                .args(["-c", &reader.to_string(), "sockperf"])
-                .args(["server", "-i", HOST_ADDR, "-p", &PORT.to_string()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .context("starting sockperf server")?;
-            Ok(Running::Kernel(child))
+            Ok(Running::Kernel(KernelEcho::start(reader)?))
         }
         _ => {
             knobs.set("0", 0, 0)?;
@@ -177,9 +239,8 @@ fn stop(r: Running) -> Result<Option<PerWorker>> {
                 reader_ran: ws.iter().map(|w| w.reader_ran).collect(),
             }))
         }
-        Running::Kernel(mut c) => {
-            let _ = c.kill();
-            let _ = c.wait();
+        Running::Kernel(k) => {
+            k.stop()?;
             Ok(None)
         }
     }
@@ -241,7 +302,7 @@ pub fn rfs(a: RfsBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     let ports = ports_by_rps_worker(ncpu);
     println!(
         "rxpath bench rfs (seed 002): sockperf ping-pong, {}-byte UDP, {}s per run, {} round(s); veth {} <- {} (netns {}); \
-         client on CPU {client_cpu}, the reader (echo thread / sockperf server) on CPU {reader}; {ncpu} workers (rxpath) or CPUs (kernel)",
+         client on CPU {client_cpu}, the reader (rxpath's echo thread / the kernel's echo socket) on CPU {reader}; {ncpu} workers (rxpath) or CPUs (kernel)",
         a.size,
         a.duration.as_secs(),
         a.rounds,
