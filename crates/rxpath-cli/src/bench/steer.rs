@@ -19,14 +19,16 @@ use std::time::Duration;
 #[derive(Debug, Clone, Args)]
 pub struct SteerBenchArgs {
     /// Seconds per measurement.
-    #[arg(long, default_value = "1500ms", value_parser = crate::opts::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = crate::opts::parse_duration)]
     pub duration: Duration,
     /// Rules in the linear filter (the expensive stage).
     #[arg(long, default_value_t = 2000)]
     pub rules: usize,
-    /// Rounds: each measures 1 worker then 2, alternating, and the median
-    /// of each is kept (this VM drifts over tens of seconds).
-    #[arg(long, default_value_t = 3)]
+    /// Rounds: each measures 1 worker then 2 back to back; a row's rates
+    /// are the medians, its "2 vs 1" the median of the rounds' own ratios
+    /// (this VM drifts within seconds: a pair measured together sees the
+    /// same state).
+    #[arg(long, default_value_t = 5)]
     pub rounds: usize,
     /// Flow counts to measure.
     #[arg(long, value_delimiter = ',', default_value = "1,64")]
@@ -195,7 +197,7 @@ pub fn steer(a: SteerBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode>
     println!(
         "rxpath bench steer (seed 003): the bottom half is IP input + the INPUT filter with {} ClassBench-shaped rules walked linearly \
          (every packet misses every rule, the walk's worst case, as in the seed) + the sink; sim NIC, 1 RX queue, 1 NAPI thread (worker 0), \
-         60-byte UDP; {:.1}s per measurement, median of {} rounds (1 worker then 2, alternating); {cores} core(s).",
+         60-byte UDP; {:.1}s per measurement, {} rounds of 1 worker then 2 back to back (rates: medians; 2 vs 1: the median of the rounds' own ratios, their range beside it); {cores} core(s).",
         a.rules,
         d.as_secs_f64(),
         a.rounds.max(1)
@@ -223,8 +225,10 @@ pub fn steer(a: SteerBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode>
         SteerMode::SpreadUnordered,
     ];
     let mut rows = Vec::new();
-    println!("| flows | steer | 1 worker kpps | 2 workers kpps | 2 vs 1 | of the machine's ceiling | reordered (2 workers, all rounds) | processed per worker (2 workers) | backlog drops (2 workers) | rx_missed (2 workers) |");
-    println!("|---:|---|---:|---:|---:|---:|---:|---|---:|---:|");
+    println!("| flows | steer | 1 worker kpps | 2 workers kpps | 2 vs 1 | rounds' 2 vs 1 | of the machine's ceiling | reordered (2 workers, all rounds) | processed per worker (2 workers) | backlog drops (2 workers) | rx_missed (2 workers) |");
+    println!("|---:|---|---:|---:|---:|---|---:|---:|---|---:|---:|");
+    // Per (flows, mode): each round's 2-vs-1 ratio.
+    let mut paired: Vec<(usize, &'static str, Vec<f64>)> = Vec::new();
     // (label, delivered kpps of every round) for the report.
     let mut bars: Vec<(String, Vec<f64>)> = Vec::new();
     let pb = progress((a.flows.len() * modes.len()) as u64, "steer");
@@ -261,23 +265,34 @@ pub fn steer(a: SteerBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode>
                 ));
             }
             pb.inc(1);
+            let rounds: Vec<f64> = ones
+                .iter()
+                .zip(&twos)
+                .map(|(o, t)| t.delivered_pps / o.delivered_pps.max(1.0))
+                .collect();
+            let r = crate::bench::median(rounds.clone());
+            let range = rounds
+                .iter()
+                .map(|r| format!("{r:.2}"))
+                .collect::<Vec<_>>()
+                .join(" ");
+            paired.push((flows, mode.name(), rounds));
             let one = median_row(ones);
             let two = (!twos.is_empty()).then(|| median_row(twos));
             match &two {
                 Some(t) => println!(
-                    "| {flows} | {} | {:.1} | {:.1} | {:.2}x | {:.0} % | {} | {:?} | {} | {} |",
+                    "| {flows} | {} | {:.1} | {:.1} | {r:.2}x | {range} | {:.0} % | {} | {:?} | {} | {} |",
                     mode.name(),
                     one.delivered_pps / 1e3,
                     t.delivered_pps / 1e3,
-                    t.delivered_pps / one.delivered_pps.max(1.0),
-                    100.0 * t.delivered_pps / one.delivered_pps.max(1.0) / machine.max(1e-9),
+                    100.0 * r / machine.max(1e-9),
                     t.reordered,
                     t.per_worker,
                     t.backlog_drops,
                     t.rx_missed
                 ),
                 None => println!(
-                    "| {flows} | none | {:.1} | (the whole path on the NAPI thread: no second worker) | | | {} | | | |",
+                    "| {flows} | none | {:.1} | (the whole path on the NAPI thread: no second worker) | | | | {} | | | |",
                     one.delivered_pps / 1e3,
                     one.reordered
                 ),
@@ -289,12 +304,10 @@ pub fn steer(a: SteerBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode>
     pb.finish_and_clear();
     println!();
     let ratio = |flows: usize, mode: SteerMode| -> f64 {
-        let get = |w: usize| {
-            rows.iter()
-                .find(|r| r.flows == flows && r.mode == mode.name() && r.workers == w)
-                .map_or(0.0, |r| r.delivered_pps)
-        };
-        get(2) / get(1).max(1.0)
+        paired
+            .iter()
+            .find(|(f, m, _)| *f == flows && *m == mode.name())
+            .map_or(0.0, |(_, _, v)| crate::bench::median(v.clone()))
     };
     let reordered = |mode: SteerMode| -> u64 {
         rows.iter()
@@ -340,6 +353,7 @@ pub fn steer(a: SteerBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode>
             "rules": a.rules, "duration_s": d.as_secs_f64(), "rounds": a.rounds.max(1), "cores": cores,
             "source": "flow-controlled link (pause)", "machine_ceiling_2_vs_1": machine,
             "rows": rows, "delivered_kpps_rounds": bars.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+            "two_vs_one_by_round": paired.iter().map(|(f, m, v)| serde_json::json!({ "flows": f, "steer": m, "ratios": v })).collect::<Vec<_>>(),
         });
         rep.json("steer", &j)?;
         let bars: Vec<Bar> = bars
