@@ -563,3 +563,58 @@ pub fn rfs(a: RfsBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         ExitCode::from(1)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rxpath_core::steer::{get_rps_cpu, Worker, WorkerView};
+
+    struct AllOnline;
+    impl WorkerView for AllOnline {
+        fn online(&self, _: Worker) -> bool {
+            true
+        }
+        fn head(&self, _: Worker) -> u32 {
+            0
+        }
+    }
+
+    /// The bench's premise: a client on port `ports[w]` is steered to
+    /// worker `w` by rxpath's RPS, judged from the frame the client sends
+    /// as the runtime judges it (parsed headers, software hash, the RPS
+    /// map of every worker).
+    #[test]
+    fn each_client_port_lands_on_its_named_worker() {
+        for workers in [2usize, 3, 4] {
+            let ports = ports_by_rps_worker(workers);
+            assert_eq!(ports.len(), workers);
+            let map: Vec<Worker> = (0..workers as Worker).collect();
+            for (w, &port) in ports.iter().enumerate() {
+                let spec = rxpath_wire::build::Spec::new(
+                    PEER_ADDR.parse().unwrap(),
+                    HOST_ADDR.parse().unwrap(),
+                    port,
+                    PORT,
+                );
+                let frame = rxpath_wire::build::udp(&spec, &[0u8; 64]);
+                let h = rxpath_wire::parse(&frame).expect("a UDP frame");
+                let hash = flow_hash(&h.flow);
+                let got = get_rps_cpu(hash, &map, None, None, &AllOnline);
+                assert_eq!(
+                    got,
+                    Some((w as Worker, false)),
+                    "{workers} workers: port {port}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn percentile_is_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.99), 99.0);
+        assert_eq!(percentile(&v, 0.5), 50.0);
+        assert_eq!(percentile(&[7.0], 0.99), 7.0);
+        assert!(percentile(&[], 0.5).is_nan());
+    }
+}
