@@ -152,7 +152,7 @@ impl Judge {
 
     /// The action of [`Self::judge_frame`] (accept: not IP, or no set for
     /// its family), the stage's fast path: see the module docs.
-    #[inline]
+    #[inline(always)]
     pub fn action(&mut self, f: &Filter, frame: &[u8], h: &Headers, rxhash: u32) -> Action {
         let fast = matches!(h.l3, L3::Ipv4)
             && rxhash != 0
