@@ -153,16 +153,16 @@ impl KernelEcho {
                 let mut buf = [0u8; 2048];
                 let mut connected = false;
                 while !s.load(Ordering::Relaxed) {
+                    // A connected socket reports an ICMP port unreachable
+                    // (a reply that reached a client just gone, between the
+                    // readiness probe and the run) as ECONNREFUSED once.
+                    let passing = |e: &std::io::Error| {
+                        use std::io::ErrorKind as K;
+                        matches!(e.kind(), K::WouldBlock | K::TimedOut | K::ConnectionRefused)
+                    };
                     let (n, from) = match sock.recv_from(&mut buf) {
                         Ok(r) => r,
-                        Err(e)
-                            if matches!(
-                                e.kind(),
-                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                            ) =>
-                        {
-                            continue
-                        }
+                        Err(e) if passing(&e) => continue,
                         Err(e) => return Err(e),
                     };
                     if !sockperf_reply(&mut buf[..n]) {
@@ -172,7 +172,10 @@ impl KernelEcho {
                         sock.connect(from)?;
                         connected = true;
                     }
-                    sock.send(&buf[..n])?;
+                    match sock.send(&buf[..n]) {
+                        Err(e) if !passing(&e) => return Err(e),
+                        _ => {}
+                    }
                 }
                 Ok(())
             })
