@@ -118,13 +118,9 @@ pub(crate) struct PathRest {
 
 impl PathRest {
     fn with_ip_filter(&self, end: Box<dyn Stack>) -> Box<dyn Stack> {
-        use rxpath_core::filter::FilterStage;
         use rxpath_core::ip::IpStage;
         match &self.filter {
-            Some(f) => Box::new(IpStage::new(
-                self.ip.clone(),
-                FilterStage::new(f.clone(), end),
-            )),
+            Some(f) => Box::new(IpStage::with_filter(self.ip.clone(), f.clone(), end)),
             None => Box::new(IpStage::new(self.ip.clone(), end)),
         }
     }

@@ -12,11 +12,12 @@
 //! one loaded filter: a new filter empties the cache. The linear walk, the
 //! kernel's cost by definition, never goes through the cache.
 //!
-//! The common packet (TCP or UDP, no fragment, with its flow hash) is
-//! keyed straight from the parsed headers in three words, addresses in
-//! network order: a hit is a few dozen instructions. Other packets
-//! (IPv6 too) build the full [`Key`] first. The two kinds of key differ in a
-//! tag bit, so one never stands for the other.
+//! The common packet (IPv4 TCP or UDP, no fragment, with its flow hash)
+//! has a cache of its own, keyed straight from the parsed headers in two
+//! words (addresses in network order; ports, protocol, TCP flags and IP
+//! length), its entries kept apart from their verdicts' details so that a
+//! hit reads one small entry: a few dozen instructions. Other packets
+//! (IPv6 too) build the full [`Key`] first and use the other cache.
 //!
 //! Counts are added up in the thread per counter, as the kernel keeps
 //! per-CPU counters and sums them when read, and written to the shared
@@ -35,15 +36,36 @@ pub(super) const PATH: usize = 4;
 /// Counter slots a walk touched.
 pub(super) type Path = ArrayVec<u32, PATH>;
 
-/// A cache key: word 0 ports, protocol, fragment, family and the kind of
-/// key; word 1 TCP flags, ICMP type and code, IP length (each ≤ 21 bits:
-/// a port or type is 16 bits or [`super::ABSENT`]); then the addresses:
-/// a full key's source and destination as numbers (four words), a quick
-/// IPv4 key's both in word 2 in network order (the rest 0).
+/// A cache key: word 0 ports, protocol, fragment and family; word 1 TCP
+/// flags, ICMP type and code, IP length (each ≤ 21 bits: a port or type is
+/// 16 bits or [`super::ABSENT`]); then the source and destination as
+/// numbers (two words each).
 pub(super) type Packed = [u64; 6];
 
-/// Word 0's bit for a key packed from the parsed headers.
-const QUICK: u64 = 1 << 52;
+/// A quick key (IPv4 TCP or UDP, no fragment): word 0 the source and
+/// destination as the frame holds them, word 1 the source port, the
+/// destination port, the protocol, the TCP flags (0 for UDP: the protocol
+/// tells the two apart) and the IP length, 16, 16, 8, 8 and 16 bits. The
+/// protocol is never 0, so the all-zero key is an empty entry.
+type Quick = [u64; 2];
+
+/// A quick cache entry: the key, the counter slots the walk touched
+/// (`n` of them, at least one: a walk ends at a rule or a policy) and the
+/// action.
+#[derive(Debug, Clone, Copy)]
+struct QEntry {
+    key: Quick,
+    path: [u32; PATH],
+    n: u8,
+    action: Action,
+}
+
+const EMPTY: QEntry = QEntry {
+    key: [0; 2],
+    path: [0; PATH],
+    n: 0,
+    action: Action::Accept,
+};
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -58,9 +80,16 @@ struct Entry {
 #[derive(Debug)]
 pub struct Judge {
     cache: Vec<Option<Entry>>,
+    /// The quick keys' cache, as many entries.
+    quick: Vec<QEntry>,
     mask: usize,
     /// The filter the entries and pending counts belong to.
     filter: u64,
+    /// That filter, if its IPv4 set is compiled and there is a cache (the
+    /// quick path's precondition, one compare); else `u64::MAX`.
+    quick_filter: u64,
+    /// The bits of a quick key that set's rules look at.
+    quick_mask: Quick,
     /// Counter slots of the filter's v4 set (v6 slots come after).
     v4_slots: usize,
     /// Packets and bytes not yet added to the shared counters, per slot.
@@ -84,8 +113,11 @@ impl Judge {
         };
         Judge {
             cache: vec![None; n],
+            quick: vec![EMPTY; n],
             mask: n.saturating_sub(1),
             filter: u64::MAX,
+            quick_filter: u64::MAX,
+            quick_mask: [0; 2],
             v4_slots: 0,
             pending: Vec::new(),
             dirty: Vec::with_capacity(64),
@@ -101,7 +133,15 @@ impl Judge {
         debug_assert!(self.dirty.is_empty(), "judge: flush before a new filter");
         self.dirty.clear();
         self.cache.iter_mut().for_each(|e| *e = None);
+        self.quick.iter_mut().for_each(|e| *e = EMPTY);
         self.v4_slots = f.v4.as_ref().map_or(0, |r| r.slots());
+        self.quick_filter = u64::MAX;
+        if let Some(rs) = f.v4.as_ref() {
+            if rs.mode() == FilterMode::Compiled && !self.quick.is_empty() {
+                self.quick_filter = f.id;
+                self.quick_mask = rs.quick_mask();
+            }
+        }
         let all = self.v4_slots + f.v6.as_ref().map_or(0, |r| r.slots());
         self.pending.clear();
         self.pending.resize(all, [0; 2]);
@@ -154,50 +194,65 @@ impl Judge {
     /// its family), the stage's fast path: see the module docs.
     #[inline(always)]
     pub fn action(&mut self, f: &Filter, frame: &[u8], h: &Headers, rxhash: u32) -> Action {
-        let fast = matches!(h.l3, L3::Ipv4)
-            && rxhash != 0
-            && !h.fragment
-            && self.filter == f.id
-            && !self.cache.is_empty();
+        // The quick key's `V4` addresses stand for `L3::Ipv4`.
+        let fast = self.quick_filter == f.id && !h.fragment;
         let quick = if fast { quick_key(frame, h) } else { None };
-        let (Some((raw, len)), Some(rs)) = (quick, f.v4.as_ref()) else {
+        let Some((raw, len)) = quick else {
             return self.action_slow(f, frame, h, rxhash);
         };
-        let m = rs.cache_mask();
-        let key = [raw[0] & m[0], raw[1] & m[1], raw[2] & m[2]];
-        let slot = rxhash as usize & self.mask;
-        match self.hit(&key, slot, len) {
-            Some(a) => a,
-            None => {
-                let key = [key[0], key[1], key[2], 0, 0, 0];
-                self.action_miss(rs, frame, h, key, slot)
+        let key = [raw[0] & self.quick_mask[0], raw[1] & self.quick_mask[1]];
+        let hash = if rxhash != 0 {
+            rxhash
+        } else {
+            quick_hash(&key)
+        };
+        let slot = hash as usize & self.mask;
+        let Some(e) = self.quick.get(slot).filter(|e| e.key == key) else {
+            return self.quick_miss(f, frame, h, key, slot);
+        };
+        self.hits += 1;
+        // A walk ends at a rule or a policy: one counter at least, and
+        // most often only that one.
+        pend(&mut self.pending, &mut self.dirty, e.path[0], len as u64);
+        if e.n > 1 {
+            for &s in &e.path[1..e.n as usize] {
+                pend(&mut self.pending, &mut self.dirty, s, len as u64);
             }
         }
+        e.action
+    }
+
+    /// A quick key's miss: walk, and remember the answer in `slot`.
+    #[inline(never)]
+    fn quick_miss(
+        &mut self,
+        f: &Filter,
+        frame: &[u8],
+        h: &Headers,
+        key: Quick,
+        slot: usize,
+    ) -> Action {
+        let (Some(rs), Some(k)) = (f.v4.as_ref(), super::key(frame, h)) else {
+            return Action::Accept;
+        };
+        let (v, path, whole) = self.walk_pending(rs, &k, false);
+        if whole && !path.is_empty() {
+            let mut e = QEntry {
+                key,
+                n: path.len() as u8,
+                action: v.action,
+                ..EMPTY
+            };
+            e.path[..path.len()].copy_from_slice(&path);
+            self.quick[slot] = e;
+        }
+        v.action
     }
 
     #[inline(never)]
     fn action_slow(&mut self, f: &Filter, frame: &[u8], h: &Headers, rxhash: u32) -> Action {
         self.judge_frame(f, frame, h, rxhash)
             .map_or(Action::Accept, |v| v.action)
-    }
-
-    #[inline(never)]
-    fn action_miss(
-        &mut self,
-        rs: &Ruleset,
-        frame: &[u8],
-        h: &Headers,
-        key: Packed,
-        slot: usize,
-    ) -> Action {
-        if rs.mode() == FilterMode::Linear {
-            return super::key(frame, h)
-                .map_or(Action::Accept, |k| self.walk_uncached(rs, &k, false).action);
-        }
-        match super::key(frame, h) {
-            Some(k) => self.miss(rs, &k, key, false, slot).action,
-            None => Action::Accept,
-        }
     }
 
     /// The cached action of `key` (the first `N` words of a key: the
@@ -337,51 +392,63 @@ fn full_key(k: &Key, v6: bool) -> Packed {
 /// its parsed headers, and its IP length; `None` for anything else (or a
 /// frame too short for what the headers say).
 #[inline(always)]
-fn quick_key(frame: &[u8], h: &Headers) -> Option<([u64; 3], u32)> {
-    let l3 = h.l3_offset as usize;
+fn quick_key(frame: &[u8], h: &Headers) -> Option<(Quick, u32)> {
     let flags = match h.l4 {
-        L4::Udp => super::ABSENT,
+        L4::Udp => 0,
         // The flags byte as the frame holds it (GRO may have ORed in a
         // segment's PSH or FIN since the headers were parsed).
-        L4::Tcp { .. } => *frame.get(h.l4_offset as usize + 13)? as u32,
+        L4::Tcp { .. } => *frame.get(h.l4_offset as usize + 13)? as u64,
         _ => return None,
     };
     let IpAddrs::V4 { src, dst } = &h.flow.addrs else {
         return None;
     };
+    let l3 = h.l3_offset as usize;
     let b = frame.get(l3 + 2..l3 + 4)?;
-    let len = u16::from_be_bytes([b[0], b[1]]) as u32;
-    let addrs = u32::from_ne_bytes(*src) as u64 | (u32::from_ne_bytes(*dst) as u64) << 32;
-    let [w0, w1] = head(
-        h.flow.src_port as u32,
-        h.flow.dst_port as u32,
-        h.flow.protocol,
-        false,
-        false,
-        flags,
-        super::ABSENT,
-        len,
-    );
-    Some(([w0 | QUICK, w1, addrs], len))
+    let len = u16::from_be_bytes([b[0], b[1]]) as u64;
+    let w0 = u32::from_ne_bytes(*src) as u64 | (u32::from_ne_bytes(*dst) as u64) << 32;
+    let w1 = h.flow.src_port as u64
+        | (h.flow.dst_port as u64) << 16
+        | (h.flow.protocol as u64) << 32
+        | flags << 40
+        | len << 48;
+    Some(([w0, w1], len as u32))
+}
+
+/// A quick key's slot when the device gave no flow hash (AF_XDP).
+#[inline]
+fn quick_hash(k: &Quick) -> u32 {
+    ((k[0] ^ k[1].rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32
+}
+
+/// The mask of a rule set's quick keys: the fields some rule looks at
+/// (`u`); the protocol always.
+pub(super) fn quick_mask(u: &Used) -> Quick {
+    let all = |b: bool| if b { u64::MAX } else { 0 };
+    let lo = 0xffff_ffff;
+    [
+        (all(u.src) & lo) | (all(u.dst) & lo << 32),
+        (all(u.ports) & lo)
+            | 0xff << 32
+            | (all(u.flags) & 0xff << 40)
+            | (all(u.len) & 0xffff << 48),
+    ]
 }
 
 /// The masks of a rule set's keys: the fields some rule looks at (`u`).
-/// The address words are whole fields in every kind of key except a quick
-/// IPv4 key's word 2 (source in the low half, destination in the high).
 pub(super) fn key_mask(u: &Used, v6: bool) -> Packed {
     let all = |b: bool| if b { u64::MAX } else { 0 };
     let f21 = (1u64 << 21) - 1;
-    let w0 =
-        (all(u.ports) & (f21 | f21 << 21)) | 0xff << 42 | (all(u.frag) & 1 << 50) | 3 << 51 | QUICK;
+    let w0 = (all(u.ports) & (f21 | f21 << 21)) | 0xff << 42 | (all(u.frag) & 1 << 50) | 1 << 51;
     let w1 = (all(u.flags) & f21) | (all(u.icmp) & f21 << 21) | (all(u.len) & f21 << 42);
     let (src, dst) = (all(u.src), all(u.dst));
     if v6 {
         [w0, w1, src, src, dst, dst]
     } else {
-        // A full IPv4 key holds the source in word 2's low half (the rest
-        // 0) and the destination in word 4's; a quick one both in word 2.
+        // An IPv4 key holds the source in word 2's low half (the rest 0)
+        // and the destination in word 4's.
         let lo = 0xffff_ffff;
-        [w0, w1, (src & lo) | (dst & lo << 32), 0, dst & lo, 0]
+        [w0, w1, src & lo, 0, dst & lo, 0]
     }
 }
 

@@ -44,7 +44,7 @@ pub use cache::Judge;
 pub use compiled::ChainClassifier;
 pub use parse::{parse, parse_family, ParseError, Table};
 pub use rule::{Family, Key, Target, ABSENT};
-pub use stage::{FilterStage, InputHook};
+pub use stage::InputHook;
 
 use crate::stats::DropReason;
 use rxpath_wire::{Headers, IpAddrs, L3, L4};
@@ -210,6 +210,8 @@ pub struct Ruleset {
     build_ns: u64,
     /// The bits of a flow cache key the rules tell packets apart by.
     cache_mask: cache::Packed,
+    /// The same for a quick key.
+    quick_mask: [u64; 2],
 }
 
 /// The key fields some rule of a table looks at.
@@ -288,6 +290,7 @@ impl Ruleset {
         };
         Ruleset {
             cache_mask: cache::key_mask(&Used::of(&table), table.family == Family::V6),
+            quick_mask: cache::quick_mask(&Used::of(&table)),
             input: table.chain("INPUT"),
             table,
             iface: iface.to_string(),
@@ -375,6 +378,12 @@ impl Ruleset {
     #[inline]
     pub(crate) fn cache_mask(&self) -> &cache::Packed {
         &self.cache_mask
+    }
+
+    /// The same for a quick key.
+    #[inline]
+    pub(crate) fn quick_mask(&self) -> [u64; 2] {
+        self.quick_mask
     }
 
     /// The walk, calling `hit` with each counter slot a matching rule or

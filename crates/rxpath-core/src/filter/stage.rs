@@ -1,23 +1,27 @@
-//! The filter as a stage of the path: judges every packet GRO passes up
-//! (a super-packet once, as the kernel judges one skb) and drops what the
-//! rules drop, counted `filter` or `filter_reject`.
+//! The filter's `INPUT` hook as the path calls it: IP input
+//! ([`crate::ip::IpStage`]) and the socket stage judge every packet GRO
+//! passes up through it (a super-packet once, as the kernel judges one
+//! skb), and drop what the rules drop, counted `filter` or
+//! `filter_reject`.
 
 use super::{Action, Filter, FilterHandle, Judge};
-use crate::packet::{Packet, PollEnd, RxCtx, Stack};
-use crate::stats::LatencyHist;
 use rxpath_wire::Headers;
 use std::sync::Arc;
 
-/// One thread's `INPUT` hook: the running filter, held for a bundle, and
-/// the thread's [`Judge`] (flow cache, counts added up per bundle). The
-/// filter stage and the socket stage judge through it.
+/// One thread's `INPUT` hook: the running filter, held for a poll (or a
+/// bundle), and the thread's [`Judge`] (flow cache, counts added up until
+/// the set is let go). IP input and the socket stage judge through it.
 #[derive(Debug)]
 pub struct InputHook {
     filter: Arc<FilterHandle>,
-    /// The set this bundle is judged by: loaded at its first packet and
-    /// let go at its end, so a swap takes effect at the next bundle and no
-    /// packet sees half of one.
+    /// The set packets are judged by now: loaded at the first packet and
+    /// let go at the end of the poll (or of the bundle, for a driver that
+    /// has no polls: a worker's backlog), so a swap takes effect at the
+    /// next one and no packet sees half of one.
     cur: Option<Option<Arc<Filter>>>,
+    /// The driver ends its polls with [`Self::poll_done`]: hold the set
+    /// for a poll (one load and one flush per 64 packets, not per 16).
+    per_poll: bool,
     judge: Judge,
 }
 
@@ -28,6 +32,7 @@ impl InputHook {
             judge: filter.judge(),
             filter,
             cur: None,
+            per_poll: false,
         }
     }
 
@@ -42,8 +47,20 @@ impl InputHook {
         }
     }
 
-    /// Let go of the bundle's filter, its counts written first (at the end
-    /// of every bundle and poll).
+    /// The end of a bundle: let go of the set unless it is held per poll.
+    pub fn bundle_done(&mut self) {
+        if !self.per_poll {
+            self.release();
+        }
+    }
+
+    /// The end of a poll: let go of the set; from now on hold it per poll.
+    pub fn poll_done(&mut self) {
+        self.per_poll = true;
+        self.release();
+    }
+
+    /// Let go of the set, its counts written first.
     pub fn release(&mut self) {
         if let Some(Some(f)) = self.cur.take() {
             self.judge.flush(&f);
@@ -53,62 +70,5 @@ impl InputHook {
     /// Flow cache hits and walks so far.
     pub fn cache_stats(&self) -> (u64, u64) {
         (self.judge.hits, self.judge.misses)
-    }
-}
-
-/// `inner` behind the filter's `INPUT` hook.
-#[derive(Debug)]
-pub struct FilterStage<S> {
-    inner: S,
-    hook: InputHook,
-}
-
-impl<S> FilterStage<S> {
-    /// Put `filter` in front of `inner`.
-    pub fn new(filter: Arc<FilterHandle>, inner: S) -> Self {
-        FilterStage {
-            inner,
-            hook: InputHook::new(filter),
-        }
-    }
-
-    /// Flow cache hits and walks so far.
-    pub fn cache_stats(&self) -> (u64, u64) {
-        self.hook.cache_stats()
-    }
-}
-
-impl<S: Stack> Stack for FilterStage<S> {
-    #[inline(always)]
-    fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
-        let a = self
-            .hook
-            .action(ctx.data(&pkt), &pkt.meta.headers, pkt.meta.rxhash);
-        if let Some(reason) = a.drop_reason() {
-            return ctx.drop(pkt, reason);
-        }
-        self.inner.receive(pkt, ctx)
-    }
-    fn malformed(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
-        self.inner.malformed(pkt, ctx)
-    }
-    fn bundle_done(&mut self, ctx: &mut RxCtx<'_>) {
-        self.hook.release();
-        self.inner.bundle_done(ctx)
-    }
-    fn poll_done(&mut self, ctx: &mut RxCtx<'_>, end: PollEnd) -> Option<u64> {
-        let t = self.inner.poll_done(ctx, end);
-        // Packets GRO flushed here were judged; hold no set while idle.
-        self.hook.release();
-        t
-    }
-    fn held(&self) -> u64 {
-        self.inner.held()
-    }
-    fn latency(&self) -> Option<&LatencyHist> {
-        self.inner.latency()
-    }
-    fn wants_time(&self) -> bool {
-        self.inner.wants_time()
     }
 }

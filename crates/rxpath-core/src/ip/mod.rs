@@ -301,8 +301,25 @@ pub fn input_any(
     cfg: &IpConfig,
     snmp: &mut Snmp,
 ) -> Result<u8, DropReason> {
+    input_any_hooked(frame, csum, cfg, snmp, |_| None)
+}
+
+/// [`input_any`] with the `INPUT` hook where the kernel runs it
+/// (`ip_local_deliver()`: after the IP checks, before UDP's length and
+/// checksum), so a packet the rules drop is counted by its rule and not
+/// as a UDP error. `hook` sees the frame and returns why it drops it.
+pub fn input_any_hooked(
+    frame: &[u8],
+    csum: CsumStatus,
+    cfg: &IpConfig,
+    snmp: &mut Snmp,
+    hook: impl FnOnce(&[u8]) -> Option<DropReason>,
+) -> Result<u8, DropReason> {
     let (etype, l3) = l2_rcv(frame, cfg, snmp)?;
     let l4 = l3_rcv(frame, 0, etype, l3, cfg, snmp)?;
+    if let Some(reason) = hook(frame) {
+        return Err(reason);
+    }
     if l4.proto == 17 {
         udp::rcv(frame, 0, l4, csum, cfg, snmp)?;
     }

@@ -283,3 +283,56 @@ fn input_any_delivers_tcp_for_a_sink_and_any_l2_takes_every_vlan() {
     c.any_l2 = true;
     assert_eq!(input_any(&tagged, CsumStatus::None, &c, &mut snmp), Ok(17));
 }
+
+/// The `INPUT` hook runs where `ip_local_deliver()` runs it: after the IP
+/// checks and before UDP's. A datagram with a bad UDP checksum that a rule
+/// drops is the rule's (its counter, the drop `filter`, no UDP error); one
+/// the rules accept goes on to fail UDP's checksum; a bad IP header never
+/// reaches the rules.
+#[test]
+fn the_input_hook_runs_between_ip_and_udp() {
+    use crate::filter::{Filter, FilterHandle, FilterMode, InputHook};
+    let rules = "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p udp --dport 7 -j DROP\nCOMMIT\n";
+    let f = Filter::load(&[("t".into(), rules.into())], "x", FilterMode::Compiled).unwrap();
+    let handle = std::sync::Arc::new(FilterHandle::new(Some(f)));
+    let mut hook = InputHook::new(handle.clone());
+    let mut through = |f: &[u8], s: &mut Snmp| {
+        let h = rxpath_wire::parse(f).unwrap();
+        let r = input_any_hooked(f, CsumStatus::None, &cfg(), s, |fr| {
+            hook.action(fr, &h, 0).drop_reason()
+        });
+        hook.release();
+        r
+    };
+    let mut bad = v4(b"hello");
+    *bad.last_mut().unwrap() ^= 1;
+    let mut s = Snmp::default();
+    assert_eq!(through(&bad, &mut s), Err(DropReason::Filter));
+    assert_eq!((s.udp.in_csum_errors, s.udp.in_errors), (0, 0));
+    let rule = |h: &FilterHandle| {
+        let st = h.current().unwrap().v4.as_ref().unwrap().stats();
+        let r = st.iter().find(|r| r.rule == Some(0)).unwrap();
+        (r.packets, r.bytes)
+    };
+    assert_eq!(rule(&handle), (1, bad.len() as u64 - 14));
+    // Port 8: accepted by the rules, then UDP finds the checksum bad.
+    let mut other = build::udp(
+        &Spec::new(
+            "198.18.9.5".parse().unwrap(),
+            "198.18.9.6".parse().unwrap(),
+            4000,
+            8,
+        ),
+        b"hello",
+    );
+    *other.last_mut().unwrap() ^= 1;
+    let mut s = Snmp::default();
+    assert_eq!(through(&other, &mut s), Err(DropReason::BadChecksum));
+    assert_eq!(s.udp.in_csum_errors, 1);
+    // A bad IP header checksum: IP input's drop; the rule counts nothing.
+    let mut hdr = v4(b"hello");
+    hdr[24] ^= 0xff;
+    let mut s = Snmp::default();
+    assert_eq!(through(&hdr, &mut s), Err(DropReason::IpHeader));
+    assert_eq!(rule(&handle).0, 1);
+}

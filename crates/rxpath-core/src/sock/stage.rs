@@ -218,13 +218,13 @@ impl Stack for SockStack {
 
     fn bundle_done(&mut self, _ctx: &mut RxCtx<'_>) {
         if let Some(h) = &mut self.hook {
-            h.release();
+            h.bundle_done();
         }
     }
 
     fn poll_done(&mut self, ctx: &mut RxCtx<'_>, _end: PollEnd) -> Option<u64> {
         if let Some(h) = &mut self.hook {
-            h.release();
+            h.poll_done();
         }
         if let Some(p) = self.host.port(self.queue) {
             ctx.recycle_from(&p.ret);

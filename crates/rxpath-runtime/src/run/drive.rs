@@ -271,17 +271,15 @@ where
                     (StackKind::Sink, None, None) => napi_thread_with!(IpStage::new(ip, Sink)),
                     (StackKind::Rxdrop, None, None) => napi_thread_with!(RxDrop),
                     (StackKind::Sink, None, Some(f)) => {
-                        napi_thread_with!(IpStage::new(ip, FilterStage::new(f, Sink)))
+                        napi_thread_with!(IpStage::with_filter(ip, f, Sink))
                     }
-                    (k, w, Some(f)) => napi_thread_with!(IpStage::new(
+                    (k, w, Some(f)) => napi_thread_with!(IpStage::with_filter(
                         ip,
-                        FilterStage::new(
-                            f,
-                            Tap {
-                                inner: Sinks::of(k),
-                                w
-                            }
-                        )
+                        f,
+                        Tap {
+                            inner: Sinks::of(k),
+                            w
+                        }
                     )),
                     (k, w, None) => {
                         napi_thread_with!(IpStage::new(
