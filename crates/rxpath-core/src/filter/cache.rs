@@ -47,22 +47,37 @@ pub(super) type Packed = [u64; 6];
 /// destination port, the protocol, the TCP flags (0 for UDP: the protocol
 /// tells the two apart) and the IP length, 16, 16, 8, 8 and 16 bits. The
 /// protocol is never 0, so the all-zero key is an empty entry.
-type Quick = [u64; 2];
+pub(super) type Quick = [u64; 2];
+
+/// What [`Judge::probe`] found.
+pub(super) enum Probe {
+    /// A hit, counted: its action.
+    Hit(Action),
+    /// A miss: the packet's quick key and its slot.
+    Miss(Quick, usize),
+    /// No quick key (not IPv4 TCP or UDP, a fragment, a short frame).
+    Other,
+}
 
 /// A quick cache entry: the key, the counter slots the walk touched
-/// (`n` of them, at least one: a walk ends at a rule or a policy) and the
-/// action.
+/// (`n` of them, at least one: a walk ends at a rule or a policy), the
+/// action, and the packets and bytes of its hits not yet folded into
+/// those counters (a hit is two adds; see [`Judge::flush`]).
 #[derive(Debug, Clone, Copy)]
 struct QEntry {
     key: Quick,
+    bytes: u64,
     path: [u32; PATH],
+    packets: u32,
     n: u8,
     action: Action,
 }
 
 const EMPTY: QEntry = QEntry {
     key: [0; 2],
+    bytes: 0,
     path: [0; PATH],
+    packets: 0,
     n: 0,
     action: Action::Accept,
 };
@@ -96,6 +111,8 @@ pub struct Judge {
     pending: Vec<[u64; 2]>,
     /// Slots with pending counts.
     dirty: Vec<u32>,
+    /// Quick entries with hits not yet folded.
+    hit: Vec<u32>,
     /// Cache hits.
     pub hits: u64,
     /// Lookups that walked the rules.
@@ -121,6 +138,7 @@ impl Judge {
             v4_slots: 0,
             pending: Vec::new(),
             dirty: Vec::with_capacity(64),
+            hit: Vec::with_capacity(64),
             hits: 0,
             misses: 0,
         }
@@ -130,8 +148,12 @@ impl Judge {
     /// pending (the caller flushed before it let the old filter go).
     #[cold]
     fn adopt(&mut self, f: &Filter) {
-        debug_assert!(self.dirty.is_empty(), "judge: flush before a new filter");
+        debug_assert!(
+            self.dirty.is_empty() && self.hit.is_empty(),
+            "judge: flush before a new filter"
+        );
         self.dirty.clear();
+        self.hit.clear();
         self.cache.iter_mut().for_each(|e| *e = None);
         self.quick.iter_mut().for_each(|e| *e = EMPTY);
         self.v4_slots = f.v4.as_ref().map_or(0, |r| r.slots());
@@ -194,11 +216,38 @@ impl Judge {
     /// its family), the stage's fast path: see the module docs.
     #[inline(always)]
     pub fn action(&mut self, f: &Filter, frame: &[u8], h: &Headers, rxhash: u32) -> Action {
+        if self.quick_filter == f.id {
+            match self.probe(frame, h, rxhash) {
+                Probe::Hit(a) => return a,
+                Probe::Miss(key, slot) => return self.quick_miss(f, frame, h, key, slot),
+                Probe::Other => {}
+            }
+        }
+        self.action_slow(f, frame, h, rxhash)
+    }
+
+    /// Start judging by `f` if this judge was not; true if its quick
+    /// path ([`Self::probe`]) now stands for `f`.
+    pub(super) fn prepare(&mut self, f: &Filter) -> bool {
+        if self.filter != f.id {
+            self.adopt(f);
+        }
+        self.quick_filter == f.id
+    }
+
+    /// The quick path, for a judge [`Self::prepare`]d for the filter the
+    /// packet is judged by: a hit's action (counted), or where a miss goes,
+    /// or `Other` for a packet with no quick key.
+    #[inline(always)]
+    pub(super) fn probe(&mut self, frame: &[u8], h: &Headers, rxhash: u32) -> Probe {
         // The quick key's `V4` addresses stand for `L3::Ipv4`.
-        let fast = self.quick_filter == f.id && !h.fragment;
-        let quick = if fast { quick_key(frame, h) } else { None };
+        let quick = if h.fragment {
+            None
+        } else {
+            quick_key(frame, h)
+        };
         let Some((raw, len)) = quick else {
-            return self.action_slow(f, frame, h, rxhash);
+            return Probe::Other;
         };
         let key = [raw[0] & self.quick_mask[0], raw[1] & self.quick_mask[1]];
         let hash = if rxhash != 0 {
@@ -207,24 +256,35 @@ impl Judge {
             quick_hash(&key)
         };
         let slot = hash as usize & self.mask;
-        let Some(e) = self.quick.get(slot).filter(|e| e.key == key) else {
-            return self.quick_miss(f, frame, h, key, slot);
+        let Some(e) = self.quick.get_mut(slot).filter(|e| e.key == key) else {
+            return Probe::Miss(key, slot);
         };
-        self.hits += 1;
-        // A walk ends at a rule or a policy: one counter at least, and
-        // most often only that one.
-        pend(&mut self.pending, &mut self.dirty, e.path[0], len as u64);
-        if e.n > 1 {
-            for &s in &e.path[1..e.n as usize] {
-                pend(&mut self.pending, &mut self.dirty, s, len as u64);
-            }
+        // One compare for both rare cases: the entry's first hit since it
+        // was folded (remember it) and a count about to wrap (fold it).
+        if e.packets.wrapping_add(1) <= 1 {
+            return Probe::Hit(self.quick_first_hit(slot, len));
         }
+        e.packets += 1;
+        e.bytes += len as u64;
+        Probe::Hit(e.action)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn quick_first_hit(&mut self, slot: usize, len: u32) -> Action {
+        if self.quick[slot].packets != 0 {
+            self.fold(slot);
+        }
+        self.hit.push(slot as u32);
+        let e = &mut self.quick[slot];
+        e.packets = 1;
+        e.bytes = len as u64;
         e.action
     }
 
     /// A quick key's miss: walk, and remember the answer in `slot`.
     #[inline(never)]
-    fn quick_miss(
+    pub(super) fn quick_miss(
         &mut self,
         f: &Filter,
         frame: &[u8],
@@ -236,6 +296,7 @@ impl Judge {
             return Action::Accept;
         };
         let (v, path, whole) = self.walk_pending(rs, &k, false);
+        self.fold(slot);
         if whole && !path.is_empty() {
             let mut e = QEntry {
                 key,
@@ -310,11 +371,37 @@ impl Judge {
         v
     }
 
-    /// Write the pending counts to `f`'s shared counters (at the end of a
-    /// bundle, while the bundle's filter is still held).
+    /// Add a quick entry's hits to its counters' pending counts.
+    #[inline]
+    fn fold(&mut self, slot: usize) {
+        let Some(e) = self.quick.get_mut(slot) else {
+            return;
+        };
+        let (p, b) = (e.packets as u64, e.bytes);
+        if p == 0 {
+            return;
+        }
+        (e.packets, e.bytes) = (0, 0);
+        self.hits += p;
+        for &s in &e.path[..e.n as usize] {
+            let c = &mut self.pending[s as usize];
+            if c[0] == 0 {
+                self.dirty.push(s);
+            }
+            c[0] += p;
+            c[1] += b;
+        }
+    }
+
+    /// Write the counts held here (hits of quick entries, walks, other
+    /// hits) to `f`'s shared counters, while `f` is still held: once a
+    /// poll's worth of packets, or when the thread lets `f` go.
     pub fn flush(&mut self, f: &Filter) {
         if self.filter != f.id {
             return;
+        }
+        while let Some(slot) = self.hit.pop() {
+            self.fold(slot as usize);
         }
         let n4 = self.v4_slots as u32;
         for s in self.dirty.drain(..) {
@@ -475,4 +562,42 @@ fn hash(k: &Packed) -> usize {
         h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
     }
     (h >> 32) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An entry's hit count about to wrap is folded first: nothing lost.
+    #[test]
+    fn a_count_about_to_wrap_is_folded() {
+        use rxpath_wire::build::{self, Spec};
+        let rules = "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p udp -j ACCEPT\nCOMMIT\n";
+        let f = Filter::load(&[("t".into(), rules.into())], "x", FilterMode::Compiled).unwrap();
+        let spec = Spec::new(
+            "198.18.0.1".parse().unwrap(),
+            "198.18.0.2".parse().unwrap(),
+            1,
+            2,
+        );
+        let frame = build::udp(&spec, b"");
+        let h = rxpath_wire::parse(&frame).unwrap();
+        let mut j = Judge::new(4);
+        for _ in 0..3 {
+            assert_eq!(j.action(&f, &frame, &h, 1), Action::Accept);
+        }
+        let slot = j.hit[0] as usize;
+        // As if u32::MAX - 2 more hits had come since the last fold.
+        j.quick[slot].packets = u32::MAX;
+        j.quick[slot].bytes = 28 * u32::MAX as u64;
+        assert_eq!(j.action(&f, &frame, &h, 1), Action::Accept);
+        j.flush(&f);
+        let st = f.v4.as_ref().unwrap().stats();
+        let r = st.iter().find(|r| r.rule == Some(0)).unwrap();
+        // Two walks (the first call adopts the filter on the general
+        // path, the second fills the quick entry), u32::MAX folded, then
+        // the last hit.
+        assert_eq!(r.packets, 2 + u32::MAX as u64 + 1);
+        assert_eq!(r.bytes, 28 * r.packets);
+    }
 }

@@ -44,7 +44,7 @@ pub use cache::Judge;
 pub use compiled::ChainClassifier;
 pub use parse::{parse, parse_family, ParseError, Table};
 pub use rule::{Family, Key, Target, ABSENT};
-pub use stage::InputHook;
+pub use stage::{InputHook, HOLD_POLLS};
 
 use crate::stats::DropReason;
 use rxpath_wire::{Headers, IpAddrs, L3, L4};

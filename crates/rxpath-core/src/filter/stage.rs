@@ -4,26 +4,37 @@
 //! skb), and drop what the rules drop, counted `filter` or
 //! `filter_reject`.
 
+use super::cache::{Probe, Quick};
 use super::{Action, Filter, FilterHandle, Judge};
+use crate::packet::PollEnd;
 use rxpath_wire::Headers;
 use std::sync::Arc;
 
-/// One thread's `INPUT` hook: the running filter, held for a poll (or a
-/// bundle), and the thread's [`Judge`] (flow cache, counts added up until
-/// the set is let go). IP input and the socket stage judge through it.
+/// One thread's `INPUT` hook: the running filter, held for a while, and
+/// the thread's [`Judge`] (flow cache, counts added up until the set is
+/// let go). IP input and the socket stage judge through it.
 #[derive(Debug)]
 pub struct InputHook {
     filter: Arc<FilterHandle>,
     /// The set packets are judged by now: loaded at the first packet and
-    /// let go at the end of the poll (or of the bundle, for a driver that
-    /// has no polls: a worker's backlog), so a swap takes effect at the
-    /// next one and no packet sees half of one.
+    /// let go (its counts written first) when the queue runs dry, after
+    /// [`HOLD_POLLS`] busy polls, or at the end of each bundle for a
+    /// driver that has no polls (a worker's backlog). A swap takes effect
+    /// at the next load, and no packet sees half of one.
     cur: Option<Option<Arc<Filter>>>,
-    /// The driver ends its polls with [`Self::poll_done`]: hold the set
-    /// for a poll (one load and one flush per 64 packets, not per 16).
+    /// The held set is the one the judge's quick path stands for.
+    quick: bool,
+    /// The driver ends its polls with [`Self::poll_done`].
     per_poll: bool,
+    /// Busy polls since the set was loaded.
+    polls: u32,
     judge: Judge,
 }
+
+/// Busy polls a hook keeps its set (and its counts) for: the counters a
+/// reader sees lag by at most this many polls' packets while the queue
+/// stays busy (1024 at the default budget), none once it runs dry.
+pub const HOLD_POLLS: u32 = 16;
 
 impl InputHook {
     /// A hook judging by what `filter` holds.
@@ -32,7 +43,9 @@ impl InputHook {
             judge: filter.judge(),
             filter,
             cur: None,
+            quick: false,
             per_poll: false,
+            polls: 0,
         }
     }
 
@@ -40,28 +53,60 @@ impl InputHook {
     /// for its family); `rxhash` the packet's flow hash, or 0.
     #[inline(always)]
     pub fn action(&mut self, frame: &[u8], h: &Headers, rxhash: u32) -> Action {
-        let filter = &self.filter;
-        match self.cur.get_or_insert_with(|| filter.current()) {
-            Some(f) => self.judge.action(f, frame, h, rxhash),
-            None => Action::Accept,
+        if self.quick {
+            match self.judge.probe(frame, h, rxhash) {
+                Probe::Hit(a) => return a,
+                Probe::Miss(key, slot) => return self.miss(frame, h, key, slot),
+                Probe::Other => {}
+            }
+        }
+        self.action_slow(frame, h, rxhash)
+    }
+
+    #[inline(never)]
+    fn miss(&mut self, frame: &[u8], h: &Headers, key: Quick, slot: usize) -> Action {
+        match &self.cur {
+            Some(Some(f)) => self.judge.quick_miss(f, frame, h, key, slot),
+            _ => Action::Accept,
         }
     }
 
-    /// The end of a bundle: let go of the set unless it is held per poll.
+    /// Everything but a quick key judged by a held set: the set loaded
+    /// if none is held, then the judge's general path.
+    #[inline(never)]
+    fn action_slow(&mut self, frame: &[u8], h: &Headers, rxhash: u32) -> Action {
+        if self.cur.is_none() {
+            let f = self.filter.current();
+            self.quick = f.as_ref().is_some_and(|f| self.judge.prepare(f));
+            self.cur = Some(f);
+        }
+        match &self.cur {
+            Some(Some(f)) => self.judge.action(f, frame, h, rxhash),
+            _ => Action::Accept,
+        }
+    }
+
+    /// The end of a bundle: let go of the set unless the driver has polls.
     pub fn bundle_done(&mut self) {
         if !self.per_poll {
             self.release();
         }
     }
 
-    /// The end of a poll: let go of the set; from now on hold it per poll.
-    pub fn poll_done(&mut self) {
+    /// The end of a poll: let go of the set if the queue ran dry or it was
+    /// held for [`HOLD_POLLS`] polls.
+    pub fn poll_done(&mut self, end: PollEnd) {
         self.per_poll = true;
-        self.release();
+        self.polls += 1;
+        if matches!(end, PollEnd::Complete { .. }) || self.polls >= HOLD_POLLS {
+            self.release();
+        }
     }
 
     /// Let go of the set, its counts written first.
     pub fn release(&mut self) {
+        self.polls = 0;
+        self.quick = false;
         if let Some(Some(f)) = self.cur.take() {
             self.judge.flush(&f);
         }
@@ -70,5 +115,12 @@ impl InputHook {
     /// Flow cache hits and walks so far.
     pub fn cache_stats(&self) -> (u64, u64) {
         (self.judge.hits, self.judge.misses)
+    }
+}
+
+impl Drop for InputHook {
+    /// A thread that stops writes what it counted.
+    fn drop(&mut self) {
+        self.release();
     }
 }

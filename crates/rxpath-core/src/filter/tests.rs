@@ -656,3 +656,75 @@ proptest! {
         }
     }
 }
+
+/// A hook's counts reach the rule counters when its set is let go: not
+/// while the queue stays busy (for fewer than `HOLD_POLLS` polls), at once
+/// when a poll ends with the queue dry, after `HOLD_POLLS` busy polls, at
+/// every bundle for a driver without polls, and when the hook is dropped;
+/// a swap takes effect at the hook's next load and carries what it
+/// counted. Every packet is counted exactly once through all of it.
+#[test]
+fn a_hooks_counts_are_written_when_it_lets_its_set_go() {
+    use crate::packet::PollEnd;
+    use rxpath_wire::build::{self, Spec};
+    let rules = "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p udp --dport 7 -j DROP\nCOMMIT\n";
+    let load = || Filter::load(&[("t".into(), rules.into())], "x", FilterMode::Compiled).unwrap();
+    let handle = std::sync::Arc::new(FilterHandle::new(Some(load())));
+    let frame = build::udp(
+        &Spec::new(
+            "198.18.0.1".parse().unwrap(),
+            "198.18.0.2".parse().unwrap(),
+            4000,
+            7,
+        ),
+        b"x",
+    );
+    let h = rxpath_wire::parse(&frame).unwrap();
+    let dropped = |hd: &FilterHandle| {
+        let f = hd.current().unwrap();
+        let st = f.v4.as_ref().unwrap().stats();
+        st.iter().find(|r| r.rule == Some(0)).unwrap().packets
+    };
+    let full = PollEnd::Full;
+    let dry = PollEnd::Complete { work_done: 0 };
+    let mut hook = InputHook::new(handle.clone());
+    // Its driver polls (until the first poll ends, a hook lets go at every
+    // bundle).
+    hook.poll_done(dry);
+    // A busy queue: counted here, not yet there.
+    for _ in 0..HOLD_POLLS - 1 {
+        for rxhash in [0, 5] {
+            assert_eq!(hook.action(&frame, &h, rxhash), Action::Drop);
+        }
+        hook.bundle_done();
+        hook.poll_done(full);
+    }
+    assert_eq!(dropped(&handle), 0);
+    hook.poll_done(full);
+    assert_eq!(dropped(&handle), 2 * (HOLD_POLLS as u64 - 1));
+    // The queue runs dry: written at once.
+    hook.action(&frame, &h, 5);
+    hook.poll_done(dry);
+    assert_eq!(dropped(&handle), 2 * HOLD_POLLS as u64 - 1);
+    // A swap while the hook holds the old set: it judges by the old set
+    // until it lets it go, and the swap carries those counts over.
+    hook.action(&frame, &h, 5);
+    let swapper = {
+        let handle = handle.clone();
+        std::thread::spawn(move || handle.replace(load()))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    hook.action(&frame, &h, 5);
+    hook.poll_done(dry);
+    swapper.join().unwrap();
+    assert_eq!(dropped(&handle), 2 * HOLD_POLLS as u64 + 1);
+    // A driver without polls writes at every bundle; a dropped hook
+    // writes what it holds.
+    let mut worker = InputHook::new(handle.clone());
+    worker.action(&frame, &h, 9);
+    worker.bundle_done();
+    assert_eq!(dropped(&handle), 2 * HOLD_POLLS as u64 + 2);
+    hook.action(&frame, &h, 5);
+    drop(hook);
+    assert_eq!(dropped(&handle), 2 * HOLD_POLLS as u64 + 3);
+}

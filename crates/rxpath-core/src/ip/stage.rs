@@ -115,9 +115,10 @@ impl<S: Stack> Stack for IpStage<S> {
     }
     fn poll_done(&mut self, ctx: &mut RxCtx<'_>, end: PollEnd) -> Option<u64> {
         let t = self.inner.poll_done(ctx, end);
-        // Packets GRO flushed here were judged; hold no set while idle.
+        // Packets GRO flushed here were judged; the hook lets its set go
+        // when the queue ran dry (or after a few busy polls).
         if let Some(h) = &mut self.hook {
-            h.poll_done();
+            h.poll_done(end);
         }
         t
     }

@@ -222,9 +222,9 @@ impl Stack for SockStack {
         }
     }
 
-    fn poll_done(&mut self, ctx: &mut RxCtx<'_>, _end: PollEnd) -> Option<u64> {
+    fn poll_done(&mut self, ctx: &mut RxCtx<'_>, end: PollEnd) -> Option<u64> {
         if let Some(h) = &mut self.hook {
-            h.poll_done();
+            h.poll_done(end);
         }
         if let Some(p) = self.host.port(self.queue) {
             ctx.recycle_from(&p.ret);
