@@ -36,7 +36,7 @@ mod v4;
 mod v6;
 
 pub use snmp::{IpMib, RxExt, Snmp, UdpMib};
-pub use stage::IpStage;
+pub use stage::{Hook, IpStage, NoHook};
 
 use crate::stats::DropReason;
 use rxpath_wire::ethernet::{ethertype, Mac};

@@ -12,15 +12,58 @@
 use super::{CsumStatus, IpConfig};
 use crate::filter::{FilterHandle, InputHook};
 use crate::packet::{Packet, PollEnd, RxCtx, Stack};
-use crate::stats::LatencyHist;
+use crate::stats::{DropReason, LatencyHist};
+use rxpath_wire::Headers;
 use std::sync::Arc;
 
-/// `inner` behind IP input (and the `INPUT` hook, if any).
+/// What IP input runs at the `INPUT` hook: the filter's [`InputHook`], or
+/// [`NoHook`], which compiles away (the path without a filter has not even
+/// a branch for it).
+pub trait Hook {
+    /// There is a hook.
+    const ON: bool;
+    /// Why the rules drop this packet, or `None`.
+    fn judge(&mut self, frame: &[u8], h: &Headers, rxhash: u32) -> Option<DropReason>;
+    /// The end of a bundle.
+    fn bundle_done(&mut self);
+    /// The end of a poll.
+    fn poll_done(&mut self, end: PollEnd);
+}
+
+/// No `INPUT` hook.
+#[derive(Debug, Default)]
+pub struct NoHook;
+
+impl Hook for NoHook {
+    const ON: bool = false;
+    #[inline(always)]
+    fn judge(&mut self, _: &[u8], _: &Headers, _: u32) -> Option<DropReason> {
+        None
+    }
+    fn bundle_done(&mut self) {}
+    fn poll_done(&mut self, _: PollEnd) {}
+}
+
+impl Hook for InputHook {
+    const ON: bool = true;
+    #[inline(always)]
+    fn judge(&mut self, frame: &[u8], h: &Headers, rxhash: u32) -> Option<DropReason> {
+        self.action(frame, h, rxhash).drop_reason()
+    }
+    fn bundle_done(&mut self) {
+        InputHook::bundle_done(self)
+    }
+    fn poll_done(&mut self, end: PollEnd) {
+        InputHook::poll_done(self, end)
+    }
+}
+
+/// `inner` behind IP input and the `INPUT` hook `H`.
 #[derive(Debug)]
-pub struct IpStage<S> {
+pub struct IpStage<S, H = NoHook> {
     inner: S,
     cfg: Option<IpConfig>,
-    hook: Option<InputHook>,
+    hook: H,
 }
 
 impl<S> IpStage<S> {
@@ -30,11 +73,13 @@ impl<S> IpStage<S> {
         IpStage {
             inner,
             cfg,
-            hook: None,
+            hook: NoHook,
         }
     }
+}
 
-    /// [`Self::new`] with the rules `filter` holds at the `INPUT` hook
+impl<S> IpStage<S, InputHook> {
+    /// [`IpStage::new`] with the rules `filter` holds at the `INPUT` hook
     /// (a filtered packet is the counted drop `filter` or
     /// `filter_reject`). Without IP input (`cfg` `None`) the rules still
     /// judge every packet.
@@ -42,24 +87,21 @@ impl<S> IpStage<S> {
         IpStage {
             inner,
             cfg,
-            hook: Some(InputHook::new(filter)),
+            hook: InputHook::new(filter),
         }
     }
 
-    /// The filter's flow cache hits and walks so far (`None`: no filter).
-    pub fn cache_stats(&self) -> Option<(u64, u64)> {
-        self.hook.as_ref().map(InputHook::cache_stats)
+    /// The filter's flow cache hits and walks so far.
+    pub fn cache_stats(&self) -> (u64, u64) {
+        self.hook.cache_stats()
     }
 }
 
-impl<S: Stack> Stack for IpStage<S> {
+impl<S: Stack, H: Hook> Stack for IpStage<S, H> {
     #[inline]
     fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
         let Some(cfg) = &self.cfg else {
-            return match &mut self.hook {
-                Some(hook) => judge_then(hook, &mut self.inner, pkt, ctx),
-                None => self.inner.receive(pkt, ctx),
-            };
+            return judge_then(&mut self.hook, &mut self.inner, pkt, ctx);
         };
         if !pkt.frags.is_empty() {
             let s = ctx.snmp();
@@ -70,24 +112,19 @@ impl<S: Stack> Stack for IpStage<S> {
             };
             m.in_receives += 1;
             m.in_delivers += 1;
-            return match &mut self.hook {
-                Some(hook) => judge_then(hook, &mut self.inner, pkt, ctx),
-                None => self.inner.receive(pkt, ctx),
-            };
+            return judge_then(&mut self.hook, &mut self.inner, pkt, ctx);
         }
         let csum = CsumStatus::of(&pkt.meta);
         let umem = ctx.umem;
         let off = pkt.off as usize;
         let bytes = &umem.data(&pkt.frame)[off..off + pkt.len as usize];
         let snmp = &mut ctx.stats.snmp;
-        let r = match &mut self.hook {
-            Some(hook) => {
-                let (h, rxhash) = (&pkt.meta.headers, pkt.meta.rxhash);
-                super::input_any_hooked(bytes, csum, cfg, snmp, |fr| {
-                    hook.action(fr, h, rxhash).drop_reason()
-                })
-            }
-            None => super::input_any(bytes, csum, cfg, snmp),
+        let r = if H::ON {
+            let (h, rxhash) = (&pkt.meta.headers, pkt.meta.rxhash);
+            let hook = &mut self.hook;
+            super::input_any_hooked(bytes, csum, cfg, snmp, |fr| hook.judge(fr, h, rxhash))
+        } else {
+            super::input_any(bytes, csum, cfg, snmp)
         };
         match r {
             Ok(proto) => {
@@ -108,18 +145,14 @@ impl<S: Stack> Stack for IpStage<S> {
         }
     }
     fn bundle_done(&mut self, ctx: &mut RxCtx<'_>) {
-        if let Some(h) = &mut self.hook {
-            h.bundle_done();
-        }
+        self.hook.bundle_done();
         self.inner.bundle_done(ctx)
     }
     fn poll_done(&mut self, ctx: &mut RxCtx<'_>, end: PollEnd) -> Option<u64> {
         let t = self.inner.poll_done(ctx, end);
         // Packets GRO flushed here were judged; the hook lets its set go
         // when the queue ran dry (or after a few busy polls).
-        if let Some(h) = &mut self.hook {
-            h.poll_done(end);
-        }
+        self.hook.poll_done(end);
         t
     }
     fn held(&self) -> u64 {
@@ -135,10 +168,12 @@ impl<S: Stack> Stack for IpStage<S> {
 
 /// Judge `pkt` by the frame (a GRO chain's head, or a packet without IP
 /// input), then pass it to `inner` or drop it.
-fn judge_then<S: Stack>(hook: &mut InputHook, inner: &mut S, pkt: Packet, ctx: &mut RxCtx<'_>) {
-    let a = hook.action(ctx.data(&pkt), &pkt.meta.headers, pkt.meta.rxhash);
-    match a.drop_reason() {
-        Some(reason) => ctx.drop(pkt, reason),
-        None => inner.receive(pkt, ctx),
+#[inline(always)]
+fn judge_then<S: Stack, H: Hook>(hook: &mut H, inner: &mut S, pkt: Packet, ctx: &mut RxCtx<'_>) {
+    if H::ON {
+        if let Some(reason) = hook.judge(ctx.data(&pkt), &pkt.meta.headers, pkt.meta.rxhash) {
+            return ctx.drop(pkt, reason);
+        }
     }
+    inner.receive(pkt, ctx)
 }
