@@ -288,6 +288,7 @@ pub fn input_chain(
             return Err(reason);
         }
     }
+    delivered(snmp, etype == ethertype::IPV6);
     udp::rcv(frame, more, l4, csum, cfg, snmp)
 }
 
@@ -320,10 +321,23 @@ pub fn input_any_hooked(
     if let Some(reason) = hook(frame) {
         return Err(reason);
     }
+    delivered(snmp, etype == ethertype::IPV6);
     if l4.proto == 17 {
         udp::rcv(frame, 0, l4, csum, cfg, snmp)?;
     }
     Ok(l4.proto)
+}
+
+/// `InDelivers`, counted where `ip_protocol_deliver_rcu()` (and IPv6's)
+/// counts it: after the `INPUT` hook let the packet through, whatever the
+/// transport then does with it.
+#[inline(always)]
+pub(crate) fn delivered(snmp: &mut Snmp, v6: bool) {
+    if v6 {
+        snmp.ip6.in_delivers += 1;
+    } else {
+        snmp.ip.in_delivers += 1;
+    }
 }
 
 /// `eth_type_trans()` and the VLAN step of `__netif_receive_skb_core()`:

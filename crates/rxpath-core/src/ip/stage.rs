@@ -104,15 +104,21 @@ impl<S: Stack, H: Hook> Stack for IpStage<S, H> {
             return judge_then(&mut self.hook, &mut self.inner, pkt, ctx);
         };
         if !pkt.frags.is_empty() {
+            let v6 = pkt.meta.headers.l3 == rxpath_wire::L3::Ipv6;
             let s = ctx.snmp();
-            let m = if pkt.meta.headers.l3 == rxpath_wire::L3::Ipv6 {
-                &mut s.ip6
+            if v6 {
+                s.ip6.in_receives += 1;
             } else {
-                &mut s.ip
-            };
-            m.in_receives += 1;
-            m.in_delivers += 1;
-            return judge_then(&mut self.hook, &mut self.inner, pkt, ctx);
+                s.ip.in_receives += 1;
+            }
+            if H::ON {
+                let h = &pkt.meta.headers;
+                if let Some(reason) = self.hook.judge(ctx.data(&pkt), h, pkt.meta.rxhash) {
+                    return ctx.drop(pkt, reason);
+                }
+            }
+            super::delivered(ctx.snmp(), v6);
+            return self.inner.receive(pkt, ctx);
         }
         let csum = CsumStatus::of(&pkt.meta);
         let umem = ctx.umem;

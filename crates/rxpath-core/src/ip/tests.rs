@@ -288,7 +288,7 @@ fn input_any_delivers_tcp_for_a_sink_and_any_l2_takes_every_vlan() {
 /// checks and before UDP's. A datagram with a bad UDP checksum that a rule
 /// drops is the rule's (its counter, the drop `filter`, no UDP error); one
 /// the rules accept goes on to fail UDP's checksum; a bad IP header never
-/// reaches the rules.
+/// reaches the rules; `InDelivers` counts what the hook let through.
 #[test]
 fn the_input_hook_runs_between_ip_and_udp() {
     use crate::filter::{Filter, FilterHandle, FilterMode, InputHook};
@@ -309,6 +309,8 @@ fn the_input_hook_runs_between_ip_and_udp() {
     let mut s = Snmp::default();
     assert_eq!(through(&bad, &mut s), Err(DropReason::Filter));
     assert_eq!((s.udp.in_csum_errors, s.udp.in_errors), (0, 0));
+    // Received, not delivered: `InDelivers` comes after `LOCAL_IN`.
+    assert_eq!((s.ip.in_receives, s.ip.in_delivers), (1, 0));
     let rule = |h: &FilterHandle| {
         let st = h.current().unwrap().v4.as_ref().unwrap().stats();
         let r = st.iter().find(|r| r.rule == Some(0)).unwrap();
@@ -329,6 +331,8 @@ fn the_input_hook_runs_between_ip_and_udp() {
     let mut s = Snmp::default();
     assert_eq!(through(&other, &mut s), Err(DropReason::BadChecksum));
     assert_eq!(s.udp.in_csum_errors, 1);
+    // Delivered to UDP, which then dropped it (as `udp_rcv` returns 0).
+    assert_eq!((s.ip.in_receives, s.ip.in_delivers), (1, 1));
     // A bad IP header checksum: IP input's drop; the rule counts nothing.
     let mut hdr = v4(b"hello");
     hdr[24] ^= 0xff;

@@ -104,16 +104,15 @@ pub(super) fn rcv(
         return Err(DropReason::Fragment);
     }
     match p[9] {
-        proto if proto == 17 || cfg.deliver_all => {
-            snmp.ip.in_delivers += 1;
-            Ok(L4 {
-                src: src.into(),
-                dst: dst.into(),
-                off: l3 + ihl,
-                len: p.len() - ihl,
-                proto,
-            })
-        }
+        // `InDelivers` is counted by the caller once the `INPUT` hook let
+        // the packet through (`ip_protocol_deliver_rcu()`).
+        proto if proto == 17 || cfg.deliver_all => Ok(L4 {
+            src: src.into(),
+            dst: dst.into(),
+            off: l3 + ihl,
+            len: p.len() - ihl,
+            proto,
+        }),
         proto if KERNEL_PROTOS.contains(&proto) => {
             snmp.ext.left_to_kernel += 1;
             Err(DropReason::UnhandledProto)

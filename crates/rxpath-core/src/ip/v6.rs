@@ -148,8 +148,8 @@ pub(super) fn rcv(
             }
             // UDP, or any upper layer for a path end that takes them all
             // (as the IPv4 side does).
+            // `InDelivers`: counted by the caller after the `INPUT` hook.
             nh if nh == NEXTHDR_UDP || (cfg.deliver_all && nh != NEXTHDR_HOP) => {
-                snmp.ip6.in_delivers += 1;
                 return Ok(L4 {
                     src: src.into(),
                     dst: dst.into(),
