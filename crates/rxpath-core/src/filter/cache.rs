@@ -310,8 +310,15 @@ impl Judge {
         v.action
     }
 
+    /// The general path: the full key and the other cache.
     #[inline(never)]
-    fn action_slow(&mut self, f: &Filter, frame: &[u8], h: &Headers, rxhash: u32) -> Action {
+    pub(super) fn action_slow(
+        &mut self,
+        f: &Filter,
+        frame: &[u8],
+        h: &Headers,
+        rxhash: u32,
+    ) -> Action {
         self.judge_frame(f, frame, h, rxhash)
             .map_or(Action::Accept, |v| v.action)
     }

@@ -57,7 +57,8 @@ impl InputHook {
             match self.judge.probe(frame, h, rxhash) {
                 Probe::Hit(a) => return a,
                 Probe::Miss(key, slot) => return self.miss(frame, h, key, slot),
-                Probe::Other => {}
+                // Probed already: straight to the general path.
+                Probe::Other => return self.general(frame, h, rxhash),
             }
         }
         self.action_slow(frame, h, rxhash)
@@ -67,6 +68,14 @@ impl InputHook {
     fn miss(&mut self, frame: &[u8], h: &Headers, key: Quick, slot: usize) -> Action {
         match &self.cur {
             Some(Some(f)) => self.judge.quick_miss(f, frame, h, key, slot),
+            _ => Action::Accept,
+        }
+    }
+
+    #[inline(never)]
+    fn general(&mut self, frame: &[u8], h: &Headers, rxhash: u32) -> Action {
+        match &self.cur {
+            Some(Some(f)) => self.judge.action_slow(f, frame, h, rxhash),
             _ => Action::Accept,
         }
     }
