@@ -538,6 +538,12 @@ impl ChainClassifier {
         self.first.as_ref().map(|t| t.first(k, rules, iface))
     }
 
+    /// The chain's tree, if it has one.
+    #[inline]
+    pub fn tree(&self) -> Option<&FirstMatch> {
+        self.first.as_ref()
+    }
+
     /// The tree's nodes and depth, if this chain has one.
     pub fn tree_shape(&self) -> Option<(usize, usize)> {
         self.first.as_ref().map(|t| (t.nodes(), t.depth()))

@@ -334,6 +334,19 @@ impl Ruleset {
         self.walk(k, &mut |slot| self.add(slot, 1, k.len as u64))
     }
 
+    /// [`Self::judge`] for each of `ks` into `out` (as many; pairs past
+    /// the shorter are left alone): the same verdicts and counts, the
+    /// compiled tree walking several packets side by side (as
+    /// `rte_acl_classify()` takes a burst).
+    pub fn judge_burst(&self, ks: &[Key], out: &mut [Verdict]) {
+        self.walk_burst(ks, out, &mut |k, slot| self.add(slot, 1, k.len as u64))
+    }
+
+    /// [`Self::judge_burst`] without counting.
+    pub fn judge_burst_quiet(&self, ks: &[Key], out: &mut [Verdict]) {
+        self.walk_burst(ks, out, &mut |_, _| {})
+    }
+
     /// Judge without counting (tests compare evaluators with it).
     pub fn judge_quiet(&self, k: &Key) -> Verdict {
         self.walk(k, &mut |_| {})
@@ -397,6 +410,84 @@ impl Ruleset {
                 rule: None,
             };
         };
+        match self.tree(input) {
+            Some(t) => {
+                let found = t.first(k, &self.table.chains[input].rules, &self.iface);
+                self.decide(input, found, k, hit)
+            }
+            None => self.walk_from(input, None, k, hit),
+        }
+    }
+
+    /// The tree of chain `input` if the mode uses one.
+    #[inline]
+    fn tree(&self, input: usize) -> Option<&tree::FirstMatch> {
+        match self.mode {
+            FilterMode::Compiled => self.compiled[input].tree(),
+            FilterMode::Linear => None,
+        }
+    }
+
+    /// The verdict given the tree's first match in `INPUT`: what most
+    /// packets ask ends here (a rule that decides, or none and the
+    /// policy); a jump, `RETURN` or `LOG` goes on in the general walk.
+    #[inline]
+    fn decide(
+        &self,
+        input: usize,
+        found: Option<usize>,
+        k: &Key,
+        hit: &mut impl FnMut(u32),
+    ) -> Verdict {
+        let c = &self.table.chains[input];
+        match found {
+            Some(i) => {
+                if let Some(action) = c.rules[i].target.action() {
+                    hit((self.base[input] + i) as u32);
+                    return Verdict {
+                        action,
+                        chain: input,
+                        rule: Some(i),
+                    };
+                }
+            }
+            None => return self.policy(input, hit),
+        }
+        self.walk_from(input, Some(found), k, hit)
+    }
+
+    /// [`Self::walk`] for each of `ks` into `out` (pairs past the shorter
+    /// are left alone); `hit` is given the packet with each slot. The
+    /// tree walks [`tree::BURST`] packets side by side.
+    fn walk_burst(&self, ks: &[Key], out: &mut [Verdict], hit: &mut impl FnMut(&Key, u32)) {
+        let tree = self.input.and_then(|i| Some((i, self.tree(i)?)));
+        let Some((input, t)) = tree else {
+            for (k, o) in ks.iter().zip(out) {
+                *o = self.walk(k, &mut |s| hit(k, s));
+            }
+            return;
+        };
+        let rules = &self.table.chains[input].rules;
+        let mut found = [None; tree::BURST];
+        for (ks, out) in ks.chunks(tree::BURST).zip(out.chunks_mut(tree::BURST)) {
+            let found = &mut found[..ks.len()];
+            t.first_burst(ks, rules, &self.iface, found);
+            for ((k, o), &f) in ks.iter().zip(out).zip(found.iter()) {
+                *o = self.decide(input, f, k, &mut |s| hit(k, s));
+            }
+        }
+    }
+
+    /// The general walk from the start of chain `input`: jumps, returns,
+    /// `LOG`, and the linear mode. `first`: the tree's answer for `input`
+    /// from rule 0, if already asked.
+    fn walk_from(
+        &self,
+        input: usize,
+        mut first: Option<Option<usize>>,
+        k: &Key,
+        hit: &mut impl FnMut(u32),
+    ) -> Verdict {
         let bits = if self.table.family == Family::V4 {
             32
         } else {
@@ -422,9 +513,12 @@ impl Ruleset {
                     let rules = &self.table.chains[chain].rules;
                     // From rule 0 the tree; past a jump's return or a LOG,
                     // the bit vectors.
-                    let tree = (pos == 0)
-                        .then(|| c.first_match(k, rules, &self.iface))
-                        .flatten();
+                    let tree = match first.take() {
+                        Some(known) => Some(known),
+                        None => (pos == 0)
+                            .then(|| c.first_match(k, rules, &self.iface))
+                            .flatten(),
+                    };
                     match tree {
                         Some(found) => found,
                         None => {

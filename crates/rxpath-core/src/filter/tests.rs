@@ -728,3 +728,80 @@ fn a_hooks_counts_are_written_when_it_lets_its_set_go() {
     drop(hook);
     assert_eq!(dropped(&handle), 2 * HOLD_POLLS as u64 + 3);
 }
+
+/// A tree node that cuts a field at fewer than seven points, and packets
+/// at the ends of every field (a broadcast to 255.255.255.255, a source of
+/// 0.0.0.0, ports 0 and 65535): both evaluators, the same rule. The top
+/// value of a field is above every unused point slot; it must still land
+/// in the node's last child (it had taken a slot past the children, which
+/// led back to the root: the walk never ended).
+#[test]
+fn the_ends_of_every_field_reach_a_leaf_of_a_sparse_cut() {
+    let mut text = String::from("*filter\n:INPUT ACCEPT [0:0]\n");
+    // Only the destination is cut, at 198.18.0.0, .1.0 and .2.0: a node
+    // with three points and four children. The length matches keep every
+    // rule (none shadows the next).
+    for net in ["198.18.0.0/24", "198.18.1.0/24"] {
+        for len in 100..130 {
+            text += &format!("-A INPUT -d {net} -m length --length {len} -j DROP\n");
+        }
+    }
+    text += "-A INPUT -d 255.255.255.255/32 -p udp --dport 67 -j DROP\n";
+    text += "-A INPUT -s 0.0.0.0/32 -j DROP\n";
+    text += "COMMIT\n";
+    let (lin, comp) = both(&text, "veth0");
+    let (nodes, _) = comp.tree_shape().expect("a tree");
+    assert!(nodes > 1, "the tree cut");
+    let mut udp = |src: &str, dst: &str, sport: u32, dport: u32, len: u32| {
+        let mut k = tcp(src, dst, sport, dport, ABSENT);
+        (k.proto, k.len) = (17, len);
+        let want = lin.judge_quiet(&k);
+        assert_eq!(comp.judge_quiet(&k), want, "{k:?}");
+        want.rule
+    };
+    assert_eq!(udp("198.18.0.9", "255.255.255.255", 68, 67, 300), Some(60));
+    assert_eq!(udp("0.0.0.0", "255.255.255.255", 68, 67, 300), Some(60));
+    assert_eq!(udp("0.0.0.0", "198.18.9.9", 0, 65535, 300), Some(61));
+    assert_eq!(udp("198.18.0.9", "255.255.255.255", 65535, 0, 300), None);
+    assert_eq!(udp("198.18.0.9", "198.18.1.7", 65535, 0, 101), Some(31));
+    assert_eq!(udp("255.255.255.255", "0.0.0.0", 0, 0, 101), None);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    /// A burst judged at once (the tree walks several packets side by
+    /// side) gives every packet the verdict and deciding rule the linear
+    /// walk gives it alone, and adds to the same counters: random rule
+    /// sets with `LOG`, jumps into a user chain and `RETURN` (which leave
+    /// the tree for the general walk), bursts of any length.
+    #[test]
+    fn a_burst_judges_each_packet_as_alone(seed in any::<u64>(), n in 1usize..250, burst in 1usize..40) {
+        use rand::SeedableRng;
+        let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(seed);
+        let mut text = String::from("*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:sub - [0:0]\n");
+        for _ in 0..n {
+            if rng.gen_bool(0.05) {
+                text += "-A INPUT -p tcp -j sub\n";
+            } else {
+                text += &tricky_rule(&mut rng);
+            }
+        }
+        for _ in 0..4 {
+            text += &tricky_rule(&mut rng).replacen("-A INPUT", "-A sub", 1);
+        }
+        text += "-A sub -p tcp -m tcp --dport 0:1000 -j RETURN\n-A sub -j DROP\nCOMMIT\n";
+        let (lin, comp) = both(&text, "veth0");
+        let keys: Vec<Key> = (0..burst).map(|_| random_key(&mut rng, Family::V4)).collect();
+        let mut out = vec![lin.judge_quiet(&keys[0]); burst];
+        comp.judge_burst(&keys, &mut out);
+        for (k, o) in keys.iter().zip(&out) {
+            prop_assert_eq!(*o, lin.judge(k), "{:?}", k);
+        }
+        let counts = |rs: &Ruleset| rs.stats().iter().map(|s| (s.packets, s.bytes)).collect::<Vec<_>>();
+        prop_assert_eq!(counts(&comp), counts(&lin));
+        // The linear mode's burst is its own walk, packet by packet.
+        let mut lout = out.clone();
+        lin.judge_burst_quiet(&keys, &mut lout);
+        prop_assert_eq!(lout, out);
+    }
+}
