@@ -94,6 +94,22 @@ fn ns_per_class(rs: &Ruleset, keys: &[Key], d: Duration) -> f64 {
     start.elapsed().as_nanos() as f64 / n as f64
 }
 
+/// `f` on a thread of its own pinned to the first core, where
+/// `dpdk-test-acl` runs (`-l 0`): both classifiers timed on one core (the
+/// VM's two cores do not run alike).
+fn on_first_core<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            if let Some(c) = core_affinity::get_core_ids().and_then(|c| c.into_iter().next()) {
+                core_affinity::set_for_current(c);
+            }
+            f()
+        })
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    })
+}
+
 /// The same through the burst interface, 64 packets a call
 /// (`dpdk-test-acl` classifies 256 a call).
 fn ns_per_class_burst(rs: &Ruleset, keys: &[Key], d: Duration) -> f64 {
@@ -126,7 +142,7 @@ pub fn filter(a: FilterBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCod
         d.as_secs_f64()
     );
     println!("Mpps: 60-byte UDP, 64 flows from the sim NIC (198.18.x.y -> 198.19.0.1: they miss almost every rule, the walk's worst case, as in seed 003).");
-    println!("ns/classification: 100 000 generated packets, 80 % aimed at rules spread over the list, 20 % at none; in-process, no packet I/O; one at a time (Ruleset::judge) and in bursts of 64 (Ruleset::judge_burst; dpdk-test-acl classifies in bursts of 256, and the ratio to rte_acl is the bursts'); bursts and dpdk-test-acl alternate for the same passes, their ns are medians and the ratio the median of each pass's own.\n");
+    println!("ns/classification: 100 000 generated packets, 80 % aimed at rules spread over the list, 20 % at none; in-process, no packet I/O; one at a time (Ruleset::judge) and in bursts of 64 (Ruleset::judge_burst; dpdk-test-acl classifies in bursts of 256, and the ratio to rte_acl is the bursts'); bursts and dpdk-test-acl alternate for the same passes, their ns are medians and the ratio the median of each pass's own; both run on the first core.\n");
     println!("Each row measures its own no-filter rate beside its filters: no filter and cached alternate for {} pass(es) per producer (the VM drifts, within rows too), their Mpps are medians and \"cached vs no filter\" is the median of the passes' own ratios; linear and compiled run once, in the first pass. \"cached\" is the default compiled path with the per-thread flow cache (--filter-cache), \"compiled\" the classifier on every packet (--filter-cache 0).\n", a.passes);
     println!("| rules | build ms | memory KiB | null no filter Mpps | null linear Mpps | null compiled Mpps | null cached Mpps | cached vs no filter | compiled vs no filter | cached vs linear | compiled vs linear | cold no filter Mpps | cold linear Mpps | cold cached Mpps | cold cached vs no filter | ns/class linear | ns/class compiled, one at a time | ns/class compiled, bursts of 64 | ns/class dpdk-test-acl | compiled (bursts) vs rte_acl |");
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
@@ -206,14 +222,14 @@ pub fn filter(a: FilterBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCod
         let rs_comp = Ruleset::new(table.clone(), "sim0", FilterMode::Compiled);
         // The linear walk at 10 000 rules takes long: fewer keys.
         let lk = &ks[..ks.len().min(if n >= 5000 { 5_000 } else { 100_000 })];
-        let ns_lin = ns_per_class(&rs_lin, lk, d);
-        let ns_comp = ns_per_class(&rs_comp, &ks, d);
+        let ns_lin = on_first_core(|| ns_per_class(&rs_lin, lk, d));
+        let ns_comp = on_first_core(|| ns_per_class(&rs_comp, &ks, d));
         // Bursts and dpdk-test-acl alternate for `passes` passes (the VM
         // drifts between them as between the rate runs); the ratio is the
         // median of each pass's own.
         let (mut bursts, mut dpdks, mut acl_ratios) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..a.passes {
-            let b = ns_per_class_burst(&rs_comp, &ks, d);
+            let b = on_first_core(|| ns_per_class_burst(&rs_comp, &ks, d));
             bursts.push(b);
             if dpdk_note.is_some() || n == 0 {
                 continue;

@@ -103,17 +103,18 @@ const WHOLE: u32 = 1 << 31;
 /// Up to eight rules of a leaf, field by field (a structure of arrays, so
 /// a field is one vector compare for all eight): a rule holds where `x -
 /// lo`, biased, is at most its biased `span`. An unused lane has a
-/// protocol range no packet has.
+/// protocol range no packet has. Five cache lines; the lanes' rule
+/// indices are kept apart ([`FirstMatch::lanes`]), read only on a hit.
 #[derive(Debug, Clone, Copy)]
 #[repr(C, align(64))]
 struct Block {
     lo: [i32x8; NF],
     span: [i32x8; NF],
-    rule: [u32; LANES],
 }
 
 impl Block {
-    fn new(lanes: &[([u32; NF], [u32; NF], u32)]) -> Block {
+    /// The block of `lanes` (ranges and rule), and the lanes' rules.
+    fn new(lanes: &[([u32; NF], [u32; NF], u32)]) -> (Block, [u32; LANES]) {
         let mut lo = [[0i32; LANES]; NF];
         let mut span = [[i32::MAX; LANES]; NF];
         let mut rule = [u32::MAX; LANES];
@@ -128,11 +129,11 @@ impl Block {
             }
             rule[l] = *r;
         }
-        Block {
+        let b = Block {
             lo: lo.map(i32x8::from),
             span: span.map(i32x8::from),
-            rule,
-        }
+        };
+        (b, rule)
     }
 
     /// The lanes whose ranges all hold the packet's values `v` (each
@@ -159,6 +160,9 @@ pub struct FirstMatch {
     big: Vec<(u32, u32)>,
     leaves: usize,
     blocks: Vec<Block>,
+    /// Per block: its lanes' rule indices ([`WHOLE`] set where the rule
+    /// needs its whole check).
+    lanes: Vec<[u32; LANES]>,
     /// Per rule: its ranges (`lo`, `hi - lo`) and whether it needs the
     /// whole check; copied into the blocks of the leaves that hold it.
     flat: Vec<([u32; NF], [u32; NF], bool)>,
@@ -270,12 +274,27 @@ type Box5 = [(u32, u32); NF];
 struct Builder<'a> {
     sets: &'a [[Set; NF]],
     whole: &'a [bool],
+    /// Leaves built so far, by their rules.
+    seen: std::collections::HashMap<Vec<u32>, Ref>,
     t: FirstMatch,
 }
 
 impl Builder<'_> {
     /// A leaf of `rs` (in chain order): its reference.
     fn leaf(&mut self, rs: &[u32]) -> Ref {
+        self.t.leaves += 1;
+        // Cuts copy a rule into every child its range meets, so many
+        // leaves hold the same rules: they share one set of blocks (a
+        // smaller tree stays in cache longer).
+        if let Some(&r) = self.seen.get(rs) {
+            return r;
+        }
+        let r = self.new_leaf(rs);
+        self.seen.insert(rs.to_vec(), r);
+        r
+    }
+
+    fn new_leaf(&mut self, rs: &[u32]) -> Ref {
         let first = self.t.blocks.len() as u32;
         for part in rs.chunks(LANES) {
             let lanes: Vec<_> = part
@@ -285,10 +304,11 @@ impl Builder<'_> {
                     (lo, span, r | if whole { WHOLE } else { 0 })
                 })
                 .collect();
-            self.t.blocks.push(Block::new(&lanes));
+            let (b, rule) = Block::new(&lanes);
+            self.t.blocks.push(b);
+            self.t.lanes.push(rule);
         }
         let n = self.t.blocks.len() as u32 - first;
-        self.t.leaves += 1;
         if rs.is_empty() {
             LEAF
         } else if n < 16 && first < 1 << 27 {
@@ -439,12 +459,14 @@ impl FirstMatch {
         let mut b = Builder {
             sets: &sets_of,
             whole: &whole,
+            seen: std::collections::HashMap::new(),
             t: FirstMatch {
                 root: 0,
                 nodes: Vec::new(),
                 big: vec![(0, 0)],
                 leaves: 0,
                 blocks: Vec::new(),
+                lanes: Vec::new(),
                 flat,
                 depth: 0,
             },
@@ -505,14 +527,18 @@ impl FirstMatch {
         iface: &str,
     ) -> Option<usize> {
         let (start, n) = self.blocks_of(at);
-        let blocks = &self.blocks[start as usize..(start + n) as usize];
+        let (start, end) = (start as usize, (start + n) as usize);
         let mut hit = first;
-        for (j, b) in blocks.iter().enumerate() {
+        for (j, (b, lanes)) in self.blocks[start..end]
+            .iter()
+            .zip(&self.lanes[start..end])
+            .enumerate()
+        {
             if j > 0 {
                 hit = b.hits(&splat(v));
             }
             while hit != 0 {
-                let r = b.rule[hit.trailing_zeros() as usize];
+                let r = lanes[hit.trailing_zeros() as usize];
                 hit &= hit - 1;
                 let i = (r & !WHOLE) as usize;
                 if r & WHOLE == 0 || rules[i].m.matches(k, iface, 32) {
@@ -577,6 +603,7 @@ impl FirstMatch {
         self.nodes.len() * std::mem::size_of::<Node>()
             + self.big.len() * 8
             + self.blocks.len() * std::mem::size_of::<Block>()
+            + self.lanes.len() * std::mem::size_of::<[u32; LANES]>()
             + self.flat.len() * std::mem::size_of::<([u32; NF], [u32; NF], bool)>()
     }
 
