@@ -752,7 +752,7 @@ fn the_ends_of_every_field_reach_a_leaf_of_a_sparse_cut() {
     let (lin, comp) = both(&text, "veth0");
     let (nodes, _) = comp.tree_shape().expect("a tree");
     assert!(nodes > 1, "the tree cut");
-    let mut udp = |src: &str, dst: &str, sport: u32, dport: u32, len: u32| {
+    let udp = |src: &str, dst: &str, sport: u32, dport: u32, len: u32| {
         let mut k = tcp(src, dst, sport, dport, ABSENT);
         (k.proto, k.len) = (17, len);
         let want = lin.judge_quiet(&k);
