@@ -531,13 +531,6 @@ impl ChainClassifier {
         }
     }
 
-    /// The first rule of the chain `k` matches, if this chain has a tree
-    /// (`rules` and `iface` those it was built for); `None` if not.
-    #[inline]
-    pub fn first_match(&self, k: &Key, rules: &[Rule], iface: &str) -> Option<Option<usize>> {
-        self.first.as_ref().map(|t| t.first(k, rules, iface))
-    }
-
     /// The chain's tree, if it has one.
     #[inline]
     pub fn tree(&self) -> Option<&FirstMatch> {

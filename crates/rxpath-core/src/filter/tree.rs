@@ -96,7 +96,7 @@ struct Node {
 /// vectors, one AVX2).
 const LANES: usize = 8;
 
-/// Set in [`Block::rule`] when the rule must also be checked whole
+/// Set in [`FirstMatch::lanes`] when the rule must also be checked whole
 /// ([`Rule`]'s matches) after its ranges held.
 const WHOLE: u32 = 1 << 31;
 
@@ -163,9 +163,6 @@ pub struct FirstMatch {
     /// Per block: its lanes' rule indices ([`WHOLE`] set where the rule
     /// needs its whole check).
     lanes: Vec<[u32; LANES]>,
-    /// Per rule: its ranges (`lo`, `hi - lo`) and whether it needs the
-    /// whole check; copied into the blocks of the leaves that hold it.
-    flat: Vec<([u32; NF], [u32; NF], bool)>,
     depth: usize,
 }
 
@@ -271,9 +268,14 @@ fn covers(s: &Set, lo: u32, hi: u32) -> bool {
 /// A node's box: the values each field may still take.
 type Box5 = [(u32, u32); NF];
 
+/// A rule as the leaves hold it: its ranges (`lo`, `hi - lo`, the hull of
+/// each field's set) and whether it needs the whole check.
+type Flat = ([u32; NF], [u32; NF], bool);
+
 struct Builder<'a> {
     sets: &'a [[Set; NF]],
-    whole: &'a [bool],
+    /// Per rule, copied into the blocks of the leaves that hold it.
+    flat: &'a [Flat],
     /// Leaves built so far, by their rules.
     seen: std::collections::HashMap<Vec<u32>, Ref>,
     t: FirstMatch,
@@ -300,7 +302,7 @@ impl Builder<'_> {
             let lanes: Vec<_> = part
                 .iter()
                 .map(|&r| {
-                    let (lo, span, whole) = self.t.flat[r as usize];
+                    let (lo, span, whole) = self.flat[r as usize];
                     (lo, span, r | if whole { WHOLE } else { 0 })
                 })
                 .collect();
@@ -374,7 +376,7 @@ impl Builder<'_> {
         self.t.depth = self.t.depth.max(depth);
         let shadows = |r: &u32| {
             let r = *r as usize;
-            !self.whole[r]
+            !self.flat[r].2
                 && self.sets[r]
                     .iter()
                     .zip(&bx)
@@ -432,7 +434,6 @@ impl FirstMatch {
     /// `iface` (rules for other interfaces never match and are left out).
     pub fn build(rules: &[Rule], iface: &str) -> FirstMatch {
         let mut sets_of = Vec::with_capacity(rules.len());
-        let mut whole = Vec::with_capacity(rules.len());
         let mut flat = Vec::with_capacity(rules.len());
         let mut live = Vec::with_capacity(rules.len());
         for (i, r) in rules.iter().enumerate() {
@@ -453,12 +454,11 @@ impl FirstMatch {
                 live.push(i as u32);
             }
             sets_of.push(s);
-            whole.push(more || multi);
             flat.push((lo, span, more || multi));
         }
         let mut b = Builder {
             sets: &sets_of,
-            whole: &whole,
+            flat: &flat,
             seen: std::collections::HashMap::new(),
             t: FirstMatch {
                 root: 0,
@@ -467,7 +467,6 @@ impl FirstMatch {
                 leaves: 0,
                 blocks: Vec::new(),
                 lanes: Vec::new(),
-                flat,
                 depth: 0,
             },
         };
@@ -604,7 +603,6 @@ impl FirstMatch {
             + self.big.len() * 8
             + self.blocks.len() * std::mem::size_of::<Block>()
             + self.lanes.len() * std::mem::size_of::<[u32; LANES]>()
-            + self.flat.len() * std::mem::size_of::<([u32; NF], [u32; NF], bool)>()
     }
 
     /// Levels below the root.

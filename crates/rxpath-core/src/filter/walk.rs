@@ -126,12 +126,10 @@ impl Ruleset {
                     let rules = &self.table.chains[chain].rules;
                     // From rule 0 the tree; past a jump's return or a LOG,
                     // the bit vectors.
-                    let tree = match first.take() {
-                        Some(known) => Some(known),
-                        None => (pos == 0)
-                            .then(|| c.first_match(k, rules, &self.iface))
-                            .flatten(),
-                    };
+                    let tree = first.take().or_else(|| {
+                        let t = c.tree().filter(|_| pos == 0)?;
+                        Some(t.first(k, rules, &self.iface))
+                    });
                     match tree {
                         Some(found) => found,
                         None => {
