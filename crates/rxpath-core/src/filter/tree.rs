@@ -42,8 +42,8 @@ pub const BURST: usize = 8;
 
 /// The packet's values, each across the lanes of a block.
 #[inline(always)]
-fn splat(v: &[u32; 8]) -> [i32x8; NF] {
-    std::array::from_fn(|f| i32x8::splat(v[f] as i32))
+fn splat(v: &[i32; 8]) -> [i32x8; NF] {
+    std::array::from_fn(|f| i32x8::splat(v[f]))
 }
 
 /// Fields the tree cuts: source, destination, protocol, ports.
@@ -88,8 +88,23 @@ const FIELD: Ref = 7;
 #[derive(Debug, Clone, Copy)]
 #[repr(C, align(64))]
 struct Node {
-    below: [i32; 8],
+    below: i32x8,
     child: [Ref; CUTS + 1],
+}
+
+/// How many lanes of a compare's mask are set (each all ones or zero).
+#[inline(always)]
+fn lanes_set(m: i32x8) -> u32 {
+    // A bit mask and a popcount where the CPU has one; the lanes' sum
+    // (each -1) on baseline x86-64, where a popcount is a dozen steps.
+    #[cfg(target_feature = "popcnt")]
+    {
+        m.to_bitmask().count_ones()
+    }
+    #[cfg(not(target_feature = "popcnt"))]
+    {
+        m.reduce_add().wrapping_neg() as u32
+    }
 }
 
 /// Rules a leaf block checks at once: one `i32x8` a field (two SSE2
@@ -102,7 +117,8 @@ const WHOLE: u32 = 1 << 31;
 
 /// Up to eight rules of a leaf, field by field (a structure of arrays, so
 /// a field is one vector compare for all eight): a rule holds where `x -
-/// lo`, biased, is at most its biased `span`. An unused lane has a
+/// lo`, biased, is at most its biased `span` (`x` and `lo` are both kept
+/// biased, which leaves their difference as it is). An unused lane has a
 /// protocol range no packet has. Five cache lines; the lanes' rule
 /// indices are kept apart ([`FirstMatch::lanes`]), read only on a hit.
 #[derive(Debug, Clone, Copy)]
@@ -120,11 +136,11 @@ impl Block {
         let mut rule = [u32::MAX; LANES];
         for l in lanes.len()..LANES {
             // Protocol 256 only.
-            (lo[2][l], span[2][l]) = (256, i32::MIN);
+            (lo[2][l], span[2][l]) = (biased(256), i32::MIN);
         }
         for (l, (lo_l, span_l, r)) in lanes.iter().enumerate() {
             for f in 0..NF {
-                lo[f][l] = lo_l[f] as i32;
+                lo[f][l] = biased(lo_l[f]);
                 span[f][l] = biased(span_l[f]);
             }
             rule[l] = *r;
@@ -240,15 +256,16 @@ fn sets(m: &Matches) -> ([Set; NF], bool) {
     )
 }
 
-/// The packet's five values (three more, never read: an index masked
-/// with [`FIELD`] needs no bounds check).
+/// The packet's five values, biased as the tree's points and ranges are
+/// (three more, never read: an index masked with [`FIELD`] needs no
+/// bounds check).
 #[inline(always)]
-fn values(k: &Key) -> [u32; 8] {
-    let port = |p: u32| p.min(NO_PORT);
+fn values(k: &Key) -> [i32; 8] {
+    let port = |p: u32| biased(p.min(NO_PORT));
     [
-        k.src as u32,
-        k.dst as u32,
-        k.proto as u32,
+        biased(k.src as u32),
+        biased(k.dst as u32),
+        biased(k.proto as u32),
         port(k.sport),
         port(k.dport),
         0,
@@ -392,13 +409,14 @@ impl Builder<'_> {
             return self.leaf(&rs);
         };
         let at = self.t.nodes.len();
-        let mut node = Node {
-            below: [i32::MAX; 8],
-            child: [0; CUTS + 1],
-        };
-        for (b, &p) in node.below.iter_mut().zip(&pts) {
+        let mut below = [i32::MAX; 8];
+        for (b, &p) in below.iter_mut().zip(&pts) {
             *b = biased(p - 1);
         }
+        let mut node = Node {
+            below: i32x8::from(below),
+            child: [0; CUTS + 1],
+        };
         self.t.nodes.push(node);
         let kids = spans(bx[f].0, bx[f].1, &pts);
         let n = kids.len();
@@ -484,11 +502,10 @@ impl FirstMatch {
     /// One step down from cut node `r` for values `v`: the children below
     /// the value are those whose point (less one) it exceeds.
     #[inline(always)]
-    fn step(&self, r: Ref, v: &[u32; 8]) -> Ref {
+    fn step(&self, r: Ref, v: &[i32; 8]) -> Ref {
         let n = &self.nodes[(r >> 3) as usize];
-        let x = biased(v[(r & FIELD) as usize]);
-        let c: u32 = n.below.iter().map(|&b| (x > b) as u32).sum();
-        n.child[c as usize & CUTS]
+        let x = i32x8::splat(v[(r & FIELD) as usize]);
+        n.child[lanes_set(x.simd_gt(n.below)) as usize & CUTS]
     }
 
     /// Leaf `at`'s first block and how many.
@@ -505,7 +522,7 @@ impl FirstMatch {
     /// The first rule of leaf `at` whose ranges hold `v` and that passes
     /// its whole check if it needs one.
     #[inline(always)]
-    fn check(&self, at: Ref, v: &[u32; 8], k: &Key, rules: &[Rule], iface: &str) -> Option<usize> {
+    fn check(&self, at: Ref, v: &[i32; 8], k: &Key, rules: &[Rule], iface: &str) -> Option<usize> {
         let (start, n) = self.blocks_of(at);
         if n == 0 {
             return None;
@@ -520,7 +537,7 @@ impl FirstMatch {
         &self,
         at: Ref,
         first: u32,
-        v: &[u32; 8],
+        v: &[i32; 8],
         k: &Key,
         rules: &[Rule],
         iface: &str,
@@ -568,21 +585,23 @@ impl FirstMatch {
     /// classifies in bursts for the same reason).
     pub fn first_burst(&self, ks: &[Key], rules: &[Rule], iface: &str, out: &mut [Option<usize>]) {
         for (ks, out) in ks.chunks(BURST).zip(out.chunks_mut(BURST)) {
-            let mut v = [[0u32; 8]; BURST];
+            let mut v = [[0i32; 8]; BURST];
             for (v, k) in v.iter_mut().zip(ks) {
                 *v = values(k);
             }
-            let mut r = [self.root; BURST];
-            let r = &mut r[..ks.len()];
-            while r.iter().any(|&r| r & LEAF == 0) {
+            // Lanes past the keys start at the empty leaf: no steps.
+            let mut r = [LEAF; BURST];
+            r[..ks.len()].fill(self.root);
+            while r.iter().fold(LEAF, |all, &r| all & r) == 0 {
                 for (r, v) in r.iter_mut().zip(&v) {
                     // A walk at its leaf stays there: a select, not a
                     // branch (which walk ends first is not predictable).
-                    let node = if *r & LEAF == 0 { *r } else { 0 };
-                    let next = self.step(node, v);
-                    *r = if *r & LEAF == 0 { next } else { *r };
+                    let leaf = *r & LEAF != 0;
+                    let next = self.step(std::hint::select_unpredictable(leaf, 0, *r), v);
+                    *r = std::hint::select_unpredictable(leaf, *r, next);
                 }
             }
+            let r = &r[..ks.len()];
             // Every first block, then the answers.
             let mut hit = [0u32; BURST];
             for ((h, &r), v) in hit.iter_mut().zip(r.iter()).zip(&v) {
