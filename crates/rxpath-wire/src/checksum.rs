@@ -4,23 +4,40 @@ use std::net::IpAddr;
 
 /// One's-complement sum of `data` as big-endian 16-bit words, not folded.
 ///
-/// Adds 32-bit big-endian words: `a·2¹⁶ + b ≡ a + b (mod 2¹⁶ − 1)`, so the
-/// folded result is the same as summing 16-bit words (RFC 1071 §2), with
-/// half the additions.
+/// Adds 64-bit big-endian words with end-around carry: `a·2⁴⁸ + b·2³² +
+/// c·2¹⁶ + d ≡ a + b + c + d (mod 2¹⁶ − 1)`, and `2⁶⁴ − 1` is a multiple
+/// of `2¹⁶ − 1`, so the folded result is the same as summing 16-bit words
+/// (RFC 1071 §2), with a quarter of the additions. Inlined: IP input sums
+/// every IPv4 header (20 bytes: two words and a half), and a call with a
+/// general loop behind it cost more than the rest of the header checks.
+#[inline]
 pub fn sum(data: &[u8]) -> u32 {
+    let add = |acc: u64, w: u64| {
+        let (s, carry) = acc.overflowing_add(w);
+        s + carry as u64
+    };
     let mut acc: u64 = 0;
-    let mut chunks = data.chunks_exact(4);
-    for c in &mut chunks {
-        acc += u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as u64;
+    let mut words = data.chunks_exact(8);
+    for w in &mut words {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(w);
+        acc = add(acc, u64::from_be_bytes(b));
     }
-    let r = chunks.remainder();
-    let mut tail = [0u8; 4];
-    tail[..r.len()].copy_from_slice(r);
-    acc += u32::from_be_bytes(tail) as u64;
-    while acc >> 32 != 0 {
-        acc = (acc & 0xffff_ffff) + (acc >> 32);
+    // The last 0-7 bytes, zero-padded on the right as RFC 1071 pads an
+    // odd byte: the word they start keeps its place.
+    let r = words.remainder();
+    let mut tail = [0u8; 8];
+    let mut at = 0;
+    if r.len() >= 4 {
+        tail[..4].copy_from_slice(&r[..4]);
+        at = 4;
     }
-    acc as u32
+    for (t, &b) in tail[at..].iter_mut().zip(&r[at..]) {
+        *t = b;
+    }
+    acc = add(acc, u64::from_be_bytes(tail));
+    let s = (acc & 0xffff_ffff) + (acc >> 32);
+    ((s & 0xffff_ffff) + (s >> 32)) as u32
 }
 
 /// Fold a 32-bit sum to 16 bits (not complemented).
