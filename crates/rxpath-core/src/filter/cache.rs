@@ -13,11 +13,13 @@
 //! kernel's cost by definition, never goes through the cache.
 //!
 //! The common packet (IPv4 TCP or UDP, no fragment, with its flow hash)
-//! has a cache of its own, keyed straight from the parsed headers in two
-//! words (addresses in network order; ports, protocol, TCP flags and IP
-//! length), its entries kept apart from their verdicts' details so that a
-//! hit reads one small entry: a few dozen instructions. Other packets
-//! (IPv6 too) build the full [`Key`] first and use the other cache.
+//! has a cache of its own, keyed in two words (addresses, ports,
+//! protocol, TCP flags and IP length), its entries kept apart from their
+//! verdicts' counters so that a hit reads half a cache line: a few dozen
+//! instructions. IP input, which has checked the headers, hands the hook
+//! what it learnt ([`LocalIn`]: addresses, protocol, length), and the key
+//! takes only the ports from the parsed headers. Other packets (IPv6 too) build the full
+//! [`Key`] first and use the other cache.
 //!
 //! Counts are added up in the thread per counter, as the kernel keeps
 //! per-CPU counters and sums them when read, and written to the shared
@@ -26,8 +28,10 @@
 //! packet.
 
 use super::{Action, Filter, FilterMode, Key, Ruleset, Used, Verdict};
+use crate::ip::LocalIn;
 use arrayvec::ArrayVec;
 use rxpath_wire::{Headers, IpAddrs, L3, L4};
+use std::net::IpAddr;
 
 /// Counters one walk touched, at most this many (more: counted at once
 /// and not cached).
@@ -43,10 +47,10 @@ pub(super) type Path = ArrayVec<u32, PATH>;
 pub(super) type Packed = [u64; 6];
 
 /// A quick key (IPv4 TCP or UDP, no fragment): word 0 the source and
-/// destination as the frame holds them, word 1 the source port, the
+/// destination addresses as numbers, word 1 the source port, the
 /// destination port, the protocol, the TCP flags (0 for UDP: the protocol
-/// tells the two apart) and the IP length, 16, 16, 8, 8 and 16 bits. The
-/// protocol is never 0, so the all-zero key is an empty entry.
+/// tells the two apart) and the IP length, 16, 16, 8, 8 and 16 bits. The protocol is never 0, so the all-zero key is
+/// an empty entry.
 pub(super) type Quick = [u64; 2];
 
 /// What [`Judge::probe`] found.
@@ -59,15 +63,17 @@ pub(super) enum Probe {
     Other,
 }
 
-/// A quick cache entry: the key, the counter slots the walk touched
-/// (`n` of them, at least one: a walk ends at a rule or a policy), the
-/// action, and the packets and bytes of its hits not yet folded into
-/// those counters (a hit is two adds; see [`Judge::flush`]).
+/// A quick cache entry: the key, the action, the packets and bytes of its
+/// hits not yet folded into the counters the walk touched (a hit is two
+/// adds; see [`Judge::flush`]), and how many counters that walk touched
+/// (at least one: a walk ends at a rule or a policy; their slots are in
+/// [`Judge::quick_path`]). 32 bytes, aligned: two to a cache line, and a
+/// hit touches one.
 #[derive(Debug, Clone, Copy)]
+#[repr(C, align(32))]
 struct QEntry {
     key: Quick,
     bytes: u64,
-    path: [u32; PATH],
     packets: u32,
     n: u8,
     action: Action,
@@ -76,7 +82,6 @@ struct QEntry {
 const EMPTY: QEntry = QEntry {
     key: [0; 2],
     bytes: 0,
-    path: [0; PATH],
     packets: 0,
     n: 0,
     action: Action::Accept,
@@ -97,6 +102,8 @@ pub struct Judge {
     cache: Vec<Option<Entry>>,
     /// The quick keys' cache, as many entries.
     quick: Vec<QEntry>,
+    /// The counter slots of each quick entry's walk.
+    quick_path: Vec<[u32; PATH]>,
     mask: usize,
     /// The filter the entries and pending counts belong to.
     filter: u64,
@@ -131,6 +138,7 @@ impl Judge {
         Judge {
             cache: vec![None; n],
             quick: vec![EMPTY; n],
+            quick_path: vec![[0; PATH]; n],
             mask: n.saturating_sub(1),
             filter: u64::MAX,
             quick_filter: u64::MAX,
@@ -240,16 +248,31 @@ impl Judge {
     /// or `Other` for a packet with no quick key.
     #[inline(always)]
     pub(super) fn probe(&mut self, frame: &[u8], h: &Headers, rxhash: u32) -> Probe {
-        // The quick key's `V4` addresses stand for `L3::Ipv4`.
-        let quick = if h.fragment {
-            None
-        } else {
-            quick_key(frame, h)
-        };
-        let Some((raw, len)) = quick else {
-            return Probe::Other;
-        };
-        let key = [raw[0] & self.quick_mask[0], raw[1] & self.quick_mask[1]];
+        match quick_key(frame, h) {
+            Some((raw, len)) => self.probe_key(raw, len, rxhash),
+            None => Probe::Other,
+        }
+    }
+
+    /// [`Self::probe`] of a packet IP input hands the hook: its key from
+    /// what IP input learnt (`at`), with no parsed header to consult.
+    #[inline(always)]
+    pub(super) fn probe_in(
+        &mut self,
+        frame: &[u8],
+        h: &Headers,
+        at: &LocalIn,
+        rxhash: u32,
+    ) -> Probe {
+        match quick_key_in(frame, h, at) {
+            Some((raw, len)) => self.probe_key(raw, len, rxhash),
+            None => Probe::Other,
+        }
+    }
+
+    #[inline(always)]
+    fn probe_key(&mut self, raw: Quick, len: u32, rxhash: u32) -> Probe {
+        let key = self.masked(raw);
         let hash = if rxhash != 0 {
             rxhash
         } else {
@@ -267,6 +290,11 @@ impl Judge {
         e.packets += 1;
         e.bytes += len as u64;
         Probe::Hit(e.action)
+    }
+
+    #[inline(always)]
+    fn masked(&self, raw: Quick) -> Quick {
+        [raw[0] & self.quick_mask[0], raw[1] & self.quick_mask[1]]
     }
 
     #[cold]
@@ -296,16 +324,19 @@ impl Judge {
             return Action::Accept;
         };
         let (v, path, whole) = self.walk_pending(rs, &k, false);
-        self.fold(slot);
-        if whole && !path.is_empty() {
-            let mut e = QEntry {
+        // The walk judged the parsed headers' view of the packet, the key
+        // may be IP input's: remembered only if the two agree (a frame the
+        // flow dissector reads differently is walked every time).
+        let agree = quick_key(frame, h).is_some_and(|(raw, _)| self.masked(raw) == key);
+        if whole && !path.is_empty() && agree {
+            self.fold(slot);
+            self.quick[slot] = QEntry {
                 key,
                 n: path.len() as u8,
                 action: v.action,
                 ..EMPTY
             };
-            e.path[..path.len()].copy_from_slice(&path);
-            self.quick[slot] = e;
+            self.quick_path[slot][..path.len()].copy_from_slice(&path);
         }
         v.action
     }
@@ -390,7 +421,8 @@ impl Judge {
         }
         (e.packets, e.bytes) = (0, 0);
         self.hits += p;
-        for &s in &e.path[..e.n as usize] {
+        let n = e.n as usize;
+        for &s in &self.quick_path[slot][..n] {
             let c = &mut self.pending[s as usize];
             if c[0] == 0 {
                 self.dirty.push(s);
@@ -487,26 +519,64 @@ fn full_key(k: &Key, v6: bool) -> Packed {
 /// frame too short for what the headers say).
 #[inline(always)]
 fn quick_key(frame: &[u8], h: &Headers) -> Option<(Quick, u32)> {
-    let flags = match h.l4 {
-        L4::Udp => 0,
-        // The flags byte as the frame holds it (GRO may have ORed in a
-        // segment's PSH or FIN since the headers were parsed).
-        L4::Tcp { .. } => *frame.get(h.l4_offset as usize + 13)? as u64,
+    let proto = match h.l4 {
+        L4::Udp => 17,
+        L4::Tcp { .. } => 6,
         _ => return None,
     };
-    let IpAddrs::V4 { src, dst } = &h.flow.addrs else {
+    let IpAddrs::V4 { src, dst } = h.flow.addrs else {
         return None;
     };
+    if h.l3 != L3::Ipv4 || h.fragment {
+        return None;
+    }
     let l3 = h.l3_offset as usize;
-    let b = frame.get(l3 + 2..l3 + 4)?;
-    let len = u16::from_be_bytes([b[0], b[1]]) as u64;
-    let w0 = u32::from_ne_bytes(*src) as u64 | (u32::from_ne_bytes(*dst) as u64) << 32;
+    let len = u16::from_be_bytes(*frame.get(l3 + 2..)?.first_chunk()?);
+    let (src, dst) = (u32::from_be_bytes(src), u32::from_be_bytes(dst));
+    let l4 = h.l4_offset as usize;
+    quick_words(frame, src, dst, h, l4, proto, len)
+}
+
+/// The quick key of a packet IP input hands the hook (`at`: its
+/// addresses, protocol, length and where its transport header is), the
+/// ports from the flow dissector's `h`.
+#[inline(always)]
+fn quick_key_in(frame: &[u8], h: &Headers, at: &LocalIn) -> Option<(Quick, u32)> {
+    let (IpAddr::V4(src), IpAddr::V4(dst)) = (at.src, at.dst) else {
+        return None;
+    };
+    if at.proto != 17 && at.proto != 6 {
+        return None;
+    }
+    // An IPv4 length is 16 bits (IP input's for a GRO packet too).
+    let len = at.ip_len as u16;
+    quick_words(frame, src.into(), dst.into(), h, at.l4, at.proto, len)
+}
+
+/// The words of a quick key; TCP's flags byte as the frame holds it at
+/// `l4` (GRO may have ORed a segment's PSH or FIN into it since the
+/// headers were parsed).
+#[inline(always)]
+fn quick_words(
+    frame: &[u8],
+    src: u32,
+    dst: u32,
+    h: &Headers,
+    l4: usize,
+    proto: u8,
+    len: u16,
+) -> Option<(Quick, u32)> {
+    let flags = if proto == 6 {
+        *frame.get(l4 + 13)? as u64
+    } else {
+        0
+    };
     let w1 = h.flow.src_port as u64
         | (h.flow.dst_port as u64) << 16
-        | (h.flow.protocol as u64) << 32
+        | (proto as u64) << 32
         | flags << 40
-        | len << 48;
-    Some(([w0, w1], len as u32))
+        | (len as u64) << 48;
+    Some(([src as u64 | (dst as u64) << 32, w1], len as u32))
 }
 
 /// A quick key's slot when the device gave no flow hash (AF_XDP).

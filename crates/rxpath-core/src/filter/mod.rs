@@ -37,6 +37,8 @@ mod parse;
 pub mod rule;
 mod stage;
 #[cfg(test)]
+mod stage_tests;
+#[cfg(test)]
 mod tests;
 mod tree;
 mod walk;

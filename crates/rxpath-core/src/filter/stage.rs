@@ -6,6 +6,7 @@
 
 use super::cache::{Probe, Quick};
 use super::{Action, Filter, FilterHandle, Judge};
+use crate::ip::LocalIn;
 use crate::packet::PollEnd;
 use rxpath_wire::Headers;
 use std::sync::Arc;
@@ -58,6 +59,20 @@ impl InputHook {
                 Probe::Hit(a) => return a,
                 Probe::Miss(key, slot) => return self.miss(frame, h, key, slot),
                 // Probed already: straight to the general path.
+                Probe::Other => return self.general(frame, h, rxhash),
+            }
+        }
+        self.action_slow(frame, h, rxhash)
+    }
+
+    /// [`Self::action`] of a packet IP input hands the hook: the quick
+    /// key from what IP input learnt (`at`).
+    #[inline(always)]
+    pub fn action_in(&mut self, frame: &[u8], h: &Headers, rxhash: u32, at: &LocalIn) -> Action {
+        if self.quick {
+            match self.judge.probe_in(frame, h, at, rxhash) {
+                Probe::Hit(a) => return a,
+                Probe::Miss(key, slot) => return self.miss(frame, h, key, slot),
                 Probe::Other => return self.general(frame, h, rxhash),
             }
         }

@@ -467,7 +467,7 @@ fn the_flow_cache_changes_no_verdict_and_no_counter() {
 
 /// Every rule's and policy's counters of `a` equal `b`'s, and `a` counted
 /// at least `packets` packets.
-fn same_counters(a: &Ruleset, b: &Ruleset, packets: u64, what: &str) {
+pub(super) fn same_counters(a: &Ruleset, b: &Ruleset, packets: u64, what: &str) {
     let (x, y) = (a.stats(), b.stats());
     assert!(x.iter().map(|r| r.packets).sum::<u64>() >= packets);
     for (r, s) in x.iter().zip(&y) {
@@ -500,99 +500,6 @@ fn a_new_filter_empties_the_flow_cache() {
     j.flush(&d);
     assert_eq!(a.v4.as_ref().unwrap().stats()[1].packets, 2);
     assert_eq!(d.v4.as_ref().unwrap().stats()[1].packets, 1);
-}
-
-/// The stage's fast path (a key packed from the parsed headers, a hit in
-/// about forty instructions) gives every frame the action and every rule
-/// the counts of the plain walk: TCP with any flags, UDP, ICMP, IPv6,
-/// fragments, frames with and without a flow hash, lengths that some
-/// rules test.
-#[test]
-fn the_stage_fast_path_judges_frames_as_the_walk() {
-    use rand::SeedableRng;
-    let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(23);
-    // The linear walk goes through the judge uncached, its counts kept in
-    // the thread until a flush like the cache's.
-    for (fam, seed, mode) in [
-        (Family::V4, 3, FilterMode::Compiled),
-        (Family::V4, 4, FilterMode::Compiled),
-        (Family::V6, 5, FilterMode::Compiled),
-        (Family::V4, 6, FilterMode::Linear),
-        (Family::V6, 7, FilterMode::Linear),
-    ] {
-        let g = generate(Shape::Fw, fam, 300, 400, 0.8, seed);
-        let mut texts = vec![("fw".to_string(), g.save.clone())];
-        if fam == Family::V4 {
-            // Flags, lengths, fragments and ICMP types by hand as well.
-            let extra = "*filter\n:INPUT ACCEPT [0:0]\n\
-                -A INPUT -f -j DROP\n\
-                -A INPUT -p tcp -m tcp --tcp-flags SYN,ACK SYN -j DROP\n\
-                -A INPUT -p tcp -m tcp --tcp-flags FIN,PSH FIN,PSH -j REJECT\n\
-                -A INPUT -m length --length 100:200 -j DROP\n\
-                -A INPUT -p icmp -m icmp --icmp-type 8 -j DROP\n";
-            texts[0].1 = g
-                .save
-                .replacen("*filter\n:INPUT ACCEPT [0:0]\n", extra, 1)
-                .replacen("*filter\n:INPUT DROP [0:0]\n", extra, 1);
-        }
-        let load = |m| Filter::load(&texts, "veth0", m).unwrap();
-        let (cached, plain) = (load(mode), load(FilterMode::Compiled));
-        let mut j = Judge::new(64);
-        let mut n = 0;
-        // Flows that come back (hits) and slots they share (evictions).
-        let pool: Vec<_> = g.traffic.iter().take(48).cloned().collect();
-        for round in 0..4 {
-            for _ in 0..1000 {
-                let i = rng.gen_range(0..pool.len());
-                let mut p = pool[i];
-                if i % 20 == 0 {
-                    p.proto = 1;
-                }
-                let len = [0usize, 10, 60, 150, 1200][rng.gen_range(0..5)];
-                let mut f = p.frame([2; 6], [4; 6], &vec![0u8; len]);
-                let l3 = 14;
-                if p.proto == 6 {
-                    let l4 = l3 + if fam == Family::V6 { 40 } else { 20 };
-                    f[l4 + 13] = [0x02, 0x12, 0x10, 0x09, 0x18][rng.gen_range(0..5)];
-                }
-                if fam == Family::V4 && rng.gen_bool(0.05) {
-                    // A later fragment (offset 8 bytes) or a first one.
-                    f[l3 + 6] = if rng.gen_bool(0.5) { 0 } else { 0x20 };
-                    f[l3 + 7] = 1;
-                }
-                let Ok(h) = rxpath_wire::parse(&f) else {
-                    continue;
-                };
-                let hash = if round == 3 {
-                    0
-                } else {
-                    (i as u32 * 7) % 32 + 1
-                };
-                let want = plain
-                    .judge_frame(&f, &h)
-                    .map_or(Action::Accept, |v| v.action);
-                assert_eq!(j.action(&cached, &f, &h, hash), want, "{p:?} {h:?}");
-                n += 1;
-                if n % 16 == 0 {
-                    j.flush(&cached);
-                }
-            }
-        }
-        j.flush(&cached);
-        if mode == FilterMode::Linear {
-            assert_eq!((j.hits, j.misses), (0, n), "the walk is never cached");
-        } else {
-            assert!(
-                j.hits > 200 && j.misses > 500,
-                "{} hits, {} walks",
-                j.hits,
-                j.misses
-            );
-        }
-        for (a, b) in cached.sets().zip(plain.sets()) {
-            same_counters(a, b, n, &format!("{fam:?}"));
-        }
-    }
 }
 
 /// A random rule for the tree to cut through: negations, port lists and
@@ -655,78 +562,6 @@ proptest! {
             prop_assert_eq!(lin.judge_quiet(&k), comp.judge_quiet(&k), "{:?}", k);
         }
     }
-}
-
-/// A hook's counts reach the rule counters when its set is let go: not
-/// while the queue stays busy (for fewer than `HOLD_POLLS` polls), at once
-/// when a poll ends with the queue dry, after `HOLD_POLLS` busy polls, at
-/// every bundle for a driver without polls, and when the hook is dropped;
-/// a swap takes effect at the hook's next load and carries what it
-/// counted. Every packet is counted exactly once through all of it.
-#[test]
-fn a_hooks_counts_are_written_when_it_lets_its_set_go() {
-    use crate::packet::PollEnd;
-    use rxpath_wire::build::{self, Spec};
-    let rules = "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p udp --dport 7 -j DROP\nCOMMIT\n";
-    let load = || Filter::load(&[("t".into(), rules.into())], "x", FilterMode::Compiled).unwrap();
-    let handle = std::sync::Arc::new(FilterHandle::new(Some(load())));
-    let frame = build::udp(
-        &Spec::new(
-            "198.18.0.1".parse().unwrap(),
-            "198.18.0.2".parse().unwrap(),
-            4000,
-            7,
-        ),
-        b"x",
-    );
-    let h = rxpath_wire::parse(&frame).unwrap();
-    let dropped = |hd: &FilterHandle| {
-        let f = hd.current().unwrap();
-        let st = f.v4.as_ref().unwrap().stats();
-        st.iter().find(|r| r.rule == Some(0)).unwrap().packets
-    };
-    let full = PollEnd::Full;
-    let dry = PollEnd::Complete { work_done: 0 };
-    let mut hook = InputHook::new(handle.clone());
-    // Its driver polls (until the first poll ends, a hook lets go at every
-    // bundle).
-    hook.poll_done(dry);
-    // A busy queue: counted here, not yet there.
-    for _ in 0..HOLD_POLLS - 1 {
-        for rxhash in [0, 5] {
-            assert_eq!(hook.action(&frame, &h, rxhash), Action::Drop);
-        }
-        hook.bundle_done();
-        hook.poll_done(full);
-    }
-    assert_eq!(dropped(&handle), 0);
-    hook.poll_done(full);
-    assert_eq!(dropped(&handle), 2 * (HOLD_POLLS as u64 - 1));
-    // The queue runs dry: written at once.
-    hook.action(&frame, &h, 5);
-    hook.poll_done(dry);
-    assert_eq!(dropped(&handle), 2 * HOLD_POLLS as u64 - 1);
-    // A swap while the hook holds the old set: it judges by the old set
-    // until it lets it go, and the swap carries those counts over.
-    hook.action(&frame, &h, 5);
-    let swapper = {
-        let handle = handle.clone();
-        std::thread::spawn(move || handle.replace(load()))
-    };
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    hook.action(&frame, &h, 5);
-    hook.poll_done(dry);
-    swapper.join().unwrap();
-    assert_eq!(dropped(&handle), 2 * HOLD_POLLS as u64 + 1);
-    // A driver without polls writes at every bundle; a dropped hook
-    // writes what it holds.
-    let mut worker = InputHook::new(handle.clone());
-    worker.action(&frame, &h, 9);
-    worker.bundle_done();
-    assert_eq!(dropped(&handle), 2 * HOLD_POLLS as u64 + 2);
-    hook.action(&frame, &h, 5);
-    drop(hook);
-    assert_eq!(dropped(&handle), 2 * HOLD_POLLS as u64 + 3);
 }
 
 /// A tree node that cuts a field at fewer than seven points, and packets

@@ -256,16 +256,51 @@ pub fn input_hooked(
 ) -> Result<Datagram, DropReason> {
     match filter {
         Some((f, h)) => {
-            let mut hook = |fr: &[u8]| f.judge_frame(fr, h).and_then(|v| v.drop_reason());
+            let mut hook =
+                |fr: &[u8], _: &LocalIn| f.judge_frame(fr, h).and_then(|v| v.drop_reason());
             input_chain(frame, 0, csum, cfg, snmp, Some(&mut hook))
         }
         None => input_chain(frame, 0, csum, cfg, snmp, None),
     }
 }
 
-/// The `INPUT` hook as IP input calls it: the frame in, a drop reason
-/// (the rules dropped it) or `None` (it goes on) out.
-pub type InputHook<'a> = &'a mut dyn FnMut(&[u8]) -> Option<DropReason>;
+/// The `INPUT` hook as IP input calls it: the frame and what IP input
+/// learnt of it in, a drop reason (the rules dropped it) or `None` (it
+/// goes on) out.
+pub type InputHook<'a> = &'a mut dyn FnMut(&[u8], &LocalIn) -> Option<DropReason>;
+
+/// What IP input knows of a packet it hands the `INPUT` hook (the skb at
+/// `ip_local_deliver()`): checked headers, no fragment, for this host. A
+/// hook need not find any of it again in the frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalIn {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// Offset of the transport header in the frame (past IPv6's
+    /// extension headers).
+    pub l4: usize,
+    /// The packet's IP length as the kernel's rule counters count it: the
+    /// IPv4 total length, the IPv6 payload length plus the fixed header
+    /// (of the whole packet, for a UDP GRO packet).
+    pub ip_len: usize,
+    /// The transport protocol.
+    pub proto: u8,
+}
+
+impl LocalIn {
+    #[inline(always)]
+    fn new(l3: usize, l4: &L4, more: usize) -> Self {
+        LocalIn {
+            src: l4.src,
+            dst: l4.dst,
+            l4: l4.off,
+            ip_len: l4.off - l3 + l4.len + more,
+            proto: l4.proto,
+        }
+    }
+}
 
 /// [`input_hooked`] for a UDP GRO packet: `frame` is its head, whose IP
 /// and UDP lengths cover `more` bytes of payload in the chain's other
@@ -284,7 +319,8 @@ pub fn input_chain(
     let (etype, l3) = l2_rcv(frame, cfg, snmp)?;
     let l4 = l3_rcv(frame, more, etype, l3, cfg, snmp)?;
     if let Some(hook) = filter {
-        if let Some(reason) = hook(frame) {
+        let at = LocalIn::new(l3, &l4, more);
+        if let Some(reason) = hook(frame, &at) {
             return Err(reason);
         }
     }
@@ -302,7 +338,7 @@ pub fn input_any(
     cfg: &IpConfig,
     snmp: &mut Snmp,
 ) -> Result<u8, DropReason> {
-    input_any_hooked(frame, csum, cfg, snmp, |_| None)
+    input_any_hooked(frame, csum, cfg, snmp, |_, _| None)
 }
 
 /// [`input_any`] with the `INPUT` hook where the kernel runs it
@@ -314,11 +350,12 @@ pub fn input_any_hooked(
     csum: CsumStatus,
     cfg: &IpConfig,
     snmp: &mut Snmp,
-    hook: impl FnOnce(&[u8]) -> Option<DropReason>,
+    hook: impl FnOnce(&[u8], &LocalIn) -> Option<DropReason>,
 ) -> Result<u8, DropReason> {
     let (etype, l3) = l2_rcv(frame, cfg, snmp)?;
     let l4 = l3_rcv(frame, 0, etype, l3, cfg, snmp)?;
-    if let Some(reason) = hook(frame) {
+    let at = LocalIn::new(l3, &l4, 0);
+    if let Some(reason) = hook(frame, &at) {
         return Err(reason);
     }
     delivered(snmp, etype == ethertype::IPV6);

@@ -9,7 +9,7 @@
 //! the transport's (a UDP datagram the rules drop is the rule's, not a
 //! checksum error), on the bytes IP input already holds.
 
-use super::{CsumStatus, IpConfig};
+use super::{CsumStatus, IpConfig, LocalIn};
 use crate::filter::{FilterHandle, InputHook};
 use crate::packet::{Packet, PollEnd, RxCtx, Stack};
 use crate::stats::{DropReason, LatencyHist};
@@ -24,6 +24,14 @@ pub trait Hook {
     const ON: bool;
     /// Why the rules drop this packet, or `None`.
     fn judge(&mut self, frame: &[u8], h: &Headers, rxhash: u32) -> Option<DropReason>;
+    /// [`Hook::judge`] of a packet from IP input, with what it learnt.
+    fn judge_in(
+        &mut self,
+        frame: &[u8],
+        h: &Headers,
+        rxhash: u32,
+        at: &LocalIn,
+    ) -> Option<DropReason>;
     /// The end of a bundle.
     fn bundle_done(&mut self);
     /// The end of a poll.
@@ -40,6 +48,10 @@ impl Hook for NoHook {
     fn judge(&mut self, _: &[u8], _: &Headers, _: u32) -> Option<DropReason> {
         None
     }
+    #[inline(always)]
+    fn judge_in(&mut self, _: &[u8], _: &Headers, _: u32, _: &LocalIn) -> Option<DropReason> {
+        None
+    }
     fn bundle_done(&mut self) {}
     fn poll_done(&mut self, _: PollEnd) {}
 }
@@ -49,6 +61,16 @@ impl Hook for InputHook {
     #[inline(always)]
     fn judge(&mut self, frame: &[u8], h: &Headers, rxhash: u32) -> Option<DropReason> {
         self.action(frame, h, rxhash).drop_reason()
+    }
+    #[inline(always)]
+    fn judge_in(
+        &mut self,
+        frame: &[u8],
+        h: &Headers,
+        rxhash: u32,
+        at: &LocalIn,
+    ) -> Option<DropReason> {
+        self.action_in(frame, h, rxhash, at).drop_reason()
     }
     fn bundle_done(&mut self) {
         InputHook::bundle_done(self)
@@ -128,7 +150,9 @@ impl<S: Stack, H: Hook> Stack for IpStage<S, H> {
         let r = if H::ON {
             let (h, rxhash) = (&pkt.meta.headers, pkt.meta.rxhash);
             let hook = &mut self.hook;
-            super::input_any_hooked(bytes, csum, cfg, snmp, |fr| hook.judge(fr, h, rxhash))
+            super::input_any_hooked(bytes, csum, cfg, snmp, |fr, at| {
+                hook.judge_in(fr, h, rxhash, at)
+            })
         } else {
             super::input_any(bytes, csum, cfg, snmp)
         };

@@ -298,8 +298,8 @@ fn the_input_hook_runs_between_ip_and_udp() {
     let mut hook = InputHook::new(handle.clone());
     let mut through = |f: &[u8], s: &mut Snmp| {
         let h = rxpath_wire::parse(f).unwrap();
-        let r = input_any_hooked(f, CsumStatus::None, &cfg(), s, |fr| {
-            hook.action(fr, &h, 0).drop_reason()
+        let r = input_any_hooked(f, CsumStatus::None, &cfg(), s, |fr, at| {
+            hook.action_in(fr, &h, 0, at).drop_reason()
         });
         hook.release();
         r

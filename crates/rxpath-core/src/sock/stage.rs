@@ -115,7 +115,8 @@ impl Stack for SockStack {
             None => ip::input_chain(bytes, more, csum, &self.ip, &mut ctx.stats.snmp, None),
             Some(hook) => {
                 let (h, rxhash) = (&pkt.meta.headers, pkt.meta.rxhash);
-                let mut judge = |fr: &[u8]| hook.action(fr, h, rxhash).drop_reason();
+                let mut judge =
+                    |fr: &[u8], at: &ip::LocalIn| hook.action_in(fr, h, rxhash, at).drop_reason();
                 ip::input_chain(
                     bytes,
                     more,
