@@ -47,10 +47,10 @@ pub(super) type Path = ArrayVec<u32, PATH>;
 pub(super) type Packed = [u64; 6];
 
 /// A quick key (IPv4 TCP or UDP, no fragment): word 0 the source and
-/// destination addresses as numbers, word 1 the source port, the
-/// destination port, the protocol, the TCP flags (0 for UDP: the protocol
-/// tells the two apart) and the IP length, 16, 16, 8, 8 and 16 bits. The protocol is never 0, so the all-zero key is
-/// an empty entry.
+/// destination addresses, word 1 the source port, the destination port,
+/// the protocol, the TCP flags (0 for UDP: the protocol tells the two
+/// apart) and the IP length, 16, 16, 8, 8 and 16 bits. The protocol is
+/// never 0, so the all-zero key is an empty entry.
 pub(super) type Quick = [u64; 2];
 
 /// What [`Judge::probe`] found.
@@ -519,9 +519,10 @@ fn full_key(k: &Key, v6: bool) -> Packed {
 /// frame too short for what the headers say).
 #[inline(always)]
 fn quick_key(frame: &[u8], h: &Headers) -> Option<(Quick, u32)> {
-    let proto = match h.l4 {
-        L4::Udp => 17,
-        L4::Tcp { .. } => 6,
+    let l4 = h.l4_offset as usize;
+    let (proto, flags) = match h.l4 {
+        L4::Udp => (17, 0),
+        L4::Tcp { .. } => (6, tcp_flags(frame, l4)?),
         _ => return None,
     };
     let IpAddrs::V4 { src, dst } = h.flow.addrs else {
@@ -532,9 +533,7 @@ fn quick_key(frame: &[u8], h: &Headers) -> Option<(Quick, u32)> {
     }
     let l3 = h.l3_offset as usize;
     let len = u16::from_be_bytes(*frame.get(l3 + 2..)?.first_chunk()?);
-    let (src, dst) = (u32::from_be_bytes(src), u32::from_be_bytes(dst));
-    let l4 = h.l4_offset as usize;
-    quick_words(frame, src, dst, h, l4, proto, len)
+    Some(quick_words(src, dst, h, proto, flags, len))
 }
 
 /// The quick key of a packet IP input hands the hook (`at`: its
@@ -545,38 +544,48 @@ fn quick_key_in(frame: &[u8], h: &Headers, at: &LocalIn) -> Option<(Quick, u32)>
     let (IpAddr::V4(src), IpAddr::V4(dst)) = (at.src, at.dst) else {
         return None;
     };
-    if at.proto != 17 && at.proto != 6 {
-        return None;
-    }
+    let flags = match at.proto {
+        17 => 0,
+        6 => tcp_flags(frame, at.l4)?,
+        _ => return None,
+    };
     // An IPv4 length is 16 bits (IP input's for a GRO packet too).
     let len = at.ip_len as u16;
-    quick_words(frame, src.into(), dst.into(), h, at.l4, at.proto, len)
+    Some(quick_words(
+        src.octets(),
+        dst.octets(),
+        h,
+        at.proto,
+        flags,
+        len,
+    ))
 }
 
-/// The words of a quick key; TCP's flags byte as the frame holds it at
-/// `l4` (GRO may have ORed a segment's PSH or FIN into it since the
-/// headers were parsed).
+/// TCP's flags byte as the frame holds it (GRO may have ORed a segment's
+/// PSH or FIN into it since the headers were parsed).
+#[inline(always)]
+fn tcp_flags(frame: &[u8], l4: usize) -> Option<u64> {
+    frame.get(l4 + 13).map(|&f| f as u64)
+}
+
+/// The words of a quick key (the addresses in the frame's byte order:
+/// each keeps its own 32 bits, which is all a mask needs).
 #[inline(always)]
 fn quick_words(
-    frame: &[u8],
-    src: u32,
-    dst: u32,
+    src: [u8; 4],
+    dst: [u8; 4],
     h: &Headers,
-    l4: usize,
     proto: u8,
+    flags: u64,
     len: u16,
-) -> Option<(Quick, u32)> {
-    let flags = if proto == 6 {
-        *frame.get(l4 + 13)? as u64
-    } else {
-        0
-    };
+) -> (Quick, u32) {
+    let w0 = u32::from_ne_bytes(src) as u64 | (u32::from_ne_bytes(dst) as u64) << 32;
     let w1 = h.flow.src_port as u64
         | (h.flow.dst_port as u64) << 16
         | (proto as u64) << 32
         | flags << 40
         | (len as u64) << 48;
-    Some(([src as u64 | (dst as u64) << 32, w1], len as u32))
+    ([w0, w1], len as u32)
 }
 
 /// A quick key's slot when the device gave no flow hash (AF_XDP).
