@@ -55,12 +55,8 @@ impl InputHook {
     #[inline(always)]
     pub fn action(&mut self, frame: &[u8], h: &Headers, rxhash: u32) -> Action {
         if self.quick {
-            match self.judge.probe(frame, h, rxhash) {
-                Probe::Hit(a) => return a,
-                Probe::Miss(key, slot) => return self.miss(frame, h, key, slot),
-                // Probed already: straight to the general path.
-                Probe::Other => return self.general(frame, h, rxhash),
-            }
+            let p = self.judge.probe(frame, h, rxhash);
+            return self.settle(p, frame, h, rxhash);
         }
         self.action_slow(frame, h, rxhash)
     }
@@ -70,13 +66,22 @@ impl InputHook {
     #[inline(always)]
     pub fn action_in(&mut self, frame: &[u8], h: &Headers, rxhash: u32, at: &LocalIn) -> Action {
         if self.quick {
-            match self.judge.probe_in(frame, h, at, rxhash) {
-                Probe::Hit(a) => return a,
-                Probe::Miss(key, slot) => return self.miss(frame, h, key, slot),
-                Probe::Other => return self.general(frame, h, rxhash),
-            }
+            let p = self.judge.probe_in(frame, h, at, rxhash);
+            return self.settle(p, frame, h, rxhash);
         }
         self.action_slow(frame, h, rxhash)
+    }
+
+    /// Where a quick probe leads: a hit's action, a miss walked and
+    /// remembered, anything else (probed already) straight to the general
+    /// path.
+    #[inline(always)]
+    fn settle(&mut self, p: Probe, frame: &[u8], h: &Headers, rxhash: u32) -> Action {
+        match p {
+            Probe::Hit(a) => a,
+            Probe::Miss(key, slot) => self.miss(frame, h, key, slot),
+            Probe::Other => self.general(frame, h, rxhash),
+        }
     }
 
     #[inline(never)]
