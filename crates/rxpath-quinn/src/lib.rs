@@ -5,8 +5,11 @@
 //! segment size), sends segmented transmits in one hand-over to the device
 //! (`UDP_SEGMENT`), sees and sets the ECN bits, and is woken by the thread
 //! that queues its datagrams: no thread per socket, no system call per
-//! datagram. With `busy_poll` set on the socket, an empty read first polls
-//! the queue's NAPI once, as the kernel's non-blocking `recvmsg` does.
+//! datagram. With `busy_poll` set on the socket, every read polls the
+//! queue's NAPI, and for `busy_poll` µs after the last datagram an empty
+//! read wakes its own task instead of sleeping, as an epoll loop busy polls
+//! before it sleeps: a request that comes within the window is read with no
+//! wakeup at all.
 //!
 //! ```no_run
 //! # async fn serve() -> anyhow::Result<()> {
@@ -38,6 +41,7 @@ use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use tokio::io::unix::AsyncFd;
@@ -53,6 +57,10 @@ pub struct RxpathSocket {
     /// reactor, so that the device wakes this task, which then polls the
     /// queue itself (made once the socket knows its NAPI).
     device: Mutex<Option<AsyncFd<OwnedFd>>>,
+    /// With `busy_poll` set: when the reads started finding nothing (ns,
+    /// 0: the last read had datagrams). For `busy_poll` µs from then the
+    /// task spins instead of sleeping (see [`Self::spin`]).
+    empty_since: AtomicU64,
 }
 
 impl RxpathSocket {
@@ -64,7 +72,35 @@ impl RxpathSocket {
         RxpathSocket {
             sock,
             device: Mutex::new(None),
+            empty_since: AtomicU64::new(0),
         }
+    }
+
+    /// An empty read with `busy_poll` set: within `busy_poll` µs of the
+    /// first empty read the task wakes itself and is polled again once the
+    /// runtime has run what else is ready, each poll polling the queue's
+    /// NAPI; the thread never sleeps in the reactor meanwhile. This is the
+    /// kernel's epoll busy poll (`ep_busy_loop`: `epoll_wait` polls the
+    /// NAPI for up to `busy_poll` µs before it sleeps), in a task: a
+    /// request that arrives within the window is read by the task's own
+    /// poll, with no wakeup. Returns false once the window is over (the
+    /// caller sleeps as without busy polling, and the next datagram opens
+    /// a new window).
+    fn spin(&self, cx: &mut Context<'_>) -> bool {
+        let us = self.sock.busy_poll() as u64;
+        let now = rxpath_dev::mono_ns();
+        let since = match self.empty_since.load(Ordering::Relaxed) {
+            0 => {
+                self.empty_since.store(now, Ordering::Relaxed);
+                now
+            }
+            t => t,
+        };
+        if now.saturating_sub(since) < us * 1000 {
+            cx.waker().wake_by_ref();
+            return true;
+        }
+        false
     }
 
     /// The rxpath socket underneath (counters, busy poll).
@@ -106,8 +142,10 @@ impl AsyncUdpSocket for RxpathSocket {
 
     /// Datagrams queued by the NAPI thread are read at once; when none are
     /// queued the task's waker stays in the socket (the thread that queues
-    /// the next one wakes it). With `busy_poll` set on the socket, an empty
-    /// read polls the queue once (`poll_recv_batch`), and the task also
+    /// the next one wakes it). With `busy_poll` set on the socket, a read
+    /// polls the queue's NAPI once, and an empty one within the window
+    /// spins ([`Self::spin`]); past it the read polls once more
+    /// (`poll_recv_batch`) and may wait, and the task also
     /// waits on the device's own descriptor in tokio's reactor: when the
     /// device has packets, tokio wakes this task and it polls the queue
     /// itself, as an epoll loop with `SO_PREFER_BUSY_POLL` does; with the
@@ -124,20 +162,37 @@ impl AsyncUdpSocket for RxpathSocket {
         for (s, b) in slices.iter_mut().zip(bufs.iter_mut()) {
             *s = &mut b[..];
         }
+        let mut fill = |i: usize, m: rxpath_core::sock::RecvMeta| {
+            meta[i] = RecvMeta {
+                addr: m.src,
+                len: m.len,
+                stride: m.stride.max(1),
+                ecn: EcnCodepoint::from_bits(m.ecn),
+                dst_ip: Some(m.dst),
+            };
+        };
+        if self.sock.busy_poll() > 0 {
+            match self.sock.recv_batch_busy(&mut slices[..n], &mut fill) {
+                Ok(0) => {
+                    if self.spin(cx) {
+                        return Poll::Pending;
+                    }
+                }
+                Ok(n) => {
+                    self.empty_since.store(0, Ordering::Relaxed);
+                    return Poll::Ready(Ok(n));
+                }
+                Err(e) => return Poll::Ready(Err(io::Error::other(e.to_string()))),
+            }
+        }
+        // No busy poll, or its window is over: a read that may wait.
         for _ in 0..4 {
-            let r = self
-                .sock
-                .poll_recv_batch(cx, &mut slices[..n], &mut |i, m| {
-                    meta[i] = RecvMeta {
-                        addr: m.src,
-                        len: m.len,
-                        stride: m.stride.max(1),
-                        ecn: EcnCodepoint::from_bits(m.ecn),
-                        dst_ip: Some(m.dst),
-                    };
-                });
+            let r = self.sock.poll_recv_batch(cx, &mut slices[..n], &mut fill);
             match r {
-                Poll::Ready(Ok(n)) => return Poll::Ready(Ok(n)),
+                Poll::Ready(Ok(n)) => {
+                    self.empty_since.store(0, Ordering::Relaxed);
+                    return Poll::Ready(Ok(n));
+                }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(io::Error::other(e.to_string()))),
                 Poll::Pending => {}
             }

@@ -33,8 +33,11 @@ pub struct QuicBenchArgs {
     /// 32-byte request/response streams timed per configuration.
     #[arg(long, default_value_t = 2000)]
     pub requests: u64,
-    /// Busy-poll µs for the busy-polling servers (rxpath and kernel).
-    #[arg(long, default_value_t = 50)]
+    /// Busy-poll µs for the busy-polling servers (rxpath and kernel): a
+    /// window longer than the client's turnaround between requests (60-100
+    /// µs on the lab veth), so that a busy-polling server is still polling
+    /// when the next request comes; at 50 µs it has gone to sleep.
+    #[arg(long, default_value_t = 1000)]
     pub busy_poll: u32,
     /// Interrupt deferral of the "prefer" rxpath server after a busy poll,
     /// ns (the reading task is then woken by the device and polls).

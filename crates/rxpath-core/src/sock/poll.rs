@@ -7,7 +7,9 @@
 //! wakes it. With `busy_poll` set, an empty queue is first polled once
 //! through the socket's NAPI, as the kernel's non-blocking `recvmsg` does
 //! (`sk_busy_loop(sk, nonblock)`: one `napi_busy_loop` round without a loop
-//! end).
+//! end). A task that spins for its busy-poll window, as an epoll loop does
+//! before it sleeps, reads with [`UdpSocket::recv_batch_busy`], which arms
+//! nothing.
 
 use super::socket::{RecvMeta, UdpSocket};
 use super::{lock, SockError};
@@ -27,21 +29,12 @@ impl UdpSocket {
         bufs: &mut [B],
         meta: &mut dyn FnMut(usize, RecvMeta),
     ) -> Poll<Result<usize, SockError>> {
-        let n = self.take(bufs, meta)?;
+        let n = self.recv_batch_busy(bufs, meta)?;
         if n > 0 {
             return Poll::Ready(Ok(n));
         }
         let inner = &self.inner;
-        let us = self.busy_poll();
-        let napi = NapiId(inner.napi_id.load(Ordering::Relaxed));
-        if us > 0 && napi.0 != 0 {
-            inner.count_busy_poll();
-            self.host
-                .busy_loop(&[napi], 0, &|| inner.qlen.load(Ordering::Acquire) > 0);
-            let n = self.take(bufs, meta)?;
-            if n > 0 {
-                return Poll::Ready(Ok(n));
-            }
+        if let Some(napi) = self.busy_napi() {
             // About to wait: a deferred interrupt must fire again.
             self.host.resume_irqs(&[napi]);
         }
@@ -54,6 +47,38 @@ impl UdpSocket {
             return Poll::Ready(Ok(n));
         }
         Poll::Pending
+    }
+
+    /// A task's read that arms nothing: what is queued, else (with
+    /// `busy_poll` set) one busy-poll round of the socket's NAPI and what
+    /// it queued; 0 when nothing came. No waker is left and no deferred
+    /// interrupt resumed: for a task that polls again soon, spinning
+    /// within its busy-poll window ([`Self::poll_recv_batch`] is the read
+    /// that may wait).
+    pub fn recv_batch_busy<B: AsMut<[u8]>>(
+        &self,
+        bufs: &mut [B],
+        meta: &mut dyn FnMut(usize, RecvMeta),
+    ) -> Result<usize, SockError> {
+        let n = self.take(bufs, meta)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        let Some(napi) = self.busy_napi() else {
+            return Ok(0);
+        };
+        let inner = &self.inner;
+        inner.count_busy_poll();
+        self.host
+            .busy_loop(&[napi], 0, &|| inner.qlen.load(Ordering::Acquire) > 0);
+        self.take(bufs, meta)
+    }
+
+    /// The NAPI a read busy-polls: the socket's, if `busy_poll` is set and
+    /// the socket has seen one.
+    fn busy_napi(&self) -> Option<NapiId> {
+        let napi = NapiId(self.inner.napi_id.load(Ordering::Relaxed));
+        (self.busy_poll() > 0 && napi.0 != 0).then_some(napi)
     }
 
     /// A descriptor that becomes readable when the device queue of this
