@@ -85,10 +85,18 @@ struct Way {
 /// entry therefore has nothing in flight and may go anywhere; if every entry
 /// of its set is busy, [`get_rps_cpu`] runs the packet right here (as the
 /// kernel does without a target), which keeps its order too.
+///
+/// A table resized while packets flow ([`DevFlowTable::resized`]; the
+/// kernel swaps in an empty one) keeps every flow in flight: those its
+/// sets cannot hold wait in a spill list, still steered to their worker,
+/// until they drain or find a free entry. The spill never grows: new
+/// flows go to the sets only.
 #[derive(Debug, Clone)]
 pub struct DevFlowTable {
     ways: Vec<Way>,
     log: u32,
+    /// Flows in flight at a resize that their set could not take.
+    spill: Vec<Way>,
 }
 
 impl DevFlowTable {
@@ -109,6 +117,7 @@ impl DevFlowTable {
                 n
             ],
             log: sets.trailing_zeros(),
+            spill: Vec::new(),
         }
     }
 
@@ -138,17 +147,35 @@ impl DevFlowTable {
     /// `store_rps_dev_flow_table_cnt`) holding every flow of this one that
     /// has packets in flight, so that none of them can be moved past its
     /// own packets; flows with nothing in flight may go anywhere and are
-    /// left out. `None` if they do not all fit (a smaller table, a set
-    /// full of busy flows): the caller keeps this table and tries again
-    /// later, when some have drained. The kernel swaps in an empty table.
-    pub fn resized(&self, entries: usize, workers: &dyn WorkerView) -> Option<DevFlowTable> {
+    /// left out. Busy flows that a set of the new table cannot take wait in
+    /// its spill list (the kernel swaps in an empty table and may reorder
+    /// them). Never refused: a busy flow stays busy as long as packets keep
+    /// coming, so waiting until all fit could wait for ever.
+    pub fn resized(&self, entries: usize, workers: &dyn WorkerView) -> DevFlowTable {
         let mut t = DevFlowTable::new(entries);
-        for w in self.ways.iter().filter(|w| !Self::idle(w, workers)) {
+        for w in self
+            .ways
+            .iter()
+            .chain(&self.spill)
+            .filter(|w| !Self::idle(w, workers))
+        {
             if !t.set(w.tag, w.flow.cpu, w.flow.last_qtail, workers) {
-                return None;
+                t.spill.push(*w);
             }
         }
-        Some(t)
+        t
+    }
+
+    /// Flows waiting in the spill list (see [`DevFlowTable::resized`]).
+    pub fn spilled(&self) -> usize {
+        self.spill.len()
+    }
+
+    /// Let go of spilled flows that have drained (the end of a poll).
+    pub fn tidy(&mut self, workers: &dyn WorkerView) {
+        if !self.spill.is_empty() {
+            self.spill.retain(|w| !Self::idle(w, workers));
+        }
     }
 
     /// The entry of the flow `hash` (`cpu` is [`NO_WORKER`] if it has
@@ -156,6 +183,7 @@ impl DevFlowTable {
     pub fn get(&self, hash: u32) -> DevFlow {
         self.ways[self.set_of(hash)]
             .iter()
+            .chain(&self.spill)
             .find(|w| w.tag == hash && hash != 0)
             .map_or(
                 DevFlow {
@@ -186,6 +214,9 @@ impl DevFlowTable {
             }
             free = free || Self::idle(w, workers);
         }
+        if let Some(w) = self.spill.iter().find(|w| w.tag == hash) {
+            return Some(w.flow);
+        }
         free.then_some(DevFlow {
             cpu: NO_WORKER,
             last_qtail: 0,
@@ -194,8 +225,9 @@ impl DevFlowTable {
 
     /// Record that the flow's packet went to `cpu` and left its tail at
     /// `tail` (`set_rps_cpu` plus `rps_input_queue_tail_save`), in its
-    /// entry or one whose flow has nothing in flight. False if there was
-    /// none (every entry busy).
+    /// entry or one whose flow has nothing in flight (a spilled flow
+    /// moves there, else keeps its spill entry). False if there was none
+    /// (every entry busy).
     pub fn set(&mut self, hash: u32, cpu: Worker, tail: u32, workers: &dyn WorkerView) -> bool {
         let r = self.set_of(hash);
         let ways = &mut self.ways[r];
@@ -204,18 +236,27 @@ impl DevFlowTable {
                 .position(|w| w.tag == 0)
                 .or_else(|| ways.iter().position(|w| Self::idle(w, workers)))
         });
-        match at {
-            Some(i) => {
-                ways[i] = Way {
-                    tag: hash,
-                    flow: DevFlow {
-                        cpu,
-                        last_qtail: tail,
-                    },
-                };
+        let way = Way {
+            tag: hash,
+            flow: DevFlow {
+                cpu,
+                last_qtail: tail,
+            },
+        };
+        let spilled = self.spill.iter().position(|w| w.tag == hash);
+        match (at, spilled) {
+            (Some(i), s) => {
+                ways[i] = way;
+                if let Some(s) = s {
+                    self.spill.swap_remove(s);
+                }
                 true
             }
-            None => false,
+            (None, Some(s)) => {
+                self.spill[s] = way;
+                true
+            }
+            (None, None) => false,
         }
     }
 }

@@ -367,10 +367,22 @@ fn a_full_backlog_is_a_counted_drop() {
 /// their readers move at random and the workers run at random speeds: no
 /// flow is reordered (an entry changes flow only when its flow has nothing
 /// in flight; with every entry busy the packet runs at once, here), flows
-/// still follow their readers, and some packets did run here.
+/// still follow their readers, and some packets did run here. The same
+/// with `rps_flow_cnt` changed every 2000 packets while they flow (4 to
+/// 64 entries; flows in flight that a smaller table cannot hold spill):
+/// every resize takes effect at once (the workers stall before each, so
+/// that busy flows spill) and still nothing is reordered.
 #[test]
 fn colliding_flows_never_reorder_each_other() {
     for seed in 0..8u64 {
+        colliding_flows(seed, false);
+        colliding_flows(seed, true);
+    }
+}
+
+fn colliding_flows(seed: u64, resize: bool) {
+    let mut spilled = 0;
+    {
         let mut rng = Pcg64Mcg::seed_from_u64(seed);
         let sock = SockFlowTable::new(1024);
         let mut flows = DevFlowTable::new(DEV_FLOW_WAYS);
@@ -420,8 +432,10 @@ fn colliding_flows_never_reorder_each_other() {
                     queues[w as usize].push_back((f, n));
                 }
             }
-            // Each worker processes 0..=2 packets, slower at times.
-            for w in 0..2 {
+            // Each worker processes 0..=2 packets, slower at times, and
+            // (with resizes) not at all for the 50 packets before one.
+            let stalled = resize && n % 2000 >= 1950;
+            for w in (0..2).filter(|_| !stalled) {
                 for _ in 0..rng.gen_range(0..=2) {
                     if let Some((f, seq)) = queues[w].pop_front() {
                         backlogs[w].dequeue(1);
@@ -430,6 +444,20 @@ fn colliding_flows_never_reorder_each_other() {
                     }
                 }
             }
+            let v = View {
+                backlogs: &backlogs,
+                online: &online,
+            };
+            if resize && n % 2000 == 1999 {
+                let entries = DEV_FLOW_WAYS << rng.gen_range(0..5);
+                flows = flows.resized(entries, &v);
+                assert_eq!(flows.len(), entries, "seed {seed}: a resize takes effect");
+                spilled += flows.spilled();
+            }
+            flows.tidy(&v);
+        }
+        if resize {
+            assert!(spilled > 0, "seed {seed}: some resizes spilled busy flows");
         }
         assert_eq!(reordered, 0, "seed {seed}: no flow reordered");
         assert!(
@@ -442,7 +470,8 @@ fn colliding_flows_never_reorder_each_other() {
 
 /// `rps_flow_cnt` changed while packets flow: the new table keeps every
 /// flow with packets in flight (its worker and tail), drops the idle ones,
-/// and is refused while the busy flows do not fit.
+/// and what its sets cannot hold waits in the spill list, still steered to
+/// its worker, until it drains.
 #[test]
 fn a_resized_dev_flow_table_keeps_the_flows_in_flight() {
     let mut backlogs = vec![Backlog::new(100_000, None); 2];
@@ -468,23 +497,50 @@ fn a_resized_dev_flow_table_keeps_the_flows_in_flight() {
         backlogs: &backlogs,
         online: &online,
     };
-    let bigger = flows.resized(1024, &v).expect("room for all");
-    assert_eq!(bigger.len(), 1024);
+    let bigger = flows.resized(1024, &v);
+    assert_eq!((bigger.len(), bigger.spilled()), (1024, 0));
     for (i, &h) in hashes.iter().enumerate() {
         let e = bigger.get(h);
         if i % 2 == 1 {
-            assert_eq!(
-                (e.cpu, e.last_qtail),
-                (flows.get(h).cpu, flows.get(h).last_qtail),
-                "busy flow {i} kept"
-            );
+            assert_eq!(e, flows.get(h), "busy flow {i} kept");
         } else {
             assert_eq!(e.cpu, NO_WORKER, "idle flow {i} left out");
         }
     }
-    // 20 busy flows cannot fit in one set of 4 ways: refused, nothing lost.
-    assert!(flows.resized(DEV_FLOW_WAYS, &v).is_none());
-    // Once worker 1 has drained too, any size will do.
+    // 20 busy flows in one set of 4 ways: 4 in the set, 16 spilled, every
+    // one still where it was; a new flow finds the set busy and runs here.
+    let sock = SockFlowTable::new(1024);
+    let mut small = flows.resized(DEV_FLOW_WAYS, &v);
+    assert_eq!((small.len(), small.spilled()), (DEV_FLOW_WAYS, 16));
+    for (i, &h) in hashes.iter().enumerate().filter(|(i, _)| i % 2 == 1) {
+        assert_eq!(small.get(h), flows.get(h), "busy flow {i} kept");
+        sock.record(h, 0);
+        assert_eq!(
+            get_rps_cpu(h, &[0, 1], Some(&small), Some(&sock), &v),
+            Some((1, true)),
+            "busy flow {i} stays on its worker though its reader is on 0"
+        );
+    }
+    let new = 0x5151_5151;
+    sock.record(new, 0);
+    assert_eq!(
+        get_rps_cpu(new, &[0, 1], Some(&small), Some(&sock), &v),
+        None
+    );
+    // A spilled flow's next packet updates its spill entry.
+    let h = hashes[39];
+    let Enqueued::Queued { tail, .. } = backlogs[1].enqueue(h, false) else {
+        panic!("queued")
+    };
+    let v = View {
+        backlogs: &backlogs,
+        online: &online,
+    };
+    assert!(small.set(h, 1, tail, &v));
+    assert_eq!(small.get(h).last_qtail, tail);
+    small.tidy(&v);
+    assert_eq!(small.spilled(), 16, "nothing drained yet");
+    // Once worker 1 has drained, the spill empties and flows move freely.
     let n1 = backlogs[1].len();
     backlogs[1].dequeue(n1);
     backlogs[1].processed(n1);
@@ -492,7 +548,13 @@ fn a_resized_dev_flow_table_keeps_the_flows_in_flight() {
         backlogs: &backlogs,
         online: &online,
     };
-    let small = flows.resized(DEV_FLOW_WAYS, &v).expect("all idle");
-    assert_eq!(small.len(), DEV_FLOW_WAYS);
-    assert!(hashes.iter().all(|&h| small.get(h).cpu == NO_WORKER));
+    small.tidy(&v);
+    assert_eq!(small.spilled(), 0);
+    assert_eq!(
+        get_rps_cpu(h, &[0, 1], Some(&small), Some(&sock), &v),
+        Some((0, true))
+    );
+    let again = flows.resized(DEV_FLOW_WAYS, &v);
+    assert_eq!(again.spilled(), 0);
+    assert!(hashes.iter().all(|&h| again.get(h).cpu == NO_WORKER));
 }

@@ -298,22 +298,22 @@ impl<I: Stack> Stack for SteerStage<I> {
                 .filter(|&w| m & 1 << w != 0)
                 .collect();
         }
-        // `rps_flow_cnt` written while packets flow: new tables once every
-        // flow in flight fits in them (else again after the next poll).
+        // `rps_flow_cnt` written while packets flow: new tables that keep
+        // every flow in flight where it is.
         let n = self
             .w
             .rps_flow_cnt
             .load(std::sync::atomic::Ordering::Relaxed);
         if n != self.flow_cnt && !self.flows.is_empty() {
-            let resized: Option<Vec<DevFlowTable>> = self
+            self.flows = self
                 .flows
                 .iter()
                 .map(|f| f.resized(n as usize, &*self.w))
                 .collect();
-            if let Some(t) = resized {
-                self.flows = t;
-                self.flow_cnt = n;
-            }
+            self.flow_cnt = n;
+        }
+        for f in &mut self.flows {
+            f.tidy(&*self.w);
         }
         self.inline.poll_done(ctx, end)
     }
