@@ -148,9 +148,12 @@ impl AsyncUdpSocket for RxpathSocket {
     /// (`poll_recv_batch`) and may wait, and the task also
     /// waits on the device's own descriptor in tokio's reactor: when the
     /// device has packets, tokio wakes this task and it polls the queue
-    /// itself, as an epoll loop with `SO_PREFER_BUSY_POLL` does; with the
-    /// host's prefer-busy-poll deferral the interrupt thread stays out of
-    /// it, one wakeup per burst.
+    /// itself, as an epoll loop with `SO_PREFER_BUSY_POLL` does. With the
+    /// host's prefer-busy-poll deferral the interrupt stays masked while
+    /// the task sleeps on the device (`poll_recv_batch_device`, the
+    /// kernel's deferral without `irq_suspend_timeout`: only its deadline
+    /// ends it), so the interrupt thread stays out of it: one wakeup per
+    /// burst, the task's.
     fn poll_recv(
         &self,
         cx: &mut Context<'_>,
@@ -186,8 +189,22 @@ impl AsyncUdpSocket for RxpathSocket {
             }
         }
         // No busy poll, or its window is over: a read that may wait.
+        // Once the task waits on the device itself, a deferred interrupt
+        // stays deferred while it sleeps: the device's descriptor wakes
+        // it (see `poll_recv_batch_device`).
+        let device = self.sock.busy_poll() > 0
+            && self
+                .device
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some();
         for _ in 0..4 {
-            let r = self.sock.poll_recv_batch(cx, &mut slices[..n], &mut fill);
+            let r = if device {
+                self.sock
+                    .poll_recv_batch_device(cx, &mut slices[..n], &mut fill)
+            } else {
+                self.sock.poll_recv_batch(cx, &mut slices[..n], &mut fill)
+            };
             match r {
                 Poll::Ready(Ok(n)) => {
                     self.empty_since.store(0, Ordering::Relaxed);

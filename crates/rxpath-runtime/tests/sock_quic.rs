@@ -245,6 +245,76 @@ fn a_task_is_woken_by_the_thread_that_queues_its_datagram() {
     assert_eq!(r.frames_home, r.frames_total);
 }
 
+/// With prefer busy polling, a task that waits on the device itself
+/// (`poll_recv_batch_device`) leaves the interrupt deferred while it
+/// sleeps; one that waits only for a delivery (`poll_recv_batch`) ends the
+/// deferral. Either way the datagram that comes next reaches it: by the
+/// NAPI thread at the deadline, or by the interrupt at once.
+#[test]
+fn a_task_waiting_on_the_device_keeps_the_interrupt_deferred() {
+    for device in [true, false] {
+        let mut cfg = HostConfig {
+            // Long enough for any scheduling; short enough for the test.
+            prefer_busy_poll_ns: 2_000_000_000,
+            ..Default::default()
+        };
+        cfg.sock.local_addrs = vec![HOST4.parse().unwrap()];
+        let sim = SimConfig {
+            coalesce: Coalesce::EVERY_FRAME,
+            ..Default::default()
+        };
+        let h = Host::start(cfg, HostDevice::Sim(sim)).unwrap();
+        let s = h.udp_bind(sa(HOST4, 7030)).unwrap();
+        let count = Arc::new(CountWake(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut bufs = [vec![0u8; 2048]];
+        let mut got = Vec::new();
+        let mut meta = |_: usize, m: RecvMeta| got.push(m.len);
+        // The socket learns its NAPI from a first datagram.
+        send(&h, 7030, &[10], 0);
+        s.set_read_timeout(Some(Duration::from_secs(5)));
+        let mut b = [0u8; 64];
+        assert_eq!(s.recv(&mut b).unwrap(), 10);
+        s.set_busy_poll(50);
+        let mut read = |cx: &mut Context<'_>| {
+            if device {
+                s.poll_recv_batch_device(cx, &mut bufs, &mut meta)
+            } else {
+                s.poll_recv_batch(cx, &mut bufs, &mut meta)
+            }
+        };
+        // The read busy-polls (which defers the interrupt), finds nothing
+        // and waits.
+        assert!(read(&mut cx).is_pending());
+        let napi = &h.napis()[0];
+        assert_eq!(
+            napi.deferred_until() != 0,
+            device,
+            "deferred while the task sleeps on the device: {device}"
+        );
+        let t0 = std::time::Instant::now();
+        send(&h, 7030, &[321], 0);
+        while count.0.load(Ordering::SeqCst) == 0 {
+            assert!(t0.elapsed() < Duration::from_secs(5), "never woken");
+            std::thread::yield_now();
+        }
+        let waited = t0.elapsed();
+        if device {
+            // Nobody took the interrupt: the NAPI thread polled at the
+            // deadline.
+            assert!(waited >= Duration::from_millis(1500), "{waited:?}");
+        } else {
+            assert!(waited < Duration::from_millis(1500), "{waited:?}");
+        }
+        assert!(matches!(read(&mut cx), Poll::Ready(Ok(1))));
+        assert_eq!(got, vec![321]);
+        drop(s);
+        let r = h.shutdown();
+        assert_eq!(r.frames_home, r.frames_total);
+    }
+}
+
 #[test]
 fn with_gro_flush_timeout_the_napi_timer_delivers_what_gro_held() {
     // 300 µs: a lone datagram is held past its poll (the poll found work,

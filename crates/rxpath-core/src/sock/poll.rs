@@ -29,12 +29,40 @@ impl UdpSocket {
         bufs: &mut [B],
         meta: &mut dyn FnMut(usize, RecvMeta),
     ) -> Poll<Result<usize, SockError>> {
+        self.poll_recv_batch_irq(cx, bufs, meta, true)
+    }
+
+    /// [`Self::poll_recv_batch`] for a task that also waits on the device
+    /// itself ([`Self::napi_readiness_fd`] in its reactor): a deferred
+    /// interrupt (prefer busy polling) stays deferred while the task
+    /// sleeps, the device's descriptor being its interrupt, so a burst
+    /// costs one wakeup, the task's, instead of the interrupt thread's and
+    /// then the task's. The NAPI thread takes the queue back at the
+    /// deferral's deadline if the task has not polled by then, as the
+    /// kernel's `napi_defer_hard_irqs` with `gro_flush_timeout` does when
+    /// the application sleeps (no `irq_suspend_timeout`).
+    pub fn poll_recv_batch_device<B: AsMut<[u8]>>(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &mut [B],
+        meta: &mut dyn FnMut(usize, RecvMeta),
+    ) -> Poll<Result<usize, SockError>> {
+        self.poll_recv_batch_irq(cx, bufs, meta, false)
+    }
+
+    fn poll_recv_batch_irq<B: AsMut<[u8]>>(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &mut [B],
+        meta: &mut dyn FnMut(usize, RecvMeta),
+        resume: bool,
+    ) -> Poll<Result<usize, SockError>> {
         let n = self.recv_batch_busy(bufs, meta)?;
         if n > 0 {
             return Poll::Ready(Ok(n));
         }
         let inner = &self.inner;
-        if let Some(napi) = self.busy_napi() {
+        if let Some(napi) = self.busy_napi().filter(|_| resume) {
             // About to wait: a deferred interrupt must fire again.
             self.host.resume_irqs(&[napi]);
         }
