@@ -39,8 +39,9 @@ pub struct QuicBenchArgs {
     /// when the next request comes; at 50 µs it has gone to sleep.
     #[arg(long, default_value_t = 1000)]
     pub busy_poll: u32,
-    /// Interrupt deferral of the "prefer" rxpath server after a busy poll,
-    /// ns (the reading task is then woken by the device and polls).
+    /// Interrupt deferral of the "prefer" and "woken by the device" rxpath
+    /// servers after a busy poll, ns (the reading task is then woken by the
+    /// device and polls).
     #[arg(long, default_value_t = 500_000)]
     pub prefer_ns: u64,
     /// gro_flush_timeout of the rxpath servers, ns.
@@ -55,15 +56,19 @@ enum Server {
     Rxpath,
     RxpathBusy,
     RxpathPrefer,
+    /// Prefer busy polling with a 1 µs window: the task sleeps on the
+    /// device at once, the interrupt deferred (woken by the device only).
+    RxpathDevice,
 }
 
 impl Server {
-    const ALL: [Server; 5] = [
+    const ALL: [Server; 6] = [
         Server::Kernel,
         Server::KernelBusy,
         Server::Rxpath,
         Server::RxpathBusy,
         Server::RxpathPrefer,
+        Server::RxpathDevice,
     ];
     fn name(self) -> &'static str {
         match self {
@@ -72,19 +77,11 @@ impl Server {
             Server::Rxpath => "rxpath AF_XDP, sleeping",
             Server::RxpathBusy => "rxpath AF_XDP, busy poll",
             Server::RxpathPrefer => "rxpath AF_XDP, busy poll, prefer",
+            Server::RxpathDevice => "rxpath AF_XDP, woken by the device (prefer, 1 µs window)",
         }
     }
     fn rxpath(self) -> bool {
-        matches!(
-            self,
-            Server::Rxpath | Server::RxpathBusy | Server::RxpathPrefer
-        )
-    }
-    fn busy(self) -> bool {
-        matches!(
-            self,
-            Server::KernelBusy | Server::RxpathBusy | Server::RxpathPrefer
-        )
+        !matches!(self, Server::Kernel | Server::KernelBusy)
     }
 }
 
@@ -124,23 +121,36 @@ fn client(t: &Topology, args: &[String]) -> Result<(Value, Duration, Duration)> 
     Ok((v, m1.saturating_sub(m0), c1.saturating_sub(c0)))
 }
 
+/// The server's command line after `quic --iface IF --bind ADDR --json`.
+fn server_args(s: Server, a: &QuicBenchArgs) -> Vec<String> {
+    let busy_poll = match s {
+        Server::KernelBusy | Server::RxpathBusy | Server::RxpathPrefer => a.busy_poll,
+        Server::RxpathDevice => 1,
+        Server::Kernel | Server::Rxpath => 0,
+    };
+    let mut v = vec![
+        "--socket".to_string(),
+        if s.rxpath() { "rxpath" } else { "kernel" }.to_string(),
+        "--busy-poll".to_string(),
+        busy_poll.to_string(),
+    ];
+    if s.rxpath() {
+        v.extend([
+            "--gro-flush-timeout".to_string(),
+            a.gro_flush_timeout.to_string(),
+        ]);
+    }
+    if matches!(s, Server::RxpathPrefer | Server::RxpathDevice) {
+        v.extend(["--prefer-busy-poll".to_string(), a.prefer_ns.to_string()]);
+    }
+    v
+}
+
 fn start(s: Server, t: &Topology, a: &QuicBenchArgs) -> Result<Child> {
     let exe = std::env::current_exe()?;
     let mut cmd = Command::new(exe);
     cmd.args(["quic", "--iface", &t.host_if, "--bind", HOST_ADDR, "--json"])
-        .args(["--socket", if s.rxpath() { "rxpath" } else { "kernel" }])
-        .args([
-            "--busy-poll",
-            &if s.busy() { a.busy_poll } else { 0 }.to_string(),
-        ])
-        .args(if s.rxpath() {
-            vec![
-                "--gro-flush-timeout".to_string(),
-                a.gro_flush_timeout.to_string(),
-            ]
-        } else {
-            Vec::new()
-        })
+        .args(server_args(s, a))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let c = crate::bench::spawn_unpinned(cmd).context("starting rxpath quic")?;
@@ -270,20 +280,22 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
             rows.push((s, r));
         }
         let get = |s: Server| rows.iter().find(|x| x.0 == s).map(|x| x.1.clone());
-        if let (Some(k), Some(r), Some(rb), Some(kb), Some(rp)) = (
+        if let (Some(k), Some(r), Some(rb), Some(kb), Some(rp), Some(rd)) = (
             get(Server::Kernel),
             get(Server::Rxpath),
             get(Server::RxpathBusy),
             get(Server::KernelBusy),
             get(Server::RxpathPrefer),
+            get(Server::RxpathDevice),
         ) {
             let per_cpu = |x: &Row| 1.0 / x.up_cpu_s_per_gb.max(1e-9);
             println!(
-                "upload bytes per server CPU-second, rxpath sleeping vs kernel: {:.2}x{}; busy poll: {:.2}x; busy poll with prefer: {:.2}x",
-                per_cpu(&r) / per_cpu(&k),
+                "upload bytes per server CPU-second vs kernel{}: rxpath sleeping {:.2}x; busy poll: {:.2}x; busy poll with prefer: {:.2}x; woken by the device: {:.2}x",
                 if gso == "off" { " (target >= 1.3x)" } else { "" },
+                per_cpu(&r) / per_cpu(&k),
                 per_cpu(&rb) / per_cpu(&k),
                 per_cpu(&rp) / per_cpu(&k),
+                per_cpu(&rd) / per_cpu(&k),
             );
             println!(
                 "request p99 vs kernel: rxpath busy poll {:.2}x, with prefer {:.2}x (target <= 0.8x); vs kernel busy poll: {:.2}x, {:.2}x",
@@ -302,4 +314,52 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each row's server gets the flags its name says (the prefer row once
+    /// ran without `--prefer-busy-poll`: a second busy-poll row).
+    #[test]
+    fn each_server_row_gets_its_flags() {
+        let a = QuicBenchArgs {
+            bytes: 1,
+            requests: 1,
+            busy_poll: 1000,
+            prefer_ns: 500_000,
+            gro_flush_timeout: 0,
+        };
+        let flag = |s: Server, f: &str| {
+            let v = server_args(s, &a);
+            v.iter()
+                .position(|x| x == f)
+                .and_then(|i| v.get(i + 1).cloned())
+        };
+        for s in Server::ALL {
+            let prefer = flag(s, "--prefer-busy-poll");
+            match s {
+                Server::RxpathPrefer | Server::RxpathDevice => {
+                    assert_eq!(prefer.as_deref(), Some("500000"), "{}", s.name())
+                }
+                _ => assert_eq!(prefer, None, "{}", s.name()),
+            }
+            let want = match s {
+                Server::Kernel | Server::Rxpath => "0",
+                Server::RxpathDevice => "1",
+                _ => "1000",
+            };
+            assert_eq!(
+                flag(s, "--busy-poll").as_deref(),
+                Some(want),
+                "{}",
+                s.name()
+            );
+            assert_eq!(
+                flag(s, "--socket").as_deref(),
+                Some(if s.rxpath() { "rxpath" } else { "kernel" })
+            );
+        }
+    }
 }
