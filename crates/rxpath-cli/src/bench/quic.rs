@@ -47,6 +47,12 @@ pub struct QuicBenchArgs {
     /// gro_flush_timeout of the rxpath servers, ns.
     #[arg(long, default_value_t = 0)]
     pub gro_flush_timeout: u64,
+    /// Uploads per configuration, taken in turns across the servers (one
+    /// round: every server once); the tables give each upload figure's
+    /// median, and the ratios per round. Downloads and requests: the
+    /// first round only.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub rounds: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -88,6 +94,8 @@ impl Server {
 /// One configuration's figures.
 #[derive(Debug, Default, Clone)]
 struct Row {
+    /// Each round's upload: Gbit/s, server CPU s/GB.
+    up: Vec<(f64, f64)>,
     up_gbit: f64,
     up_cpu_s_per_gb: f64,
     down_gbit: f64,
@@ -171,18 +179,25 @@ fn stop(c: Child) -> Result<Value> {
     })
 }
 
-fn measure(s: Server, t: &Topology, a: &QuicBenchArgs) -> Result<Row> {
+/// One server run: an upload, and in the first round also a download and
+/// the requests. Upload figures go to `row.up` (one per round).
+fn measure(s: Server, t: &Topology, a: &QuicBenchArgs, first: bool, row: &mut Row) -> Result<()> {
     let server = start(s, t, a)?;
-    let mut row = Row::default();
+    let requests = if first { a.requests } else { 0 };
     let r = (|| -> Result<()> {
         let gb = a.bytes as f64 / 1e9;
         let (v, machine, own) = client(t, &["--upload".into(), a.bytes.to_string()])?;
-        row.up_gbit = v["upload"]["gbit_s"].as_f64().unwrap_or(0.0);
-        row.up_cpu_s_per_gb = machine.saturating_sub(own).as_secs_f64() / gb;
+        row.up.push((
+            v["upload"]["gbit_s"].as_f64().unwrap_or(0.0),
+            machine.saturating_sub(own).as_secs_f64() / gb,
+        ));
+        if !first {
+            return Ok(());
+        }
         let (v, machine, own) = client(t, &["--download".into(), a.bytes.to_string()])?;
         row.down_gbit = v["download"]["gbit_s"].as_f64().unwrap_or(0.0);
         row.down_cpu_s_per_gb = machine.saturating_sub(own).as_secs_f64() / gb;
-        let (v, _, _) = client(t, &["--requests".into(), a.requests.to_string()])?;
+        let (v, _, _) = client(t, &["--requests".into(), requests.to_string()])?;
         row.p50_us = v["requests"]["p50_us"].as_f64().unwrap_or(0.0);
         row.p99_us = v["requests"]["p99_us"].as_f64().unwrap_or(0.0);
         Ok(())
@@ -190,17 +205,30 @@ fn measure(s: Server, t: &Topology, a: &QuicBenchArgs) -> Result<Row> {
     let rep = stop(server)?;
     r?;
     let p = &rep["perf"];
-    let want_in = a.bytes + 32 * a.requests;
-    row.whole = p["bytes_in"].as_u64() == Some(want_in)
-        && p["bytes_out"].as_u64() == Some(want_in)
+    let want_in = a.bytes + 32 * requests;
+    let want_out = if first { a.bytes } else { 0 } + 32 * requests;
+    let mut whole = p["bytes_in"].as_u64() == Some(want_in)
+        && p["bytes_out"].as_u64() == Some(want_out)
         && p["failed_streams"].as_u64() == Some(0);
     if let Some(path) = rep.get("path").filter(|x| !x.is_null()) {
-        row.whole &= path["frames_home"] == path["frames_total"];
-        let reads = path["socket"]["read"].as_f64().unwrap_or(0.0);
-        let dgrams = path["napi"]["delivered"].as_f64().unwrap_or(0.0);
-        row.per_read = (reads > 0.0).then(|| dgrams / reads);
+        whole &= path["frames_home"] == path["frames_total"];
+        if first {
+            let reads = path["socket"]["read"].as_f64().unwrap_or(0.0);
+            let dgrams = path["napi"]["delivered"].as_f64().unwrap_or(0.0);
+            row.per_read = (reads > 0.0).then(|| dgrams / reads);
+        }
     }
-    Ok(row)
+    row.whole = (first || row.whole) && whole;
+    Ok(())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
@@ -218,8 +246,9 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     let guard = t.up_scoped()?;
     let t = &guard.0;
     println!(
-        "rxpath bench quic: quinn perf protocol, {} MB up and down, {} small requests; veth {} <- {} (netns {}); busy poll {} µs; rxpath gro_flush_timeout {} ns",
+        "rxpath bench quic: quinn perf protocol, {} MB up ({} rounds, servers in turn; medians) and down, {} small requests; veth {} <- {} (netns {}); busy poll {} µs; rxpath gro_flush_timeout {} ns",
         a.bytes / 1_000_000,
+        a.rounds,
         a.requests,
         t.host_if,
         t.peer_if,
@@ -252,9 +281,19 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
             "| server | upload Gbit/s | server CPU s/GB up | download Gbit/s | server CPU s/GB down | request p50 µs | p99 µs | datagrams/read | every byte, frames home |"
         );
         println!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
-        let mut rows = Vec::new();
-        for s in Server::ALL {
-            let r = measure(s, t, &a)?;
+        let mut rows: Vec<(Server, Row)> =
+            Server::ALL.iter().map(|&s| (s, Row::default())).collect();
+        for round in 0..a.rounds {
+            for (s, r) in rows.iter_mut() {
+                measure(*s, t, &a, round == 0, r)?;
+            }
+        }
+        for (_, r) in rows.iter_mut() {
+            r.up_gbit = median(r.up.iter().map(|x| x.0).collect());
+            r.up_cpu_s_per_gb = median(r.up.iter().map(|x| x.1).collect());
+        }
+        for (s, r) in &rows {
+            let s = *s;
             println!(
                 "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {} | {} |",
                 s.name(),
@@ -274,10 +313,11 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
                     "upload_gbit_s": r.up_gbit, "upload_cpu_s_per_gb": r.up_cpu_s_per_gb,
                     "download_gbit_s": r.down_gbit, "download_cpu_s_per_gb": r.down_cpu_s_per_gb,
                     "p50_us": r.p50_us, "p99_us": r.p99_us, "datagrams_per_read": r.per_read,
+                    "upload_rounds": r.up.iter().map(|x| serde_json::json!({
+                        "gbit_s": x.0, "cpu_s_per_gb": x.1})).collect::<Vec<_>>(),
                     "whole": r.whole,
                 }),
             );
-            rows.push((s, r));
         }
         let get = |s: Server| rows.iter().find(|x| x.0 == s).map(|x| x.1.clone());
         if let (Some(k), Some(r), Some(rb), Some(kb), Some(rp), Some(rd)) = (
@@ -290,12 +330,28 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         ) {
             let per_cpu = |x: &Row| 1.0 / x.up_cpu_s_per_gb.max(1e-9);
             println!(
-                "upload bytes per server CPU-second vs kernel{}: rxpath sleeping {:.2}x; busy poll: {:.2}x; busy poll with prefer: {:.2}x; woken by the device: {:.2}x",
+                "upload bytes per server CPU-second vs kernel, medians{}: rxpath sleeping {:.2}x; busy poll: {:.2}x; busy poll with prefer: {:.2}x; woken by the device: {:.2}x",
                 if gso == "off" { " (target >= 1.3x)" } else { "" },
                 per_cpu(&r) / per_cpu(&k),
                 per_cpu(&rb) / per_cpu(&k),
                 per_cpu(&rp) / per_cpu(&k),
                 per_cpu(&rd) / per_cpu(&k),
+            );
+            // Round by round: each against the kernel's upload of the
+            // same round.
+            let per_round = |x: &Row| {
+                x.up.iter()
+                    .zip(&k.up)
+                    .map(|(u, ku)| format!("{:.2}", ku.1 / u.1.max(1e-9)))
+                    .collect::<Vec<_>>()
+                    .join("/")
+            };
+            println!(
+                "  by round: rxpath sleeping {}; busy poll {}; with prefer {}; woken by the device {}",
+                per_round(&r),
+                per_round(&rb),
+                per_round(&rp),
+                per_round(&rd),
             );
             println!(
                 "request p99 vs kernel: rxpath busy poll {:.2}x, with prefer {:.2}x (target <= 0.8x); vs kernel busy poll: {:.2}x, {:.2}x",
@@ -330,6 +386,7 @@ mod tests {
             busy_poll: 1000,
             prefer_ns: 500_000,
             gro_flush_timeout: 0,
+            rounds: 1,
         };
         let flag = |s: Server, f: &str| {
             let v = server_args(s, &a);
