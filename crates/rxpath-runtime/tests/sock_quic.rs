@@ -277,6 +277,20 @@ fn a_task_waiting_on_the_device_keeps_the_interrupt_deferred() {
         let mut b = [0u8; 64];
         assert_eq!(s.recv(&mut b).unwrap(), 10);
         s.set_busy_poll(50);
+        // Busy-poll until one poll has owned the NAPI and deferred the
+        // interrupt (on a loaded machine the NAPI thread may still be
+        // finishing its previous poll, and a busy poll that finds it owned
+        // defers nothing).
+        let napi = &h.napis()[0];
+        let give_up = std::time::Instant::now() + Duration::from_secs(5);
+        while napi.deferred_until() == 0 {
+            assert!(
+                std::time::Instant::now() < give_up,
+                "no busy poll owned the NAPI"
+            );
+            assert_eq!(s.recv_batch_busy(&mut bufs, &mut meta), Ok(0));
+            std::thread::yield_now();
+        }
         let mut read = |cx: &mut Context<'_>| {
             if device {
                 s.poll_recv_batch_device(cx, &mut bufs, &mut meta)
@@ -284,10 +298,9 @@ fn a_task_waiting_on_the_device_keeps_the_interrupt_deferred() {
                 s.poll_recv_batch(cx, &mut bufs, &mut meta)
             }
         };
-        // The read busy-polls (which defers the interrupt), finds nothing
-        // and waits.
+        // The read busy-polls (which defers the interrupt again if it owns
+        // the NAPI), finds nothing and waits.
         assert!(read(&mut cx).is_pending());
-        let napi = &h.napis()[0];
         assert_eq!(
             napi.deferred_until() != 0,
             device,
