@@ -36,15 +36,29 @@ fn send_udp(lab: &VethLab, n: usize) {
     assert!(st.success());
 }
 
-/// `rxpath run` on the lab's `b` end for 2.5 s, one queue, JSON out,
-/// started; `extra` adds flags.
+/// End a run once its packets are sent: give the NAPI a moment, then
+/// SIGINT (the run reports and exits 0). Tests end runs this way rather
+/// than by a duration: on a loaded machine (the whole suite at once) the
+/// senders can take longer than a fixed run leaves them.
+fn end(child: std::process::Child) -> std::process::Output {
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    child.wait_with_output().unwrap()
+}
+
+/// `rxpath run` on the lab's `b` end (up to 60 s: end it with [`end`]),
+/// one queue, JSON out, started; `extra` adds flags.
 fn run_on_b(lab: &VethLab, mode: &str, extra: &[&str]) -> std::process::Child {
     run_on_b_queues(lab, mode, "1", extra)
 }
 
 /// [`run_on_b`] on `queues` queues.
 fn run_on_b_queues(lab: &VethLab, mode: &str, queues: &str, extra: &[&str]) -> std::process::Child {
-    run_on_b_for(lab, mode, queues, "2500ms", extra)
+    run_on_b_for(lab, mode, queues, "60s", extra)
 }
 
 /// [`run_on_b_queues`] for `duration`.
@@ -90,10 +104,7 @@ fn af_xdp_and_af_packet_receive_exact_counts_and_leave_nothing_attached() {
     }
     let lab = lab();
     for mode in ["xdp", "packet"] {
-        // Ended by SIGINT once everything is sent, not by a duration: on a
-        // loaded machine (the whole suite at once) the senders may take
-        // longer than a fixed run leaves them.
-        let child = run_on_b_for(&lab, mode, "1", "60s", &[]);
+        let child = run_on_b(&lab, mode, &[]);
         std::thread::sleep(Duration::from_millis(700));
         if mode == "xdp" {
             assert!(
@@ -142,15 +153,7 @@ fn af_xdp_and_af_packet_receive_exact_counts_and_leave_nothing_attached() {
         );
         let gv: serde_json::Value = serde_json::from_slice(&g.stdout).unwrap();
         assert_eq!(gv["completed"].as_u64(), Some(3000), "{gv}");
-        // What was sent is in the ring or delivered; give the NAPI a
-        // moment, then end the run.
-        std::thread::sleep(Duration::from_millis(1000));
-        assert!(Command::new("kill")
-            .args(["-INT", &child.id().to_string()])
-            .status()
-            .unwrap()
-            .success());
-        let out = child.wait_with_output().unwrap();
+        let out = end(child);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{mode}: {err}");
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
@@ -226,7 +229,7 @@ fn a_napi_thread_with_one_queue_waits_on_the_socket_itself() {
         let seen = threads_named(child.id(), thread);
         let extra = (mode, extra);
         send_udp(&lab, 3000);
-        let out = child.wait_with_output().unwrap();
+        let out = end(child);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{extra:?}: {err}");
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
@@ -337,14 +340,14 @@ fn the_xdp_filter_passes_what_it_does_not_take_to_the_kernel() {
                 take,
             ],
         )
-        .args(["--duration", "1500ms", "--json", "--no-pin"])
+        .args(["--duration", "60s", "--json", "--no-pin"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
         std::thread::sleep(Duration::from_millis(600));
         send_udp(&lab, 500);
-        let out = child.wait_with_output().unwrap();
+        let out = end(child);
         assert!(
             out.status.success(),
             "{take}: {}",
@@ -428,7 +431,7 @@ fn steering_spreads_one_veth_queue_over_both_workers_on_both_backends() {
         let child = run_on_b(&lab, mode, &["--steer", "spread", "--workers", "2"]);
         std::thread::sleep(Duration::from_millis(700));
         send_udp(&lab, 3000);
-        let out = child.wait_with_output().unwrap();
+        let out = end(child);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{mode}: {err}");
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
@@ -468,7 +471,7 @@ fn two_queues_share_one_umem_and_receive_exact_counts() {
         .status()
         .expect("python3");
     assert!(st.success());
-    let out = child.wait_with_output().unwrap();
+    let out = end(child);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("one shared UMEM"), "{err}");
