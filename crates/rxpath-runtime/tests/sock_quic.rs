@@ -25,11 +25,15 @@ fn sim_host(gro: bool) -> Host {
 }
 
 fn sim_host_with(gro: bool, gro_flush_timeout_ns: u64) -> Host {
-    let mut cfg = HostConfig {
+    sim_host_config(HostConfig {
         gro,
         gro_flush_timeout_ns,
         ..Default::default()
-    };
+    })
+}
+
+/// A host on a sim NIC that interrupts for every frame, owning `HOST4`.
+fn sim_host_config(mut cfg: HostConfig) -> Host {
     cfg.sock.local_addrs = vec![HOST4.parse().unwrap()];
     let sim = SimConfig {
         coalesce: Coalesce::EVERY_FRAME,
@@ -213,12 +217,18 @@ impl Wake for CountWake {
     }
 }
 
+/// A waker that counts its wakes.
+fn counting_waker() -> (Arc<CountWake>, Waker) {
+    let count = Arc::new(CountWake(AtomicUsize::new(0)));
+    let waker = Waker::from(count.clone());
+    (count, waker)
+}
+
 #[test]
 fn a_task_is_woken_by_the_thread_that_queues_its_datagram() {
     let h = sim_host(true);
     let s = h.udp_bind(sa(HOST4, 7010)).unwrap();
-    let count = Arc::new(CountWake(AtomicUsize::new(0)));
-    let waker = Waker::from(count.clone());
+    let (count, waker) = counting_waker();
     let mut cx = Context::from_waker(&waker);
     let mut bufs = [vec![0u8; 2048]];
     let mut got = Vec::new();
@@ -253,20 +263,13 @@ fn a_task_is_woken_by_the_thread_that_queues_its_datagram() {
 #[test]
 fn a_task_waiting_on_the_device_keeps_the_interrupt_deferred() {
     for device in [true, false] {
-        let mut cfg = HostConfig {
+        let h = sim_host_config(HostConfig {
             // Long enough for any scheduling; short enough for the test.
             prefer_busy_poll_ns: 2_000_000_000,
             ..Default::default()
-        };
-        cfg.sock.local_addrs = vec![HOST4.parse().unwrap()];
-        let sim = SimConfig {
-            coalesce: Coalesce::EVERY_FRAME,
-            ..Default::default()
-        };
-        let h = Host::start(cfg, HostDevice::Sim(sim)).unwrap();
+        });
         let s = h.udp_bind(sa(HOST4, 7030)).unwrap();
-        let count = Arc::new(CountWake(AtomicUsize::new(0)));
-        let waker = Waker::from(count.clone());
+        let (count, waker) = counting_waker();
         let mut cx = Context::from_waker(&waker);
         let mut bufs = [vec![0u8; 2048]];
         let mut got = Vec::new();
