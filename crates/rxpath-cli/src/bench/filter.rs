@@ -31,13 +31,21 @@ pub struct FilterBenchArgs {
     /// Skip the kernel's iptables row (needs root and iptables).
     #[arg(long)]
     pub no_kernel: bool,
-    /// Passes of the no-filter and the cached run, alternating, per row
-    /// and producer (and of the bursts and dpdk-test-acl): the VM's drift
-    /// lands on both, and each ratio is the median of the passes' own.
-    /// Seven: single passes on the 2-vCPU VM range 0.6x-1.5x for the same
-    /// code, and three left a run's median at the mercy of one of them.
+    /// Passes of the compiled bursts and dpdk-test-acl, alternating, per
+    /// row: the VM's drift lands on both, and the ratio is the median of
+    /// the passes' own.
     #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u64).range(1..=20))]
     pub passes: u64,
+    /// Pairs of a no-filter and a cached run, back to back, per row and
+    /// producer; "cached vs no filter" is the median of the pairs' own
+    /// ratios. Many short pairs: this VM's speed wanders by up to 1.7x
+    /// within seconds (the same code read 14-24 Mpps in passes 3 s
+    /// apart), so the two runs of a pair must be close in time.
+    #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub pairs: u64,
+    /// Length of each run of a pair.
+    #[arg(long, default_value = "200ms", value_parser = crate::opts::parse_duration)]
+    pub pair_duration: Duration,
 }
 
 fn config(producer: Producer, filter: Option<Arc<FilterHandle>>, d: Duration) -> RunConfig {
@@ -143,7 +151,7 @@ pub fn filter(a: FilterBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCod
     );
     println!("Mpps: 60-byte UDP, 64 flows from the sim NIC (198.18.x.y -> 198.19.0.1: they miss almost every rule, the walk's worst case, as in seed 003).");
     println!("ns/classification: 100 000 generated packets, 80 % aimed at rules spread over the list, 20 % at none; in-process, no packet I/O; one at a time (Ruleset::judge) and in bursts of 64 (Ruleset::judge_burst; dpdk-test-acl classifies in bursts of 256, and the ratio to rte_acl is the bursts'); bursts and dpdk-test-acl alternate for the same passes, their ns are medians and the ratio the median of each pass's own; both run on the first core.\n");
-    println!("Each row measures its own no-filter rate beside its filters: no filter and cached alternate for {} pass(es) per producer (the VM drifts, within rows too), their Mpps are medians and \"cached vs no filter\" is the median of the passes' own ratios; linear and compiled run once, in the first pass. \"cached\" is the default compiled path with the per-thread flow cache (--filter-cache), \"compiled\" the classifier on every packet (--filter-cache 0).\n", a.passes);
+    println!("Each row measures its own no-filter rate beside its filters: linear and compiled run once ({:.1}s), then {} pair(s) of a no-filter and a cached run of {:.2}s back to back per producer, in turn order (the VM's speed wanders within seconds: a pair's two runs must be close in time); their Mpps are medians and \"cached vs no filter\" is the median of the pairs' own ratios. \"cached\" is the default compiled path with the per-thread flow cache (--filter-cache), \"compiled\" the classifier on every packet (--filter-cache 0).\n", d.as_secs_f64(), a.pairs, a.pair_duration.as_secs_f64());
     println!("| rules | build ms | memory KiB | null no filter Mpps | null linear Mpps | null compiled Mpps | null cached Mpps | cached vs no filter | compiled vs no filter | cached vs linear | compiled vs linear | cold no filter Mpps | cold linear Mpps | cold cached Mpps | cold cached vs no filter | ns/class linear | ns/class compiled, one at a time | ns/class compiled, bursts of 64 | ns/class dpdk-test-acl | compiled (bursts) vs rte_acl |");
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let dpdk_note: Option<String> = if a.no_dpdk {
@@ -156,7 +164,7 @@ pub fn filter(a: FilterBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCod
         None
     };
     let mut at2000: Option<[[f64; 4]; 2]> = None;
-    let mut passes2000: Option<[Vec<f64>; 2]> = None;
+    let mut pairs2000: Option<[Vec<f64>; 2]> = None;
     let mut acl2000: Option<Vec<f64>> = None;
     let mut rows = Vec::new();
     let pb = progress(a.rules.len() as u64, "filter");
@@ -182,37 +190,45 @@ pub fn filter(a: FilterBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCod
             (r.build_ns() as f64 / 1e6, r.memory())
         };
         // [producer][no filter, linear, compiled, cached]; cold data skips
-        // the uncached classifier (its cost shows in null mode). No filter
-        // and cached alternate for `passes` passes (medians; the ratio is
-        // the median of each pass's own), the others run in the first.
+        // the uncached classifier (its cost shows in null mode). Linear and
+        // compiled run once; then `pairs` short no-filter and cached runs
+        // back to back, each pair in the other order from the one before
+        // (a drift does not favour either), medians of each and of the
+        // pairs' own ratios.
         let mut mpps = [[f64::NAN; 4]; 2];
-        let mut pass_ratios: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        let mut pair_ratios: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
         for (i, p) in [Producer::Null, Producer::Thread { pps: None }]
             .into_iter()
             .enumerate()
         {
-            let (mut none, mut hit) = (Vec::new(), Vec::new());
-            for pass in 0..a.passes {
-                none.push(measure(&config(p.clone(), None, d))?.0);
-                if pass == 0 {
-                    for (j, h) in [Some(&lin), (i == 0).then_some(&comp)]
-                        .into_iter()
-                        .enumerate()
-                    {
-                        if let Some(h) = h {
-                            mpps[i][j + 1] = measure(&config(p.clone(), Some(h.clone()), d))?.0;
-                        }
-                    }
+            for (j, h) in [Some(&lin), (i == 0).then_some(&comp)]
+                .into_iter()
+                .enumerate()
+            {
+                if let Some(h) = h {
+                    mpps[i][j + 1] = measure(&config(p.clone(), Some(h.clone()), d))?.0;
                 }
-                hit.push(measure(&config(p.clone(), Some(cached.clone()), d))?.0);
             }
-            pass_ratios[i] = hit.iter().zip(&none).map(|(h, n)| h / n).collect();
+            let (mut none, mut hit) = (Vec::new(), Vec::new());
+            let run = |f: Option<&Arc<FilterHandle>>| {
+                measure(&config(p.clone(), f.cloned(), a.pair_duration)).map(|r| r.0)
+            };
+            for pair in 0..a.pairs {
+                if pair % 2 == 0 {
+                    none.push(run(None)?);
+                    hit.push(run(Some(&cached))?);
+                } else {
+                    hit.push(run(Some(&cached))?);
+                    none.push(run(None)?);
+                }
+            }
+            pair_ratios[i] = hit.iter().zip(&none).map(|(h, n)| h / n).collect();
             mpps[i][0] = median(none);
             mpps[i][3] = median(hit);
         }
         let cached_vs_none = [
-            median(pass_ratios[0].clone()),
-            median(pass_ratios[1].clone()),
+            median(pair_ratios[0].clone()),
+            median(pair_ratios[1].clone()),
         ];
         if n == 2000 {
             at2000 = Some(mpps);
@@ -282,15 +298,15 @@ pub fn filter(a: FilterBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCod
             "cold_mpps": { "none": nan(m(1, 0)), "linear": nan(m(1, 1)), "cached": nan(m(1, 3)) },
             "ns_per_class": { "linear": ns_lin, "compiled": ns_comp, "compiled_burst": nan(ns_burst), "dpdk_test_acl": ns_dpdk },
             "dpdk_test_acl_vs_burst_by_pass": &acl_ratios,
-            "cached_vs_none_by_pass": { "null": &pass_ratios[0], "cold": &pass_ratios[1] },
+            "cached_vs_none_by_pair": { "null": &pair_ratios[0], "cold": &pair_ratios[1] },
         }));
         if n == 2000 {
-            passes2000 = Some(pass_ratios.clone());
+            pairs2000 = Some(pair_ratios.clone());
         }
         pb.inc(1);
     }
     pb.finish_and_clear();
-    if let Some([null, cold]) = &passes2000 {
+    if let Some([null, cold]) = &pairs2000 {
         let list = |v: &[f64]| {
             v.iter()
                 .map(|r| format!("{r:.2}x"))
@@ -298,7 +314,7 @@ pub fn filter(a: FilterBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCod
                 .join(", ")
         };
         println!(
-            "\ncached vs no filter at 2000 rules, pass by pass: null mode {}; cold data {}",
+            "\ncached vs no filter at 2000 rules, pair by pair: null mode {}; cold data {}",
             list(null),
             list(cold)
         );
@@ -313,7 +329,7 @@ pub fn filter(a: FilterBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCod
     if let Some(n) = &dpdk_note {
         println!("\ndpdk-test-acl: {n}");
     }
-    print_targets(passes2000.as_ref(), at2000.as_ref(), acl2000.as_ref());
+    print_targets(pairs2000.as_ref(), at2000.as_ref(), acl2000.as_ref());
     println!("\n## The kernel: iptables (nft backend) on a veth, 2000 rules vs none\n");
     let mut kernel = serde_json::Value::Null;
     if a.no_kernel {
