@@ -575,6 +575,60 @@ fn ctl_finds_the_running_rxpath_past_stale_sockets() {
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "300");
 }
 
+/// `rxpath bench filter`: the within-10 % ratio is the median of the
+/// pairs' own ratios, every pair of both producers in the JSON.
+#[test]
+fn bench_filter_takes_its_ratio_from_the_pairs() {
+    let dir = std::env::temp_dir().join(format!("rxpath-filter-report-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = rxpath(&[
+        "bench",
+        "filter",
+        "--rules",
+        "2000",
+        "--no-dpdk",
+        "--no-kernel",
+        "--duration",
+        "100ms",
+        "--passes",
+        "1",
+        "--pairs",
+        "3",
+        "--pair-duration",
+        "40ms",
+        "--report",
+        dir.to_str().unwrap(),
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let j = std::fs::read_to_string(dir.join("filter.json"));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_str(&j.unwrap()).unwrap();
+    assert_eq!(j["pairs"], 3, "{j}");
+    let pairs = &j["rows"][0]["cached_vs_none_by_pair"];
+    let ratios = |p: &str| -> Vec<f64> {
+        pairs[p]
+            .as_array()
+            .unwrap_or_else(|| panic!("{j}"))
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect()
+    };
+    let (mut null, cold) = (ratios("null"), ratios("cold"));
+    assert_eq!((null.len(), cold.len()), (3, 3), "{j}");
+    assert!(null.iter().chain(&cold).all(|r| *r > 0.0), "{j}");
+    null.sort_by(f64::total_cmp);
+    let line = format!(
+        "within 10 % of the no-filter rate, null mode ({:.3}x",
+        null[1]
+    );
+    assert!(out.contains(&line), "{line} not in:\n{out}");
+}
+
 /// `rxpath bench gro --report DIR`: the JSON of the run (every round) and
 /// the three plots, each as PNG and SVG, and a line that says where.
 #[test]

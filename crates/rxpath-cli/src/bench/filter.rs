@@ -468,6 +468,7 @@ fn report(
     )?;
     let j = serde_json::json!({
         "shape": format!("{:?}", a.shape), "duration_s": a.duration.as_secs_f64(),
+        "pairs": a.pairs, "pair_duration_s": a.pair_duration.as_secs_f64(),
         "rows": rows, "kernel_iptables": kernel, "dpdk_test_acl": dpdk_note,
     });
     rep.json("filter", &j)
