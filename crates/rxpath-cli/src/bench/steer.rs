@@ -24,11 +24,13 @@ pub struct SteerBenchArgs {
     /// Rules in the linear filter (the expensive stage).
     #[arg(long, default_value_t = 2000)]
     pub rules: usize,
-    /// Rounds: each measures 1 worker then 2 back to back; a row's rates
-    /// are the medians, its "2 vs 1" the median of the rounds' own ratios
-    /// (this VM drifts within seconds: a pair measured together sees the
-    /// same state).
-    #[arg(long, default_value_t = 5)]
+    /// Rounds: each measures 1 worker and 2 back to back, in turn order
+    /// (1 then 2, then 2 then 1); a row's rates are the medians, its "2 vs
+    /// 1" the median of the rounds' own ratios. This VM's cores each switch
+    /// between two speeds 1.8x apart within a second (a spinning thread
+    /// read 160 k and 300 k loops/ms on the same core in turn): one pair's
+    /// ratio is at their mercy, the median of many is not.
+    #[arg(long, default_value_t = 9)]
     pub rounds: usize,
     /// Flow counts to measure.
     #[arg(long, value_delimiter = ',', default_value = "1,64")]
@@ -197,7 +199,7 @@ pub fn steer(a: SteerBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode>
     println!(
         "rxpath bench steer (seed 003): the bottom half is IP input + the INPUT filter with {} ClassBench-shaped rules walked linearly \
          (every packet misses every rule, the walk's worst case, as in the seed) + the sink; sim NIC, 1 RX queue, 1 NAPI thread (worker 0), \
-         60-byte UDP; {:.1}s per measurement, {} rounds of 1 worker then 2 back to back (rates: medians; 2 vs 1: the median of the rounds' own ratios, their range beside it); {cores} core(s).",
+         60-byte UDP; {:.1}s per measurement, {} rounds of 1 worker and 2 back to back, in turn order (rates: medians; 2 vs 1: the median of the rounds' own ratios, their range beside it); {cores} core(s).",
         a.rules,
         d.as_secs_f64(),
         a.rounds.max(1)
@@ -237,13 +239,16 @@ pub fn steer(a: SteerBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode>
             pb.set_message(format!("{flows} flow(s), {}", mode.name()));
             let mut ones = Vec::new();
             let mut twos = Vec::new();
-            for _ in 0..a.rounds.max(1) {
+            let one = |ones: &mut Vec<Row>| -> Result<()> {
                 ones.push(row(
                     flows,
                     mode,
                     1,
                     &measure(&config(flows, mode, 1, &filter, d))?,
                 ));
+                Ok(())
+            };
+            let two = |twos: &mut Vec<Row>| -> Result<()> {
                 if mode != SteerMode::None {
                     twos.push(row(
                         flows,
@@ -251,6 +256,18 @@ pub fn steer(a: SteerBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode>
                         2,
                         &measure(&config(flows, mode, 2, &filter, d))?,
                     ));
+                }
+                Ok(())
+            };
+            // Each round in the other order from the one before: a drift
+            // of the VM's speed favours neither side.
+            for round in 0..a.rounds.max(1) {
+                if round % 2 == 0 {
+                    one(&mut ones)?;
+                    two(&mut twos)?;
+                } else {
+                    two(&mut twos)?;
+                    one(&mut ones)?;
                 }
             }
             let kpps = |v: &[Row]| v.iter().map(|r| r.delivered_pps / 1e3).collect::<Vec<_>>();
