@@ -16,6 +16,7 @@
 //! datagrams per read (UDP GRO).
 
 use crate::bench::iface::machine_busy;
+use crate::bench::median;
 use crate::bench::plot::ReportDir;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -181,11 +182,11 @@ fn stop(c: Child) -> Result<Value> {
     })
 }
 
-/// One server run: an upload, and in the first round also a download and
-/// the requests. Upload figures go to `row.up` (one per round).
+/// One server run: an upload and the requests, and in the first round
+/// also a download. Upload and request figures go to `row.up` and
+/// `row.req` (one per round).
 fn measure(s: Server, t: &Topology, a: &QuicBenchArgs, first: bool, row: &mut Row) -> Result<()> {
     let server = start(s, t, a)?;
-    let requests = a.requests;
     let r = (|| -> Result<()> {
         let gb = a.bytes as f64 / 1e9;
         let (v, machine, own) = client(t, &["--upload".into(), a.bytes.to_string()])?;
@@ -198,7 +199,7 @@ fn measure(s: Server, t: &Topology, a: &QuicBenchArgs, first: bool, row: &mut Ro
             row.down_gbit = v["download"]["gbit_s"].as_f64().unwrap_or(0.0);
             row.down_cpu_s_per_gb = machine.saturating_sub(own).as_secs_f64() / gb;
         }
-        let (v, _, _) = client(t, &["--requests".into(), requests.to_string()])?;
+        let (v, _, _) = client(t, &["--requests".into(), a.requests.to_string()])?;
         row.req.push((
             v["requests"]["p50_us"].as_f64().unwrap_or(0.0),
             v["requests"]["p99_us"].as_f64().unwrap_or(0.0),
@@ -208,8 +209,8 @@ fn measure(s: Server, t: &Topology, a: &QuicBenchArgs, first: bool, row: &mut Ro
     let rep = stop(server)?;
     r?;
     let p = &rep["perf"];
-    let want_in = a.bytes + 32 * requests;
-    let want_out = if first { a.bytes } else { 0 } + 32 * requests;
+    let want_in = a.bytes + 32 * a.requests;
+    let want_out = if first { a.bytes } else { 0 } + 32 * a.requests;
     let mut whole = p["bytes_in"].as_u64() == Some(want_in)
         && p["bytes_out"].as_u64() == Some(want_out)
         && p["failed_streams"].as_u64() == Some(0);
@@ -223,15 +224,6 @@ fn measure(s: Server, t: &Topology, a: &QuicBenchArgs, first: bool, row: &mut Ro
     }
     row.whole = (first || row.whole) && whole;
     Ok(())
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
@@ -344,14 +336,21 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
                 per_cpu(&rp) / per_cpu(&k),
                 per_cpu(&rd) / per_cpu(&k),
             );
+            let list = |v: Vec<f64>| {
+                v.iter()
+                    .map(|r| format!("{r:.2}"))
+                    .collect::<Vec<_>>()
+                    .join("/")
+            };
             // Round by round: each against the kernel's upload of the
             // same round.
             let per_round = |x: &Row| {
-                x.up.iter()
-                    .zip(&k.up)
-                    .map(|(u, ku)| format!("{:.2}", ku.1 / u.1.max(1e-9)))
-                    .collect::<Vec<_>>()
-                    .join("/")
+                list(
+                    x.up.iter()
+                        .zip(&k.up)
+                        .map(|(u, ku)| ku.1 / u.1.max(1e-9))
+                        .collect(),
+                )
             };
             println!(
                 "  by round: rxpath sleeping {}; busy poll {}; with prefer {}; woken by the device {}",
@@ -379,12 +378,6 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
                 m(&rp, &kb),
                 m(&rd, &kb),
             );
-            let list = |v: Vec<f64>| {
-                v.iter()
-                    .map(|r| format!("{r:.2}"))
-                    .collect::<Vec<_>>()
-                    .join("/")
-            };
             println!(
                 "  by round: rxpath busy poll {}; with prefer {}; woken by the device {}",
                 list(p99_rounds(&rb, &k)),

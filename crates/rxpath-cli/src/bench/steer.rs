@@ -239,22 +239,14 @@ pub fn steer(a: SteerBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode>
             pb.set_message(format!("{flows} flow(s), {}", mode.name()));
             let mut ones = Vec::new();
             let mut twos = Vec::new();
-            let one = |ones: &mut Vec<Row>| -> Result<()> {
-                ones.push(row(
-                    flows,
-                    mode,
-                    1,
-                    &measure(&config(flows, mode, 1, &filter, d))?,
-                ));
-                Ok(())
-            };
-            let two = |twos: &mut Vec<Row>| -> Result<()> {
-                if mode != SteerMode::None {
-                    twos.push(row(
+            // `w` workers' run into `v` (no 2-worker run without steering).
+            let run = |w: usize, v: &mut Vec<Row>| -> Result<()> {
+                if w == 1 || mode != SteerMode::None {
+                    v.push(row(
                         flows,
                         mode,
-                        2,
-                        &measure(&config(flows, mode, 2, &filter, d))?,
+                        w,
+                        &measure(&config(flows, mode, w, &filter, d))?,
                     ));
                 }
                 Ok(())
@@ -262,12 +254,9 @@ pub fn steer(a: SteerBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode>
             // Each round in the other order from the one before: a drift
             // of the VM's speed favours neither side.
             for round in 0..a.rounds.max(1) {
-                if round % 2 == 0 {
-                    one(&mut ones)?;
-                    two(&mut twos)?;
-                } else {
-                    two(&mut twos)?;
-                    one(&mut ones)?;
+                let order = if round % 2 == 0 { [1, 2] } else { [2, 1] };
+                for w in order {
+                    run(w, if w == 1 { &mut ones } else { &mut twos })?;
                 }
             }
             let kpps = |v: &[Row]| v.iter().map(|r| r.delivered_pps / 1e3).collect::<Vec<_>>();
