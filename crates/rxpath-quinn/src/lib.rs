@@ -77,22 +77,23 @@ impl RxpathSocket {
     }
 
     /// An empty read with `busy_poll` set: within `busy_poll` µs of the
-    /// first empty read the task wakes itself and is polled again once the
-    /// runtime has run what else is ready, each poll polling the queue's
-    /// NAPI; the thread never sleeps in the reactor meanwhile. This is the
-    /// kernel's epoll busy poll (`ep_busy_loop`: `epoll_wait` polls the
-    /// NAPI for up to `busy_poll` µs before it sleeps), in a task: a
-    /// request that arrives within the window is read by the task's own
-    /// poll, with no wakeup. Returns false once the window is over (the
-    /// caller sleeps as without busy polling, and the next datagram opens
-    /// a new window).
-    fn spin(&self, cx: &mut Context<'_>) -> bool {
+    /// start of the first empty read the task wakes itself and is polled
+    /// again once the runtime has run what else is ready, each poll
+    /// polling the queue's NAPI; the thread never sleeps in the reactor
+    /// meanwhile. This is the kernel's epoll busy poll (`ep_busy_loop`:
+    /// `epoll_wait` polls the NAPI for up to `busy_poll` µs from its call
+    /// before it sleeps), in a task: a request that arrives within the
+    /// window is read by the task's own poll, with no wakeup. `started` is
+    /// when this read began (read only for the first empty one). Returns
+    /// false once the window is over (the caller sleeps as without busy
+    /// polling, and the next datagram opens a new window).
+    fn spin(&self, cx: &mut Context<'_>, started: u64) -> bool {
         let us = self.sock.busy_poll() as u64;
         let now = rxpath_dev::mono_ns();
         let since = match self.empty_since.load(Ordering::Relaxed) {
             0 => {
-                self.empty_since.store(now, Ordering::Relaxed);
-                now
+                self.empty_since.store(started, Ordering::Relaxed);
+                started
             }
             t => t,
         };
@@ -144,8 +145,9 @@ impl AsyncUdpSocket for RxpathSocket {
     /// queued the task's waker stays in the socket (the thread that queues
     /// the next one wakes it). With `busy_poll` set on the socket, a read
     /// polls the queue's NAPI once, and an empty one within the window
-    /// spins ([`Self::spin`]); past it the read polls once more
-    /// (`poll_recv_batch`) and may wait, and the task also
+    /// spins ([`Self::spin`]); past it the read looks at the queue once
+    /// more around leaving its waker (`poll_recv_batch_polled`: no second
+    /// busy poll right after the first) and may wait, and the task also
     /// waits on the device's own descriptor in tokio's reactor: when the
     /// device has packets, tokio wakes this task and it polls the queue
     /// itself, as an epoll loop with `SO_PREFER_BUSY_POLL` does. With the
@@ -174,12 +176,20 @@ impl AsyncUdpSocket for RxpathSocket {
                 dst_ip: Some(m.dst),
             };
         };
+        // This read's busy poll found nothing: the read that may wait
+        // looks at the queue, it does not poll the NAPI again at once.
+        let mut polled = false;
         if self.sock.busy_poll() > 0 {
+            let started = match self.empty_since.load(Ordering::Relaxed) {
+                0 => rxpath_dev::mono_ns(),
+                _ => 0,
+            };
             match self.sock.recv_batch_busy(&mut slices[..n], &mut fill) {
                 Ok(0) => {
-                    if self.spin(cx) {
+                    if self.spin(cx, started) {
                         return Poll::Pending;
                     }
+                    polled = true;
                 }
                 Ok(n) => {
                     self.empty_since.store(0, Ordering::Relaxed);
@@ -199,7 +209,10 @@ impl AsyncUdpSocket for RxpathSocket {
                 .unwrap_or_else(|e| e.into_inner())
                 .is_some();
         for _ in 0..4 {
-            let r = if device {
+            let r = if std::mem::take(&mut polled) {
+                self.sock
+                    .poll_recv_batch_polled(cx, &mut slices[..n], &mut fill, device)
+            } else if device {
                 self.sock
                     .poll_recv_batch_device(cx, &mut slices[..n], &mut fill)
             } else {

@@ -331,6 +331,48 @@ fn a_task_waiting_on_the_device_keeps_the_interrupt_deferred() {
     }
 }
 
+/// A task whose busy poll has just found nothing waits without polling the
+/// NAPI a second time (`poll_recv_batch_polled`), where a plain waiting
+/// read polls it first; either way the next datagram wakes the task.
+#[test]
+fn a_read_right_after_a_busy_poll_waits_without_polling_again() {
+    let h = sim_host(false);
+    let s = h.udp_bind(sa(HOST4, 7040)).unwrap();
+    send(&h, 7040, &[10], 0);
+    s.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut b = [0u8; 64];
+    assert_eq!(s.recv(&mut b).unwrap(), 10);
+    s.set_busy_poll(50);
+    let (count, waker) = counting_waker();
+    let mut cx = Context::from_waker(&waker);
+    let mut bufs = [vec![0u8; 2048]];
+    let mut got = Vec::new();
+    let mut meta = |_: usize, m: RecvMeta| got.push(m.len);
+    let polls = s.counters().busy_polls;
+    assert!(s
+        .poll_recv_batch_polled(&mut cx, &mut bufs, &mut meta, false)
+        .is_pending());
+    assert_eq!(s.counters().busy_polls, polls, "no busy poll");
+    assert!(s
+        .poll_recv_batch(&mut cx, &mut bufs, &mut meta)
+        .is_pending());
+    assert_eq!(s.counters().busy_polls, polls + 1, "one busy poll");
+    send(&h, 7040, &[77], 0);
+    let t0 = std::time::Instant::now();
+    while count.0.load(Ordering::SeqCst) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "never woken");
+        std::thread::yield_now();
+    }
+    assert!(matches!(
+        s.poll_recv_batch_polled(&mut cx, &mut bufs, &mut meta, false),
+        Poll::Ready(Ok(1))
+    ));
+    assert_eq!(got, vec![77]);
+    drop(s);
+    let r = h.shutdown();
+    assert_eq!(r.frames_home, r.frames_total);
+}
+
 #[test]
 fn with_gro_flush_timeout_the_napi_timer_delivers_what_gro_held() {
     // 300 µs: a lone datagram is held past its poll (the poll found work,

@@ -279,33 +279,40 @@ impl SharedNapi {
 
     /// One busy-poll session on this NAPI: take ownership if no one has it,
     /// poll with [`BUSY_POLL_BUDGET`] until `ready()` or the deadline, give
-    /// it back. Returns `(polls, packets)`, or `None` if someone else owned
-    /// the NAPI.
-    pub(crate) fn busy_poll(&self, end_ns: u64, ready: &dyn Fn() -> bool) -> Option<(u64, u64)> {
+    /// it back. Returns `(polls, packets, now)`, `now` being the clock as
+    /// the last poll read it (the caller's end of the session: a session is
+    /// a few hundred ns, so the clock is read once per poll, not again
+    /// for the deferral or the caller's accounting), or `None` if someone
+    /// else owned the NAPI.
+    pub(crate) fn busy_poll(
+        &self,
+        end_ns: u64,
+        ready: &dyn Fn() -> bool,
+    ) -> Option<(u64, u64, u64)> {
         if !self.state.try_busy_poll() {
             return None;
         }
         let mut g = self.cell();
         self.defer_until.store(0, Ordering::Release);
         let (mut polls, mut packets) = (0u64, 0u64);
+        let mut now = rxpath_dev::mono_ns();
         if let Some(cell) = g.as_mut() {
             cell.busy_start();
             loop {
-                let now = rxpath_dev::mono_ns();
                 packets += cell.poll_busy(BUSY_POLL_BUDGET, now) as u64;
                 polls += 1;
                 if ready() || now >= end_ns {
                     break;
                 }
                 std::hint::spin_loop();
+                now = rxpath_dev::mono_ns();
             }
         }
         let defer = self.defer_ns.load(Ordering::Relaxed);
         if defer > 0 {
             // Masked until the deadline; the NAPI thread watches it. Set
             // before ownership is given back, so the thread cannot miss it.
-            self.defer_until
-                .store(rxpath_dev::mono_ns() + defer, Ordering::Release);
+            self.defer_until.store(now + defer, Ordering::Release);
         }
         let missed = self.state.busy_poll_stop();
         if let Some(cell) = g.as_mut() {
@@ -315,6 +322,6 @@ impl SharedNapi {
             }
             self.note_timer(cell.as_ref());
         }
-        Some((polls, packets))
+        Some((polls, packets, now))
     }
 }

@@ -29,7 +29,7 @@ impl UdpSocket {
         bufs: &mut [B],
         meta: &mut dyn FnMut(usize, RecvMeta),
     ) -> Poll<Result<usize, SockError>> {
-        self.poll_recv_batch_irq(cx, bufs, meta, true)
+        self.poll_recv_batch_irq(cx, bufs, meta, true, true)
     }
 
     /// [`Self::poll_recv_batch`] for a task that also waits on the device
@@ -47,7 +47,23 @@ impl UdpSocket {
         bufs: &mut [B],
         meta: &mut dyn FnMut(usize, RecvMeta),
     ) -> Poll<Result<usize, SockError>> {
-        self.poll_recv_batch_irq(cx, bufs, meta, false)
+        self.poll_recv_batch_irq(cx, bufs, meta, false, true)
+    }
+
+    /// [`Self::poll_recv_batch`] (`device` false) or
+    /// [`Self::poll_recv_batch_device`] (true) for a task whose
+    /// [`Self::recv_batch_busy`] has just found nothing: the queue is
+    /// looked at again around the waker's registration but the NAPI is
+    /// not polled a second time (a busy poll a few hundred ns after the
+    /// last one finds the same empty ring).
+    pub fn poll_recv_batch_polled<B: AsMut<[u8]>>(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &mut [B],
+        meta: &mut dyn FnMut(usize, RecvMeta),
+        device: bool,
+    ) -> Poll<Result<usize, SockError>> {
+        self.poll_recv_batch_irq(cx, bufs, meta, !device, false)
     }
 
     fn poll_recv_batch_irq<B: AsMut<[u8]>>(
@@ -56,8 +72,13 @@ impl UdpSocket {
         bufs: &mut [B],
         meta: &mut dyn FnMut(usize, RecvMeta),
         resume: bool,
+        busy: bool,
     ) -> Poll<Result<usize, SockError>> {
-        let n = self.recv_batch_busy(bufs, meta)?;
+        let n = if busy {
+            self.recv_batch_busy(bufs, meta)?
+        } else {
+            self.take(bufs, meta)?
+        };
         if n > 0 {
             return Poll::Ready(Ok(n));
         }

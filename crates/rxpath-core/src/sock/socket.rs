@@ -683,12 +683,16 @@ impl Sockets {
         let start = rxpath_dev::mono_ns();
         let end = start + us as u64 * 1000;
         let (mut loops, mut packets, mut contended) = (0u64, 0u64, 0u64);
+        // The clock as last read: a session's polls read it (one round
+        // with `us` = 0, a non-blocking read's, reads it twice in all).
+        let mut now = start;
         'outer: loop {
             for n in napis.iter().flatten() {
                 match n.busy_poll(end, ready) {
-                    Some((l, p)) => {
+                    Some((l, p, t)) => {
                         loops += l;
                         packets += p;
+                        now = t;
                     }
                     None => contended += 1,
                 }
@@ -696,16 +700,17 @@ impl Sockets {
                     break 'outer;
                 }
             }
-            if rxpath_dev::mono_ns() >= end {
+            if now >= end {
                 break;
             }
             std::hint::spin_loop();
+            now = rxpath_dev::mono_ns();
         }
         c.busy_poll_loops.fetch_add(loops, Ordering::Relaxed);
         c.busy_poll_packets.fetch_add(packets, Ordering::Relaxed);
         c.busy_poll_contended
             .fetch_add(contended, Ordering::Relaxed);
         c.busy_poll_ns
-            .fetch_add(rxpath_dev::mono_ns() - start, Ordering::Relaxed);
+            .fetch_add(now.saturating_sub(start), Ordering::Relaxed);
     }
 }
