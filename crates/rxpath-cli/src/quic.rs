@@ -234,7 +234,7 @@ fn client(a: &QuicArgs, server: SocketAddr) -> anyhow::Result<ExitCode> {
             let q = |f: f64| lat[((lat.len() as f64 * f) as usize).min(lat.len() - 1)] as f64 / 1e3;
             out.insert(
                 "requests".into(),
-                serde_json::json!({"n": a.requests, "p50_us": q(0.5), "p99_us": q(0.99)}),
+                serde_json::json!({"n": a.requests, "p50_us": q(0.5), "p90_us": q(0.9), "p99_us": q(0.99), "p999_us": q(0.999)}),
             );
         }
         let stats = conn.stats();

@@ -49,10 +49,11 @@ pub struct QuicBenchArgs {
     #[arg(long, default_value_t = 0)]
     pub gro_flush_timeout: u64,
     /// Rounds per configuration, taken in turns across the servers (one
-    /// round: every server's upload and requests once); the tables give
-    /// the medians of the uploads and of the request p50/p99, and the
-    /// ratios per round. Downloads: the first round only.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    /// round: every server's upload and requests once; every other round
+    /// in the reverse order); the tables give the medians of the uploads
+    /// and of the request p50/p99, and the ratios per round. Downloads:
+    /// the first round only.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub rounds: u32,
 }
 
@@ -241,7 +242,7 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     let guard = t.up_scoped()?;
     let t = &guard.0;
     println!(
-        "rxpath bench quic: quinn perf protocol, {} MB up ({} rounds, servers in turn; medians) and down, {} small requests per round; veth {} <- {} (netns {}); busy poll {} µs; rxpath gro_flush_timeout {} ns",
+        "rxpath bench quic: quinn perf protocol, {} MB up ({} rounds, servers in turn, every other round in reverse; medians) and down, {} small requests per round; veth {} <- {} (netns {}); busy poll {} µs; rxpath gro_flush_timeout {} ns",
         a.bytes / 1_000_000,
         a.rounds,
         a.requests,
@@ -278,8 +279,18 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         println!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
         let mut rows: Vec<(Server, Row)> =
             Server::ALL.iter().map(|&s| (s, Row::default())).collect();
+        // Every other round in the other order, so that a drift of the
+        // VM's speed within a round (seen here: the same run 1.5x faster
+        // three seconds later) does not always favour the same servers.
         for round in 0..a.rounds {
-            for (s, r) in rows.iter_mut() {
+            let reverse = round % 2 == 1;
+            let order: Vec<usize> = if reverse {
+                (0..rows.len()).rev().collect()
+            } else {
+                (0..rows.len()).collect()
+            };
+            for i in order {
+                let (s, r) = &mut rows[i];
                 measure(*s, t, &a, round == 0, r)?;
             }
         }
