@@ -144,34 +144,63 @@ impl IrqLine {
 
 /// Level-triggered interrupts over `poll(2)`: a thread that, while `line`
 /// is armed, waits for `waiter`'s descriptor to become readable and raises
-/// the line. Used by the AF_PACKET and AF_XDP queues. Stop it by setting
-/// the returned flag and joining the handle.
+/// the line. Used by the AF_PACKET and AF_XDP queues. Stop it with
+/// [`IrqThread::stop`].
 fn spawn_level_irq(
     name: String,
     waiter: crate::sys::af_packet::FdWaiter,
     line: std::sync::Arc<IrqLine>,
-) -> std::io::Result<(std::sync::Arc<AtomicBool>, std::thread::JoinHandle<()>)> {
-    use std::time::Duration;
+) -> std::io::Result<IrqThread> {
+    use crate::sys::af_packet::FdWaiter;
+    // Belt and braces only: the thread is woken by the descriptor, by
+    // `arm`, and by the stop event, so an idle queue costs one wakeup a
+    // second, not one per timeout of a short poll.
+    const NAP: std::time::Duration = std::time::Duration::from_secs(1);
     let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let stop_event = FdWaiter::event()?;
+    let event = stop_event.try_clone()?;
     let s = stop.clone();
     let l = line.clone();
     let h = std::thread::Builder::new().name(name).spawn(move || {
         let _ = l.irq_thread.set(std::thread::current());
-        while !s.load(Ordering::Relaxed) {
+        let mut ready = Vec::with_capacity(2);
+        while !s.load(Ordering::Acquire) {
             if !line.is_armed() {
                 // Masked (NAPI or a busy poller owns the queue): sleep until
                 // `arm` wakes us, so a busy poller's CPU is left alone.
-                std::thread::park_timeout(Duration::from_millis(2));
+                std::thread::park_timeout(NAP);
                 continue;
             }
-            if let Ok(true) = waiter.wait(Duration::from_millis(2)) {
-                if !line.raise() {
+            if let Ok(n) = FdWaiter::wait_any(&[&waiter, &event], NAP, &mut ready) {
+                if n > 0 && ready[0] && !line.raise() {
                     std::thread::yield_now();
                 }
             }
         }
     })?;
-    Ok((stop, h))
+    Ok(IrqThread {
+        stop,
+        stop_event,
+        handle: h,
+    })
+}
+
+/// A level interrupt's thread and what stops it.
+#[derive(Debug)]
+struct IrqThread {
+    stop: std::sync::Arc<AtomicBool>,
+    stop_event: crate::sys::af_packet::FdWaiter,
+    handle: std::thread::JoinHandle<()>,
+}
+
+impl IrqThread {
+    /// Stop the thread wherever it sleeps, and join it.
+    fn stop(self) {
+        self.stop.store(true, Ordering::Release);
+        let _ = self.stop_event.notify();
+        self.handle.thread().unpark();
+        let _ = self.handle.join();
+    }
 }
 
 /// A queue's level-triggered interrupt over `poll(2)` on its socket: a
@@ -183,7 +212,7 @@ fn spawn_level_irq(
 pub struct LevelIrq {
     line: std::sync::Arc<IrqLine>,
     waiter: crate::sys::af_packet::FdWaiter,
-    thread: Option<(std::sync::Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
+    thread: Option<IrqThread>,
     inline: bool,
 }
 
@@ -249,9 +278,8 @@ impl LevelIrq {
     }
 
     fn stop_thread(&mut self) {
-        if let Some((stop, h)) = self.thread.take() {
-            stop.store(true, Ordering::Relaxed);
-            let _ = h.join();
+        if let Some(t) = self.thread.take() {
+            t.stop();
         }
     }
 }

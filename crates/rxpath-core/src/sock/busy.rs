@@ -170,6 +170,9 @@ pub struct SharedNapi {
     /// The NAPI timer's deadline as its last poller left it (0: none), for
     /// the NAPI thread to watch without the cell's lock.
     timer_at: AtomicU64,
+    /// The NAPI thread sleeps with no deadline (idle): a busy poller that
+    /// leaves a deferral or a timer must wake it ([`Self::watch`]).
+    watcher_asleep: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for SharedNapi {
@@ -198,6 +201,7 @@ impl SharedNapi {
             defer_ns: AtomicU64::new(0),
             defer_until: AtomicU64::new(0),
             timer_at: AtomicU64::new(0),
+            watcher_asleep: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -223,6 +227,29 @@ impl SharedNapi {
     pub fn note_timer(&self, cell: &dyn PollCell) {
         self.timer_at
             .store(cell.timer().unwrap_or(0), Ordering::Release);
+    }
+
+    /// The NAPI thread is about to sleep with no deadline (true) or is
+    /// awake again (false). Before it sleeps it looks at
+    /// [`Self::deferred_until`] and [`Self::timer_at`] once more: a busy
+    /// poller that sets either after that wakes it.
+    pub fn watch(&self, asleep: bool) {
+        self.watcher_asleep.store(asleep, Ordering::SeqCst);
+    }
+
+    /// A busy poller left a deadline (a deferral or the NAPI timer): wake
+    /// the NAPI thread if it sleeps with none.
+    fn wake_watcher(&self) {
+        // SeqCst pairs with `watch`: either the thread sees the deadline,
+        // or this sees it asleep.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.watcher_asleep.load(Ordering::Relaxed)
+            && self.watcher_asleep.swap(false, Ordering::AcqRel)
+        {
+            if let Some(irq) = &self.irq {
+                irq.wake_waiter();
+            }
+        }
     }
 
     /// The deadline (ns, `mono_ns`) at which a deferred NAPI must be polled
@@ -321,6 +348,9 @@ impl SharedNapi {
                 cell.busy_stop(missed);
             }
             self.note_timer(cell.as_ref());
+        }
+        if self.deferred_until() != 0 || self.timer_at() != 0 {
+            self.wake_watcher();
         }
         Some((polls, packets, now))
     }

@@ -191,6 +191,10 @@ pub enum SockError {
 pub struct FrameReturn {
     frames: Mutex<Vec<Frame>>,
     len: AtomicUsize,
+    /// An idle NAPI thread asleep without a deadline, to wake at the next
+    /// return ([`Self::wake_on_return`]).
+    waiter: Mutex<Option<std::thread::Thread>>,
+    wake: std::sync::atomic::AtomicBool,
 }
 
 impl FrameReturn {
@@ -200,6 +204,8 @@ impl FrameReturn {
         v.push(f);
         // Release pairs with the Acquire in `pending`.
         self.len.store(v.len(), Ordering::Release);
+        drop(v);
+        self.notify();
     }
 
     /// Return many frames under one lock.
@@ -207,6 +213,33 @@ impl FrameReturn {
         let mut v = lock(&self.frames);
         v.extend(it);
         self.len.store(v.len(), Ordering::Release);
+        drop(v);
+        self.notify();
+    }
+
+    /// An idle NAPI thread is going to sleep with no deadline: unpark `t`
+    /// at the next return (frames coming home need the owner, and a device
+    /// that ran out of buffers raises no interrupt). The caller looks at
+    /// [`Self::pending`] after this and before it parks.
+    pub fn wake_on_return(&self, t: std::thread::Thread) {
+        *lock(&self.waiter) = Some(t);
+        self.wake.store(true, Ordering::SeqCst);
+    }
+
+    /// The idle NAPI thread is awake again: returns need not wake it.
+    pub fn stop_waking(&self) {
+        self.wake.store(false, Ordering::Relaxed);
+    }
+
+    fn notify(&self) {
+        // SeqCst pairs with `wake_on_return`: either the sleeper sees the
+        // frames in `pending`, or this sees its flag.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.wake.load(Ordering::Relaxed) && self.wake.swap(false, Ordering::AcqRel) {
+            if let Some(t) = lock(&self.waiter).as_ref() {
+                t.unpark();
+            }
+        }
     }
 
     /// Frames waiting to go home.

@@ -680,6 +680,27 @@ impl FdWaiter {
         FdWaiter(fd)
     }
 
+    /// A waiter on an event descriptor of its own (`eventfd`), readable
+    /// once [`Self::notify`] has been called: a way to end another
+    /// thread's [`Self::wait_any`] at once.
+    pub fn event() -> io::Result<FdWaiter> {
+        let fd = syscall!(eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK))?;
+        // SAFETY: `eventfd` returned a new descriptor that nothing else owns.
+        Ok(FdWaiter(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Make an [`Self::event`] waiter readable (for good: it is not reset).
+    pub fn notify(&self) -> io::Result<()> {
+        let one = 1u64.to_ne_bytes();
+        // Points to 8 live bytes, the size an eventfd write takes.
+        syscall!(write(
+            self.0.as_raw_fd(),
+            one.as_ptr() as *const libc::c_void,
+            one.len()
+        ))?;
+        Ok(())
+    }
+
     /// A duplicate of the descriptor, for an event loop to watch.
     pub fn dup_fd(&self) -> io::Result<OwnedFd> {
         self.0.try_clone()

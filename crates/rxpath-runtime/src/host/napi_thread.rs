@@ -34,6 +34,41 @@ pub(super) fn napi_in_irq(n: &SharedNapi) -> bool {
     true
 }
 
+/// Naps of up to 1 ms in a row with nothing to do before a NAPI thread
+/// sleeps without a deadline ([`sleep_idle`]).
+const IDLE_NAPS: u32 = 16;
+
+/// An idle NAPI thread's sleep: no interrupt, no deferral, no timer, for
+/// [`IDLE_NAPS`] naps. Until now it napped 1 ms at a time, to see frames
+/// coming home (a device that ran out of buffers raises no interrupt):
+/// an idle host woke a thousand times a second. Now it sleeps until an
+/// interrupt, a frame coming home, a busy poller's deferral or timer, or
+/// stop wakes it (each unparks it); the 1 s nap is only a safety net.
+fn sleep_idle(napis: &[Arc<SharedNapi>], socks: &Sockets, me: &thread::Thread) {
+    for n in napis {
+        n.watch(true);
+        if let Some(p) = socks.port(n.queue) {
+            p.ret.wake_on_return(me.clone());
+        }
+    }
+    // Anything that came before the flags were up is seen here (an
+    // interrupt's unpark, whenever it came, ends the park at once).
+    let busy = napis.iter().any(|n| {
+        n.deferred_until() != 0
+            || n.timer_at() != 0
+            || socks.port(n.queue).is_some_and(|p| p.ret.pending() > 0)
+    });
+    if !busy {
+        thread::park_timeout(Duration::from_secs(1));
+    }
+    for n in napis {
+        n.watch(false);
+        if let Some(p) = socks.port(n.queue) {
+            p.ret.stop_waking();
+        }
+    }
+}
+
 /// The body of a NAPI thread: take interrupts, poll scheduled NAPIs with
 /// their weight round-robin until they complete (`net_rx_action`).
 pub(super) fn napi_thread(
@@ -50,6 +85,8 @@ pub(super) fn napi_thread(
     }
     let mut sched: Vec<usize> = Vec::with_capacity(napis.len());
     let mut idle_spins = 0u32;
+    // Naps in a row that found nothing to do.
+    let mut idle_naps = 0u32;
     while !stop.load(Ordering::Acquire) {
         for (i, n) in napis.iter().enumerate() {
             if sched.contains(&i) {
@@ -105,10 +142,15 @@ pub(super) fn napi_thread(
                     .flat_map(|n| [n.deferred_until(), n.timer_at()])
                     .filter(|&d| d != 0)
                     .min();
-                let wait = next.map_or(cap, |d| {
-                    Duration::from_nanos(d.saturating_sub(rxpath_dev::mono_ns())).min(cap)
-                });
-                thread::park_timeout(wait);
+                if next.is_none() && idle_naps >= IDLE_NAPS {
+                    sleep_idle(&napis, socks, &me);
+                } else {
+                    let wait = next.map_or(cap, |d| {
+                        Duration::from_nanos(d.saturating_sub(rxpath_dev::mono_ns())).min(cap)
+                    });
+                    thread::park_timeout(wait);
+                }
+                idle_naps = idle_naps.saturating_add(1);
             } else {
                 idle_spins += 1;
                 if idle_spins.is_multiple_of(64) {
@@ -119,6 +161,7 @@ pub(super) fn napi_thread(
             continue;
         }
         idle_spins = 0;
+        idle_naps = 0;
         let now = rxpath_dev::mono_ns();
         sched.retain(|&i| {
             let n = &napis[i];
