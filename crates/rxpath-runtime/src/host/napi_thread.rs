@@ -150,7 +150,12 @@ pub(super) fn napi_thread(
                     });
                     thread::park_timeout(wait);
                 }
-                idle_naps = idle_naps.saturating_add(1);
+                // A deadline to watch (a busy poller's deferral, a timer)
+                // is not idleness.
+                idle_naps = match next {
+                    Some(_) => 0,
+                    None => idle_naps.saturating_add(1),
+                };
             } else {
                 idle_spins += 1;
                 if idle_spins.is_multiple_of(64) {
