@@ -10,7 +10,7 @@ use rxpath_quinn::{perf, RxpathSocket};
 use rxpath_runtime::{Host, HostConfig};
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,12 +49,13 @@ pub fn quic(a: QuicArgs) -> anyhow::Result<ExitCode> {
             Some(Host::start(cfg, dev)?)
         }
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        ctrlc::set_handler(move || stop.store(true, Ordering::Release))
-            .context("installing the Ctrl-C handler")?;
-    }
+    // Ctrl-C ends the wait below at once (no polling of a flag: an idle
+    // server's main thread sleeps).
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    ctrlc::set_handler(move || {
+        let _ = stop.send(());
+    })
+    .context("installing the Ctrl-C handler")?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -104,9 +105,12 @@ pub fn quic(a: QuicArgs) -> anyhow::Result<ExitCode> {
         .duration
         .map(|d| start + Duration::from_secs_f64(d.max(0.0)));
     rt.spawn(perf::serve(endpoint.clone(), stats.clone()));
-    while !stop.load(Ordering::Acquire) && end.is_none_or(|e| Instant::now() < e) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let _ = match end {
+        Some(e) => stopped.recv_timeout(e.saturating_duration_since(Instant::now())),
+        None => stopped
+            .recv()
+            .map_err(|_| std::sync::mpsc::RecvTimeoutError::Disconnected),
+    };
     endpoint.close(0u32.into(), b"server stops");
     rt.block_on(async {
         let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
