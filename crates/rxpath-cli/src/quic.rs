@@ -38,6 +38,7 @@ pub fn quic(a: QuicArgs) -> anyhow::Result<ExitCode> {
                 napi_threads: a.napi_threads,
                 gro_flush_timeout_ns: a.gro_flush_timeout,
                 prefer_busy_poll_ns: a.prefer_busy_poll,
+                defer_hard_irqs: a.defer_hard_irqs,
                 ..HostConfig::default()
             };
             let filter = XdpFilter {

@@ -162,6 +162,9 @@ pub struct NapiStats {
     pub completions: u64,
     /// Interrupts taken (`napi_schedule` from the IRQ line).
     pub wakeups: u64,
+    /// Completions that left the interrupt masked and armed the timer
+    /// instead (`napi_defer_hard_irqs`).
+    pub irq_deferrals: u64,
     /// SNMP counters of the IP and UDP input this NAPI ran.
     pub snmp: crate::ip::Snmp,
 }
@@ -183,6 +186,7 @@ impl NapiStats {
         self.bundles += o.bundles;
         self.completions += o.completions;
         self.wakeups += o.wakeups;
+        self.irq_deferrals += o.irq_deferrals;
         self.snmp.merge(&o.snmp);
     }
 }

@@ -262,6 +262,77 @@ fn completion_rearms_the_interrupt_and_catches_a_racing_packet() {
     assert!(reclaim(port, n));
 }
 
+/// `napi_defer_hard_irqs` with `gro_flush_timeout` (net/core/dev.c
+/// `napi_complete_done`): a poll that did work leaves the line masked and
+/// arms the timer instead; packets that come meanwhile raise nothing and
+/// are taken by the timer's poll; `defer_hard_irqs` empty polls in a row
+/// later the line is armed again.
+#[test]
+fn deferred_interrupts_leave_the_line_masked_and_the_timer_polls() {
+    let cfg = SimConfig {
+        queues: 1,
+        ring_size: 256,
+        frames_per_queue: 512,
+        coalesce: Coalesce::EVERY_FRAME,
+        ..Default::default()
+    };
+    let (mut port, queues) = sim::build(&cfg).unwrap();
+    let mut n = napis(queues, 16, true);
+    let flush = rxpath_core::gro::GroKnob::new(200_000);
+    n[0].set_defer_hard_irqs(2, flush.clone());
+    let mut t = udp(4);
+    let line = |n: &Napi<SimRxQueue>| n.queue().irq().unwrap().is_armed();
+    port.send(&mut t).unwrap();
+    port.flush(10);
+    assert!(n[0].take_irq());
+    let r = n[0].poll(64, &mut Sink, 1_000);
+    assert_eq!((r.work, r.completed), (1, true));
+    assert!(!line(&n[0]), "work done: the line stays masked");
+    assert_eq!(n[0].timer(), Some(201_000), "the timer polls next");
+    assert_eq!(n[0].stats().irq_deferrals, 1);
+    // Three packets while deferred: no interrupt, the timer takes them.
+    for _ in 0..3 {
+        port.send(&mut t).unwrap();
+    }
+    port.flush(20);
+    assert_eq!(n[0].queue().stats().wakeups, 1, "masked: no interrupt");
+    assert!(!n[0].take_irq());
+    assert!(!n[0].fire_timer(200_999), "not due yet");
+    assert!(n[0].fire_timer(201_000));
+    let r = n[0].poll(64, &mut Sink, 201_000);
+    assert_eq!((r.work, r.completed), (3, true));
+    assert!(!line(&n[0]));
+    assert_eq!(n[0].timer(), Some(401_000));
+    // Two empty polls (defer_hard_irqs = 2): the first still defers, the
+    // second re-arms the line and arms no timer.
+    assert!(n[0].fire_timer(401_000));
+    let r = n[0].poll(64, &mut Sink, 401_000);
+    assert_eq!((r.work, r.completed), (0, true));
+    assert!(!line(&n[0]));
+    assert_eq!(n[0].timer(), Some(601_000));
+    assert!(n[0].fire_timer(601_000));
+    let r = n[0].poll(64, &mut Sink, 601_000);
+    assert_eq!((r.work, r.completed), (0, true));
+    assert!(
+        line(&n[0]),
+        "defer_hard_irqs empty polls: the line is armed"
+    );
+    assert_eq!(n[0].timer(), None);
+    assert_eq!(n[0].stats().irq_deferrals, 3);
+    // The next packet interrupts at once.
+    port.send(&mut t).unwrap();
+    port.flush(30);
+    assert!(n[0].take_irq());
+    // gro_flush_timeout 0 turns deferral off, as in the kernel.
+    flush.set(0);
+    let r = n[0].poll(64, &mut Sink, 700_000);
+    assert_eq!((r.work, r.completed), (1, true));
+    assert!(line(&n[0]));
+    assert_eq!(n[0].timer(), None);
+    assert!(n[0].stats().accounted());
+    assert!(reclaim(port, n));
+}
+
 /// A queue whose packets become visible only after the poll's last pull,
 /// as when a packet lands between the driver's final check and the re-arm.
 struct Racy {

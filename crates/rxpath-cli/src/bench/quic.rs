@@ -45,9 +45,19 @@ pub struct QuicBenchArgs {
     /// device and polls).
     #[arg(long, default_value_t = 500_000)]
     pub prefer_ns: u64,
-    /// gro_flush_timeout of the rxpath servers, ns.
+    /// gro_flush_timeout of the rxpath servers, ns (the deferring rows
+    /// use --defer-flush-ns).
     #[arg(long, default_value_t = 0)]
     pub gro_flush_timeout: u64,
+    /// napi_defer_hard_irqs of the "interrupts deferred" rows (rxpath's
+    /// NAPI; the kernel's: the host veth's, with its GRO on so that it has
+    /// a NAPI).
+    #[arg(long, default_value_t = 2)]
+    pub defer_hard_irqs: u32,
+    /// gro_flush_timeout of the "interrupts deferred" rows, ns: the NAPI
+    /// timer's period while the interrupt is masked.
+    #[arg(long, default_value_t = 200_000)]
+    pub defer_flush_ns: u64,
     /// Rounds per configuration, taken in turns across the servers (one
     /// round: every server's upload and requests once; every other round
     /// in the reverse order); the tables give the medians of the uploads
@@ -67,16 +77,24 @@ enum Server {
     /// Prefer busy polling with a 1 µs window: the task sleeps on the
     /// device at once, the interrupt deferred (woken by the device only).
     RxpathDevice,
+    /// Interrupt mitigation (`napi_defer_hard_irqs` with
+    /// `gro_flush_timeout`), no busy polling.
+    RxpathDefer,
+    /// The kernel's socket with the same mitigation on the host veth's
+    /// NAPI (veth GRO on, which gives it one).
+    KernelDefer,
 }
 
 impl Server {
-    const ALL: [Server; 6] = [
+    const ALL: [Server; 8] = [
         Server::Kernel,
         Server::KernelBusy,
         Server::Rxpath,
         Server::RxpathBusy,
         Server::RxpathPrefer,
         Server::RxpathDevice,
+        Server::RxpathDefer,
+        Server::KernelDefer,
     ];
     fn name(self) -> &'static str {
         match self {
@@ -86,10 +104,35 @@ impl Server {
             Server::RxpathBusy => "rxpath AF_XDP, busy poll",
             Server::RxpathPrefer => "rxpath AF_XDP, busy poll, prefer",
             Server::RxpathDevice => "rxpath AF_XDP, woken by the device (prefer, 1 µs window)",
+            Server::RxpathDefer => "rxpath AF_XDP, interrupts deferred",
+            Server::KernelDefer => "kernel socket, veth GRO, interrupts deferred",
+        }
+    }
+    /// The short name of the summary lines.
+    fn short(self) -> &'static str {
+        match self {
+            Server::Kernel => "kernel",
+            Server::KernelBusy => "kernel busy poll",
+            Server::Rxpath => "rxpath sleeping",
+            Server::RxpathBusy => "busy poll",
+            Server::RxpathPrefer => "busy poll with prefer",
+            Server::RxpathDevice => "woken by the device",
+            Server::RxpathDefer => "interrupts deferred",
+            Server::KernelDefer => "kernel, interrupts deferred",
         }
     }
     fn rxpath(self) -> bool {
-        !matches!(self, Server::Kernel | Server::KernelBusy)
+        !matches!(
+            self,
+            Server::Kernel | Server::KernelBusy | Server::KernelDefer
+        )
+    }
+    /// Rows whose request latency is held to the target (busy polling).
+    fn busy(self) -> bool {
+        matches!(
+            self,
+            Server::RxpathBusy | Server::RxpathPrefer | Server::RxpathDevice
+        )
     }
 }
 
@@ -138,7 +181,7 @@ fn server_args(s: Server, a: &QuicBenchArgs) -> Vec<String> {
     let busy_poll = match s {
         Server::KernelBusy | Server::RxpathBusy | Server::RxpathPrefer => a.busy_poll,
         Server::RxpathDevice => 1,
-        Server::Kernel | Server::Rxpath => 0,
+        Server::Kernel | Server::Rxpath | Server::RxpathDefer | Server::KernelDefer => 0,
     };
     let mut v = vec![
         "--socket".to_string(),
@@ -146,7 +189,14 @@ fn server_args(s: Server, a: &QuicBenchArgs) -> Vec<String> {
         "--busy-poll".to_string(),
         busy_poll.to_string(),
     ];
-    if s.rxpath() {
+    if s == Server::RxpathDefer {
+        v.extend([
+            "--gro-flush-timeout".to_string(),
+            a.defer_flush_ns.to_string(),
+            "--defer-hard-irqs".to_string(),
+            a.defer_hard_irqs.to_string(),
+        ]);
+    } else if s.rxpath() {
         v.extend([
             "--gro-flush-timeout".to_string(),
             a.gro_flush_timeout.to_string(),
@@ -187,6 +237,12 @@ fn stop(c: Child) -> Result<Value> {
 /// also a download. Upload and request figures go to `row.up` and
 /// `row.req` (one per round).
 fn measure(s: Server, t: &Topology, a: &QuicBenchArgs, first: bool, row: &mut Row) -> Result<()> {
+    // The kernel's mitigation is the host veth's, set for its row only
+    // (the rxpath rows' XDP runs in that NAPI too) and undone after it,
+    // errors included.
+    let _veth = (s == Server::KernelDefer)
+        .then(|| VethDeferral::set(&t.host_if, a))
+        .transpose()?;
     let server = start(s, t, a)?;
     let r = (|| -> Result<()> {
         let gb = a.bytes as f64 / 1e9;
@@ -225,6 +281,42 @@ fn measure(s: Server, t: &Topology, a: &QuicBenchArgs, first: bool, row: &mut Ro
     }
     row.whole = (first || row.whole) && whole;
     Ok(())
+}
+
+/// The host veth's GRO (its NAPI) and `napi_defer_hard_irqs` /
+/// `gro_flush_timeout` in sysfs, undone when dropped.
+struct VethDeferral(String);
+
+impl VethDeferral {
+    fn set(iface: &str, a: &QuicBenchArgs) -> Result<Self> {
+        let d = VethDeferral(iface.to_string());
+        d.apply(true, a.defer_hard_irqs, a.defer_flush_ns)?;
+        Ok(d)
+    }
+    fn apply(&self, gro: bool, irqs: u32, flush_ns: u64) -> Result<()> {
+        let ok = Command::new("ethtool")
+            .args(["-K", &self.0, "gro", if gro { "on" } else { "off" }])
+            .output()?
+            .status
+            .success();
+        if !ok {
+            bail!("ethtool -K {} gro failed", self.0);
+        }
+        let sys = format!("/sys/class/net/{}", self.0);
+        std::fs::write(format!("{sys}/napi_defer_hard_irqs"), irqs.to_string())
+            .with_context(|| format!("{sys}/napi_defer_hard_irqs"))?;
+        std::fs::write(format!("{sys}/gro_flush_timeout"), flush_ns.to_string())
+            .with_context(|| format!("{sys}/gro_flush_timeout"))?;
+        Ok(())
+    }
+}
+
+impl Drop for VethDeferral {
+    fn drop(&mut self) {
+        if let Err(e) = self.apply(false, 0, 0) {
+            eprintln!("rxpath bench quic: undoing the veth's deferral: {e:#}");
+        }
+    }
 }
 
 pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
@@ -329,73 +421,7 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
                 }),
             );
         }
-        let get = |s: Server| rows.iter().find(|x| x.0 == s).map(|x| x.1.clone());
-        if let (Some(k), Some(r), Some(rb), Some(kb), Some(rp), Some(rd)) = (
-            get(Server::Kernel),
-            get(Server::Rxpath),
-            get(Server::RxpathBusy),
-            get(Server::KernelBusy),
-            get(Server::RxpathPrefer),
-            get(Server::RxpathDevice),
-        ) {
-            let per_cpu = |x: &Row| 1.0 / x.up_cpu_s_per_gb.max(1e-9);
-            println!(
-                "upload bytes per server CPU-second vs kernel, medians{}: rxpath sleeping {:.2}x; busy poll: {:.2}x; busy poll with prefer: {:.2}x; woken by the device: {:.2}x",
-                if gso == "off" { " (target >= 1.3x)" } else { "" },
-                per_cpu(&r) / per_cpu(&k),
-                per_cpu(&rb) / per_cpu(&k),
-                per_cpu(&rp) / per_cpu(&k),
-                per_cpu(&rd) / per_cpu(&k),
-            );
-            let list = |v: Vec<f64>| {
-                v.iter()
-                    .map(|r| format!("{r:.2}"))
-                    .collect::<Vec<_>>()
-                    .join("/")
-            };
-            // Round by round: each against the kernel's upload of the
-            // same round.
-            let per_round = |x: &Row| {
-                list(
-                    x.up.iter()
-                        .zip(&k.up)
-                        .map(|(u, ku)| ku.1 / u.1.max(1e-9))
-                        .collect(),
-                )
-            };
-            println!(
-                "  by round: rxpath sleeping {}; busy poll {}; with prefer {}; woken by the device {}",
-                per_round(&r),
-                per_round(&rb),
-                per_round(&rp),
-                per_round(&rd),
-            );
-            // Request p99 round by round against the kernel's of the same
-            // round; the target's figure is the median of those ratios.
-            let p99_rounds = |x: &Row, base: &Row| -> Vec<f64> {
-                x.req
-                    .iter()
-                    .zip(&base.req)
-                    .map(|(q, b)| q.1 / b.1.max(1e-9))
-                    .collect()
-            };
-            let m = |x: &Row, base: &Row| median(p99_rounds(x, base));
-            println!(
-                "request p99 vs kernel, median of the rounds' ratios: rxpath busy poll {:.2}x, with prefer {:.2}x, woken by the device {:.2}x (target <= 0.8x); vs kernel busy poll: {:.2}x, {:.2}x, {:.2}x",
-                m(&rb, &k),
-                m(&rp, &k),
-                m(&rd, &k),
-                m(&rb, &kb),
-                m(&rp, &kb),
-                m(&rd, &kb),
-            );
-            println!(
-                "  by round: rxpath busy poll {}; with prefer {}; woken by the device {}",
-                list(p99_rounds(&rb, &k)),
-                list(p99_rounds(&rp, &k)),
-                list(p99_rounds(&rd, &k)),
-            );
-        }
+        summary(&rows, gso == "off");
     }
     if let Some(r) = rep {
         r.json("quic", &Value::Object(all))?;
@@ -405,6 +431,89 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The ratios of one GSO setting: uploads per server CPU-second and
+/// request p99 against the kernel socket's (medians, and round by round
+/// against the same round's kernel figure).
+fn summary(rows: &[(Server, Row)], target: bool) {
+    let get = |s: Server| rows.iter().find(|x| x.0 == s).map(|x| &x.1);
+    let Some(k) = get(Server::Kernel) else { return };
+    let list = |v: Vec<f64>| {
+        v.iter()
+            .map(|r| format!("{r:.2}"))
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    let per_cpu = |x: &Row| 1.0 / x.up_cpu_s_per_gb.max(1e-9);
+    let up_rounds = |x: &Row, base: &Row| -> Vec<f64> {
+        x.up.iter()
+            .zip(&base.up)
+            .map(|(u, b)| b.1 / u.1.max(1e-9))
+            .collect()
+    };
+    let others: Vec<(Server, &Row)> = rows
+        .iter()
+        .filter(|(s, _)| !matches!(s, Server::Kernel | Server::KernelBusy))
+        .map(|(s, r)| (*s, r))
+        .collect();
+    println!(
+        "upload bytes per server CPU-second vs kernel, medians{}: {}",
+        if target { " (target >= 1.3x)" } else { "" },
+        others
+            .iter()
+            .map(|(s, r)| format!("{} {:.2}x", s.short(), per_cpu(r) / per_cpu(k)))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    println!(
+        "  by round: {}",
+        others
+            .iter()
+            .map(|(s, r)| format!("{} {}", s.short(), list(up_rounds(r, k))))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    if let (Some(d), Some(kd)) = (get(Server::RxpathDefer), get(Server::KernelDefer)) {
+        println!(
+            "  interrupts deferred, rxpath vs the kernel with the same knobs: {:.2}x (by round {})",
+            per_cpu(d) / per_cpu(kd),
+            list(up_rounds(d, kd))
+        );
+    }
+    // Request p99 round by round against the kernel's of the same round;
+    // the target's figure is the median of those ratios.
+    let p99_rounds = |x: &Row, base: &Row| -> Vec<f64> {
+        x.req
+            .iter()
+            .zip(&base.req)
+            .map(|(q, b)| q.1 / b.1.max(1e-9))
+            .collect()
+    };
+    let busy: Vec<(Server, &Row)> = others.iter().filter(|(s, _)| s.busy()).copied().collect();
+    let m = |x: &Row, base: &Row| median(p99_rounds(x, base));
+    let vs = |base: &Row| {
+        busy.iter()
+            .map(|(s, r)| format!("{} {:.2}x", s.short(), m(r, base)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    print!(
+        "request p99 vs kernel, median of the rounds' ratios: {}{}",
+        vs(k),
+        if target { " (target <= 0.8x)" } else { "" }
+    );
+    match get(Server::KernelBusy) {
+        Some(kb) => println!("; vs kernel busy poll: {}", vs(kb)),
+        None => println!(),
+    }
+    println!(
+        "  by round: {}",
+        busy.iter()
+            .map(|(s, r)| format!("{} {}", s.short(), list(p99_rounds(r, k))))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
 }
 
 #[cfg(test)]
@@ -421,6 +530,8 @@ mod tests {
             busy_poll: 1000,
             prefer_ns: 500_000,
             gro_flush_timeout: 0,
+            defer_hard_irqs: 2,
+            defer_flush_ns: 200_000,
             rounds: 1,
         };
         let flag = |s: Server, f: &str| {
@@ -437,8 +548,16 @@ mod tests {
                 }
                 _ => assert_eq!(prefer, None, "{}", s.name()),
             }
+            let defer = flag(s, "--defer-hard-irqs");
+            match s {
+                Server::RxpathDefer => {
+                    assert_eq!(defer.as_deref(), Some("2"));
+                    assert_eq!(flag(s, "--gro-flush-timeout").as_deref(), Some("200000"));
+                }
+                _ => assert_eq!(defer, None, "{}", s.name()),
+            }
             let want = match s {
-                Server::Kernel | Server::Rxpath => "0",
+                Server::Kernel | Server::Rxpath | Server::RxpathDefer | Server::KernelDefer => "0",
                 Server::RxpathDevice => "1",
                 _ => "1000",
             };

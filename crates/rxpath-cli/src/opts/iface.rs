@@ -67,6 +67,12 @@ pub struct QuicArgs {
     /// timer passes them up).
     #[arg(long, value_name = "NS", default_value_t = 0)]
     pub gro_flush_timeout: u64,
+    /// rxpath: napi_defer_hard_irqs (interrupt mitigation): after a poll
+    /// that found packets the interrupt stays masked and the NAPI timer
+    /// polls every --gro-flush-timeout ns, until N polls in a row find
+    /// nothing; what arrives meanwhile is taken, and read, in one go.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub defer_hard_irqs: u32,
     /// Stop after this many seconds (default: run until Ctrl-C).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,

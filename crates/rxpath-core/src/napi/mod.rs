@@ -124,6 +124,24 @@ pub struct Napi<Q: RxQueue> {
     gro: Option<Box<Gro>>,
     rx_tap: Option<RxTap>,
     csum: CsumMode,
+    /// `napi_defer_hard_irqs` and the `gro_flush_timeout` it waits on.
+    defer: IrqDeferral,
+}
+
+/// Interrupt mitigation (`napi_defer_hard_irqs` with `gro_flush_timeout`,
+/// net/core/dev.c `napi_complete_done`): a poll that did work leaves the
+/// interrupt masked and arms the NAPI timer `gro_flush_timeout` ahead
+/// instead, up to `defer_hard_irqs` empty polls in a row; what arrives
+/// meanwhile waits for the timer and is taken in one poll.
+#[derive(Debug, Default)]
+struct IrqDeferral {
+    /// `napi_defer_hard_irqs` (0 = off).
+    hard_irqs: u32,
+    /// `defer_hard_irqs_count`: deferrals left before the interrupt is
+    /// re-armed.
+    left: u32,
+    /// `gro_flush_timeout` (the timer's period; deferral needs it).
+    timeout: Option<crate::gro::GroKnob>,
 }
 
 /// An observer of every frame a NAPI takes from its queue, before GRO
@@ -175,7 +193,20 @@ impl<Q: RxQueue> Napi<Q> {
             csum: CsumMode::default(),
             gro: None,
             rx_tap: None,
+            defer: IrqDeferral::default(),
         }
+    }
+
+    /// `napi_defer_hard_irqs`: after a poll that did work, keep the
+    /// interrupt masked for up to `n` polls in a row that find nothing,
+    /// the NAPI timer polling every `gro_flush_timeout` (`timeout`, ns;
+    /// 0 turns deferral off, as in the kernel). Interrupt mode only.
+    pub fn set_defer_hard_irqs(&mut self, n: u32, timeout: crate::gro::GroKnob) {
+        self.defer = IrqDeferral {
+            hard_irqs: n,
+            left: 0,
+            timeout: Some(timeout),
+        };
     }
 
     /// The id (0 until registered in a [`NapiTable`]).
@@ -343,7 +374,7 @@ impl<Q: RxQueue> Napi<Q> {
         // `napi_complete_done(work)`: the stack flushes (all of GRO, or
         // with gro_flush_timeout only what is old, arming the timer).
         self.timer = self.finish(stack, now_ns, PollEnd::Complete { work_done: work });
-        let completed = self.complete_done(work);
+        let completed = self.complete_done(work, now_ns);
         PollResult { work, completed }
     }
 
@@ -365,11 +396,30 @@ impl<Q: RxQueue> Napi<Q> {
     /// `napi_complete_done(work_done)`: give up ownership and re-arm the
     /// interrupt (interrupt mode). Returns false if the NAPI must be polled
     /// again (`MISSED`).
-    fn complete_done(&mut self, _work_done: usize) -> bool {
+    fn complete_done(&mut self, work_done: usize, now_ns: u64) -> bool {
+        // `napi_defer_hard_irqs`: work resets the count; each completion
+        // with some left keeps the line masked and arms the timer.
+        let d = &mut self.defer;
+        if work_done > 0 {
+            d.left = d.hard_irqs;
+        }
+        let mut defer_until = None;
+        if d.left > 0 {
+            d.left -= 1;
+            let timeout = d.timeout.as_ref().map_or(0, |k| k.get());
+            if timeout > 0 {
+                defer_until = Some(now_ns + timeout);
+            }
+        }
         if !self.state.complete() {
             return false;
         }
         self.stats.completions += 1;
+        if let (Some(t), true) = (defer_until, self.interrupts) {
+            self.stats.irq_deferrals += 1;
+            self.timer = Some(self.timer.map_or(t, |x| x.min(t)));
+            return true;
+        }
         if self.interrupts {
             if let Some(irq) = self.queue.irq() {
                 irq.arm();

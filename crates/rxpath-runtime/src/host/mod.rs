@@ -122,6 +122,11 @@ pub struct HostConfig {
     /// keeps packets across polls and arms the NAPI timer, which the
     /// NAPI thread fires (`napi_watchdog`).
     pub gro_flush_timeout_ns: u64,
+    /// `napi_defer_hard_irqs`: after a poll that found packets, keep the
+    /// interrupt masked and poll from the NAPI timer every
+    /// `gro_flush_timeout_ns` instead, until this many polls in a row find
+    /// nothing (interrupt mitigation; needs `gro_flush_timeout_ns`).
+    pub defer_hard_irqs: u32,
 }
 
 impl Default for HostConfig {
@@ -142,6 +147,7 @@ impl Default for HostConfig {
             xdp_tx_frames: 512,
             gro: true,
             gro_flush_timeout_ns: 0,
+            defer_hard_irqs: 0,
         }
     }
 }
@@ -455,6 +461,9 @@ impl Host {
                     flush_timeout: gro_knob.clone(),
                     adaptive: None,
                 }));
+            }
+            if cfg.defer_hard_irqs > 0 {
+                napi.set_defer_hard_irqs(cfg.defer_hard_irqs, gro_knob.clone());
             }
             table.add(&mut napi, |n| n.queue().queue_index());
             let shared = match &workers {
