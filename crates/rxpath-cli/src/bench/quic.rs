@@ -80,13 +80,20 @@ enum Server {
     /// Interrupt mitigation (`napi_defer_hard_irqs` with
     /// `gro_flush_timeout`), no busy polling.
     RxpathDefer,
-    /// The kernel's socket with the same mitigation on the host veth's
-    /// NAPI (veth GRO on, which gives it one).
+    /// The kernel's socket with the host veth's GRO on as a NIC's is
+    /// (`gro` and `rx-udp-gro-forwarding`: a veth passes a socket's UDP
+    /// through its NAPI, and so through GRO, only with the latter), so
+    /// that quinn-udp's `UDP_GRO` socket gets merged datagrams, as
+    /// rxpath's does.
+    KernelGro,
+    /// That, with the same interrupt mitigation as [`Server::RxpathDefer`]
+    /// on the veth's NAPI (sysfs `napi_defer_hard_irqs`,
+    /// `gro_flush_timeout`).
     KernelDefer,
 }
 
 impl Server {
-    const ALL: [Server; 8] = [
+    const ALL: [Server; 9] = [
         Server::Kernel,
         Server::KernelBusy,
         Server::Rxpath,
@@ -94,6 +101,7 @@ impl Server {
         Server::RxpathPrefer,
         Server::RxpathDevice,
         Server::RxpathDefer,
+        Server::KernelGro,
         Server::KernelDefer,
     ];
     fn name(self) -> &'static str {
@@ -105,6 +113,7 @@ impl Server {
             Server::RxpathPrefer => "rxpath AF_XDP, busy poll, prefer",
             Server::RxpathDevice => "rxpath AF_XDP, woken by the device (prefer, 1 µs window)",
             Server::RxpathDefer => "rxpath AF_XDP, interrupts deferred",
+            Server::KernelGro => "kernel socket, veth GRO (UDP GRO as on a NIC)",
             Server::KernelDefer => "kernel socket, veth GRO, interrupts deferred",
         }
     }
@@ -118,13 +127,14 @@ impl Server {
             Server::RxpathPrefer => "busy poll with prefer",
             Server::RxpathDevice => "woken by the device",
             Server::RxpathDefer => "interrupts deferred",
-            Server::KernelDefer => "kernel, interrupts deferred",
+            Server::KernelGro => "kernel with GRO",
+            Server::KernelDefer => "kernel with GRO, interrupts deferred",
         }
     }
     fn rxpath(self) -> bool {
         !matches!(
             self,
-            Server::Kernel | Server::KernelBusy | Server::KernelDefer
+            Server::Kernel | Server::KernelBusy | Server::KernelGro | Server::KernelDefer
         )
     }
     /// Rows whose request latency is held to the target (busy polling).
@@ -139,10 +149,13 @@ impl Server {
 /// One configuration's figures.
 #[derive(Debug, Default, Clone)]
 struct Row {
-    /// Each round's upload: Gbit/s, server CPU s/GB.
-    up: Vec<(f64, f64)>,
+    /// Each round's upload: Gbit/s, server CPU s/GB, client CPU s/GB.
+    up: Vec<(f64, f64, f64)>,
     up_gbit: f64,
     up_cpu_s_per_gb: f64,
+    /// The client process's CPU per GB (on a veth it includes the
+    /// receive-side softirq work the kernel runs in the sender's context).
+    up_client_s_per_gb: f64,
     down_gbit: f64,
     down_cpu_s_per_gb: f64,
     /// Each round's request p50 and p99, µs.
@@ -181,7 +194,11 @@ fn server_args(s: Server, a: &QuicBenchArgs) -> Vec<String> {
     let busy_poll = match s {
         Server::KernelBusy | Server::RxpathBusy | Server::RxpathPrefer => a.busy_poll,
         Server::RxpathDevice => 1,
-        Server::Kernel | Server::Rxpath | Server::RxpathDefer | Server::KernelDefer => 0,
+        Server::Kernel
+        | Server::Rxpath
+        | Server::RxpathDefer
+        | Server::KernelGro
+        | Server::KernelDefer => 0,
     };
     let mut v = vec![
         "--socket".to_string(),
@@ -240,9 +257,15 @@ fn measure(s: Server, t: &Topology, a: &QuicBenchArgs, first: bool, row: &mut Ro
     // The kernel's mitigation is the host veth's, set for its row only
     // (the rxpath rows' XDP runs in that NAPI too) and undone after it,
     // errors included.
-    let _veth = (s == Server::KernelDefer)
-        .then(|| VethDeferral::set(&t.host_if, a))
-        .transpose()?;
+    let _veth = match s {
+        Server::KernelGro => Some(VethNapi::set(&t.host_if, 0, 0)?),
+        Server::KernelDefer => Some(VethNapi::set(
+            &t.host_if,
+            a.defer_hard_irqs,
+            a.defer_flush_ns,
+        )?),
+        _ => None,
+    };
     let server = start(s, t, a)?;
     let r = (|| -> Result<()> {
         let gb = a.bytes as f64 / 1e9;
@@ -250,6 +273,7 @@ fn measure(s: Server, t: &Topology, a: &QuicBenchArgs, first: bool, row: &mut Ro
         row.up.push((
             v["upload"]["gbit_s"].as_f64().unwrap_or(0.0),
             machine.saturating_sub(own).as_secs_f64() / gb,
+            own.as_secs_f64() / gb,
         ));
         if first {
             let (v, machine, own) = client(t, &["--download".into(), a.bytes.to_string()])?;
@@ -283,24 +307,30 @@ fn measure(s: Server, t: &Topology, a: &QuicBenchArgs, first: bool, row: &mut Ro
     Ok(())
 }
 
-/// The host veth's GRO (its NAPI) and `napi_defer_hard_irqs` /
-/// `gro_flush_timeout` in sysfs, undone when dropped.
-struct VethDeferral(String);
+/// The host veth's GRO as a NIC's (`gro`, and `rx-udp-gro-forwarding`
+/// without which a veth hands a socket's UDP to `netif_rx` and not to its
+/// NAPI) with `napi_defer_hard_irqs` / `gro_flush_timeout` in sysfs; all
+/// undone when dropped.
+struct VethNapi(String);
 
-impl VethDeferral {
-    fn set(iface: &str, a: &QuicBenchArgs) -> Result<Self> {
-        let d = VethDeferral(iface.to_string());
-        d.apply(true, a.defer_hard_irqs, a.defer_flush_ns)?;
+impl VethNapi {
+    fn set(iface: &str, irqs: u32, flush_ns: u64) -> Result<Self> {
+        let d = VethNapi(iface.to_string());
+        d.apply(true, irqs, flush_ns)?;
         Ok(d)
     }
     fn apply(&self, gro: bool, irqs: u32, flush_ns: u64) -> Result<()> {
+        let on = if gro { "on" } else { "off" };
         let ok = Command::new("ethtool")
-            .args(["-K", &self.0, "gro", if gro { "on" } else { "off" }])
+            .args(["-K", &self.0, "gro", on, "rx-udp-gro-forwarding", on])
             .output()?
             .status
             .success();
         if !ok {
-            bail!("ethtool -K {} gro failed", self.0);
+            bail!(
+                "ethtool -K {} gro {on} rx-udp-gro-forwarding {on} failed",
+                self.0
+            );
         }
         let sys = format!("/sys/class/net/{}", self.0);
         std::fs::write(format!("{sys}/napi_defer_hard_irqs"), irqs.to_string())
@@ -311,10 +341,10 @@ impl VethDeferral {
     }
 }
 
-impl Drop for VethDeferral {
+impl Drop for VethNapi {
     fn drop(&mut self) {
         if let Err(e) = self.apply(false, 0, 0) {
-            eprintln!("rxpath bench quic: undoing the veth's deferral: {e:#}");
+            eprintln!("rxpath bench quic: undoing the veth's GRO and deferral: {e:#}");
         }
     }
 }
@@ -366,9 +396,9 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         }
         println!("\npeer (and server-side) UDP GSO {gso}:");
         println!(
-            "| server | upload Gbit/s | server CPU s/GB up | download Gbit/s | server CPU s/GB down | request p50 µs | p99 µs | datagrams/read | every byte, frames home |"
+            "| server | upload Gbit/s | server CPU s/GB up | client CPU s/GB up | download Gbit/s | server CPU s/GB down | request p50 µs | p99 µs | datagrams/read | every byte, frames home |"
         );
-        println!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
         let mut rows: Vec<(Server, Row)> =
             Server::ALL.iter().map(|&s| (s, Row::default())).collect();
         // Every other round in the other order, so that a drift of the
@@ -389,16 +419,18 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         for (_, r) in rows.iter_mut() {
             r.up_gbit = median(r.up.iter().map(|x| x.0).collect());
             r.up_cpu_s_per_gb = median(r.up.iter().map(|x| x.1).collect());
+            r.up_client_s_per_gb = median(r.up.iter().map(|x| x.2).collect());
             r.p50_us = median(r.req.iter().map(|x| x.0).collect());
             r.p99_us = median(r.req.iter().map(|x| x.1).collect());
         }
         for (s, r) in &rows {
             let s = *s;
             println!(
-                "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {} | {} |",
+                "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {} | {} |",
                 s.name(),
                 r.up_gbit,
                 r.up_cpu_s_per_gb,
+                r.up_client_s_per_gb,
                 r.down_gbit,
                 r.down_cpu_s_per_gb,
                 r.p50_us,
@@ -411,10 +443,11 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
                 format!("gso_{gso}/{}", s.name()),
                 serde_json::json!({
                     "upload_gbit_s": r.up_gbit, "upload_cpu_s_per_gb": r.up_cpu_s_per_gb,
+                    "upload_client_cpu_s_per_gb": r.up_client_s_per_gb,
                     "download_gbit_s": r.down_gbit, "download_cpu_s_per_gb": r.down_cpu_s_per_gb,
                     "p50_us": r.p50_us, "p99_us": r.p99_us, "datagrams_per_read": r.per_read,
                     "upload_rounds": r.up.iter().map(|x| serde_json::json!({
-                        "gbit_s": x.0, "cpu_s_per_gb": x.1})).collect::<Vec<_>>(),
+                        "gbit_s": x.0, "cpu_s_per_gb": x.1, "client_cpu_s_per_gb": x.2})).collect::<Vec<_>>(),
                     "request_rounds": r.req.iter().map(|x| serde_json::json!({
                         "p50_us": x.0, "p99_us": x.1})).collect::<Vec<_>>(),
                     "whole": r.whole,
@@ -476,11 +509,24 @@ fn summary(rows: &[(Server, Row)], target: bool) {
     );
     if let (Some(d), Some(kd)) = (get(Server::RxpathDefer), get(Server::KernelDefer)) {
         println!(
-            "  interrupts deferred, rxpath vs the kernel with the same knobs: {:.2}x (by round {})",
+            "  interrupts deferred, rxpath vs the kernel with GRO and the same knobs: {:.2}x (by round {})",
             per_cpu(d) / per_cpu(kd),
             list(up_rounds(d, kd))
         );
     }
+    // On a veth the kernel runs the server's receive softirq in the
+    // sender's context, the client's: the whole machine's CPU per GB
+    // (server and client) is the figure that does not depend on where it
+    // is charged.
+    let whole = |x: &Row| x.up_cpu_s_per_gb + x.up_client_s_per_gb;
+    println!(
+        "  whole machine (server + client CPU per GB up) vs kernel: {}",
+        rows.iter()
+            .filter(|(s, _)| *s != Server::Kernel)
+            .map(|(s, r)| format!("{} {:.2}x", s.short(), whole(k) / whole(r).max(1e-9)))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
     // Request p99 round by round against the kernel's of the same round;
     // the target's figure is the median of those ratios.
     let p99_rounds = |x: &Row, base: &Row| -> Vec<f64> {
@@ -557,7 +603,11 @@ mod tests {
                 _ => assert_eq!(defer, None, "{}", s.name()),
             }
             let want = match s {
-                Server::Kernel | Server::Rxpath | Server::RxpathDefer | Server::KernelDefer => "0",
+                Server::Kernel
+                | Server::Rxpath
+                | Server::RxpathDefer
+                | Server::KernelGro
+                | Server::KernelDefer => "0",
                 Server::RxpathDevice => "1",
                 _ => "1000",
             };
