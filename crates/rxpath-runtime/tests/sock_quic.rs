@@ -141,6 +141,34 @@ fn a_socket_without_udp_gro_reads_datagrams_as_they_were_sent() {
     assert_eq!(r.frames_home, r.frames_total, "every frame home");
 }
 
+/// GRO keeps the last flow's `UDP_GRO` answer while the socket table
+/// stands still: turning `UDP_GRO` on or off must be seen by the very next
+/// burst of the same flow.
+#[test]
+fn turning_udp_gro_on_and_off_is_seen_by_the_next_burst_of_the_same_flow() {
+    let mut h = sim_host(true);
+    let s = h.udp_bind(sa(HOST4, 7004)).unwrap();
+    prime(&mut h, &s, 7004);
+    let lens = |got: &[(Vec<u8>, RecvMeta)]| got.iter().map(|(_, m)| m.len).collect::<Vec<_>>();
+    // Off: the flow's answer (no) is kept...
+    let sent = send(&h, 7004, &[500, 500, 100], 0);
+    assert_eq!(lens(&read_all(&s, sent.len())), vec![500, 500, 100]);
+    // ... on: the next burst of the same flow is merged.
+    s.set_udp_gro(true);
+    let sent = send(&h, 7004, &[500, 500, 100], 0);
+    let got = read_all(&s, sent.len());
+    assert_eq!(lens(&got), vec![1100]);
+    assert_eq!(got[0].1.stride, 500);
+    // Off again: single datagrams again.
+    s.set_udp_gro(false);
+    let sent = send(&h, 7004, &[500, 500, 100], 0);
+    assert_eq!(lens(&read_all(&s, sent.len())), vec![500, 500, 100]);
+    drop(s);
+    let r = h.shutdown();
+    assert_eq!(r.frames_home, r.frames_total, "every frame home");
+    assert!(r.napi_total().accounted());
+}
+
 #[test]
 fn a_gro_packet_larger_than_the_buffer_is_truncated_and_its_frames_go_home() {
     let mut h = sim_host(true);

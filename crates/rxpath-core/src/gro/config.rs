@@ -54,6 +54,16 @@ pub trait UdpGroPolicy: Send + Sync + std::fmt::Debug {
     /// GRO sees: a host with no such socket should answer without a lookup,
     /// as the kernel's `udp_encap_needed_key` static branch does.
     fn wants(&self, flow: &rxpath_wire::FlowKey) -> bool;
+
+    /// A number that changes whenever an answer of [`Self::wants`] may
+    /// change (a socket bound, connected, closed, or its `UDP_GRO`
+    /// turned), read with Acquire after the change is made: GRO then keeps
+    /// the last flow's answer until it changes, one lookup per flow and
+    /// table change instead of one per datagram. `None` (the default):
+    /// ask every time.
+    fn generation(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// GRO configuration of one NAPI.

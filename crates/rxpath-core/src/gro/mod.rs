@@ -117,6 +117,9 @@ pub struct Gro {
     stats: GroStats,
     armed: Option<u64>,
     bulk_ewma: f64,
+    /// The last UDP flow's `UDP_GRO` answer and the policy's generation it
+    /// was given in ([`UdpGroPolicy::generation`]).
+    udp_last: Option<(rxpath_wire::FlowKey, u64, bool)>,
 }
 
 impl std::fmt::Debug for Gro {
@@ -153,6 +156,7 @@ impl Gro {
             stats: GroStats::default(),
             armed: None,
             bulk_ewma: 0.0,
+            udp_last: None,
         }
     }
 
@@ -225,7 +229,8 @@ impl Gro {
             if h.l4 != L4::Udp {
                 return false;
             }
-            if self.udp_wanted(h) || !self.buckets[bucket_of(pkt)].is_empty() {
+            // A held packet in the bucket: GRO must see it (no lookup).
+            if !self.buckets[bucket_of(pkt)].is_empty() || self.udp_wanted(h) {
                 return false;
             }
             self.count_check(if h.fragment {
@@ -242,19 +247,30 @@ impl Gro {
     }
 
     /// `udp4_gro_receive` → `udp_gro_receive`: does the socket this datagram
-    /// is for ask for `UDP_GRO`?
+    /// is for ask for `UDP_GRO`? The kernel looks the socket up for every
+    /// segment (`udp4_gro_lookup_skb`, under RCU); here the last flow's
+    /// answer is kept while the socket table's generation stands, so a
+    /// burst of one flow costs one lookup, not one per datagram (and a
+    /// second one in [`Self::receive`] after [`Self::passes`]).
     #[inline(always)]
-    fn udp_wanted(&self, h: &rxpath_wire::Headers) -> bool {
-        match &self.cfg.udp {
-            // The flow by value: no reference into the packet leaves.
-            Some(p) => {
-                !h.fragment && {
-                    let flow = h.flow;
-                    p.wants(&flow)
-                }
-            }
-            None => false,
+    fn udp_wanted(&mut self, h: &rxpath_wire::Headers) -> bool {
+        let Some(p) = &self.cfg.udp else {
+            return false;
+        };
+        if h.fragment {
+            return false;
         }
+        // The flow by value: no reference into the packet leaves.
+        let flow = h.flow;
+        let gen = p.generation();
+        if let (Some(g), Some((f, lg, w))) = (gen, self.udp_last) {
+            if g == lg && f == flow {
+                return w;
+            }
+        }
+        let w = p.wants(&flow);
+        self.udp_last = gen.map(|g| (flow, g, w));
+        w
     }
 
     fn sample(&mut self, bulk: bool) {

@@ -333,6 +333,9 @@ pub struct Sockets {
     /// Sockets with `UDP_GRO` on: while 0, GRO asks nothing per datagram
     /// (the kernel's `udp_encap_needed_key` static branch).
     gro_socks: AtomicUsize,
+    /// Bumped after every change of the socket table or of a socket's
+    /// `UDP_GRO` ([`crate::gro::UdpGroPolicy::generation`]).
+    gro_gen: std::sync::atomic::AtomicU64,
     /// The workers a waiting reader may run the backlog of (see
     /// [`BacklogServer`]); none: readers just sleep.
     server: std::sync::OnceLock<Arc<dyn BacklogServer>>,
@@ -350,6 +353,18 @@ impl crate::gro::UdpGroPolicy for Sockets {
         read(&self.demux)
             .lookup(dst, src)
             .is_some_and(|s| s.gro.load(Ordering::Relaxed))
+    }
+
+    fn generation(&self) -> Option<u64> {
+        Some(self.gro_gen.load(Ordering::Acquire))
+    }
+}
+
+impl Sockets {
+    /// A change that may alter [`crate::gro::UdpGroPolicy::wants`] is
+    /// complete: GRO's kept answers are stale.
+    pub(crate) fn gro_changed(&self) {
+        self.gro_gen.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -377,6 +392,7 @@ impl Sockets {
         Arc::new(Sockets {
             busy_read: AtomicU32::new(cfg.busy_read_us),
             gro_socks: AtomicUsize::new(0),
+            gro_gen: std::sync::atomic::AtomicU64::new(0),
             flows: Arc::new(SockFlowTable::new(cfg.sock_flow_entries)),
             cfg,
             ports,

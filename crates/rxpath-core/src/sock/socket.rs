@@ -286,12 +286,42 @@ impl Drop for CloseOnDrop {
         if self.inner.gro.swap(false, Ordering::Relaxed) {
             self.host.gro_socks.fetch_sub(1, Ordering::Relaxed);
         }
+        self.host.gro_changed();
         self.inner.close(&self.host);
     }
 }
 
-fn lock_write(host: &Sockets) -> std::sync::RwLockWriteGuard<'_, super::demux::Demux> {
-    host.demux.write().unwrap_or_else(|e| e.into_inner())
+/// The socket table for a change; GRO's kept `UDP_GRO` answers go stale
+/// when the guard is dropped (the change made, the lock still held).
+fn lock_write(host: &Sockets) -> DemuxWrite<'_> {
+    DemuxWrite {
+        guard: host.demux.write().unwrap_or_else(|e| e.into_inner()),
+        host,
+    }
+}
+
+struct DemuxWrite<'a> {
+    guard: std::sync::RwLockWriteGuard<'a, super::demux::Demux>,
+    host: &'a Sockets,
+}
+
+impl std::ops::Deref for DemuxWrite<'_> {
+    type Target = super::demux::Demux;
+    fn deref(&self) -> &Self::Target {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for DemuxWrite<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.guard
+    }
+}
+
+impl Drop for DemuxWrite<'_> {
+    fn drop(&mut self) {
+        self.host.gro_changed();
+    }
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -379,6 +409,7 @@ impl UdpSocket {
             } else {
                 self.host.gro_socks.fetch_sub(1, Ordering::Relaxed);
             }
+            self.host.gro_changed();
         }
     }
 
