@@ -122,6 +122,8 @@ impl EchoServer {
             napi_threads: a.napi_threads,
             interrupts: matches!(a.napi, ModeArg::Interrupt),
             prefer_busy_poll_ns: a.prefer_busy_poll,
+            gro_flush_timeout_ns: a.gro_flush_timeout,
+            defer_hard_irqs: a.defer_hard_irqs,
             ..HostConfig::default()
         };
         if a.tx == EchoTx::Packet {
@@ -336,6 +338,8 @@ pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
                     "delivered": napi.delivered,
                     "dropped": napi.dropped.total(),
                     "polls": napi.polls,
+                    "wakeups": napi.wakeups,
+                    "irq_deferrals": napi.irq_deferrals,
                 },
                 "frames_total": rep.frames_total,
                 "frames_home": rep.frames_home,

@@ -144,6 +144,8 @@ pub fn quic(a: QuicArgs) -> anyhow::Result<ExitCode> {
                     "delivered": napi.delivered,
                     "dropped": napi.dropped.total(),
                     "polls": napi.polls,
+                    "wakeups": napi.wakeups,
+                    "irq_deferrals": napi.irq_deferrals,
                 },
                 "dropped": napi.dropped,
                 "frames_total": r.frames_total,

@@ -38,10 +38,24 @@ use common::echo_report as report;
 #[test]
 fn a_kernel_udp_client_gets_every_datagram_back() {
     let Some(lab) = lab() else { return };
-    for busy in ["0", "50"] {
+    // Sleeping, busy polling, and sleeping with interrupts deferred
+    // (`napi_defer_hard_irqs`: each datagram then waits for the NAPI
+    // timer, 100 µs, well inside the client's timeout).
+    for (busy, defer) in [("0", "0"), ("50", "0"), ("0", "2")] {
         let child = echo(
             &lab,
-            &["--port", "7777", "--busy-poll", busy, "--duration", "5"],
+            &[
+                "--port",
+                "7777",
+                "--busy-poll",
+                busy,
+                "--defer-hard-irqs",
+                defer,
+                "--gro-flush-timeout",
+                if defer == "0" { "0" } else { "100000" },
+                "--duration",
+                "5",
+            ],
         );
         std::thread::sleep(Duration::from_millis(800));
         let script = r#"
@@ -66,12 +80,23 @@ print(ok)
         let out = lab
             .exec(&["python3", "-c", script])
             .expect("python3 client");
-        assert_eq!(out.trim(), "200", "busy poll {busy}: all 200 echoed intact");
+        assert_eq!(
+            out.trim(),
+            "200",
+            "busy poll {busy}, defer {defer}: all 200 echoed intact"
+        );
         let v = report(child);
         assert!(v["echoed"].as_u64().unwrap() >= 200, "{v}");
         assert_eq!(v["sock"]["csum_errors"], 0, "{v}");
         if busy != "0" {
             assert!(v["sock"]["busy_poll_packets"].as_u64().unwrap() > 0, "{v}");
+        }
+        // Deferral: the timer polled with the line masked; without it,
+        // every completion re-armed the line.
+        let deferrals = v["napi"]["irq_deferrals"].as_u64().unwrap();
+        match defer {
+            "0" => assert_eq!(deferrals, 0, "{v}"),
+            _ => assert!(deferrals >= 200, "a deferral after each request: {v}"),
         }
     }
 }

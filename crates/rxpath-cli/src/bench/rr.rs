@@ -351,6 +351,8 @@ pub(crate) fn echo_args(iface: &str) -> EchoArgs {
         busy_poll: 0,
         napi: ModeArg::Interrupt,
         prefer_busy_poll: 0,
+        gro_flush_timeout: 0,
+        defer_hard_irqs: 0,
         xdp_busy_poll: 0,
         sockperf: true,
         no_verify_csum: false,

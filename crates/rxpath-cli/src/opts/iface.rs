@@ -151,6 +151,15 @@ pub struct EchoArgs {
     /// napi_defer_hard_irqs and gro_flush_timeout); 0 = off.
     #[arg(long, value_name = "NS", default_value_t = 0)]
     pub prefer_busy_poll: u64,
+    /// gro_flush_timeout in ns (0: GRO flushes at every completion; the
+    /// NAPI timer's period with --defer-hard-irqs).
+    #[arg(long, value_name = "NS", default_value_t = 0)]
+    pub gro_flush_timeout: u64,
+    /// napi_defer_hard_irqs (interrupt mitigation): after a poll that
+    /// found packets the interrupt stays masked and the NAPI timer polls
+    /// every --gro-flush-timeout ns, until N polls in a row find nothing.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub defer_hard_irqs: u32,
     /// AF_XDP: also let the kernel busy-poll the queue for US µs
     /// (SO_PREFER_BUSY_POLL, SO_BUSY_POLL on the XSK).
     #[arg(long, value_name = "US", default_value_t = 0)]
