@@ -1,6 +1,8 @@
 //! `rxpath bench quic` (root): quinn's perf protocol on the lab veth, the
 //! server (`rxpath quic`) on the kernel's socket vs on an rxpath socket,
-//! sleeping and busy polling; the client (`rxpath quic --connect`, quinn on
+//! sleeping, busy polling and with interrupts deferred
+//! (`napi_defer_hard_irqs`); the kernel also with the veth's GRO on as a
+//! NIC's and with the same deferral on the veth's NAPI; the client (`rxpath quic --connect`, quinn on
 //! the kernel's socket) in the peer namespace, with UDP GSO on and off on
 //! both ends of the veth (`ethtool -K IF tx-udp-segmentation`: off, a
 //! wire's single datagrams both ways).
