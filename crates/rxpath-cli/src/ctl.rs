@@ -12,7 +12,9 @@
 //! of workers; `rps_flow_cnt` with `--steer rfs`, every RX queue's dev flow
 //! table, rounded up to a power of two; `filter_reloads` with `--filter`)
 //! for `run`; `busy_poll`,
-//! `net.core.busy_read`, `prefer_busy_poll` for `echo`.
+//! `net.core.busy_read`, `prefer_busy_poll`, `gro_flush_timeout` and
+//! `napi_defer_hard_irqs` (as `/sys/class/net/IF/napi_defer_hard_irqs`)
+//! for `echo`.
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};

@@ -66,12 +66,16 @@ pub struct EchoReport {
 
 /// `rxpath echo`'s live knobs (`rxpath ctl`): the echo socket's
 /// `SO_BUSY_POLL`, the host's `net.core.busy_read` (sockets that set no
-/// busy-poll time), and the prefer-busy-poll deferral of every NAPI
-/// (`napi_defer_hard_irqs` with `gro_flush_timeout` in the kernel).
+/// busy-poll time), the prefer-busy-poll deferral of every NAPI
+/// (`napi_defer_hard_irqs` with `gro_flush_timeout` in the kernel), and
+/// the device's `gro_flush_timeout` and `napi_defer_hard_irqs`
+/// (interrupt mitigation).
 pub struct EchoKnobs {
     sock: UdpSocket,
     sockets: Arc<rxpath_core::sock::Sockets>,
     napis: Vec<Arc<rxpath_core::sock::SharedNapi>>,
+    gro_flush_timeout: rxpath_core::gro::GroKnob,
+    defer_hard_irqs: rxpath_core::gro::GroKnob,
 }
 
 impl crate::ctl::Knobs for EchoKnobs {
@@ -83,6 +87,8 @@ impl crate::ctl::Knobs for EchoKnobs {
                 "prefer_busy_poll",
                 self.napis.first().map_or(0, |n| n.prefer_busy_poll()),
             ),
+            ("gro_flush_timeout", self.gro_flush_timeout.get()),
+            ("napi_defer_hard_irqs", self.defer_hard_irqs.get()),
         ]
     }
 
@@ -95,6 +101,8 @@ impl crate::ctl::Knobs for EchoKnobs {
                     n.set_prefer_busy_poll(v);
                 }
             }
+            "gro_flush_timeout" if v <= 1_000_000_000 => self.gro_flush_timeout.set(v),
+            "napi_defer_hard_irqs" if v <= i32::MAX as u64 => self.defer_hard_irqs.set(v),
             _ => return Err(format!("{v} is out of range")),
         }
         Ok(())
@@ -108,6 +116,8 @@ impl EchoServer {
             sock: self.sock.clone(),
             sockets: self.host.sockets().clone(),
             napis: self.host.napis().to_vec(),
+            gro_flush_timeout: self.host.irq_knobs().0.clone(),
+            defer_hard_irqs: self.host.irq_knobs().1.clone(),
         }
     }
 

@@ -397,7 +397,9 @@ fn ctl(pid: u32, args: &[&str]) -> std::process::Output {
 
 /// `rxpath ctl` on a running echo: `busy_poll` set live (from 0 to 50 µs)
 /// makes the socket busy-poll from then on, where a run left at 0 never
-/// does; a bad value or name is an error that changes nothing.
+/// does, and `napi_defer_hard_irqs` with `gro_flush_timeout` set live make
+/// the NAPIs defer the interrupt; a bad value or name is an error that
+/// changes nothing.
 #[test]
 fn echo_knobs_change_live_through_rxpath_ctl() {
     let Some(lab) = lab() else { return };
@@ -422,6 +424,18 @@ fn echo_knobs_change_live_through_rxpath_ctl() {
             let o = ctl(pid, &["set", "no_such_knob", "1"]);
             assert!(!o.status.success(), "a bad name is refused");
             assert_eq!(get("busy_poll"), "0", "nothing changed");
+            // Interrupt mitigation turned on live: the next requests are
+            // taken by the NAPI timer with the line masked.
+            assert_eq!(get("napi_defer_hard_irqs"), "0");
+            for (k, v) in [
+                ("gro_flush_timeout", "100000"),
+                ("napi_defer_hard_irqs", "2"),
+            ] {
+                let o = ctl(pid, &["set", k, v]);
+                assert!(o.status.success(), "{o:?}");
+                assert_eq!(get(k), v);
+            }
+            assert_eq!(client(&lab, 7778).trim(), "200");
             let o = ctl(pid, &["set", "busy_poll", "50"]);
             assert!(o.status.success(), "{o:?}");
             assert_eq!(get("busy_poll"), "50");
@@ -435,10 +449,13 @@ fn echo_knobs_change_live_through_rxpath_ctl() {
         assert_eq!(client(&lab, 7778).trim(), "200");
         let v = report(child);
         let polls = v["sock"]["busy_polls"].as_u64().unwrap();
+        let deferrals = v["napi"]["irq_deferrals"].as_u64().unwrap();
         if live {
             assert!(polls > 0, "busy polling after the live change: {v}");
+            assert!(deferrals > 0, "deferral after the live change: {v}");
         } else {
             assert_eq!(polls, 0, "never busy-polls at 0: {v}");
+            assert_eq!(deferrals, 0, "never defers at 0: {v}");
         }
         assert_eq!(v["frames_home"], v["frames_total"], "{v}");
     }

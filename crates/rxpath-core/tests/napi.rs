@@ -279,7 +279,7 @@ fn deferred_interrupts_leave_the_line_masked_and_the_timer_polls() {
     let (mut port, queues) = sim::build(&cfg).unwrap();
     let mut n = napis(queues, 16, true);
     let flush = rxpath_core::gro::GroKnob::new(200_000);
-    n[0].set_defer_hard_irqs(2, flush.clone());
+    n[0].set_defer_hard_irqs(rxpath_core::gro::GroKnob::new(2), flush.clone());
     let mut t = udp(4);
     let line = |n: &Napi<SimRxQueue>| n.queue().irq().unwrap().is_armed();
     port.send(&mut t).unwrap();

@@ -135,8 +135,8 @@ pub struct Napi<Q: RxQueue> {
 /// meanwhile waits for the timer and is taken in one poll.
 #[derive(Debug, Default)]
 struct IrqDeferral {
-    /// `napi_defer_hard_irqs` (0 = off).
-    hard_irqs: u32,
+    /// `napi_defer_hard_irqs` (0 or none = off; a live knob).
+    hard_irqs: Option<crate::gro::GroKnob>,
     /// `defer_hard_irqs_count`: deferrals left before the interrupt is
     /// re-armed.
     left: u32,
@@ -200,10 +200,13 @@ impl<Q: RxQueue> Napi<Q> {
     /// `napi_defer_hard_irqs`: after a poll that did work, keep the
     /// interrupt masked for up to `n` polls in a row that find nothing,
     /// the NAPI timer polling every `gro_flush_timeout` (`timeout`, ns;
-    /// 0 turns deferral off, as in the kernel). Interrupt mode only.
-    pub fn set_defer_hard_irqs(&mut self, n: u32, timeout: crate::gro::GroKnob) {
+    /// 0 turns deferral off, as in the kernel). Interrupt mode only. Both
+    /// are knobs shared with whoever may change them while it runs (the
+    /// kernel's sysfs files); a change takes effect at the next
+    /// completion.
+    pub fn set_defer_hard_irqs(&mut self, n: crate::gro::GroKnob, timeout: crate::gro::GroKnob) {
         self.defer = IrqDeferral {
-            hard_irqs: n,
+            hard_irqs: Some(n),
             left: 0,
             timeout: Some(timeout),
         };
@@ -401,7 +404,10 @@ impl<Q: RxQueue> Napi<Q> {
         // with some left keeps the line masked and arms the timer.
         let d = &mut self.defer;
         if work_done > 0 {
-            d.left = d.hard_irqs;
+            d.left = d
+                .hard_irqs
+                .as_ref()
+                .map_or(0, |k| k.get().min(u32::MAX as u64) as u32);
         }
         let mut defer_until = None;
         if d.left > 0 {

@@ -23,7 +23,7 @@ mod tx;
 use crate::run::{check_iface, RunError};
 use crate::steer::{BottomHalf, Collect, PerQueue, Ports, SteerStage, Workers};
 use napi_thread::{napi_in_irq, napi_thread};
-use rxpath_core::gro::{GroConfig, UdpGroPolicy};
+use rxpath_core::gro::{GroConfig, GroKnob, UdpGroPolicy};
 use rxpath_core::ip::Snmp;
 use rxpath_core::napi::{BundleMode, Napi, NapiTable, NAPI_POLL_WEIGHT};
 use rxpath_core::sock::UdpSocket;
@@ -221,6 +221,9 @@ pub struct Host {
     /// The TX ring's "stop completing" fault switch (AF_XDP replies, or
     /// the simulated NIC's TX ring).
     tx_fault: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// The device's `gro_flush_timeout` and `napi_defer_hard_irqs`,
+    /// shared by its NAPIs (live knobs, as the kernel's sysfs files).
+    irq_knobs: (GroKnob, GroKnob),
 }
 
 impl std::fmt::Debug for Host {
@@ -448,7 +451,8 @@ impl Host {
             })
             .transpose()?;
         // One gro_flush_timeout per device, shared by its NAPIs.
-        let gro_knob = rxpath_core::gro::GroKnob::new(cfg.gro_flush_timeout_ns);
+        let gro_knob = GroKnob::new(cfg.gro_flush_timeout_ns);
+        let defer_knob = GroKnob::new(cfg.defer_hard_irqs as u64);
         for q in qs {
             let qi = q.queue_index();
             let mut napi = Napi::new(q, cfg.weight, cfg.bundle, cfg.interrupts);
@@ -462,9 +466,7 @@ impl Host {
                     adaptive: None,
                 }));
             }
-            if cfg.defer_hard_irqs > 0 {
-                napi.set_defer_hard_irqs(cfg.defer_hard_irqs, gro_knob.clone());
-            }
+            napi.set_defer_hard_irqs(defer_knob.clone(), gro_knob.clone());
             table.add(&mut napi, |n| n.queue().queue_index());
             let shared = match &workers {
                 // No NAPI context is a worker: `me` is none of them.
@@ -550,7 +552,16 @@ impl Host {
             workers,
             worker_threads,
             tx_fault: None,
+            irq_knobs: (gro_knob, defer_knob),
         })
+    }
+
+    /// The device's `gro_flush_timeout` (ns) and `napi_defer_hard_irqs`,
+    /// which every NAPI of the host reads at its next completion: change
+    /// them while it runs as the kernel's
+    /// `/sys/class/net/IF/{gro_flush_timeout,napi_defer_hard_irqs}`.
+    pub fn irq_knobs(&self) -> (&GroKnob, &GroKnob) {
+        (&self.irq_knobs.0, &self.irq_knobs.1)
     }
 
     /// What the host runs on (backend, XDP mode, queues).
