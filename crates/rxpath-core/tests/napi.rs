@@ -229,8 +229,8 @@ fn split_on_hash_cuts_bundles_where_the_flow_changes() {
     assert!(port.reclaim(vec![n.into_queue()]).is_home());
 }
 
-#[test]
-fn completion_rearms_the_interrupt_and_catches_a_racing_packet() {
+/// One queue in interrupt mode whose NIC raises the line for every frame.
+fn one_queue_interrupting_every_frame() -> (SimPort, Vec<Napi<SimRxQueue>>) {
     let cfg = SimConfig {
         queues: 1,
         ring_size: 256,
@@ -238,8 +238,13 @@ fn completion_rearms_the_interrupt_and_catches_a_racing_packet() {
         coalesce: Coalesce::EVERY_FRAME,
         ..Default::default()
     };
-    let (mut port, queues) = sim::build(&cfg).unwrap();
-    let mut n = napis(queues, 16, true);
+    let (port, queues) = sim::build(&cfg).unwrap();
+    (port, napis(queues, 16, true))
+}
+
+#[test]
+fn completion_rearms_the_interrupt_and_catches_a_racing_packet() {
+    let (mut port, mut n) = one_queue_interrupting_every_frame();
     let mut t = udp(4);
     port.send(&mut t).unwrap();
     port.flush(10);
@@ -269,15 +274,7 @@ fn completion_rearms_the_interrupt_and_catches_a_racing_packet() {
 /// later the line is armed again.
 #[test]
 fn deferred_interrupts_leave_the_line_masked_and_the_timer_polls() {
-    let cfg = SimConfig {
-        queues: 1,
-        ring_size: 256,
-        frames_per_queue: 512,
-        coalesce: Coalesce::EVERY_FRAME,
-        ..Default::default()
-    };
-    let (mut port, queues) = sim::build(&cfg).unwrap();
-    let mut n = napis(queues, 16, true);
+    let (mut port, mut n) = one_queue_interrupting_every_frame();
     let flush = rxpath_core::gro::GroKnob::new(200_000);
     n[0].set_defer_hard_irqs(rxpath_core::gro::GroKnob::new(2), flush.clone());
     let mut t = udp(4);

@@ -283,10 +283,11 @@ impl Drop for CloseOnDrop {
     fn drop(&mut self) {
         let (l, r) = self.inner.addrs();
         lock_write(&self.host).remove(Key::of(l, r), self.inner.id);
+        // The removal above made GRO's kept answers stale (the guard's
+        // drop): the socket is no longer found, whatever its flag says.
         if self.inner.gro.swap(false, Ordering::Relaxed) {
             self.host.gro_socks.fetch_sub(1, Ordering::Relaxed);
         }
-        self.host.gro_changed();
         self.inner.close(&self.host);
     }
 }
