@@ -109,6 +109,17 @@ impl crate::ctl::Knobs for EchoKnobs {
     }
 }
 
+/// `--defer-hard-irqs` without `--gro-flush-timeout` defers nothing (the
+/// kernel's rule: the timer is what polls while the line is masked): say
+/// so rather than run without what was asked.
+pub(crate) fn warn_deferral_off(defer_hard_irqs: u32, gro_flush_timeout: u64) {
+    if defer_hard_irqs > 0 && gro_flush_timeout == 0 {
+        eprintln!(
+            "rxpath: --defer-hard-irqs {defer_hard_irqs} has no effect without --gro-flush-timeout NS (the NAPI timer's period), as in the kernel; interrupts are not deferred"
+        );
+    }
+}
+
 impl EchoServer {
     /// The knobs a control socket changes while it runs.
     pub fn knobs(&self) -> EchoKnobs {
@@ -144,6 +155,7 @@ impl EchoServer {
             anyhow::bail!("--stop-worker is for rxpath run; echo's workers run until it stops");
         }
         cfg.steer = a.steer.config(0)?;
+        warn_deferral_off(a.defer_hard_irqs, a.gro_flush_timeout);
         cfg.sock.csum = if a.no_verify_csum {
             rxpath_core::ip::CsumPolicy::Trust
         } else {

@@ -46,6 +46,7 @@ pub fn quic(a: QuicArgs) -> anyhow::Result<ExitCode> {
                 dst_port: Some(a.port),
                 ..XdpFilter::default()
             };
+            crate::echo::warn_deferral_off(a.defer_hard_irqs, a.gro_flush_timeout);
             let dev = crate::echo::device(&iface, a.mode, filter, 0);
             Some(Host::start(cfg, dev)?)
         }
