@@ -6,12 +6,19 @@
 mod common;
 
 use rxpath_runtime::lab::VethLab;
+use rxpath_testkit::{can_run, Need};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 fn lab() -> Option<VethLab> {
-    if !rxpath_dev::sys::sched::is_root() {
-        eprintln!("skipped: needs root (CI runs it as root)");
+    lab_with(&[])
+}
+
+/// The lab, when the machine has root and `more`; `None` (the test was
+/// skipped out loud, or fails where the run requires it) otherwise.
+fn lab_with(more: &[Need]) -> Option<VethLab> {
+    let needs: Vec<Need> = [Need::Root].iter().chain(more).copied().collect();
+    if !can_run(&needs) {
         return None;
     }
     let lab = VethLab::create("ec").expect("netns + veth (iproute2)");
@@ -216,11 +223,9 @@ print(i, got)
 
 #[test]
 fn sockperf_ping_pong_is_answered_in_sockperf_mode() {
-    let Some(lab) = lab() else { return };
-    if Command::new("sockperf").arg("--version").output().is_err() {
-        eprintln!("skipped: sockperf is not installed (CI installs it)");
+    let Some(lab) = lab_with(&[Need::Tool("sockperf")]) else {
         return;
-    }
+    };
     let child = echo(
         &lab,
         &["--sockperf", "--busy-poll", "50", "--duration", "5"],
@@ -258,12 +263,10 @@ fn sockperf_ping_pong_is_answered_in_sockperf_mode() {
 
 #[test]
 fn steered_echo_answers_from_the_readers_worker_and_serves_metrics() {
-    let Some(lab) = lab() else { return };
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if cores < 2 {
-        eprintln!("skipped: RFS to a reader's worker needs 2 cores");
+    // RFS to a reader's worker needs 2 cores.
+    let Some(lab) = lab_with(&[Need::Cores(2)]) else {
         return;
-    }
+    };
     // The metrics endpoint listens on the namespace's loopback.
     Command::new("ip")
         .args(["netns", "exec", &lab.ns, "ip", "link", "set", "lo", "up"])

@@ -233,7 +233,7 @@ fn tag_of(p: &[u8]) -> String {
 
 #[test]
 fn the_kernel_is_the_oracle_for_every_datagram() {
-    let Some(p) = Pair::new("or", false) else {
+    let Some(p) = Pair::new("or", false, &["tcpdump"]) else {
         return;
     };
     let ends = rxpath_wire::corpus::Ends {
@@ -393,7 +393,7 @@ print(*res)
 
 #[test]
 fn a_plain_kernel_client_gets_every_answer_on_both_backends() {
-    let Some(p) = Pair::new("pl", true) else {
+    let Some(p) = Pair::new("pl", true, &[]) else {
         return;
     };
     for mode in ["xdp", "packet"] {
@@ -458,7 +458,7 @@ s.close()
 /// every segment up alone.
 #[test]
 fn gro_merges_a_local_senders_partial_checksums_unless_told_to_verify() {
-    let Some(p) = Pair::new("gc", true) else {
+    let Some(p) = Pair::new("gc", true, &["ethtool"]) else {
         return;
     };
     let _ = p

@@ -4,12 +4,9 @@
 //! and one-line errors.
 
 use rxpath_runtime::lab::{VethLab, MAC_B};
+use rxpath_testkit::{can_run, Need};
 use std::process::{Command, Stdio};
 use std::time::Duration;
-
-fn is_root() -> bool {
-    rxpath_dev::sys::sched::is_root()
-}
 
 fn lab() -> VethLab {
     let lab = VethLab::create("xq").expect("netns + veth (iproute2)");
@@ -98,8 +95,7 @@ fn xdp_attached(lab: &VethLab) -> bool {
 
 #[test]
 fn af_xdp_and_af_packet_receive_exact_counts_and_leave_nothing_attached() {
-    if !is_root() {
-        eprintln!("skipped: needs root (CI runs it as root)");
+    if !can_run(&[Need::Root]) {
         return;
     }
     let lab = lab();
@@ -212,8 +208,7 @@ fn threads_named(pid: u32, prefix: &str) -> usize {
 
 #[test]
 fn a_napi_thread_with_one_queue_waits_on_the_socket_itself() {
-    if !is_root() {
-        eprintln!("skipped: needs root (CI runs it as root)");
+    if !can_run(&[Need::Root]) {
         return;
     }
     let lab = lab();
@@ -250,8 +245,7 @@ fn a_napi_thread_with_one_queue_waits_on_the_socket_itself() {
 
 #[test]
 fn interface_errors_are_one_line_and_name_the_fix() {
-    if !is_root() {
-        eprintln!("skipped: needs root (CI runs it as root)");
+    if !can_run(&[Need::Root]) {
         return;
     }
     let lab = lab();
@@ -320,8 +314,7 @@ fn interface_errors_are_one_line_and_name_the_fix() {
 
 #[test]
 fn the_xdp_filter_passes_what_it_does_not_take_to_the_kernel() {
-    if !is_root() {
-        eprintln!("skipped: needs root (CI runs it as root)");
+    if !can_run(&[Need::Root]) {
         return;
     }
     let lab = lab();
@@ -364,8 +357,7 @@ fn the_xdp_filter_passes_what_it_does_not_take_to_the_kernel() {
 
 #[test]
 fn sigint_stops_gen_with_its_report() {
-    if !is_root() {
-        eprintln!("skipped: needs root (CI runs it as root)");
+    if !can_run(&[Need::Root]) {
         return;
     }
     let lab = lab();
@@ -422,8 +414,7 @@ fn sigint_stops_gen_with_its_report() {
 
 #[test]
 fn steering_spreads_one_veth_queue_over_both_workers_on_both_backends() {
-    if !is_root() {
-        eprintln!("skipped: needs root (CI runs it as root)");
+    if !can_run(&[Need::Root]) {
         return;
     }
     let lab = lab();
@@ -455,8 +446,7 @@ fn steering_spreads_one_veth_queue_over_both_workers_on_both_backends() {
 /// home, and the backend line says the UMEM is shared.
 #[test]
 fn two_queues_share_one_umem_and_receive_exact_counts() {
-    if !is_root() {
-        eprintln!("skipped: needs root (CI runs it as root)");
+    if !can_run(&[Need::Root]) {
         return;
     }
     let lab = VethLab::create_with_queues("xs", 2).expect("netns + veth (iproute2)");
@@ -510,8 +500,7 @@ fn two_queues_share_one_umem_and_receive_exact_counts() {
 /// idles to the end of its duration on a queue that never delivers again.
 #[test]
 fn an_interface_that_goes_down_or_away_stops_the_run_cleanly() {
-    if !is_root() {
-        eprintln!("skipped: needs root (CI runs it as root)");
+    if !can_run(&[Need::Root]) {
         return;
     }
     for (mode, action) in [("xdp", "down"), ("packet", "delete")] {

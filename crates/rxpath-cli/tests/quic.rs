@@ -5,13 +5,13 @@
 //! byte arrives, every frame comes home.
 
 use rxpath_runtime::lab::VethLab;
+use rxpath_testkit::{can_run, Need};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 #[test]
 fn a_quinn_client_moves_every_byte_through_an_rxpath_quic_server() {
-    if !rxpath_dev::sys::sched::is_root() {
-        eprintln!("skipped: needs root (CI runs it as root)");
+    if !can_run(&[Need::Root]) {
         return;
     }
     let lab = VethLab::create("quic").expect("netns + veth (iproute2)");

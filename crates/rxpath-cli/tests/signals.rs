@@ -3,6 +3,7 @@
 //! started and removes the namespaces and veth pairs it made (exit 128 +
 //! the signal).
 
+use rxpath_testkit::{can_run, Need};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -79,12 +80,8 @@ fn link_exists(name: &str) -> bool {
 
 #[test]
 fn a_signal_stops_a_bench_and_removes_what_it_made() {
-    if !rxpath_dev::sys::sched::is_root() {
-        eprintln!("skipped: needs root (namespaces, veth)");
-        return;
-    }
-    if Command::new("sockperf").arg("--version").output().is_err() {
-        eprintln!("skipped: bench rr needs sockperf (apt-get install sockperf)");
+    // Namespaces and veth; bench rr runs sockperf.
+    if !can_run(&[Need::Root, Need::Tool("sockperf")]) {
         return;
     }
     for sig in ["TERM", "INT"] {
@@ -149,8 +146,7 @@ fn a_signal_stops_a_bench_and_removes_what_it_made() {
 
 #[test]
 fn a_signal_stops_echo_with_its_report() {
-    if !rxpath_dev::sys::sched::is_root() {
-        eprintln!("skipped: needs root (namespaces, AF_XDP)");
+    if !can_run(&[Need::Root]) {
         return;
     }
     let lab = rxpath_runtime::lab::VethLab::create("sig").expect("lab");

@@ -4,6 +4,7 @@
 //! code 2, never a panic or a hang (root: a namespace with a veth pair).
 
 use rxpath_runtime::lab::VethLab;
+use rxpath_testkit::{can_run, Need};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -40,12 +41,8 @@ const NET_CAPS: &str = "-net_admin,-net_raw,-bpf,-sys_admin,-perfmon";
 
 #[test]
 fn missing_capabilities_low_memlock_and_a_held_interface_are_one_clear_line() {
-    if !rxpath_dev::sys::sched::is_root() {
-        eprintln!("skipped: needs root (namespaces, capabilities)");
-        return;
-    }
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("skipped: needs setpriv (util-linux)");
+    // Namespaces and capabilities to drop; setpriv (util-linux) drops them.
+    if !can_run(&[Need::Root, Need::Tool("setpriv"), Need::Tool("prlimit")]) {
         return;
     }
     let lab = VethLab::create("wld").expect("lab");

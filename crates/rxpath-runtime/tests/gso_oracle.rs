@@ -13,6 +13,7 @@ use rxpath_dev::sys::af_packet::RawSocket;
 use rxpath_dev::sys::sched;
 use rxpath_runtime::lab::{VethLab, MAC_A, MAC_B};
 use rxpath_runtime::{Host, HostConfig, HostDevice};
+use rxpath_testkit::{can_run, Need};
 use rxpath_wire::checksum;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -76,8 +77,7 @@ fn ours(buf: &[u8], seg: u16) -> Vec<Vec<u8>> {
 
 #[test]
 fn segmented_sends_match_the_kernels_udp_segment() {
-    if !sched::is_root() {
-        eprintln!("skipped: the kernel GSO oracle needs root (CI runs it as root)");
+    if !can_run(&[Need::Root]) {
         return;
     }
     let lab = VethLab::create("gso").expect("netns + veth (iproute2)");

@@ -9,6 +9,7 @@ use rxpath_dev::sys::af_packet::RawSocket;
 use rxpath_dev::sys::sched;
 use rxpath_runtime::lab::{VethLab, MAC_A, MAC_B};
 use rxpath_runtime::{run, IfName, Producer, RunConfig};
+use rxpath_testkit::{can_run, Need};
 use rxpath_wire::build::{self, Spec};
 use std::net::UdpSocket;
 use std::time::Duration;
@@ -18,8 +19,7 @@ const N_RAW: usize = 2000;
 
 #[test]
 fn af_packet_receives_exactly_what_was_sent() {
-    if !sched::is_root() {
-        eprintln!("skipped: AF_PACKET on a veth needs root (CI runs it as root)");
+    if !can_run(&[Need::Root]) {
         return;
     }
     let lab = VethLab::create("afp").expect("netns + veth (iproute2)");
@@ -110,8 +110,7 @@ fn af_packet_receives_exactly_what_was_sent() {
 /// passed up truncated; the ordinary datagrams around them arrive.
 #[test]
 fn gso_super_frames_on_a_veth_are_counted_too_long_not_passed_up_cut() {
-    if !sched::is_root() {
-        eprintln!("skipped: AF_PACKET on a veth needs root (CI runs it as root)");
+    if !can_run(&[Need::Root]) {
         return;
     }
     let lab = VethLab::create("afg").expect("netns + veth (iproute2)");

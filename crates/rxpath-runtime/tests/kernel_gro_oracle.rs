@@ -13,6 +13,7 @@ use rxpath_core::gro::{replay, replay_udp_gro, Boundary};
 use rxpath_dev::sys::af_packet::RawSocket;
 use rxpath_dev::sys::sched;
 use rxpath_runtime::lab::{VethLab, MAC_A, MAC_B};
+use rxpath_testkit::{can_run, Need};
 use rxpath_wire::build::{self, Spec};
 use rxpath_wire::tcp::flags;
 use std::collections::BTreeMap;
@@ -220,8 +221,7 @@ fn boundaries(b: Vec<Boundary>) -> BTreeMap<u16, Vec<(u32, u32)>> {
 
 #[test]
 fn merge_boundaries_match_the_kernel() {
-    if !sched::is_root() {
-        eprintln!("skipped: the kernel GRO oracle needs root (CI runs it as root)");
+    if !can_run(&[Need::Root, Need::Tool("ethtool")]) {
         return;
     }
     let lab = VethLab::create("gro").expect("netns + veth (iproute2)");
@@ -350,8 +350,7 @@ fn udp_scenarios() -> Vec<(&'static str, Vec<D>)> {
 
 #[test]
 fn udp_gro_merge_boundaries_match_the_kernel() {
-    if !sched::is_root() {
-        eprintln!("skipped: the kernel UDP GRO oracle needs root (CI runs it as root)");
+    if !can_run(&[Need::Root, Need::Tool("ethtool")]) {
         return;
     }
     let lab = VethLab::create("ugro").expect("netns + veth (iproute2)");

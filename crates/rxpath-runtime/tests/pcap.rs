@@ -77,11 +77,13 @@ fn replay_then_capture_is_byte_exact() {
     let got: Vec<Vec<u8>> = got.packets.into_iter().map(|p| p.1).collect();
     assert_eq!(got.len(), input.len());
     assert!(got == input, "the capture differs from the replayed file");
-    if let Ok(o) = std::process::Command::new("tcpdump")
-        .args(["-nn", "-r"])
-        .arg(&out)
-        .output()
-    {
+    // The format check: another reader of pcap files sees every packet.
+    if rxpath_testkit::can_run(&[rxpath_testkit::Need::Tool("tcpdump")]) {
+        let o = std::process::Command::new("tcpdump")
+            .args(["-nn", "-r"])
+            .arg(&out)
+            .output()
+            .expect("running tcpdump");
         let text = String::from_utf8_lossy(&o.stdout);
         assert!(
             o.status.success(),
@@ -93,8 +95,6 @@ fn replay_then_capture_is_byte_exact() {
             input.len(),
             "tcpdump sees every packet"
         );
-    } else {
-        eprintln!("tcpdump not installed: format check skipped (CI installs it)");
     }
     let _ = std::fs::remove_file(src);
     let _ = std::fs::remove_file(out);
@@ -323,11 +323,12 @@ fn pcapng_is_read_and_written_and_other_link_types_are_refused() {
     let cfg2 = replay(&ng);
     let r = run(&cfg2, |_| {}).unwrap();
     assert_eq!(r.napi_total().received, input.len() as u64);
-    if let Ok(o) = std::process::Command::new("tcpdump")
-        .args(["-nn", "-r"])
-        .arg(&ng)
-        .output()
-    {
+    if rxpath_testkit::can_run(&[rxpath_testkit::Need::Tool("tcpdump")]) {
+        let o = std::process::Command::new("tcpdump")
+            .args(["-nn", "-r"])
+            .arg(&ng)
+            .output()
+            .expect("running tcpdump");
         assert!(
             o.status.success(),
             "tcpdump reads our pcapng: {}",

@@ -56,22 +56,20 @@ fn all_home(r: &HostReport, what: &str) {
 }
 
 /// The cores, an RFS host with 2 workers and a socket on port 7000; `None`
-/// (the test is skipped, saying `why` it needs 2 cores) on one core.
+/// (the test is skipped out loud, or fails where the run requires two
+/// cores) on one core. `_why` says what needs the second core.
 fn rfs_on_two_cores(
-    why: &str,
+    _why: &str,
 ) -> Option<(
     Vec<core_affinity::CoreId>,
     Host,
     rxpath_core::sock::UdpSocket,
 )> {
-    let cores = core_affinity::get_core_ids().unwrap_or_default();
-    if cores.len() < 2 {
-        eprintln!(
-            "skipped: {why} needs 2 cores, this machine has {}",
-            cores.len()
-        );
+    if !rxpath_testkit::can_run(&[rxpath_testkit::Need::Cores(2)]) {
         return None;
     }
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    assert!(cores.len() >= 2, "2 CPUs, but {} core ids", cores.len());
     let h = host(SteerMode::Rfs, 2);
     let s = h.udp_bind(sa(HOST4, 7000)).unwrap();
     Some((cores, h, s))

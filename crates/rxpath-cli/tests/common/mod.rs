@@ -55,9 +55,11 @@ impl Pair {
     /// 2001:2:0:9::5/64 (a plain client); else it has no address and no
     /// IPv6 at all (a raw injector that stays silent), and the server
     /// has static neighbour entries for the client's addresses.
-    pub fn new(tag: &str, client_addrs: bool) -> Option<Pair> {
-        if !rxpath_dev::sys::sched::is_root() {
-            eprintln!("skipped: needs root (CI runs it as root)");
+    /// `tools`: what the test runs besides `ip` (each a need, as root is).
+    pub fn new(tag: &str, client_addrs: bool, tools: &[&'static str]) -> Option<Pair> {
+        let mut needs = vec![rxpath_testkit::Need::Root, rxpath_testkit::Need::Tool("ip")];
+        needs.extend(tools.iter().map(|t| rxpath_testkit::Need::Tool(t)));
+        if !rxpath_testkit::can_run(&needs) {
             return None;
         }
         let id = std::process::id();
