@@ -15,6 +15,7 @@
 //! (the kernel's `udp_encap_needed_key` off): what GRO costs a path that
 //! has nothing for it, per round in one run.
 
+use crate::bench::figure::{finite, in_turn, ratio as ratio_of, ratio_cell};
 use crate::bench::plot::{progress, say, Bar, ReportDir};
 use crate::bench::{measure, median};
 use crate::opts::GroBenchArgs;
@@ -133,8 +134,11 @@ pub fn gro(a: GroBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     let mut bulk: Vec<Sample> = vec![Sample::default(); settings.len()];
     let mut rr: Vec<Sample> = vec![Sample::default(); settings.len()];
     let pb = progress(a.rounds as u64 * settings.len() as u64 * 2, "gro");
+    let order: Vec<usize> = (0..settings.len()).collect();
     for round in 0..a.rounds {
-        for (i, s) in settings.iter().enumerate() {
+        // Every other round in the reverse order: a drift favours none.
+        for i in in_turn(&order, round) {
+            let s = &settings[i];
             pb.set_message(s.name());
             for (mix, pps, out) in [
                 (Mix::TcpBulk, Some(a.bulk_pps), &mut bulk),
@@ -165,12 +169,12 @@ pub fn gro(a: GroBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     for (i, s) in settings.iter().enumerate() {
         let up = med(&bulk[i].pkts_up_per_s);
         println!(
-            "| {} | {:.0} | {:.0} | {:.2} | {:.1}x fewer |",
+            "| {} | {:.0} | {:.0} | {:.2} | {} fewer |",
             s.name(),
             med(&bulk[i].segs_in_per_s),
             up,
             med(&bulk[i].segs_per_pkt),
-            base_up / up.max(1.0)
+            ratio_cell(ratio_of(Some(base_up), Some(up)), 1)
         );
     }
     println!(
@@ -228,9 +232,13 @@ pub fn gro(a: GroBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     println!("\n## Adaptive vs the best fixed setting\n");
     println!("| traffic | best fixed (median) | adaptive (median) | adaptive / best (median of per-round ratios) |");
     println!("|---|---:|---:|---:|");
-    println!("| bulk, segments per GRO packet (higher is better) | {best_bulk:.2} | {ad_bulk:.2} | {bulk_ratio:.2} |");
     println!(
-        "| request/response, p99 µs (lower is better) | {best_p99:.1} | {ad_p99:.1} | {p99_ratio:.2} |"
+        "| bulk, segments per GRO packet (higher is better) | {best_bulk:.2} | {ad_bulk:.2} | {} |",
+        ratio_cell(finite(bulk_ratio), 2)
+    );
+    println!(
+        "| request/response, p99 µs (lower is better) | {best_p99:.1} | {ad_p99:.1} | {} |",
+        ratio_cell(finite(p99_ratio), 2)
     );
     let rounds = |v: &[Sample]| {
         settings
@@ -252,8 +260,8 @@ pub fn gro(a: GroBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         "udp_nobody_merges": udp,
         "bulk": rounds(&bulk),
         "rr": rounds(&rr),
-        "packets_up_ratio_0_vs_timeout": base_up / med(&bulk[1].pkts_up_per_s).max(1.0),
-        "packets_up_ratio_0_vs_long_timeout": base_up / med(&bulk[2].pkts_up_per_s).max(1.0),
+        "packets_up_ratio_0_vs_timeout": ratio_of(Some(base_up), Some(med(&bulk[1].pkts_up_per_s))),
+        "packets_up_ratio_0_vs_long_timeout": ratio_of(Some(base_up), Some(med(&bulk[2].pkts_up_per_s))),
         "adaptive_over_best_bulk": bulk_ratio,
         "adaptive_over_best_rr_p99": p99_ratio,
         "rounds": a.rounds,
@@ -302,34 +310,39 @@ fn udp_passes(rounds: usize, d: Duration) -> Result<serde_json::Value> {
     let mut out = serde_json::Map::new();
     for stack in [StackKind::Rxdrop, StackKind::Sink] {
         let (mut off, mut on, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..rounds {
+        for round in 0..rounds {
             let base = RunConfig {
                 stack,
                 ..crate::bench::rxdrop_config(16, false, Producer::Null, d)
             };
-            let a = measure(&RunConfig {
-                gro: None,
-                ..base.clone()
-            })?
-            .0;
-            let b = measure(&RunConfig {
-                gro: Some(GroSettings {
+            // GRO off first in even rounds, on first in odd ones.
+            let (mut a, mut b) = (0.0, 0.0);
+            for gro_on in in_turn(&[false, true], round) {
+                let gro = gro_on.then_some(GroSettings {
                     flush_timeout_ns: 0,
                     adaptive: None,
-                }),
-                ..base
-            })?
-            .0;
+                });
+                let pps = measure(&RunConfig {
+                    gro,
+                    ..base.clone()
+                })?
+                .0;
+                if gro_on {
+                    b = pps;
+                } else {
+                    a = pps;
+                }
+            }
             off.push(a / 1e6);
             on.push(b / 1e6);
             ratio.push(b / a);
         }
         let name = format!("{stack:?}").to_lowercase();
         println!(
-            "| {name} | {:.2} | {:.2} | {:.2}x |",
+            "| {name} | {:.2} | {:.2} | {} |",
             median(off.clone()),
             median(on.clone()),
-            median(ratio.clone())
+            ratio_cell(finite(median(ratio.clone())), 2)
         );
         out.insert(
             name,

@@ -2,6 +2,7 @@
 //! one run, the same generator (rxpath gen over AF_XDP TX in the peer
 //! namespace) for each.
 
+use crate::bench::figure::{ratio, ratio_cell};
 use crate::bench::plot::{Bar, ReportDir};
 use crate::opts::RxIfaceArgs;
 use anyhow::{bail, Context, Result};
@@ -150,10 +151,15 @@ fn generator(
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("the generator's JSON")?;
+    let (Some(sent), Some(secs)) = (v["sent"].as_u64(), v["elapsed_s"].as_f64()) else {
+        bail!("the generator's JSON has no sent/elapsed_s: {v}");
+    };
+    anyhow::ensure!(secs > 0.0, "the generator ran for {secs} s");
     Ok(GenRun {
-        sent: v["sent"].as_u64().unwrap_or(0),
-        secs: v["elapsed_s"].as_f64().unwrap_or(1.0),
+        sent,
+        secs,
         machine: m1.saturating_sub(m0),
         gen: c1.saturating_sub(c0),
         own: o0.zip(o1).map(|(a, b)| b.saturating_sub(a)),
@@ -256,37 +262,41 @@ fn dpdk_receiver(t: &Topology, d: Duration, mac: &str, pps: Option<u64>) -> Resu
         "net_af_xdp0,iface={},start_queue=0,queue_count=1",
         t.host_if
     );
-    let mut child = crate::bench::testpmd_rxonly(&vdev, "dpdk dpdk-dev librte-net-af-xdp23")?;
-    let pid = child.id();
-    let stdout = child.stdout.take().context("testpmd stdout")?;
+    let mut peer = crate::bench::testpmd_rxonly(&vdev, "dpdk dpdk-dev librte-net-af-xdp23")?;
+    let pid = peer.id();
+    let stdout = peer.stdout().context("testpmd stdout")?;
+    // The last RX-packets counter testpmd printed; `None` if it printed none.
     let reader = std::thread::spawn(move || {
-        let mut last = 0u64;
+        let mut last = None;
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             if let Some(v) = crate::bench::testpmd_field(&line, "RX-packets:") {
-                last = v;
+                last = Some(v);
             }
         }
         last
     });
     std::thread::sleep(Duration::from_millis(2500));
-    let gen = generator(t, d, mac, pps, &|| proc_cpu(pid));
+    let alive = peer.check_alive();
+    let gen = alive.and_then(|()| generator(t, d, mac, pps, &|| proc_cpu(pid)));
     // testpmd prints its counters once a second.
     std::thread::sleep(Duration::from_millis(1200));
-    drop(child.stdin.take());
-    let _ = child.kill();
-    let _ = child.wait();
-    // The PMD attaches its XDP program without a link; a killed testpmd
-    // leaves it behind.
+    let tail = peer.stderr_tail();
+    let stopped = peer.stop(Duration::from_secs(10));
+    // The PMD attaches its XDP program without a link; a testpmd that was
+    // killed leaves it behind.
     let _ = Command::new("ip")
         .args(["link", "set", "dev", &t.host_if, "xdp", "off"])
         .status();
-    let received = reader.join().unwrap_or(0);
     // The kernel releases the queue's AF_XDP socket in deferred work.
     std::thread::sleep(Duration::from_millis(300));
-    Ok(Trial {
-        received,
-        gen: gen?,
-    })
+    let last = reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("the thread reading testpmd's counters panicked"))?;
+    let gen = gen?;
+    stopped?;
+    let received =
+        last.with_context(|| format!("testpmd printed no RX-packets counter: {tail}"))?;
+    Ok(Trial { received, gen })
 }
 
 /// The kernel's ceiling: XDP_DROP in the driver.
@@ -391,28 +401,19 @@ fn bench(
         eprintln!("{} measured", r.name());
         rows.push((r, full, fixed, best));
     }
+    // The kernel UDP row is the base of every ratio; when it failed, no
+    // ratio is printed.
     let base = rows
         .iter()
         .find(|x| x.0 == Receiver::KernelUdp)
         .and_then(|x| x.1.as_ref().ok())
-        .map_or(1.0, |t| t.pps());
+        .map(Trial::pps);
     let ns = |v: Option<f64>| v.map_or("n/a".into(), |x| format!("{x:.0}"));
     println!("\n## At full rate (the generator as fast as it goes)\n");
     println!("| receiver | received | generator sent | pkt/s | vs kernel UDP | own CPU ns/pkt |");
     println!("|---|---:|---:|---:|---:|---:|");
     for (r, full, _, _) in &rows {
-        match full {
-            Ok(x) => println!(
-                "| {} | {} | {} | {:.0} | {:.2}x | {} |",
-                r.name(),
-                x.received,
-                x.gen.sent,
-                x.pps(),
-                x.pps() / base.max(1.0),
-                ns(x.own_ns()),
-            ),
-            Err(e) => println!("| {} | not measured: {e:#} | | | | |", r.name()),
-        }
+        println!("{}", full_rate_row(*r, full, base));
     }
     println!(
         "\n## Whole-machine CPU per received packet at {} pkt/s offered\n",
@@ -444,19 +445,22 @@ fn bench(
         println!("A binary search of the generator's --pps between 0 and the rate it reached at full speed, {} steps of {:.1}s; the generator's own ceiling bounds every row.\n", a.steps, a.step.as_secs_f64());
         println!("| receiver | highest rate without loss (pkt/s) | vs kernel UDP |");
         println!("|---|---:|---:|");
+        // A kernel row that found no loss-free rate (under the search's
+        // 1000 pkt/s floor) or failed is no base.
         let kb = rows
             .iter()
             .find(|x| x.0 == Receiver::KernelUdp)
             .and_then(|x| x.3)
-            .unwrap_or(1.0);
+            .filter(|&k| k >= 1000.0);
         for (r, _, _, best) in &rows {
-            if let Some(b) = best {
-                let vs = if kb >= 1000.0 {
-                    format!("{:.2}x", b / kb)
-                } else {
-                    "n/a (the kernel row found no loss-free rate)".into()
-                };
-                println!("| {} | {:.0} | {vs} |", r.name(), b);
+            match best {
+                Some(b) => println!(
+                    "| {} | {:.0} | {} |",
+                    r.name(),
+                    b,
+                    ratio_cell(ratio(Some(*b), kb), 2)
+                ),
+                None => println!("| {} | not measured | not measured |", r.name()),
             }
         }
     }
@@ -464,6 +468,27 @@ fn bench(
         report(rep, a, &rows)?;
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// A row of the full-rate table: the receiver's figures and its ratio to
+/// the kernel UDP socket's rate (`base`), or "not measured" and why.
+fn full_rate_row(r: Receiver, full: &Result<Trial>, base: Option<f64>) -> String {
+    match full {
+        Ok(x) => format!(
+            "| {} | {} | {} | {:.0} | {} | {} |",
+            r.name(),
+            x.received,
+            x.gen.sent,
+            x.pps(),
+            ratio_cell(ratio(Some(x.pps()), base), 2),
+            x.own_ns().map_or("n/a".into(), |v| format!("{v:.0}")),
+        ),
+        Err(e) => format!(
+            "| {} | not measured: {} | | | not measured | |",
+            r.name(),
+            format!("{e:#}").replace('|', "/")
+        ),
+    }
 }
 
 /// A receiver's results: at full rate, at the fixed rate, and the highest
@@ -577,4 +602,44 @@ fn report(rep: &mut ReportDir, a: &RxIfaceArgs, rows: &[Row]) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trial(received: u64, sent: u64) -> Trial {
+        Trial {
+            received,
+            gen: GenRun {
+                sent,
+                secs: 1.0,
+                ..GenRun::default()
+            },
+        }
+    }
+
+    #[test]
+    fn a_failed_peer_is_not_measured_with_its_words_never_zero() {
+        let dead: Result<Trial> = Err(anyhow::anyhow!(
+            "dpdk-testpmd failed (exit status: 1): EAL: cannot init memory"
+        ));
+        let row = full_rate_row(Receiver::Dpdk, &dead, Some(1e6));
+        assert!(row.contains("not measured: dpdk-testpmd failed"), "{row}");
+        assert!(row.contains("EAL: cannot init memory"), "{row}");
+        assert!(!row.contains("0.00x") && !row.contains("| 0 |"), "{row}");
+    }
+
+    #[test]
+    fn without_the_kernel_row_no_ratio_is_printed() {
+        // The old table divided by a made-up base of 1.0: raw pkt/s as a ratio.
+        let row = full_rate_row(Receiver::XdpSpin, &Ok(trial(2_000_000, 2_000_000)), None);
+        assert!(row.contains("| 2000000 | not measured |"), "{row}");
+        let row = full_rate_row(
+            Receiver::XdpSpin,
+            &Ok(trial(2_000_000, 2_000_000)),
+            Some(1e6),
+        );
+        assert!(row.contains("| 2.00x |"), "{row}");
+    }
 }

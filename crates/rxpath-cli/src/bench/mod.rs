@@ -8,6 +8,7 @@ use rxpath_runtime::{Producer, RunConfig, StackKind};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
+pub(crate) mod figure;
 pub(crate) mod filter;
 pub(crate) mod gro;
 pub(crate) mod iface;
@@ -137,11 +138,14 @@ pub(crate) fn peer_not_measured(peer: &str, why: &str) {
         .push(format!("{peer}: {why}"));
 }
 
-/// The median (the mean of the middle two for an even count; 0 if empty).
+/// The median of the measured values (the mean of the middle two for an
+/// even count); NaN, which every printer shows as "not measured", when
+/// there is none. NaN and infinite samples are left out.
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+    v.retain(|x| x.is_finite());
     v.sort_by(|a, b| a.total_cmp(b));
     match v.len() {
-        0 => 0.0,
+        0 => f64::NAN,
         n if n % 2 == 0 => (v[n / 2 - 1] + v[n / 2]) / 2.0,
         n => v[n / 2],
     }
@@ -211,21 +215,128 @@ pub(crate) fn spawn_unpinned(mut cmd: Command) -> std::io::Result<std::process::
 }
 
 /// Start `dpdk-testpmd` in rxonly mode on `vdev` (no hugepages, both CPUs,
-/// counters once a second), from a thread allowed on every CPU; stdin and
-/// stdout piped (testpmd exits on EOF at its "Press enter" prompt).
+/// counters once a second), from a thread allowed on every CPU.
 /// `package` names what to install when it is missing.
-pub(crate) fn testpmd_rxonly(vdev: &str, package: &str) -> Result<std::process::Child> {
+pub(crate) fn testpmd_rxonly(vdev: &str, package: &str) -> Result<Peer> {
     let bin = which("dpdk-testpmd")
         .with_context(|| format!("dpdk-testpmd not installed (apt-get install {package})"))?;
     let mut cmd = Command::new(bin);
     cmd.args(["--no-huge", "-m", "1024", "--no-pci", "-l", "0-1"])
         .args(["--log-level=error", "--vdev", vdev, "--"])
         .args(["--forward-mode=rxonly", "--total-num-mbufs=16384"])
-        .args(["--stats-period", "1"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null());
-    spawn_unpinned(cmd).context("starting dpdk-testpmd")
+        .args(["--stats-period", "1"]);
+    Peer::spawn("dpdk-testpmd", cmd)
+}
+
+/// A peer process a bench runs beside rxpath (testpmd): stdin and stdout
+/// piped, stderr kept in a file so that a failure is reported with the
+/// peer's own words, and its exit status checked when it stops.
+pub(crate) struct Peer {
+    name: &'static str,
+    child: std::process::Child,
+    stderr: std::path::PathBuf,
+}
+
+impl Peer {
+    /// Start `cmd` (from a thread allowed on every CPU).
+    pub(crate) fn spawn(name: &'static str, mut cmd: Command) -> Result<Peer> {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let stderr = std::env::temp_dir().join(format!(
+            "rxpath-bench-{name}-{}-{n}.stderr",
+            std::process::id()
+        ));
+        let f = std::fs::File::create(&stderr)
+            .with_context(|| format!("creating {}", stderr.display()))?;
+        cmd.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(f);
+        let child = spawn_unpinned(cmd).with_context(|| format!("starting {name}"))?;
+        Ok(Peer {
+            name,
+            child,
+            stderr,
+        })
+    }
+
+    pub(crate) fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub(crate) fn stdout(&mut self) -> Option<std::process::ChildStdout> {
+        self.child.stdout.take()
+    }
+
+    /// The last lines the peer wrote to stderr, on one line.
+    pub(crate) fn stderr_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        let tail = lines[lines.len().saturating_sub(4)..].join(" | ");
+        if tail.is_empty() {
+            "nothing on stderr".into()
+        } else {
+            tail
+        }
+    }
+
+    /// An error if the peer has already exited (it died while the bench
+    /// needed it).
+    pub(crate) fn check_alive(&mut self) -> Result<()> {
+        match self.child.try_wait()? {
+            None => Ok(()),
+            Some(st) => anyhow::bail!("{} exited early ({st}): {}", self.name, self.stderr_tail()),
+        }
+    }
+
+    /// Kill a peer that serves until stopped (a sockperf server): an error,
+    /// with its stderr, if it had already exited.
+    pub(crate) fn kill(mut self) -> Result<()> {
+        let early = self.check_alive();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        early
+    }
+
+    /// Stop the peer: EOF on its stdin (testpmd exits at its "Press enter"
+    /// prompt), up to `grace` to exit, then a kill. An error, with its
+    /// stderr, if it exited non-zero or had to be killed.
+    pub(crate) fn stop(mut self, grace: Duration) -> Result<()> {
+        drop(self.child.stdin.take());
+        let until = std::time::Instant::now() + grace;
+        let status = loop {
+            if let Some(st) = self.child.try_wait()? {
+                break Some(st);
+            }
+            if std::time::Instant::now() >= until {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let tail = self.stderr_tail();
+        let _ = std::fs::remove_file(&self.stderr);
+        match status {
+            Some(st) if st.success() => Ok(()),
+            Some(st) => anyhow::bail!("{} failed ({st}): {tail}", self.name),
+            None => anyhow::bail!(
+                "{} did not exit within {:.0} s of EOF on stdin (killed): {tail}",
+                self.name,
+                grace.as_secs_f64()
+            ),
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        // A peer left behind by an early return: killed, its file removed.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_file(&self.stderr);
+    }
 }
 
 /// The number after `field` (e.g. `Rx-pps:`) on a line of testpmd's stats.
@@ -244,4 +355,51 @@ pub(crate) fn which(name: &str) -> Option<std::path::PathBuf> {
         .split(':')
         .map(|d| std::path::Path::new(d).join(name))
         .find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> Command {
+        let mut c = Command::new("sh");
+        c.args(["-c", script]);
+        c
+    }
+
+    #[test]
+    fn a_peer_that_fails_is_an_error_with_its_own_words() {
+        let p = Peer::spawn(
+            "fake-testpmd",
+            sh("echo 'EAL: cannot init memory' >&2; exit 1"),
+        )
+        .unwrap();
+        let e = p.stop(Duration::from_secs(10)).unwrap_err().to_string();
+        assert!(e.contains("fake-testpmd failed"), "{e}");
+        assert!(e.contains("EAL: cannot init memory"), "{e}");
+    }
+
+    #[test]
+    fn a_peer_that_exits_cleanly_on_eof_is_fine_and_one_that_hangs_is_not() {
+        let p = Peer::spawn("cat", sh("cat >/dev/null")).unwrap();
+        p.stop(Duration::from_secs(10)).unwrap();
+        let p = Peer::spawn("sleeper", sh("exec sleep 30")).unwrap();
+        let e = p.stop(Duration::from_millis(200)).unwrap_err().to_string();
+        assert!(e.contains("did not exit"), "{e}");
+    }
+
+    #[test]
+    fn a_peer_that_died_early_is_caught() {
+        let mut p = Peer::spawn("early", sh("echo gone >&2; exit 3")).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let e = p.check_alive().unwrap_err().to_string();
+        assert!(e.contains("exited early") && e.contains("gone"), "{e}");
+    }
+
+    #[test]
+    fn the_median_of_nothing_is_not_measured() {
+        assert!(median(vec![]).is_nan());
+        assert!(median(vec![f64::NAN]).is_nan());
+        assert_eq!(median(vec![3.0, f64::NAN, 1.0]), 2.0);
+    }
 }

@@ -17,6 +17,7 @@
 //! from the server's report every byte and frame accounted for and the
 //! datagrams per read (UDP GRO).
 
+use crate::bench::figure::{cell, finite, ratio, ratio_cell};
 use crate::bench::iface::machine_busy;
 use crate::bench::median;
 use crate::bench::plot::ReportDir;
@@ -154,23 +155,34 @@ impl Server {
 /// One configuration's figures.
 #[derive(Debug, Default, Clone)]
 struct Row {
-    /// Each round's upload: Gbit/s, server CPU s/GB, client CPU s/GB.
-    up: Vec<(f64, f64, f64)>,
+    /// Each round's upload: Gbit/s, server CPU s/GB, client CPU s/GB;
+    /// `None` for a round that failed.
+    up: Vec<Option<(f64, f64, f64)>>,
     up_gbit: f64,
     up_cpu_s_per_gb: f64,
     /// The client process's CPU per GB (on a veth it includes the
     /// receive-side softirq work the kernel runs in the sender's context).
     up_client_s_per_gb: f64,
-    down_gbit: f64,
-    down_cpu_s_per_gb: f64,
-    /// Each round's request p50 and p99, µs.
-    req: Vec<(f64, f64)>,
+    down_gbit: Option<f64>,
+    down_cpu_s_per_gb: Option<f64>,
+    /// Each round's request p50 and p99, µs; `None` for a round that failed.
+    req: Vec<Option<(f64, f64)>>,
     p50_us: f64,
     p99_us: f64,
     /// Datagrams per socket read on the server (rxpath: UDP GRO).
     per_read: Option<f64>,
     /// Every byte arrived and (rxpath) every frame came home.
     whole: bool,
+    /// Why rounds failed (each also reported as not measured).
+    failed: Vec<String>,
+}
+
+/// The number at `path` in the client's JSON, or an error that shows it.
+fn num(v: &Value, path: &[&str]) -> Result<f64> {
+    path.iter()
+        .try_fold(v, |v, k| v.get(k))
+        .and_then(Value::as_f64)
+        .with_context(|| format!("the client's JSON has no {}: {v}", path.join(".")))
 }
 
 fn client(t: &Topology, args: &[String]) -> Result<(Value, Duration, Duration)> {
@@ -271,25 +283,31 @@ fn measure(s: Server, t: &Topology, a: &QuicBenchArgs, first: bool, row: &mut Ro
         )?),
         _ => None,
     };
+    // A round's figures count only when the whole round ran: a failure
+    // leaves `None` for the round (never a zero).
+    row.up.push(None);
+    row.req.push(None);
     let server = start(s, t, a)?;
     let r = (|| -> Result<()> {
         let gb = a.bytes as f64 / 1e9;
         let (v, machine, own) = client(t, &["--upload".into(), a.bytes.to_string()])?;
-        row.up.push((
-            v["upload"]["gbit_s"].as_f64().unwrap_or(0.0),
+        let up = (
+            num(&v, &["upload", "gbit_s"])?,
             machine.saturating_sub(own).as_secs_f64() / gb,
             own.as_secs_f64() / gb,
-        ));
+        );
         if first {
             let (v, machine, own) = client(t, &["--download".into(), a.bytes.to_string()])?;
-            row.down_gbit = v["download"]["gbit_s"].as_f64().unwrap_or(0.0);
-            row.down_cpu_s_per_gb = machine.saturating_sub(own).as_secs_f64() / gb;
+            row.down_gbit = Some(num(&v, &["download", "gbit_s"])?);
+            row.down_cpu_s_per_gb = Some(machine.saturating_sub(own).as_secs_f64() / gb);
         }
         let (v, _, _) = client(t, &["--requests".into(), a.requests.to_string()])?;
-        row.req.push((
-            v["requests"]["p50_us"].as_f64().unwrap_or(0.0),
-            v["requests"]["p99_us"].as_f64().unwrap_or(0.0),
-        ));
+        let req = (
+            num(&v, &["requests", "p50_us"])?,
+            num(&v, &["requests", "p99_us"])?,
+        );
+        *row.up.last_mut().expect("pushed") = Some(up);
+        *row.req.last_mut().expect("pushed") = Some(req);
         Ok(())
     })();
     let rep = stop(server)?;
@@ -418,32 +436,58 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
             };
             for i in order {
                 let (s, r) = &mut rows[i];
-                measure(*s, t, &a, round == 0, r)?;
+                if let Err(e) = measure(*s, t, &a, round == 0, r) {
+                    let why = format!("{e:#}");
+                    crate::bench::peer_not_measured(
+                        &format!("{} (GSO {gso}, round {round})", s.name()),
+                        &why,
+                    );
+                    r.failed.push(why);
+                }
             }
         }
         for (_, r) in rows.iter_mut() {
-            r.up_gbit = median(r.up.iter().map(|x| x.0).collect());
-            r.up_cpu_s_per_gb = median(r.up.iter().map(|x| x.1).collect());
-            r.up_client_s_per_gb = median(r.up.iter().map(|x| x.2).collect());
-            r.p50_us = median(r.req.iter().map(|x| x.0).collect());
-            r.p99_us = median(r.req.iter().map(|x| x.1).collect());
+            let up: Vec<(f64, f64, f64)> = r.up.iter().flatten().copied().collect();
+            let req: Vec<(f64, f64)> = r.req.iter().flatten().copied().collect();
+            r.up_gbit = median(up.iter().map(|x| x.0).collect());
+            r.up_cpu_s_per_gb = median(up.iter().map(|x| x.1).collect());
+            r.up_client_s_per_gb = median(up.iter().map(|x| x.2).collect());
+            r.p50_us = median(req.iter().map(|x| x.0).collect());
+            r.p99_us = median(req.iter().map(|x| x.1).collect());
         }
         for (s, r) in &rows {
             let s = *s;
+            let c = |v: f64, places: usize| cell(Some(v), 1.0, places);
             println!(
-                "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 s.name(),
-                r.up_gbit,
-                r.up_cpu_s_per_gb,
-                r.up_client_s_per_gb,
-                r.down_gbit,
-                r.down_cpu_s_per_gb,
-                r.p50_us,
-                r.p99_us,
+                c(r.up_gbit, 2),
+                c(r.up_cpu_s_per_gb, 2),
+                c(r.up_client_s_per_gb, 2),
+                cell(r.down_gbit, 1.0, 2),
+                cell(r.down_cpu_s_per_gb, 1.0, 2),
+                c(r.p50_us, 0),
+                c(r.p99_us, 0),
                 r.per_read.map_or("n/a".into(), |x| format!("{x:.1}")),
-                if r.whole { "yes" } else { "NO" }
+                if r.whole {
+                    "yes"
+                } else if !r.failed.is_empty() {
+                    "not measured"
+                } else {
+                    "NO"
+                }
             );
-            whole &= r.whole;
+            if let Some(why) = r.failed.first() {
+                println!(
+                    "|   {} failed in {} of {} rounds: {} | | | | | | | | | |",
+                    s.short(),
+                    r.failed.len(),
+                    a.rounds,
+                    why.replace('|', "/")
+                );
+            }
+            // A row that failed is reported as not measured, not as loss.
+            whole &= r.whole || !r.failed.is_empty();
             all.insert(
                 format!("gso_{gso}/{}", s.name()),
                 serde_json::json!({
@@ -451,11 +495,12 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
                     "upload_client_cpu_s_per_gb": r.up_client_s_per_gb,
                     "download_gbit_s": r.down_gbit, "download_cpu_s_per_gb": r.down_cpu_s_per_gb,
                     "p50_us": r.p50_us, "p99_us": r.p99_us, "datagrams_per_read": r.per_read,
-                    "upload_rounds": r.up.iter().map(|x| serde_json::json!({
-                        "gbit_s": x.0, "cpu_s_per_gb": x.1, "client_cpu_s_per_gb": x.2})).collect::<Vec<_>>(),
-                    "request_rounds": r.req.iter().map(|x| serde_json::json!({
-                        "p50_us": x.0, "p99_us": x.1})).collect::<Vec<_>>(),
+                    "upload_rounds": r.up.iter().map(|x| x.map(|x| serde_json::json!({
+                        "gbit_s": x.0, "cpu_s_per_gb": x.1, "client_cpu_s_per_gb": x.2}))).collect::<Vec<_>>(),
+                    "request_rounds": r.req.iter().map(|x| x.map(|x| serde_json::json!({
+                        "p50_us": x.0, "p99_us": x.1}))).collect::<Vec<_>>(),
                     "whole": r.whole,
+                    "failed_rounds": r.failed,
                 }),
             );
         }
@@ -477,17 +522,18 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
 fn summary(rows: &[(Server, Row)], target: bool) {
     let get = |s: Server| rows.iter().find(|x| x.0 == s).map(|x| &x.1);
     let Some(k) = get(Server::Kernel) else { return };
-    let list = |v: Vec<f64>| {
+    let list = |v: Vec<Option<f64>>| {
         v.iter()
-            .map(|r| format!("{r:.2}"))
+            .map(|r| r.map_or("n/a".into(), |r| format!("{r:.2}")))
             .collect::<Vec<_>>()
             .join("/")
     };
-    let per_cpu = |x: &Row| 1.0 / x.up_cpu_s_per_gb.max(1e-9);
-    let up_rounds = |x: &Row, base: &Row| -> Vec<f64> {
+    // Bytes per server CPU-second: the inverse of CPU seconds per GB.
+    let per_cpu = |x: &Row| ratio(Some(1.0), Some(x.up_cpu_s_per_gb));
+    let up_rounds = |x: &Row, base: &Row| -> Vec<Option<f64>> {
         x.up.iter()
             .zip(&base.up)
-            .map(|(u, b)| b.1 / u.1.max(1e-9))
+            .map(|(u, b)| ratio(b.map(|b| b.1), u.map(|u| u.1)))
             .collect()
     };
     let others: Vec<(Server, &Row)> = rows
@@ -500,7 +546,11 @@ fn summary(rows: &[(Server, Row)], target: bool) {
         if target { " (target >= 1.3x)" } else { "" },
         others
             .iter()
-            .map(|(s, r)| format!("{} {:.2}x", s.short(), per_cpu(r) / per_cpu(k)))
+            .map(|(s, r)| format!(
+                "{} {}",
+                s.short(),
+                ratio_cell(ratio(per_cpu(r), per_cpu(k)), 2)
+            ))
             .collect::<Vec<_>>()
             .join("; ")
     );
@@ -514,8 +564,8 @@ fn summary(rows: &[(Server, Row)], target: bool) {
     );
     if let (Some(d), Some(kd)) = (get(Server::RxpathDefer), get(Server::KernelDefer)) {
         println!(
-            "  interrupts deferred, rxpath vs the kernel with GRO and the same knobs: {:.2}x (by round {})",
-            per_cpu(d) / per_cpu(kd),
+            "  interrupts deferred, rxpath vs the kernel with GRO and the same knobs: {} (by round {})",
+            ratio_cell(ratio(per_cpu(d), per_cpu(kd)), 2),
             list(up_rounds(d, kd))
         );
     }
@@ -523,29 +573,30 @@ fn summary(rows: &[(Server, Row)], target: bool) {
     // sender's context, the client's: the whole machine's CPU per GB
     // (server and client) is the figure that does not depend on where it
     // is charged.
-    let whole = |x: &Row| x.up_cpu_s_per_gb + x.up_client_s_per_gb;
+    let whole = |x: &Row| finite(x.up_cpu_s_per_gb + x.up_client_s_per_gb);
     println!(
         "  whole machine (server + client CPU per GB up) vs kernel: {}",
         rows.iter()
             .filter(|(s, _)| *s != Server::Kernel)
-            .map(|(s, r)| format!("{} {:.2}x", s.short(), whole(k) / whole(r).max(1e-9)))
+            .map(|(s, r)| format!("{} {}", s.short(), ratio_cell(ratio(whole(k), whole(r)), 2)))
             .collect::<Vec<_>>()
             .join("; ")
     );
     // Request p99 round by round against the kernel's of the same round;
-    // the target's figure is the median of those ratios.
-    let p99_rounds = |x: &Row, base: &Row| -> Vec<f64> {
+    // the target's figure is the median of those ratios (rounds where
+    // either side failed left out; none left: not measured).
+    let p99_rounds = |x: &Row, base: &Row| -> Vec<Option<f64>> {
         x.req
             .iter()
             .zip(&base.req)
-            .map(|(q, b)| q.1 / b.1.max(1e-9))
+            .map(|(q, b)| ratio(q.map(|q| q.1), b.map(|b| b.1)))
             .collect()
     };
     let busy: Vec<(Server, &Row)> = others.iter().filter(|(s, _)| s.busy()).copied().collect();
-    let m = |x: &Row, base: &Row| median(p99_rounds(x, base));
+    let m = |x: &Row, base: &Row| median(p99_rounds(x, base).into_iter().flatten().collect());
     let vs = |base: &Row| {
         busy.iter()
-            .map(|(s, r)| format!("{} {:.2}x", s.short(), m(r, base)))
+            .map(|(s, r)| format!("{} {}", s.short(), ratio_cell(finite(m(r, base)), 2)))
             .collect::<Vec<_>>()
             .join(", ")
     };

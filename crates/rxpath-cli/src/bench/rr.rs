@@ -5,6 +5,7 @@
 //! `net.core.busy_read`/`busy_poll`). One run, the same message size,
 //! rounds interleaved; medians of each configuration are compared.
 
+use crate::bench::figure::{self, finite, in_turn, ratio_cell};
 use crate::bench::median;
 use crate::bench::plot::{progress, say, Bar, ReportDir};
 use crate::echo::EchoServer;
@@ -12,7 +13,7 @@ use crate::opts::{BackendArg, EchoArgs, ModeArg, RrArgs};
 use anyhow::{bail, Context, Result};
 use rxpath_dev::sys::sched;
 use rxpath_runtime::lab::{Topology, HOST_ADDR};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 
 pub(crate) const PORT: u16 = 11111;
 
@@ -257,7 +258,7 @@ impl Drop for Restore {
 
 enum Running {
     Rxpath(Box<EchoServer>),
-    Kernel(Child),
+    Kernel(crate::bench::Peer),
 }
 
 fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Running> {
@@ -272,10 +273,15 @@ fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Runn
             write_sysctl("busy_poll", &busy)?;
             // Kernel busy polling needs a NAPI on the veth: GRO gives it one.
             let gro = if s == Server::KernelBusy { "on" } else { "off" };
-            Command::new("ethtool")
+            let st = Command::new("ethtool")
                 .args(["-K", &t.host_if, "gro", gro])
                 .status()
-                .context("ethtool")?;
+                .context("running ethtool")?;
+            anyhow::ensure!(
+                st.success(),
+                "ethtool -K {} gro {gro} failed ({st}): the kernel row would run without its NAPI",
+                t.host_if
+            );
             let mut cmd = match cpu {
                 Some(c) => {
                     let mut t = Command::new("taskset");
@@ -284,13 +290,11 @@ fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Runn
                 }
                 None => Command::new("sockperf"),
             };
-            let child = cmd
-                .args(["server", "-i", HOST_ADDR, "-p", &PORT.to_string()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .context("starting sockperf server")?;
-            Ok(Running::Kernel(child))
+            cmd.args(["server", "-i", HOST_ADDR, "-p", &PORT.to_string()]);
+            Ok(Running::Kernel(crate::bench::Peer::spawn(
+                "sockperf server",
+                cmd,
+            )?))
         }
         _ => {
             let (busy, prefer, xsk) = match s {
@@ -392,9 +396,8 @@ fn stop(r: Running) -> Result<String> {
                 rep.host.sock.busy_poll_packets, rep.socket.sleeps
             ))
         }
-        Running::Kernel(mut c) => {
-            let _ = c.kill();
-            let _ = c.wait();
+        Running::Kernel(peer) => {
+            peer.kill()?;
             Ok(String::new())
         }
     }
@@ -471,9 +474,12 @@ pub fn rr(a: RrArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     let mut rtts: Vec<Vec<f64>> = vec![Vec::new(); Server::ALL.len()];
     let runs = Server::ALL.iter().filter(|s| chosen(**s)).count() as u64;
     let pb = progress(a.rounds as u64 * runs, "rr");
+    let order: Vec<usize> = (0..Server::ALL.len()).collect();
     for round in 0..a.rounds {
         let mut row = vec![None; Server::ALL.len()];
-        for (i, &s) in Server::ALL.iter().enumerate() {
+        // Every other round in the reverse order: a drift favours none.
+        for i in in_turn(&order, round) {
+            let s = Server::ALL[i];
             if !chosen(s) {
                 continue;
             }
@@ -525,19 +531,14 @@ pub fn rr(a: RrArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     let at = |s: Server| Server::ALL.iter().position(|&x| x == s).unwrap_or(0);
     let (k, kb) = (at(Server::Kernel), at(Server::KernelBusy));
     // A ratio is taken inside each round, then the median over rounds.
+    // A round where either side got no answer gives no ratio; no round
+    // with both, "not measured".
     let ratio = |i: usize, base: usize, f: fn(&Measure) -> f64| {
         let v: Vec<f64> = results
             .iter()
-            .filter_map(|row| match (row[i], row[base]) {
-                (Some(m), Some(b)) if f(&b) > 0.0 => Some(f(&m) / f(&b)),
-                _ => None,
-            })
+            .filter_map(|row| figure::ratio(row[i].map(|m| f(&m)), row[base].map(|b| f(&b))))
             .collect();
-        if v.is_empty() {
-            f64::NAN
-        } else {
-            median(v)
-        }
+        ratio_cell(finite(median(v)), 2)
     };
     println!(
         "\n{:40} {:>12} {:>9} {:>9} {:>12} {:>10} {:>13}",
@@ -553,6 +554,11 @@ pub fn rr(a: RrArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         if !chosen(*s) {
             continue;
         }
+        if results.iter().all(|row| row[i].is_none()) {
+            println!("{:40} not measured: no answer in any round", s.name());
+            crate::bench::peer_not_measured(s.name(), "no answer in any round");
+            continue;
+        }
         let col = |f: fn(&Measure) -> f64| {
             median(
                 results
@@ -563,7 +569,7 @@ pub fn rr(a: RrArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
             )
         };
         println!(
-            "{:40} {:>12.0} {:>9.2} {:>9.2} {:>12.2}x {:>9.2}x {:>12.2}x",
+            "{:40} {:>12.0} {:>9.2} {:>9.2} {:>13} {:>10} {:>13}",
             s.name(),
             col(|m| m.rt_per_s),
             col(|m| m.avg_us),
