@@ -93,10 +93,11 @@ fn an_idle_napi_thread_sleeps_and_frames_coming_home_wake_it() {
     for _ in 0..held {
         assert_eq!(s.recv(&mut b).unwrap(), 4);
     }
+    // A generous deadline: it only catches a hang.
     let t0 = Instant::now();
     while !inject() {
         assert!(
-            t0.elapsed() < Duration::from_millis(300),
+            t0.elapsed() < Duration::from_secs(10),
             "the device got no buffer back"
         );
         std::thread::sleep(Duration::from_millis(2));
