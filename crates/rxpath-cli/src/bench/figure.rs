@@ -97,7 +97,9 @@ pub(crate) fn judge_in(
         Bound::AtLeast(b) => (v >= b, ">=", b),
         Bound::AtMost(b) => (v <= b, "<=", b),
     };
-    let places = if b.abs() >= 10.0 { 1 } else { 2 };
+    // Three places below 10: a ratio that sits at 0.90x is told apart
+    // from its bound.
+    let places = if b.abs() >= 10.0 { 1 } else { 3 };
     let verdict = if ok { Verdict::Met } else { Verdict::NotMet };
     let word = if ok { "met" } else { "NOT met" };
     (
@@ -184,7 +186,7 @@ mod tests {
         let (v, line) = judge_in(Unit::Ratio, "rate", Some(1.93), Bound::AtLeast(1.9), "");
         assert_eq!(
             (v, line.as_str()),
-            (Verdict::Met, "target rate: 1.93x (>= 1.90x): met")
+            (Verdict::Met, "target rate: 1.930x (>= 1.900x): met")
         );
         let (v, line) = judge_in(Unit::Ratio, "x", Some(42.2), Bound::AtLeast(50.0), "");
         assert_eq!(

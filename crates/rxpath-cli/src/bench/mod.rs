@@ -33,10 +33,9 @@ pub fn bench(a: crate::opts::BenchArgs) -> Result<ExitCode> {
         BenchCmd::Quic(a) => quic::quic(a, &mut rep),
     }?;
     let missing = std::mem::take(&mut *UNMEASURED.lock().unwrap_or_else(|e| e.into_inner()));
-    if let Some(mut r) = rep {
-        // Beside the bench's own files: which peers it could not measure.
-        r.json("peers-not-measured", &serde_json::json!(missing))?;
-        r.finish();
+    if let Some(r) = rep {
+        // Each JSON says which peers and targets the run could not measure.
+        r.finish(&missing)?;
     }
     if missing.is_empty() {
         return Ok(code);

@@ -123,6 +123,57 @@ impl Axes {
 pub(crate) struct ReportDir {
     dir: PathBuf,
     written: Vec<PathBuf>,
+    /// `YYYY-MM-DD` of the run, the first part of every file's name.
+    date: String,
+    /// The commit the binary runs from (`-dirty` with uncommitted
+    /// changes), the last part of every file's name.
+    commit: String,
+    /// The JSON documents, written at [`ReportDir::finish`] with what the
+    /// run could not measure and the machine it ran on.
+    pending: Vec<(String, serde_json::Value)>,
+}
+
+/// The output of a command, trimmed, when it ran and succeeded.
+fn output_of(cmd: &str, args: &[&str]) -> Option<String> {
+    let o = std::process::Command::new(cmd).args(args).output().ok()?;
+    o.status
+        .success()
+        .then(|| String::from_utf8_lossy(&o.stdout).trim().to_string())
+}
+
+/// The short commit of the checkout in the working directory, `-dirty`
+/// when tracked files changed; `unknown` outside a git checkout.
+fn commit() -> String {
+    match output_of("git", &["rev-parse", "--short=7", "HEAD"]) {
+        Some(c) => {
+            let dirty = output_of("git", &["status", "--porcelain", "--untracked-files=no"])
+                .is_some_and(|s| !s.is_empty());
+            if dirty {
+                format!("{c}-dirty")
+            } else {
+                c
+            }
+        }
+        None => "unknown".into(),
+    }
+}
+
+/// The machine a run was measured on: CPU model and count, kernel.
+pub(crate) fn machine() -> serde_json::Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")?
+                .split_once(':')
+                .map(|x| x.1.trim())
+        })
+        .unwrap_or("unknown");
+    serde_json::json!({
+        "cpu": model,
+        "cpus": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "kernel": output_of("uname", &["-r"]).unwrap_or_default(),
+    })
 }
 
 impl ReportDir {
@@ -135,7 +186,16 @@ impl ReportDir {
         Ok(Some(ReportDir {
             dir: dir.to_path_buf(),
             written: Vec::new(),
+            date: output_of("date", &["-u", "+%F"]).unwrap_or_else(|| "undated".into()),
+            commit: commit(),
+            pending: Vec::new(),
         }))
+    }
+
+    /// `DATE-NAME-COMMIT.EXT`: runs of the same bench on other days or
+    /// other code never overwrite each other.
+    fn file(&self, name: &str, ext: &str) -> String {
+        format!("{}-{name}-{}.{ext}", self.date, self.commit)
     }
 
     fn path(&mut self, file: String) -> PathBuf {
@@ -144,11 +204,11 @@ impl ReportDir {
         p
     }
 
-    /// `NAME.json`, pretty-printed.
+    /// `DATE-NAME-COMMIT.json`, pretty-printed, written when the run
+    /// ends (with `not_measured`, `machine`, `commit` and `date` added).
     pub(crate) fn json(&mut self, name: &str, v: &serde_json::Value) -> Result<()> {
-        let p = self.path(format!("{name}.json"));
-        std::fs::write(&p, serde_json::to_string_pretty(v)? + "\n")
-            .with_context(|| format!("writing {}", p.display()))
+        self.pending.push((name.to_string(), v.clone()));
+        Ok(())
     }
 
     /// Horizontal bars with the range of the rounds as whiskers.
@@ -241,14 +301,14 @@ impl ReportDir {
     }
 
     fn draw(&mut self, name: &str, plot: Plot) -> Result<()> {
-        let png = self.path(format!("{name}.png"));
+        let png = self.path(self.file(name, "png"));
         {
             let root = BitMapBackend::new(&png, SIZE).into_drawing_area();
             root.fill(&WHITE).map_err(plot_err)?;
             plot.draw(&root)?;
             root.present().map_err(plot_err)?;
         }
-        let svg = self.path(format!("{name}.svg"));
+        let svg = self.path(self.file(name, "svg"));
         let root = SVGBackend::new(&svg, SIZE).into_drawing_area();
         root.fill(&WHITE).map_err(plot_err)?;
         plot.draw(&root)?;
@@ -256,13 +316,31 @@ impl ReportDir {
         Ok(())
     }
 
-    /// Say where the report went.
-    pub(crate) fn finish(self) {
+    /// Write the JSON, each with the peers and targets the run could not
+    /// measure (`not_measured`: empty when everything ran), and say where
+    /// the report went.
+    pub(crate) fn finish(mut self, not_measured: &[String]) -> Result<()> {
+        for (name, v) in std::mem::take(&mut self.pending) {
+            let mut doc = serde_json::json!({
+                "bench": name, "date": self.date, "commit": self.commit,
+                "machine": machine(), "not_measured": not_measured,
+            });
+            match v {
+                serde_json::Value::Object(m) => {
+                    doc.as_object_mut().expect("an object").extend(m);
+                }
+                other => doc["results"] = other,
+            }
+            let p = self.path(self.file(&name, "json"));
+            std::fs::write(&p, serde_json::to_string_pretty(&doc)? + "\n")
+                .with_context(|| format!("writing {}", p.display()))?;
+        }
         println!(
             "\nreport: {} file(s) in {}",
             self.written.len(),
             self.dir.display()
         );
+        Ok(())
     }
 }
 
