@@ -1,5 +1,7 @@
 //! The capture reader (classic pcap and pcapng) on arbitrary files: never
-//! a panic or a runaway allocation; an error or a trace.
+//! a panic or a runaway allocation; an error or a trace, and a trace holds
+//! no byte the file did not (its packets together are no larger than the
+//! file) and starts at time zero (times are since the first packet).
 
 #![no_main]
 
@@ -10,7 +12,17 @@ fuzz_target!(|data: &[u8]| {
     let Ok(t) = Trace::read(data, "fuzz") else {
         return;
     };
-    for w in t.packets.windows(2) {
-        let _ = w[1].0.checked_sub(w[0].0);
+    let bytes: usize = t.packets.iter().map(|p| p.1.len()).sum();
+    assert!(
+        bytes <= data.len(),
+        "{bytes} packet bytes from a {}-byte file",
+        data.len()
+    );
+    if let Some(first) = t.packets.first() {
+        assert_eq!(
+            first.0,
+            std::time::Duration::ZERO,
+            "times since the first packet"
+        );
     }
 });

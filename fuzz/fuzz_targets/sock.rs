@@ -3,7 +3,12 @@
 //! dual-stack socket, a connected one and an IPv6-only one; some read,
 //! some left queued, one closed with datagrams in it. Never a panic;
 //! received = delivered + dropped; what a socket returns lies inside the
-//! datagram; every frame comes home.
+//! datagram; every frame comes home. The sockets' own accounting is held
+//! to what this target observes: a socket's `read` counter is the reads
+//! that returned a datagram, its `queued` counter those reads plus what
+//! it still holds (at its close, or at the end); the datagrams queued in
+//! all sockets are the stage's deliveries, and the sockets' queue-full
+//! drops are its `SocketQueueFull` drops.
 
 #![no_main]
 
@@ -64,8 +69,21 @@ fuzz_target!(|ops: Vec<Op>| {
     let mut stage = host.stage(0);
     let (mut recycle, mut chains, mut stats): (Vec<Frame>, ChainPool, NapiStats) =
         (Vec::new(), Vec::new(), NapiStats::default());
-    let mut fed = 0u64;
     let mut buf = [0u8; 2048];
+    // What the target saw: reads that returned a datagram, per socket, and
+    // the datagrams queued and dropped by the sockets already closed.
+    let mut reads = [0u64; 4];
+    let (mut queued_closed, mut drops_closed) = (0u64, 0u64);
+    let settle = |s: &UdpSocket, reads: u64| {
+        let c = s.counters();
+        assert_eq!(c.read, reads, "read counter against the reads seen");
+        assert_eq!(
+            c.queued,
+            reads + s.queued() as u64,
+            "queued = read + still queued: {c:?}"
+        );
+        (c.queued, c.drops)
+    };
     for op in ops.iter().take(500) {
         let frame = match op {
             Op::Raw(b) => b.clone(),
@@ -97,10 +115,14 @@ fuzz_target!(|ops: Vec<Op>| {
                 b
             }
             Op::Read { s, n } => {
-                if let Some(Some(sock)) = socks.get(*s as usize % 4) {
+                let i = *s as usize % 4;
+                if let Some(sock) = &socks[i] {
                     for _ in 0..*n {
                         match sock.try_recv_from(&mut buf) {
-                            Ok((len, _)) => assert!(len <= 255, "a datagram longer than sent"),
+                            Ok((len, _)) => {
+                                assert!(len <= 255, "a datagram longer than sent");
+                                reads[i] += 1;
+                            }
                             Err(_) => break,
                         }
                     }
@@ -108,7 +130,12 @@ fuzz_target!(|ops: Vec<Op>| {
                 continue;
             }
             Op::Close { s } => {
-                socks[*s as usize % 4] = None;
+                let i = *s as usize % 4;
+                if let Some(sock) = socks[i].take() {
+                    let (q, d) = settle(&sock, reads[i]);
+                    queued_closed += q;
+                    drops_closed += d;
+                }
                 continue;
             }
         };
@@ -147,7 +174,6 @@ fuzz_target!(|ops: Vec<Op>| {
             },
             frags: Frags::new(),
         };
-        fed += 1;
         // The NAPI counts what it takes from the queue.
         stats.received += 1;
         let mut ctx = RxCtx::new(&umem, &mut recycle, &mut stats, &mut chains, 1);
@@ -161,10 +187,28 @@ fuzz_target!(|ops: Vec<Op>| {
             pool.free(f);
         }
     }
-    assert_eq!(stats.received, fed);
     assert!(
         stats.accounted(),
         "received = delivered + dropped: {stats:?}"
+    );
+    let (mut queued, mut drops) = (queued_closed, drops_closed);
+    for (s, r) in socks.iter().zip(reads) {
+        if let Some(s) = s {
+            let (q, d) = settle(s, r);
+            queued += q;
+            drops += d;
+        }
+    }
+    assert_eq!(
+        stats.delivered, queued,
+        "the stage's deliveries are the sockets' queued datagrams"
+    );
+    assert_eq!(
+        stats
+            .dropped
+            .get(rxpath_core::stats::DropReason::SocketQueueFull),
+        drops,
+        "queue-full drops on the stage and on the sockets"
     );
     drop(socks);
     drop(stage);
