@@ -335,3 +335,33 @@ fn the_cached_filter_counts_every_packet_once_on_workers() {
         );
     }
 }
+
+/// Null queues split the flows as RSS does: one flow on two null queues
+/// and two NAPI threads, steered by RPS to two workers, reads 0 reordered
+/// (when every queue emitted every flow, about half of the packets of a
+/// single flow read as reordered under any steering mode).
+#[test]
+fn rps_with_one_flow_on_two_null_queues_reorders_nothing() {
+    let c = RunConfig {
+        sim: SimConfig {
+            queues: 2,
+            ..cfg(SteerMode::Rps, 2, 1).sim
+        },
+        producer: Producer::Null,
+        threads: 2,
+        ..cfg(SteerMode::Rps, 2, 1)
+    };
+    let r = run(&c, |_| {}).unwrap();
+    check_whole(&r, "rps, 1 flow, 2 null queues");
+    let order = r.order.expect("order measured with steering");
+    assert!(order.udp_counters, "the null queues number their datagrams");
+    assert!(r.napi_total().delivered > 0);
+    assert_eq!(order.reordered, 0, "{order:?}");
+    // The one flow lives on one queue: the other queue received nothing.
+    let per_queue: Vec<u64> = r.queues.iter().map(|q| q.napi.received).collect();
+    assert_eq!(
+        per_queue.iter().filter(|&&n| n > 0).count(),
+        1,
+        "{per_queue:?}"
+    );
+}

@@ -255,11 +255,7 @@ pub fn build(cfg: &SimConfig) -> Result<(SimPort, Vec<SimRxQueue>), SimError> {
             shared,
         });
     }
-    // The default indirection table spreads entries round robin, as
-    // `ethtool -X equal N` does.
-    let indir = (0..cfg.indir_size)
-        .map(|i| (i % cfg.queues) as u16)
-        .collect();
+    let indir = cfg.default_indirection();
     let port = SimPort {
         umem,
         indir,
@@ -275,6 +271,23 @@ pub fn build(cfg: &SimConfig) -> Result<(SimPort, Vec<SimRxQueue>), SimError> {
         scratch: vec![0; cfg.frame_size].into_boxed_slice(),
     };
     Ok((port, host_queues))
+}
+
+impl SimConfig {
+    /// The default indirection table: entries round robin over the
+    /// queues, as `ethtool -X equal N` sets it.
+    pub fn default_indirection(&self) -> Vec<u16> {
+        (0..self.indir_size)
+            .map(|i| (i % self.queues.max(1)) as u16)
+            .collect()
+    }
+
+    /// The queue RSS puts a packet with `rxhash` on under the default
+    /// indirection table (`indir[hash % size]`, as [`SimPort::queue_for`]
+    /// without ntuple rules).
+    pub fn rss_queue(&self, rxhash: u32) -> usize {
+        (rxhash as usize & (self.indir_size.max(1) - 1)) % self.queues.max(1)
+    }
 }
 
 /// Why [`SimPort::inject`] did not place a packet.

@@ -23,6 +23,9 @@ pub struct NullQueue {
     flow_of: Vec<u32>,
     stamps: Vec<Option<SeqStamp>>,
     seqs: Option<Vec<u32>>,
+    /// The frames of a queue no flow hashes to: never handed out, given
+    /// back with the pool.
+    parked: Vec<Frame>,
 }
 
 impl NullQueue {
@@ -47,16 +50,69 @@ impl NullQueue {
     /// at a power-of-two stride do not all fall into the same two L1 sets.
     /// DPDK's mempool gets the same effect by padding objects to a
     /// non-power-of-two stride.
+    ///
+    /// Every flow of `traffic` goes to this queue; [`NullQueue::for_rss`]
+    /// gives a queue only the flows RSS would put on it.
     pub fn new(index: u16, frames: usize, traffic: &mut Traffic) -> Result<Self, SimError> {
+        Self::with_flows(index, frames, traffic, &|_| true)
+    }
+
+    /// Queue `index` of a null device of `sim.queues` queues: `frames`
+    /// frames of the flows of `traffic` whose RSS hash the default
+    /// indirection table puts on this queue, as a NIC's RSS splits flows
+    /// (a flow is on one queue only, so its order is kept). A queue no
+    /// flow hashes to hands out nothing.
+    pub fn for_rss(
+        index: u16,
+        frames: usize,
+        traffic: &mut Traffic,
+        sim: &super::SimConfig,
+    ) -> Result<Self, SimError> {
+        Self::with_flows(index, frames, traffic, &|h| {
+            sim.rss_queue(h) == index as usize
+        })
+    }
+
+    /// `frames` frames of the flows of `traffic` whose RSS hash `ours`
+    /// takes.
+    fn with_flows(
+        index: u16,
+        frames: usize,
+        traffic: &mut Traffic,
+        ours: &dyn Fn(u32) -> bool,
+    ) -> Result<Self, SimError> {
         let (umem, tokens) = Umem::new(frames, crate::DEFAULT_FRAME_SIZE)?;
         let mut meta = vec![(0, 0, 0); frames];
         let mut flow_of = vec![0; frames];
         let mut free = Vec::with_capacity(frames);
         let mut buf = vec![0u8; crate::DEFAULT_FRAME_SIZE];
+        let mine: Vec<bool> = (0..traffic.flows())
+            .map(|i| ours(traffic.rxhash(i)))
+            .collect();
+        if !mine.contains(&true) {
+            return Ok(NullQueue {
+                index,
+                umem,
+                free,
+                meta,
+                pulled: 0,
+                flow_of,
+                stamps: (0..traffic.flows()).map(|i| traffic.seq_stamp(i)).collect(),
+                seqs: None,
+                parked: tokens,
+            });
+        }
         for mut f in tokens {
-            let w = traffic
-                .write_next(&mut buf)
-                .ok_or_else(|| SimError::Config("packet larger than a frame".into()))?;
+            // The next packet of one of this queue's flows (the traffic's
+            // order visits every flow).
+            let w = loop {
+                let w = traffic
+                    .write_next(&mut buf)
+                    .ok_or_else(|| SimError::Config("packet larger than a frame".into()))?;
+                if mine[w.flow] {
+                    break w;
+                }
+            };
             let stagger = 64 * (f.index() as usize % 32);
             let off = if stagger + w.len <= umem.frame_size() {
                 stagger
@@ -77,6 +133,7 @@ impl NullQueue {
             flow_of,
             stamps: (0..traffic.flows()).map(|i| traffic.seq_stamp(i)).collect(),
             seqs: None,
+            parked: Vec::new(),
         })
     }
 
@@ -89,7 +146,8 @@ impl NullQueue {
     }
 
     /// Return the pool; every frame must have been recycled.
-    pub fn into_pool(self) -> FramePool {
+    pub fn into_pool(mut self) -> FramePool {
+        self.free.append(&mut self.parked);
         FramePool::from_frames(self.umem, self.free)
     }
 }

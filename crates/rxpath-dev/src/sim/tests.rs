@@ -161,6 +161,49 @@ fn null_queue_cycles_its_frames() {
     assert!(q.into_pool().is_home());
 }
 
+/// Null queues split the flows as RSS would: each flow's packets are on
+/// one queue only, the one the indirection table names; a queue no flow
+/// hashes to hands out nothing and still gives every frame back.
+#[test]
+fn null_queues_split_flows_as_rss_does() {
+    let sim = SimConfig {
+        queues: 2,
+        ..SimConfig::default()
+    };
+    for flows in [1, 64] {
+        let mut t = Traffic::new(
+            TrafficConfig {
+                flows,
+                mix: Mix::Udp,
+                ..TrafficConfig::default()
+            },
+            &Toeplitz::default(),
+        );
+        let mut seen = vec![0usize; 2];
+        for qi in 0..2u16 {
+            let mut q = NullQueue::for_rss(qi, 64, &mut t, &sim).unwrap();
+            let mut held = Vec::new();
+            while let Some(d) = q.pull() {
+                assert_eq!(sim.rss_queue(d.rxhash), qi as usize, "{flows} flows");
+                held.push(d.frame);
+            }
+            seen[qi as usize] = held.len();
+            for f in held {
+                q.recycle(f);
+            }
+            assert!(q.into_pool().is_home());
+        }
+        if flows == 1 {
+            assert!(
+                seen.contains(&0) && seen.contains(&64),
+                "one flow, one queue: {seen:?}"
+            );
+        } else {
+            assert_eq!(seen, vec![64, 64], "64 flows cover both queues");
+        }
+    }
+}
+
 /// A saturating source against a slow host: with flow control the link
 /// waits (nothing is dropped at the ring, every packet offered arrives);
 /// without it the same source loses packets as rx_missed.

@@ -94,7 +94,8 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
         Producer::Null => {
             let mut qs = Vec::with_capacity(cfg.sim.queues);
             for q in 0..cfg.sim.queues {
-                let mut nq = NullQueue::new(q as u16, cfg.null_frames, &mut traffic)?;
+                // Each queue gets the flows RSS puts on it, as a NIC's.
+                let mut nq = NullQueue::for_rss(q as u16, cfg.null_frames, &mut traffic, &cfg.sim)?;
                 // Order is measured at delivery when steering is on.
                 nq.number_datagrams(cfg.steer.mode != SteerMode::None);
                 qs.push(nq);
