@@ -281,7 +281,7 @@ fn dpdk_receiver(t: &Topology, d: Duration, mac: &str, pps: Option<u64>) -> Resu
     // testpmd prints its counters once a second.
     std::thread::sleep(Duration::from_millis(1200));
     let tail = peer.stderr_tail();
-    let stopped = peer.stop(Duration::from_secs(10));
+    let stopped = peer.interrupt(Duration::from_secs(10));
     // The PMD attaches its XDP program without a link; a testpmd that was
     // killed leaves it behind.
     let _ = Command::new("ip")

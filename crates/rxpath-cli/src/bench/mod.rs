@@ -227,7 +227,7 @@ pub(crate) fn testpmd_rxonly(vdev: &str, package: &str) -> Result<Peer> {
     Peer::spawn("dpdk-testpmd", cmd)
 }
 
-/// A peer process a bench runs beside rxpath (testpmd): stdin and stdout
+/// A peer process a bench runs beside rxpath (testpmd): stdin from /dev/null, stdout
 /// piped, stderr kept in a file so that a failure is reported with the
 /// peer's own words, and its exit status checked when it stops.
 pub(crate) struct Peer {
@@ -247,7 +247,7 @@ impl Peer {
         ));
         let f = std::fs::File::create(&stderr)
             .with_context(|| format!("creating {}", stderr.display()))?;
-        cmd.stdin(std::process::Stdio::piped())
+        cmd.stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(f);
         let child = spawn_unpinned(cmd).with_context(|| format!("starting {name}"))?;
@@ -296,11 +296,15 @@ impl Peer {
         early
     }
 
-    /// Stop the peer: EOF on its stdin (testpmd exits at its "Press enter"
-    /// prompt), up to `grace` to exit, then a kill. An error, with its
-    /// stderr, if it exited non-zero or had to be killed.
-    pub(crate) fn stop(mut self, grace: Duration) -> Result<()> {
-        drop(self.child.stdin.take());
+    /// Stop the peer as a user would, with SIGINT (testpmd stops its
+    /// ports, prints its final counters and exits 0), up to `grace` to
+    /// exit, then a kill. An error, with its stderr, if it exited
+    /// non-zero (before or after the signal) or had to be killed.
+    pub(crate) fn interrupt(mut self, grace: Duration) -> Result<()> {
+        if self.child.try_wait()?.is_none() {
+            let pid = self.child.id().to_string();
+            let _ = Command::new("kill").args(["-INT", &pid]).status();
+        }
         let until = std::time::Instant::now() + grace;
         let status = loop {
             if let Some(st) = self.child.try_wait()? {
@@ -315,11 +319,13 @@ impl Peer {
         };
         let tail = self.stderr_tail();
         let _ = std::fs::remove_file(&self.stderr);
+        use std::os::unix::process::ExitStatusExt;
         match status {
-            Some(st) if st.success() => Ok(()),
+            // Gone by the signal itself (no handler) is a clean stop too.
+            Some(st) if st.success() || st.signal() == Some(2) => Ok(()),
             Some(st) => anyhow::bail!("{} failed ({st}): {tail}", self.name),
             None => anyhow::bail!(
-                "{} did not exit within {:.0} s of EOF on stdin (killed): {tail}",
+                "{} did not exit within {:.0} s of SIGINT (killed): {tail}",
                 self.name,
                 grace.as_secs_f64()
             ),
@@ -368,22 +374,31 @@ mod tests {
 
     #[test]
     fn a_peer_that_fails_is_an_error_with_its_own_words() {
-        let p = Peer::spawn(
-            "fake-testpmd",
-            sh("echo 'EAL: cannot init memory' >&2; exit 1"),
-        )
-        .unwrap();
-        let e = p.stop(Duration::from_secs(10)).unwrap_err().to_string();
+        let script = "echo 'EAL: cannot init memory' >&2; exit 1";
+        let p = Peer::spawn("fake-testpmd", sh(script)).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let e = p
+            .interrupt(Duration::from_secs(10))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("fake-testpmd failed"), "{e}");
         assert!(e.contains("EAL: cannot init memory"), "{e}");
     }
 
     #[test]
-    fn a_peer_that_exits_cleanly_on_eof_is_fine_and_one_that_hangs_is_not() {
-        let p = Peer::spawn("cat", sh("cat >/dev/null")).unwrap();
-        p.stop(Duration::from_secs(10)).unwrap();
-        let p = Peer::spawn("sleeper", sh("exec sleep 30")).unwrap();
-        let e = p.stop(Duration::from_millis(200)).unwrap_err().to_string();
+    fn a_peer_that_stops_on_sigint_is_fine_and_one_that_hangs_is_not() {
+        let clean = "trap 'exit 0' INT; while :; do sleep 0.05; done";
+        let p = Peer::spawn("clean", sh(clean)).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        p.interrupt(Duration::from_secs(10)).unwrap();
+        let p = Peer::spawn("default", sh("exec sleep 30")).unwrap();
+        p.interrupt(Duration::from_secs(10)).unwrap();
+        let p = Peer::spawn("deaf", sh("trap '' INT; sleep 30")).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let e = p
+            .interrupt(Duration::from_millis(300))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("did not exit"), "{e}");
     }
 

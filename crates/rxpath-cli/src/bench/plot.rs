@@ -662,8 +662,8 @@ mod tests {
     /// A PNG that decodes to the size drawn, with text in it (the
     /// embedded font drew the title: dark pixels in the caption band), and
     /// an SVG that parses as XML and carries the title as text.
-    fn check_plot(dir: &Path, name: &str, title: &str) {
-        let png = image::open(dir.join(format!("{name}.png")))
+    fn check_plot(dir: &Path, rep: &ReportDir, name: &str, title: &str) {
+        let png = image::open(dir.join(rep.file(name, "png")))
             .unwrap_or_else(|e| panic!("{name}.png: {e}"))
             .to_rgb8();
         assert_eq!(png.dimensions(), SIZE);
@@ -675,7 +675,7 @@ mod tests {
             dark_in_caption > 200,
             "{name}: no title drawn ({dark_in_caption})"
         );
-        let svg = std::fs::read_to_string(dir.join(format!("{name}.svg"))).unwrap();
+        let svg = std::fs::read_to_string(dir.join(rep.file(name, "svg"))).unwrap();
         let doc = roxmltree::Document::parse(&svg).unwrap_or_else(|e| panic!("{name}.svg: {e}"));
         assert_eq!(doc.root_element().tag_name().name(), "svg");
         assert!(doc
@@ -722,12 +722,17 @@ mod tests {
         assert!(rep
             .lines("none", "t", ("x", "y"), &[s("zero", 0.0)], Axes::LOG_XY)
             .is_err_and(|e| e.to_string().contains("no points")));
+        check_plot(&dir, &rep, "bars", "Bars title");
+        check_plot(&dir, &rep, "lines", "Lines title");
+        check_plot(&dir, &rep, "cdf", "CDF title");
+        // The JSON is written at the end, with what was not measured.
+        let json = dir.join(rep.file("runs", "json"));
+        rep.finish(&["a peer: why".to_string()]).unwrap();
         let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("runs.json")).unwrap()).unwrap();
+            serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
         assert_eq!(v["rounds"][1], 2.0);
-        check_plot(&dir, "bars", "Bars title");
-        check_plot(&dir, "lines", "Lines title");
-        check_plot(&dir, "cdf", "CDF title");
+        assert_eq!(v["not_measured"][0], "a peer: why");
+        assert_eq!(v["bench"], "runs");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

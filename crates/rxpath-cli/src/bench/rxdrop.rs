@@ -293,7 +293,7 @@ fn dpdk_null_rxonly(d: Duration) -> Result<f64> {
         }
     }
     let tail = peer.stderr_tail();
-    peer.stop(Duration::from_secs(10))?;
+    peer.interrupt(Duration::from_secs(10))?;
     let useful: Vec<f64> = samples
         .iter()
         .skip(1)
