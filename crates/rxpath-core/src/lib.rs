@@ -28,6 +28,28 @@
 //! 6. [`sock`]: UDP sockets with busy polling (seed 000).
 //! 7. [`stats`]: per-NAPI and per-queue counters; every packet is accounted
 //!    for: `received = delivered + Σ dropped[reason]`.
+//!
+//! ```
+//! use rxpath_core::ip::{self, CsumStatus, IpConfig, Snmp};
+//! use rxpath_wire::build::{self, Spec};
+//!
+//! // IP and UDP input on one frame, as `ip_rcv_core()` and `udp_rcv()`
+//! // run them, with the kernel's counters.
+//! let mac = [0x02, 0, 0, 0, 0, 2];
+//! let mut spec = Spec::new("198.18.0.1".parse()?, "198.18.0.2".parse()?, 5000, 7);
+//! spec.dst_mac = mac;
+//! let frame = build::udp(&spec, b"ping");
+//! let cfg = IpConfig { mac, addrs: vec!["198.18.0.2".parse()?], ..IpConfig::default() };
+//! let mut snmp = Snmp::default();
+//! let d = ip::input(&frame, CsumStatus::None, &cfg, &mut snmp).expect("for us");
+//! assert_eq!((d.dst.port(), d.payload_len), (7, 4));
+//! assert_eq!(snmp.ip.in_delivers, 1);
+//! // The same frame for another host: a drop under the kernel's name.
+//! let other = IpConfig { addrs: vec!["198.18.0.3".parse()?], ..cfg };
+//! assert!(ip::input(&frame, CsumStatus::None, &other, &mut snmp).is_err());
+//! assert_eq!(snmp.ip.in_addr_errors, 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 
@@ -36,6 +58,7 @@ pub mod gro;
 pub mod ip;
 pub mod napi;
 pub mod packet;
+pub mod snmp;
 pub mod sock;
 pub mod softnet;
 pub mod stats;

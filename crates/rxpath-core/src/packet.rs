@@ -10,10 +10,13 @@
 //! [`RxCtx::deliver`] or [`RxCtx::drop`]. Both count, and both return the
 //! frame towards the device's fill ring.
 
-use crate::napi::NapiId;
 use crate::stats::{DropReason, LatencyHist, NapiStats};
 use rxpath_dev::{Frame, Umem};
 use rxpath_wire::Headers;
+use serde::Serialize;
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// Metadata carried with every packet.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -214,7 +217,7 @@ impl<'a> RxCtx<'a> {
 
     /// The SNMP counters of this NAPI (IP and UDP input count here).
     #[inline]
-    pub fn snmp(&mut self) -> &mut crate::ip::Snmp {
+    pub fn snmp(&mut self) -> &mut crate::snmp::Snmp {
         &mut self.stats.snmp
     }
 
@@ -238,7 +241,7 @@ impl<'a> RxCtx<'a> {
     /// The packet reached a socket, which keeps its frame until the
     /// application reads it: count it delivered and hand the frame over.
     /// The frame comes back to the device through the queue's
-    /// [`FrameReturn`](crate::sock::FrameReturn). A chain's fragments are
+    /// [`FrameReturn`]. A chain's fragments are
     /// freed here (see [`keep_chain`](Self::keep_chain)).
     #[inline]
     pub fn keep(&mut self, p: Packet) -> Frame {
@@ -266,7 +269,7 @@ impl<'a> RxCtx<'a> {
     }
 
     /// Give back frames that come home from elsewhere (sockets, workers).
-    pub fn recycle_from(&mut self, ret: &crate::sock::FrameReturn) {
+    pub fn recycle_from(&mut self, ret: &FrameReturn) {
         ret.drain_into(self.recycle);
     }
 
@@ -425,4 +428,97 @@ impl<S: Stack + ?Sized> Stack for Box<S> {
     fn wants_time(&self) -> bool {
         (**self).wants_time()
     }
+}
+
+/// A NAPI instance's unique id; `0` means "none".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct NapiId(pub u32);
+
+impl fmt::Display for NapiId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Frames freed away from their NAPI (a socket's `recv` on an application
+/// thread) on their way back to the queue's fill ring. The owner of the
+/// NAPI takes them at the end of each poll.
+///
+/// Calling context: any thread may [`put`](Self::put); the NAPI owner
+/// drains.
+#[derive(Debug, Default)]
+pub struct FrameReturn {
+    frames: Mutex<Vec<Frame>>,
+    len: AtomicUsize,
+    /// An idle NAPI thread asleep without a deadline, to wake at the next
+    /// return ([`Self::wake_on_return`]).
+    waiter: Mutex<Option<std::thread::Thread>>,
+    wake: std::sync::atomic::AtomicBool,
+}
+
+impl FrameReturn {
+    /// Return one frame.
+    pub fn put(&self, f: Frame) {
+        let mut v = lock_frames(&self.frames);
+        v.push(f);
+        // Release pairs with the Acquire in `pending`.
+        self.len.store(v.len(), Ordering::Release);
+        drop(v);
+        self.notify();
+    }
+
+    /// Return many frames under one lock.
+    pub fn put_all(&self, it: impl IntoIterator<Item = Frame>) {
+        let mut v = lock_frames(&self.frames);
+        v.extend(it);
+        self.len.store(v.len(), Ordering::Release);
+        drop(v);
+        self.notify();
+    }
+
+    /// An idle NAPI thread is going to sleep with no deadline: unpark `t`
+    /// at the next return (frames coming home need the owner, and a device
+    /// that ran out of buffers raises no interrupt). The caller looks at
+    /// [`Self::pending`] after this and before it parks.
+    pub fn wake_on_return(&self, t: std::thread::Thread) {
+        *lock_frames(&self.waiter) = Some(t);
+        self.wake.store(true, Ordering::SeqCst);
+    }
+
+    /// The idle NAPI thread is awake again: returns need not wake it.
+    pub fn stop_waking(&self) {
+        self.wake.store(false, Ordering::Relaxed);
+    }
+
+    fn notify(&self) {
+        // SeqCst pairs with `wake_on_return`: either the sleeper sees the
+        // frames in `pending`, or this sees its flag.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.wake.load(Ordering::Relaxed) && self.wake.swap(false, Ordering::AcqRel) {
+            if let Some(t) = lock_frames(&self.waiter).as_ref() {
+                t.unpark();
+            }
+        }
+    }
+
+    /// Frames waiting to go home.
+    pub fn pending(&self) -> usize {
+        self.len.load(Ordering::Acquire)
+    }
+
+    /// Move the returned frames to `out` (the NAPI's recycle list).
+    pub fn drain_into(&self, out: &mut Vec<Frame>) -> usize {
+        if self.pending() == 0 {
+            return 0;
+        }
+        let mut v = lock_frames(&self.frames);
+        let n = v.len();
+        out.append(&mut v);
+        self.len.store(0, Ordering::Release);
+        n
+    }
+}
+
+fn lock_frames<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -166,7 +166,7 @@ pub struct NapiStats {
     /// instead (`napi_defer_hard_irqs`).
     pub irq_deferrals: u64,
     /// SNMP counters of the IP and UDP input this NAPI ran.
-    pub snmp: crate::ip::Snmp,
+    pub snmp: crate::snmp::Snmp,
 }
 
 impl NapiStats {

@@ -27,8 +27,8 @@
 //! touched (64 flows that all end at the policy are one), not two per
 //! packet.
 
+use super::LocalIn;
 use super::{Action, Filter, FilterMode, Key, Ruleset, Used, Verdict};
-use crate::ip::LocalIn;
 use arrayvec::ArrayVec;
 use rxpath_wire::{Headers, IpAddrs, L3, L4};
 use std::net::IpAddr;

@@ -36,6 +36,26 @@ pub mod gen;
 mod parse;
 pub mod rule;
 mod stage;
+/// The `INPUT` hook's view of a packet, filled by IP input: what IP input knows of a packet it hands the `INPUT` hook (the skb at
+/// `ip_local_deliver()`): checked headers, no fragment, for this host. A
+/// hook need not find any of it again in the frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalIn {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// Offset of the transport header in the frame (past IPv6's
+    /// extension headers).
+    pub l4: usize,
+    /// The packet's IP length as the kernel's rule counters count it: the
+    /// IPv4 total length, the IPv6 payload length plus the fixed header
+    /// (of the whole packet, for a UDP GRO packet).
+    pub ip_len: usize,
+    /// The transport protocol.
+    pub proto: u8,
+}
+
 #[cfg(test)]
 mod stage_tests;
 #[cfg(test)]
@@ -52,6 +72,7 @@ pub use stage::{InputHook, HOLD_POLLS};
 use crate::stats::DropReason;
 use rxpath_wire::{Headers, IpAddrs, L3, L4};
 use serde::Serialize;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 

@@ -5,8 +5,8 @@
 //! `filter_reject`.
 
 use super::cache::{Probe, Quick};
+use super::LocalIn;
 use super::{Action, Filter, FilterHandle, Judge};
-use crate::ip::LocalIn;
 use crate::packet::PollEnd;
 use rxpath_wire::Headers;
 use std::sync::Arc;

@@ -29,13 +29,12 @@
 //! Nothing here panics on any input: every read is bounds-checked (the
 //! property test at the end feeds random and mutated frames).
 
-mod snmp;
 mod stage;
 mod udp;
 mod v4;
 mod v6;
 
-pub use snmp::{IpMib, RxExt, Snmp, UdpMib};
+pub use crate::snmp::{IpMib, RxExt, Snmp, UdpMib};
 pub use stage::{Hook, IpStage, NoHook};
 
 use crate::stats::DropReason;
@@ -269,36 +268,18 @@ pub fn input_hooked(
 /// goes on) out.
 pub type InputHook<'a> = &'a mut dyn FnMut(&[u8], &LocalIn) -> Option<DropReason>;
 
-/// What IP input knows of a packet it hands the `INPUT` hook (the skb at
-/// `ip_local_deliver()`): checked headers, no fragment, for this host. A
-/// hook need not find any of it again in the frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LocalIn {
-    /// Source address.
-    pub src: IpAddr,
-    /// Destination address.
-    pub dst: IpAddr,
-    /// Offset of the transport header in the frame (past IPv6's
-    /// extension headers).
-    pub l4: usize,
-    /// The packet's IP length as the kernel's rule counters count it: the
-    /// IPv4 total length, the IPv6 payload length plus the fixed header
-    /// (of the whole packet, for a UDP GRO packet).
-    pub ip_len: usize,
-    /// The transport protocol.
-    pub proto: u8,
-}
+pub use crate::filter::LocalIn;
 
-impl LocalIn {
-    #[inline(always)]
-    fn new(l3: usize, l4: &L4, more: usize) -> Self {
-        LocalIn {
-            src: l4.src,
-            dst: l4.dst,
-            l4: l4.off,
-            ip_len: l4.off - l3 + l4.len + more,
-            proto: l4.proto,
-        }
+/// What IP input hands the `INPUT` hook for `l4` (its network header at
+/// `l3`; `more` bytes of a UDP GRO packet in other frames).
+#[inline(always)]
+fn local_in(l3: usize, l4: &L4, more: usize) -> LocalIn {
+    LocalIn {
+        src: l4.src,
+        dst: l4.dst,
+        l4: l4.off,
+        ip_len: l4.off - l3 + l4.len + more,
+        proto: l4.proto,
     }
 }
 
@@ -319,7 +300,7 @@ pub fn input_chain(
     let (etype, l3) = l2_rcv(frame, cfg, snmp)?;
     let l4 = l3_rcv(frame, more, etype, l3, cfg, snmp)?;
     if let Some(hook) = filter {
-        let at = LocalIn::new(l3, &l4, more);
+        let at = local_in(l3, &l4, more);
         if let Some(reason) = hook(frame, &at) {
             return Err(reason);
         }
@@ -354,7 +335,7 @@ pub fn input_any_hooked(
 ) -> Result<u8, DropReason> {
     let (etype, l3) = l2_rcv(frame, cfg, snmp)?;
     let l4 = l3_rcv(frame, 0, etype, l3, cfg, snmp)?;
-    let at = LocalIn::new(l3, &l4, 0);
+    let at = local_in(l3, &l4, 0);
     if let Some(reason) = hook(frame, &at) {
         return Err(reason);
     }

@@ -2,19 +2,9 @@
 //! and the transitions of `napi_schedule_prep()`, `napi_complete_done()`
 //! and busy polling.
 
-use serde::Serialize;
-use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// A NAPI instance's unique id; `0` means "none".
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct NapiId(pub u32);
-
-impl fmt::Display for NapiId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
+pub use crate::packet::NapiId;
 
 /// State bits, as `NAPI_STATE_*`.
 pub mod bits {

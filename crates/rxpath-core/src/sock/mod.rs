@@ -54,7 +54,7 @@ pub use tx::{CaptureTx, TxPort};
 
 use crate::ip::{CsumPolicy, IpConfig, Snmp};
 use crate::napi::NapiId;
-use rxpath_dev::{Frame, Umem};
+use rxpath_dev::Umem;
 use rxpath_wire::ethernet::Mac;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -181,84 +181,7 @@ pub enum SockError {
     Tx(String),
 }
 
-/// Frames freed away from their NAPI (a socket's `recv` on an application
-/// thread) on their way back to the queue's fill ring. The owner of the
-/// NAPI takes them at the end of each poll.
-///
-/// Calling context: any thread may [`put`](Self::put); the NAPI owner
-/// drains.
-#[derive(Debug, Default)]
-pub struct FrameReturn {
-    frames: Mutex<Vec<Frame>>,
-    len: AtomicUsize,
-    /// An idle NAPI thread asleep without a deadline, to wake at the next
-    /// return ([`Self::wake_on_return`]).
-    waiter: Mutex<Option<std::thread::Thread>>,
-    wake: std::sync::atomic::AtomicBool,
-}
-
-impl FrameReturn {
-    /// Return one frame.
-    pub fn put(&self, f: Frame) {
-        let mut v = lock(&self.frames);
-        v.push(f);
-        // Release pairs with the Acquire in `pending`.
-        self.len.store(v.len(), Ordering::Release);
-        drop(v);
-        self.notify();
-    }
-
-    /// Return many frames under one lock.
-    pub fn put_all(&self, it: impl IntoIterator<Item = Frame>) {
-        let mut v = lock(&self.frames);
-        v.extend(it);
-        self.len.store(v.len(), Ordering::Release);
-        drop(v);
-        self.notify();
-    }
-
-    /// An idle NAPI thread is going to sleep with no deadline: unpark `t`
-    /// at the next return (frames coming home need the owner, and a device
-    /// that ran out of buffers raises no interrupt). The caller looks at
-    /// [`Self::pending`] after this and before it parks.
-    pub fn wake_on_return(&self, t: std::thread::Thread) {
-        *lock(&self.waiter) = Some(t);
-        self.wake.store(true, Ordering::SeqCst);
-    }
-
-    /// The idle NAPI thread is awake again: returns need not wake it.
-    pub fn stop_waking(&self) {
-        self.wake.store(false, Ordering::Relaxed);
-    }
-
-    fn notify(&self) {
-        // SeqCst pairs with `wake_on_return`: either the sleeper sees the
-        // frames in `pending`, or this sees its flag.
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if self.wake.load(Ordering::Relaxed) && self.wake.swap(false, Ordering::AcqRel) {
-            if let Some(t) = lock(&self.waiter).as_ref() {
-                t.unpark();
-            }
-        }
-    }
-
-    /// Frames waiting to go home.
-    pub fn pending(&self) -> usize {
-        self.len.load(Ordering::Acquire)
-    }
-
-    /// Move the returned frames to `out` (the NAPI's recycle list).
-    pub fn drain_into(&self, out: &mut Vec<Frame>) -> usize {
-        if self.pending() == 0 {
-            return 0;
-        }
-        let mut v = lock(&self.frames);
-        let n = v.len();
-        out.append(&mut v);
-        self.len.store(0, Ordering::Release);
-        n
-    }
-}
+pub use crate::packet::FrameReturn;
 
 /// One device queue as the socket layer sees it: where its frames' bytes
 /// are and how they go home.
