@@ -7,6 +7,7 @@ pub mod config;
 pub mod ctl;
 mod echo;
 mod filter;
+mod logger;
 pub mod opts;
 mod quic;
 mod report;
@@ -18,6 +19,7 @@ use std::process::ExitCode;
 
 /// The whole program: arguments (and `--config`) in, exit code out.
 pub fn main() -> ExitCode {
+    logger::init();
     let (args, keys) = match config::expand(std::env::args_os().collect()) {
         Ok(x) => x,
         Err(e) => {

@@ -349,9 +349,7 @@ impl Host {
                 let (mode, qs) = match opened {
                     Ok(x) => x,
                     Err(e) if fallback => {
-                        eprintln!(
-                            "rxpath: AF_XDP on {iface} failed ({e}); using AF_PACKET instead"
-                        );
+                        log::warn!("AF_XDP on {iface} failed ({e}); using AF_PACKET instead");
                         return Self::start(cfg, HostDevice::Packet { iface });
                     }
                     Err(e) => return Err(RunError::Device(format!("AF_XDP on {iface}: {e}"))),
@@ -585,8 +583,8 @@ impl Host {
         if let Some(g) = &self.guards {
             match KernelPortGuard::bind(sock.local_addr()) {
                 Ok(guard) => g.lock().unwrap_or_else(|e| e.into_inner()).push(guard),
-                Err(e) => eprintln!(
-                    "rxpath: warning: could not hold {} in the kernel ({e}): the kernel may answer \
+                Err(e) => log::warn!(
+                    "could not hold {} in the kernel ({e}): the kernel may answer \
                      datagrams it sees for this port itself",
                     sock.local_addr()
                 ),

@@ -375,8 +375,8 @@ pub(crate) fn ip_config(cfg: &RunConfig) -> IpConfig {
                 // A thread that entered another network namespace with
                 // setns() still sees the old one's /sys.
                 Err(e) => {
-                    eprintln!(
-                        "rxpath: warning: {name}: its addresses could not be read ({e}); \
+                    log::warn!(
+                        "{name}: its addresses could not be read ({e}); \
                          IP input takes every MAC and destination"
                     );
                     ip.any_l2 = true;

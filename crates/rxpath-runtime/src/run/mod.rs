@@ -133,14 +133,14 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
             let (mode, qs) = match opened {
                 Ok(x) => x,
                 Err(e) if fallback => {
-                    eprintln!("rxpath: AF_XDP on {name} failed ({e}); using AF_PACKET instead");
+                    log::warn!("AF_XDP on {name} failed ({e}); using AF_PACKET instead");
                     let mut c = cfg.clone();
                     c.producer = Producer::Packet { iface };
                     return run(&c, on_tick);
                 }
                 Err(e) => return Err(RunError::Device(format!("AF_XDP on {name}: {e}"))),
             };
-            eprintln!("rxpath: {}", xdp_backend(name, mode, &qs));
+            log::info!("{}", xdp_backend(name, mode, &qs));
             let (watch, watched) = watch::IfaceWatch::start(name, cfg);
             let r = own_queues(
                 &watched,
@@ -203,8 +203,8 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
             let partial = cfg.csum == rxpath_core::ip::CsumPolicy::Auto
                 && trace.as_ref().is_some_and(|t| t.partial_checksums());
             if partial {
-                eprintln!(
-                    "rxpath: the capture's first TCP/UDP packets all carry partial checksums (a sender with \
+                log::info!(
+                    "the capture's first TCP/UDP packets all carry partial checksums (a sender with \
                      checksum offload): --csum auto trusts partial checksums for this replay (--csum verify to check them)"
                 );
             }

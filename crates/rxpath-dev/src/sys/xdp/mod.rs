@@ -305,7 +305,7 @@ impl XdpQueue {
             match Self::open_shared(iface, queues, frames, prog.clone(), interrupts, tx_frames) {
                 Ok(qs) => return Ok(qs),
                 Err(e) => {
-                    eprintln!("rxpath: shared UMEM on {iface}: {e}; one UMEM per queue instead");
+                    log::warn!("shared UMEM on {iface}: {e}; one UMEM per queue instead");
                     // The kernel lets go of a queue the failed attempt bound
                     // in deferred work: give it a moment.
                     std::thread::sleep(Duration::from_millis(300));
