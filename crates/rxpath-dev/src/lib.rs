@@ -14,9 +14,27 @@
 //!    coalescing, and seeded traffic sources; plus a same-thread "null" queue
 //!    that measures engine cost alone.
 //!
-//! `unsafe` is confined to [`sys`].
+//! `unsafe` is confined to [`sys`], each block with a `// SAFETY:` line.
+//!
+//! ```
+//! use rxpath_dev::sim::{NullQueue, Traffic, TrafficConfig};
+//! use rxpath_dev::RxQueue;
+//! use rxpath_wire::toeplitz::Toeplitz;
+//!
+//! // A null queue of 8 frames of seeded traffic: pull a descriptor, look
+//! // at its frame, give the frame back; every frame comes home.
+//! let mut traffic = Traffic::new(TrafficConfig::default(), &Toeplitz::default());
+//! let mut q = NullQueue::new(0, 8, &mut traffic)?;
+//! let d = q.pull().expect("a null queue is never empty");
+//! let bytes = &q.umem().data(&d.frame)[d.off as usize..][..d.len as usize];
+//! assert!(rxpath_wire::parse(bytes).is_ok());
+//! q.recycle(d.frame);
+//! assert!(q.into_pool().is_home());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![deny(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 #[allow(unsafe_code)]
 pub mod sys;

@@ -20,6 +20,21 @@
 //!
 //! [`build`] writes well-formed frames (used by the simulated NIC, the traffic
 //! generator and tests).
+//!
+//! ```
+//! use rxpath_wire::build::{self, Spec};
+//! use rxpath_wire::L4;
+//!
+//! // A UDP datagram from 198.18.0.1:5000 to 198.18.0.2:7, as a frame...
+//! let spec = Spec::new("198.18.0.1".parse()?, "198.18.0.2".parse()?, 5000, 7);
+//! let frame = build::udp(&spec, b"hello");
+//! // ... and what the receive path learns of it in one pass.
+//! let h = rxpath_wire::parse(&frame)?;
+//! assert_eq!(h.l4, L4::Udp);
+//! let at = h.payload_offset as usize;
+//! assert_eq!(&frame[at..at + h.payload_len as usize], b"hello");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 

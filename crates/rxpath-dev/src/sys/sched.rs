@@ -164,7 +164,11 @@ pub fn recvmmsg_until(
             iov_len: b.len(),
         })
         .collect();
-    let mut msgs: Vec<libc::mmsghdr> = (0..N).map(|_| unsafe { std::mem::zeroed() }).collect();
+    let mut msgs: Vec<libc::mmsghdr> = (0..N)
+        // SAFETY: mmsghdr is plain C data (pointers and integers) for
+        // which all-zero bytes are a valid, empty value.
+        .map(|_| unsafe { std::mem::zeroed() })
+        .collect();
     for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
         m.msg_hdr.msg_iov = v as *mut libc::iovec;
         m.msg_hdr.msg_iovlen = 1;

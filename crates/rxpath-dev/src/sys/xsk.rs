@@ -52,9 +52,8 @@ impl XskSocket {
     pub fn new() -> io::Result<XskSocket> {
         let fd = syscall!(socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0))?;
         // SAFETY: socket() returned a new descriptor nothing else owns.
-        Ok(XskSocket {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(XskSocket { fd })
     }
 
     fn set<T>(&self, opt: libc::c_int, v: &T) -> io::Result<()> {
