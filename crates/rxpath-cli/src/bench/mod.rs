@@ -21,7 +21,17 @@ pub(crate) mod steer;
 
 pub fn bench(a: crate::opts::BenchArgs) -> Result<ExitCode> {
     stop_cleanly_on_signals("bench")?;
-    let mut rep = plot::ReportDir::open(a.report.as_deref())?;
+    let name = match &a.cmd {
+        BenchCmd::Rxdrop(_) => "rxdrop",
+        BenchCmd::Gro(_) => "gro",
+        BenchCmd::RxIface(_) => "rx-iface",
+        BenchCmd::Rr(_) => "rr",
+        BenchCmd::Filter(_) => "filter",
+        BenchCmd::Steer(_) => "steer",
+        BenchCmd::Rfs(_) => "rfs",
+        BenchCmd::Quic(_) => "quic",
+    };
+    let mut rep = plot::ReportDir::open(a.report.as_deref(), name)?;
     let code = match a.cmd {
         BenchCmd::Rxdrop(a) => rxdrop::rxdrop(a, &mut rep),
         BenchCmd::Gro(a) => gro::gro(a, &mut rep),

@@ -131,6 +131,9 @@ pub(crate) struct ReportDir {
     /// The JSON documents, written at [`ReportDir::finish`] with what the
     /// run could not measure and the machine it ran on.
     pending: Vec<(String, serde_json::Value)>,
+    /// `-N` when DIR already holds N-1 runs of this bench on this commit
+    /// and day (the first run has none).
+    run: String,
 }
 
 /// The output of a command, trimmed, when it ran and succeeded.
@@ -177,25 +180,34 @@ pub(crate) fn machine() -> serde_json::Value {
 }
 
 impl ReportDir {
-    /// `None` without `--report`.
-    pub(crate) fn open(dir: Option<&Path>) -> Result<Option<ReportDir>> {
+    /// `None` without `--report`. `bench` names the run's JSON.
+    pub(crate) fn open(dir: Option<&Path>, bench: &str) -> Result<Option<ReportDir>> {
         let Some(dir) = dir else { return Ok(None) };
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--report {}: cannot create it", dir.display()))?;
         register_font();
-        Ok(Some(ReportDir {
+        let mut r = ReportDir {
             dir: dir.to_path_buf(),
             written: Vec::new(),
             date: output_of("date", &["-u", "+%F"]).unwrap_or_else(|| "undated".into()),
             commit: commit(),
             pending: Vec::new(),
-        }))
+            run: String::new(),
+        };
+        // Runs of the same bench on the same commit and day never
+        // overwrite each other: the second is -2, the third -3.
+        let mut n = 1;
+        while r.dir.join(r.file(bench, "json")).exists() {
+            n += 1;
+            r.run = format!("-{n}");
+        }
+        Ok(Some(r))
     }
 
     /// `DATE-NAME-COMMIT.EXT`: runs of the same bench on other days or
     /// other code never overwrite each other.
     fn file(&self, name: &str, ext: &str) -> String {
-        format!("{}-{name}-{}.{ext}", self.date, self.commit)
+        format!("{}-{name}-{}{}.{ext}", self.date, self.commit, self.run)
     }
 
     fn path(&mut self, file: String) -> PathBuf {
@@ -687,7 +699,7 @@ mod tests {
     fn report_writes_json_and_valid_png_and_svg() {
         let dir = std::env::temp_dir().join(format!("rxpath-plot-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut rep = ReportDir::open(Some(&dir)).unwrap().unwrap();
+        let mut rep = ReportDir::open(Some(&dir), "runs").unwrap().unwrap();
         rep.json("runs", &serde_json::json!({"rounds": [1.0, 2.0]}))
             .unwrap();
         rep.bars(
@@ -733,6 +745,25 @@ mod tests {
         assert_eq!(v["rounds"][1], 2.0);
         assert_eq!(v["not_measured"][0], "a peer: why");
         assert_eq!(v["bench"], "runs");
+        // A second run of the same bench into the same folder: its own
+        // files, the first run's kept.
+        let mut again = ReportDir::open(Some(&dir), "runs").unwrap().unwrap();
+        assert!(again.file("runs", "json").ends_with("-2.json"));
+        again.json("runs", &serde_json::json!({})).unwrap();
+        let second = dir.join(again.file("runs", "json"));
+        again.finish(&[]).unwrap();
+        assert!(second.exists());
+        let jsons = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "json")
+            })
+            .count();
+        assert_eq!(jsons, 2, "both runs kept");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
