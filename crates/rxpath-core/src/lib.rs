@@ -15,7 +15,7 @@
 //! 3. [`softnet`]: `net_rx_action`: the poll list, `netdev_budget`,
 //!    `netdev_budget_usecs`, `time_squeeze`.
 //! 3. [`packet`]: what the stack receives: a frame plus metadata
-//!    (`napi_id`, RX hash, parsed headers), and the [`Stack`](packet::Stack)
+//!    (`napi_id`, RX hash, parsed headers), and the [`packet::Stack`]
 //!    trait each later stage implements (GRO, steering, sockets).
 //! 3. [`steer`]: which worker's backlog a packet goes to (RPS, RFS with the
 //!    in-order rule, `netdev_max_backlog`, `flow_limit`); decisions and

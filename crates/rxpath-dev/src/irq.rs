@@ -204,9 +204,9 @@ impl IrqThread {
 }
 
 /// A queue's level-triggered interrupt over `poll(2)` on its socket: a
-/// thread of its own ([`spawn_level_irq`]) by default, or, after
+/// thread of its own (`spawn_level_irq`) by default, or, after
 /// [`LevelIrq::make_inline`], waits made by the NAPI thread itself
-/// ([`LevelIrq::wait`]), which saves the thread hop and two context
+/// ([`LevelIrq::wait_any`]), which saves the thread hop and two context
 /// switches per wakeup. Stops its thread when dropped.
 #[derive(Debug)]
 pub struct LevelIrq {
@@ -232,7 +232,7 @@ impl LevelIrq {
         })
     }
 
-    /// Stop the thread: from now on the caller waits ([`LevelIrq::wait`]).
+    /// Stop the thread: from now on the caller waits ([`LevelIrq::wait_any`]).
     pub fn make_inline(&mut self) {
         self.stop_thread();
         self.inline = true;

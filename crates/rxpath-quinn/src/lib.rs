@@ -145,7 +145,7 @@ impl AsyncUdpSocket for RxpathSocket {
     /// queued the task's waker stays in the socket (the thread that queues
     /// the next one wakes it). With `busy_poll` set on the socket, a read
     /// polls the queue's NAPI once, and an empty one within the window
-    /// spins ([`Self::spin`]); past it the read looks at the queue once
+    /// spins (`spin`); past it the read looks at the queue once
     /// more around leaving its waker (`poll_recv_batch_polled`: no second
     /// busy poll right after the first) and may wait, and the task also
     /// waits on the device's own descriptor in tokio's reactor: when the

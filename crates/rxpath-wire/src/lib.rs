@@ -5,7 +5,7 @@
 //! it, and **after `new_checked` (or `check_len`) returned `Ok`, no accessor
 //! panics**. Every view reports a malformed header as an [`Error`]; nothing in
 //! this crate panics on any input (the fuzz-style property tests at the end of
-//! [`parse`] hold it to that).
+//! [`mod@parse`] hold it to that).
 //!
 //! The layers, in the order a received frame is walked:
 //!
@@ -13,7 +13,7 @@
 //! 2. [`ipv4`] (options and fragments recognised) and [`ipv6`] (hop-by-hop,
 //!    routing, fragment and destination-options headers walked).
 //! 3. [`tcp`] (options) and [`udp`].
-//! 4. [`parse`]: one pass over all of the above that yields the header offsets
+//! 4. [`parse()`]: one pass over all of the above that yields the header offsets
 //!    and the [`FlowKey`] the receive path needs (the kernel's flow dissector).
 //! 5. [`toeplitz`]: the RSS hash as NICs compute it, and [`hash`]: a fast
 //!    software hash for steering.
