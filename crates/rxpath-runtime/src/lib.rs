@@ -36,6 +36,7 @@
 pub mod clock;
 pub mod gen;
 pub mod host;
+mod host_report;
 pub mod lab;
 pub mod metrics;
 pub mod run;

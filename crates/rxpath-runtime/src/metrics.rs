@@ -35,7 +35,7 @@ struct Snapshot {
     /// `rxpath echo`: the socket layer's counters (live), and the host's
     /// report at the end.
     sock: Option<rxpath_core::sock::SockStats>,
-    host: Option<crate::HostReport>,
+    host: Option<crate::host_report::HostReport>,
     /// A host's socket layer, read at every scrape while it runs.
     live_sock: Option<Arc<rxpath_core::sock::Sockets>>,
     /// A host's NAPIs, their counters read at every scrape while it runs
@@ -525,7 +525,7 @@ impl Metrics {
     }
 
     /// A host's final report (`rxpath echo`).
-    pub fn finish_host(&self, r: &crate::HostReport) {
+    pub fn finish_host(&self, r: &crate::host_report::HostReport) {
         self.snap.lock().unwrap_or_else(|e| e.into_inner()).host = Some(r.clone());
     }
 

@@ -3,8 +3,22 @@
 
 use rxpath_core::packet::{LatencySink, RxDrop, Sink, Stack};
 use rxpath_core::stats::LatencyHist;
+use serde::Serialize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// What the end of the path does with packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StackKind {
+    /// Deliver TCP/UDP packets (the path's current end), drop the rest.
+    Sink,
+    /// Parse and drop everything (seed 001's lowest RX level).
+    Rxdrop,
+    /// Deliver like `Sink`, and measure send-to-delivery latency of
+    /// stamped request/response packets.
+    Latency,
+}
 
 /// The ends of the path a run can use.
 pub(crate) enum Sinks {
@@ -15,11 +29,11 @@ pub(crate) enum Sinks {
 
 impl Sinks {
     /// The end `kind` names.
-    pub(crate) fn of(kind: crate::StackKind) -> Sinks {
+    pub(crate) fn of(kind: StackKind) -> Sinks {
         match kind {
-            crate::StackKind::Sink => Sinks::Sink(Sink),
-            crate::StackKind::Rxdrop => Sinks::Rxdrop(RxDrop),
-            crate::StackKind::Latency => Sinks::Latency(LatencySink::default()),
+            StackKind::Sink => Sinks::Sink(Sink),
+            StackKind::Rxdrop => Sinks::Rxdrop(RxDrop),
+            StackKind::Latency => Sinks::Latency(LatencySink::default()),
         }
     }
 }
@@ -110,7 +124,7 @@ impl<S: Stack> Stack for Tap<S> {
 /// the filter if any, the order check, the end (with its capture tap).
 #[derive(Clone)]
 pub(crate) struct PathRest {
-    pub(crate) kind: crate::StackKind,
+    pub(crate) kind: StackKind,
     pub(crate) cap: Option<Arc<Mutex<rxpath_dev::pcap::Writer>>>,
     pub(crate) filter: Option<Arc<rxpath_core::filter::FilterHandle>>,
     pub(crate) ip: Option<rxpath_core::ip::IpConfig>,
@@ -139,6 +153,25 @@ impl PathRest {
     /// All of it (`none`, `rps`, `rfs`, `spread-unordered`).
     pub(crate) fn full(&self, w: &Arc<crate::steer::Workers>) -> Box<dyn Stack> {
         self.with_ip_filter(self.end(w))
+    }
+
+    /// Worker `id`'s bottom half running this path (split around the
+    /// reorder buffer for `spread`).
+    pub(crate) fn bottom_half(
+        &self,
+        w: &Arc<crate::steer::Workers>,
+        id: rxpath_core::steer::Worker,
+        netdev_budget: usize,
+    ) -> crate::steer::BottomHalf {
+        use crate::steer::BottomHalf;
+        if w.reorder.is_some() {
+            let survivors = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+            let parallel = self.parallel(survivors.clone());
+            let serial = Some((self.end(w), survivors));
+            BottomHalf::new(w.clone(), id, parallel, serial, netdev_budget)
+        } else {
+            BottomHalf::new(w.clone(), id, self.full(w), None, netdev_budget)
+        }
     }
 
     /// `spread`'s parallel part: IP input and the filter, whose survivors

@@ -127,18 +127,7 @@ pub fn check_iface(iface: &str) -> Result<(), RunError> {
     Ok(())
 }
 
-/// What the end of the path does with packets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StackKind {
-    /// Deliver TCP/UDP packets (the path's current end), drop the rest.
-    Sink,
-    /// Parse and drop everything (seed 001's lowest RX level).
-    Rxdrop,
-    /// Deliver like `Sink`, and measure send-to-delivery latency of
-    /// stamped request/response packets.
-    Latency,
-}
+pub use crate::stages::StackKind;
 
 /// Everything `run` needs.
 #[derive(Debug, Clone, Serialize)]

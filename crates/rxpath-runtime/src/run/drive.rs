@@ -185,7 +185,7 @@ where
                     if let Some(c) = core {
                         core_affinity::set_for_current(c);
                     }
-                    let bh = BottomHalf::for_path(&w, id as Worker, &rest, budget);
+                    let bh = rest.bottom_half(&w, id as Worker, budget);
                     pure_worker_thread(bh, idle_poll, stop_at, stall)
                 })
                 .map_err(|e| RunError::Thread(e.to_string()))?;
@@ -238,7 +238,7 @@ where
                     // own backlog in its loop.
                     let me = t as Worker;
                     w.register(me);
-                    let bh = BottomHalf::for_path(&w, me, &rest, softnet.netdev_budget);
+                    let bh = rest.bottom_half(&w, me, softnet.netdev_budget);
                     let stage = SteerStage::new(w.clone(), me, rest.full(&w));
                     return napi_thread(
                         t,

@@ -16,7 +16,7 @@ use drive::{collect, drive, stalls_of, Source};
 use napi_thread::{napi_thread, Live, ThreadOut};
 
 use crate::stages::{PathRest, Sinks, Tap};
-use crate::steer::{pure_worker_thread, BottomHalf, SteerStage, Workers};
+use crate::steer::{pure_worker_thread, SteerStage, Workers};
 use rxpath_core::gro::{GroConfig, GroKnob};
 use rxpath_core::ip::IpStage;
 use rxpath_core::napi::{Napi, NapiTable};

@@ -63,24 +63,6 @@ impl BottomHalf {
         }
     }
 
-    /// Worker `id` running `rest` (split around the reorder buffer for
-    /// `spread`).
-    pub(crate) fn for_path(
-        w: &Arc<Workers>,
-        id: Worker,
-        rest: &crate::stages::PathRest,
-        netdev_budget: usize,
-    ) -> Self {
-        if w.reorder.is_some() {
-            let survivors = Rc::new(RefCell::new(Vec::new()));
-            let parallel = rest.parallel(survivors.clone());
-            let serial = Some((rest.end(w), survivors));
-            BottomHalf::new(w.clone(), id, parallel, serial, netdev_budget)
-        } else {
-            BottomHalf::new(w.clone(), id, rest.full(w), None, netdev_budget)
-        }
-    }
-
     /// This worker.
     pub(crate) fn id(&self) -> Worker {
         self.id

@@ -1,0 +1,56 @@
+//! What a [`Host`](crate::Host) did, gathered at shutdown: below both the
+//! host and the metrics exporter, which encodes it.
+
+use rxpath_core::snmp::Snmp;
+use rxpath_core::sock::SockStats;
+use rxpath_core::stats::NapiStats;
+use rxpath_dev::DeviceQueueStats;
+use serde::Serialize;
+
+/// One queue at shutdown.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct HostQueue {
+    /// Queue index.
+    pub queue: u16,
+    /// NAPI counters.
+    pub napi: NapiStats,
+    /// Device counters.
+    pub device: DeviceQueueStats,
+}
+
+/// What a host did, gathered at shutdown.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostReport {
+    /// Per queue.
+    pub queues: Vec<HostQueue>,
+    /// The socket layer's counters.
+    pub sock: SockStats,
+    /// Frames the device had.
+    pub frames_total: usize,
+    /// Frames back home after shutdown (must equal `frames_total`).
+    pub frames_home: usize,
+    /// SNMP counters: IP and UDP input over all NAPIs, and the sockets'
+    /// send side (`/proc/net/snmp` names: [`Snmp::sections`]).
+    pub snmp: Snmp,
+    /// Per worker (steering on; empty otherwise).
+    pub workers: Vec<crate::steer::WorkerReport>,
+    /// The TX port's counters (AF_XDP TX ring: `xsk_tx_sent`,
+    /// `xsk_tx_completed`, `xsk_tx_busy`, `xsk_tx_kicks`; the simulated
+    /// NIC's: `sim_tx_sent`, `sim_tx_completed`, `sim_tx_busy`,
+    /// `sim_tx_wire_bytes`).
+    pub tx: std::collections::BTreeMap<&'static str, u64>,
+}
+
+impl HostReport {
+    /// NAPI counters summed over queues.
+    pub fn napi_total(&self) -> NapiStats {
+        let mut t = NapiStats::default();
+        for q in &self.queues {
+            t.merge(&q.napi);
+        }
+        for w in &self.workers {
+            t.merge(&w.path);
+        }
+        t
+    }
+}
