@@ -9,6 +9,7 @@ mod echo;
 mod filter;
 mod logger;
 pub mod opts;
+pub mod parse;
 mod quic;
 mod report;
 mod soak;

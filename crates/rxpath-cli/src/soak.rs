@@ -43,20 +43,20 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Args)]
 pub struct SoakArgs {
     /// How long to soak.
-    #[arg(long, default_value = "60s", value_parser = crate::opts::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = crate::parse::parse_duration)]
     pub duration: Duration,
     /// Stop once this many packets went through (whichever comes first).
     #[arg(long)]
     pub packets: Option<u64>,
     /// Length of one round.
-    #[arg(long, default_value = "2s", value_parser = crate::opts::parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = crate::parse::parse_duration)]
     pub round: Duration,
     /// Seed of the traffic (each round adds its number).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Faults injected in the path rounds (see `rxpath run --fault`); on by
     /// default, `--fault garbage=0` turns them off.
-    #[arg(long, value_name = "SPEC", default_value = "garbage=0.001,lying=0.0005,starve=1,starve-every=250,stall=2,stall-every=250", value_parser = crate::opts::parse_faults)]
+    #[arg(long, value_name = "SPEC", default_value = "garbage=0.001,lying=0.0005,starve=1,starve-every=250,stall=2,stall-every=250", value_parser = crate::parse::parse_faults)]
     pub fault: rxpath_dev::sim::Faults,
 }
 

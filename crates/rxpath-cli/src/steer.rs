@@ -98,7 +98,7 @@ fn parse_stop(s: &str) -> Result<(u16, Duration), String> {
     let w = w
         .parse()
         .map_err(|_| format!("'{s}': '{w}' is not a worker"))?;
-    Ok((w, crate::opts::parse_duration(t)?))
+    Ok((w, crate::parse::parse_duration(t)?))
 }
 
 impl Default for SteerArgs {

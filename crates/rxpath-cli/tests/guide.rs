@@ -71,7 +71,10 @@ fn commands(page: &str) -> Vec<String> {
         pending.push_str(code.trim());
         let cmd = std::mem::take(&mut pending);
         for part in cmd.split(';').map(str::trim) {
-            if part.starts_with("rxpath ") || part.starts_with("cargo run --release -- ") {
+            if part.starts_with("rxpath ")
+                || part.starts_with("sudo rxpath ")
+                || part.starts_with("cargo run --release -- ")
+            {
                 out.push(part.to_string());
             }
         }

@@ -31,7 +31,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, Args)]
 pub struct RfsBenchArgs {
     /// Client run per configuration.
-    #[arg(long, default_value = "3s", value_parser = crate::opts::parse_duration)]
+    #[arg(long, default_value = "3s", value_parser = crate::parse::parse_duration)]
     pub duration: Duration,
     /// Rounds (each runs every configuration once; medians are compared).
     #[arg(long, default_value_t = 3)]

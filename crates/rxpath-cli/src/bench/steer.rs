@@ -20,7 +20,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, Args)]
 pub struct SteerBenchArgs {
     /// Seconds per measurement.
-    #[arg(long, default_value = "1s", value_parser = crate::opts::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = crate::parse::parse_duration)]
     pub duration: Duration,
     /// Rules in the linear filter (the expensive stage).
     #[arg(long, default_value_t = 2000)]
