@@ -145,7 +145,9 @@ pub fn gro(a: GroBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
                 (Mix::TcpRr, Some(a.rr_pps), &mut rr),
             ] {
                 let (_, r) = measure(&config(mix, pps, *s, d, !a.irq_sleep))?;
-                let g = r.gro_total().unwrap_or_default();
+                let g = r
+                    .gro_total()
+                    .ok_or_else(|| anyhow::anyhow!("the run reported no GRO counters"))?;
                 let secs = r.elapsed.as_secs_f64();
                 let o = &mut out[i];
                 o.segs_per_pkt.push(g.segs_per_packet());

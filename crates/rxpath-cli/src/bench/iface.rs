@@ -302,10 +302,10 @@ fn dpdk_receiver(t: &Topology, d: Duration, mac: &str, pps: Option<u64>) -> Resu
 /// The kernel's ceiling: XDP_DROP in the driver.
 fn xdp_drop(t: &Topology, d: Duration, mac: &str, pps: Option<u64>) -> Result<Trial> {
     let prog = XdpProgram::attach_drop(&t.host_if)?;
-    let before = xdp_drops(&t.host_if);
+    let before = xdp_drops(&t.host_if)?;
     let gen = generator(t, d, mac, pps, &|| None)?;
     std::thread::sleep(Duration::from_millis(200));
-    let dropped = xdp_drops(&t.host_if) - before;
+    let dropped = xdp_drops(&t.host_if)?.saturating_sub(before);
     drop(prog);
     Ok(Trial {
         received: dropped,
@@ -325,16 +325,31 @@ fn trial(r: Receiver, t: &Topology, d: Duration, mac: &str, pps: Option<u64>) ->
     }
 }
 
-fn xdp_drops(iface: &str) -> u64 {
-    let out = Command::new("ethtool")
+/// The interface's XDP_DROP count (`ethtool -S`: the sum of its
+/// `*_xdp_drops` counters); an error, never a zero, when ethtool fails or
+/// shows no such counter.
+fn xdp_drops(iface: &str) -> Result<u64> {
+    let o = Command::new("ethtool")
         .args(["-S", iface])
         .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
-    out.unwrap_or_default()
+        .context("running ethtool -S")?;
+    let text = String::from_utf8_lossy(&o.stdout);
+    anyhow::ensure!(
+        o.status.success(),
+        "ethtool -S {iface} failed ({}): {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr).trim()
+    );
+    let counts: Vec<u64> = text
         .lines()
         .filter(|l| l.contains("_xdp_drops:"))
         .filter_map(|l| l.rsplit(':').next()?.trim().parse::<u64>().ok())
-        .sum()
+        .collect();
+    anyhow::ensure!(
+        !counts.is_empty(),
+        "ethtool -S {iface} shows no xdp_drops counter"
+    );
+    Ok(counts.iter().sum())
 }
 
 fn proc_cpu(pid: u32) -> Option<Duration> {

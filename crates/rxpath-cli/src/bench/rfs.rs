@@ -150,7 +150,9 @@ impl KernelEcho {
         let thread = thread::Builder::new()
             .name("kernel-echo".into())
             .spawn(move || {
-                let _ = sched::pin(0, cpu);
+                if let Err(e) = sched::pin(0, cpu) {
+                    eprintln!("rxpath bench: could not pin the kernel's echo to CPU {cpu}: {e}");
+                }
                 let mut buf = [0u8; 2048];
                 let mut connected = false;
                 while !s.load(Ordering::Relaxed) {

@@ -376,8 +376,12 @@ pub(crate) fn echo_args(iface: &str) -> EchoArgs {
     }
 }
 
+/// Pin the calling thread to `cpu`; a failure is said (the run goes on
+/// unpinned, which its figures then reflect).
 fn core_affinity_pin(cpu: usize) {
-    let _ = sched::pin(0, cpu);
+    if let Err(e) = sched::pin(0, cpu) {
+        eprintln!("rxpath bench: could not pin the server to CPU {cpu}: {e}");
+    }
 }
 
 fn stop(r: Running) -> Result<String> {
