@@ -89,19 +89,12 @@ impl NullQueue {
         let mine: Vec<bool> = (0..traffic.flows())
             .map(|i| ours(traffic.rxhash(i)))
             .collect();
-        if !mine.contains(&true) {
-            return Ok(NullQueue {
-                index,
-                umem,
-                free,
-                meta,
-                pulled: 0,
-                flow_of,
-                stamps: (0..traffic.flows()).map(|i| traffic.seq_stamp(i)).collect(),
-                seqs: None,
-                parked: tokens,
-            });
-        }
+        // A queue no flow hashes to keeps its frames parked.
+        let (tokens, parked) = if mine.contains(&true) {
+            (tokens, Vec::new())
+        } else {
+            (Vec::new(), tokens)
+        };
         for mut f in tokens {
             // The next packet of one of this queue's flows (the traffic's
             // order visits every flow).
@@ -133,7 +126,7 @@ impl NullQueue {
             flow_of,
             stamps: (0..traffic.flows()).map(|i| traffic.seq_stamp(i)).collect(),
             seqs: None,
-            parked: Vec::new(),
+            parked,
         })
     }
 
