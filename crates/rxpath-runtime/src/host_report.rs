@@ -44,13 +44,6 @@ pub struct HostReport {
 impl HostReport {
     /// NAPI counters summed over queues.
     pub fn napi_total(&self) -> NapiStats {
-        let mut t = NapiStats::default();
-        for q in &self.queues {
-            t.merge(&q.napi);
-        }
-        for w in &self.workers {
-            t.merge(&w.path);
-        }
-        t
+        crate::steer::napi_total(self.queues.iter().map(|q| &q.napi), &self.workers)
     }
 }

@@ -79,14 +79,7 @@ impl Report {
     /// All queues' NAPI counters summed, with what the path counted on
     /// the workers (steering on).
     pub fn napi_total(&self) -> NapiStats {
-        let mut t = NapiStats::default();
-        for q in &self.queues {
-            t.merge(&q.napi);
-        }
-        for w in &self.workers {
-            t.merge(&w.path);
-        }
-        t
+        crate::steer::napi_total(self.queues.iter().map(|q| &q.napi), &self.workers)
     }
 
     /// All queues' GRO counters summed (None when GRO is off).

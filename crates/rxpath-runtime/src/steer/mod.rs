@@ -464,6 +464,22 @@ impl WorkerCounters {
     }
 }
 
+/// The NAPIs' counters summed, with what the path counted on the
+/// workers (steering on): a run's or a host's whole path.
+pub(crate) fn napi_total<'a>(
+    napis: impl IntoIterator<Item = &'a rxpath_core::stats::NapiStats>,
+    workers: &[WorkerReport],
+) -> rxpath_core::stats::NapiStats {
+    let mut t = rxpath_core::stats::NapiStats::default();
+    for n in napis {
+        t.merge(n);
+    }
+    for w in workers {
+        t.merge(&w.path);
+    }
+    t
+}
+
 /// One worker at the end of a run: `/proc/net/softnet_stat`'s columns and
 /// what the path counted on it.
 #[derive(Debug, Clone, Copy, Serialize)]
