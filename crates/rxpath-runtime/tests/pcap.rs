@@ -60,6 +60,26 @@ fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("rxpath-{}-{name}", std::process::id()))
 }
 
+/// The packets tcpdump reads from `file` (it must read it); `None` when
+/// tcpdump is missing and the run does not require it (skipped aloud).
+fn tcpdump_packets(file: &std::path::Path) -> Option<usize> {
+    if !rxpath_testkit::can_run(&[rxpath_testkit::Need::Tool("tcpdump")]) {
+        return None;
+    }
+    let o = std::process::Command::new("tcpdump")
+        .args(["-nn", "-r"])
+        .arg(file)
+        .output()
+        .expect("running tcpdump");
+    assert!(
+        o.status.success(),
+        "tcpdump could not read {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Some(String::from_utf8_lossy(&o.stdout).lines().count())
+}
+
 #[test]
 fn replay_then_capture_is_byte_exact() {
     let input = frames();
@@ -78,23 +98,8 @@ fn replay_then_capture_is_byte_exact() {
     assert_eq!(got.len(), input.len());
     assert!(got == input, "the capture differs from the replayed file");
     // The format check: another reader of pcap files sees every packet.
-    if rxpath_testkit::can_run(&[rxpath_testkit::Need::Tool("tcpdump")]) {
-        let o = std::process::Command::new("tcpdump")
-            .args(["-nn", "-r"])
-            .arg(&out)
-            .output()
-            .expect("running tcpdump");
-        let text = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            o.status.success(),
-            "tcpdump could not read the capture: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        assert_eq!(
-            text.lines().count(),
-            input.len(),
-            "tcpdump sees every packet"
-        );
+    if let Some(n) = tcpdump_packets(&out) {
+        assert_eq!(n, input.len(), "tcpdump sees every packet");
     }
     let _ = std::fs::remove_file(src);
     let _ = std::fs::remove_file(out);
@@ -323,21 +328,8 @@ fn pcapng_is_read_and_written_and_other_link_types_are_refused() {
     let cfg2 = replay(&ng);
     let r = run(&cfg2, |_| {}).unwrap();
     assert_eq!(r.napi_total().received, input.len() as u64);
-    if rxpath_testkit::can_run(&[rxpath_testkit::Need::Tool("tcpdump")]) {
-        let o = std::process::Command::new("tcpdump")
-            .args(["-nn", "-r"])
-            .arg(&ng)
-            .output()
-            .expect("running tcpdump");
-        assert!(
-            o.status.success(),
-            "tcpdump reads our pcapng: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        assert_eq!(
-            String::from_utf8_lossy(&o.stdout).lines().count(),
-            input.len()
-        );
+    if let Some(n) = tcpdump_packets(&ng) {
+        assert_eq!(n, input.len(), "tcpdump reads our pcapng");
     }
     // A pcapng whose interface is not Ethernet (link type 101, raw IP).
     let raw = tmp("raw.pcapng");
