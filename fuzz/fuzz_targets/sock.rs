@@ -15,7 +15,7 @@
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
 use rxpath_core::packet::{ChainPool, Frags, Meta, Packet, RxCtx, Stack};
-use rxpath_core::sock::{SockConfig, Sockets, UdpSocket};
+use rxpath_core::sock::{SockConfig, Sockets, Socket};
 use rxpath_core::stats::NapiStats;
 use rxpath_dev::{Frame, FramePool};
 use rxpath_wire::build::{self, Spec};
@@ -57,11 +57,11 @@ fuzz_target!(|ops: Vec<Op>| {
         ..SockConfig::default()
     };
     let host = Sockets::new(cfg, vec![umem.clone()]);
-    let mut socks: Vec<Option<UdpSocket>> = vec![
-        UdpSocket::bind(&host, sa(HOST4, PORTS[0])).ok(),
-        UdpSocket::bind(&host, sa("::", PORTS[1])).ok(),
-        UdpSocket::bind(&host, sa(HOST4, PORTS[2])).ok(),
-        UdpSocket::bind(&host, sa(HOST6, PORTS[3])).ok(),
+    let mut socks: Vec<Option<Socket>> = vec![
+        Socket::bind(&host, sa(HOST4, PORTS[0])).ok(),
+        Socket::bind(&host, sa("::", PORTS[1])).ok(),
+        Socket::bind(&host, sa(HOST4, PORTS[2])).ok(),
+        Socket::bind(&host, sa(HOST6, PORTS[3])).ok(),
     ];
     if let Some(s) = &socks[2] {
         s.connect(sa("198.18.0.1", 5000)).unwrap();
@@ -74,7 +74,7 @@ fuzz_target!(|ops: Vec<Op>| {
     // the datagrams queued and dropped by the sockets already closed.
     let mut reads = [0u64; 4];
     let (mut queued_closed, mut drops_closed) = (0u64, 0u64);
-    let settle = |s: &UdpSocket, reads: u64| {
+    let settle = |s: &Socket, reads: u64| {
         let c = s.counters();
         assert_eq!(c.read, reads, "read counter against the reads seen");
         assert_eq!(

@@ -7,8 +7,9 @@
 
 use crate::opts::{BackendArg, EchoArgs, EchoTake, EchoTx, ModeArg};
 use anyhow::Context;
-use rxpath_core::sock::{SockError, UdpSocket};
+use rxpath_core::sock::SockError;
 use rxpath_dev::sys::xdp::XdpFilter;
+use rxpath_runtime::UdpSocket;
 use rxpath_runtime::{Host, HostConfig, HostDevice};
 use std::net::SocketAddr;
 use std::process::ExitCode;

@@ -452,7 +452,7 @@ pub struct FrameReturn {
     len: AtomicUsize,
     /// An idle NAPI thread asleep without a deadline, to wake at the next
     /// return ([`Self::wake_on_return`]).
-    waiter: Mutex<Option<std::thread::Thread>>,
+    waiter: Mutex<Option<std::task::Waker>>,
     wake: std::sync::atomic::AtomicBool,
 }
 
@@ -476,12 +476,12 @@ impl FrameReturn {
         self.notify();
     }
 
-    /// An idle NAPI thread is going to sleep with no deadline: unpark `t`
+    /// An idle NAPI thread is going to sleep with no deadline: wake `w`
     /// at the next return (frames coming home need the owner, and a device
     /// that ran out of buffers raises no interrupt). The caller looks at
     /// [`Self::pending`] after this and before it parks.
-    pub fn wake_on_return(&self, t: std::thread::Thread) {
-        *lock_frames(&self.waiter) = Some(t);
+    pub fn wake_on_return(&self, w: std::task::Waker) {
+        *lock_frames(&self.waiter) = Some(w);
         self.wake.store(true, Ordering::SeqCst);
     }
 
@@ -495,8 +495,8 @@ impl FrameReturn {
         // frames in `pending`, or this sees its flag.
         std::sync::atomic::fence(Ordering::SeqCst);
         if self.wake.load(Ordering::Relaxed) && self.wake.swap(false, Ordering::AcqRel) {
-            if let Some(t) = lock_frames(&self.waiter).as_ref() {
-                t.unpark();
+            if let Some(w) = lock_frames(&self.waiter).as_ref() {
+                w.wake_by_ref();
             }
         }
     }

@@ -36,7 +36,8 @@ pub mod perf;
 
 use quinn::udp::{EcnCodepoint, RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, UdpPoller};
-use rxpath_core::sock::{SockError, UdpSocket, UDP_MAX_SEGMENTS};
+use rxpath_core::sock::{SockError, UDP_MAX_SEGMENTS};
+use rxpath_runtime::UdpSocket;
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;

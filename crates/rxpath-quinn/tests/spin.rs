@@ -6,9 +6,9 @@
 
 use quinn::udp::RecvMeta;
 use quinn::AsyncUdpSocket;
-use rxpath_core::sock::UdpSocket;
 use rxpath_dev::sim::{Coalesce, SimConfig};
 use rxpath_quinn::RxpathSocket;
+use rxpath_runtime::UdpSocket;
 use rxpath_runtime::{Host, HostConfig, HostDevice};
 use rxpath_wire::build::{self, Spec};
 use std::io::IoSliceMut;

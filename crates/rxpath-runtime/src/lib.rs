@@ -40,6 +40,7 @@ mod host_report;
 pub mod lab;
 pub mod metrics;
 pub mod run;
+pub mod sock;
 mod stages;
 pub mod steer;
 
@@ -49,3 +50,4 @@ pub use run::{
     check_iface, run, CaptureAt, GroSettings, IfName, Producer, Report, RunConfig, RunError,
     StackKind, Tick,
 };
+pub use sock::{Epoll, UdpSocket};

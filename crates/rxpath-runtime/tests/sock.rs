@@ -2,8 +2,9 @@
 //! non-blocking receive, busy polling and NAPI ownership, sending, epoll,
 //! RFS recording, and every frame home at the end.
 
-use rxpath_core::sock::{CaptureTx, Epoll, SockError, UdpSocket};
+use rxpath_core::sock::{CaptureTx, SockError};
 use rxpath_dev::sim::{Coalesce, SimConfig};
+use rxpath_runtime::{Epoll, UdpSocket};
 use rxpath_runtime::{Host, HostConfig, HostDevice, HostReport};
 use rxpath_wire::build::{self, Spec};
 use std::collections::HashSet;

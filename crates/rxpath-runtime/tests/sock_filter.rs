@@ -207,7 +207,10 @@ fn a_rule_set_swapped_in_takes_over_and_keeps_the_counters_of_unchanged_rules() 
         ":peers - [0:0]\n-A INPUT -p udp -m udp --dport 7000 -j DROP\n",
         1,
     );
-    handle.replace(load(&[&drop_all]));
+    handle.replace(load(&[&drop_all]), || {
+        std::thread::yield_now();
+        true
+    });
     for i in 0..10u32 {
         peer_to_7000(&h, i + 1);
     }

@@ -62,7 +62,7 @@ fn send(h: &Host, port: u16, sizes: &[usize], tos: u8) -> Vec<u8> {
 
 /// Read everything queued (busy polling the queue: no NAPI thread runs),
 /// one buffer per read.
-fn read_all(s: &rxpath_core::sock::UdpSocket, want: usize) -> Vec<(Vec<u8>, RecvMeta)> {
+fn read_all(s: &rxpath_runtime::UdpSocket, want: usize) -> Vec<(Vec<u8>, RecvMeta)> {
     let mut got = Vec::new();
     let mut total = 0;
     while total < want {
@@ -81,7 +81,7 @@ fn read_all(s: &rxpath_core::sock::UdpSocket, want: usize) -> Vec<(Vec<u8>, Recv
 /// Learn the socket's NAPI with one datagram through the NAPI thread, then
 /// stop the thread: from here a busy-polling read runs the NAPI itself, so
 /// one poll sees everything injected before it.
-fn prime(h: &mut Host, s: &rxpath_core::sock::UdpSocket, port: u16) {
+fn prime(h: &mut Host, s: &rxpath_runtime::UdpSocket, port: u16) {
     s.set_read_timeout(Some(Duration::from_secs(5)));
     send(h, port, &[10], 0);
     read_all(s, 10);

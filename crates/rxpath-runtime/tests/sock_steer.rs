@@ -60,11 +60,7 @@ fn all_home(r: &HostReport, what: &str) {
 /// cores) on one core. `_why` says what needs the second core.
 fn rfs_on_two_cores(
     _why: &str,
-) -> Option<(
-    Vec<core_affinity::CoreId>,
-    Host,
-    rxpath_core::sock::UdpSocket,
-)> {
+) -> Option<(Vec<core_affinity::CoreId>, Host, rxpath_runtime::UdpSocket)> {
     if !rxpath_testkit::can_run(&[rxpath_testkit::Need::Cores(2)]) {
         return None;
     }

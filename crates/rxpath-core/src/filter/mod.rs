@@ -57,6 +57,8 @@ pub struct LocalIn {
 }
 
 #[cfg(test)]
+// Tests may start threads and wait (the lint keeps the core itself sans-I/O).
+#[allow(clippy::disallowed_methods)]
 mod stage_tests;
 #[cfg(test)]
 mod tests;
@@ -231,7 +233,6 @@ pub struct Ruleset {
     base: Vec<usize>,
     compiled: Vec<ChainClassifier>,
     counters: Counters,
-    build_ns: u64,
     /// The bits of a flow cache key the rules tell packets apart by.
     cache_mask: cache::Packed,
     /// The same for a quick key.
@@ -283,9 +284,8 @@ pub struct RuleStats {
 
 impl Ruleset {
     /// Prepare `table` for packets received on `iface`; the counters start
-    /// from the file's. Compiling takes the time [`Self::build_ns`] says.
+    /// from the file's.
     pub fn new(table: Table, iface: &str, mode: FilterMode) -> Ruleset {
-        let t0 = std::time::Instant::now();
         let mut base = Vec::new();
         let mut n = 0;
         for c in &table.chains {
@@ -322,7 +322,6 @@ impl Ruleset {
             base,
             compiled,
             counters,
-            build_ns: t0.elapsed().as_nanos() as u64,
         }
     }
 
@@ -334,11 +333,6 @@ impl Ruleset {
     /// The evaluator.
     pub fn mode(&self) -> FilterMode {
         self.mode
-    }
-
-    /// Time spent compiling, ns.
-    pub fn build_ns(&self) -> u64 {
-        self.build_ns
     }
 
     /// The `INPUT` chain's decision tree: nodes and depth (IPv4, compiled).
@@ -708,17 +702,16 @@ impl FilterHandle {
     /// Put `new` in place of the running filter. Packets being judged by
     /// the old set finish with it; once none is, its counters are added to
     /// the same rules of the new set (`iptables-restore --counters`).
-    pub fn replace(&self, new: Filter) {
+    /// While a judge still holds the old set, `wait` is called: it waits a
+    /// little (the caller's clock and manner: a yield, a sleep) and returns
+    /// false to stop waiting (a holder that keeps the set, a report, must
+    /// not stall the swap forever).
+    pub fn replace(&self, new: Filter, mut wait: impl FnMut() -> bool) {
         let new = Arc::new(new);
         let Some(old) = self.cur.swap(Some(new.clone())) else {
             return;
         };
-        // Judges still holding the old set finish their packet first; a
-        // holder that keeps it (a report) must not stall the swap forever.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-        while Arc::strong_count(&old) > 1 && std::time::Instant::now() < deadline {
-            std::thread::yield_now();
-        }
+        while Arc::strong_count(&old) > 1 && wait() {}
         for (n, o) in [(&new.v4, &old.v4), (&new.v6, &old.v6)] {
             if let (Some(n), Some(o)) = (n, o) {
                 n.carry_counters(o);

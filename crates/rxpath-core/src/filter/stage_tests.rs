@@ -163,7 +163,7 @@ fn a_hooks_counts_are_written_when_it_lets_its_set_go() {
     hook.action(&frame, &h, 5);
     let swapper = {
         let handle = handle.clone();
-        std::thread::spawn(move || handle.replace(load()))
+        std::thread::spawn(move || handle.replace(load(), yield_then_go_on))
     };
     std::thread::sleep(std::time::Duration::from_millis(20));
     hook.action(&frame, &h, 5);
@@ -179,6 +179,12 @@ fn a_hooks_counts_are_written_when_it_lets_its_set_go() {
     hook.action(&frame, &h, 5);
     drop(hook);
     assert_eq!(dropped(&handle), 2 * HOLD_POLLS as u64 + 3);
+}
+
+/// A swap's wait: let the holder run, and keep waiting.
+fn yield_then_go_on() -> bool {
+    std::thread::yield_now();
+    true
 }
 
 /// IP input hands the hook what it learnt (`LocalIn`), and the hook keys

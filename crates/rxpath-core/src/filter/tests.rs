@@ -403,7 +403,10 @@ fn a_swap_carries_counters_of_unchanged_rules() {
     for _ in 0..3 {
         h.load().as_ref().unwrap().judge(&u, false);
     }
-    h.replace(Filter::load(&[("new".into(), new.into())], "x", FilterMode::Compiled).unwrap());
+    h.replace(
+        Filter::load(&[("new".into(), new.into())], "x", FilterMode::Compiled).unwrap(),
+        || false,
+    );
     h.load().as_ref().unwrap().judge(&u, false);
     let f = h.current().unwrap();
     let st = f.v4.as_ref().unwrap().stats();

@@ -30,9 +30,10 @@ pub trait PollCell: Send {
     /// Busy polling starts: mask the queue's interrupt (what
     /// `prefer_busy_poll` with `napi_defer_hard_irqs` achieves).
     fn busy_start(&mut self);
-    /// Busy polling ended: unmask; if an interrupt was missed or packets
-    /// wait, raise it so the NAPI thread takes over (`__napi_schedule`).
-    fn busy_stop(&mut self, missed: bool);
+    /// Busy polling ended at `now_ns`: unmask; if an interrupt was missed
+    /// or packets wait, raise it so the NAPI thread takes over
+    /// (`__napi_schedule`).
+    fn busy_stop(&mut self, missed: bool, now_ns: u64);
     /// Packets waiting in the device, or frames waiting to go home.
     fn has_work(&mut self) -> bool;
     /// NAPI counters.
@@ -99,10 +100,10 @@ impl<Q: RxQueue + Send + 'static, S: CellStack + 'static> PollCell for NapiCell<
         }
     }
 
-    fn busy_stop(&mut self, missed: bool) {
+    fn busy_stop(&mut self, missed: bool, now_ns: u64) {
         if self.napi.held() > 0 {
             // `busy_poll_stop()` polls once more and completes: GRO flushed.
-            self.napi.flush_gro(&mut self.stack, rxpath_dev::mono_ns());
+            self.napi.flush_gro(&mut self.stack, now_ns);
         }
         if !self.napi.interrupts() {
             return;
@@ -304,54 +305,79 @@ impl SharedNapi {
         self.cell().take()
     }
 
-    /// One busy-poll session on this NAPI: take ownership if no one has it,
-    /// poll with [`BUSY_POLL_BUDGET`] until `ready()` or the deadline, give
-    /// it back. Returns `(polls, packets, now)`, `now` being the clock as
-    /// the last poll read it (the caller's end of the session: a session is
-    /// a few hundred ns, so the clock is read once per poll, not again
-    /// for the deferral or the caller's accounting), or `None` if someone
-    /// else owned the NAPI.
-    pub(crate) fn busy_poll(
-        &self,
-        end_ns: u64,
-        ready: &dyn Fn() -> bool,
-    ) -> Option<(u64, u64, u64)> {
+    /// Start a busy-poll session on this NAPI (`napi_busy_loop`): take
+    /// ownership if no one has it and mask its interrupt. `None` if someone
+    /// else owns it (the caller just watches its queue, as the kernel's
+    /// socket does). The caller polls with [`BusyPoll::poll`], reading its
+    /// own clock, and ownership goes back when the session is dropped.
+    pub fn busy_begin(&self) -> Option<BusyPoll<'_>> {
         if !self.state.try_busy_poll() {
             return None;
         }
-        let mut g = self.cell();
+        let mut cell = self.cell();
         self.defer_until.store(0, Ordering::Release);
-        let (mut polls, mut packets) = (0u64, 0u64);
-        let mut now = rxpath_dev::mono_ns();
-        if let Some(cell) = g.as_mut() {
-            cell.busy_start();
-            loop {
-                packets += cell.poll_busy(BUSY_POLL_BUDGET, now) as u64;
-                polls += 1;
-                if ready() || now >= end_ns {
-                    break;
-                }
-                std::hint::spin_loop();
-                now = rxpath_dev::mono_ns();
-            }
+        if let Some(c) = cell.as_mut() {
+            c.busy_start();
         }
-        let defer = self.defer_ns.load(Ordering::Relaxed);
+        Some(BusyPoll {
+            napi: self,
+            cell,
+            now: 0,
+        })
+    }
+}
+
+/// A busy-poll session: the caller owns the NAPI until this is dropped.
+pub struct BusyPoll<'a> {
+    napi: &'a SharedNapi,
+    cell: MutexGuard<'a, Option<Box<dyn PollCell>>>,
+    /// The clock as the last poll was given it.
+    now: u64,
+}
+
+impl fmt::Debug for BusyPoll<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BusyPoll")
+            .field("napi", &self.napi.id)
+            .field("now", &self.now)
+            .finish()
+    }
+}
+
+impl BusyPoll<'_> {
+    /// Poll once with [`BUSY_POLL_BUDGET`] at `now_ns`; the packets taken,
+    /// or `None` once the NAPI is gone (shutdown).
+    pub fn poll(&mut self, now_ns: u64) -> Option<usize> {
+        self.now = now_ns;
+        let cell = self.cell.as_mut()?;
+        Some(cell.poll_busy(BUSY_POLL_BUDGET, now_ns))
+    }
+}
+
+impl Drop for BusyPoll<'_> {
+    /// `busy_poll_stop()` at the time of the last poll (a session is a few
+    /// hundred ns, so the clock is not read again for the deferral): the
+    /// interrupt stays masked for the prefer-busy-poll deferral, else is
+    /// re-armed; ownership goes back.
+    fn drop(&mut self) {
+        let napi = self.napi;
+        let now = self.now;
+        let defer = napi.defer_ns.load(Ordering::Relaxed);
         if defer > 0 {
             // Masked until the deadline; the NAPI thread watches it. Set
             // before ownership is given back, so the thread cannot miss it.
-            self.defer_until.store(now + defer, Ordering::Release);
+            napi.defer_until.store(now + defer, Ordering::Release);
         }
-        let missed = self.state.busy_poll_stop();
-        if let Some(cell) = g.as_mut() {
+        let missed = napi.state.busy_poll_stop();
+        if let Some(cell) = self.cell.as_mut() {
             if defer == 0 || missed {
-                self.defer_until.store(0, Ordering::Release);
-                cell.busy_stop(missed);
+                napi.defer_until.store(0, Ordering::Release);
+                cell.busy_stop(missed, now);
             }
-            self.note_timer(cell.as_ref());
+            napi.note_timer(cell.as_ref());
         }
-        if self.deferred_until() != 0 || self.timer_at() != 0 {
-            self.wake_watcher();
+        if napi.deferred_until() != 0 || napi.timer_at() != 0 {
+            napi.wake_watcher();
         }
-        Some((polls, packets, now))
     }
 }

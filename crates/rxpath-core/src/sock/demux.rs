@@ -5,9 +5,9 @@
 //! destination address and port, then one bound to the wildcard address of
 //! the family. An IPv6 wildcard socket also receives IPv4 (dual stack, as
 //! with `net.ipv6.bindv6only = 0`) when no IPv4 socket wants the datagram,
-//! unless it was set `IPV6_V6ONLY` ([`UdpSocket::set_only_v6`]).
+//! unless it was set `IPV6_V6ONLY` ([`Socket::set_only_v6`]).
 //!
-//! [`UdpSocket::set_only_v6`]: super::UdpSocket::set_only_v6
+//! [`Socket::set_only_v6`]: super::Socket::set_only_v6
 //! A socket bound to a specific address and one bound to the wildcard may
 //! share a port (the kernel allows it with `SO_REUSEADDR`); the specific one
 //! wins.

@@ -18,37 +18,37 @@
 //!   socket keeps the frame until `recv` copies it out, then the frame goes
 //!   home through its queue's [`FrameReturn`] (the kernel's page pool takes
 //!   pages freed on other CPUs back through a ring the same way).
-//! * [`UdpSocket`] is the application's handle: `bind`, `connect`, `recv`,
-//!   `recv_batch`, `try_recv`, `send`, `send_batch`; [`Epoll`] waits on many.
+//! * [`Socket`] is a socket's state and the calls that never wait:
+//!   `bind`, `connect`, options, `try_recv_batch`, `send`, `send_batch`.
+//!   When a datagram is queued it tells the socket's [`DataReady`].
 //!
-//! Busy polling follows `napi_busy_loop()`/`busy_poll_stop()` in
-//! net/core/dev.c: a `recv` that finds its queue empty takes ownership of
-//! the NAPI its last packet came from ([`NapiState::try_busy_poll`]), polls
-//! it with a budget of [`BUSY_POLL_BUDGET`] until its queue has data or
-//! `busy_poll` µs have passed, and gives it back. While it owns the NAPI the
-//! NAPI thread does not poll it; an interrupt that arrives meanwhile is
-//! recorded (`MISSED`) and re-raised on release, so nothing is lost.
+//! This module is sans-I/O: it reads no clock, starts no thread, never
+//! sleeps and makes no system call. The waiting half of a socket (blocking
+//! `recv`, `SO_RCVTIMEO`, the busy-poll loop, epoll, task wakers) is
+//! `rxpath_runtime::sock`, which drives busy polling through
+//! [`SharedNapi::busy_begin`] with its own clock: `napi_busy_loop()` takes
+//! ownership of the NAPI the socket's last packet came from
+//! ([`NapiState::try_busy_poll`]), polls it with a budget of
+//! [`BUSY_POLL_BUDGET`] until the queue has data or `busy_poll` µs have
+//! passed, and gives it back (`busy_poll_stop()`, net/core/dev.c). While it
+//! owns the NAPI the NAPI thread does not poll it; an interrupt that
+//! arrives meanwhile is recorded (`MISSED`) and re-raised on release, so
+//! nothing is lost.
 //!
 //! [`NapiState::try_busy_poll`]: crate::napi::NapiState::try_busy_poll
 
 mod busy;
 mod demux;
-mod epoll;
 mod flow;
-mod poll;
 mod send;
-mod serve;
 mod socket;
 mod stage;
 mod tx;
-mod wait;
 
-pub use busy::{CellStack, NapiCell, PollCell, SharedNapi, BUSY_POLL_BUDGET};
-pub use epoll::Epoll;
+pub use busy::{BusyPoll, CellStack, NapiCell, PollCell, SharedNapi, BUSY_POLL_BUDGET};
 pub use flow::SockFlowTable;
 pub use send::UDP_MAX_SEGMENTS;
-pub use serve::BacklogServer;
-pub use socket::{RecvMeta, SockCounters, UdpSocket};
+pub use socket::{BusySession, DataReady, RecvMeta, SockCounters, Socket};
 pub use stage::SockStack;
 pub use tx::{CaptureTx, TxPort};
 
@@ -259,9 +259,6 @@ pub struct Sockets {
     /// Bumped after every change of the socket table or of a socket's
     /// `UDP_GRO` ([`crate::gro::UdpGroPolicy::generation`]).
     gro_gen: std::sync::atomic::AtomicU64,
-    /// The workers a waiting reader may run the backlog of (see
-    /// [`BacklogServer`]); none: readers just sleep.
-    server: std::sync::OnceLock<Arc<dyn BacklogServer>>,
 }
 
 impl crate::gro::UdpGroPolicy for Sockets {
@@ -325,20 +322,7 @@ impl Sockets {
             tx: Mutex::new(None),
             next_port: AtomicU16::new(0),
             counters: Counters::default(),
-            server: std::sync::OnceLock::new(),
         })
-    }
-
-    /// Let readers that wait in `recv` run the backlog of the worker on
-    /// their CPU ([`BacklogServer`]); set once, by the host that runs the
-    /// workers.
-    pub fn set_backlog_server(&self, s: Arc<dyn BacklogServer>) {
-        let _ = self.server.set(s);
-    }
-
-    /// The workers waiting readers may serve.
-    pub(crate) fn backlog_server(&self) -> Option<&Arc<dyn BacklogServer>> {
-        self.server.get()
     }
 
     /// The configuration.

@@ -2,7 +2,7 @@
 //! (one per datagram, or up to 64 from one buffer with a segment size, as
 //! `UDP_SEGMENT` does) and handed to the host's TX port in batches.
 
-use super::socket::UdpSocket;
+use super::socket::Socket;
 use super::SockError;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 /// `UDP_MAX_SEGMENTS`: datagrams one `UDP_SEGMENT` send may make.
 pub const UDP_MAX_SEGMENTS: usize = 64;
 
-impl UdpSocket {
+impl Socket {
     /// `send()` on a connected socket.
     pub fn send(&self, payload: &[u8]) -> Result<usize, SockError> {
         let dst = self.peer_addr().ok_or(SockError::NotConnected)?;

@@ -9,8 +9,8 @@ use serde::Serialize;
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 /// A queued datagram: the frame it arrived in (not copied) and where its
 /// payload lies; for a socket with `UDP_GRO`, possibly a GRO packet: the
@@ -74,11 +74,6 @@ pub(crate) struct RecvQueue {
     pub(crate) dgrams: VecDeque<Dgram>,
     /// Bytes charged against rcvbuf (truesize of the queued frames).
     pub(crate) bytes: usize,
-    /// Threads sleeping in `recv`.
-    pub(crate) waiters: u32,
-    /// A thread in `recv` running its worker's backlog between naps
-    /// ([`super::BacklogServer`]): unparked by the next datagram.
-    pub(crate) parked: Option<std::thread::Thread>,
     pub(crate) closed: bool,
 }
 
@@ -106,10 +101,17 @@ struct AtomicCounters {
     sleeps: AtomicU64,
 }
 
-/// A readiness watcher registered on a socket ([`super::Epoll`]).
-#[derive(Debug)]
-pub(crate) struct Watch {
-    pub(crate) ep: Weak<super::epoll::EpollShared>,
+/// Who is told when a socket has something to read (the kernel's
+/// `sk_data_ready`): the waiting half of the socket, which lives above the
+/// core (threads asleep in `recv`, a task's waker, an epoll set). The core
+/// only calls it, from the thread that queued the datagram; it must not
+/// block.
+pub trait DataReady: Send + Sync + std::fmt::Debug {
+    /// A datagram was queued; `was_empty`: the queue was empty before it
+    /// (the edge an epoll set waits for).
+    fn readable(&self, was_empty: bool);
+    /// The socket closed: readers must wake and see it.
+    fn closed(&self);
 }
 
 /// Socket state shared by the application's handle, the demux table and
@@ -119,7 +121,6 @@ pub(crate) struct SockInner {
     pub(crate) id: u64,
     addrs: Mutex<(SocketAddr, Option<SocketAddr>)>,
     pub(crate) q: Mutex<RecvQueue>,
-    pub(crate) cv: Condvar,
     /// Datagrams queued, readable without the lock (busy-poll exit test).
     pub(crate) qlen: AtomicUsize,
     /// The NAPI of the last packet queued (`sk->sk_napi_id`).
@@ -141,12 +142,8 @@ pub(crate) struct SockInner {
     pub(crate) gro: AtomicBool,
     /// `IP_PMTUDISC_DO`/`PROBE`: DF on every datagram.
     pub(crate) pmtudisc_do: AtomicBool,
-    /// The task waiting in [`UdpSocket::poll_recv_batch`], woken by the
-    /// thread that queues the next datagram (no thread per socket).
-    pub(crate) waker: Mutex<Option<std::task::Waker>>,
-    /// A waker is registered (read without the lock on every enqueue).
-    pub(crate) has_waker: AtomicBool,
-    pub(crate) watch: Mutex<Option<Watch>>,
+    /// The waiting half, told of every datagram queued and of the close.
+    ready: OnceLock<Arc<dyn DataReady>>,
 }
 
 impl SockInner {
@@ -165,55 +162,12 @@ impl SockInner {
         q.dgrams.push_back(d);
         let was_empty = q.dgrams.len() == 1;
         self.qlen.store(q.dgrams.len(), Ordering::Release);
-        let wake = q.waiters > 0;
-        let parked = q.parked.clone();
         drop(q);
         self.counters.queued.fetch_add(1, Ordering::Relaxed);
-        if wake {
-            self.cv.notify_one();
-        }
-        if let Some(t) = parked {
-            t.unpark();
-        }
-        self.wake_task();
-        if was_empty {
-            if let Some(ep) = lock(&self.watch).as_ref().and_then(|w| w.ep.upgrade()) {
-                ep.notify();
-            }
+        if let Some(r) = self.ready.get() {
+            r.readable(was_empty);
         }
         Ok(())
-    }
-
-    /// Count a `recv` that busy-polled.
-    pub(crate) fn count_busy_poll(&self) {
-        self.counters.busy_polls.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Count a `recv` that slept (once per sleep).
-    pub(super) fn count_sleep(&self) {
-        self.counters.sleeps.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// When a `recv` starting now times out (`SO_RCVTIMEO`), if ever.
-    pub(super) fn deadline(&self) -> Option<Instant> {
-        match self.timeout_ns.load(Ordering::Relaxed) {
-            0 => None,
-            ns => Some(Instant::now() + Duration::from_nanos(ns)),
-        }
-    }
-
-    /// Wake the task registered by `poll_recv_batch`, if any.
-    #[inline]
-    pub(crate) fn wake_task(&self) {
-        // SeqCst pairs with the store in `poll_recv_batch`: either it sees
-        // the datagram just queued, or this sees its waker.
-        if self.has_waker.load(Ordering::SeqCst) {
-            let w = lock(&self.waker).take();
-            self.has_waker.store(false, Ordering::SeqCst);
-            if let Some(w) = w {
-                w.wake();
-            }
-        }
     }
 
     /// Close: mark the queue closed, send its frames home, wake sleepers.
@@ -223,13 +177,10 @@ impl SockInner {
         q.bytes = 0;
         let dgrams = std::mem::take(&mut q.dgrams);
         self.qlen.store(0, Ordering::Release);
-        let parked = q.parked.clone();
         drop(q);
-        self.cv.notify_all();
-        if let Some(t) = parked {
-            t.unpark();
+        if let Some(r) = self.ready.get() {
+            r.closed();
         }
-        self.wake_task();
         for d in dgrams {
             if let Some(p) = host.port(d.queue) {
                 p.ret.put_all(d.into_frames());
@@ -262,12 +213,16 @@ pub struct RecvMeta {
     pub ecn: u8,
 }
 
-/// A UDP socket on an rxpath host.
+/// A UDP socket's state on an rxpath host: its addresses, options,
+/// receive queue and counters, and the calls that never wait (`bind`,
+/// `connect`, `setsockopt`, a non-blocking read, `send`). The waiting
+/// half (blocking reads, timeouts, busy-poll loops, epoll, wakers) is the
+/// runtime's `UdpSocket`, which registers a [`DataReady`] here.
 ///
-/// `recv*` may be called from several threads at once; each datagram goes
-/// to exactly one of them. Dropping the last handle closes the socket.
+/// Reads may come from several threads at once; each datagram goes to
+/// exactly one of them. Dropping the last handle closes the socket.
 #[derive(Debug, Clone)]
-pub struct UdpSocket {
+pub struct Socket {
     pub(crate) inner: Arc<SockInner>,
     pub(crate) host: Arc<Sockets>,
     _close: Arc<CloseOnDrop>,
@@ -330,10 +285,10 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// Ephemeral ports, as `net.ipv4.ip_local_port_range`.
 const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
 
-impl UdpSocket {
+impl Socket {
     /// `bind()`: a socket on `addr` (address or wildcard; port 0 picks an
     /// ephemeral port).
-    pub fn bind(host: &Arc<Sockets>, mut addr: SocketAddr) -> Result<UdpSocket, SockError> {
+    pub fn bind(host: &Arc<Sockets>, mut addr: SocketAddr) -> Result<Socket, SockError> {
         let mut t = lock_write(host);
         if addr.port() == 0 {
             let span = (EPHEMERAL.end() - EPHEMERAL.start()) as u32 + 1;
@@ -352,7 +307,6 @@ impl UdpSocket {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             addrs: Mutex::new((addr, None)),
             q: Mutex::default(),
-            cv: Condvar::new(),
             qlen: AtomicUsize::new(0),
             napi_id: AtomicU32::new(0),
             rxhash: AtomicU32::new(0),
@@ -361,17 +315,15 @@ impl UdpSocket {
             timeout_ns: AtomicU64::new(0),
             ip_id: AtomicU16::new(0),
             counters: AtomicCounters::default(),
-            watch: Mutex::new(None),
             v6: addr.is_ipv6(),
             v6only: AtomicBool::new(false),
             gro: AtomicBool::new(false),
             pmtudisc_do: AtomicBool::new(false),
-            waker: Mutex::new(None),
-            has_waker: AtomicBool::new(false),
+            ready: OnceLock::new(),
         });
         t.insert(key, inner.clone());
         drop(t);
-        Ok(UdpSocket {
+        Ok(Socket {
             _close: Arc::new(CloseOnDrop {
                 inner: inner.clone(),
                 host: host.clone(),
@@ -490,33 +442,16 @@ impl UdpSocket {
         }
     }
 
-    pub(crate) fn inner(&self) -> &Arc<SockInner> {
-        &self.inner
-    }
-
     /// The host this socket lives on.
     pub fn host(&self) -> &Arc<Sockets> {
         &self.host
-    }
-
-    /// `recvfrom()`: block until a datagram arrives (busy-polling first if
-    /// on), copy it into `buf` (truncating), return its length and sender.
-    pub fn recv_from(&self, buf: &mut [u8]) -> Result<(usize, SocketAddr), SockError> {
-        let mut m = None;
-        self.recv_batch(std::slice::from_mut(&mut &mut *buf), |_, r| m = Some(r))?;
-        m.map(|r| (r.len, r.src)).ok_or(SockError::WouldBlock)
-    }
-
-    /// `recv()` on a socket: the payload length.
-    pub fn recv(&self, buf: &mut [u8]) -> Result<usize, SockError> {
-        self.recv_from(buf).map(|(n, _)| n)
     }
 
     /// `recvfrom(MSG_DONTWAIT)`: never blocks; [`SockError::WouldBlock`]
     /// when nothing is queued.
     pub fn try_recv_from(&self, buf: &mut [u8]) -> Result<(usize, SocketAddr), SockError> {
         let mut m = None;
-        let n = self.take(std::slice::from_mut(&mut &mut *buf), &mut |_, r| {
+        let n = self.try_recv_batch(std::slice::from_mut(&mut &mut *buf), &mut |_, r| {
             m = Some(r)
         })?;
         match (n, m) {
@@ -525,66 +460,100 @@ impl UdpSocket {
         }
     }
 
-    /// Read one datagram without copying it: `f` sees the payload in its
-    /// frame. Blocks like [`recv_from`](Self::recv_from).
-    pub fn recv_with<R>(&self, f: impl FnOnce(&[u8], SocketAddr) -> R) -> Result<R, SockError> {
-        let mut f = Some(f);
-        let mut out = None;
-        self.wait_readable()?;
-        loop {
-            let d = {
-                let mut q = lock(&self.inner.q);
-                let d = q.dgrams.pop_front();
-                if let Some(d) = &d {
-                    q.bytes = q.bytes.saturating_sub(self.truesize(d));
-                }
-                self.inner.qlen.store(q.dgrams.len(), Ordering::Release);
-                d
-            };
-            match d {
-                Some(d) => {
-                    if let Some(p) = self.host.port(d.queue) {
-                        if let Some(f) = f.take() {
-                            if d.frags.is_empty() {
-                                let o = d.off as usize;
-                                out = Some(f(&p.umem.data(&d.frame)[o..o + d.len as usize], d.src));
-                            } else {
-                                // A GRO packet spans frames: one copy.
-                                let mut v = vec![0u8; d.payload_len()];
-                                d.copy_to(&p.umem, &mut v);
-                                out = Some(f(&v, d.src));
-                            }
-                        }
-                        p.ret.put_all(d.into_frames());
-                    }
-                    self.after_read(1);
-                    return out.ok_or(SockError::Closed);
-                }
-                None => self.wait_readable()?,
+    /// Read one datagram without copying it, if one is queued: `f` sees
+    /// the payload in its frame (a GRO packet that spans frames is copied
+    /// once). `Ok(None)`: nothing queued.
+    pub fn try_recv_with<R>(
+        &self,
+        f: impl FnOnce(&[u8], SocketAddr) -> R,
+    ) -> Result<Option<R>, SockError> {
+        let d = {
+            let mut q = lock(&self.inner.q);
+            let d = q.dgrams.pop_front();
+            if let Some(d) = &d {
+                q.bytes = q.bytes.saturating_sub(self.truesize(d));
+            } else if q.closed {
+                return Err(SockError::Closed);
             }
+            self.inner.qlen.store(q.dgrams.len(), Ordering::Release);
+            d
+        };
+        let Some(d) = d else { return Ok(None) };
+        let mut out = None;
+        if let Some(p) = self.host.port(d.queue) {
+            if d.frags.is_empty() {
+                let o = d.off as usize;
+                out = Some(f(&p.umem.data(&d.frame)[o..o + d.len as usize], d.src));
+            } else {
+                let mut v = vec![0u8; d.payload_len()];
+                d.copy_to(&p.umem, &mut v);
+                out = Some(f(&v, d.src));
+            }
+            p.ret.put_all(d.into_frames());
+        }
+        self.after_read(1);
+        out.map(Some).ok_or(SockError::Closed)
+    }
+
+    /// The receive timeout (`SO_RCVTIMEO`), if set.
+    pub fn read_timeout(&self) -> Option<Duration> {
+        match self.inner.timeout_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
         }
     }
 
-    /// `recvmmsg()`: block until at least one datagram is queued, then copy
-    /// up to `bufs.len()` of them; `meta` is called with each one's index
-    /// and [`RecvMeta`]. Returns how many were read.
-    pub fn recv_batch<B: AsMut<[u8]>>(
-        &self,
-        bufs: &mut [B],
-        mut meta: impl FnMut(usize, RecvMeta),
-    ) -> Result<usize, SockError> {
-        loop {
-            let n = self.take(bufs, &mut meta)?;
-            if n > 0 {
-                return Ok(n);
-            }
-            self.wait_readable()?;
+    /// Register the waiting half (once; a second call is ignored and
+    /// returns false).
+    pub fn set_data_ready(&self, r: Arc<dyn DataReady>) -> bool {
+        self.inner.ready.set(r).is_ok()
+    }
+
+    /// The socket is closed (its host stopped, or it was dropped).
+    pub fn is_closed(&self) -> bool {
+        lock(&self.inner.q).closed
+    }
+
+    /// Whether a read would find a datagram, looked at under the queue's
+    /// lock: a waiter that raised its flag in its [`DataReady`] before
+    /// this look either sees the datagram or is told of it.
+    /// `Err(Closed)` once closed and drained.
+    pub fn readable(&self) -> Result<bool, SockError> {
+        let q = lock(&self.inner.q);
+        match (q.dgrams.is_empty(), q.closed) {
+            (false, _) => Ok(true),
+            (true, true) => Err(SockError::Closed),
+            (true, false) => Ok(false),
+        }
+    }
+
+    /// Count a read that busy-polled.
+    pub fn count_busy_poll(&self) {
+        self.inner
+            .counters
+            .busy_polls
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Count a read that slept (once per sleep).
+    pub fn count_sleep(&self) {
+        self.inner.counters.sleeps.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// RFS: this socket's flow is read on `cpu` (`sock_rps_record_flow`;
+    /// the reader tells, the core does not ask the OS).
+    pub fn record_flow(&self, cpu: u32) {
+        let hash = self.inner.rxhash.load(Ordering::Relaxed);
+        if hash != 0 {
+            self.host.flows.record(hash, cpu);
         }
     }
 
     /// Copy out up to `bufs.len()` queued datagrams; frames go home in one
     /// batch.
-    pub(crate) fn take<B: AsMut<[u8]>>(
+    /// `recvmmsg(MSG_DONTWAIT)`: `meta` is called with each datagram's
+    /// index and [`RecvMeta`]; 0 when nothing is queued.
+    pub fn try_recv_batch<B: AsMut<[u8]>>(
         &self,
         bufs: &mut [B],
         meta: &mut dyn FnMut(usize, RecvMeta),
@@ -661,25 +630,34 @@ impl UdpSocket {
                 .map_or(rxpath_dev::DEFAULT_FRAME_SIZE, |p| p.umem.frame_size())
     }
 
-    /// RFS: record the CPU this thread reads the flow on
-    /// (`sock_rps_record_flow`).
+    /// A descriptor that becomes readable when the device queue of this
+    /// socket's NAPI has packets (the AF_XDP or AF_PACKET socket's), for an
+    /// event loop that wants to be woken by the device itself and then
+    /// busy-poll (`SO_PREFER_BUSY_POLL` with epoll in the kernel): one
+    /// wakeup per burst instead of the interrupt thread's and then the
+    /// task's. `None` before the socket has seen its NAPI (its first
+    /// datagram) or on a device without one (the simulated NIC).
+    pub fn napi_readiness_fd(&self) -> Option<std::io::Result<std::os::fd::OwnedFd>> {
+        let id = self.inner.napi_id.load(Ordering::Relaxed);
+        if id == 0 {
+            return None;
+        }
+        let napi = read(&self.host.napis).get(&NapiId(id))?.clone();
+        let g = napi.cell();
+        g.as_ref()?.readiness_fd()
+    }
+
     fn after_read(&self, n: usize) {
         self.inner
             .counters
             .read
             .fetch_add(n as u64, Ordering::Relaxed);
-        let hash = self.inner.rxhash.load(Ordering::Relaxed);
-        if hash != 0 {
-            if let Some(cpu) = rxpath_dev::sys::sched::current_cpu() {
-                self.host.flows.record(hash, cpu as u32);
-            }
-        }
     }
 }
 
 impl Sockets {
     /// End the interrupt deferral of these NAPIs (a busy poller blocks).
-    pub(crate) fn resume_irqs(&self, ids: &[NapiId]) {
+    pub fn resume_irqs(&self, ids: &[NapiId]) {
         let m = read(&self.napis);
         for id in ids {
             if let Some(n) = m.get(id) {
@@ -688,61 +666,27 @@ impl Sockets {
         }
     }
 
-    /// `napi_busy_loop()`: own the NAPIs in `ids` in turn and poll each with
-    /// [`super::BUSY_POLL_BUDGET`] until `ready()` or `us` µs have passed.
-    /// A NAPI someone else owns is skipped (the caller just watches its
-    /// queue, as the kernel's socket does).
-    pub(crate) fn busy_loop(&self, ids: &[NapiId], us: u32, ready: &dyn Fn() -> bool) {
-        // Up to 8 NAPIs per session, without allocating (a `recv` passes
-        // one; an epoll set the distinct NAPIs of its sockets).
-        let mut slots: [Option<Arc<super::SharedNapi>>; 8] = Default::default();
-        let mut k = 0;
-        {
-            let m = read(&self.napis);
-            for id in ids {
-                if let (Some(n), Some(slot)) = (m.get(id), slots.get_mut(k)) {
-                    *slot = Some(n.clone());
-                    k += 1;
-                }
-            }
-        }
-        let napis = &slots[..k];
-        if napis.is_empty() {
-            return;
-        }
+    /// Add one busy-poll session's figures to the counters.
+    pub fn count_busy_session(&self, s: BusySession) {
         let c = &self.counters;
         c.busy_polls.fetch_add(1, Ordering::Relaxed);
-        let start = rxpath_dev::mono_ns();
-        let end = start + us as u64 * 1000;
-        let (mut loops, mut packets, mut contended) = (0u64, 0u64, 0u64);
-        // The clock as last read: a session's polls read it (one round
-        // with `us` = 0, a non-blocking read's, reads it twice in all).
-        let mut now = start;
-        'outer: loop {
-            for n in napis.iter().flatten() {
-                match n.busy_poll(end, ready) {
-                    Some((l, p, t)) => {
-                        loops += l;
-                        packets += p;
-                        now = t;
-                    }
-                    None => contended += 1,
-                }
-                if ready() {
-                    break 'outer;
-                }
-            }
-            if now >= end {
-                break;
-            }
-            std::hint::spin_loop();
-            now = rxpath_dev::mono_ns();
-        }
-        c.busy_poll_loops.fetch_add(loops, Ordering::Relaxed);
-        c.busy_poll_packets.fetch_add(packets, Ordering::Relaxed);
+        c.busy_poll_loops.fetch_add(s.loops, Ordering::Relaxed);
+        c.busy_poll_packets.fetch_add(s.packets, Ordering::Relaxed);
         c.busy_poll_contended
-            .fetch_add(contended, Ordering::Relaxed);
-        c.busy_poll_ns
-            .fetch_add(now.saturating_sub(start), Ordering::Relaxed);
+            .fetch_add(s.contended, Ordering::Relaxed);
+        c.busy_poll_ns.fetch_add(s.ns, Ordering::Relaxed);
     }
+}
+
+/// What one busy-poll session did (`napi_busy_loop`), for the counters.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BusySession {
+    /// NAPI polls run.
+    pub loops: u64,
+    /// Packets they took from the device.
+    pub packets: u64,
+    /// NAPIs found owned by someone else.
+    pub contended: u64,
+    /// Time spent, ns.
+    pub ns: u64,
 }

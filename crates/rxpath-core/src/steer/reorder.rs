@@ -145,6 +145,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 #[cfg(test)]
+// Tests may start threads and wait (the lint keeps the core itself sans-I/O).
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
 

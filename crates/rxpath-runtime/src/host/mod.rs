@@ -21,12 +21,12 @@ mod napi_thread;
 mod tx;
 
 use crate::run::{check_iface, RunError};
+use crate::sock::{BacklogServer, UdpSocket};
 use crate::steer::{BottomHalf, Collect, PerQueue, Ports, SteerStage, Workers};
 use napi_thread::{napi_in_irq, napi_thread};
 use rxpath_core::gro::{GroConfig, GroKnob, UdpGroPolicy};
 use rxpath_core::ip::Snmp;
 use rxpath_core::napi::{BundleMode, Napi, NapiTable, NAPI_POLL_WEIGHT};
-use rxpath_core::sock::UdpSocket;
 use rxpath_core::sock::{SharedNapi, SockConfig, SockError, Sockets};
 use rxpath_core::steer::{SeqSource, SteerMode, Worker};
 use rxpath_dev::packet::PacketQueue;
@@ -170,6 +170,8 @@ pub struct Host {
     /// Steering on: the workers and their threads.
     workers: Option<Arc<Workers>>,
     worker_threads: Vec<(Worker, JoinHandle<crate::steer::WorkerCounters>)>,
+    /// With workers: the backlog a reader about to sleep runs itself.
+    server: Option<Arc<dyn BacklogServer>>,
     /// The TX ring's "stop completing" fault switch (AF_XDP replies, or
     /// the simulated NIC's TX ring).
     tx_fault: Option<Arc<std::sync::atomic::AtomicBool>>,
@@ -462,9 +464,10 @@ impl Host {
             threads.push(h);
         }
         let mut worker_threads = Vec::new();
+        let mut server: Option<Arc<dyn BacklogServer>> = None;
         if let Some(w) = &workers {
             // A reader waiting in recv runs the backlog of the worker on its
-            // CPU itself (RFS's single wakeup; `rxpath_core::sock::BacklogServer`).
+            // CPU itself (RFS's single wakeup; `crate::sock::BacklogServer`).
             let socks = Arc::downgrade(&sockets);
             let budget = rxpath_core::softnet::SoftnetConfig::default().netdev_budget;
             let build: crate::steer::Build = Box::new(move |w, id| {
@@ -472,7 +475,7 @@ impl Host {
                 Some(host_bottom_half(w, id, &socks, budget))
             });
             if let Some(srv) = crate::steer::Server::new(w, build) {
-                sockets.set_backlog_server(Arc::new(srv));
+                server = Some(Arc::new(srv));
             }
             for id in 0..w.len() {
                 let (w, socks) = (w.clone(), sockets.clone());
@@ -501,6 +504,7 @@ impl Host {
             guards: None,
             workers,
             worker_threads,
+            server,
             tx_fault: None,
             irq_knobs: (gro_knob, defer_knob),
         })
@@ -531,7 +535,7 @@ impl Host {
     /// the XDP program passes on) with ICMP port unreachable nor queues
     /// them. If the kernel already has a socket there, a warning says so.
     pub fn udp_bind(&self, addr: SocketAddr) -> Result<UdpSocket, SockError> {
-        let sock = UdpSocket::bind(&self.sockets, addr)?;
+        let sock = UdpSocket::bind(&self.sockets, addr, self.server.clone())?;
         if let Some(g) = &self.guards {
             match KernelPortGuard::bind(sock.local_addr()) {
                 Ok(guard) => g.lock().unwrap_or_else(|e| e.into_inner()).push(guard),

@@ -48,7 +48,7 @@ fn sleep_idle(napis: &[Arc<SharedNapi>], socks: &Sockets, me: &thread::Thread) {
     for n in napis {
         n.watch(true);
         if let Some(p) = socks.port(n.queue) {
-            p.ret.wake_on_return(me.clone());
+            p.ret.wake_on_return(crate::sock::unpark_waker(me.clone()));
         }
     }
     // Anything that came before the flags were up is seen here (an

@@ -1,5 +1,5 @@
 //! Readers that run their worker's backlog while they wait in `recv` (see
-//! `rxpath_core::sock::BacklogServer`): the runtime's side.
+//! `crate::sock::BacklogServer`): the runtime's side.
 //!
 //! A reader claims the backlog of the worker on its CPU; wakeups for it
 //! then unpark the reader ([`Workers::wake`]). Whoever runs a backlog
@@ -60,7 +60,7 @@ impl Server {
     }
 }
 
-impl rxpath_core::sock::BacklogServer for Server {
+impl crate::sock::BacklogServer for Server {
     fn claim(&self, cpu: usize) -> bool {
         let Some((w, id)) = self.worker(cpu) else {
             return false;

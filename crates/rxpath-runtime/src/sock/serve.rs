@@ -17,8 +17,9 @@
 //! One runs a backlog at a time (the runtime's busy flag), so the order
 //! RFS keeps per flow (`input_queue_head` after `last_qtail`) holds.
 
-/// The workers of the bottom half, as a waiting reader sees them. The
-/// runtime implements it and gives it to [`super::Sockets`].
+/// The workers of the bottom half, as a waiting reader sees them
+/// ([`crate::steer::Server`] implements it; a [`crate::Host`] with
+/// workers gives it to each socket it binds).
 pub trait BacklogServer: Send + Sync + std::fmt::Debug {
     /// Claim the backlog of the worker on `cpu` for the calling thread:
     /// until [`Self::release`], wakeups for that backlog unpark this

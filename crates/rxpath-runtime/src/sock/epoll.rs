@@ -1,10 +1,9 @@
 //! Readiness over many sockets: an `epoll_wait`-like call, level-triggered,
 //! with busy polling (the kernel's `ep_busy_loop`).
 
-use super::socket::Watch;
-use super::{lock, Sockets, UdpSocket};
-use crate::napi::NapiId;
-use std::sync::atomic::Ordering;
+use super::{busy_loop, lock, UdpSocket};
+use rxpath_core::sock::Sockets;
+use rxpath_core::NapiId;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -44,9 +43,7 @@ impl Epoll {
 
     /// Watch `sock`, reported as `token` (a socket is in one set at a time).
     pub fn add(&mut self, sock: &UdpSocket, token: usize) {
-        *lock(&sock.inner().watch) = Some(Watch {
-            ep: Arc::downgrade(&self.shared),
-        });
+        *lock(&sock.wait.watch) = Some(Arc::downgrade(&self.shared));
         self.socks.push((token, sock.clone()));
     }
 
@@ -59,9 +56,7 @@ impl Epoll {
     fn scan(&self, ready: &mut Vec<usize>) -> usize {
         ready.clear();
         for (t, s) in &self.socks {
-            if s.inner().qlen.load(Ordering::Acquire) > 0
-                || s.inner().q.lock().is_ok_and(|q| q.closed)
-            {
+            if s.queued() > 0 || s.is_closed() {
                 ready.push(*t);
             }
         }
@@ -80,10 +75,8 @@ impl Epoll {
             ids.sort_unstable();
             ids.dedup();
             let socks = &self.socks;
-            self.host.busy_loop(&ids, self.busy_poll_us, &|| {
-                socks
-                    .iter()
-                    .any(|(_, s)| s.inner().qlen.load(Ordering::Acquire) > 0)
+            busy_loop(&self.host, &ids, self.busy_poll_us, &|| {
+                socks.iter().any(|(_, s)| s.queued() > 0)
             });
             if self.scan(ready) > 0 {
                 return ready.len();

@@ -11,9 +11,7 @@
 //! before it sleeps, reads with [`UdpSocket::recv_batch_busy`], which arms
 //! nothing.
 
-use super::socket::{RecvMeta, UdpSocket};
-use super::{lock, SockError};
-use crate::napi::NapiId;
+use super::{lock, RecvMeta, SockError, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
@@ -82,13 +80,12 @@ impl UdpSocket {
         if n > 0 {
             return Poll::Ready(Ok(n));
         }
-        let inner = &self.inner;
         if let Some(napi) = self.busy_napi().filter(|_| resume) {
             // About to wait: a deferred interrupt must fire again.
-            self.host.resume_irqs(&[napi]);
+            self.host().resume_irqs(&[napi]);
         }
-        *lock(&inner.waker) = Some(cx.waker().clone());
-        inner.has_waker.store(true, Ordering::SeqCst);
+        *lock(&self.wait.waker) = Some(cx.waker().clone());
+        self.wait.has_waker.store(true, Ordering::SeqCst);
         // A datagram queued between the first look and the registration
         // found no waker: look again.
         let n = self.take(bufs, meta)?;
@@ -96,54 +93,5 @@ impl UdpSocket {
             return Poll::Ready(Ok(n));
         }
         Poll::Pending
-    }
-
-    /// A task's read that arms nothing: what is queued, else (with
-    /// `busy_poll` set) one busy-poll round of the socket's NAPI and what
-    /// it queued; 0 when nothing came. No waker is left and no deferred
-    /// interrupt resumed: for a task that polls again soon, spinning
-    /// within its busy-poll window ([`Self::poll_recv_batch`] is the read
-    /// that may wait).
-    pub fn recv_batch_busy<B: AsMut<[u8]>>(
-        &self,
-        bufs: &mut [B],
-        meta: &mut dyn FnMut(usize, RecvMeta),
-    ) -> Result<usize, SockError> {
-        let n = self.take(bufs, meta)?;
-        if n > 0 {
-            return Ok(n);
-        }
-        let Some(napi) = self.busy_napi() else {
-            return Ok(0);
-        };
-        let inner = &self.inner;
-        inner.count_busy_poll();
-        self.host
-            .busy_loop(&[napi], 0, &|| inner.qlen.load(Ordering::Acquire) > 0);
-        self.take(bufs, meta)
-    }
-
-    /// The NAPI a read busy-polls: the socket's, if `busy_poll` is set and
-    /// the socket has seen one.
-    fn busy_napi(&self) -> Option<NapiId> {
-        let napi = NapiId(self.inner.napi_id.load(Ordering::Relaxed));
-        (self.busy_poll() > 0 && napi.0 != 0).then_some(napi)
-    }
-
-    /// A descriptor that becomes readable when the device queue of this
-    /// socket's NAPI has packets (the AF_XDP or AF_PACKET socket's), for an
-    /// event loop that wants to be woken by the device itself and then
-    /// busy-poll (`SO_PREFER_BUSY_POLL` with epoll in the kernel): one
-    /// wakeup per burst instead of the interrupt thread's and then the
-    /// task's. `None` before the socket has seen its NAPI (its first
-    /// datagram) or on a device without one (the simulated NIC).
-    pub fn napi_readiness_fd(&self) -> Option<std::io::Result<std::os::fd::OwnedFd>> {
-        let id = self.inner.napi_id.load(Ordering::Relaxed);
-        if id == 0 {
-            return None;
-        }
-        let napi = super::read(&self.host.napis).get(&NapiId(id))?.clone();
-        let g = napi.cell();
-        g.as_ref()?.readiness_fd()
     }
 }
