@@ -97,7 +97,7 @@ impl<T: AsRef<[u8]>> Frame<T> {
 
     /// The outer ethertype (a TPID when the frame is tagged).
     pub fn ethertype(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::ETHERTYPE.start)
+        be16(self.buffer.as_ref(), field::ETHERTYPE.start).unwrap_or(0)
     }
 
     /// Walk up to [`MAX_TAGS`] VLAN tags and return the inner ethertype and
@@ -117,9 +117,9 @@ impl<T: AsRef<[u8]>> Frame<T> {
             if b.len() < at + TAG_LEN {
                 return Err(Error::Truncated("vlan"));
             }
-            tags.vlan[tags.count as usize] = be16(b, at) & 0x0fff;
+            tags.vlan[tags.count as usize] = be16(b, at).unwrap_or(0) & 0x0fff;
             tags.count += 1;
-            tags.ethertype = be16(b, at + 2);
+            tags.ethertype = be16(b, at + 2).unwrap_or(0);
             tags.l3_offset = at + TAG_LEN;
         }
         Ok(tags)

@@ -112,15 +112,15 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
     /// Total length (header + payload).
     pub fn total_len(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::LENGTH.start)
+        be16(self.buffer.as_ref(), field::LENGTH.start).unwrap_or(0)
     }
     /// Identification.
     pub fn ident(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::IDENT.start)
+        be16(self.buffer.as_ref(), field::IDENT.start).unwrap_or(0)
     }
     /// Flags and fragment offset, raw.
     pub fn flags_frag(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::FLG_OFF.start)
+        be16(self.buffer.as_ref(), field::FLG_OFF.start).unwrap_or(0)
     }
     /// Don't-fragment flag.
     pub fn dont_frag(&self) -> bool {
@@ -144,7 +144,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
     /// Header checksum field.
     pub fn checksum(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::CHECKSUM.start)
+        be16(self.buffer.as_ref(), field::CHECKSUM.start).unwrap_or(0)
     }
     /// Source address.
     pub fn src(&self) -> Ipv4Addr {

@@ -91,9 +91,14 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Ok(())
     }
 
+    /// Version nibble.
+    pub fn version(&self) -> u8 {
+        self.buffer.as_ref()[0] >> 4
+    }
+
     /// Traffic class.
     pub fn traffic_class(&self) -> u8 {
-        (be16(self.buffer.as_ref(), 0) >> 4) as u8
+        (be16(self.buffer.as_ref(), 0).unwrap_or(0) >> 4) as u8
     }
     /// Flow label (20 bits).
     pub fn flow_label(&self) -> u32 {
@@ -101,7 +106,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
     /// Payload length (everything after the fixed header).
     pub fn payload_len(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::PAYLOAD_LEN.start)
+        be16(self.buffer.as_ref(), field::PAYLOAD_LEN.start).unwrap_or(0)
     }
     /// First next-header value.
     pub fn next_header(&self) -> u8 {
@@ -147,7 +152,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
                     if b.len() < chain.offset + 8 {
                         return Err(Error::BadIpv6Chain);
                     }
-                    let off = be16(b, chain.offset + 2);
+                    let off = be16(b, chain.offset + 2).unwrap_or(0);
                     chain.fragment = Some(Fragment {
                         offset: off >> 3,
                         more: off & 1 != 0,

@@ -94,9 +94,12 @@ pub type Result<T> = core::result::Result<T, Error>;
 /// A byte range inside a header, as smoltcp spells it.
 pub(crate) type Field = core::ops::Range<usize>;
 
-#[inline]
-pub(crate) fn be16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
+/// The big-endian `u16` at `at`, if `b` holds it: the one reader of a
+/// 16-bit header field for every crate (the views use it on buffers they
+/// checked; IP input, GRO and NAPI on raw frames).
+#[inline(always)]
+pub fn be16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
 }
 
 #[inline]

@@ -92,11 +92,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
     /// Source port.
     pub fn src_port(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::SRC_PORT.start)
+        be16(self.buffer.as_ref(), field::SRC_PORT.start).unwrap_or(0)
     }
     /// Destination port.
     pub fn dst_port(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::DST_PORT.start)
+        be16(self.buffer.as_ref(), field::DST_PORT.start).unwrap_or(0)
     }
     /// Sequence number.
     pub fn seq(&self) -> u32 {
@@ -112,19 +112,19 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
     /// Flag bits (see [`flags`]).
     pub fn flags(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::OFF_FLAGS.start) & 0x01ff
+        be16(self.buffer.as_ref(), field::OFF_FLAGS.start).unwrap_or(0) & 0x01ff
     }
     /// Window.
     pub fn window(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::WINDOW.start)
+        be16(self.buffer.as_ref(), field::WINDOW.start).unwrap_or(0)
     }
     /// Checksum field.
     pub fn checksum(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::CHECKSUM.start)
+        be16(self.buffer.as_ref(), field::CHECKSUM.start).unwrap_or(0)
     }
     /// Urgent pointer.
     pub fn urgent(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::URGENT.start)
+        be16(self.buffer.as_ref(), field::URGENT.start).unwrap_or(0)
     }
     /// The raw options bytes.
     pub fn options_raw(&self) -> &[u8] {
@@ -174,7 +174,7 @@ impl<'a> Iterator for Options<'a> {
         let data = &self.rest[2..len];
         self.rest = &self.rest[len..];
         Some(Ok(match (kind, data.len()) {
-            (2, 2) => TcpOption::Mss(be16(data, 0)),
+            (2, 2) => TcpOption::Mss(be16(data, 0).unwrap_or(0)),
             (3, 1) => TcpOption::WindowScale(data[0]),
             (4, 0) => TcpOption::SackPermitted,
             (8, 8) => TcpOption::Timestamps(be32(data, 0), be32(data, 4)),

@@ -48,20 +48,20 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
     /// Source port.
     pub fn src_port(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::SRC_PORT.start)
+        be16(self.buffer.as_ref(), field::SRC_PORT.start).unwrap_or(0)
     }
     /// Destination port.
     pub fn dst_port(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::DST_PORT.start)
+        be16(self.buffer.as_ref(), field::DST_PORT.start).unwrap_or(0)
     }
     /// Length field (header + payload).
     #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::LENGTH.start)
+        be16(self.buffer.as_ref(), field::LENGTH.start).unwrap_or(0)
     }
     /// Checksum field.
     pub fn checksum(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::CHECKSUM.start)
+        be16(self.buffer.as_ref(), field::CHECKSUM.start).unwrap_or(0)
     }
     /// Payload, up to the length field.
     pub fn payload(&self) -> &[u8] {

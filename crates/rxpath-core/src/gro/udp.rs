@@ -32,7 +32,7 @@
 
 use super::{Check, FlushReason, Gro, GroResult, Held, GRO_MAX_SIZE};
 use crate::packet::{Packet, RxCtx, Stack};
-use rxpath_wire::Headers;
+use rxpath_wire::{be16, Headers};
 
 /// `UDP_GRO_CNT_MAX`: segments in one UDP GRO packet.
 pub const UDP_GRO_CNT_MAX: u16 = 64;
@@ -131,8 +131,4 @@ pub(super) fn complete(frame: &mut [u8], off: usize, h: &Headers, ip_len: u32) {
         let sum = rxpath_wire::checksum::pseudo_header(h.flow.src(), h.flow.dst(), 17, ulen);
         frame[u + 6..u + 8].copy_from_slice(&(sum as u16).to_be_bytes());
     }
-}
-
-fn be16(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
 }

@@ -38,7 +38,8 @@ pub use crate::snmp::{IpMib, RxExt, Snmp, UdpMib};
 pub use stage::{Hook, IpStage, NoHook};
 
 use crate::stats::DropReason;
-use rxpath_wire::ethernet::{ethertype, Mac};
+use rxpath_wire::be16;
+use rxpath_wire::ethernet::{self, ethertype, Mac};
 use std::net::{IpAddr, SocketAddr};
 
 /// How UDP checksums are trusted (`--csum`).
@@ -228,10 +229,6 @@ pub(crate) struct L4 {
     pub(crate) proto: u8,
 }
 
-pub(crate) fn be16(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
-}
-
 /// Run a frame through L2, IP and UDP input. `Ok` is a datagram for the
 /// socket stage; `Err` a drop reason, already counted in `snmp`.
 pub fn input(
@@ -374,19 +371,14 @@ fn l2_rcv(frame: &[u8], cfg: &IpConfig, snmp: &mut Snmp) -> Result<(u16, usize),
         snmp.ext.otherhost += 1;
         return Err(DropReason::NotForUs);
     }
-    let mut off = 12;
+    let mut etype = ethernet::Frame::new_unchecked(frame).ethertype();
+    let mut off = ethernet::HEADER_LEN;
     let mut tags = 0;
-    let etype = loop {
-        let Some(t) = be16(frame, off) else {
-            return Err(DropReason::Malformed);
-        };
-        if t != ethertype::VLAN && t != ethertype::QINQ {
-            break t;
-        }
+    while etype == ethertype::VLAN || etype == ethertype::QINQ {
         // __netif_receive_skb_core(): a tag with a VLAN id and no VLAN
         // device makes the frame PACKET_OTHERHOST; a priority tag (id 0)
         // is taken off and the frame goes on.
-        let Some(tci) = be16(frame, off + 2) else {
+        let Some(tci) = be16(frame, off) else {
             return Err(DropReason::Malformed);
         };
         tags += 1;
@@ -394,9 +386,13 @@ fn l2_rcv(frame: &[u8], cfg: &IpConfig, snmp: &mut Snmp) -> Result<(u16, usize),
             snmp.ext.vlan_otherhost += 1;
             return Err(DropReason::NotForUs);
         }
+        let Some(inner) = be16(frame, off + 2) else {
+            return Err(DropReason::Malformed);
+        };
+        etype = inner;
         off += 4;
-    };
-    Ok((etype, off + 2))
+    }
+    Ok((etype, off))
 }
 
 // L2, L3 and UDP input are always inlined into their caller: called, each

@@ -7,9 +7,9 @@
 //! rxpath checks it here, once, before the lookup: the same datagrams are
 //! counted `InCsumErrors` either way.
 
-use super::{be16, CsumPolicy, CsumStatus, Datagram, IpConfig, Snmp, L4};
+use super::{CsumPolicy, CsumStatus, Datagram, IpConfig, Snmp, L4};
 use crate::stats::DropReason;
-use rxpath_wire::checksum;
+use rxpath_wire::{checksum, udp};
 use std::net::SocketAddr;
 
 #[inline(always)]
@@ -27,10 +27,11 @@ pub(super) fn rcv(
         snmp.udp_mut(v6).in_errors += 1;
         DropReason::Malformed
     };
-    if seg.len() < 8 {
+    if seg.len() < udp::HEADER_LEN {
         return Err(short(snmp));
     }
-    let mut ulen = be16(seg, 4).unwrap_or(0) as usize;
+    let hdr = udp::Packet::new_unchecked(seg);
+    let (mut ulen, field) = (hdr.len() as usize, hdr.checksum());
     if ulen > seg.len() + more {
         return Err(short(snmp));
     }
@@ -43,7 +44,6 @@ pub(super) fn rcv(
     }
     // The head's part; a GRO packet's other `more` bytes are in its chain.
     let seg = &seg[..ulen - more];
-    let field = be16(seg, 6).unwrap_or(0);
     let ok = if more > 0 {
         // A GRO packet: GRO verified (or trusted, as the device's status
         // and the policy allow) every segment's checksum.
@@ -86,8 +86,7 @@ pub(super) fn rcv(
         m.in_errors += 1;
         return Err(DropReason::BadChecksum);
     }
-    let sport = be16(seg, 0).unwrap_or(0);
-    let dport = be16(seg, 2).unwrap_or(0);
+    let (sport, dport) = (hdr.src_port(), hdr.dst_port());
     Ok(Datagram {
         src: SocketAddr::new(l4.src, sport),
         dst: SocketAddr::new(l4.dst, dport),

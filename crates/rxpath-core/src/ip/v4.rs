@@ -2,10 +2,10 @@
 //! (with `__ip_options_compile()`), `ip_local_deliver()` and
 //! `ip_protocol_deliver_rcu()` of net/ipv4, in that order.
 
-use super::{be16, IpConfig, Snmp, L4};
+use super::{IpConfig, Snmp, L4};
 use crate::stats::DropReason;
-use rxpath_wire::checksum;
-use std::net::{IpAddr, Ipv4Addr};
+use rxpath_wire::{checksum, ipv4};
+use std::net::IpAddr;
 
 const IPOPT_END: u8 = 0;
 const IPOPT_NOOP: u8 = 1;
@@ -38,11 +38,13 @@ pub(super) fn rcv(
 ) -> Result<L4, DropReason> {
     snmp.ip.in_receives += 1;
     let p = frame.get(l3..).unwrap_or(&[]);
-    if p.len() < 20 {
+    if p.len() < ipv4::HEADER_LEN {
         return Err(hdr_error(snmp));
     }
-    let ihl = (p[0] & 0x0f) as usize * 4;
-    if ihl < 20 || p[0] >> 4 != 4 {
+    // The kernel's checks in its order, on the unchecked view.
+    let ip = ipv4::Packet::new_unchecked(p);
+    let ihl = ip.header_len();
+    if ihl < ipv4::HEADER_LEN || ip.version() != 4 {
         return Err(hdr_error(snmp));
     }
     if p.len() < ihl {
@@ -52,7 +54,7 @@ pub(super) fn rcv(
         snmp.ip.in_csum_errors += 1;
         return Err(hdr_error(snmp));
     }
-    let tot = be16(p, 2).unwrap_or(0) as usize;
+    let tot = ip.total_len() as usize;
     if p.len() + more < tot {
         snmp.ip.in_truncated_pkts += 1;
         return Err(DropReason::Malformed);
@@ -61,9 +63,8 @@ pub(super) fn rcv(
     }
     // pskb_trim_rcsum(): the medium may have padded the frame. (`more`
     // bytes of a GRO packet lie in the chain's other frames.)
+    let (src, dst, frag, proto) = (ip.src(), ip.dst(), ip.flags_frag(), ip.protocol());
     let p = &p[..tot - more];
-    let src = Ipv4Addr::new(p[12], p[13], p[14], p[15]);
-    let dst = Ipv4Addr::new(p[16], p[17], p[18], p[19]);
     // ip_route_input_slow(): martian sources first.
     if src.is_multicast() || src.is_broadcast() || src.octets()[0] == 0 {
         snmp.ext.martian_source += 1;
@@ -82,7 +83,7 @@ pub(super) fn rcv(
         return Err(DropReason::NotForUs);
     }
     if ihl > 20 {
-        match compile_options(&p[20..ihl]) {
+        match compile_options(&p[ipv4::HEADER_LEN..ihl]) {
             Err(()) => return Err(hdr_error(snmp)),
             Ok(true) => {
                 // Source routing with accept_source_route 0.
@@ -97,13 +98,13 @@ pub(super) fn rcv(
         snmp.ip.in_addr_errors += 1;
         return Err(DropReason::NotForUs);
     }
-    if be16(p, 6).unwrap_or(0) & 0x3fff != 0 {
+    if frag & 0x3fff != 0 {
         // ip_defrag(): rxpath does not reassemble.
         snmp.ip.reasm_reqds += 1;
         snmp.ip.reasm_fails += 1;
         return Err(DropReason::Fragment);
     }
-    match p[9] {
+    match proto {
         // `InDelivers` is counted by the caller once the `INPUT` hook let
         // the packet through (`ip_protocol_deliver_rcu()`).
         proto if proto == 17 || cfg.deliver_all => Ok(L4 {

@@ -3,8 +3,9 @@
 //! extension headers (`ipv6_destopt_rcv()`, `ipv6_rthdr_rcv()`,
 //! `ipv6_frag_rcv()`) to the transport, as net/ipv6 does.
 
-use super::{be16, IpConfig, Snmp, L4};
+use super::{IpConfig, Snmp, L4};
 use crate::stats::DropReason;
+use rxpath_wire::ipv6;
 use std::net::{IpAddr, Ipv6Addr};
 
 const NEXTHDR_HOP: u8 = 0;
@@ -39,23 +40,23 @@ pub(super) fn rcv(
 ) -> Result<L4, DropReason> {
     snmp.ip6.in_receives += 1;
     let p = frame.get(l3..).unwrap_or(&[]);
-    if p.len() < 40 || p[0] >> 4 != 6 {
+    if p.len() < ipv6::HEADER_LEN {
         return Err(hdr_error(snmp));
     }
-    let addr = |at: usize| {
-        let mut o = [0u8; 16];
-        o.copy_from_slice(&p[at..at + 16]);
-        Ipv6Addr::from(o)
-    };
-    let (src, dst) = (addr(8), addr(24));
+    // The kernel's checks in its order, on the unchecked view.
+    let ip = ipv6::Packet::new_unchecked(p);
+    if ip.version() != 6 {
+        return Err(hdr_error(snmp));
+    }
+    let (src, dst) = (ip.src(), ip.dst());
     if src.is_loopback() || dst.is_loopback() {
         return Err(hdr_error(snmp));
     }
     if matches!(mc_scope(&dst), Some(0 | 1)) || src.is_multicast() {
         return Err(hdr_error(snmp));
     }
-    let plen = be16(p, 4).unwrap_or(0) as usize;
-    let mut nh = p[6];
+    let plen = ip.payload_len() as usize;
+    let mut nh = ip.next_header();
     let p = if plen != 0 || nh != NEXTHDR_HOP {
         if plen + 40 > p.len() + more {
             snmp.ip6.in_truncated_pkts += 1;
@@ -131,7 +132,7 @@ pub(super) fn rcv(
                 if plen == 0 || p.len() < off + 8 {
                     return Err(hdr_error(snmp));
                 }
-                if be16(p, off + 2).unwrap_or(0) & 0xfff9 == 0 {
+                if rxpath_wire::be16(p, off + 2).unwrap_or(0) & 0xfff9 == 0 {
                     // An atomic fragment: not fragmented at all.
                     snmp.ip6.reasm_oks += 1;
                     nh = p[off];

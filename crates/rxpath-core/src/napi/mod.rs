@@ -606,14 +606,14 @@ impl CsumMode {
                         (h.payload_offset + h.payload_len) as u32 - t as u32,
                     ),
                     rxpath_wire::L4::Udp => {
-                        let Some(ulen) = crate::ip::be16(frame, t + 4) else {
+                        let Some(ulen) = rxpath_wire::be16(frame, t + 4) else {
                             return;
                         };
                         (17, t + 6, ulen as u32)
                     }
                     _ => return,
                 };
-                let Some(field) = crate::ip::be16(frame, field_at) else {
+                let Some(field) = rxpath_wire::be16(frame, field_at) else {
                     return;
                 };
                 if crate::ip::is_partial(field, h.flow.src(), h.flow.dst(), proto, l4_len) {
