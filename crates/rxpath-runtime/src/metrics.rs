@@ -10,11 +10,14 @@
 //! `worker=`, `section=`/`counter=` labels.
 
 use crate::run::{Report, Tick};
+use crate::steer::WorkerReport;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
+use rxpath_core::gro::GroStats;
+use rxpath_core::sock::SockStats;
 use rxpath_core::stats::{DropReason, NapiStats, SoftnetStats};
 use rxpath_dev::DeviceQueueStats;
 use std::io::{Read, Write};
@@ -71,10 +74,100 @@ fn q(i: u16) -> Labels {
     vec![("queue", i.to_string())]
 }
 
-impl Collector for Collect {
-    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let s = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let queues: Vec<(u16, NapiStats, DeviceQueueStats)> = match (&s.report, &s.host) {
+/// A counter of a table: its name, its help text, where its value is.
+type Row<T> = (&'static str, &'static str, fn(&T) -> u64);
+
+/// The socket layer's counters (`Udp:` and busy polling).
+#[rustfmt::skip]
+const SOCK: &[Row<SockStats>] = &[
+    ("rxpath_socket_in_datagrams", "Datagrams queued to sockets (Udp: InDatagrams)", |k| k.in_datagrams),
+    ("rxpath_socket_no_ports", "Datagrams for no socket (Udp: NoPorts)", |k| k.no_ports),
+    ("rxpath_socket_rcvbuf_errors", "Datagrams dropped on a full receive queue (Udp: RcvbufErrors)", |k| k.rcvbuf_errors),
+    ("rxpath_socket_csum_errors", "Datagrams with a bad checksum (Udp: InCsumErrors)", |k| k.csum_errors),
+    ("rxpath_socket_out_datagrams", "Datagrams sent (Udp: OutDatagrams)", |k| k.out_datagrams),
+    ("rxpath_busy_polls", "Busy-poll sessions (napi_busy_loop)", |k| k.busy_polls),
+    ("rxpath_busy_poll_loops", "NAPI polls made by busy pollers", |k| k.busy_poll_loops),
+    ("rxpath_busy_poll_packets", "Packets busy pollers took", |k| k.busy_poll_packets),
+    ("rxpath_busy_poll_contended", "Busy polls that found the NAPI owned elsewhere", |k| k.busy_poll_contended),
+];
+
+/// Per queue: the NAPI's and the device's counters.
+#[rustfmt::skip]
+const QUEUE: &[Row<(NapiStats, DeviceQueueStats)>] = &[
+    ("rxpath_rx_packets", "Packets NAPI took from the queue", |(n, _)| n.received),
+    ("rxpath_rx_bytes", "Bytes NAPI took from the queue", |(n, _)| n.bytes),
+    ("rxpath_delivered_packets", "Packets (segments) that reached the end of the path, counted on the NAPI", |(n, _)| n.delivered),
+    ("rxpath_napi_polls", "NAPI polls", |(n, _)| n.polls),
+    ("rxpath_napi_wakeups", "Interrupts (wakeups) taken", |(n, _)| n.wakeups),
+    ("rxpath_device_offered_packets", "Packets the device saw", |(_, d)| d.offered),
+    ("rxpath_device_missed_packets", "Dropped by the device: RX ring full (rx_missed)", |(_, d)| d.rx_missed),
+    ("rxpath_device_no_buffer_packets", "Dropped by the device: no free frame (rx_no_buffer)", |(_, d)| d.rx_no_buffer),
+    ("rxpath_device_too_long_packets", "Dropped by the device: longer than a frame", |(_, d)| d.rx_too_long),
+];
+
+/// Per worker, what the workers share (known live).
+#[rustfmt::skip]
+const WORKER: &[Row<WorkerReport>] = &[
+    ("rxpath_worker_processed_packets", "Packets a worker took from its backlog", |x| x.backlog.processed),
+    ("rxpath_worker_backlog_dropped_packets", "Packets dropped at a worker's backlog (netdev_max_backlog, flow limit)", |x| x.backlog.dropped),
+    ("rxpath_worker_flow_limit_packets", "Of those, dropped by the flow limit", |x| x.backlog.flow_limit_count),
+    ("rxpath_worker_received_rps_packets", "Packets steered to a worker from another", |x| x.backlog.received_rps),
+    ("rxpath_worker_wakeups", "Wakeups a worker received", |x| x.wakeups),
+];
+
+/// Per worker, each thread's own counters (they come with the report).
+#[rustfmt::skip]
+const WORKER_FINAL: &[Row<WorkerReport>] = &[
+    ("rxpath_worker_time_squeeze", "Backlog turns that ran out of budget with work left", |x| x.time_squeeze),
+    ("rxpath_worker_delivered_packets", "Packets (segments) delivered on a worker", |x| x.path.delivered),
+];
+
+/// GRO over all queues.
+#[rustfmt::skip]
+const GRO: &[Row<GroStats>] = &[
+    ("rxpath_gro_segments", "Segments into GRO", |g| g.packets_in),
+    ("rxpath_gro_packets", "Packets out of GRO", |g| g.packets_out),
+    ("rxpath_gro_merged_segments", "Segments merged into a held packet", |g| g.merged),
+];
+
+/// Encode every row of `table` with one sample per item of `items`,
+/// labelled as `label` says.
+fn encode_table<T>(
+    enc: &mut DescriptorEncoder<'_>,
+    table: &[Row<T>],
+    items: &[(Labels, T)],
+) -> Result<(), std::fmt::Error> {
+    for (name, help, get) in table {
+        let rows: Vec<(Labels, u64)> = items.iter().map(|(l, x)| (l.clone(), get(x))).collect();
+        counter(enc, name, help, &rows)?;
+    }
+    Ok(())
+}
+
+/// Drops by reason, per queue or worker.
+fn drops<'a>(per: impl Iterator<Item = (Labels, &'a NapiStats)>) -> Vec<(Labels, u64)> {
+    per.flat_map(|(l, n)| {
+        DropReason::ALL.iter().map(move |r| {
+            let mut l = l.clone();
+            l.push(("reason", r.name().to_string()));
+            (l, n.dropped.get(*r))
+        })
+    })
+    .collect()
+}
+
+/// What a scrape shows, taken from the snapshot: the final report's
+/// figures if there is one, else the host's, else the live ones.
+struct View {
+    queues: Vec<(u16, NapiStats, DeviceQueueStats)>,
+    workers: Vec<WorkerReport>,
+    sock: Option<SockStats>,
+    finished: bool,
+}
+
+impl View {
+    fn of(s: &Snapshot) -> View {
+        let queues = match (&s.report, &s.host) {
             (Some(r), _) => r
                 .queues
                 .iter()
@@ -96,355 +189,198 @@ impl Collector for Collect {
                 .collect(),
             (None, None) => s.queues.clone(),
         };
-        let workers: Vec<crate::steer::WorkerReport> = match (&s.report, &s.host) {
+        let workers = match (&s.report, &s.host) {
             (Some(r), _) => r.workers.clone(),
             (None, Some(h)) => h.workers.clone(),
             (None, None) => s.workers.clone(),
         };
-        let finished = s.report.is_some() || s.host.is_some();
         let sock = s
             .host
             .as_ref()
             .map(|h| h.sock)
             .or(s.sock)
             .or_else(|| s.live_sock.as_ref().map(|k| k.stats()));
-        if let Some(k) = &sock {
-            let one = |v: u64| [(Labels::new(), v)];
-            counter(
-                &mut enc,
-                "rxpath_socket_in_datagrams",
-                "Datagrams queued to sockets (Udp: InDatagrams)",
-                &one(k.in_datagrams),
-            )?;
-            counter(
-                &mut enc,
-                "rxpath_socket_no_ports",
-                "Datagrams for no socket (Udp: NoPorts)",
-                &one(k.no_ports),
-            )?;
-            counter(
-                &mut enc,
-                "rxpath_socket_rcvbuf_errors",
-                "Datagrams dropped on a full receive queue (Udp: RcvbufErrors)",
-                &one(k.rcvbuf_errors),
-            )?;
-            counter(
-                &mut enc,
-                "rxpath_socket_csum_errors",
-                "Datagrams with a bad checksum (Udp: InCsumErrors)",
-                &one(k.csum_errors),
-            )?;
-            counter(
-                &mut enc,
-                "rxpath_socket_out_datagrams",
-                "Datagrams sent (Udp: OutDatagrams)",
-                &one(k.out_datagrams),
-            )?;
-            counter(
-                &mut enc,
-                "rxpath_busy_polls",
-                "Busy-poll sessions (napi_busy_loop)",
-                &one(k.busy_polls),
-            )?;
-            counter(
-                &mut enc,
-                "rxpath_busy_poll_loops",
-                "NAPI polls made by busy pollers",
-                &one(k.busy_poll_loops),
-            )?;
-            counter(
-                &mut enc,
-                "rxpath_busy_poll_packets",
-                "Packets busy pollers took",
-                &one(k.busy_poll_packets),
-            )?;
-            counter(
-                &mut enc,
-                "rxpath_busy_poll_contended",
-                "Busy polls that found the NAPI owned elsewhere",
-                &one(k.busy_poll_contended),
-            )?;
-            let m = enc.encode_descriptor(
-                "rxpath_busy_poll_seconds",
-                "Time spent busy polling",
-                None,
-                ConstCounter::new(0f64).metric_type(),
-            )?;
-            ConstCounter::new(k.busy_poll_ns as f64 / 1e9).encode(m)?;
+        View {
+            queues,
+            workers,
+            sock,
+            finished: s.report.is_some() || s.host.is_some(),
         }
-        let per_q = |f: &dyn Fn(&NapiStats, &DeviceQueueStats) -> u64| -> Vec<(Labels, u64)> {
-            queues.iter().map(|(i, n, d)| (q(*i), f(n, d))).collect()
-        };
+    }
+
+    fn worker_items(&self) -> Vec<(Labels, WorkerReport)> {
+        self.workers
+            .iter()
+            .map(|x| (vec![("worker", x.worker.to_string())], *x))
+            .collect()
+    }
+}
+
+fn encode_sock(enc: &mut DescriptorEncoder<'_>, k: &SockStats) -> Result<(), std::fmt::Error> {
+    encode_table(enc, SOCK, &[(Labels::new(), *k)])?;
+    let m = enc.encode_descriptor(
+        "rxpath_busy_poll_seconds",
+        "Time spent busy polling",
+        None,
+        ConstCounter::new(0f64).metric_type(),
+    )?;
+    ConstCounter::new(k.busy_poll_ns as f64 / 1e9).encode(m)
+}
+
+fn encode_path(
+    enc: &mut DescriptorEncoder<'_>,
+    s: &Snapshot,
+    v: &View,
+) -> Result<(), std::fmt::Error> {
+    let items: Vec<(Labels, (NapiStats, DeviceQueueStats))> =
+        v.queues.iter().map(|(i, n, d)| (q(*i), (*n, *d))).collect();
+    encode_table(enc, QUEUE, &items)?;
+    counter(
+        enc,
+        "rxpath_dropped_packets",
+        "Packets dropped on the NAPI's side of the path, by reason",
+        &drops(v.queues.iter().map(|(i, n, _)| (q(*i), n))),
+    )?;
+    let softnet = match &s.report {
+        Some(r) => r.softnet.iter().fold(SoftnetStats::default(), |mut a, b| {
+            a.rx_actions += b.rx_actions;
+            a.time_squeeze += b.time_squeeze;
+            a
+        }),
+        None => s.softnet,
+    };
+    counter(
+        enc,
+        "rxpath_softnet_net_rx_actions",
+        "net_rx_action rounds",
+        &[(vec![], softnet.rx_actions)],
+    )?;
+    counter(
+        enc,
+        "rxpath_softnet_time_squeeze",
+        "net_rx_action rounds that ran out of budget with work left",
+        &[(vec![], softnet.time_squeeze)],
+    )?;
+    let mut total = NapiStats::default();
+    for (_, n, _) in &v.queues {
+        total.merge(n);
+    }
+    for w in &v.workers {
+        total.merge(&w.path);
+    }
+    let rows: Vec<(Labels, u64)> = total
+        .snmp
+        .sections()
+        .into_iter()
+        .flat_map(|(sec, rows)| {
+            rows.into_iter().map(move |(k, v)| {
+                (
+                    vec![("section", sec.to_string()), ("counter", k.to_string())],
+                    v,
+                )
+            })
+        })
+        .collect();
+    counter(
+        enc,
+        "rxpath_snmp",
+        "IP/UDP input counters under the kernel's /proc/net/snmp names",
+        &rows,
+    )
+}
+
+fn encode_workers(enc: &mut DescriptorEncoder<'_>, v: &View) -> Result<(), std::fmt::Error> {
+    if v.workers.is_empty() {
+        return Ok(());
+    }
+    let items = v.worker_items();
+    encode_table(enc, WORKER, &items)?;
+    // Each worker thread's own counters come with the report at the end;
+    // live, only what the workers share is known.
+    if v.finished {
+        encode_table(enc, WORKER_FINAL, &items)?;
         counter(
-            &mut enc,
-            "rxpath_rx_packets",
-            "Packets NAPI took from the queue",
-            &per_q(&|n, _| n.received),
+            enc,
+            "rxpath_worker_dropped_packets",
+            "Packets dropped on a worker's part of the path, by reason",
+            &drops(items.iter().map(|(l, x)| (l.clone(), &x.path))),
         )?;
+    }
+    Ok(())
+}
+
+/// What only a run's final report has: latency, order, GRO.
+fn encode_report(enc: &mut DescriptorEncoder<'_>, r: &Report) -> Result<(), std::fmt::Error> {
+    if let Some(h) = &r.latency {
+        // Send-to-delivery latency (`--stack latency`).
+        const EDGES_US: [u64; 14] = [
+            1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000,
+        ];
+        let edges_ns: Vec<u64> = EDGES_US.iter().map(|u| u * 1000).collect();
+        let counts = h.coarse(&edges_ns);
+        let mut buckets: Vec<(f64, u64)> = EDGES_US
+            .iter()
+            .zip(&counts)
+            .map(|(&u, &n)| (u as f64 / 1e6, n))
+            .collect();
+        buckets.push((f64::MAX, counts[EDGES_US.len()]));
+        let mut m = enc.encode_descriptor(
+            "rxpath_latency_seconds",
+            "Send-to-delivery latency of stamped request/response packets",
+            None,
+            prometheus_client::metrics::MetricType::Histogram,
+        )?;
+        m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+            h.sum_ns() as f64 / 1e9,
+            h.count(),
+            &buckets,
+            None,
+        )?;
+    }
+    if let Some(o) = &r.order {
         counter(
-            &mut enc,
-            "rxpath_rx_bytes",
-            "Bytes NAPI took from the queue",
-            &per_q(&|n, _| n.bytes),
+            enc,
+            "rxpath_reordered_packets",
+            "Packets delivered out of their flow's order",
+            &[(vec![], o.reordered)],
         )?;
-        counter(
-            &mut enc,
-            "rxpath_delivered_packets",
-            "Packets (segments) that reached the end of the path, counted on the NAPI",
-            &per_q(&|n, _| n.delivered),
-        )?;
-        counter(
-            &mut enc,
-            "rxpath_napi_polls",
-            "NAPI polls",
-            &per_q(&|n, _| n.polls),
-        )?;
-        counter(
-            &mut enc,
-            "rxpath_napi_wakeups",
-            "Interrupts (wakeups) taken",
-            &per_q(&|n, _| n.wakeups),
-        )?;
-        counter(
-            &mut enc,
-            "rxpath_device_offered_packets",
-            "Packets the device saw",
-            &per_q(&|_, d| d.offered),
-        )?;
-        counter(
-            &mut enc,
-            "rxpath_device_missed_packets",
-            "Dropped by the device: RX ring full (rx_missed)",
-            &per_q(&|_, d| d.rx_missed),
-        )?;
-        counter(
-            &mut enc,
-            "rxpath_device_no_buffer_packets",
-            "Dropped by the device: no free frame (rx_no_buffer)",
-            &per_q(&|_, d| d.rx_no_buffer),
-        )?;
-        counter(
-            &mut enc,
-            "rxpath_device_too_long_packets",
-            "Dropped by the device: longer than a frame",
-            &per_q(&|_, d| d.rx_too_long),
-        )?;
-        let mut drops = Vec::new();
-        for (i, n, _) in &queues {
-            for r in DropReason::ALL {
-                drops.push((
-                    vec![("queue", i.to_string()), ("reason", r.name().to_string())],
-                    n.dropped.get(r),
-                ));
-            }
-        }
-        counter(
-            &mut enc,
-            "rxpath_dropped_packets",
-            "Packets dropped on the NAPI's side of the path, by reason",
-            &drops,
-        )?;
-        let softnet = match &s.report {
-            Some(r) => r.softnet.iter().fold(SoftnetStats::default(), |mut a, b| {
-                a.rx_actions += b.rx_actions;
-                a.time_squeeze += b.time_squeeze;
-                a
-            }),
-            None => s.softnet,
-        };
-        counter(
-            &mut enc,
-            "rxpath_softnet_net_rx_actions",
-            "net_rx_action rounds",
-            &[(vec![], softnet.rx_actions)],
-        )?;
-        counter(
-            &mut enc,
-            "rxpath_softnet_time_squeeze",
-            "net_rx_action rounds that ran out of budget with work left",
-            &[(vec![], softnet.time_squeeze)],
-        )?;
-        let mut snmp_total = NapiStats::default();
-        for (_, n, _) in &queues {
-            snmp_total.merge(n);
-        }
-        for w in &workers {
-            snmp_total.merge(&w.path);
-        }
-        let rows: Vec<(Labels, u64)> = snmp_total
-            .snmp
-            .sections()
-            .into_iter()
-            .flat_map(|(sec, rows)| {
-                rows.into_iter().map(move |(k, v)| {
-                    (
-                        vec![("section", sec.to_string()), ("counter", k.to_string())],
-                        v,
-                    )
-                })
+    }
+    if let Some(g) = r.gro_total() {
+        encode_table(enc, GRO, &[(Labels::new(), g)])?;
+        let rows: Vec<(Labels, u64)> = rxpath_core::gro::FlushReason::ALL
+            .iter()
+            .map(|&f| {
+                let name = serde_json::to_value(f)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default();
+                (vec![("reason", name)], g.flushes(f))
             })
             .collect();
-        counter(
-            &mut enc,
-            "rxpath_snmp",
-            "IP/UDP input counters under the kernel's /proc/net/snmp names",
-            &rows,
+        counter(enc, "rxpath_gro_flushes", "GRO flushes by reason", &rows)?;
+    }
+    Ok(())
+}
+
+impl Collector for Collect {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let s = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let v = View::of(&s);
+        if let Some(k) = &v.sock {
+            encode_sock(&mut enc, k)?;
+        }
+        encode_path(&mut enc, &s, &v)?;
+        encode_workers(&mut enc, &v)?;
+        if let Some(r) = &s.report {
+            encode_report(&mut enc, r)?;
+        }
+        let m = enc.encode_descriptor(
+            "rxpath_run_finished",
+            "Whether the run has ended and these counters are final (1) or not yet (0)",
+            None,
+            ConstGauge::new(0i64).metric_type(),
         )?;
-        let w = |f: &dyn Fn(&crate::steer::WorkerReport) -> u64| -> Vec<(Labels, u64)> {
-            workers
-                .iter()
-                .map(|x| (vec![("worker", x.worker.to_string())], f(x)))
-                .collect()
-        };
-        if !workers.is_empty() {
-            counter(
-                &mut enc,
-                "rxpath_worker_processed_packets",
-                "Packets a worker took from its backlog",
-                &w(&|x| x.backlog.processed),
-            )?;
-            counter(
-                &mut enc,
-                "rxpath_worker_backlog_dropped_packets",
-                "Packets dropped at a worker's backlog (netdev_max_backlog, flow limit)",
-                &w(&|x| x.backlog.dropped),
-            )?;
-            counter(
-                &mut enc,
-                "rxpath_worker_flow_limit_packets",
-                "Of those, dropped by the flow limit",
-                &w(&|x| x.backlog.flow_limit_count),
-            )?;
-            counter(
-                &mut enc,
-                "rxpath_worker_received_rps_packets",
-                "Packets steered to a worker from another",
-                &w(&|x| x.backlog.received_rps),
-            )?;
-            counter(
-                &mut enc,
-                "rxpath_worker_wakeups",
-                "Wakeups a worker received",
-                &w(&|x| x.wakeups),
-            )?;
-            // Each worker thread's own counters come with the report at the
-            // end; live, only what the workers share is known.
-            if finished {
-                counter(
-                    &mut enc,
-                    "rxpath_worker_time_squeeze",
-                    "Backlog turns that ran out of budget with work left",
-                    &w(&|x| x.time_squeeze),
-                )?;
-                counter(
-                    &mut enc,
-                    "rxpath_worker_delivered_packets",
-                    "Packets (segments) delivered on a worker",
-                    &w(&|x| x.path.delivered),
-                )?;
-                let mut drops = Vec::new();
-                for x in &workers {
-                    for reason in DropReason::ALL {
-                        drops.push((
-                            vec![
-                                ("worker", x.worker.to_string()),
-                                ("reason", reason.name().to_string()),
-                            ],
-                            x.path.dropped.get(reason),
-                        ));
-                    }
-                }
-                counter(
-                    &mut enc,
-                    "rxpath_worker_dropped_packets",
-                    "Packets dropped on a worker's part of the path, by reason",
-                    &drops,
-                )?;
-            }
-        }
-        let finished_gauge = |enc: &mut DescriptorEncoder<'_>| -> Result<(), std::fmt::Error> {
-            let m = enc.encode_descriptor(
-                "rxpath_run_finished",
-                "Whether the run has ended and these counters are final (1) or not yet (0)",
-                None,
-                ConstGauge::new(0i64).metric_type(),
-            )?;
-            ConstGauge::new(finished as i64).encode(m)
-        };
-        let Some(r) = &s.report else {
-            return finished_gauge(&mut enc);
-        };
-        if let Some(h) = &r.latency {
-            // Send-to-delivery latency (`--stack latency`).
-            const EDGES_US: [u64; 14] = [
-                1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000,
-            ];
-            let edges_ns: Vec<u64> = EDGES_US.iter().map(|u| u * 1000).collect();
-            let counts = h.coarse(&edges_ns);
-            let mut buckets: Vec<(f64, u64)> = EDGES_US
-                .iter()
-                .zip(&counts)
-                .map(|(&u, &n)| (u as f64 / 1e6, n))
-                .collect();
-            buckets.push((f64::MAX, counts[EDGES_US.len()]));
-            let mut m = enc.encode_descriptor(
-                "rxpath_latency_seconds",
-                "Send-to-delivery latency of stamped request/response packets",
-                None,
-                prometheus_client::metrics::MetricType::Histogram,
-            )?;
-            m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
-                h.sum_ns() as f64 / 1e9,
-                h.count(),
-                &buckets,
-                None,
-            )?;
-        }
-        if let Some(o) = &r.order {
-            counter(
-                &mut enc,
-                "rxpath_reordered_packets",
-                "Packets delivered out of their flow's order",
-                &[(vec![], o.reordered)],
-            )?;
-        }
-        if let Some(g) = r.gro_total() {
-            counter(
-                &mut enc,
-                "rxpath_gro_segments",
-                "Segments into GRO",
-                &[(vec![], g.packets_in)],
-            )?;
-            counter(
-                &mut enc,
-                "rxpath_gro_packets",
-                "Packets out of GRO",
-                &[(vec![], g.packets_out)],
-            )?;
-            counter(
-                &mut enc,
-                "rxpath_gro_merged_segments",
-                "Segments merged into a held packet",
-                &[(vec![], g.merged)],
-            )?;
-            let rows: Vec<(Labels, u64)> = rxpath_core::gro::FlushReason::ALL
-                .iter()
-                .map(|&f| {
-                    let name = serde_json::to_value(f)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string))
-                        .unwrap_or_default();
-                    (vec![("reason", name)], g.flushes(f))
-                })
-                .collect();
-            counter(
-                &mut enc,
-                "rxpath_gro_flushes",
-                "GRO flushes by reason",
-                &rows,
-            )?;
-        }
-        finished_gauge(&mut enc)
+        ConstGauge::new(v.finished as i64).encode(m)
     }
 }
 
