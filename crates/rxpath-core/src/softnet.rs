@@ -126,6 +126,22 @@ impl Softnet {
         // stage that says so); otherwise the coarse one, as the kernel
         // measures this window in jiffies and stamps no packet.
         let fine = stack.wants_time() || self.poll_list.iter().any(|&i| napis[i].wants_time());
+        self.net_rx_action_by(fine, clock, |i, now| {
+            let napi = &mut napis[i];
+            let weight = napi.weight();
+            napi.poll(weight, stack, now)
+        })
+    }
+
+    /// [`Self::net_rx_action`] over NAPIs however they are held: `poll(i,
+    /// now)` polls NAPI `i` once with its weight. `fine`: read the fine
+    /// clock (someone stamps packets), else the coarse one.
+    pub fn net_rx_action_by<C: Clock>(
+        &mut self,
+        fine: bool,
+        clock: &C,
+        mut poll: impl FnMut(usize, u64) -> crate::napi::PollResult,
+    ) -> RxActionResult {
         let read = |c: &C| if fine { c.now_ns() } else { c.coarse_ns() };
         let mut now = read(clock);
         let time_limit = now + self.cfg.netdev_budget_usecs * 1000;
@@ -139,9 +155,7 @@ impl Softnet {
         };
         self.stats.rx_actions += 1;
         while let Some(i) = list.pop_front() {
-            let napi = &mut napis[i];
-            let weight = napi.weight();
-            let r = napi.poll(weight, stack, now);
+            let r = poll(i, now);
             res.work += r.work;
             res.polls += 1;
             if !r.completed {

@@ -342,10 +342,16 @@ impl<Q: RxQueue> Napi<Q> {
     /// wakeup and try to schedule the NAPI (`napi_schedule`). Returns true if
     /// the caller now owns it and must put it on its poll list.
     pub fn take_irq(&mut self) -> bool {
+        self.irq_raised() && self.state.schedule_prep()
+    }
+
+    /// Take the queue's interrupt if it was raised, counting the wakeup;
+    /// the caller then schedules the NAPI (or finds it owned: `MISSED`).
+    pub fn irq_raised(&mut self) -> bool {
         match self.queue.irq() {
             Some(irq) if irq.take() => {
                 self.stats.wakeups += 1;
-                self.state.schedule_prep()
+                true
             }
             _ => false,
         }

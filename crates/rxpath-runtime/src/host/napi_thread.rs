@@ -1,6 +1,9 @@
 //! The host's NAPI threads and the interrupt-context poll (`napi_in_irq`).
 
+use crate::engine::{Engine, NapiSet};
+use rxpath_core::napi::PollResult;
 use rxpath_core::sock::{SharedNapi, Sockets};
+use rxpath_core::softnet::SoftnetConfig;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -34,16 +37,99 @@ pub(super) fn napi_in_irq(n: &SharedNapi) -> bool {
     true
 }
 
-/// Naps of up to 1 ms in a row with nothing to do before a NAPI thread
-/// sleeps without a deadline ([`sleep_idle`]).
-const IDLE_NAPS: u32 = 16;
+/// A host's NAPIs, shared with busy-polling sockets: each poll takes the
+/// cell's lock (uncontended by design: the state word decides who owns it).
+struct Shared<'a> {
+    napis: &'a [Arc<SharedNapi>],
+    socks: &'a Sockets,
+    interrupts: bool,
+    me: thread::Thread,
+}
+
+impl NapiSet for Shared<'_> {
+    fn count(&self) -> usize {
+        self.napis.len()
+    }
+
+    fn take_irq(&mut self, i: usize) -> bool {
+        self.napis[i].irq.as_ref().is_some_and(|l| l.take())
+    }
+
+    fn schedule_prep(&mut self, i: usize) -> bool {
+        self.napis[i].state.schedule_prep()
+    }
+
+    fn timer(&self, i: usize) -> Option<u64> {
+        Some(self.napis[i].timer_at()).filter(|&t| t != 0)
+    }
+
+    fn fire_timer(&mut self, i: usize, now_ns: u64) -> bool {
+        let n = &self.napis[i];
+        let mut g = n.cell();
+        let Some(c) = g.as_mut() else { return false };
+        let owned = c.fire_timer(now_ns);
+        n.note_timer(c.as_ref());
+        owned
+    }
+
+    fn deferred_until(&self, i: usize) -> u64 {
+        self.napis[i].deferred_until()
+    }
+
+    fn clear_deferral(&mut self, i: usize) {
+        self.napis[i].clear_deferral();
+    }
+
+    fn returning(&self, i: usize) -> bool {
+        // A device that ran out of buffers raises no interrupt: frames
+        // coming home from sockets need the owner.
+        let q = self.napis[i].queue;
+        self.socks.port(q).is_some_and(|p| p.ret.pending() > 0)
+    }
+
+    fn try_own(&mut self, i: usize) -> bool {
+        self.napis[i].state.try_own()
+    }
+
+    fn wants_time(&self) -> bool {
+        // GRO and the NAPI timer read it.
+        true
+    }
+
+    fn poll(&mut self, i: usize, now_ns: u64) -> PollResult {
+        let n = &self.napis[i];
+        let mut g = n.cell();
+        match g.as_mut() {
+            Some(c) => {
+                let r = c.poll(c.weight(), now_ns);
+                n.note_timer(c.as_ref());
+                r
+            }
+            None => {
+                // Taken at shutdown: nothing to poll; give it back.
+                n.state.complete();
+                PollResult {
+                    work: 0,
+                    completed: true,
+                }
+            }
+        }
+    }
+
+    fn sleep_idle(&mut self) -> bool {
+        if !self.interrupts {
+            return false;
+        }
+        sleep_idle(self.napis, self.socks, &self.me);
+        true
+    }
+}
 
 /// An idle NAPI thread's sleep: no interrupt, no deferral, no timer, for
-/// [`IDLE_NAPS`] naps. Until now it napped 1 ms at a time, to see frames
-/// coming home (a device that ran out of buffers raises no interrupt):
-/// an idle host woke a thousand times a second. Now it sleeps until an
-/// interrupt, a frame coming home, a busy poller's deferral or timer, or
-/// stop wakes it (each unparks it); the 1 s nap is only a safety net.
+/// [`crate::engine::IDLE_NAPS`] naps. It sleeps until an interrupt, a frame
+/// coming home, a busy poller's deferral or timer, or stop wakes it (each
+/// unparks it); the 1 s nap is only a safety net. (Napping 1 ms at a time
+/// instead, an idle host would wake a thousand times a second.)
 fn sleep_idle(napis: &[Arc<SharedNapi>], socks: &Sockets, me: &thread::Thread) {
     for n in napis {
         n.watch(true);
@@ -69,8 +155,8 @@ fn sleep_idle(napis: &[Arc<SharedNapi>], socks: &Sockets, me: &thread::Thread) {
     }
 }
 
-/// The body of a NAPI thread: take interrupts, poll scheduled NAPIs with
-/// their weight round-robin until they complete (`net_rx_action`).
+/// The body of a host's NAPI thread: the engine over the shared NAPIs
+/// ([`crate::engine`]), then what the thread still owns is given back.
 pub(super) fn napi_thread(
     napis: Vec<Arc<SharedNapi>>,
     socks: &Sockets,
@@ -83,109 +169,26 @@ pub(super) fn napi_thread(
             irq.set_waiter(me.clone());
         }
     }
-    let mut sched: Vec<usize> = Vec::with_capacity(napis.len());
-    let mut idle_spins = 0u32;
-    // Naps in a row that found nothing to do.
-    let mut idle_naps = 0u32;
+    let mut eng = Engine::new(SoftnetConfig::default(), interrupts, false);
+    let mut set = Shared {
+        napis: &napis,
+        socks,
+        interrupts,
+        me,
+    };
     while !stop.load(Ordering::Acquire) {
-        for (i, n) in napis.iter().enumerate() {
-            if sched.contains(&i) {
-                continue;
-            }
-            let irq = if interrupts {
-                n.irq.as_ref().is_some_and(|l| l.take())
-            } else {
-                true
-            };
-            // Frames coming home from sockets also need the owner: a device
-            // that ran out of buffers raises no interrupt.
-            let returning = socks.port(n.queue).is_some_and(|p| p.ret.pending() > 0);
-            // A busy poller deferred the interrupt and did not come back.
-            let d = n.deferred_until();
-            let now = rxpath_dev::mono_ns();
-            let deferred = d != 0 && now >= d;
-            // The NAPI timer (`gro_flush_timeout`) is due: `napi_watchdog`.
-            let t = n.timer_at();
-            if t != 0 && now >= t {
-                let mut g = n.cell();
-                if let Some(c) = g.as_mut() {
-                    let owned = c.fire_timer(now);
-                    n.note_timer(c.as_ref());
-                    if owned {
-                        drop(g);
-                        n.clear_deferral();
-                        sched.push(i);
-                        continue;
-                    }
-                }
-            }
-            // An interrupt or a lapsed deferral is `napi_schedule`
-            // (MISSED if owned). Frames coming home only take an idle NAPI
-            // that no busy poller deferred: while deferred, the busy poller
-            // reclaims them when it polls again, or this thread at the
-            // deadline (taking it earlier would end the deferral).
-            let owned = if irq || deferred {
-                n.state.schedule_prep()
-            } else {
-                returning && d == 0 && n.state.try_own()
-            };
-            if owned {
-                n.clear_deferral();
-                sched.push(i);
-            }
-        }
-        if sched.is_empty() {
-            if interrupts {
-                let cap = Duration::from_millis(1);
-                let next = napis
-                    .iter()
-                    .flat_map(|n| [n.deferred_until(), n.timer_at()])
-                    .filter(|&d| d != 0)
-                    .min();
-                if next.is_none() && idle_naps >= IDLE_NAPS {
-                    sleep_idle(&napis, socks, &me);
-                } else {
-                    let wait = next.map_or(cap, |d| {
-                        Duration::from_nanos(d.saturating_sub(rxpath_dev::mono_ns())).min(cap)
-                    });
-                    thread::park_timeout(wait);
-                }
-                // A deadline to watch (a busy poller's deferral, a timer)
-                // is not idleness.
-                idle_naps = match next {
-                    Some(_) => 0,
-                    None => idle_naps.saturating_add(1),
-                };
-            } else {
-                idle_spins += 1;
-                if idle_spins.is_multiple_of(64) {
-                    thread::yield_now();
-                }
-                std::hint::spin_loop();
-            }
+        eng.schedule_due(&mut set);
+        if eng.pending() == 0 {
+            eng.idle(&mut set);
             continue;
         }
-        idle_spins = 0;
-        idle_naps = 0;
-        let now = rxpath_dev::mono_ns();
-        sched.retain(|&i| {
-            let n = &napis[i];
-            let mut g = n.cell();
-            match g.as_mut() {
-                Some(c) => {
-                    let done = c.poll(c.weight(), now).completed;
-                    n.note_timer(c.as_ref());
-                    !done
-                }
-                None => {
-                    n.state.complete();
-                    false
-                }
-            }
-        });
+        eng.rx_action(&mut set);
     }
     // Give back what this thread still owns.
-    for &i in &sched {
-        napis[i].state.complete();
+    let sn = eng.softnet();
+    for (i, n) in napis.iter().enumerate() {
+        if sn.is_scheduled(i) {
+            n.state.complete();
+        }
     }
 }

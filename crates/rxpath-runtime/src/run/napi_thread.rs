@@ -2,9 +2,10 @@
 //! backlog when steering is on, and the drain at the end.
 
 use super::config::RunKnobs;
-use crate::clock::MonotonicClock;
+use crate::engine::{Engine, NapiSet};
 use crate::steer::{BottomHalf, WorkerCounters, Workers};
 use rxpath_core::napi::Napi;
+use rxpath_core::napi::PollResult;
 use rxpath_core::packet::Stack;
 use rxpath_core::softnet::{Softnet, SoftnetConfig};
 use rxpath_core::stats::{LatencyHist, NapiStats, SoftnetStats};
@@ -65,7 +66,8 @@ pub(super) fn napi_thread<Q: RxQueue, S: Stack>(
     knobs: Option<RunKnobs>,
     mut stall: Option<FaultWindows>,
 ) -> ThreadOut<Q> {
-    let clock = MonotonicClock;
+    let mut eng = Engine::new(cfg, interrupts, idle_poll);
+    let clock = *eng.clock();
     let t0 = std::time::Instant::now();
     let mut stalled = Duration::ZERO;
     let mut home = Vec::new();
@@ -75,7 +77,6 @@ pub(super) fn napi_thread<Q: RxQueue, S: Stack>(
             irq.set_waiter(me.clone());
         }
     }
-    let mut sn = Softnet::new(cfg);
     let mut loops = 0u64;
     let mut received_at_stop = None;
     let publish = |napis: &Vec<Napi<Q>>, sn: &Softnet| {
@@ -112,87 +113,45 @@ pub(super) fn napi_thread<Q: RxQueue, S: Stack>(
             take_home(&mut napis, b.workers(), &mut home);
             bh_busy = b.run() || !b.idle();
         }
-        if interrupts {
-            for (i, n) in napis.iter_mut().enumerate() {
-                if n.take_irq() {
-                    sn.schedule(i);
-                }
-            }
-        } else {
-            for (i, n) in napis.iter_mut().enumerate() {
-                if !sn.is_scheduled(i) && n.state().schedule_prep() {
-                    sn.schedule(i);
-                }
-            }
-        }
-        // NAPI timers (gro_flush_timeout): `napi_watchdog` schedules the
-        // NAPI when its timer expires.
-        let next_timer = napis.iter().filter_map(|n| n.timer()).min();
-        let mut now = None;
-        if let Some(t) = next_timer {
-            let n_ns = clock.now_ns();
-            now = Some(n_ns);
-            if n_ns >= t {
-                for (i, n) in napis.iter_mut().enumerate() {
-                    if !sn.is_scheduled(i) && n.fire_timer(n_ns) {
-                        sn.schedule(i);
-                    }
-                }
-            }
-        }
+        let mut set = Owned {
+            napis: &mut napis,
+            stack: &mut stack,
+            inline_ok: bh.is_none(),
+        };
+        eng.schedule_due(&mut set);
         loops += 1;
         if loops.is_multiple_of(1024) {
-            publish(&napis, &sn);
+            publish(&napis, eng.softnet());
             // Live budgets (a control socket may have changed them).
             if let Some(k) = &knobs {
                 let c = SoftnetConfig {
                     netdev_budget: k.netdev_budget.load(Ordering::Relaxed).max(1),
                     netdev_budget_usecs: k.netdev_budget_usecs.load(Ordering::Relaxed).max(1),
                 };
-                if c != sn.config() {
-                    sn.set_config(c);
+                if c != eng.softnet().config() {
+                    eng.softnet().set_config(c);
                 }
             }
         }
-        if sn.pending() == 0 {
-            if bh_busy {
-                continue;
-            }
-            if interrupts {
-                // Sleep until an IRQ line fires (it unparks us) or the next
-                // NAPI timer is due, with a cap so a stop request is seen.
-                let cap = Duration::from_millis(2);
-                let wait = match (next_timer, now) {
-                    (Some(t), Some(n)) => Duration::from_nanos(t.saturating_sub(n)).min(cap),
-                    _ => cap,
-                };
-                if idle_poll {
-                    std::hint::spin_loop();
-                } else if !wait.is_zero() {
-                    // Queues that wait inline: block in poll(2) on their
-                    // sockets and raise their own lines; otherwise park
-                    // until an interrupt thread unparks us.
-                    let levels: Vec<_> = napis
-                        .iter()
-                        .filter_map(|n| n.queue().inline_irq())
-                        .collect();
-                    let inline = bh.is_none()
-                        && levels.len() == napis.len()
-                        && rxpath_dev::irq::LevelIrq::wait_any(&levels, wait);
-                    if !inline {
-                        thread::park_timeout(wait);
-                    }
-                }
+        let mut set = Owned {
+            napis: &mut napis,
+            stack: &mut stack,
+            inline_ok: bh.is_none(),
+        };
+        if eng.pending() == 0 {
+            if !bh_busy {
+                eng.idle(&mut set);
             }
             continue;
         }
-        sn.net_rx_action(&mut napis, &mut stack, &clock);
+        eng.rx_action(&mut set);
     }
     // Drain: poll until no queue has work, ignoring IRQ lines, so every
     // frame goes back to its fill ring (napi_disable's job).
     // A real interface keeps receiving after the stop; what arrives later
     // stays in the kernel's ring, so the drain is bounded.
     let mut rounds = 0;
+    let sn = eng.softnet();
     while rounds < 100_000 && napis.iter_mut().any(|n| n.has_work()) {
         rounds += 1;
         for (i, n) in napis.iter_mut().enumerate() {
@@ -213,7 +172,7 @@ pub(super) fn napi_thread<Q: RxQueue, S: Stack>(
     if let Some(b) = bh.as_mut() {
         finish_bottom_half(b, &mut napis, &mut home);
     }
-    publish(&napis, &sn);
+    publish(&napis, sn);
     let received_at_stop =
         received_at_stop.unwrap_or_else(|| napis.iter().map(|n| n.stats().received).sum::<u64>());
     ThreadOut {
@@ -252,4 +211,61 @@ fn finish_bottom_half<Q: RxQueue>(
         thread::sleep(Duration::from_micros(50));
     }
     take_home(napis, &w, home);
+}
+
+/// A `run` thread's NAPIs, owned, with the thread's stage.
+struct Owned<'a, Q: RxQueue, S: Stack> {
+    napis: &'a mut Vec<Napi<Q>>,
+    stack: &'a mut S,
+    /// No bottom half to run: the thread may block in the devices' own
+    /// readiness (`LevelIrq::wait_any`).
+    inline_ok: bool,
+}
+
+impl<Q: RxQueue, S: Stack> NapiSet for Owned<'_, Q, S> {
+    fn count(&self) -> usize {
+        self.napis.len()
+    }
+
+    fn take_irq(&mut self, i: usize) -> bool {
+        self.napis[i].irq_raised()
+    }
+
+    fn schedule_prep(&mut self, i: usize) -> bool {
+        self.napis[i].state().schedule_prep()
+    }
+
+    fn timer(&self, i: usize) -> Option<u64> {
+        self.napis[i].timer()
+    }
+
+    fn fire_timer(&mut self, i: usize, now_ns: u64) -> bool {
+        self.napis[i].fire_timer(now_ns)
+    }
+
+    fn wants_time(&self) -> bool {
+        self.stack.wants_time() || self.napis.iter().any(|n| n.wants_time())
+    }
+
+    #[inline]
+    fn poll(&mut self, i: usize, now_ns: u64) -> PollResult {
+        let n = &mut self.napis[i];
+        let w = n.weight();
+        n.poll(w, self.stack, now_ns)
+    }
+
+    fn wait_inline(&mut self, wait: Duration) -> bool {
+        // Queues that wait inline: block in poll(2) on their sockets and
+        // raise their own lines; otherwise the thread parks until an
+        // interrupt thread unparks it.
+        if !self.inline_ok {
+            return false;
+        }
+        let levels: Vec<_> = self
+            .napis
+            .iter()
+            .filter_map(|n| n.queue().inline_irq())
+            .collect();
+        levels.len() == self.napis.len() && rxpath_dev::irq::LevelIrq::wait_any(&levels, wait)
+    }
 }
