@@ -10,7 +10,7 @@
 use clap::Parser;
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
-use rxpath_cli::opts::{Cli, Cmd};
+use rxpath::{Cli, Cmd};
 use rxpath_runtime::run::{RunConfig, RunKnobs};
 use std::ffi::OsString;
 use std::sync::atomic::Ordering;

@@ -203,20 +203,31 @@ pub struct CtlArgs {
     /// The rxpath process (default: the only one running).
     #[arg(long)]
     pub pid: Option<u32>,
+    /// What to show or change.
     #[command(subcommand)]
     pub what: CtlCmd,
 }
 
+/// `rxpath ctl` verbs.
 #[derive(Debug, Clone, Subcommand)]
 pub enum CtlCmd {
     /// Every knob and its value.
     Show,
     /// One knob's value.
-    Get { name: String },
+    Get {
+        /// The knob.
+        name: String,
+    },
     /// Change a knob while packets flow.
-    Set { name: String, value: String },
+    Set {
+        /// The knob.
+        name: String,
+        /// Its new value.
+        value: String,
+    },
 }
 
+/// `rxpath ctl`: ask a running rxpath through its control socket.
 pub fn ctl(a: CtlArgs) -> Result<ExitCode> {
     let path = match a.pid {
         Some(p) => path_of(p),

@@ -55,9 +55,13 @@ pub struct EchoServer {
 
 /// What an echo server did.
 pub struct EchoReport {
+    /// How long it ran.
     pub elapsed: Duration,
+    /// Datagrams echoed.
     pub echoed: u64,
+    /// The socket's counters.
     pub socket: rxpath_core::sock::SockCounters,
+    /// The host's report.
     pub host: rxpath_runtime::HostReport,
     /// Per-rule filter counters, if a filter ran.
     pub filter: Option<serde_json::Value>,
@@ -299,6 +303,7 @@ pub(crate) fn device(iface: &str, mode: BackendArg, filter: XdpFilter, busy_us: 
     }
 }
 
+/// `rxpath echo`: run an echo server until stopped or `--duration` passes.
 pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
     if !rxpath_dev::sys::sched::is_root() {
         anyhow::bail!(

@@ -168,6 +168,7 @@ impl Loaded {
     }
 }
 
+/// `rxpath filter` verbs.
 #[derive(Debug, Subcommand)]
 pub enum FilterCmd {
     /// Print a rule file's rules with their counters, like iptables -L -v -x -n.
@@ -176,6 +177,7 @@ pub enum FilterCmd {
     Gen(GenArgs),
 }
 
+/// `rxpath filter show` arguments.
 #[derive(Debug, Args)]
 pub struct ShowArgs {
     /// The iptables-save file.
@@ -188,6 +190,7 @@ pub struct ShowArgs {
     pub json: bool,
 }
 
+/// `rxpath filter gen` arguments.
 #[derive(Debug, Args)]
 pub struct GenArgs {
     /// acl or fw.
@@ -216,6 +219,7 @@ pub struct GenArgs {
     pub hit: f64,
 }
 
+/// `rxpath filter`: show or generate rule sets.
 pub fn filter_cmd(c: FilterCmd) -> Result<ExitCode> {
     match c {
         FilterCmd::Show(a) => {

@@ -2,57 +2,25 @@
 //! exists so that the fuzz targets reach the argument, config file and
 //! control socket parsers).
 
-mod bench;
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
 pub mod config;
 pub mod ctl;
-mod echo;
-mod filter;
-mod logger;
+pub mod echo;
+pub mod filter;
+pub mod logger;
 pub mod opts;
 pub mod parse;
-mod quic;
-mod report;
-mod soak;
-mod steer;
+pub mod quic;
+pub mod report;
+pub mod soak;
+pub mod steer;
 
-use clap::Parser;
 use std::process::ExitCode;
 
-/// The whole program: arguments (and `--config`) in, exit code out.
-pub fn main() -> ExitCode {
-    logger::init();
-    let (args, keys) = match config::expand(std::env::args_os().collect()) {
-        Ok(x) => x,
-        Err(e) => {
-            eprintln!("rxpath: error: {e:#}");
-            return ExitCode::from(2);
-        }
-    };
-    let cli = match opts::Cli::try_parse_from(args) {
-        Ok(c) => c,
-        Err(e) => return opts::exit_on_clap_error_with(e, &keys),
-    };
-    let result = match cli.cmd {
-        opts::Cmd::Run(a) => report::run(*a),
-        opts::Cmd::Bench(b) => bench::bench(b),
-        opts::Cmd::Lab(l) => lab(l),
-        opts::Cmd::Gen(g) => gen(g),
-        opts::Cmd::Echo(e) => echo::echo(*e),
-        opts::Cmd::Quic(q) => quic::quic(*q),
-        opts::Cmd::Filter(f) => filter::filter_cmd(f),
-        opts::Cmd::Soak(s) => soak::soak(s),
-        opts::Cmd::Ctl(c) => ctl::ctl(c),
-    };
-    match result {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("rxpath: error: {e:#}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-fn lab(a: opts::LabArgs) -> anyhow::Result<ExitCode> {
+/// `rxpath lab`: build, remove or show the test topology.
+pub fn lab(a: opts::LabArgs) -> anyhow::Result<ExitCode> {
     use rxpath_runtime::lab::{Topology, HOST_ADDR, PEER_ADDR};
     let t = Topology {
         ns: a.netns,
@@ -113,7 +81,8 @@ fn in_benchmark_range(a: std::net::Ipv4Addr) -> bool {
     o[0] == 198 && (o[1] == 18 || o[1] == 19)
 }
 
-fn gen(a: opts::GenArgs) -> anyhow::Result<ExitCode> {
+/// `rxpath gen`: send traffic out of an interface.
+pub fn gen(a: opts::GenArgs) -> anyhow::Result<ExitCode> {
     use rxpath_dev::sim::{TrafficConfig, WireAddrs};
     use rxpath_runtime::gen::{GenConfig, TxMode};
     if !in_benchmark_range(a.src_ip) || !in_benchmark_range(a.dst_ip) {

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 /// QUIC servers set theirs large.
 const RCVBUF: usize = 8 << 20;
 
+/// `rxpath quic`: run the QUIC server.
 pub fn quic(a: QuicArgs) -> anyhow::Result<ExitCode> {
     if let Some(server) = a.connect {
         return client(&a, server);

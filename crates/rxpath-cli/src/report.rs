@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+/// `rxpath run`: run the path and report.
 pub fn run(a: RunArgs) -> Result<ExitCode> {
     let mut cfg = a.config()?;
     let json = a.json;
@@ -209,6 +210,7 @@ fn describe(cfg: &rxpath_runtime::RunConfig) -> String {
     )
 }
 
+/// A run report's summary lines (accounting and frames checked).
 pub fn summary(r: &Report) -> String {
     let mut s = String::new();
     let n = r.napi_total();
@@ -409,6 +411,7 @@ fn workers_table(r: &Report) -> String {
     s
 }
 
+/// A run report as `--json` prints it.
 pub fn json_report(r: &Report) -> serde_json::Value {
     let n = r.napi_total();
     let drops: serde_json::Map<String, serde_json::Value> = DropReason::ALL

@@ -40,6 +40,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// `rxpath soak` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct SoakArgs {
     /// How long to soak.
@@ -403,6 +404,7 @@ fn sockets_round(i: u64, a: &SoakArgs) -> Result<(u64, Option<String>)> {
     Ok((n.received, breach))
 }
 
+/// `rxpath soak`: the whole path for a while, invariants checked.
 pub fn soak(a: SoakArgs) -> Result<ExitCode> {
     let f = filter().context("building the soak's rule set")?;
     let start = Instant::now();

@@ -157,6 +157,7 @@ impl SteerArgs {
 /// Readers played for `rxpath run` (`--rfs-readers`): the sock flow table
 /// they write, and the thread that moves them while the run lasts.
 pub struct Readers {
+    /// The RFS sock flow table.
     pub table: std::sync::Arc<rxpath_core::sock::SockFlowTable>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     mover: Option<std::thread::JoinHandle<u64>>,

@@ -197,8 +197,10 @@ pub struct EchoArgs {
     /// How often a --tx-stall begins, in ms.
     #[arg(long, value_name = "MS", default_value_t = 200)]
     pub tx_stall_every: u64,
+    /// The INPUT filter.
     #[command(flatten)]
     pub filt: crate::filter::FilterArgs,
+    /// Steering to workers (RPS/RFS, spread).
     #[command(flatten)]
     pub steer: crate::steer::SteerArgs,
     /// Serve Prometheus metrics at http://ADDR/metrics (see rxpath run).
@@ -212,6 +214,7 @@ pub struct EchoArgs {
     pub json: bool,
 }
 
+/// `rxpath gen` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct GenArgs {
     /// Interface to send from.
@@ -258,12 +261,17 @@ pub struct GenArgs {
     pub json: bool,
 }
 
+/// How `rxpath gen` transmits.
+// Variants as values: a doc comment would become their help text and
+// turn the one-line `[possible values: ...]` into a list.
+#[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum TxArg {
     Xdp,
     Packet,
 }
 
+/// What `rxpath lab` does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LabAction {
     /// Build it (idempotent).
@@ -274,6 +282,7 @@ pub enum LabAction {
     Status,
 }
 
+/// `rxpath lab` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct LabArgs {
     /// up, down or status.

@@ -10,6 +10,7 @@ use rxpath_dev::sim::{Coalesce, Mix, SimConfig, TrafficConfig};
 use rxpath_runtime::{GroSettings, IfName, Producer, RunConfig, StackKind};
 use std::time::Duration;
 
+/// How NAPI threads learn of packets.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum ModeArg {
     /// Sleep until a queue's interrupt line fires (coalesced wakeups).
@@ -18,12 +19,17 @@ pub enum ModeArg {
     Poll,
 }
 
+/// Where `--capture` taps the path.
+// Variants as values: a doc comment would become their help text and
+// turn the one-line `[possible values: ...]` into a list.
+#[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CaptureArg {
     Rx,
     Delivered,
 }
 
+/// What the XDP program takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum XdpTake {
     /// IPv4 and IPv6.
@@ -38,6 +44,7 @@ pub enum XdpTake {
     Tcp,
 }
 
+/// Which device backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BackendArg {
     /// AF_XDP if it can be used, else AF_PACKET (with a message).
@@ -49,6 +56,7 @@ pub enum BackendArg {
     Packet,
 }
 
+/// What feeds the simulated NIC.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum ProducerArg {
     /// A producer thread on another core writes every frame (cold data).
@@ -61,6 +69,7 @@ pub enum ProducerArg {
     NullCold,
 }
 
+/// What runs at the end of the path.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum StackArg {
     /// Deliver TCP/UDP at the end of the path, drop the rest.
@@ -74,8 +83,10 @@ pub enum StackArg {
 /// Options shared by `run` and the benchmarks.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
+    /// The INPUT filter.
     #[command(flatten)]
     pub filt: crate::filter::FilterArgs,
+    /// Steering to workers (RPS/RFS, spread).
     #[command(flatten)]
     pub steer: crate::steer::SteerArgs,
     /// A prefix IP input takes as local besides the interface's addresses,
@@ -229,6 +240,10 @@ pub struct RunArgs {
     pub metrics_hold: Option<Duration>,
 }
 
+/// A switch.
+// Variants as values: a doc comment would become their help text and
+// turn the one-line `[possible values: ...]` into a list.
+#[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OnOff {
     On,

@@ -1,5 +1,5 @@
 //! `rxpath`: the command line.
 
 fn main() -> std::process::ExitCode {
-    rxpath_cli::main()
+    rxpath::main()
 }

@@ -15,16 +15,46 @@
 //! (the kernel's `udp_encap_needed_key` off): what GRO costs a path that
 //! has nothing for it, per round in one run.
 
-use crate::bench::figure::{finite, in_turn, ratio as ratio_of, ratio_cell};
-use crate::bench::plot::{progress, say, Bar, ReportDir};
-use crate::bench::{measure, median};
-use crate::opts::GroBenchArgs;
+use crate::figure::{finite, in_turn, ratio as ratio_of, ratio_cell};
+use crate::plot::{progress, say, Bar, ReportDir};
+use crate::{measure, median};
 use anyhow::Result;
 use rxpath_core::gro::Adaptive;
 use rxpath_dev::sim::{Coalesce, Mix, SimConfig, TrafficConfig};
 use rxpath_runtime::{GroSettings, Producer, RunConfig, StackKind};
 use std::process::ExitCode;
 use std::time::Duration;
+
+/// Arguments of this bench.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GroBenchArgs {
+    /// Seconds per measurement.
+    #[arg(long, default_value = "3s", value_parser = rxpath_cli::parse::parse_duration)]
+    pub duration: Duration,
+    /// Rounds (each measures every configuration once; medians are kept).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// The fixed gro_flush_timeout to compare with 0, in ns (the seed: 2000).
+    #[arg(long, default_value_t = 2000)]
+    pub timeout: u64,
+    /// A longer fixed timeout, also the adaptive mode's timeout for bulk traffic, in ns.
+    #[arg(long, default_value_t = 20_000)]
+    pub adaptive_max: u64,
+    /// Request/response offered rate, packets per second.
+    #[arg(long, default_value_t = 100_000)]
+    pub rr_pps: u64,
+    /// Bulk offered rate, packets per second (the seed: 811k).
+    #[arg(long, default_value_t = 811_000)]
+    pub bulk_pps: u64,
+    /// Wait for interrupts sleeping (futex wakeup, 10-50 µs here) instead
+    /// of spinning on the lines (idle=poll: taken within ~1 µs, as a hard
+    /// IRQ is, which the seed's numbers assume).
+    #[arg(long)]
+    pub irq_sleep: bool,
+    /// Print results as JSON too.
+    #[arg(long)]
+    pub json: bool,
+}
 
 #[derive(Debug, Clone, Copy)]
 enum Setting {
@@ -315,7 +345,7 @@ fn udp_passes(rounds: usize, d: Duration) -> Result<serde_json::Value> {
         for round in 0..rounds {
             let base = RunConfig {
                 stack,
-                ..crate::bench::rxdrop_config(16, false, Producer::Null, d)
+                ..crate::rxdrop_config(16, false, Producer::Null, d)
             };
             // GRO off first in even rounds, on first in odd ones.
             let (mut a, mut b) = (0.0, 0.0);

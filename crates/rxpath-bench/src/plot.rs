@@ -11,7 +11,7 @@ use plotters::prelude::*;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
-const FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
+const FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 const SIZE: (u32, u32) = (1000, 560);
 
 /// The eight colours of the Okabe–Ito palette (readable with every common

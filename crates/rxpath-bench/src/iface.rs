@@ -2,9 +2,8 @@
 //! one run, the same generator (rxpath gen over AF_XDP TX in the peer
 //! namespace) for each.
 
-use crate::bench::figure::{ratio, ratio_cell};
-use crate::bench::plot::{Bar, ReportDir};
-use crate::opts::RxIfaceArgs;
+use crate::figure::{ratio, ratio_cell};
+use crate::plot::{Bar, ReportDir};
 use anyhow::{bail, Context, Result};
 use rxpath_dev::sys::{sched, xdp::XdpProgram};
 use rxpath_runtime::lab::{Topology, HOST_ADDR, PEER_ADDR};
@@ -12,6 +11,25 @@ use rxpath_runtime::{run, GroSettings, IfName, Producer, RunConfig};
 use std::io::{BufRead, BufReader};
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+/// Arguments of this bench.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RxIfaceArgs {
+    /// Generator run per receiver.
+    #[arg(long, default_value = "3s", value_parser = rxpath_cli::parse::parse_duration)]
+    pub duration: Duration,
+    /// The fixed offered rate (packets/s) at which whole-machine CPU per
+    /// received packet is compared (one every receiver can take).
+    #[arg(long, default_value_t = 100_000)]
+    pub cpu_rate: u64,
+    /// Generator run per step of the RFC 2544 search.
+    #[arg(long, default_value = "1s", value_parser = rxpath_cli::parse::parse_duration)]
+    pub step: Duration,
+    /// Steps of the RFC 2544 search (a binary search of the offered rate;
+    /// 0 skips it).
+    #[arg(long, default_value_t = 5)]
+    pub steps: u32,
+}
 
 /// The receivers, each measured the same way: a generator run against it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,7 +225,7 @@ fn rxpath_receiver(
     anyhow::ensure!(
         r.consistent(),
         "receiver accounting failed:{}",
-        crate::report::summary(&r)
+        rxpath_cli::report::summary(&r)
     );
     Ok(Trial {
         received: r.napi_total().delivered,
@@ -262,14 +280,14 @@ fn dpdk_receiver(t: &Topology, d: Duration, mac: &str, pps: Option<u64>) -> Resu
         "net_af_xdp0,iface={},start_queue=0,queue_count=1",
         t.host_if
     );
-    let mut peer = crate::bench::testpmd_rxonly(&vdev, "dpdk dpdk-dev librte-net-af-xdp23")?;
+    let mut peer = crate::testpmd_rxonly(&vdev, "dpdk dpdk-dev librte-net-af-xdp23")?;
     let pid = peer.id();
     let stdout = peer.stdout().context("testpmd stdout")?;
     // The last RX-packets counter testpmd printed; `None` if it printed none.
     let reader = std::thread::spawn(move || {
         let mut last = None;
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(v) = crate::bench::testpmd_field(&line, "RX-packets:") {
+            if let Some(v) = crate::testpmd_field(&line, "RX-packets:") {
                 last = Some(v);
             }
         }
@@ -411,7 +429,7 @@ fn bench(
             _ => None,
         };
         if let Err(e) = &full {
-            crate::bench::peer_not_measured(r.name(), &format!("{e:#}"));
+            crate::peer_not_measured(r.name(), &format!("{e:#}"));
         }
         eprintln!("{} measured", r.name());
         rows.push((r, full, fixed, best));
@@ -515,7 +533,7 @@ fn loud<T>(r: Receiver, what: &str, x: Result<T>) -> Option<T> {
     match x {
         Ok(v) => Some(v),
         Err(e) => {
-            crate::bench::peer_not_measured(&format!("{} ({what})", r.name()), &format!("{e:#}"));
+            crate::peer_not_measured(&format!("{} ({what})", r.name()), &format!("{e:#}"));
             None
         }
     }

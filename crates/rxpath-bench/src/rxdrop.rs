@@ -6,12 +6,28 @@ use super::plot::{progress, say, Bar, ReportDir};
 use super::{
     measure, median, peer_not_measured, range, rxdrop_config, testpmd_field, testpmd_rxonly,
 };
-use crate::opts::RxdropArgs;
 use anyhow::{Context, Result};
 use rxpath_runtime::Producer;
 use std::io::{BufRead, BufReader};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+/// Arguments of this bench.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RxdropArgs {
+    /// Seconds per measurement.
+    #[arg(long, default_value = "2s", value_parser = rxpath_cli::parse::parse_duration)]
+    pub duration: Duration,
+    /// Rounds (each measures every configuration once; the median is kept).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Skip DPDK testpmd even if installed.
+    #[arg(long)]
+    pub no_dpdk: bool,
+    /// Print results as JSON too.
+    #[arg(long)]
+    pub json: bool,
+}
 
 pub(super) fn rxdrop(a: RxdropArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     let d = a.duration;

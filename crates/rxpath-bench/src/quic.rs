@@ -17,10 +17,10 @@
 //! from the server's report every byte and frame accounted for and the
 //! datagrams per read (UDP GRO).
 
-use crate::bench::figure::{cell, finite, ratio, ratio_cell};
-use crate::bench::iface::machine_busy;
-use crate::bench::median;
-use crate::bench::plot::ReportDir;
+use crate::figure::{cell, finite, ratio, ratio_cell};
+use crate::iface::machine_busy;
+use crate::median;
+use crate::plot::ReportDir;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use rxpath_dev::sys::sched;
@@ -29,6 +29,7 @@ use serde_json::Value;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::Duration;
 
+/// Arguments of this bench.
 #[derive(Debug, Clone, Args)]
 pub struct QuicBenchArgs {
     /// Bytes per upload and per download.
@@ -249,7 +250,7 @@ fn start(s: Server, t: &Topology, a: &QuicBenchArgs) -> Result<Child> {
         .args(server_args(s, a))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let c = crate::bench::spawn_unpinned(cmd).context("starting rxpath quic")?;
+    let c = crate::spawn_unpinned(cmd).context("starting rxpath quic")?;
     std::thread::sleep(Duration::from_millis(1200));
     Ok(c)
 }
@@ -438,7 +439,7 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
                 let (s, r) = &mut rows[i];
                 if let Err(e) = measure(*s, t, &a, round == 0, r) {
                     let why = format!("{e:#}");
-                    crate::bench::peer_not_measured(
+                    crate::peer_not_measured(
                         &format!("{} (GSO {gso}, round {round})", s.name()),
                         &why,
                     );

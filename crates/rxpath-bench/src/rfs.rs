@@ -7,15 +7,15 @@
 //! a kernel UDP echo socket that connects to its client, as the kernel's
 //! RFS needs (it records flows of TCP and connected UDP sockets only).
 
-use crate::bench::figure::{cell, finite, in_turn, ratio, target, target_in, Bound, Unit, Verdict};
-use crate::bench::median;
-use crate::bench::plot::{progress, say, Bar, ReportDir};
-use crate::bench::rr::{client, read_sysctl, ready, write_sysctl, Measure, PORT};
-use crate::echo::sockperf_reply;
-use crate::echo::EchoServer;
-use crate::opts::EchoArgs;
+use crate::figure::{cell, finite, in_turn, ratio, target, target_in, Bound, Unit, Verdict};
+use crate::median;
+use crate::plot::{progress, say, Bar, ReportDir};
+use crate::rr::{client, read_sysctl, ready, write_sysctl, Measure, PORT};
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use rxpath_cli::echo::sockperf_reply;
+use rxpath_cli::echo::EchoServer;
+use rxpath_cli::opts::EchoArgs;
 use rxpath_core::steer::reciprocal_scale;
 use rxpath_core::steer::SteerMode;
 use rxpath_dev::sys::sched;
@@ -28,10 +28,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+/// Arguments of this bench.
 #[derive(Debug, Clone, Args)]
 pub struct RfsBenchArgs {
     /// Client run per configuration.
-    #[arg(long, default_value = "3s", value_parser = crate::parse::parse_duration)]
+    #[arg(long, default_value = "3s", value_parser = rxpath_cli::parse::parse_duration)]
     pub duration: Duration,
     /// Rounds (each runs every configuration once; medians are compared).
     #[arg(long, default_value_t = 3)]
@@ -208,7 +209,7 @@ fn start(s: Server, t: &Topology, knobs: &Knobs, reader: usize, ncpu: usize) -> 
         }
         _ => {
             knobs.set("0", 0, 0)?;
-            let mut steer = crate::steer::SteerArgs {
+            let mut steer = rxpath_cli::steer::SteerArgs {
                 steer: if s == Server::RxpathRps {
                     SteerMode::Rps
                 } else {
@@ -220,7 +221,7 @@ fn start(s: Server, t: &Topology, knobs: &Knobs, reader: usize, ncpu: usize) -> 
             let args = EchoArgs {
                 steer,
                 reader_cpus: Some(reader.to_string()),
-                ..crate::bench::rr::echo_args(&t.host_if)
+                ..crate::rr::echo_args(&t.host_if)
             };
             Ok(Running::Rxpath(Box::new(EchoServer::start(&args)?)))
         }
@@ -285,7 +286,7 @@ fn percentile(v: &[f64], q: f64) -> f64 {
 }
 
 pub fn rfs(a: RfsBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
-    crate::bench::rr::require_root_and_sockperf(
+    crate::rr::require_root_and_sockperf(
         "rfs",
         "it builds a veth lab, attaches XDP and sets rps_cpus",
     )?;

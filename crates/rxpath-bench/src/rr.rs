@@ -5,15 +5,39 @@
 //! `net.core.busy_read`/`busy_poll`). One run, the same message size,
 //! rounds interleaved; medians of each configuration are compared.
 
-use crate::bench::figure::{self, finite, in_turn, ratio_cell};
-use crate::bench::median;
-use crate::bench::plot::{progress, say, Bar, ReportDir};
-use crate::echo::EchoServer;
-use crate::opts::{BackendArg, EchoArgs, ModeArg, RrArgs};
+use crate::figure::{self, finite, in_turn, ratio_cell};
+use crate::median;
+use crate::plot::{progress, say, Bar, ReportDir};
 use anyhow::{bail, Context, Result};
+use rxpath_cli::echo::EchoServer;
+use rxpath_cli::opts::{BackendArg, EchoArgs, ModeArg};
 use rxpath_dev::sys::sched;
 use rxpath_runtime::lab::{Topology, HOST_ADDR};
 use std::process::{Command, ExitCode, Stdio};
+
+/// Arguments of this bench.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RrArgs {
+    /// Client run per configuration.
+    #[arg(long, default_value = "3s", value_parser = rxpath_cli::parse::parse_duration)]
+    pub duration: std::time::Duration,
+    /// Rounds (each runs every configuration once; medians are compared).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Message size, bytes (sockperf -m; at least its 14-byte header).
+    #[arg(long, default_value_t = 64)]
+    pub size: usize,
+    /// Busy-poll time for rxpath and for the kernel (busy_read/busy_poll), µs.
+    #[arg(long, default_value_t = 50)]
+    pub busy_poll: u32,
+    /// rxpath's prefer-busy-poll interrupt deferral, ns.
+    #[arg(long, default_value_t = 200_000)]
+    pub prefer_ns: u64,
+    /// Only these servers (comma-separated: busy, busy-packet-tx, prefer, xsk, sleep, packet, kernel,
+    /// kernel-busy); the kernel is always run, as the reference.
+    #[arg(long, value_delimiter = ',')]
+    pub servers: Vec<String>,
+}
 
 pub(crate) const PORT: u16 = 11111;
 
@@ -258,7 +282,7 @@ impl Drop for Restore {
 
 enum Running {
     Rxpath(Box<EchoServer>),
-    Kernel(crate::bench::Peer),
+    Kernel(crate::Peer),
 }
 
 fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Running> {
@@ -291,10 +315,7 @@ fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Runn
                 None => Command::new("sockperf"),
             };
             cmd.args(["server", "-i", HOST_ADDR, "-p", &PORT.to_string()]);
-            Ok(Running::Kernel(crate::bench::Peer::spawn(
-                "sockperf server",
-                cmd,
-            )?))
+            Ok(Running::Kernel(crate::Peer::spawn("sockperf server", cmd)?))
         }
         _ => {
             let (busy, prefer, xsk) = match s {
@@ -311,9 +332,9 @@ fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Runn
                 // Replies through the TX ring of the socket the requests
                 // came in on, or (to show what that buys) AF_PACKET.
                 tx: if s == Server::RxpathBusyPacketTx {
-                    crate::opts::EchoTx::Packet
+                    rxpath_cli::opts::EchoTx::Packet
                 } else {
-                    crate::opts::EchoTx::Ring
+                    rxpath_cli::opts::EchoTx::Ring
                 },
                 // The fallback where XDP cannot be used: AF_PACKET, with a
                 // frame handed over as soon as the kernel wrote it.
@@ -367,8 +388,8 @@ pub(crate) fn echo_args(iface: &str) -> EchoArgs {
         metrics_hold: None,
         reader_cpus: None,
         only_v6: false,
-        xdp_take: crate::opts::EchoTake::Port,
-        tx: crate::opts::EchoTx::Ring,
+        xdp_take: rxpath_cli::opts::EchoTake::Port,
+        tx: rxpath_cli::opts::EchoTx::Ring,
         tx_stall: None,
         tx_stall_every: 200,
         duration: None,
@@ -560,7 +581,7 @@ pub fn rr(a: RrArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         }
         if results.iter().all(|row| row[i].is_none()) {
             println!("{:40} not measured: no answer in any round", s.name());
-            crate::bench::peer_not_measured(s.name(), "no answer in any round");
+            crate::peer_not_measured(s.name(), "no answer in any round");
             continue;
         }
         let col = |f: fn(&Measure) -> f64| {

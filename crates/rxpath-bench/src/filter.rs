@@ -3,9 +3,9 @@
 //! core of the simulated NIC, and per classification beside DPDK's
 //! `dpdk-test-acl` on the same rules and packets.
 
-use crate::bench::figure::{ratio, ratio_cell, target, Bound, Verdict};
-use crate::bench::plot::{progress, Axes, Legend, ReportDir, Series};
-use crate::bench::{measure, median, which};
+use crate::figure::{ratio, ratio_cell, target, Bound, Verdict};
+use crate::plot::{progress, Axes, Legend, ReportDir, Series};
+use crate::{measure, median, which};
 use anyhow::{Context, Result};
 use clap::Args;
 use rxpath_core::filter::gen::{generate, Generated, Shape};
@@ -15,10 +15,11 @@ use std::process::{Command, ExitCode};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Arguments of this bench.
 #[derive(Debug, Clone, Args)]
 pub struct FilterBenchArgs {
     /// Seconds per measurement.
-    #[arg(long, default_value = "1500ms", value_parser = crate::parse::parse_duration)]
+    #[arg(long, default_value = "1500ms", value_parser = rxpath_cli::parse::parse_duration)]
     pub duration: Duration,
     /// Rule counts.
     #[arg(long, value_delimiter = ',', default_value = "0,100,1000,2000,10000")]
@@ -45,7 +46,7 @@ pub struct FilterBenchArgs {
     #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub pairs: u64,
     /// Length of each run of a pair.
-    #[arg(long, default_value = "200ms", value_parser = crate::parse::parse_duration)]
+    #[arg(long, default_value = "200ms", value_parser = rxpath_cli::parse::parse_duration)]
     pub pair_duration: Duration,
 }
 
@@ -55,7 +56,7 @@ fn config(producer: Producer, filter: Option<Arc<FilterHandle>>, d: Duration) ->
     RunConfig {
         stack: StackKind::Sink,
         filter,
-        ..crate::bench::rxdrop_config(16, false, producer, d)
+        ..crate::rxdrop_config(16, false, producer, d)
     }
 }
 
@@ -159,7 +160,7 @@ pub fn filter(a: FilterBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCod
         Some("skipped (--no-dpdk)".into())
     } else if which("dpdk-test-acl").is_none() {
         let why = "dpdk-test-acl is not installed (apt-get install dpdk)";
-        crate::bench::peer_not_measured("dpdk-test-acl", why);
+        crate::peer_not_measured("dpdk-test-acl", why);
         Some(format!("not measured: {why}"))
     } else {
         None
@@ -258,7 +259,7 @@ pub fn filter(a: FilterBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCod
                     acl_ratios.push(v / b);
                 }
                 Err(e) => {
-                    crate::bench::peer_not_measured(
+                    crate::peer_not_measured(
                         &format!("dpdk-test-acl at {n} rules"),
                         &format!("{e:#}"),
                     );
@@ -359,7 +360,7 @@ pub fn filter(a: FilterBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCod
             Err(e) => {
                 println!("not measured: {e:#}");
                 kernel = serde_json::json!({ "not_measured": format!("{e:#}") });
-                crate::bench::peer_not_measured("kernel iptables on a veth", &format!("{e:#}"));
+                crate::peer_not_measured("kernel iptables on a veth", &format!("{e:#}"));
             }
         }
     }

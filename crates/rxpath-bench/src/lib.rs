@@ -1,6 +1,8 @@
 //! `rxpath bench`: experiments that print ratios measured in one run.
 
-use crate::opts::BenchCmd;
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
 use anyhow::{Context, Result};
 use rxpath_core::napi::BundleMode;
 use rxpath_dev::sim::{Mix, SimConfig, TrafficConfig};
@@ -8,18 +10,80 @@ use rxpath_runtime::{Producer, RunConfig, StackKind};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-pub(crate) mod figure;
-pub(crate) mod filter;
-pub(crate) mod gro;
-pub(crate) mod iface;
-pub(crate) mod plot;
-pub(crate) mod quic;
-pub(crate) mod rfs;
-pub(crate) mod rr;
+mod figure;
+mod filter;
+mod gro;
+mod iface;
+mod plot;
+mod quic;
+mod rfs;
+mod rr;
 mod rxdrop;
-pub(crate) mod steer;
+mod steer;
 
-pub fn bench(a: crate::opts::BenchArgs) -> Result<ExitCode> {
+pub use filter::FilterBenchArgs;
+pub use gro::GroBenchArgs;
+pub use iface::RxIfaceArgs;
+pub use quic::QuicBenchArgs;
+pub use rfs::RfsBenchArgs;
+pub use rr::RrArgs;
+pub use rxdrop::RxdropArgs;
+pub use steer::SteerBenchArgs;
+
+/// `rxpath bench [--require-peers] KIND ...`.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Exit non-zero (3) when a peer the bench runs (DPDK, the kernel's
+    /// iptables, ...) could not be measured; the lines that say why are
+    /// printed either way.
+    #[arg(long, global = true)]
+    pub require_peers: bool,
+    /// Write into DIR the JSON of every run and the bench's plots (PNG and
+    /// SVG); DIR is created if missing.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub report: Option<std::path::PathBuf>,
+    /// The bench.
+    #[command(subcommand)]
+    pub cmd: BenchCmd,
+}
+
+/// The benches.
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCmd {
+    /// Mpps at the lowest RX level (pull, parse, drop): bundle 1 vs 16 vs 64
+    /// on cold data, and null mode beside DPDK testpmd when installed.
+    Rxdrop(RxdropArgs),
+    /// Seed 004's experiment: GRO with gro_flush_timeout 0 vs N ns (and
+    /// adaptive) on 200 bulk TCP flows, and request/response latency.
+    Gro(GroBenchArgs),
+    /// Receivers side by side on the lab veth (root): rxpath AF_XDP
+    /// spinning and sleeping, AF_PACKET, the kernel UDP socket, DPDK
+    /// net_af_xdp, and XDP_DROP.
+    RxIface(RxIfaceArgs),
+    /// UDP request/response on the lab veth (root, sockperf): rxpath echo
+    /// busy-polling and sleeping vs the kernel's UDP socket, plain and
+    /// busy-polling; round trips/s, average and p99.
+    Rr(RrArgs),
+    /// The INPUT filter at 0 to 10 000 rules: linear walk vs compiled
+    /// classifier, Mpps on one core and ns per classification beside
+    /// DPDK's dpdk-test-acl.
+    Filter(FilterBenchArgs),
+    /// Seed 003's experiment: an expensive bottom half (2000 rules walked
+    /// linearly) on 1 worker vs 2, 1 flow and 64, for every steering mode;
+    /// reordered packets counted at delivery.
+    Steer(SteerBenchArgs),
+    /// Seed 002's experiment (root, sockperf): UDP request/response into a
+    /// reader pinned to one CPU, rxpath echo with RPS vs RFS, the kernel's
+    /// own RPS/RFS on the same veth as the reference.
+    Rfs(RfsBenchArgs),
+    /// quinn's perf protocol on the lab veth (root): the server on the
+    /// kernel's socket vs on rxpath (sleeping, busy polling), the peer's
+    /// UDP GSO off and on; Gbit/s, server CPU per GB, request p50/p99.
+    Quic(QuicBenchArgs),
+}
+
+/// Run the bench `a` names.
+pub fn bench(a: BenchArgs) -> Result<ExitCode> {
     stop_cleanly_on_signals("bench")?;
     let name = match &a.cmd {
         BenchCmd::Rxdrop(_) => "rxdrop",
@@ -206,7 +270,7 @@ pub(crate) fn measure(cfg: &RunConfig) -> Result<(f64, rxpath_runtime::Report)> 
     anyhow::ensure!(
         r.consistent(),
         "accounting failed in benchmark run: {}",
-        crate::report::summary(&r)
+        rxpath_cli::report::summary(&r)
     );
     Ok((r.rx_pps(), r))
 }

@@ -4,8 +4,8 @@
 //! steering mode; packets from the simulated NIC's single queue (the shape
 //! of a veth, or of a NIC whose RSS cannot spread one flow).
 
-use crate::bench::figure::{cell, finite, ratio, ratio_cell, target, Bound, Verdict};
-use crate::bench::plot::{progress, Bar, ReportDir};
+use crate::figure::{cell, finite, ratio, ratio_cell, target, Bound, Verdict};
+use crate::plot::{progress, Bar, ReportDir};
 use anyhow::{Context, Result};
 use clap::Args;
 use rxpath_core::filter::gen::{generate, Shape};
@@ -17,10 +17,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Arguments of this bench.
 #[derive(Debug, Clone, Args)]
 pub struct SteerBenchArgs {
     /// Seconds per measurement.
-    #[arg(long, default_value = "1s", value_parser = crate::parse::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = rxpath_cli::parse::parse_duration)]
     pub duration: Duration,
     /// Rules in the linear filter (the expensive stage).
     #[arg(long, default_value_t = 2000)]
@@ -144,7 +145,7 @@ fn measure(cfg: &RunConfig) -> Result<Report> {
     anyhow::ensure!(
         r.consistent(),
         "accounting failed in a benchmark run: {}",
-        crate::report::summary(&r)
+        rxpath_cli::report::summary(&r)
     );
     Ok(r)
 }
@@ -187,7 +188,7 @@ pub fn steer(a: SteerBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode>
     ))));
     // Misses only (the sim's traffic misses every rule too).
     let probe = generate(Shape::Acl, Family::V4, a.rules, 2000, 0.0, 2);
-    let keys = Arc::new(crate::bench::filter::keys(&probe));
+    let keys = Arc::new(crate::filter::keys(&probe));
     let rs = Arc::new(Ruleset::new(table, "sim0", FilterMode::Linear));
     // The ceiling too is the median of rounds (one slow moment of the VM
     // would otherwise set it for the whole run).
@@ -197,7 +198,7 @@ pub fn steer(a: SteerBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode>
         ones.push(o);
         twos.push(t);
     }
-    let (c_one, c_two) = (crate::bench::median(ones), crate::bench::median(twos));
+    let (c_one, c_two) = (crate::median(ones), crate::median(twos));
     let machine = ratio(Some(c_two), Some(c_one)).unwrap_or(f64::NAN);
     println!(
         "rxpath bench steer (seed 003): the bottom half is IP input + the INPUT filter with {} ClassBench-shaped rules walked linearly \
@@ -279,7 +280,7 @@ pub fn steer(a: SteerBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode>
                 .zip(&twos)
                 .filter_map(|(o, t)| ratio(Some(t.delivered_pps), Some(o.delivered_pps)))
                 .collect();
-            let r = crate::bench::median(rounds.clone());
+            let r = crate::median(rounds.clone());
             let range = rounds
                 .iter()
                 .map(|r| format!("{r:.2}"))
@@ -319,7 +320,7 @@ pub fn steer(a: SteerBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode>
         paired
             .iter()
             .find(|(f, m, _)| *f == flows && *m == mode.name())
-            .and_then(|(_, _, v)| finite(crate::bench::median(v.clone())))
+            .and_then(|(_, _, v)| finite(crate::median(v.clone())))
     };
     let reordered = |mode: SteerMode| -> u64 {
         rows.iter()
