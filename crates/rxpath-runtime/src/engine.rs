@@ -108,11 +108,6 @@ impl Engine {
         &mut self.sn
     }
 
-    /// The clock the engine reads.
-    pub(crate) fn clock(&self) -> &MonotonicClock {
-        &self.clock
-    }
-
     /// Put on the poll list every NAPI that is due: its interrupt (always,
     /// in polling mode), its timer, a lapsed deferral, or frames coming
     /// home to a NAPI nobody owns. The clock is read only if a NAPI has a

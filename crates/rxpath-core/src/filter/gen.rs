@@ -123,135 +123,188 @@ pub fn generate(
     seed: u64,
 ) -> Generated {
     let mut rng = Pcg64Mcg::seed_from_u64(seed);
-    let (net, net_len, bits) = base(fam);
-    // Rules live in the upper half of the range; misses come from the lower
-    // half, so a miss matches no rule with a source or destination.
-    let half = net_len + 1;
-    let upper = net | 1u128 << (bits - half as u32);
-    let host_bits = |len: u8| bits - len as u32;
-    let rand_in = |rng: &mut Pcg64Mcg, a: u128, len: u8| -> u128 {
-        let hb = host_bits(len);
+    let sp = Space::new(fam);
+    let mut rules = Vec::with_capacity(n);
+    for _ in 0..n {
+        let r = match shape {
+            Shape::Acl => acl_rule(&mut rng, &sp),
+            Shape::Fw => fw_rule(&mut rng, &sp),
+        };
+        let target = match rng.gen_range(0..10) {
+            0..=4 => "ACCEPT",
+            5..=8 => "DROP",
+            _ => "REJECT",
+        };
+        rules.push(R { target, ..r });
+    }
+    let save = save_text(&rules, shape, fam, seed);
+    let traffic = probes(&mut rng, &sp, &rules, packets, hit_fraction);
+    Generated { save, traffic }
+}
+
+/// The address space rules and probes are drawn from: rules live in the
+/// upper half of the range; misses come from the lower half, so a miss
+/// matches no rule with a source or destination.
+struct Space {
+    fam: Family,
+    net: u128,
+    upper: u128,
+    /// The prefix length of either half.
+    half: u8,
+    bits: u32,
+}
+
+impl Space {
+    fn new(fam: Family) -> Space {
+        let (net, net_len, bits) = base(fam);
+        let half = net_len + 1;
+        Space {
+            fam,
+            net,
+            upper: net | 1u128 << (bits - half as u32),
+            half,
+            bits,
+        }
+    }
+
+    fn max_len(&self) -> u8 {
+        self.bits as u8
+    }
+
+    /// A random address in `a/len`.
+    fn rand_in(&self, rng: &mut Pcg64Mcg, a: u128, len: u8) -> u128 {
+        let hb = self.bits - len as u32;
         if hb == 0 {
             a
         } else {
             let r: u128 = rng.gen::<u128>() & ((1u128 << hb) - 1);
             a | r
         }
-    };
-    let pfx = |rng: &mut Pcg64Mcg, len: u8| -> (u128, u8) {
-        let a = rand_in(rng, upper, half);
-        let host = bits - len as u32;
+    }
+
+    /// A random prefix of length `len` in the upper half.
+    fn pfx(&self, rng: &mut Pcg64Mcg, len: u8) -> (u128, u8) {
+        let a = self.rand_in(rng, self.upper, self.half);
+        let host = self.bits - len as u32;
         let a = if host >= 128 { 0 } else { a >> host << host };
         (a, len)
+    }
+}
+
+/// A ClassBench ACL-shaped rule (its target drawn by the caller).
+fn acl_rule(rng: &mut Pcg64Mcg, sp: &Space) -> R {
+    let fam = sp.fam;
+    let (src, dst, proto, sport, dport, dports, not_dport);
+    let sl: u8 = match rng.gen_range(0..10) {
+        0..=2 => sp.max_len(),
+        3..=4 => sp.max_len() - 8,
+        5..=7 => rng.gen_range(sp.half..=sp.max_len()),
+        _ => 0,
     };
-    let max_len = bits as u8;
-    let mut rules = Vec::with_capacity(n);
-    for _ in 0..n {
-        let (src, dst, proto, sport, dport, dports, not_dport);
-        match shape {
-            Shape::Acl => {
-                let sl: u8 = match rng.gen_range(0..10) {
-                    0..=2 => max_len,
-                    3..=4 => max_len - 8,
-                    5..=7 => rng.gen_range(half..=max_len),
-                    _ => 0,
-                };
-                let dl: u8 = match rng.gen_range(0..10) {
-                    0..=3 => max_len,
-                    4..=6 => max_len - 8,
-                    7..=8 => rng.gen_range(half..=max_len),
-                    // ClassBench ACLs rarely leave both addresses open.
-                    _ if sl == 0 => max_len,
-                    _ => 0,
-                };
-                src = (sl > 0).then(|| pfx(&mut rng, sl));
-                dst = (dl > 0).then(|| pfx(&mut rng, dl));
-                proto = Some(match rng.gen_range(0..20) {
-                    0..=13 => 6,
-                    14..=18 => 17,
-                    _ => {
-                        if fam == Family::V4 {
-                            1
-                        } else {
-                            58
-                        }
-                    }
-                });
-                sport = (proto != Some(1) && proto != Some(58) && rng.gen_range(0..10) == 0)
-                    .then_some((1024, 65535));
-                dport = if matches!(proto, Some(6 | 17)) {
-                    match rng.gen_range(0..10) {
-                        0..=5 => {
-                            let p = WELL_KNOWN[rng.gen_range(0..WELL_KNOWN.len())];
-                            Some((p, p))
-                        }
-                        6..=7 => {
-                            let a = rng.gen_range(0..60000u16);
-                            Some((a, a + rng.gen_range(1..5000)))
-                        }
-                        _ => None,
-                    }
-                } else {
-                    None
-                };
-                dports = None;
-                not_dport = false;
-            }
-            Shape::Fw => {
-                let sl: u8 = if rng.gen_bool(0.5) {
-                    0
-                } else {
-                    rng.gen_range(half..=max_len)
-                };
-                let dl: u8 = rng.gen_range(half..=max_len);
-                src = (sl > 0).then(|| pfx(&mut rng, sl));
-                dst = Some(pfx(&mut rng, dl));
-                proto = match rng.gen_range(0..10) {
-                    0..=5 => Some(6),
-                    6..=8 => Some(17),
-                    _ => None,
-                };
-                let tcpudp = matches!(proto, Some(6 | 17));
-                sport = (tcpudp && rng.gen_bool(0.3)).then(|| {
-                    let a = rng.gen_range(0..65000u16);
-                    (a, a.saturating_add(rng.gen_range(0..20000)))
-                });
-                if tcpudp && rng.gen_bool(0.2) {
-                    let k = rng.gen_range(2..6);
-                    dports = Some(
-                        (0..k)
-                            .map(|_| WELL_KNOWN[rng.gen_range(0..WELL_KNOWN.len())])
-                            .collect(),
-                    );
-                    dport = None;
-                    not_dport = false;
-                } else {
-                    dports = None;
-                    dport = (tcpudp && rng.gen_bool(0.7)).then(|| {
-                        let a = rng.gen_range(0..65000u16);
-                        (a, a.saturating_add(rng.gen_range(0..3000)))
-                    });
-                    not_dport = dport.is_some() && rng.gen_bool(0.1);
-                }
+    let dl: u8 = match rng.gen_range(0..10) {
+        0..=3 => sp.max_len(),
+        4..=6 => sp.max_len() - 8,
+        7..=8 => rng.gen_range(sp.half..=sp.max_len()),
+        // ClassBench ACLs rarely leave both addresses open.
+        _ if sl == 0 => sp.max_len(),
+        _ => 0,
+    };
+    src = (sl > 0).then(|| sp.pfx(rng, sl));
+    dst = (dl > 0).then(|| sp.pfx(rng, dl));
+    proto = Some(match rng.gen_range(0..20) {
+        0..=13 => 6,
+        14..=18 => 17,
+        _ => {
+            if fam == Family::V4 {
+                1
+            } else {
+                58
             }
         }
-        let target = match rng.gen_range(0..10) {
-            0..=4 => "ACCEPT",
-            5..=8 => "DROP",
-            _ => "REJECT",
-        };
-        rules.push(R {
-            src,
-            dst,
-            proto,
-            sport,
-            dport,
-            dports,
-            not_dport,
-            target,
-        });
+    });
+    sport = (proto != Some(1) && proto != Some(58) && rng.gen_range(0..10) == 0)
+        .then_some((1024, 65535));
+    dport = if matches!(proto, Some(6 | 17)) {
+        match rng.gen_range(0..10) {
+            0..=5 => {
+                let p = WELL_KNOWN[rng.gen_range(0..WELL_KNOWN.len())];
+                Some((p, p))
+            }
+            6..=7 => {
+                let a = rng.gen_range(0..60000u16);
+                Some((a, a + rng.gen_range(1..5000)))
+            }
+            _ => None,
+        }
+    } else {
+        None
+    };
+    dports = None;
+    not_dport = false;
+    R {
+        src,
+        dst,
+        proto,
+        sport,
+        dport,
+        dports,
+        not_dport,
+        target: "",
     }
-    // The file.
+}
+
+/// A ClassBench firewall-shaped rule (its target drawn by the caller).
+fn fw_rule(rng: &mut Pcg64Mcg, sp: &Space) -> R {
+    let (src, dst, proto, sport, dport, dports, not_dport);
+    let sl: u8 = if rng.gen_bool(0.5) {
+        0
+    } else {
+        rng.gen_range(sp.half..=sp.max_len())
+    };
+    let dl: u8 = rng.gen_range(sp.half..=sp.max_len());
+    src = (sl > 0).then(|| sp.pfx(rng, sl));
+    dst = Some(sp.pfx(rng, dl));
+    proto = match rng.gen_range(0..10) {
+        0..=5 => Some(6),
+        6..=8 => Some(17),
+        _ => None,
+    };
+    let tcpudp = matches!(proto, Some(6 | 17));
+    sport = (tcpudp && rng.gen_bool(0.3)).then(|| {
+        let a = rng.gen_range(0..65000u16);
+        (a, a.saturating_add(rng.gen_range(0..20000)))
+    });
+    if tcpudp && rng.gen_bool(0.2) {
+        let k = rng.gen_range(2..6);
+        dports = Some(
+            (0..k)
+                .map(|_| WELL_KNOWN[rng.gen_range(0..WELL_KNOWN.len())])
+                .collect(),
+        );
+        dport = None;
+        not_dport = false;
+    } else {
+        dports = None;
+        dport = (tcpudp && rng.gen_bool(0.7)).then(|| {
+            let a = rng.gen_range(0..65000u16);
+            (a, a.saturating_add(rng.gen_range(0..3000)))
+        });
+        not_dport = dport.is_some() && rng.gen_bool(0.1);
+    }
+    R {
+        src,
+        dst,
+        proto,
+        sport,
+        dport,
+        dports,
+        not_dport,
+        target: "",
+    }
+}
+
+/// The rules as `iptables-save` writes them.
+fn save_text(rules: &[R], shape: Shape, fam: Family, seed: u64) -> String {
     let mut save = String::new();
     let tool = if fam == Family::V4 {
         "iptables-save"
@@ -259,7 +312,7 @@ pub fn generate(
         "ip6tables-save"
     };
     save.push_str(&format!("# Generated by {tool} (rxpath filter gen, shape {shape:?}, seed {seed})\n*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"));
-    for r in &rules {
+    for r in rules {
         let mut l = String::from("-A INPUT");
         if let Some((a, len)) = r.src {
             l += &format!(" -s {}/{len}", addr_str(a, fam));
@@ -297,17 +350,29 @@ pub fn generate(
         save.push_str(&l);
     }
     save.push_str("COMMIT\n");
-    // The traffic.
-    let lower = net;
+    save
+}
+
+/// `packets` probes, `hit_fraction` of them aimed at a random rule, the
+/// rest at no rule.
+fn probes(
+    rng: &mut Pcg64Mcg,
+    sp: &Space,
+    rules: &[R],
+    packets: usize,
+    hit_fraction: f64,
+) -> Vec<Probe> {
+    let (n, fam, upper, half) = (rules.len(), sp.fam, sp.upper, sp.half);
+    let lower = sp.net;
     let mut traffic = Vec::with_capacity(packets);
     for _ in 0..packets {
         if n > 0 && rng.gen_bool(hit_fraction.clamp(0.0, 1.0)) {
             let i = rng.gen_range(0..n);
             let r = &rules[i];
             let (sa, sl) = r.src.unwrap_or((upper, half));
-            let s = rand_in(&mut rng, sa, sl);
+            let s = sp.rand_in(rng, sa, sl);
             let (da, dl) = r.dst.unwrap_or((upper, half));
-            let d = rand_in(&mut rng, da, dl);
+            let d = sp.rand_in(rng, da, dl);
             let proto = r.proto.unwrap_or(if rng.gen_bool(0.5) { 6 } else { 17 });
             let (sa, sb) = r.sport.unwrap_or((1024, 65534));
             let sport = rng.gen_range(sa..=sb);
@@ -337,8 +402,8 @@ pub fn generate(
         } else {
             // A miss: both addresses outside every rule's prefix (rules with
             // no address match it if the rest does; it is still a probe).
-            let s = rand_in(&mut rng, lower, half);
-            let d = rand_in(&mut rng, lower, half);
+            let s = sp.rand_in(rng, lower, half);
+            let d = sp.rand_in(rng, lower, half);
             traffic.push(Probe {
                 src: ip(s, fam),
                 dst: ip(d, fam),
@@ -349,7 +414,7 @@ pub fn generate(
             });
         }
     }
-    Generated { save, traffic }
+    traffic
 }
 
 impl Probe {

@@ -189,6 +189,126 @@ impl std::fmt::Debug for Host {
     }
 }
 
+/// A queue's NAPI, shared with busy-polling sockets: GRO (with the
+/// sockets' `UDP_GRO` policy), interrupt deferral, the socket stage (or
+/// the steering stage in front of it) and, with `irq_context`, the poll in
+/// the interrupt's own context.
+fn share_napi<Q: RxQueue + Send + 'static>(
+    cfg: &HostConfig,
+    q: Q,
+    sockets: &Arc<Sockets>,
+    workers: Option<&Arc<Workers>>,
+    (gro_knob, defer_knob): &(GroKnob, GroKnob),
+    irq_context: bool,
+    table: &mut NapiTable<u16>,
+) -> Arc<SharedNapi> {
+    let qi = q.queue_index();
+    let mut napi = Napi::new(q, cfg.weight, cfg.bundle, cfg.interrupts);
+    napi.set_csum(cfg.sock.csum, cfg.sock.local_traffic);
+    if cfg.gro {
+        let udp: Arc<dyn UdpGroPolicy> = sockets.clone();
+        napi.set_gro(Some(GroConfig {
+            enabled: true,
+            udp: Some(udp),
+            flush_timeout: gro_knob.clone(),
+            adaptive: None,
+        }));
+    }
+    napi.set_defer_hard_irqs(defer_knob.clone(), gro_knob.clone());
+    table.add(&mut napi, |n| n.queue().queue_index());
+    let shared = match workers {
+        // No NAPI context is a worker: `me` is none of them.
+        Some(w) => SharedNapi::new(
+            napi,
+            SteerStage::new(w.clone(), Worker::MAX, sockets.stage(qi)),
+        ),
+        None => SharedNapi::new(napi, sockets.stage(qi)),
+    };
+    shared.set_prefer_busy_poll(cfg.prefer_busy_poll_ns);
+    if irq_context {
+        if let Some(irq) = &shared.irq {
+            let weak = Arc::downgrade(&shared);
+            irq.set_handler(Box::new(move || {
+                weak.upgrade().is_some_and(|n| napi_in_irq(&n))
+            }));
+        }
+    }
+    shared
+}
+
+/// The host's NAPI threads, the NAPIs dealt out round-robin.
+fn spawn_napi_threads(
+    cfg: &HostConfig,
+    napis: &[Arc<SharedNapi>],
+    sockets: &Arc<Sockets>,
+    stop: &Arc<AtomicBool>,
+) -> Result<Vec<JoinHandle<()>>, RunError> {
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let mut threads = Vec::new();
+    for t in 0..cfg.napi_threads.min(napis.len()) {
+        let mine: Vec<_> = napis
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % cfg.napi_threads == t)
+            .map(|(_, n)| n.clone())
+            .collect();
+        let (stop, socks, interrupts) = (stop.clone(), sockets.clone(), cfg.interrupts);
+        let core = (cfg.pin_napi && !cores.is_empty()).then(|| cores[t % cores.len()]);
+        let h = thread::Builder::new()
+            .name(format!("rxpath-napi/{t}"))
+            .spawn(move || {
+                if let Some(c) = core {
+                    core_affinity::set_for_current(c);
+                }
+                napi_thread(mine, &socks, interrupts, &stop)
+            })
+            .map_err(|e| RunError::Thread(e.to_string()))?;
+        threads.push(h);
+    }
+    Ok(threads)
+}
+
+/// Worker threads, one pinned per core, and the backlog server that lets
+/// a reader waiting in `recv` run the backlog of the worker on its CPU
+/// itself (RFS's single wakeup; [`BacklogServer`]).
+#[allow(clippy::type_complexity)]
+fn spawn_workers(
+    w: &Arc<Workers>,
+    sockets: &Arc<Sockets>,
+) -> Result<
+    (
+        Option<Arc<dyn BacklogServer>>,
+        Vec<(Worker, JoinHandle<crate::steer::WorkerCounters>)>,
+    ),
+    RunError,
+> {
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let socks = Arc::downgrade(sockets);
+    let budget = rxpath_core::softnet::SoftnetConfig::default().netdev_budget;
+    let build: crate::steer::Build = Box::new(move |w, id| {
+        let socks = socks.upgrade()?;
+        Some(host_bottom_half(w, id, &socks, budget))
+    });
+    let server = crate::steer::Server::new(w, build).map(|s| Arc::new(s) as Arc<dyn BacklogServer>);
+    let mut worker_threads = Vec::new();
+    for id in 0..w.len() {
+        let (w, socks) = (w.clone(), sockets.clone());
+        let core = (!cores.is_empty()).then(|| cores[id % cores.len()]);
+        let h = thread::Builder::new()
+            .name(format!("rxpath-bh/{id}"))
+            .spawn(move || {
+                if let Some(c) = core {
+                    core_affinity::set_for_current(c);
+                }
+                let bh = host_bottom_half(&w, id as Worker, &socks, budget);
+                crate::steer::pure_worker_thread(bh, false, None, None)
+            })
+            .map_err(|e| RunError::Thread(e.to_string()))?;
+        worker_threads.push((id as Worker, h));
+    }
+    Ok((server, worker_threads))
+}
+
 fn into_pools<Q: RxQueue + 'static>(
     cells: Vec<Box<dyn Any + Send>>,
     into_pool: impl Fn(Q) -> FramePool,
@@ -234,7 +354,7 @@ impl Host {
     }
 
     /// Start a host on `dev`.
-    pub fn start(mut cfg: HostConfig, dev: HostDevice) -> Result<Host, RunError> {
+    pub fn start(cfg: HostConfig, dev: HostDevice) -> Result<Host, RunError> {
         let iface_default = cfg.queues == 0 && !matches!(dev, HostDevice::Sim(_));
         if !(1..=64).contains(&cfg.queues) && !iface_default {
             return Err(RunError::Config(format!(
@@ -243,124 +363,139 @@ impl Host {
             )));
         }
         match dev {
-            HostDevice::Sim(mut sc) => {
-                sc.queues = cfg.queues;
-                let (port, qs) = sim::build(&sc)?;
-                let finish: Finish = Box::new(|cells, port| {
-                    let mut qs: Vec<SimRxQueue> = Vec::new();
-                    for c in cells {
-                        if let Ok(q) = c.downcast::<SimRxQueue>() {
-                            qs.push(*q);
-                        }
-                    }
-                    match port {
-                        Some(p) => {
-                            let pool = p.reclaim(qs);
-                            (pool.umem().frames(), pool.available())
-                        }
-                        None => (0, 0),
-                    }
-                });
-                // The sim's interrupts are raised by whoever drives the port
-                // (tests, the producer): NAPI stays on NAPI threads.
-                let mut h = Self::with_queues(&cfg, qs, finish, "simulated NIC".into(), false)?;
-                h.port = Some(Mutex::new(port));
-                // Sockets send through the NIC's TX ring (256 frames of its
-                // own); `set_tx` replaces it.
-                let tx = rxpath_dev::sim::SimTx::new(256, 256)
-                    .map_err(|e| RunError::Device(format!("the simulated NIC's TX ring: {e}")))?;
-                h.tx_fault = Some(tx.stop_completing.clone());
-                h.sockets.set_tx(Box::new(SimTxPort(tx)));
-                Ok(h)
-            }
+            HostDevice::Sim(sc) => Self::start_sim(cfg, sc),
             HostDevice::Xdp {
                 iface,
                 filter,
                 fallback,
                 xsk_busy_poll_us,
-            } => {
-                check_iface(&iface)?;
-                fill_from_iface(&mut cfg, &iface)?;
-                let nq = cfg.queues;
-                let opened = XdpProgram::attach(&iface, nq as u32, filter).and_then(|prog| {
-                    let prog = Arc::new(prog);
-                    // Several queues draw from one UMEM (XDP_SHARED_UMEM).
-                    let mut qs = XdpQueue::open_all(
-                        &iface,
-                        nq as u16,
-                        cfg.frames_per_queue,
-                        prog.clone(),
-                        cfg.interrupts,
-                        cfg.xdp_tx_frames,
-                    )?;
-                    if xsk_busy_poll_us > 0 {
-                        for xq in &mut qs {
-                            xq.set_busy_poll(xsk_busy_poll_us, 8)?;
-                        }
-                    }
-                    Ok((prog.mode, qs))
-                });
-                let (mode, qs) = match opened {
-                    Ok(x) => x,
-                    Err(e) if fallback => {
-                        log::warn!("AF_XDP on {iface} failed ({e}); using AF_PACKET instead");
-                        return Self::start(cfg, HostDevice::Packet { iface });
-                    }
-                    Err(e) => return Err(RunError::Device(format!("AF_XDP on {iface}: {e}"))),
-                };
-                let mut qs = qs;
-                let tx = qs.first_mut().and_then(XdpQueue::take_tx);
-                let mut backend = crate::run::xdp_backend(&iface, mode, &qs);
-                if tx.is_some() {
-                    backend.push_str("; replies through queue 0's TX ring");
-                }
-                let finish: Finish =
-                    Box::new(|cells, _| into_pools::<XdpQueue>(cells, XdpQueue::into_pool));
-                let mut h =
-                    Self::with_queues(&cfg, qs, finish, backend, cfg.napi_in_irq)?.on_iface();
-                match tx {
-                    Some(tx) => {
-                        h.tx_fault = Some(tx.stop_completing.clone());
-                        h.sockets
-                            .set_tx(Box::new(XskTxPort(Some(tx), Default::default())));
-                    }
-                    None => h.open_tx(&iface)?,
-                }
-                Ok(h)
-            }
-            HostDevice::Packet { iface } => {
-                check_iface(&iface)?;
-                fill_from_iface(&mut cfg, &iface)?;
-                let nq = cfg.queues;
-                let group = (std::process::id() & 0xffff) as u16;
-                let mut qs = Vec::with_capacity(nq);
-                for q in 0..nq {
-                    qs.push(
-                        PacketQueue::open(
-                            &iface,
-                            q as u16,
-                            (nq > 1).then_some(group),
-                            cfg.frames_per_queue,
-                            cfg.interrupts,
-                            cfg.packet_per_frame,
-                        )
-                        .map_err(|e| RunError::Device(format!("AF_PACKET on {iface}: {e}")))?,
-                    );
-                }
-                let finish: Finish =
-                    Box::new(|cells, _| into_pools::<PacketQueue>(cells, PacketQueue::into_pool));
-                let h = Self::with_queues(
-                    &cfg,
-                    qs,
-                    finish,
-                    format!("AF_PACKET on {iface}, {nq} queue(s)"),
-                    cfg.napi_in_irq,
-                )?
-                .on_iface();
-                h.open_tx(&iface)?;
-                Ok(h)
-            }
+            } => Self::start_xdp(cfg, iface, filter, fallback, xsk_busy_poll_us),
+            HostDevice::Packet { iface } => Self::start_packet(cfg, iface),
         }
+    }
+
+    /// On the simulated NIC (its TX ring for sends).
+    fn start_sim(cfg: HostConfig, mut sc: SimConfig) -> Result<Host, RunError> {
+        sc.queues = cfg.queues;
+        let (port, qs) = sim::build(&sc)?;
+        let finish: Finish = Box::new(|cells, port| {
+            let mut qs: Vec<SimRxQueue> = Vec::new();
+            for c in cells {
+                if let Ok(q) = c.downcast::<SimRxQueue>() {
+                    qs.push(*q);
+                }
+            }
+            match port {
+                Some(p) => {
+                    let pool = p.reclaim(qs);
+                    (pool.umem().frames(), pool.available())
+                }
+                None => (0, 0),
+            }
+        });
+        // The sim's interrupts are raised by whoever drives the port
+        // (tests, the producer): NAPI stays on NAPI threads.
+        let mut h = Self::with_queues(&cfg, qs, finish, "simulated NIC".into(), false)?;
+        h.port = Some(Mutex::new(port));
+        // Sockets send through the NIC's TX ring (256 frames of its
+        // own); `set_tx` replaces it.
+        let tx = rxpath_dev::sim::SimTx::new(256, 256)
+            .map_err(|e| RunError::Device(format!("the simulated NIC's TX ring: {e}")))?;
+        h.tx_fault = Some(tx.stop_completing.clone());
+        h.sockets.set_tx(Box::new(SimTxPort(tx)));
+        Ok(h)
+    }
+
+    /// On an interface through AF_XDP (`fallback`: AF_PACKET if XDP fails);
+    /// replies through queue 0's TX ring when it has one.
+    fn start_xdp(
+        mut cfg: HostConfig,
+        iface: String,
+        filter: XdpFilter,
+        fallback: bool,
+        xsk_busy_poll_us: u32,
+    ) -> Result<Host, RunError> {
+        check_iface(&iface)?;
+        fill_from_iface(&mut cfg, &iface)?;
+        let nq = cfg.queues;
+        let opened = XdpProgram::attach(&iface, nq as u32, filter).and_then(|prog| {
+            let prog = Arc::new(prog);
+            // Several queues draw from one UMEM (XDP_SHARED_UMEM).
+            let mut qs = XdpQueue::open_all(
+                &iface,
+                nq as u16,
+                cfg.frames_per_queue,
+                prog.clone(),
+                cfg.interrupts,
+                cfg.xdp_tx_frames,
+            )?;
+            if xsk_busy_poll_us > 0 {
+                for xq in &mut qs {
+                    xq.set_busy_poll(xsk_busy_poll_us, 8)?;
+                }
+            }
+            Ok((prog.mode, qs))
+        });
+        let (mode, qs) = match opened {
+            Ok(x) => x,
+            Err(e) if fallback => {
+                log::warn!("AF_XDP on {iface} failed ({e}); using AF_PACKET instead");
+                return Self::start(cfg, HostDevice::Packet { iface });
+            }
+            Err(e) => return Err(RunError::Device(format!("AF_XDP on {iface}: {e}"))),
+        };
+        let mut qs = qs;
+        let tx = qs.first_mut().and_then(XdpQueue::take_tx);
+        let mut backend = crate::run::xdp_backend(&iface, mode, &qs);
+        if tx.is_some() {
+            backend.push_str("; replies through queue 0's TX ring");
+        }
+        let finish: Finish =
+            Box::new(|cells, _| into_pools::<XdpQueue>(cells, XdpQueue::into_pool));
+        let mut h = Self::with_queues(&cfg, qs, finish, backend, cfg.napi_in_irq)?.on_iface();
+        match tx {
+            Some(tx) => {
+                h.tx_fault = Some(tx.stop_completing.clone());
+                h.sockets
+                    .set_tx(Box::new(XskTxPort(Some(tx), Default::default())));
+            }
+            None => h.open_tx(&iface)?,
+        }
+        Ok(h)
+    }
+
+    /// On an interface through AF_PACKET.
+    fn start_packet(mut cfg: HostConfig, iface: String) -> Result<Host, RunError> {
+        check_iface(&iface)?;
+        fill_from_iface(&mut cfg, &iface)?;
+        let nq = cfg.queues;
+        let group = (std::process::id() & 0xffff) as u16;
+        let mut qs = Vec::with_capacity(nq);
+        for q in 0..nq {
+            qs.push(
+                PacketQueue::open(
+                    &iface,
+                    q as u16,
+                    (nq > 1).then_some(group),
+                    cfg.frames_per_queue,
+                    cfg.interrupts,
+                    cfg.packet_per_frame,
+                )
+                .map_err(|e| RunError::Device(format!("AF_PACKET on {iface}: {e}")))?,
+            );
+        }
+        let finish: Finish =
+            Box::new(|cells, _| into_pools::<PacketQueue>(cells, PacketQueue::into_pool));
+        let h = Self::with_queues(
+            &cfg,
+            qs,
+            finish,
+            format!("AF_PACKET on {iface}, {nq} queue(s)"),
+            cfg.napi_in_irq,
+        )?
+        .on_iface();
+        h.open_tx(&iface)?;
+        Ok(h)
     }
 
     fn open_tx(&self, iface: &str) -> Result<(), RunError> {
@@ -405,94 +540,26 @@ impl Host {
         // One gro_flush_timeout per device, shared by its NAPIs.
         let gro_knob = GroKnob::new(cfg.gro_flush_timeout_ns);
         let defer_knob = GroKnob::new(cfg.defer_hard_irqs as u64);
+        let knobs = (gro_knob.clone(), defer_knob.clone());
         for q in qs {
-            let qi = q.queue_index();
-            let mut napi = Napi::new(q, cfg.weight, cfg.bundle, cfg.interrupts);
-            napi.set_csum(cfg.sock.csum, cfg.sock.local_traffic);
-            if cfg.gro {
-                let udp: Arc<dyn UdpGroPolicy> = sockets.clone();
-                napi.set_gro(Some(GroConfig {
-                    enabled: true,
-                    udp: Some(udp),
-                    flush_timeout: gro_knob.clone(),
-                    adaptive: None,
-                }));
-            }
-            napi.set_defer_hard_irqs(defer_knob.clone(), gro_knob.clone());
-            table.add(&mut napi, |n| n.queue().queue_index());
-            let shared = match &workers {
-                // No NAPI context is a worker: `me` is none of them.
-                Some(w) => SharedNapi::new(
-                    napi,
-                    SteerStage::new(w.clone(), Worker::MAX, sockets.stage(qi)),
-                ),
-                None => SharedNapi::new(napi, sockets.stage(qi)),
-            };
-            shared.set_prefer_busy_poll(cfg.prefer_busy_poll_ns);
-            if irq_context {
-                if let Some(irq) = &shared.irq {
-                    let weak = Arc::downgrade(&shared);
-                    irq.set_handler(Box::new(move || {
-                        weak.upgrade().is_some_and(|n| napi_in_irq(&n))
-                    }));
-                }
-            }
+            let shared = share_napi(
+                cfg,
+                q,
+                &sockets,
+                workers.as_ref(),
+                &knobs,
+                irq_context,
+                &mut table,
+            );
             sockets.register_napi(shared.clone());
             napis.push(shared);
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
-        let cores = core_affinity::get_core_ids().unwrap_or_default();
-        for t in 0..cfg.napi_threads.min(napis.len()) {
-            let mine: Vec<_> = napis
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| i % cfg.napi_threads == t)
-                .map(|(_, n)| n.clone())
-                .collect();
-            let (stop, socks, interrupts) = (stop.clone(), sockets.clone(), cfg.interrupts);
-            let core = (cfg.pin_napi && !cores.is_empty()).then(|| cores[t % cores.len()]);
-            let h = thread::Builder::new()
-                .name(format!("rxpath-napi/{t}"))
-                .spawn(move || {
-                    if let Some(c) = core {
-                        core_affinity::set_for_current(c);
-                    }
-                    napi_thread(mine, &socks, interrupts, &stop)
-                })
-                .map_err(|e| RunError::Thread(e.to_string()))?;
-            threads.push(h);
-        }
-        let mut worker_threads = Vec::new();
-        let mut server: Option<Arc<dyn BacklogServer>> = None;
-        if let Some(w) = &workers {
-            // A reader waiting in recv runs the backlog of the worker on its
-            // CPU itself (RFS's single wakeup; `crate::sock::BacklogServer`).
-            let socks = Arc::downgrade(&sockets);
-            let budget = rxpath_core::softnet::SoftnetConfig::default().netdev_budget;
-            let build: crate::steer::Build = Box::new(move |w, id| {
-                let socks = socks.upgrade()?;
-                Some(host_bottom_half(w, id, &socks, budget))
-            });
-            if let Some(srv) = crate::steer::Server::new(w, build) {
-                server = Some(Arc::new(srv));
-            }
-            for id in 0..w.len() {
-                let (w, socks) = (w.clone(), sockets.clone());
-                let core = (!cores.is_empty()).then(|| cores[id % cores.len()]);
-                let h = thread::Builder::new()
-                    .name(format!("rxpath-bh/{id}"))
-                    .spawn(move || {
-                        if let Some(c) = core {
-                            core_affinity::set_for_current(c);
-                        }
-                        let bh = host_bottom_half(&w, id as Worker, &socks, budget);
-                        crate::steer::pure_worker_thread(bh, false, None, None)
-                    })
-                    .map_err(|e| RunError::Thread(e.to_string()))?;
-                worker_threads.push((id as Worker, h));
-            }
-        }
+        let threads = spawn_napi_threads(cfg, &napis, &sockets, &stop)?;
+        let (server, worker_threads) = match &workers {
+            Some(w) => spawn_workers(w, &sockets)?,
+            None => (None, Vec::new()),
+        };
         Ok(Host {
             sockets,
             napis,

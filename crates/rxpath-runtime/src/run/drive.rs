@@ -141,7 +141,7 @@ where
     // The capture file must outlive every tap: the writer is finished only
     // once all NAPI threads (which own the taps) have been joined.
     // IP input in front of the sink (not of rxdrop, the lowest RX level).
-    let ip_cfg = match cfg.stack {
+    let ip = match cfg.stack {
         StackKind::Rxdrop => None,
         StackKind::Sink | StackKind::Latency => Some(ip_config(cfg)),
     };
@@ -159,44 +159,125 @@ where
             None
         },
         filter: cfg.filter.clone(),
-        ip: ip_cfg.clone(),
+        ip: ip.clone(),
     };
+    let pure = match &workers {
+        Some(w) => spawn_pure_workers(cfg, w, groups.len(), &rest, pin_to)?,
+        None => Vec::new(),
+    };
+    let mut handles = Vec::new();
+    for (t, napis) in groups.into_iter().enumerate() {
+        let th = NapiThread {
+            t,
+            cfg: cfg.clone(),
+            core: pin_to(t),
+            ip: ip.clone(),
+            workers: workers.clone(),
+            rest: rest.clone(),
+            stop: stop_napi.clone(),
+            over: window_over.clone(),
+            live: live.clone(),
+        };
+        handles.push(th.spawn(napis, capture.clone())?);
+    }
+    let elapsed = run_window(cfg, &live, workers.as_deref(), source_done, on_tick);
+    window_over.store(true, Ordering::Release);
+    if let Some(f) = stop_producer {
+        f();
+    }
+    // Give the producer's final flush time to land, then drain and stop.
+    thread::sleep(Duration::from_millis(20));
+    stop_napi.store(true, Ordering::Release);
+    let mut outs: Vec<ThreadOut<Q>> = Vec::new();
+    for h in handles {
+        h.thread().unpark();
+        outs.push(
+            h.join()
+                .map_err(|_| RunError::Thread("NAPI thread panicked".into()))?,
+        );
+    }
+    let steer = match &workers {
+        Some(w) => steer_out(w, &outs, pure)?,
+        None => SteerOut::default(),
+    };
+    let l = live.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some(w) = capture.and_then(|c| Arc::try_unwrap(c).ok()) {
+        w.into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+            .finish()
+            .map_err(|e| RunError::Device(format!("capture: {e}")))?;
+    }
+    Ok((outs, elapsed, l, steer))
+}
+
+/// The fault windows of thread `id` (`--fault stall=MS`), seeded apart.
+fn stall_windows(cfg: &RunConfig, id: usize) -> Option<FaultWindows> {
+    let f = cfg.sim.faults;
+    FaultWindows::new(
+        f.stall_ms,
+        f.stall_every_ms,
+        f.seed ^ (id as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+    )
+}
+
+/// Workers beyond the NAPI threads (`first..`): threads that only run
+/// their backlog.
+fn spawn_pure_workers(
+    cfg: &RunConfig,
+    w: &Arc<Workers>,
+    first: usize,
+    rest: &PathRest,
+    pin_to: &dyn Fn(usize) -> Option<core_affinity::CoreId>,
+) -> Result<Vec<(Worker, thread::JoinHandle<crate::steer::WorkerCounters>)>, RunError> {
     let t0 = Instant::now();
     let mut pure = Vec::new();
-    if let Some(w) = &workers {
-        for id in groups.len()..w.len() {
-            let (w, rest) = (w.clone(), rest.clone());
-            let core = pin_to(id);
-            let idle_poll = cfg.idle_poll;
-            let budget = cfg.softnet.netdev_budget;
-            let stop_at = cfg
-                .stop_worker
-                .filter(|&(s, _)| s as usize == id)
-                .map(|(_, d)| t0 + d);
-            let f = cfg.sim.faults;
-            let stall = FaultWindows::new(
-                f.stall_ms,
-                f.stall_every_ms,
-                f.seed ^ (id as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-            );
-            let h = thread::Builder::new()
-                .name(format!("rxpath-bh/{id}"))
-                .spawn(move || {
-                    if let Some(c) = core {
-                        core_affinity::set_for_current(c);
-                    }
-                    let bh = rest.bottom_half(&w, id as Worker, budget);
-                    pure_worker_thread(bh, idle_poll, stop_at, stall)
-                })
-                .map_err(|e| RunError::Thread(e.to_string()))?;
-            pure.push((id as Worker, h));
-        }
+    for id in first..w.len() {
+        let (w, rest) = (w.clone(), rest.clone());
+        let core = pin_to(id);
+        let idle_poll = cfg.idle_poll;
+        let budget = cfg.softnet.netdev_budget;
+        let stop_at = cfg
+            .stop_worker
+            .filter(|&(s, _)| s as usize == id)
+            .map(|(_, d)| t0 + d);
+        let stall = stall_windows(cfg, id);
+        let h = thread::Builder::new()
+            .name(format!("rxpath-bh/{id}"))
+            .spawn(move || {
+                if let Some(c) = core {
+                    core_affinity::set_for_current(c);
+                }
+                let bh = rest.bottom_half(&w, id as Worker, budget);
+                pure_worker_thread(bh, idle_poll, stop_at, stall)
+            })
+            .map_err(|e| RunError::Thread(e.to_string()))?;
+        pure.push((id as Worker, h));
     }
-    let mut handles = Vec::new();
-    for (t, mut napis) in groups.into_iter().enumerate() {
-        let (stop, over, live) = (stop_napi.clone(), window_over.clone(), live.clone());
-        let mut cap = capture.clone();
-        if cfg.capture_at == CaptureAt::Rx {
+    Ok(pure)
+}
+
+/// One NAPI thread of a run, before it starts.
+struct NapiThread {
+    t: usize,
+    cfg: RunConfig,
+    core: Option<core_affinity::CoreId>,
+    ip: Option<rxpath_core::ip::IpConfig>,
+    workers: Option<Arc<Workers>>,
+    rest: PathRest,
+    stop: Arc<AtomicBool>,
+    over: Arc<AtomicBool>,
+    live: Arc<Mutex<Live>>,
+}
+
+impl NapiThread {
+    /// Start it on `napis`; the capture taps each NAPI before GRO
+    /// (`--capture-at rx`) or the end of the path.
+    fn spawn<Q: RxQueue + Send + 'static>(
+        self,
+        mut napis: Vec<Napi<Q>>,
+        mut cap: Option<Arc<Mutex<rxpath_dev::pcap::Writer>>>,
+    ) -> Result<thread::JoinHandle<ThreadOut<Q>>, RunError> {
+        if self.cfg.capture_at == CaptureAt::Rx {
             // Tap each NAPI before GRO instead of the end of the path.
             if let Some(w) = cap.take() {
                 for n in napis.iter_mut() {
@@ -212,89 +293,99 @@ where
                 }
             }
         }
-        let core = pin_to(t);
-        // Null queues have no interrupt line: always polling mode.
-        let interrupts = cfg.interrupts && cfg.producer != Producer::Null;
-        let idle_poll = cfg.idle_poll;
-        let (kind, softnet) = (cfg.stack, cfg.softnet);
-        let filter = cfg.filter.clone();
-        let ip = ip_cfg.clone();
-        let (wk, rest) = (workers.clone(), rest.clone());
-        let knobs = cfg.knobs.clone();
-        let f = cfg.sim.faults;
-        let stall = FaultWindows::new(
-            f.stall_ms,
-            f.stall_every_ms,
-            f.seed ^ (t as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-        );
-        let h = thread::Builder::new()
-            .name(format!("rxpath-napi/{t}"))
+        thread::Builder::new()
+            .name(format!("rxpath-napi/{}", self.t))
             .spawn(move || {
-                if let Some(c) = core {
+                if let Some(c) = self.core {
                     core_affinity::set_for_current(c);
                 }
-                if let Some(w) = wk {
-                    // The NAPI thread is worker t: steering after GRO, its
-                    // own backlog in its loop.
-                    let me = t as Worker;
-                    w.register(me);
-                    let bh = rest.bottom_half(&w, me, softnet.netdev_budget);
-                    let stage = SteerStage::new(w.clone(), me, rest.full(&w));
-                    return napi_thread(
-                        t,
-                        napis,
-                        stage,
-                        softnet,
-                        interrupts,
-                        idle_poll,
-                        &stop,
-                        &over,
-                        &live,
-                        Some(bh),
-                        knobs,
-                        stall,
-                    );
-                }
-                // The same thread, whatever stack it runs.
-                macro_rules! napi_thread_with {
-                    ($stack:expr) => {
-                        napi_thread(
-                            t, napis, $stack, softnet, interrupts, idle_poll, &stop, &over, &live,
-                            None, knobs, stall,
-                        )
-                    };
-                }
-                // Without a capture or a filter the common ends are their own
-                // types, so the whole stack inlines into the poll loop; the
-                // rest goes through the `Sinks` enum behind the tap.
-                match (kind, cap, filter) {
-                    (StackKind::Sink, None, None) => napi_thread_with!(IpStage::new(ip, Sink)),
-                    (StackKind::Rxdrop, None, None) => napi_thread_with!(RxDrop),
-                    (StackKind::Sink, None, Some(f)) => {
-                        napi_thread_with!(IpStage::with_filter(ip, f, Sink))
-                    }
-                    (k, w, Some(f)) => napi_thread_with!(IpStage::with_filter(
-                        ip,
-                        f,
-                        Tap {
-                            inner: Sinks::of(k),
-                            w
-                        }
-                    )),
-                    (k, w, None) => {
-                        napi_thread_with!(IpStage::new(
-                            ip,
-                            Tap {
-                                inner: Sinks::of(k),
-                                w
-                            }
-                        ))
-                    }
-                }
+                self.run(napis, cap)
             })
-            .map_err(|e| RunError::Thread(e.to_string()))?;
-        handles.push(h);
+            .map_err(|e| RunError::Thread(e.to_string()))
     }
+
+    /// The thread's body: the path after GRO as the run asks for it.
+    fn run<Q: RxQueue>(
+        self,
+        napis: Vec<Napi<Q>>,
+        cap: Option<Arc<Mutex<rxpath_dev::pcap::Writer>>>,
+    ) -> ThreadOut<Q> {
+        let cfg = &self.cfg;
+        let t = self.t;
+        // Null queues have no interrupt line: always polling mode.
+        let interrupts = cfg.interrupts && cfg.producer != Producer::Null;
+        let (idle_poll, softnet) = (cfg.idle_poll, cfg.softnet);
+        let (knobs, stall) = (cfg.knobs.clone(), stall_windows(cfg, t));
+        let (stop, over, live) = (&self.stop, &self.over, &self.live);
+        if let Some(w) = &self.workers {
+            // The NAPI thread is worker t: steering after GRO, its own
+            // backlog in its loop.
+            let me = t as Worker;
+            w.register(me);
+            let bh = self.rest.bottom_half(w, me, softnet.netdev_budget);
+            let stage = SteerStage::new(w.clone(), me, self.rest.full(w));
+            return napi_thread(
+                t,
+                napis,
+                stage,
+                softnet,
+                interrupts,
+                idle_poll,
+                stop,
+                over,
+                live,
+                Some(bh),
+                knobs,
+                stall,
+            );
+        }
+        // The same thread, whatever stack it runs.
+        macro_rules! napi_thread_with {
+            ($stack:expr) => {
+                napi_thread(
+                    t, napis, $stack, softnet, interrupts, idle_poll, stop, over, live, None,
+                    knobs, stall,
+                )
+            };
+        }
+        let ip = self.ip;
+        // Without a capture or a filter the common ends are their own
+        // types, so the whole stack inlines into the poll loop; the rest
+        // goes through the `Sinks` enum behind the tap.
+        match (cfg.stack, cap, cfg.filter.clone()) {
+            (StackKind::Sink, None, None) => napi_thread_with!(IpStage::new(ip, Sink)),
+            (StackKind::Rxdrop, None, None) => napi_thread_with!(RxDrop),
+            (StackKind::Sink, None, Some(f)) => {
+                napi_thread_with!(IpStage::with_filter(ip, f, Sink))
+            }
+            (k, w, Some(f)) => napi_thread_with!(IpStage::with_filter(
+                ip,
+                f,
+                Tap {
+                    inner: Sinks::of(k),
+                    w
+                }
+            )),
+            (k, w, None) => napi_thread_with!(IpStage::new(
+                ip,
+                Tap {
+                    inner: Sinks::of(k),
+                    w
+                }
+            )),
+        }
+    }
+}
+
+/// The measured window: tick every `cfg.tick` until the duration passes,
+/// the source is done or a stop is asked for. Returns its length.
+fn run_window(
+    cfg: &RunConfig,
+    live: &Mutex<Live>,
+    workers: Option<&Workers>,
+    source_done: Option<Arc<AtomicBool>>,
+    on_tick: &mut dyn FnMut(&Tick),
+) -> Duration {
     let start = Instant::now();
     let mut next = start + cfg.tick;
     let end = start + cfg.duration;
@@ -313,48 +404,33 @@ where
         thread::sleep(next.min(end).saturating_duration_since(now).min(poll));
         if Instant::now() >= next {
             next += cfg.tick;
-            on_tick(&tick(&live, start, workers.as_deref()));
+            on_tick(&tick(live, start, workers));
         }
     }
-    window_over.store(true, Ordering::Release);
-    let elapsed = start.elapsed();
-    if let Some(f) = stop_producer {
-        f();
-    }
-    // Give the producer's final flush time to land, then drain and stop.
-    thread::sleep(Duration::from_millis(20));
-    stop_napi.store(true, Ordering::Release);
-    let mut outs: Vec<ThreadOut<Q>> = Vec::new();
-    for h in handles {
-        h.thread().unpark();
-        outs.push(
-            h.join()
-                .map_err(|_| RunError::Thread("NAPI thread panicked".into()))?,
-        );
-    }
+    start.elapsed()
+}
+
+/// The workers' reports, the NAPI threads' first, then the pure workers'
+/// once joined; the order at delivery and accelerated RFS.
+fn steer_out<Q: RxQueue>(
+    w: &Workers,
+    outs: &[ThreadOut<Q>],
+    pure: Vec<(Worker, thread::JoinHandle<crate::steer::WorkerCounters>)>,
+) -> Result<SteerOut, RunError> {
     let mut steer = SteerOut::default();
-    if let Some(w) = &workers {
-        for (t, o) in outs.iter().enumerate() {
-            let c = o.worker.unwrap_or_default();
-            steer.workers.push(w.report(t as Worker, &c));
-        }
-        for (id, h) in pure {
-            let c = h
-                .join()
-                .map_err(|_| RunError::Thread("worker thread panicked".into()))?;
-            steer.workers.push(w.report(id, &c));
-        }
-        steer.order = Some(w.order_report());
-        steer.accel = w.accel_report();
+    for (t, o) in outs.iter().enumerate() {
+        let c = o.worker.unwrap_or_default();
+        steer.workers.push(w.report(t as Worker, &c));
     }
-    let l = live.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    if let Some(w) = capture.and_then(|c| Arc::try_unwrap(c).ok()) {
-        w.into_inner()
-            .unwrap_or_else(|e| e.into_inner())
-            .finish()
-            .map_err(|e| RunError::Device(format!("capture: {e}")))?;
+    for (id, h) in pure {
+        let c = h
+            .join()
+            .map_err(|_| RunError::Thread("worker thread panicked".into()))?;
+        steer.workers.push(w.report(id, &c));
     }
-    Ok((outs, elapsed, l, steer))
+    steer.order = Some(w.order_report());
+    steer.accel = w.accel_report();
+    Ok(steer)
 }
 
 pub(super) fn tick(live: &Mutex<Live>, start: Instant, workers: Option<&Workers>) -> Tick {

@@ -49,47 +49,15 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
     validate(cfg)?;
     let tz = Toeplitz::default();
     let mut traffic = Traffic::new(cfg.traffic, &tz);
-    let cores = core_affinity::get_core_ids().unwrap_or_default();
-    let pin_to = |i: usize| {
-        if cfg.pin && !cores.is_empty() {
-            Some(cores[i % cores.len()])
-        } else {
-            None
-        }
-    };
-    let mut table: NapiTable<u16> = NapiTable::default();
-    // One gro_flush_timeout per device, shared by its NAPIs.
-    let knob = match &cfg.knobs {
-        Some(k) => k.gro_flush_timeout.clone(),
-        None => GroKnob::new(cfg.gro.map_or(0, |g| g.flush_timeout_ns)),
-    };
-    let gro_cfg = cfg.gro.map(|g| GroConfig {
-        enabled: true,
-        flush_timeout: knob.clone(),
-        adaptive: g.adaptive,
-        // No sockets: no datagram is for a socket with UDP_GRO.
-        udp: None,
-    });
-    let stop_napi = Arc::new(AtomicBool::new(false));
-    let window_over = Arc::new(AtomicBool::new(false));
-    match cfg.producer {
+    let mut ctx = Ctx::new(cfg, &mut on_tick);
+    match &cfg.producer {
         Producer::Null if cfg.null_cold => {
             let frames = sim::cold_frames();
             let qs = (0..cfg.sim.queues)
                 .map(|q| ColdQueue::new(q as u16, frames, &mut traffic, 0xc01d ^ q as u64))
                 .collect::<Result<Vec<_>, _>>()?;
             // No interrupt line: always polling mode.
-            own_queues(
-                cfg,
-                qs,
-                false,
-                &mut table,
-                &gro_cfg,
-                &pin_to,
-                &stop_napi,
-                &window_over,
-                &mut on_tick,
-            )
+            own_queues(cfg, qs, false, &mut ctx)
         }
         Producer::Null => {
             let mut qs = Vec::with_capacity(cfg.sim.queues);
@@ -101,210 +69,238 @@ pub fn run(cfg: &RunConfig, mut on_tick: impl FnMut(&Tick)) -> Result<Report, Ru
                 qs.push(nq);
             }
             // Null queues have no interrupt line: always polling mode.
-            own_queues(
-                cfg,
-                qs,
-                false,
-                &mut table,
-                &gro_cfg,
-                &pin_to,
-                &stop_napi,
-                &window_over,
-                &mut on_tick,
-            )
+            own_queues(cfg, qs, false, &mut ctx)
         }
-        Producer::Xdp { iface, fallback } => {
-            let name = iface.as_str();
-            check_iface(name)?;
-            let nq = cfg.sim.queues;
-            let opened = XdpProgram::attach(name, nq as u32, cfg.xdp_filter).and_then(|prog| {
-                let prog = Arc::new(prog);
-                // Several queues draw from one UMEM (XDP_SHARED_UMEM).
-                let qs = XdpQueue::open_all(
-                    name,
-                    nq as u16,
-                    cfg.sim.frames_per_queue,
-                    prog.clone(),
-                    cfg.interrupts,
-                    0,
-                )?;
-                Ok((prog.mode, qs))
-            });
-            let (mode, qs) = match opened {
-                Ok(x) => x,
-                Err(e) if fallback => {
-                    log::warn!("AF_XDP on {name} failed ({e}); using AF_PACKET instead");
-                    let mut c = cfg.clone();
-                    c.producer = Producer::Packet { iface };
-                    return run(&c, on_tick);
-                }
-                Err(e) => return Err(RunError::Device(format!("AF_XDP on {name}: {e}"))),
-            };
-            log::info!("{}", xdp_backend(name, mode, &qs));
-            let (watch, watched) = watch::IfaceWatch::start(name, cfg);
-            let r = own_queues(
-                &watched,
-                qs,
-                cfg.interrupts,
-                &mut table,
-                &gro_cfg,
-                &pin_to,
-                &stop_napi,
-                &window_over,
-                &mut on_tick,
-            );
-            with_watch(r, watch, cfg)
-        }
-        Producer::Packet { iface } => {
-            let name = iface.as_str();
-            check_iface(name)?;
-            let nq = cfg.sim.queues;
-            let group = (std::process::id() & 0xffff) as u16;
-            let mut qs = Vec::with_capacity(nq);
-            for q in 0..nq {
-                let pq = PacketQueue::open(
-                    name,
-                    q as u16,
-                    (nq > 1).then_some(group),
-                    cfg.sim.frames_per_queue,
-                    cfg.interrupts,
-                    // Bulk receive: TPACKET_V3 blocks.
-                    false,
-                )
-                .map_err(|e| RunError::Device(format!("AF_PACKET on {name}: {e}")))?;
-                qs.push(pq);
-            }
-            let (watch, watched) = watch::IfaceWatch::start(name, cfg);
-            let r = own_queues(
-                &watched,
-                qs,
-                cfg.interrupts,
-                &mut table,
-                &gro_cfg,
-                &pin_to,
-                &stop_napi,
-                &window_over,
-                &mut on_tick,
-            );
-            with_watch(r, watch, cfg)
-        }
-        Producer::Thread { .. } | Producer::Pcap { .. } => {
-            let trace = match &cfg.producer {
-                Producer::Pcap { path, .. } => Some(
-                    rxpath_dev::pcap::Trace::load(path)
-                        .map_err(|e| RunError::Device(format!("pcap replay: {e}")))?,
-                ),
-                _ => None,
-            };
-            let producer_kind = cfg.producer.clone();
-            // A capture taken where the sender offloads checksums (every
-            // TCP/UDP packet carries the pseudo-header sum): with `auto`,
-            // trust such partial checksums by value, as for a veth.
-            let partial = cfg.csum == rxpath_core::ip::CsumPolicy::Auto
-                && trace.as_ref().is_some_and(|t| t.partial_checksums());
-            if partial {
-                log::info!(
-                    "the capture's first TCP/UDP packets all carry partial checksums (a sender with \
-                     checksum offload): --csum auto trusts partial checksums for this replay (--csum verify to check them)"
-                );
-            }
-            let (mut port, host) = sim::build(&cfg.sim)?;
-            // Accelerated RFS: the NIC's ntuple table, filled by the host.
-            let rules = cfg.steer.accel_rfs.then(|| {
-                let r = Arc::new(sim::FlowRules::new(1024));
-                port.set_flow_rules(r.clone());
-                r
-            });
-            let mut groups: Vec<Vec<Napi<sim::SimRxQueue>>> =
-                (0..cfg.threads).map(|_| Vec::new()).collect();
-            for q in host {
-                let i = q.queue_index() as usize;
-                let mut napi = Napi::new(q, cfg.weight, cfg.bundle, cfg.interrupts);
-                napi.set_gro(gro_cfg.clone());
-                napi.set_csum(cfg.csum, partial);
-                table.add(&mut napi, |n| n.queue().queue_index());
-                groups[i % cfg.threads].push(napi);
-            }
-            let stop_producer = Arc::new(AtomicBool::new(false));
-            // A replay of a file with an end ends the run when it is done.
-            let source_done = Arc::new(AtomicBool::new(false));
-            let done = source_done.clone();
-            let producer_core = if cores.len() > 1 {
-                pin_to(cores.len() - 1)
-            } else {
-                None
-            };
-            let sp = stop_producer.clone();
-            let producer = thread::Builder::new()
-                .name("rxpath-nic".into())
-                .spawn(move || {
-                    if let Some(c) = producer_core {
-                        core_affinity::set_for_current(c);
-                    }
-                    match (producer_kind, trace) {
-                        (
-                            Producer::Pcap {
-                                loops, paced, pps, ..
-                            },
-                            Some(t),
-                        ) => {
-                            let pace = match (paced, pps) {
-                                (true, _) => rxpath_dev::pcap::Pace::Recorded,
-                                (false, Some(r)) => rxpath_dev::pcap::Pace::Pps(r),
-                                (false, None) => rxpath_dev::pcap::Pace::Lossless,
-                            };
-                            port.run_trace(&t, loops, pace, &sp);
-                            done.store(true, Ordering::Release);
-                        }
-                        (Producer::Thread { pps }, _) => {
-                            port.run(&mut traffic, &sp, pps, 64);
-                        }
-                        _ => {}
-                    }
-                    port
-                })
-                .map_err(|e| RunError::Thread(e.to_string()))?;
-            let stop_p = stop_producer.clone();
-            let mut c = cfg.clone();
-            c.local_traffic = partial;
-            let (outs, elapsed, _live, steer) = drive(
-                &c,
-                groups,
-                &pin_to,
-                &stop_napi,
-                &window_over,
-                Source {
-                    stop: Some(move || stop_p.store(true, Ordering::Relaxed)),
-                    done: Some(source_done),
-                    rules,
-                },
-                &mut on_tick,
-            )
-            .inspect_err(|_| stop_producer.store(true, Ordering::Relaxed))?;
-            let port = producer
-                .join()
-                .map_err(|_| RunError::Thread("producer panicked".into()))?;
-            let mut faults = stalls_of(&outs, &steer.workers);
-            faults.starve_windows = port.starve_windows();
-            let (queues, softnet, received_in_window, host, latency) = collect(outs);
-            let pool = port.reclaim(host);
-            Ok(Report {
-                config: cfg.clone(),
-                elapsed,
-                queues,
-                softnet,
-                received_in_window,
-                frames_total: pool.umem().frames(),
-                frames_home: pool.available(),
-                latency,
-                workers: steer.workers,
-                order: steer.order,
-                accel_rfs: steer.accel,
-                stopped_early: None,
-                faults,
-            })
+        Producer::Xdp { iface, fallback } => run_xdp(cfg, iface, *fallback, &mut ctx),
+        Producer::Packet { iface } => run_packet(cfg, iface.as_str(), &mut ctx),
+        Producer::Thread { .. } | Producer::Pcap { .. } => run_sim(cfg, traffic, &mut ctx),
+    }
+}
+
+/// What every kind of run shares while it sets up its queues and drives
+/// them.
+struct Ctx<'a> {
+    table: NapiTable<u16>,
+    gro_cfg: Option<GroConfig>,
+    cores: Vec<core_affinity::CoreId>,
+    pin: bool,
+    stop_napi: Arc<AtomicBool>,
+    window_over: Arc<AtomicBool>,
+    on_tick: &'a mut dyn FnMut(&Tick),
+}
+
+impl<'a> Ctx<'a> {
+    fn new(cfg: &RunConfig, on_tick: &'a mut dyn FnMut(&Tick)) -> Ctx<'a> {
+        // One gro_flush_timeout per device, shared by its NAPIs.
+        let knob = match &cfg.knobs {
+            Some(k) => k.gro_flush_timeout.clone(),
+            None => GroKnob::new(cfg.gro.map_or(0, |g| g.flush_timeout_ns)),
+        };
+        let gro_cfg = cfg.gro.map(|g| GroConfig {
+            enabled: true,
+            flush_timeout: knob.clone(),
+            adaptive: g.adaptive,
+            // No sockets: no datagram is for a socket with UDP_GRO.
+            udp: None,
+        });
+        Ctx {
+            table: NapiTable::default(),
+            gro_cfg,
+            cores: core_affinity::get_core_ids().unwrap_or_default(),
+            pin: cfg.pin,
+            stop_napi: Arc::new(AtomicBool::new(false)),
+            window_over: Arc::new(AtomicBool::new(false)),
+            on_tick,
         }
     }
+}
+
+/// The core thread `i` is pinned to, if pinning.
+fn pin_core(cores: &[core_affinity::CoreId], pin: bool, i: usize) -> Option<core_affinity::CoreId> {
+    (pin && !cores.is_empty()).then(|| cores[i % cores.len()])
+}
+
+/// An interface through AF_XDP (`fallback`: AF_PACKET if XDP fails).
+fn run_xdp(
+    cfg: &RunConfig,
+    iface: &IfName,
+    fallback: bool,
+    ctx: &mut Ctx,
+) -> Result<Report, RunError> {
+    let name = iface.as_str();
+    check_iface(name)?;
+    let nq = cfg.sim.queues;
+    let opened = XdpProgram::attach(name, nq as u32, cfg.xdp_filter).and_then(|prog| {
+        let prog = Arc::new(prog);
+        // Several queues draw from one UMEM (XDP_SHARED_UMEM).
+        let qs = XdpQueue::open_all(
+            name,
+            nq as u16,
+            cfg.sim.frames_per_queue,
+            prog.clone(),
+            cfg.interrupts,
+            0,
+        )?;
+        Ok((prog.mode, qs))
+    });
+    let (mode, qs) = match opened {
+        Ok(x) => x,
+        Err(e) if fallback => {
+            log::warn!("AF_XDP on {name} failed ({e}); using AF_PACKET instead");
+            let mut c = cfg.clone();
+            c.producer = Producer::Packet { iface: *iface };
+            return run_packet(&c, name, ctx);
+        }
+        Err(e) => return Err(RunError::Device(format!("AF_XDP on {name}: {e}"))),
+    };
+    log::info!("{}", xdp_backend(name, mode, &qs));
+    let (watch, watched) = watch::IfaceWatch::start(name, cfg);
+    let r = own_queues(&watched, qs, cfg.interrupts, ctx);
+    with_watch(r, watch, cfg)
+}
+
+/// An interface through AF_PACKET (a fanout group for several queues).
+fn run_packet(cfg: &RunConfig, name: &str, ctx: &mut Ctx) -> Result<Report, RunError> {
+    check_iface(name)?;
+    let nq = cfg.sim.queues;
+    let group = (std::process::id() & 0xffff) as u16;
+    let mut qs = Vec::with_capacity(nq);
+    for q in 0..nq {
+        let pq = PacketQueue::open(
+            name,
+            q as u16,
+            (nq > 1).then_some(group),
+            cfg.sim.frames_per_queue,
+            cfg.interrupts,
+            // Bulk receive: TPACKET_V3 blocks.
+            false,
+        )
+        .map_err(|e| RunError::Device(format!("AF_PACKET on {name}: {e}")))?;
+        qs.push(pq);
+    }
+    let (watch, watched) = watch::IfaceWatch::start(name, cfg);
+    let r = own_queues(&watched, qs, cfg.interrupts, ctx);
+    with_watch(r, watch, cfg)
+}
+
+/// The simulated NIC, fed by a producer thread (generated flows or a pcap
+/// replay).
+fn run_sim(cfg: &RunConfig, mut traffic: Traffic, ctx: &mut Ctx) -> Result<Report, RunError> {
+    let trace = match &cfg.producer {
+        Producer::Pcap { path, .. } => Some(
+            rxpath_dev::pcap::Trace::load(path)
+                .map_err(|e| RunError::Device(format!("pcap replay: {e}")))?,
+        ),
+        _ => None,
+    };
+    let producer_kind = cfg.producer.clone();
+    // A capture taken where the sender offloads checksums (every
+    // TCP/UDP packet carries the pseudo-header sum): with `auto`,
+    // trust such partial checksums by value, as for a veth.
+    let partial = cfg.csum == rxpath_core::ip::CsumPolicy::Auto
+        && trace.as_ref().is_some_and(|t| t.partial_checksums());
+    if partial {
+        log::info!(
+            "the capture's first TCP/UDP packets all carry partial checksums (a sender with \
+             checksum offload): --csum auto trusts partial checksums for this replay (--csum verify to check them)"
+        );
+    }
+    let (mut port, host) = sim::build(&cfg.sim)?;
+    // Accelerated RFS: the NIC's ntuple table, filled by the host.
+    let rules = cfg.steer.accel_rfs.then(|| {
+        let r = Arc::new(sim::FlowRules::new(1024));
+        port.set_flow_rules(r.clone());
+        r
+    });
+    let mut groups: Vec<Vec<Napi<sim::SimRxQueue>>> =
+        (0..cfg.threads).map(|_| Vec::new()).collect();
+    for q in host {
+        let i = q.queue_index() as usize;
+        let mut napi = Napi::new(q, cfg.weight, cfg.bundle, cfg.interrupts);
+        napi.set_gro(ctx.gro_cfg.clone());
+        napi.set_csum(cfg.csum, partial);
+        ctx.table.add(&mut napi, |n| n.queue().queue_index());
+        groups[i % cfg.threads].push(napi);
+    }
+    let stop_producer = Arc::new(AtomicBool::new(false));
+    // A replay of a file with an end ends the run when it is done.
+    let source_done = Arc::new(AtomicBool::new(false));
+    let done = source_done.clone();
+    let producer_core = if ctx.cores.len() > 1 {
+        pin_core(&ctx.cores, ctx.pin, ctx.cores.len() - 1)
+    } else {
+        None
+    };
+    let sp = stop_producer.clone();
+    let producer = thread::Builder::new()
+        .name("rxpath-nic".into())
+        .spawn(move || {
+            if let Some(c) = producer_core {
+                core_affinity::set_for_current(c);
+            }
+            match (producer_kind, trace) {
+                (
+                    Producer::Pcap {
+                        loops, paced, pps, ..
+                    },
+                    Some(t),
+                ) => {
+                    let pace = match (paced, pps) {
+                        (true, _) => rxpath_dev::pcap::Pace::Recorded,
+                        (false, Some(r)) => rxpath_dev::pcap::Pace::Pps(r),
+                        (false, None) => rxpath_dev::pcap::Pace::Lossless,
+                    };
+                    port.run_trace(&t, loops, pace, &sp);
+                    done.store(true, Ordering::Release);
+                }
+                (Producer::Thread { pps }, _) => {
+                    port.run(&mut traffic, &sp, pps, 64);
+                }
+                _ => {}
+            }
+            port
+        })
+        .map_err(|e| RunError::Thread(e.to_string()))?;
+    let stop_p = stop_producer.clone();
+    let mut c = cfg.clone();
+    c.local_traffic = partial;
+    let (cores, pin) = (&ctx.cores, ctx.pin);
+    let (outs, elapsed, _live, steer) = drive(
+        &c,
+        groups,
+        &|i| pin_core(cores, pin, i),
+        &ctx.stop_napi,
+        &ctx.window_over,
+        Source {
+            stop: Some(move || stop_p.store(true, Ordering::Relaxed)),
+            done: Some(source_done),
+            rules,
+        },
+        ctx.on_tick,
+    )
+    .inspect_err(|_| stop_producer.store(true, Ordering::Relaxed))?;
+    let port = producer
+        .join()
+        .map_err(|_| RunError::Thread("producer panicked".into()))?;
+    let mut faults = stalls_of(&outs, &steer.workers);
+    faults.starve_windows = port.starve_windows();
+    let (queues, softnet, received_in_window, host, latency) = collect(outs);
+    let pool = port.reclaim(host);
+    Ok(Report {
+        config: cfg.clone(),
+        elapsed,
+        queues,
+        softnet,
+        received_in_window,
+        frames_total: pool.umem().frames(),
+        frames_home: pool.available(),
+        latency,
+        workers: steer.workers,
+        order: steer.order,
+        accel_rfs: steer.accel,
+        stopped_early: None,
+        faults,
+    })
 }
 
 /// How AF_XDP came up on `iface`: XDP mode, copy or zero-copy, queues.
@@ -376,12 +372,7 @@ fn own_queues<Q: RxQueue + OwnPool + Send + 'static>(
     cfg: &RunConfig,
     qs: Vec<Q>,
     interrupts: bool,
-    table: &mut NapiTable<u16>,
-    gro_cfg: &Option<GroConfig>,
-    pin_to: &dyn Fn(usize) -> Option<core_affinity::CoreId>,
-    stop_napi: &Arc<AtomicBool>,
-    window_over: &Arc<AtomicBool>,
-    on_tick: &mut dyn FnMut(&Tick),
+    ctx: &mut Ctx,
 ) -> Result<Report, RunError> {
     let mut groups: Vec<Vec<Napi<Q>>> = (0..cfg.threads).map(|_| Vec::new()).collect();
     let local_traffic = match &cfg.producer {
@@ -399,9 +390,9 @@ fn own_queues<Q: RxQueue + OwnPool + Send + 'static>(
             q.irq_inline();
         }
         let mut napi = Napi::new(q, cfg.weight, cfg.bundle, interrupts);
-        napi.set_gro(gro_cfg.clone());
+        napi.set_gro(ctx.gro_cfg.clone());
         napi.set_csum(cfg.csum, local_traffic);
-        table.add(&mut napi, |n| n.queue().queue_index());
+        ctx.table.add(&mut napi, |n| n.queue().queue_index());
         groups[i % cfg.threads].push(napi);
     }
     if cfg.steer.accel_rfs {
@@ -409,18 +400,19 @@ fn own_queues<Q: RxQueue + OwnPool + Send + 'static>(
             "--accel-rfs needs the simulated NIC (its ntuple rules); an interface's are not programmed".into(),
         ));
     }
+    let (cores, pin) = (&ctx.cores, ctx.pin);
     let (outs, elapsed, _live, steer) = drive(
         cfg,
         groups,
-        pin_to,
-        stop_napi,
-        window_over,
+        &|i| pin_core(cores, pin, i),
+        &ctx.stop_napi,
+        &ctx.window_over,
         Source::<fn()> {
             stop: None,
             done: None,
             rules: None,
         },
-        on_tick,
+        ctx.on_tick,
     )?;
     let faults = stalls_of(&outs, &steer.workers);
     let (queues, softnet, received_in_window, host, latency) = collect(outs);

@@ -67,7 +67,6 @@ pub(super) fn napi_thread<Q: RxQueue, S: Stack>(
     mut stall: Option<FaultWindows>,
 ) -> ThreadOut<Q> {
     let mut eng = Engine::new(cfg, interrupts, idle_poll);
-    let clock = *eng.clock();
     let t0 = std::time::Instant::now();
     let mut stalled = Duration::ZERO;
     let mut home = Vec::new();
@@ -146,32 +145,8 @@ pub(super) fn napi_thread<Q: RxQueue, S: Stack>(
         }
         eng.rx_action(&mut set);
     }
-    // Drain: poll until no queue has work, ignoring IRQ lines, so every
-    // frame goes back to its fill ring (napi_disable's job).
-    // A real interface keeps receiving after the stop; what arrives later
-    // stays in the kernel's ring, so the drain is bounded.
-    let mut rounds = 0;
     let sn = eng.softnet();
-    while rounds < 100_000 && napis.iter_mut().any(|n| n.has_work()) {
-        rounds += 1;
-        for (i, n) in napis.iter_mut().enumerate() {
-            if !sn.is_scheduled(i) && n.state().schedule_prep() {
-                sn.schedule(i);
-            }
-        }
-        sn.net_rx_action(&mut napis, &mut stack, &clock);
-        if let Some(b) = bh.as_mut() {
-            take_home(&mut napis, b.workers(), &mut home);
-            b.run();
-        }
-    }
-    // Whatever GRO still holds goes up, so every packet is accounted for.
-    for n in napis.iter_mut() {
-        n.flush_gro(&mut stack, clock.now_ns());
-    }
-    if let Some(b) = bh.as_mut() {
-        finish_bottom_half(b, &mut napis, &mut home);
-    }
+    drain(&mut napis, &mut stack, sn, bh.as_mut(), &mut home);
     publish(&napis, sn);
     let received_at_stop =
         received_at_stop.unwrap_or_else(|| napis.iter().map(|n| n.stats().received).sum::<u64>());
@@ -182,6 +157,42 @@ pub(super) fn napi_thread<Q: RxQueue, S: Stack>(
         latency: stack.latency().cloned(),
         worker: bh.map(|b| b.counters),
         stalls: (stall.map_or(0, |s| s.count), stalled),
+    }
+}
+
+/// The end of a NAPI thread: poll until no queue has work, ignoring IRQ
+/// lines, so every frame goes back to its fill ring (`napi_disable`'s
+/// job); then what GRO holds goes up, so every packet is accounted for,
+/// and the thread's part of the bottom half finishes. A real interface
+/// keeps receiving after the stop; what arrives later stays in the
+/// kernel's ring, so the drain is bounded.
+fn drain<Q: RxQueue, S: Stack>(
+    napis: &mut [Napi<Q>],
+    stack: &mut S,
+    sn: &mut Softnet,
+    mut bh: Option<&mut BottomHalf>,
+    home: &mut Vec<rxpath_dev::Frame>,
+) {
+    let clock = crate::clock::MonotonicClock;
+    let mut rounds = 0;
+    while rounds < 100_000 && napis.iter_mut().any(|n| n.has_work()) {
+        rounds += 1;
+        for (i, n) in napis.iter_mut().enumerate() {
+            if !sn.is_scheduled(i) && n.state().schedule_prep() {
+                sn.schedule(i);
+            }
+        }
+        sn.net_rx_action(napis, stack, &clock);
+        if let Some(b) = bh.as_deref_mut() {
+            take_home(napis, b.workers(), home);
+            b.run();
+        }
+    }
+    for n in napis.iter_mut() {
+        n.flush_gro(stack, clock.now_ns());
+    }
+    if let Some(b) = bh {
+        finish_bottom_half(b, napis, home);
     }
 }
 
