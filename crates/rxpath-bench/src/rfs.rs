@@ -325,162 +325,22 @@ pub fn rfs(a: RfsBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         if ports.len() > 1 { "s" } else { "" },
         (0..ports.len()).map(|w| w.to_string()).collect::<Vec<_>>().join(", "),
     );
-    // cells[round][port][server]; samples[server][port]: every round trip, µs.
-    let mut cells: Vec<Vec<Vec<Cell>>> = Vec::new();
-    let mut samples: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); ports.len()]; Server::ALL.len()];
-    let pb = progress((a.rounds * ports.len() * Server::ALL.len()) as u64, "rfs");
-    let order: Vec<usize> = (0..Server::ALL.len()).collect();
-    for round in 0..a.rounds {
-        let mut by_port = Vec::new();
-        for (pi, &port) in ports.iter().enumerate() {
-            let mut row = vec![None; Server::ALL.len()];
-            // Every other round in the reverse order: a drift favours none.
-            for i in in_turn(&order, round) {
-                let s = Server::ALL[i];
-                pb.set_message(s.name());
-                let r = start(s, t, &knobs, reader, ncpu)?;
-                let m = if ready(t, a.size, Some(port))? {
-                    client(
-                        t,
-                        a.duration.as_secs().max(1),
-                        a.size,
-                        Some(client_cpu),
-                        true,
-                        Some(port),
-                    )?
-                    .map(|(m, rtts)| {
-                        samples[i][pi].extend(rtts);
-                        m
-                    })
-                } else {
-                    None
-                };
-                let per_worker = stop(r)?;
-                pb.inc(1);
-                let what = format!(
-                    "round {round}, port {port} (RPS: worker {pi}): {}",
-                    s.name()
-                );
-                match m {
-                    Some(m) => {
-                        let share = per_worker.as_ref().map(|p| {
-                            let total: u64 = p.processed.iter().sum();
-                            let ran: u64 = p.reader_ran.iter().sum();
-                            format!(
-                                "  on the reader's worker: {:.1} % ({:?}), run by the reader in recv: {:.1} %",
-                                100.0 * p.processed.get(reader).copied().unwrap_or(0) as f64
-                                    / total.max(1) as f64,
-                                p.processed,
-                                100.0 * ran as f64 / total.max(1) as f64
-                            )
-                        });
-                        say(
-                            &pb,
-                            &format!(
-                                "  {what:68} {:7.0} round trips/s  avg {:6.2} µs  p99 {:6.2} µs{}",
-                                m.rt_per_s,
-                                m.avg_us,
-                                m.p99_us,
-                                share.unwrap_or_default()
-                            ),
-                        );
-                        row[i] = Some((m, per_worker));
-                    }
-                    None => say(&pb, &format!("  {what:68} no answer")),
-                }
-            }
-            by_port.push(row);
-        }
-        cells.push(by_port);
-    }
-    pb.finish_and_clear();
-
-    // Per server and placement: round trips/s (median over rounds), p50 and
-    // p99 over every round trip, and the share on the reader's worker.
-    let share_of = |i: usize, port: Option<usize>| -> f64 {
-        let (mut on, mut all) = (0u64, 0u64);
-        for by_port in &cells {
-            for (pi, row) in by_port.iter().enumerate() {
-                if port.is_some_and(|p| p != pi) {
-                    continue;
-                }
-                if let Some((_, Some(p))) = &row[i] {
-                    on += p.processed.get(reader).copied().unwrap_or(0);
-                    all += p.processed.iter().sum::<u64>();
-                }
-            }
-        }
-        if all == 0 {
-            f64::NAN
-        } else {
-            on as f64 / all as f64
-        }
+    let lab = Lab {
+        t,
+        knobs: &knobs,
+        reader,
+        ncpu,
+        client_cpu,
     };
-    let rate_of = |i: usize, port: Option<usize>| -> f64 {
-        median(
-            cells
-                .iter()
-                .flat_map(|by_port| by_port.iter().enumerate())
-                .filter(|(pi, _)| port.is_none_or(|p| p == *pi))
-                .filter_map(|(_, row)| row[i].as_ref().map(|(m, _)| m.rt_per_s))
-                .collect(),
-        )
-    };
-    let pooled = |i: usize, port: Option<usize>| -> Vec<f64> {
-        samples[i]
-            .iter()
-            .enumerate()
-            .filter(|(pi, _)| port.is_none_or(|p| p == *pi))
-            .flat_map(|(_, v)| v.iter().copied())
-            .collect()
-    };
-    println!(
-        "\n{:34} {:>22} {:>9} {:>13} {:>8} {:>8} {:>22}",
-        "every round trip of every round",
-        "flow (RPS's worker)",
-        "samples",
-        "round trips/s",
-        "p50 µs",
-        "p99 µs",
-        "on the reader's worker"
-    );
-    let mut p99 = [f64::NAN; 4];
-    let mut p99_by_port = vec![[f64::NAN; 4]; ports.len()];
-    for (i, s) in Server::ALL.iter().enumerate() {
-        for port in (0..ports.len()).map(Some).chain([None]) {
-            let v = pooled(i, port);
-            let q99 = percentile(&v, 0.99);
-            match port {
-                Some(p) => p99_by_port[p][i] = q99,
-                None => p99[i] = q99,
-            }
-            let share = share_of(i, port);
-            println!(
-                "{:34} {:>22} {:>9} {:>13} {:>8} {:>8} {:>22}",
-                s.name(),
-                match port {
-                    Some(p) => format!("port {} (worker {p})", ports[p]),
-                    None => "both".to_string(),
-                },
-                v.len(),
-                cell(Some(rate_of(i, port)), 1.0, 0),
-                cell(Some(percentile(&v, 0.5)), 1.0, 2),
-                cell(Some(q99), 1.0, 2),
-                if share.is_nan() {
-                    "(kernel: not counted)".to_string()
-                } else {
-                    format!("{:.1} %", 100.0 * share)
-                }
-            );
-        }
-    }
+    let m = measure(&a, &lab, &ports)?;
+    let (p99, p99_by_port) = print_table(&m, &ports);
     println!();
     // The ports were chosen by rxpath's hash: RPS must have followed it.
     // A port with no packets counted is not checked, and says so (and the
     // run does not pass on it).
     let mut placed = true;
     for (p, port) in ports.iter().enumerate() {
-        let share = finite(share_of(0, Some(p)));
+        let share = finite(m.share_of(0, Some(p)));
         placed &= share.is_some_and(|s| (s >= 0.9) == (p == reader));
         match share {
             None => println!("NOTE: placement not checked for port {}: rxpath's RPS row counted no packets there", port),
@@ -495,7 +355,7 @@ pub fn rfs(a: RfsBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     let ok_share = target_in(
         Unit::Share,
         "RFS delivers on the reader's worker",
-        finite(share_of(1, None)),
+        finite(m.share_of(1, None)),
         Bound::AtLeast(0.99),
         "the RFS row counted no packets",
     );
@@ -528,57 +388,13 @@ pub fn rfs(a: RfsBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         cell(Some(p99[2]), 1.0, 2)
     );
     if let Some(rep) = rep {
-        let shares: Vec<Option<f64>> = (0..Server::ALL.len())
-            .map(|i| Some(share_of(i, None)).filter(|s| s.is_finite()))
-            .collect();
-        let j = serde_json::json!({
-            "size": a.size, "duration_s": a.duration.as_secs(), "rounds": a.rounds, "reader_cpu": reader,
-            "client_ports_by_rps_worker": ports,
-            "servers": Server::ALL.iter().enumerate().map(|(i, s)| serde_json::json!({
-                "name": s.name(),
-                "rounds": cells.iter().map(|by_port| by_port.iter().enumerate().map(|(pi, row)| row[i].as_ref().map(|(m, p)| serde_json::json!({
-                    "client_port": ports[pi], "rps_worker": pi,
-                    "round_trips_per_s": m.rt_per_s, "avg_rtt_us": m.avg_us, "p99_rtt_us": m.p99_us,
-                    "processed_per_worker": p.as_ref().map(|p| &p.processed),
-                    "reader_ran_per_worker": p.as_ref().map(|p| &p.reader_ran),
-                }))).collect::<Vec<_>>()).collect::<Vec<_>>(),
-                "p99_us": p99[i].is_finite().then_some(p99[i]),
-                "p99_us_by_rps_worker": p99_by_port.iter().map(|q| q[i].is_finite().then_some(q[i])).collect::<Vec<_>>(),
-                "on_reader_share": shares[i],
-                "samples": samples[i].iter().map(Vec::len).sum::<usize>(),
-            })).collect::<Vec<_>>(),
-            "targets": { "rfs_on_reader": ok_share.json(), "rfs_p99_no_worse_than_rps": ok_p99.json() },
-        });
-        rep.json("rfs", &j)?;
-        let cdfs: Vec<(String, Vec<f64>)> = (0..Server::ALL.len())
-            .map(|i| (Server::ALL[i].name().to_string(), pooled(i, None)))
-            .filter(|(_, v)| !v.is_empty())
-            .collect();
-        if !cdfs.is_empty() {
-            rep.cdf(
-                "rfs-latency-cdf",
-                "RPS vs RFS, reader pinned to one CPU: round-trip time, every round and port",
-                "round-trip time, µs (log scale)",
-                &cdfs,
-            )?;
-        }
-        let p99s: Vec<Bar> = Server::ALL
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let v: Vec<f64> = cells
-                    .iter()
-                    .flat_map(|by_port| by_port.iter())
-                    .filter_map(|r| Some(r[i].as_ref()?.0.p99_us))
-                    .collect();
-                Bar::of(s.name(), &v, 1.0)
-            })
-            .collect();
-        rep.bars(
-            "rfs-p99",
-            "RPS vs RFS: p99 round-trip time (median, range of runs)",
-            "p99 round-trip time, µs",
-            &p99s,
+        write_report(
+            rep,
+            &a,
+            &m,
+            &ports,
+            (&p99, &p99_by_port),
+            (&ok_share, &ok_p99),
         )?;
     }
     Ok(
@@ -588,6 +404,264 @@ pub fn rfs(a: RfsBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
             ExitCode::from(1)
         },
     )
+}
+
+/// Where a run of the bench happens: the lab, its knobs, the reader's CPU.
+struct Lab<'a> {
+    t: &'a Topology,
+    knobs: &'a Knobs,
+    reader: usize,
+    ncpu: usize,
+    client_cpu: usize,
+}
+
+/// Every round's figures: `cells[round][port][server]`, and every round
+/// trip (µs) as `samples[server][port]`.
+struct Measured {
+    cells: Vec<Vec<Vec<Cell>>>,
+    samples: Vec<Vec<Vec<f64>>>,
+    reader: usize,
+}
+
+impl Measured {
+    /// The share of server `i`'s packets processed on the reader's worker
+    /// (NaN where none were counted: the kernel's rows).
+    fn share_of(&self, i: usize, port: Option<usize>) -> f64 {
+        let (mut on, mut all) = (0u64, 0u64);
+        for by_port in &self.cells {
+            for (pi, row) in by_port.iter().enumerate() {
+                if port.is_some_and(|p| p != pi) {
+                    continue;
+                }
+                if let Some((_, Some(p))) = &row[i] {
+                    on += p.processed.get(self.reader).copied().unwrap_or(0);
+                    all += p.processed.iter().sum::<u64>();
+                }
+            }
+        }
+        if all == 0 {
+            f64::NAN
+        } else {
+            on as f64 / all as f64
+        }
+    }
+
+    /// Server `i`'s round trips/s, the median over rounds (and ports).
+    fn rate_of(&self, i: usize, port: Option<usize>) -> f64 {
+        median(
+            self.cells
+                .iter()
+                .flat_map(|by_port| by_port.iter().enumerate())
+                .filter(|(pi, _)| port.is_none_or(|p| p == *pi))
+                .filter_map(|(_, row)| row[i].as_ref().map(|(m, _)| m.rt_per_s))
+                .collect(),
+        )
+    }
+
+    /// Every round trip of server `i` (on `port`, or all).
+    fn pooled(&self, i: usize, port: Option<usize>) -> Vec<f64> {
+        self.samples[i]
+            .iter()
+            .enumerate()
+            .filter(|(pi, _)| port.is_none_or(|p| p == *pi))
+            .flat_map(|(_, v)| v.iter().copied())
+            .collect()
+    }
+}
+
+/// Every server for every port, every round, the order reversed every
+/// other round.
+fn measure(a: &RfsBenchArgs, lab: &Lab, ports: &[u16]) -> Result<Measured> {
+    let mut m = Measured {
+        cells: Vec::new(),
+        samples: vec![vec![Vec::new(); ports.len()]; Server::ALL.len()],
+        reader: lab.reader,
+    };
+    let pb = progress((a.rounds * ports.len() * Server::ALL.len()) as u64, "rfs");
+    let order: Vec<usize> = (0..Server::ALL.len()).collect();
+    for round in 0..a.rounds {
+        let mut by_port = Vec::new();
+        for (pi, &port) in ports.iter().enumerate() {
+            let mut row = vec![None; Server::ALL.len()];
+            // Every other round in the reverse order: a drift favours none.
+            for i in in_turn(&order, round) {
+                let what = format!(
+                    "round {round}, port {port} (RPS: worker {pi}): {}",
+                    Server::ALL[i].name()
+                );
+                pb.set_message(Server::ALL[i].name());
+                let (cell, rtts) = measure_one(a, lab, Server::ALL[i], port)?;
+                pb.inc(1);
+                m.samples[i][pi].extend(rtts);
+                say(&pb, &format!("  {what:68} {}", describe(&cell, lab.reader)));
+                row[i] = cell;
+            }
+            by_port.push(row);
+        }
+        m.cells.push(by_port);
+    }
+    pb.finish_and_clear();
+    Ok(m)
+}
+
+/// One server, one client port: its figures and every round trip.
+fn measure_one(a: &RfsBenchArgs, lab: &Lab, s: Server, port: u16) -> Result<(Cell, Vec<f64>)> {
+    let t = lab.t;
+    let r = start(s, t, lab.knobs, lab.reader, lab.ncpu)?;
+    let m = if ready(t, a.size, Some(port))? {
+        client(
+            t,
+            a.duration.as_secs().max(1),
+            a.size,
+            Some(lab.client_cpu),
+            true,
+            Some(port),
+        )?
+    } else {
+        None
+    };
+    let per_worker = stop(r)?;
+    Ok(match m {
+        Some((m, rtts)) => (Some((m, per_worker)), rtts),
+        None => (None, Vec::new()),
+    })
+}
+
+/// A measured cell as its progress line says it.
+fn describe(cell: &Cell, reader: usize) -> String {
+    let Some((m, per_worker)) = cell else {
+        return "no answer".into();
+    };
+    let share = per_worker.as_ref().map(|p| {
+        let total: u64 = p.processed.iter().sum();
+        let ran: u64 = p.reader_ran.iter().sum();
+        format!(
+            "  on the reader's worker: {:.1} % ({:?}), run by the reader in recv: {:.1} %",
+            100.0 * p.processed.get(reader).copied().unwrap_or(0) as f64 / total.max(1) as f64,
+            p.processed,
+            100.0 * ran as f64 / total.max(1) as f64
+        )
+    });
+    format!(
+        "{:7.0} round trips/s  avg {:6.2} µs  p99 {:6.2} µs{}",
+        m.rt_per_s,
+        m.avg_us,
+        m.p99_us,
+        share.unwrap_or_default()
+    )
+}
+
+/// Per server and placement: round trips/s (median over rounds), p50 and
+/// p99 over every round trip, and the share on the reader's worker.
+/// Returns the p99s (all ports; per port).
+#[allow(clippy::type_complexity)]
+fn print_table(m: &Measured, ports: &[u16]) -> ([f64; 4], Vec<[f64; 4]>) {
+    println!(
+        "\n{:34} {:>22} {:>9} {:>13} {:>8} {:>8} {:>22}",
+        "every round trip of every round",
+        "flow (RPS's worker)",
+        "samples",
+        "round trips/s",
+        "p50 µs",
+        "p99 µs",
+        "on the reader's worker"
+    );
+    let mut p99 = [f64::NAN; 4];
+    let mut p99_by_port = vec![[f64::NAN; 4]; ports.len()];
+    for (i, s) in Server::ALL.iter().enumerate() {
+        for port in (0..ports.len()).map(Some).chain([None]) {
+            let v = m.pooled(i, port);
+            let q99 = percentile(&v, 0.99);
+            match port {
+                Some(p) => p99_by_port[p][i] = q99,
+                None => p99[i] = q99,
+            }
+            let share = m.share_of(i, port);
+            println!(
+                "{:34} {:>22} {:>9} {:>13} {:>8} {:>8} {:>22}",
+                s.name(),
+                match port {
+                    Some(p) => format!("port {} (worker {p})", ports[p]),
+                    None => "both".to_string(),
+                },
+                v.len(),
+                cell(Some(m.rate_of(i, port)), 1.0, 0),
+                cell(Some(percentile(&v, 0.5)), 1.0, 2),
+                cell(Some(q99), 1.0, 2),
+                if share.is_nan() {
+                    "(kernel: not counted)".to_string()
+                } else {
+                    format!("{:.1} %", 100.0 * share)
+                }
+            );
+        }
+    }
+    (p99, p99_by_port)
+}
+
+/// The run's JSON and plots.
+fn write_report(
+    rep: &mut ReportDir,
+    a: &RfsBenchArgs,
+    m: &Measured,
+    ports: &[u16],
+    (p99, p99_by_port): (&[f64; 4], &[[f64; 4]]),
+    (ok_share, ok_p99): (&Verdict, &Verdict),
+) -> Result<()> {
+    let (cells, samples, reader) = (&m.cells, &m.samples, m.reader);
+    let shares: Vec<Option<f64>> = (0..Server::ALL.len())
+        .map(|i| Some(m.share_of(i, None)).filter(|s| s.is_finite()))
+        .collect();
+    let j = serde_json::json!({
+        "size": a.size, "duration_s": a.duration.as_secs(), "rounds": a.rounds, "reader_cpu": reader,
+        "client_ports_by_rps_worker": ports,
+        "servers": Server::ALL.iter().enumerate().map(|(i, s)| serde_json::json!({
+            "name": s.name(),
+            "rounds": cells.iter().map(|by_port| by_port.iter().enumerate().map(|(pi, row)| row[i].as_ref().map(|(m, p)| serde_json::json!({
+                "client_port": ports[pi], "rps_worker": pi,
+                "round_trips_per_s": m.rt_per_s, "avg_rtt_us": m.avg_us, "p99_rtt_us": m.p99_us,
+                "processed_per_worker": p.as_ref().map(|p| &p.processed),
+                "reader_ran_per_worker": p.as_ref().map(|p| &p.reader_ran),
+            }))).collect::<Vec<_>>()).collect::<Vec<_>>(),
+            "p99_us": p99[i].is_finite().then_some(p99[i]),
+            "p99_us_by_rps_worker": p99_by_port.iter().map(|q| q[i].is_finite().then_some(q[i])).collect::<Vec<_>>(),
+            "on_reader_share": shares[i],
+            "samples": samples[i].iter().map(Vec::len).sum::<usize>(),
+        })).collect::<Vec<_>>(),
+        "targets": { "rfs_on_reader": ok_share.json(), "rfs_p99_no_worse_than_rps": ok_p99.json() },
+    });
+    rep.json("rfs", &j)?;
+    let cdfs: Vec<(String, Vec<f64>)> = (0..Server::ALL.len())
+        .map(|i| (Server::ALL[i].name().to_string(), m.pooled(i, None)))
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
+    if !cdfs.is_empty() {
+        rep.cdf(
+            "rfs-latency-cdf",
+            "RPS vs RFS, reader pinned to one CPU: round-trip time, every round and port",
+            "round-trip time, µs (log scale)",
+            &cdfs,
+        )?;
+    }
+    let p99s: Vec<Bar> = Server::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let v: Vec<f64> = cells
+                .iter()
+                .flat_map(|by_port| by_port.iter())
+                .filter_map(|r| Some(r[i].as_ref()?.0.p99_us))
+                .collect();
+            Bar::of(s.name(), &v, 1.0)
+        })
+        .collect();
+    rep.bars(
+        "rfs-p99",
+        "RPS vs RFS: p99 round-trip time (median, range of runs)",
+        "p99 round-trip time, µs",
+        &p99s,
+    )?;
+    Ok(())
 }
 
 #[cfg(test)]
