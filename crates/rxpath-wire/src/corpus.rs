@@ -234,199 +234,231 @@ pub fn corpus(ends: Ends, seed: u64) -> Vec<Case> {
         rng
     };
     g.valid();
-    // Truncations at every length.
-    for v6 in [false, true] {
-        let (f, _) = g.base(v6, None);
-        for cut in 14..f.len() {
-            let (mut h, n) = g.base(v6, None);
-            h.truncate(cut.min(h.len()));
-            g.push(format!("truncated at {cut}"), h, n);
-        }
-        g.valid();
-    }
-    // Lying lengths and padding.
-    for v in [0u16, 7, 8, 19, 20, 27, 28, 29, 40, 60, 1500, 0xffff] {
-        let (mut f, n) = g.base(false, None);
-        f[16..18].copy_from_slice(&v.to_be_bytes());
-        fix_ipv4_checksum(&mut f);
-        g.push(format!("v4 total length {v}"), f, n);
-        let (mut f, n) = g.base(false, None);
-        f[38..40].copy_from_slice(&v.to_be_bytes());
-        fix_udp_checksum(&mut f, false);
-        g.push(format!("v4 udp length {v}"), f, n);
-        let (mut f, n) = g.base(true, None);
-        f[18..20].copy_from_slice(&v.to_be_bytes());
-        g.push(format!("v6 payload length {v}"), f, n);
-        let (mut f, n) = g.base(true, None);
-        f[58..60].copy_from_slice(&v.to_be_bytes());
-        fix_udp_checksum(&mut f, true);
-        g.push(format!("v6 udp length {v}"), f, n);
-        g.valid();
-    }
-    for pad in [1usize, 6, 30] {
-        for v6 in [false, true] {
-            let (mut f, n) = g.base(v6, None);
-            f.extend(std::iter::repeat_n(0xa5, pad));
-            g.push(format!("padded by {pad}"), f, n);
-        }
-    }
-    // Bit flips in every header byte.
-    for v6 in [false, true] {
-        let hdr = if v6 { 62 } else { 42 };
-        for pos in 0..hdr {
-            for bit in 0..8u8 {
-                let (f, n) = g.base(v6, None);
-                if !flip_allowed(&f, pos, bit, v6, &ends) {
-                    g.seq -= 1;
-                    continue;
-                }
-                let mut raw = f.clone();
-                raw[pos] ^= 1 << bit;
-                g.push(format!("flip {pos}.{bit}"), raw, n);
-                // The same flip with the checksums made right (half of them,
-                // chosen by the seed, also with the UDP one).
-                let (f, n) = g.base(v6, None);
-                let mut fixed = f;
-                fixed[pos] ^= 1 << bit;
-                if !v6 {
-                    fix_ipv4_checksum(&mut fixed);
-                }
-                if next() & 1 == 1 || pos >= hdr - 8 {
-                    fix_udp_checksum(&mut fixed, v6);
-                }
-                g.push(format!("flip {pos}.{bit} fixed"), fixed, n);
-            }
-            if pos % 4 == 0 {
-                g.valid();
-            }
-        }
-    }
-    // VLAN tags: priority tags go on, real VLANs are not ours.
-    for vlan in [0u16, 5, 4095] {
-        for v6 in [false, true] {
-            let (f, n) = g.base(v6, Some(vlan));
-            g.push(format!("vlan {vlan}"), f, n);
-        }
-    }
-    for (outer, inner) in [(0u16, 0u16), (0, 7)] {
-        let (f, n) = g.base(false, Some(inner));
-        let mut q = f[..12].to_vec();
-        q.extend_from_slice(&[0x88, 0xa8]);
-        q.extend_from_slice(&outer.to_be_bytes());
-        q.extend_from_slice(&f[12..]);
-        g.push(format!("qinq {outer}/{inner}"), q, n);
-    }
-    // IPv4 options.
-    let opts: [(&str, &[u8]); 12] = [
-        ("nop x4", &[1, 1, 1, 1]),
-        ("eol", &[0, 0, 0, 0]),
-        ("rr", &[7, 7, 4, 0, 0, 0, 0, 1]),
-        ("rr full", &[7, 7, 8, 0, 0, 0, 0, 1]),
-        ("rr ptr 3", &[7, 7, 3, 0, 0, 0, 0, 1]),
-        ("ts", &[68, 12, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
-        ("ts overflow", &[68, 4, 5, 0xf0]),
-        ("ra", &[148, 4, 0, 0]),
-        ("lsrr", &[131, 7, 4, 198, 18, 9, 6, 1]),
-        ("len past end", &[7, 9, 4, 0]),
-        ("len 1", &[0x44, 1, 0, 0]),
-        ("unknown 0x1e", &[0x1e, 4, 0, 0]),
-    ];
-    for (name, o) in opts {
-        let (f, n) = g.base(false, None);
-        let mut h = f[..34].to_vec();
-        h.extend_from_slice(o);
-        while (h.len() - 14) % 4 != 0 {
-            h.push(0);
-        }
-        let ihl = (h.len() - 14) / 4;
-        h.extend_from_slice(&f[34..]);
-        h[14] = 0x40 | ihl as u8;
-        let tot = (h.len() - 14) as u16;
-        h[16..18].copy_from_slice(&tot.to_be_bytes());
-        fix_ipv4_checksum(&mut h);
-        g.push(format!("v4 option {name}"), h, n);
-        g.valid();
-    }
-    // IPv6 extension chains: (name, headers as (type, bytes without the
-    // next-header byte)).
-    let pad4: &[u8] = &[0, 1, 4, 0, 0, 0, 0];
-    let chains: Vec<(&str, Chain)> = vec![
-        ("hbh padn", vec![(0, pad4.to_vec())]),
-        ("dest padn", vec![(60, pad4.to_vec())]),
-        (
-            "routing type 0 left 0",
-            vec![(43, vec![0, 0, 0, 0, 0, 0, 0])],
-        ),
-        ("routing left 1", vec![(43, vec![0, 0, 1, 0, 0, 0, 0])]),
-        ("atomic fragment", vec![(44, vec![0, 0, 0, 0, 0, 0, 9])]),
-        (
-            "hbh dest routing fragment",
-            vec![
-                (0, pad4.to_vec()),
-                (60, pad4.to_vec()),
-                (43, vec![0, 0, 0, 0, 0, 0, 0]),
-                (44, vec![0, 0, 0, 0, 0, 0, 9]),
-            ],
-        ),
-        (
-            "dest skip-unknown",
-            vec![(60, vec![0, 0x1e, 2, 0, 0, 1, 0])],
-        ),
-        (
-            "dest drop-unknown",
-            vec![(60, vec![0, 0x5e, 2, 0, 0, 1, 0])],
-        ),
-        (
-            "dest report-unknown",
-            vec![(60, vec![0, 0x9e, 2, 0, 0, 1, 0])],
-        ),
-        ("hbh router alert", vec![(0, vec![0, 5, 2, 0, 0, 1, 0])]),
-        ("hbh padn nonzero", vec![(0, vec![0, 1, 4, 0, 9, 0, 0])]),
-        ("hbh pad1 x6", vec![(0, vec![0, 0, 0, 0, 0, 0, 0])]),
-        ("dest len past end", vec![(60, vec![9, 1, 4, 0, 0, 0, 0])]),
-        ("hbh second", vec![(60, pad4.to_vec()), (0, pad4.to_vec())]),
-        ("no next header", vec![(60, pad4.to_vec())]),
-    ];
-    for (name, chain) in chains {
-        let (f, n) = g.base(true, None);
-        let mut h = f[..54].to_vec();
-        let types: Vec<u8> = chain.iter().map(|c| c.0).collect();
-        h[20] = types[0];
-        for (i, (_, body)) in chain.iter().enumerate() {
-            let next = if name == "no next header" {
-                59
-            } else {
-                types.get(i + 1).copied().unwrap_or(17)
-            };
-            h.push(next);
-            h.extend_from_slice(body);
-        }
-        h.extend_from_slice(&f[54..]);
-        let plen = (h.len() - 54) as u16;
-        h[18..20].copy_from_slice(&plen.to_be_bytes());
-        g.push(format!("v6 {name}"), h, n);
-        g.valid();
-    }
-    // Garbage: random bytes (the tag among them) behind an Ethernet header
-    // to the server with an ethertype no kernel protocol takes: neither
-    // side answers or counts it in SNMP; rxpath counts it unhandled.
-    for (i, etype) in [0x88b5u16, 0x88b6, 0x9000, 0x1234, 0xfffe]
-        .into_iter()
-        .cycle()
-        .take(40)
-        .enumerate()
-    {
-        let (f, n) = g.base(false, None);
-        let mut h = f[..12].to_vec();
-        h.extend_from_slice(&etype.to_be_bytes());
-        h.extend_from_slice(tag(n).as_bytes());
-        for _ in 0..(next() % 200) {
-            h.push(next() as u8);
-        }
-        g.push(format!("garbage {i} (ethertype {etype:#06x})"), h, n);
-    }
-    g.valid();
+    g.truncations();
+    g.lengths();
+    g.bit_flips(&mut next);
+    g.vlans();
+    g.ipv4_options();
+    g.ipv6_chains();
+    g.garbage(&mut next);
     g.cases
+}
+
+impl Gen {
+    /// Truncations at every length.
+    fn truncations(&mut self) {
+        for v6 in [false, true] {
+            let (f, _) = self.base(v6, None);
+            for cut in 14..f.len() {
+                let (mut h, n) = self.base(v6, None);
+                h.truncate(cut.min(h.len()));
+                self.push(format!("truncated at {cut}"), h, n);
+            }
+            self.valid();
+        }
+    }
+
+    /// Lying lengths and padding.
+    fn lengths(&mut self) {
+        for v in [0u16, 7, 8, 19, 20, 27, 28, 29, 40, 60, 1500, 0xffff] {
+            let (mut f, n) = self.base(false, None);
+            f[16..18].copy_from_slice(&v.to_be_bytes());
+            fix_ipv4_checksum(&mut f);
+            self.push(format!("v4 total length {v}"), f, n);
+            let (mut f, n) = self.base(false, None);
+            f[38..40].copy_from_slice(&v.to_be_bytes());
+            fix_udp_checksum(&mut f, false);
+            self.push(format!("v4 udp length {v}"), f, n);
+            let (mut f, n) = self.base(true, None);
+            f[18..20].copy_from_slice(&v.to_be_bytes());
+            self.push(format!("v6 payload length {v}"), f, n);
+            let (mut f, n) = self.base(true, None);
+            f[58..60].copy_from_slice(&v.to_be_bytes());
+            fix_udp_checksum(&mut f, true);
+            self.push(format!("v6 udp length {v}"), f, n);
+            self.valid();
+        }
+        for pad in [1usize, 6, 30] {
+            for v6 in [false, true] {
+                let (mut f, n) = self.base(v6, None);
+                f.extend(std::iter::repeat_n(0xa5, pad));
+                self.push(format!("padded by {pad}"), f, n);
+            }
+        }
+    }
+
+    /// Bit flips in every header byte.
+    fn bit_flips(&mut self, next: &mut impl FnMut() -> u64) {
+        for v6 in [false, true] {
+            let hdr = if v6 { 62 } else { 42 };
+            for pos in 0..hdr {
+                for bit in 0..8u8 {
+                    let (f, n) = self.base(v6, None);
+                    if !flip_allowed(&f, pos, bit, v6, &self.ends) {
+                        self.seq -= 1;
+                        continue;
+                    }
+                    let mut raw = f.clone();
+                    raw[pos] ^= 1 << bit;
+                    self.push(format!("flip {pos}.{bit}"), raw, n);
+                    // The same flip with the checksums made right (half of them,
+                    // chosen by the seed, also with the UDP one).
+                    let (f, n) = self.base(v6, None);
+                    let mut fixed = f;
+                    fixed[pos] ^= 1 << bit;
+                    if !v6 {
+                        fix_ipv4_checksum(&mut fixed);
+                    }
+                    if next() & 1 == 1 || pos >= hdr - 8 {
+                        fix_udp_checksum(&mut fixed, v6);
+                    }
+                    self.push(format!("flip {pos}.{bit} fixed"), fixed, n);
+                }
+                if pos % 4 == 0 {
+                    self.valid();
+                }
+            }
+        }
+    }
+
+    /// VLAN tags: priority tags go on, real VLANs are not ours.
+    fn vlans(&mut self) {
+        for vlan in [0u16, 5, 4095] {
+            for v6 in [false, true] {
+                let (f, n) = self.base(v6, Some(vlan));
+                self.push(format!("vlan {vlan}"), f, n);
+            }
+        }
+        for (outer, inner) in [(0u16, 0u16), (0, 7)] {
+            let (f, n) = self.base(false, Some(inner));
+            let mut q = f[..12].to_vec();
+            q.extend_from_slice(&[0x88, 0xa8]);
+            q.extend_from_slice(&outer.to_be_bytes());
+            q.extend_from_slice(&f[12..]);
+            self.push(format!("qinq {outer}/{inner}"), q, n);
+        }
+    }
+
+    /// IPv4 options.
+    fn ipv4_options(&mut self) {
+        let opts: [(&str, &[u8]); 12] = [
+            ("nop x4", &[1, 1, 1, 1]),
+            ("eol", &[0, 0, 0, 0]),
+            ("rr", &[7, 7, 4, 0, 0, 0, 0, 1]),
+            ("rr full", &[7, 7, 8, 0, 0, 0, 0, 1]),
+            ("rr ptr 3", &[7, 7, 3, 0, 0, 0, 0, 1]),
+            ("ts", &[68, 12, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+            ("ts overflow", &[68, 4, 5, 0xf0]),
+            ("ra", &[148, 4, 0, 0]),
+            ("lsrr", &[131, 7, 4, 198, 18, 9, 6, 1]),
+            ("len past end", &[7, 9, 4, 0]),
+            ("len 1", &[0x44, 1, 0, 0]),
+            ("unknown 0x1e", &[0x1e, 4, 0, 0]),
+        ];
+        for (name, o) in opts {
+            let (f, n) = self.base(false, None);
+            let mut h = f[..34].to_vec();
+            h.extend_from_slice(o);
+            while (h.len() - 14) % 4 != 0 {
+                h.push(0);
+            }
+            let ihl = (h.len() - 14) / 4;
+            h.extend_from_slice(&f[34..]);
+            h[14] = 0x40 | ihl as u8;
+            let tot = (h.len() - 14) as u16;
+            h[16..18].copy_from_slice(&tot.to_be_bytes());
+            fix_ipv4_checksum(&mut h);
+            self.push(format!("v4 option {name}"), h, n);
+            self.valid();
+        }
+    }
+
+    /// IPv6 extension chains.
+    fn ipv6_chains(&mut self) {
+        // IPv6 extension chains: (name, headers as (type, bytes without the
+        // next-header byte)).
+        let pad4: &[u8] = &[0, 1, 4, 0, 0, 0, 0];
+        let chains: Vec<(&str, Chain)> = vec![
+            ("hbh padn", vec![(0, pad4.to_vec())]),
+            ("dest padn", vec![(60, pad4.to_vec())]),
+            (
+                "routing type 0 left 0",
+                vec![(43, vec![0, 0, 0, 0, 0, 0, 0])],
+            ),
+            ("routing left 1", vec![(43, vec![0, 0, 1, 0, 0, 0, 0])]),
+            ("atomic fragment", vec![(44, vec![0, 0, 0, 0, 0, 0, 9])]),
+            (
+                "hbh dest routing fragment",
+                vec![
+                    (0, pad4.to_vec()),
+                    (60, pad4.to_vec()),
+                    (43, vec![0, 0, 0, 0, 0, 0, 0]),
+                    (44, vec![0, 0, 0, 0, 0, 0, 9]),
+                ],
+            ),
+            (
+                "dest skip-unknown",
+                vec![(60, vec![0, 0x1e, 2, 0, 0, 1, 0])],
+            ),
+            (
+                "dest drop-unknown",
+                vec![(60, vec![0, 0x5e, 2, 0, 0, 1, 0])],
+            ),
+            (
+                "dest report-unknown",
+                vec![(60, vec![0, 0x9e, 2, 0, 0, 1, 0])],
+            ),
+            ("hbh router alert", vec![(0, vec![0, 5, 2, 0, 0, 1, 0])]),
+            ("hbh padn nonzero", vec![(0, vec![0, 1, 4, 0, 9, 0, 0])]),
+            ("hbh pad1 x6", vec![(0, vec![0, 0, 0, 0, 0, 0, 0])]),
+            ("dest len past end", vec![(60, vec![9, 1, 4, 0, 0, 0, 0])]),
+            ("hbh second", vec![(60, pad4.to_vec()), (0, pad4.to_vec())]),
+            ("no next header", vec![(60, pad4.to_vec())]),
+        ];
+        for (name, chain) in chains {
+            let (f, n) = self.base(true, None);
+            let mut h = f[..54].to_vec();
+            let types: Vec<u8> = chain.iter().map(|c| c.0).collect();
+            h[20] = types[0];
+            for (i, (_, body)) in chain.iter().enumerate() {
+                let next = if name == "no next header" {
+                    59
+                } else {
+                    types.get(i + 1).copied().unwrap_or(17)
+                };
+                h.push(next);
+                h.extend_from_slice(body);
+            }
+            h.extend_from_slice(&f[54..]);
+            let plen = (h.len() - 54) as u16;
+            h[18..20].copy_from_slice(&plen.to_be_bytes());
+            self.push(format!("v6 {name}"), h, n);
+            self.valid();
+        }
+    }
+
+    /// Garbage behind an Ethernet header.
+    fn garbage(&mut self, next: &mut impl FnMut() -> u64) {
+        // Garbage: random bytes (the tag among them) behind an Ethernet header
+        // to the server with an ethertype no kernel protocol takes: neither
+        // side answers or counts it in SNMP; rxpath counts it unhandled.
+        for (i, etype) in [0x88b5u16, 0x88b6, 0x9000, 0x1234, 0xfffe]
+            .into_iter()
+            .cycle()
+            .take(40)
+            .enumerate()
+        {
+            let (f, n) = self.base(false, None);
+            let mut h = f[..12].to_vec();
+            h.extend_from_slice(&etype.to_be_bytes());
+            h.extend_from_slice(tag(n).as_bytes());
+            for _ in 0..(next() % 200) {
+                h.push(next() as u8);
+            }
+            self.push(format!("garbage {i} (ethertype {etype:#06x})"), h, n);
+        }
+        self.valid();
+    }
 }
 
 #[cfg(test)]
