@@ -13,8 +13,103 @@
 //! wins.
 
 use super::socket::SockInner;
+use super::{lock, SockError, Sockets};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+
+/// Ephemeral ports, as `net.ipv4.ip_local_port_range`.
+const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
+
+/// The socket table for a change; GRO's kept `UDP_GRO` answers go stale
+/// when the guard is dropped (the change made, the lock still held).
+fn lock_write(host: &Sockets) -> DemuxWrite<'_> {
+    DemuxWrite {
+        guard: host.demux.write().unwrap_or_else(|e| e.into_inner()),
+        host,
+    }
+}
+
+struct DemuxWrite<'a> {
+    guard: std::sync::RwLockWriteGuard<'a, Demux>,
+    host: &'a Sockets,
+}
+
+impl std::ops::Deref for DemuxWrite<'_> {
+    type Target = Demux;
+    fn deref(&self) -> &Self::Target {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for DemuxWrite<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.guard
+    }
+}
+
+impl Drop for DemuxWrite<'_> {
+    fn drop(&mut self) {
+        self.host.gro_changed();
+    }
+}
+
+impl Sockets {
+    /// `bind()`'s half in the table: pick an ephemeral port for port 0,
+    /// refuse a taken address, and put the socket `make` builds for the
+    /// final address in the table.
+    pub(crate) fn bind_entry(
+        &self,
+        mut addr: SocketAddr,
+        make: impl FnOnce(SocketAddr) -> Arc<SockInner>,
+    ) -> Result<Arc<SockInner>, SockError> {
+        let mut t = lock_write(self);
+        if addr.port() == 0 {
+            let span = (EPHEMERAL.end() - EPHEMERAL.start()) as u32 + 1;
+            let start = self.next_port.fetch_add(1, Ordering::Relaxed) as u32;
+            let free = (0..span)
+                .map(|i| EPHEMERAL.start() + ((start + i) % span) as u16)
+                .find(|&p| !t.port_used(addr.is_ipv6(), p))
+                .ok_or(SockError::NoPorts)?;
+            addr.set_port(free);
+        }
+        let key = Key::of(addr, None);
+        if t.taken(key) {
+            return Err(SockError::AddrInUse(addr));
+        }
+        let inner = make(addr);
+        t.insert(key, inner.clone());
+        Ok(inner)
+    }
+
+    /// `connect()`'s half in the table: the socket moves to its full
+    /// 5-tuple (which wins over bound and wildcard sockets).
+    pub(crate) fn connect_entry(
+        &self,
+        s: &Arc<SockInner>,
+        remote: SocketAddr,
+    ) -> Result<(), SockError> {
+        let mut t = lock_write(self);
+        let mut a = lock(&s.addrs);
+        if a.0.is_ipv4() != remote.is_ipv4() {
+            return Err(SockError::Family(format!("{} to {remote}", a.0)));
+        }
+        let new = Key::of(a.0, Some(remote));
+        if new != Key::of(a.0, a.1) && t.taken(new) {
+            return Err(SockError::AddrInUse(a.0));
+        }
+        t.remove(Key::of(a.0, a.1), s.id);
+        t.insert(new, s.clone());
+        a.1 = Some(remote);
+        Ok(())
+    }
+
+    /// The socket leaves the table (its last handle went).
+    pub(crate) fn unbind(&self, s: &SockInner) {
+        let (l, r) = s.addrs();
+        lock_write(self).remove(Key::of(l, r), s.id);
+    }
+}
 
 /// The table's maps: every datagram is looked up (twice with UDP GRO on:
 /// GRO asks whether its socket wants merged datagrams), so they hash

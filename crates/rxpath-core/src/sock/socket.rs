@@ -1,6 +1,5 @@
 //! The application's UDP socket.
 
-use super::demux::Key;
 use super::{lock, read, SockError, Sockets};
 use crate::napi::NapiId;
 use crate::packet::Frag;
@@ -119,7 +118,7 @@ pub trait DataReady: Send + Sync + std::fmt::Debug {
 #[derive(Debug)]
 pub(crate) struct SockInner {
     pub(crate) id: u64,
-    addrs: Mutex<(SocketAddr, Option<SocketAddr>)>,
+    pub(crate) addrs: Mutex<(SocketAddr, Option<SocketAddr>)>,
     pub(crate) q: Mutex<RecvQueue>,
     /// Datagrams queued, readable without the lock (busy-poll exit test).
     pub(crate) qlen: AtomicUsize,
@@ -236,8 +235,7 @@ struct CloseOnDrop {
 
 impl Drop for CloseOnDrop {
     fn drop(&mut self) {
-        let (l, r) = self.inner.addrs();
-        lock_write(&self.host).remove(Key::of(l, r), self.inner.id);
+        self.host.unbind(&self.inner);
         // The removal above made GRO's kept answers stale (the guard's
         // drop): the socket is no longer found, whatever its flag says.
         if self.inner.gro.swap(false, Ordering::Relaxed) {
@@ -247,82 +245,32 @@ impl Drop for CloseOnDrop {
     }
 }
 
-/// The socket table for a change; GRO's kept `UDP_GRO` answers go stale
-/// when the guard is dropped (the change made, the lock still held).
-fn lock_write(host: &Sockets) -> DemuxWrite<'_> {
-    DemuxWrite {
-        guard: host.demux.write().unwrap_or_else(|e| e.into_inner()),
-        host,
-    }
-}
-
-struct DemuxWrite<'a> {
-    guard: std::sync::RwLockWriteGuard<'a, super::demux::Demux>,
-    host: &'a Sockets,
-}
-
-impl std::ops::Deref for DemuxWrite<'_> {
-    type Target = super::demux::Demux;
-    fn deref(&self) -> &Self::Target {
-        &self.guard
-    }
-}
-
-impl std::ops::DerefMut for DemuxWrite<'_> {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.guard
-    }
-}
-
-impl Drop for DemuxWrite<'_> {
-    fn drop(&mut self) {
-        self.host.gro_changed();
-    }
-}
-
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// Ephemeral ports, as `net.ipv4.ip_local_port_range`.
-const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
 
 impl Socket {
     /// `bind()`: a socket on `addr` (address or wildcard; port 0 picks an
     /// ephemeral port).
-    pub fn bind(host: &Arc<Sockets>, mut addr: SocketAddr) -> Result<Socket, SockError> {
-        let mut t = lock_write(host);
-        if addr.port() == 0 {
-            let span = (EPHEMERAL.end() - EPHEMERAL.start()) as u32 + 1;
-            let start = host.next_port.fetch_add(1, Ordering::Relaxed) as u32;
-            let free = (0..span)
-                .map(|i| EPHEMERAL.start() + ((start + i) % span) as u16)
-                .find(|&p| !t.port_used(addr.is_ipv6(), p))
-                .ok_or(SockError::NoPorts)?;
-            addr.set_port(free);
-        }
-        let key = Key::of(addr, None);
-        if t.taken(key) {
-            return Err(SockError::AddrInUse(addr));
-        }
-        let inner = Arc::new(SockInner {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            addrs: Mutex::new((addr, None)),
-            q: Mutex::default(),
-            qlen: AtomicUsize::new(0),
-            napi_id: AtomicU32::new(0),
-            rxhash: AtomicU32::new(0),
-            busy_poll_us: AtomicU32::new(u32::MAX),
-            rcvbuf: AtomicUsize::new(host.cfg.rcvbuf),
-            timeout_ns: AtomicU64::new(0),
-            ip_id: AtomicU16::new(0),
-            counters: AtomicCounters::default(),
-            v6: addr.is_ipv6(),
-            v6only: AtomicBool::new(false),
-            gro: AtomicBool::new(false),
-            pmtudisc_do: AtomicBool::new(false),
-            ready: OnceLock::new(),
-        });
-        t.insert(key, inner.clone());
-        drop(t);
+    pub fn bind(host: &Arc<Sockets>, addr: SocketAddr) -> Result<Socket, SockError> {
+        let inner = host.bind_entry(addr, |addr| {
+            Arc::new(SockInner {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                addrs: Mutex::new((addr, None)),
+                q: Mutex::default(),
+                qlen: AtomicUsize::new(0),
+                napi_id: AtomicU32::new(0),
+                rxhash: AtomicU32::new(0),
+                busy_poll_us: AtomicU32::new(u32::MAX),
+                rcvbuf: AtomicUsize::new(host.cfg.rcvbuf),
+                timeout_ns: AtomicU64::new(0),
+                ip_id: AtomicU16::new(0),
+                counters: AtomicCounters::default(),
+                v6: addr.is_ipv6(),
+                v6only: AtomicBool::new(false),
+                gro: AtomicBool::new(false),
+                pmtudisc_do: AtomicBool::new(false),
+                ready: OnceLock::new(),
+            })
+        })?;
         Ok(Socket {
             _close: Arc::new(CloseOnDrop {
                 inner: inner.clone(),
@@ -336,19 +284,7 @@ impl Socket {
     /// `connect()`: receive only from `remote` (the full 5-tuple wins over
     /// bound and wildcard sockets) and make it the default destination.
     pub fn connect(&self, remote: SocketAddr) -> Result<(), SockError> {
-        let mut t = lock_write(&self.host);
-        let mut a = lock(&self.inner.addrs);
-        if a.0.is_ipv4() != remote.is_ipv4() {
-            return Err(SockError::Family(format!("{} to {remote}", a.0)));
-        }
-        let new = Key::of(a.0, Some(remote));
-        if new != Key::of(a.0, a.1) && t.taken(new) {
-            return Err(SockError::AddrInUse(a.0));
-        }
-        t.remove(Key::of(a.0, a.1), self.inner.id);
-        t.insert(new, self.inner.clone());
-        a.1 = Some(remote);
-        Ok(())
+        self.host.connect_entry(&self.inner, remote)
     }
 
     /// `setsockopt(UDP_GRO)`: take datagrams GRO merged as one read of up

@@ -6,7 +6,8 @@ use crate::filter::InputHook;
 use crate::ip::{self, CsumStatus, IpConfig};
 use crate::packet::{Packet, PollEnd, RxCtx, Stack};
 use crate::stats::DropReason;
-use rxpath_wire::ethernet::Mac;
+use rxpath_wire::ethernet::{self, Mac};
+use rxpath_wire::{ipv4, ipv6};
 use rxpath_wire::{Headers, L3, L4};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
@@ -83,8 +84,7 @@ impl SockStack {
     /// Remember the sender's MAC so replies can be addressed (the
     /// neighbour table; rxpath does not run ARP/ND itself).
     fn learn(&mut self, ip: IpAddr, frame: &[u8]) {
-        let mut mac = [0u8; 6];
-        mac.copy_from_slice(&frame[6..12]);
+        let mac = ethernet::Frame::new_unchecked(frame).src();
         if self.learned != Some((ip, mac)) {
             self.learned = Some((ip, mac));
             if self.host.neighbor(ip) != Some(mac) {
@@ -234,13 +234,15 @@ impl Stack for SockStack {
     }
 }
 
-/// The ECN codepoint of a frame's IP header.
+/// The ECN codepoint of a frame's IP header (IP input checked its length).
 #[inline]
 fn ecn_of(frame: &[u8], h: &Headers) -> u8 {
-    let l3 = h.l3_offset as usize;
+    let Some(ip) = frame.get(h.l3_offset as usize..) else {
+        return 0;
+    };
     match h.l3 {
-        L3::Ipv4 => frame.get(l3 + 1).map_or(0, |tos| tos & 3),
-        L3::Ipv6 => frame.get(l3 + 1).map_or(0, |b| (b >> 4) & 3),
+        L3::Ipv4 => ipv4::Packet::new_unchecked(ip).tos() & 3,
+        L3::Ipv6 => ipv6::Packet::new_unchecked(ip).traffic_class() & 3,
         _ => 0,
     }
 }
