@@ -129,7 +129,7 @@ pub(crate) fn target_in(
     let (v, line) = judge_in(unit, what, figure, bound, why);
     println!("{line}");
     if v == Verdict::NotMeasured {
-        super::peer_not_measured(&format!("target {what}"), why);
+        crate::harness::peer_not_measured(&format!("target {what}"), why);
     }
     v
 }

@@ -4,8 +4,8 @@
 //! `dpdk-test-acl` on the same rules and packets.
 
 use crate::figure::{ratio, ratio_cell, target, Bound, Verdict};
+use crate::harness::{measure, median, which};
 use crate::plot::{progress, Axes, Legend, ReportDir, Series};
-use crate::{measure, median, which};
 use anyhow::{Context, Result};
 use clap::Args;
 use rxpath_core::filter::gen::{generate, Generated, Shape};
@@ -56,7 +56,7 @@ fn config(producer: Producer, filter: Option<Arc<FilterHandle>>, d: Duration) ->
     RunConfig {
         stack: StackKind::Sink,
         filter,
-        ..crate::rxdrop_config(16, false, producer, d)
+        ..crate::harness::rxdrop_config(16, false, producer, d)
     }
 }
 
@@ -160,7 +160,7 @@ pub fn filter(a: FilterBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCod
         Some("skipped (--no-dpdk)".into())
     } else if which("dpdk-test-acl").is_none() {
         let why = "dpdk-test-acl is not installed (apt-get install dpdk)";
-        crate::peer_not_measured("dpdk-test-acl", why);
+        crate::harness::peer_not_measured("dpdk-test-acl", why);
         Some(format!("not measured: {why}"))
     } else {
         None
@@ -259,7 +259,7 @@ pub fn filter(a: FilterBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCod
                     acl_ratios.push(v / b);
                 }
                 Err(e) => {
-                    crate::peer_not_measured(
+                    crate::harness::peer_not_measured(
                         &format!("dpdk-test-acl at {n} rules"),
                         &format!("{e:#}"),
                     );
@@ -360,7 +360,7 @@ pub fn filter(a: FilterBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCod
             Err(e) => {
                 println!("not measured: {e:#}");
                 kernel = serde_json::json!({ "not_measured": format!("{e:#}") });
-                crate::peer_not_measured("kernel iptables on a veth", &format!("{e:#}"));
+                crate::harness::peer_not_measured("kernel iptables on a veth", &format!("{e:#}"));
             }
         }
     }

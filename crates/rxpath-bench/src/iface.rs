@@ -280,14 +280,14 @@ fn dpdk_receiver(t: &Topology, d: Duration, mac: &str, pps: Option<u64>) -> Resu
         "net_af_xdp0,iface={},start_queue=0,queue_count=1",
         t.host_if
     );
-    let mut peer = crate::testpmd_rxonly(&vdev, "dpdk dpdk-dev librte-net-af-xdp23")?;
+    let mut peer = crate::harness::testpmd_rxonly(&vdev, "dpdk dpdk-dev librte-net-af-xdp23")?;
     let pid = peer.id();
     let stdout = peer.stdout().context("testpmd stdout")?;
     // The last RX-packets counter testpmd printed; `None` if it printed none.
     let reader = std::thread::spawn(move || {
         let mut last = None;
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(v) = crate::testpmd_field(&line, "RX-packets:") {
+            if let Some(v) = crate::harness::testpmd_field(&line, "RX-packets:") {
                 last = Some(v);
             }
         }
@@ -429,7 +429,7 @@ fn bench(
             _ => None,
         };
         if let Err(e) = &full {
-            crate::peer_not_measured(r.name(), &format!("{e:#}"));
+            crate::harness::peer_not_measured(r.name(), &format!("{e:#}"));
         }
         eprintln!("{} measured", r.name());
         rows.push((r, full, fixed, best));
@@ -533,7 +533,7 @@ fn loud<T>(r: Receiver, what: &str, x: Result<T>) -> Option<T> {
     match x {
         Ok(v) => Some(v),
         Err(e) => {
-            crate::peer_not_measured(&format!("{} ({what})", r.name()), &format!("{e:#}"));
+            crate::harness::peer_not_measured(&format!("{} ({what})", r.name()), &format!("{e:#}"));
             None
         }
     }

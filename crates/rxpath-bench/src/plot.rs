@@ -63,7 +63,7 @@ impl Bar {
         let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         Bar {
             label,
-            value: super::median(v),
+            value: crate::harness::median(v),
             lo,
             hi,
         }

@@ -18,8 +18,8 @@
 //! datagrams per read (UDP GRO).
 
 use crate::figure::{cell, finite, ratio, ratio_cell};
+use crate::harness::median;
 use crate::iface::machine_busy;
-use crate::median;
 use crate::plot::ReportDir;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -250,7 +250,7 @@ fn start(s: Server, t: &Topology, a: &QuicBenchArgs) -> Result<Child> {
         .args(server_args(s, a))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let c = crate::spawn_unpinned(cmd).context("starting rxpath quic")?;
+    let c = crate::harness::spawn_unpinned(cmd).context("starting rxpath quic")?;
     std::thread::sleep(Duration::from_millis(1200));
     Ok(c)
 }
@@ -439,7 +439,7 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
                 let (s, r) = &mut rows[i];
                 if let Err(e) = measure(*s, t, &a, round == 0, r) {
                     let why = format!("{e:#}");
-                    crate::peer_not_measured(
+                    crate::harness::peer_not_measured(
                         &format!("{} (GSO {gso}, round {round})", s.name()),
                         &why,
                     );

@@ -8,7 +8,7 @@
 //! RFS needs (it records flows of TCP and connected UDP sockets only).
 
 use crate::figure::{cell, finite, in_turn, ratio, target, target_in, Bound, Unit, Verdict};
-use crate::median;
+use crate::harness::median;
 use crate::plot::{progress, say, Bar, ReportDir};
 use crate::rr::{client, read_sysctl, ready, write_sysctl, Measure, PORT};
 use anyhow::{bail, Context, Result};

@@ -3,7 +3,7 @@
 
 use super::figure::{finite, in_turn, target, Bound, Verdict};
 use super::plot::{progress, say, Bar, ReportDir};
-use super::{
+use crate::harness::{
     measure, median, peer_not_measured, range, rxdrop_config, testpmd_field, testpmd_rxonly,
 };
 use anyhow::{Context, Result};
