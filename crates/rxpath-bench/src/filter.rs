@@ -144,6 +144,174 @@ fn ns_per_class_burst(rs: &Ruleset, keys: &[Key], d: Duration) -> f64 {
     start.elapsed().as_nanos() as f64 / n as f64
 }
 
+/// Mpps with no filter, the linear walk, the compiled classifier and the
+/// cached path, on null queues and on the producer's cold data
+/// (`[producer][none, linear, compiled, cached]`; cold data skips the
+/// uncached classifier, whose cost shows in null mode), and each
+/// producer's pairs' cached/none ratios. Linear and compiled run once;
+/// then `pairs` short no-filter and cached runs back to back, each pair
+/// in the other order from the one before (a drift does not favour
+/// either).
+#[allow(clippy::type_complexity)]
+fn rates(
+    a: &FilterBenchArgs,
+    table: &rxpath_core::filter::Table,
+) -> Result<([[f64; 4]; 2], [Vec<f64>; 2])> {
+    let d = a.duration;
+    let mk = |mode, cache| {
+        let f = Filter::new(Some(Ruleset::new(table.clone(), "sim0", mode)), None);
+        Arc::new(FilterHandle::new(Some(f)).with_flow_cache(cache))
+    };
+    let (lin, comp, cached) = (
+        mk(FilterMode::Linear, 0),
+        mk(FilterMode::Compiled, 0),
+        mk(
+            FilterMode::Compiled,
+            rxpath_core::filter::DEFAULT_FLOW_CACHE,
+        ),
+    );
+    let mut mpps = [[f64::NAN; 4]; 2];
+    let mut pair_ratios: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for (i, p) in [Producer::Null, Producer::Thread { pps: None }]
+        .into_iter()
+        .enumerate()
+    {
+        for (j, h) in [Some(&lin), (i == 0).then_some(&comp)]
+            .into_iter()
+            .enumerate()
+        {
+            if let Some(h) = h {
+                mpps[i][j + 1] = measure(&config(p.clone(), Some(h.clone()), d))?.0;
+            }
+        }
+        let (mut none, mut hit) = (Vec::new(), Vec::new());
+        let run = |f: Option<&Arc<FilterHandle>>| {
+            measure(&config(p.clone(), f.cloned(), a.pair_duration)).map(|r| r.0)
+        };
+        for pair in 0..a.pairs {
+            if pair % 2 == 0 {
+                none.push(run(None)?);
+                hit.push(run(Some(&cached))?);
+            } else {
+                hit.push(run(Some(&cached))?);
+                none.push(run(None)?);
+            }
+        }
+        pair_ratios[i] = hit.iter().zip(&none).map(|(h, n)| h / n).collect();
+        mpps[i][0] = median(none);
+        mpps[i][3] = median(hit);
+    }
+    Ok((mpps, pair_ratios))
+}
+
+/// ns per classification at `n` rules.
+struct Classify {
+    ns_lin: f64,
+    ns_comp: f64,
+    ns_burst: f64,
+    ns_dpdk: Option<f64>,
+    /// dpdk-test-acl's ns over the bursts' (median of the passes').
+    vs_acl: Option<f64>,
+    /// Every pass ran dpdk-test-acl.
+    full: bool,
+    acl_ratios: Vec<f64>,
+}
+
+/// ns per classification: linear, compiled one at a time, compiled in
+/// bursts of 64 beside dpdk-test-acl, on the first core.
+fn classify(
+    a: &FilterBenchArgs,
+    n: usize,
+    g: &Generated,
+    table: &rxpath_core::filter::Table,
+    dpdk_note: Option<&str>,
+) -> Classify {
+    let d = a.duration;
+    let ks = keys(g);
+    let rs_lin = Ruleset::new(table.clone(), "sim0", FilterMode::Linear);
+    let rs_comp = Ruleset::new(table.clone(), "sim0", FilterMode::Compiled);
+    // The linear walk at 10 000 rules takes long: fewer keys.
+    let lk = &ks[..ks.len().min(if n >= 5000 { 5_000 } else { 100_000 })];
+    let ns_lin = on_first_core(|| ns_per_class(&rs_lin, lk, d));
+    let ns_comp = on_first_core(|| ns_per_class(&rs_comp, &ks, d));
+    // Bursts and dpdk-test-acl alternate for `passes` passes (the VM
+    // drifts between them as between the rate runs); the ratio is the
+    // median of each pass's own.
+    let (mut bursts, mut dpdks, mut acl_ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..a.passes {
+        let b = on_first_core(|| ns_per_class_burst(&rs_comp, &ks, d));
+        bursts.push(b);
+        if dpdk_note.is_some() || n == 0 {
+            continue;
+        }
+        match dpdk_acl(&rs_comp, &ks) {
+            Ok(v) => {
+                dpdks.push(v);
+                acl_ratios.push(v / b);
+            }
+            Err(e) => {
+                crate::harness::peer_not_measured(
+                    &format!("dpdk-test-acl at {n} rules"),
+                    &format!("{e:#}"),
+                );
+                break;
+            }
+        }
+    }
+    let ns_burst = median(bursts);
+    // A pass that could not run dpdk-test-acl leaves it unmeasured.
+    let full = dpdks.len() as u64 == a.passes;
+    let ns_dpdk = full.then(|| median(dpdks.clone()));
+    let vs_acl = full.then(|| median(acl_ratios.clone()));
+    Classify {
+        ns_lin,
+        ns_comp,
+        ns_burst,
+        ns_dpdk,
+        vs_acl,
+        full,
+        acl_ratios,
+    }
+}
+
+/// The kernel's iptables (nft backend) on a veth, 2000 rules vs none, and
+/// rxpath's rates at 2000 rules against it; its JSON.
+fn kernel_section(a: &FilterBenchArgs, at2000: Option<&[[f64; 4]; 2]>) -> serde_json::Value {
+    let d = a.duration;
+    println!("\n## The kernel: iptables (nft backend) on a veth, 2000 rules vs none\n");
+    let mut kernel = serde_json::Value::Null;
+    if a.no_kernel {
+        println!("skipped (--no-kernel)");
+    } else {
+        let g = generate(a.shape, Family::V4, 2000, 0, 0.0, 1);
+        match kernel_rows(&g.save, d.max(Duration::from_secs(3))) {
+            Ok((none, with)) => {
+                kernel = serde_json::json!({ "mpps_0_rules": none / 1e6, "mpps_2000_rules": with / 1e6 });
+                println!("| rules | Mpps received (INPUT policy counter) | vs no rules |");
+                println!("|---:|---:|---:|");
+                println!("| 0 | {:.3} | 1.00x |", none / 1e6);
+                println!("| 2000 | {:.3} | {:.2}x |", with / 1e6, with / none);
+                if let Some(m) = at2000 {
+                    println!(
+                        "\nrxpath at 2000 rules vs the kernel at 2000 rules: linear {:.2}x (null) / {:.2}x (cold), compiled {:.1}x (null), cached {:.1}x (null) / {:.1}x (cold)",
+                        m[0][1] / with,
+                        m[1][1] / with,
+                        m[0][2] / with,
+                        m[0][3] / with,
+                        m[1][3] / with
+                    );
+                }
+            }
+            Err(e) => {
+                println!("not measured: {e:#}");
+                kernel = serde_json::json!({ "not_measured": format!("{e:#}") });
+                crate::harness::peer_not_measured("kernel iptables on a veth", &format!("{e:#}"));
+            }
+        }
+    }
+    kernel
+}
+
 pub fn filter(a: FilterBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     let d = a.duration;
     println!(
@@ -174,61 +342,13 @@ pub fn filter(a: FilterBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCod
         pb.set_message(format!("{n} rules"));
         let g = generate(a.shape, Family::V4, n, 100_000, 0.8, 1);
         let table = rxpath_core::filter::parse(&g.save).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let mk = |mode, cache| {
-            let f = Filter::new(Some(Ruleset::new(table.clone(), "sim0", mode)), None);
-            Arc::new(FilterHandle::new(Some(f)).with_flow_cache(cache))
-        };
-        let (lin, comp, cached) = (
-            mk(FilterMode::Linear, 0),
-            mk(FilterMode::Compiled, 0),
-            mk(
-                FilterMode::Compiled,
-                rxpath_core::filter::DEFAULT_FLOW_CACHE,
-            ),
-        );
         let (build_ms, mem) = {
             // The compile on its own, timed (the handles above built theirs).
             let t0 = Instant::now();
             let r = Ruleset::new(table.clone(), "sim0", FilterMode::Compiled);
             (t0.elapsed().as_secs_f64() * 1e3, r.memory())
         };
-        // [producer][no filter, linear, compiled, cached]; cold data skips
-        // the uncached classifier (its cost shows in null mode). Linear and
-        // compiled run once; then `pairs` short no-filter and cached runs
-        // back to back, each pair in the other order from the one before
-        // (a drift does not favour either), medians of each and of the
-        // pairs' own ratios.
-        let mut mpps = [[f64::NAN; 4]; 2];
-        let mut pair_ratios: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
-        for (i, p) in [Producer::Null, Producer::Thread { pps: None }]
-            .into_iter()
-            .enumerate()
-        {
-            for (j, h) in [Some(&lin), (i == 0).then_some(&comp)]
-                .into_iter()
-                .enumerate()
-            {
-                if let Some(h) = h {
-                    mpps[i][j + 1] = measure(&config(p.clone(), Some(h.clone()), d))?.0;
-                }
-            }
-            let (mut none, mut hit) = (Vec::new(), Vec::new());
-            let run = |f: Option<&Arc<FilterHandle>>| {
-                measure(&config(p.clone(), f.cloned(), a.pair_duration)).map(|r| r.0)
-            };
-            for pair in 0..a.pairs {
-                if pair % 2 == 0 {
-                    none.push(run(None)?);
-                    hit.push(run(Some(&cached))?);
-                } else {
-                    hit.push(run(Some(&cached))?);
-                    none.push(run(None)?);
-                }
-            }
-            pair_ratios[i] = hit.iter().zip(&none).map(|(h, n)| h / n).collect();
-            mpps[i][0] = median(none);
-            mpps[i][3] = median(hit);
-        }
+        let (mpps, pair_ratios) = rates(&a, &table)?;
         let cached_vs_none = [
             median(pair_ratios[0].clone()),
             median(pair_ratios[1].clone()),
@@ -236,42 +356,9 @@ pub fn filter(a: FilterBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCod
         if n == 2000 {
             at2000 = Some(mpps);
         }
-        let ks = keys(&g);
-        let rs_lin = Ruleset::new(table.clone(), "sim0", FilterMode::Linear);
-        let rs_comp = Ruleset::new(table.clone(), "sim0", FilterMode::Compiled);
-        // The linear walk at 10 000 rules takes long: fewer keys.
-        let lk = &ks[..ks.len().min(if n >= 5000 { 5_000 } else { 100_000 })];
-        let ns_lin = on_first_core(|| ns_per_class(&rs_lin, lk, d));
-        let ns_comp = on_first_core(|| ns_per_class(&rs_comp, &ks, d));
-        // Bursts and dpdk-test-acl alternate for `passes` passes (the VM
-        // drifts between them as between the rate runs); the ratio is the
-        // median of each pass's own.
-        let (mut bursts, mut dpdks, mut acl_ratios) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..a.passes {
-            let b = on_first_core(|| ns_per_class_burst(&rs_comp, &ks, d));
-            bursts.push(b);
-            if dpdk_note.is_some() || n == 0 {
-                continue;
-            }
-            match dpdk_acl(&rs_comp, &ks) {
-                Ok(v) => {
-                    dpdks.push(v);
-                    acl_ratios.push(v / b);
-                }
-                Err(e) => {
-                    crate::harness::peer_not_measured(
-                        &format!("dpdk-test-acl at {n} rules"),
-                        &format!("{e:#}"),
-                    );
-                    break;
-                }
-            }
-        }
-        let ns_burst = median(bursts);
-        // A pass that could not run dpdk-test-acl leaves it unmeasured.
-        let full = dpdks.len() as u64 == a.passes;
-        let ns_dpdk = full.then(|| median(dpdks.clone()));
-        let vs_acl = full.then(|| median(acl_ratios.clone()));
+        let c = classify(&a, n, &g, &table, dpdk_note.as_deref());
+        let (ns_lin, ns_comp, ns_burst) = (c.ns_lin, c.ns_comp, c.ns_burst);
+        let (ns_dpdk, vs_acl, full, acl_ratios) = (c.ns_dpdk, c.vs_acl, c.full, c.acl_ratios);
         if n == 2000 && full {
             acl2000 = Some(acl_ratios.clone());
         }
@@ -333,37 +420,7 @@ pub fn filter(a: FilterBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCod
         println!("\ndpdk-test-acl: {n}");
     }
     let verdicts = print_targets(pairs2000.as_ref(), at2000.as_ref(), acl2000.as_ref());
-    println!("\n## The kernel: iptables (nft backend) on a veth, 2000 rules vs none\n");
-    let mut kernel = serde_json::Value::Null;
-    if a.no_kernel {
-        println!("skipped (--no-kernel)");
-    } else {
-        let g = generate(a.shape, Family::V4, 2000, 0, 0.0, 1);
-        match kernel_rows(&g.save, d.max(Duration::from_secs(3))) {
-            Ok((none, with)) => {
-                kernel = serde_json::json!({ "mpps_0_rules": none / 1e6, "mpps_2000_rules": with / 1e6 });
-                println!("| rules | Mpps received (INPUT policy counter) | vs no rules |");
-                println!("|---:|---:|---:|");
-                println!("| 0 | {:.3} | 1.00x |", none / 1e6);
-                println!("| 2000 | {:.3} | {:.2}x |", with / 1e6, with / none);
-                if let Some(m) = at2000 {
-                    println!(
-                        "\nrxpath at 2000 rules vs the kernel at 2000 rules: linear {:.2}x (null) / {:.2}x (cold), compiled {:.1}x (null), cached {:.1}x (null) / {:.1}x (cold)",
-                        m[0][1] / with,
-                        m[1][1] / with,
-                        m[0][2] / with,
-                        m[0][3] / with,
-                        m[1][3] / with
-                    );
-                }
-            }
-            Err(e) => {
-                println!("not measured: {e:#}");
-                kernel = serde_json::json!({ "not_measured": format!("{e:#}") });
-                crate::harness::peer_not_measured("kernel iptables on a veth", &format!("{e:#}"));
-            }
-        }
-    }
+    let kernel = kernel_section(&a, at2000.as_ref());
     if let Some(rep) = rep {
         report(rep, &a, rows, kernel, dpdk_note, verdicts)?;
     }

@@ -16,8 +16,8 @@
 //! has nothing for it, per round in one run.
 
 use crate::figure::{finite, in_turn, ratio as ratio_of, ratio_cell};
+use crate::harness::{measure, median};
 use crate::plot::{progress, say, Bar, ReportDir};
-use crate::{measure, median};
 use anyhow::Result;
 use rxpath_core::gro::Adaptive;
 use rxpath_dev::sim::{Coalesce, Mix, SimConfig, TrafficConfig};
@@ -136,31 +136,9 @@ struct Sample {
     p99_us: Vec<f64>,
 }
 
-pub fn gro(a: GroBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
-    let settings = [
-        Setting::Fixed(0),
-        Setting::Fixed(a.timeout),
-        Setting::Fixed(a.adaptive_max),
-        Setting::Adaptive(a.adaptive_max),
-    ];
+/// Every setting on bulk and on request/response traffic, every round.
+fn measure_rounds(a: &GroBenchArgs, settings: &[Setting]) -> Result<(Vec<Sample>, Vec<Sample>)> {
     let d = a.duration;
-    println!(
-        "rxpath bench gro: seed 004 on the simulated NIC; 8 queues, 1 NAPI thread, interrupt mode (rx-usecs 0, rx-frames 1), {}",
-        if a.irq_sleep {
-            "interrupts wake a sleeping NAPI thread (--irq-sleep)"
-        } else {
-            "interrupts taken by a spinning NAPI thread (idle=poll, as a hard IRQ)"
-        }
-    );
-    println!(
-        "bulk: 200 TCP streams at {} pkt/s (the seed's rate), each sending {CHUNK}-segment TSO chunks ending in PSH",
-        a.bulk_pps
-    );
-    println!(
-        "{} round(s) of {:.1}s per configuration, medians kept",
-        a.rounds,
-        d.as_secs_f64()
-    );
     let mut bulk: Vec<Sample> = vec![Sample::default(); settings.len()];
     let mut rr: Vec<Sample> = vec![Sample::default(); settings.len()];
     let pb = progress(a.rounds as u64 * settings.len() as u64 * 2, "gro");
@@ -193,40 +171,47 @@ pub fn gro(a: GroBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         say(&pb, &format!("round {} done", round + 1));
     }
     pb.finish_and_clear();
+    Ok((bulk, rr))
+}
+
+/// The bench's plots.
+fn plot(rep: &mut ReportDir, settings: &[Setting], bulk: &[Sample], rr: &[Sample]) -> Result<()> {
+    let bars = |v: &[Sample], f: fn(&Sample) -> &Vec<f64>, scale: f64| -> Vec<Bar> {
+        settings
+            .iter()
+            .zip(v)
+            .map(|(s, b)| Bar::of(s.name(), f(b), scale))
+            .collect()
+    };
+    rep.bars(
+        "gro-segments-per-packet",
+        "GRO, 200 bulk TCP streams: segments per GRO packet, per flush setting",
+        "segments per packet passed up (median, range of rounds)",
+        &bars(bulk, |s| &s.segs_per_pkt, 1.0),
+    )?;
+    rep.bars(
+        "gro-packets-up",
+        "GRO, 200 bulk TCP streams: packets passed up per flush setting",
+        "thousand packets passed up per second (median, range)",
+        &bars(bulk, |s| &s.pkts_up_per_s, 1e-3),
+    )?;
+    rep.bars(
+        "gro-rr-p99",
+        "GRO, 200 request/response flows: p99 send-to-delivery latency",
+        "p99 latency, µs (median, range)",
+        &bars(rr, |s| &s.p99_us, 1.0),
+    )?;
+    Ok(())
+}
+
+/// Adaptive against the best fixed setting on each kind of traffic (the
+/// last setting is the adaptive one): the table, and the ratios (bulk
+/// segments per packet, request/response p99), each the median of the
+/// rounds' own.
+fn adaptive_vs_best(bulk: &[Sample], rr: &[Sample]) -> (f64, f64) {
     let med = |v: &Vec<f64>| median(v.clone());
-    println!("\n## Bulk: 200 TCP streams\n");
-    println!("| setting | segments in/s | packets passed up/s | segments per GRO packet | packets up vs timeout 0 |");
-    println!("|---|---:|---:|---:|---:|");
-    let base_up = med(&bulk[0].pkts_up_per_s);
-    for (i, s) in settings.iter().enumerate() {
-        let up = med(&bulk[i].pkts_up_per_s);
-        println!(
-            "| {} | {:.0} | {:.0} | {:.2} | {} fewer |",
-            s.name(),
-            med(&bulk[i].segs_in_per_s),
-            up,
-            med(&bulk[i].segs_per_pkt),
-            ratio_cell(ratio_of(Some(base_up), Some(up)), 1)
-        );
-    }
-    println!(
-        "\n## Request/response: 200 TCP flows, {} requests/s, PSH on every request\n",
-        a.rr_pps
-    );
-    println!("| setting | packets passed up/s | latency p50 (µs) | latency p99 (µs) |");
-    println!("|---|---:|---:|---:|");
-    for (i, s) in settings.iter().enumerate() {
-        println!(
-            "| {} | {:.0} | {:.1} | {:.1} |",
-            s.name(),
-            med(&rr[i].pkts_up_per_s),
-            med(&rr[i].p50_us),
-            med(&rr[i].p99_us)
-        );
-    }
-    // Adaptive against the best fixed setting on each kind of traffic.
-    let fixed = 0..settings.len() - 1;
-    let ad = settings.len() - 1;
+    let fixed = 0..bulk.len() - 1;
+    let ad = bulk.len() - 1;
     let best_bulk = fixed
         .clone()
         .map(|i| med(&bulk[i].segs_per_pkt))
@@ -259,8 +244,8 @@ pub fn gro(a: GroBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
             .collect();
         median(ratios)
     };
-    let bulk_ratio = per_round(&bulk, |s| &s.segs_per_pkt, true);
-    let p99_ratio = per_round(&rr, |s| &s.p99_us, false);
+    let bulk_ratio = per_round(bulk, |s| &s.segs_per_pkt, true);
+    let p99_ratio = per_round(rr, |s| &s.p99_us, false);
     println!("\n## Adaptive vs the best fixed setting\n");
     println!("| traffic | best fixed (median) | adaptive (median) | adaptive / best (median of per-round ratios) |");
     println!("|---|---:|---:|---:|");
@@ -272,6 +257,67 @@ pub fn gro(a: GroBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         "| request/response, p99 µs (lower is better) | {best_p99:.1} | {ad_p99:.1} | {} |",
         ratio_cell(finite(p99_ratio), 2)
     );
+    (bulk_ratio, p99_ratio)
+}
+
+pub fn gro(a: GroBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
+    let settings = [
+        Setting::Fixed(0),
+        Setting::Fixed(a.timeout),
+        Setting::Fixed(a.adaptive_max),
+        Setting::Adaptive(a.adaptive_max),
+    ];
+    let d = a.duration;
+    println!(
+        "rxpath bench gro: seed 004 on the simulated NIC; 8 queues, 1 NAPI thread, interrupt mode (rx-usecs 0, rx-frames 1), {}",
+        if a.irq_sleep {
+            "interrupts wake a sleeping NAPI thread (--irq-sleep)"
+        } else {
+            "interrupts taken by a spinning NAPI thread (idle=poll, as a hard IRQ)"
+        }
+    );
+    println!(
+        "bulk: 200 TCP streams at {} pkt/s (the seed's rate), each sending {CHUNK}-segment TSO chunks ending in PSH",
+        a.bulk_pps
+    );
+    println!(
+        "{} round(s) of {:.1}s per configuration, medians kept",
+        a.rounds,
+        d.as_secs_f64()
+    );
+    let (bulk, rr) = measure_rounds(&a, &settings)?;
+    let med = |v: &Vec<f64>| median(v.clone());
+    println!("\n## Bulk: 200 TCP streams\n");
+    println!("| setting | segments in/s | packets passed up/s | segments per GRO packet | packets up vs timeout 0 |");
+    println!("|---|---:|---:|---:|---:|");
+    let base_up = med(&bulk[0].pkts_up_per_s);
+    for (i, s) in settings.iter().enumerate() {
+        let up = med(&bulk[i].pkts_up_per_s);
+        println!(
+            "| {} | {:.0} | {:.0} | {:.2} | {} fewer |",
+            s.name(),
+            med(&bulk[i].segs_in_per_s),
+            up,
+            med(&bulk[i].segs_per_pkt),
+            ratio_cell(ratio_of(Some(base_up), Some(up)), 1)
+        );
+    }
+    println!(
+        "\n## Request/response: 200 TCP flows, {} requests/s, PSH on every request\n",
+        a.rr_pps
+    );
+    println!("| setting | packets passed up/s | latency p50 (µs) | latency p99 (µs) |");
+    println!("|---|---:|---:|---:|");
+    for (i, s) in settings.iter().enumerate() {
+        println!(
+            "| {} | {:.0} | {:.1} | {:.1} |",
+            s.name(),
+            med(&rr[i].pkts_up_per_s),
+            med(&rr[i].p50_us),
+            med(&rr[i].p99_us)
+        );
+    }
+    let (bulk_ratio, p99_ratio) = adaptive_vs_best(&bulk, &rr);
     let rounds = |v: &[Sample]| {
         settings
             .iter()
@@ -304,31 +350,7 @@ pub fn gro(a: GroBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     }
     if let Some(rep) = rep {
         rep.json("gro", &j)?;
-        let bars = |v: &[Sample], f: fn(&Sample) -> &Vec<f64>, scale: f64| -> Vec<Bar> {
-            settings
-                .iter()
-                .zip(v)
-                .map(|(s, b)| Bar::of(s.name(), f(b), scale))
-                .collect()
-        };
-        rep.bars(
-            "gro-segments-per-packet",
-            "GRO, 200 bulk TCP streams: segments per GRO packet, per flush setting",
-            "segments per packet passed up (median, range of rounds)",
-            &bars(&bulk, |s| &s.segs_per_pkt, 1.0),
-        )?;
-        rep.bars(
-            "gro-packets-up",
-            "GRO, 200 bulk TCP streams: packets passed up per flush setting",
-            "thousand packets passed up per second (median, range)",
-            &bars(&bulk, |s| &s.pkts_up_per_s, 1e-3),
-        )?;
-        rep.bars(
-            "gro-rr-p99",
-            "GRO, 200 request/response flows: p99 send-to-delivery latency",
-            "p99 latency, µs (median, range)",
-            &bars(&rr, |s| &s.p99_us, 1.0),
-        )?;
+        plot(rep, &settings, &bulk, &rr)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -345,7 +367,7 @@ fn udp_passes(rounds: usize, d: Duration) -> Result<serde_json::Value> {
         for round in 0..rounds {
             let base = RunConfig {
                 stack,
-                ..crate::rxdrop_config(16, false, Producer::Null, d)
+                ..crate::harness::rxdrop_config(16, false, Producer::Null, d)
             };
             // GRO off first in even rounds, on first in odd ones.
             let (mut a, mut b) = (0.0, 0.0);

@@ -373,6 +373,99 @@ impl Drop for VethNapi {
     }
 }
 
+/// Every server, every round (every other round in the other order, so
+/// that a drift of the VM's speed within a round, seen here as the same
+/// run 1.5x faster three seconds later, does not always favour the same
+/// servers), and each server's medians.
+fn measure_rounds(a: &QuicBenchArgs, t: &Topology, gso: &str) -> Vec<(Server, Row)> {
+    let mut rows: Vec<(Server, Row)> = Server::ALL.iter().map(|&s| (s, Row::default())).collect();
+    for round in 0..a.rounds {
+        let reverse = round % 2 == 1;
+        let order: Vec<usize> = if reverse {
+            (0..rows.len()).rev().collect()
+        } else {
+            (0..rows.len()).collect()
+        };
+        for i in order {
+            let (s, r) = &mut rows[i];
+            if let Err(e) = measure(*s, t, a, round == 0, r) {
+                let why = format!("{e:#}");
+                crate::harness::peer_not_measured(
+                    &format!("{} (GSO {gso}, round {round})", s.name()),
+                    &why,
+                );
+                r.failed.push(why);
+            }
+        }
+    }
+    for (_, r) in rows.iter_mut() {
+        let up: Vec<(f64, f64, f64)> = r.up.iter().flatten().copied().collect();
+        let req: Vec<(f64, f64)> = r.req.iter().flatten().copied().collect();
+        r.up_gbit = median(up.iter().map(|x| x.0).collect());
+        r.up_cpu_s_per_gb = median(up.iter().map(|x| x.1).collect());
+        r.up_client_s_per_gb = median(up.iter().map(|x| x.2).collect());
+        r.p50_us = median(req.iter().map(|x| x.0).collect());
+        r.p99_us = median(req.iter().map(|x| x.1).collect());
+    }
+    rows
+}
+
+/// One server's line of the table and its JSON; false if it lost bytes
+/// or frames (a row that failed is reported as not measured, not as loss).
+fn print_row(
+    a: &QuicBenchArgs,
+    s: Server,
+    r: &Row,
+    gso: &str,
+    all: &mut serde_json::Map<String, Value>,
+) -> bool {
+    let c = |v: f64, places: usize| cell(Some(v), 1.0, places);
+    println!(
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        s.name(),
+        c(r.up_gbit, 2),
+        c(r.up_cpu_s_per_gb, 2),
+        c(r.up_client_s_per_gb, 2),
+        cell(r.down_gbit, 1.0, 2),
+        cell(r.down_cpu_s_per_gb, 1.0, 2),
+        c(r.p50_us, 0),
+        c(r.p99_us, 0),
+        r.per_read.map_or("n/a".into(), |x| format!("{x:.1}")),
+        if r.whole {
+            "yes"
+        } else if !r.failed.is_empty() {
+            "not measured"
+        } else {
+            "NO"
+        }
+    );
+    if let Some(why) = r.failed.first() {
+        println!(
+            "|   {} failed in {} of {} rounds: {} | | | | | | | | | |",
+            s.short(),
+            r.failed.len(),
+            a.rounds,
+            why.replace('|', "/")
+        );
+    }
+    all.insert(
+        format!("gso_{gso}/{}", s.name()),
+        serde_json::json!({
+            "upload_gbit_s": r.up_gbit, "upload_cpu_s_per_gb": r.up_cpu_s_per_gb,
+            "upload_client_cpu_s_per_gb": r.up_client_s_per_gb,
+            "download_gbit_s": r.down_gbit, "download_cpu_s_per_gb": r.down_cpu_s_per_gb,
+            "p50_us": r.p50_us, "p99_us": r.p99_us, "datagrams_per_read": r.per_read,
+            "upload_rounds": r.up.iter().map(|x| x.map(|x| serde_json::json!({
+                "gbit_s": x.0, "cpu_s_per_gb": x.1, "client_cpu_s_per_gb": x.2}))).collect::<Vec<_>>(),
+            "request_rounds": r.req.iter().map(|x| x.map(|x| serde_json::json!({
+                "p50_us": x.0, "p99_us": x.1}))).collect::<Vec<_>>(),
+            "whole": r.whole,
+            "failed_rounds": r.failed,
+        }),
+    );
+    r.whole || !r.failed.is_empty()
+}
+
 pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     if !sched::is_root() {
         bail!("bench quic needs root (it builds a veth lab and attaches XDP): run it with sudo");
@@ -423,87 +516,9 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
             "| server | upload Gbit/s | server CPU s/GB up | client CPU s/GB up | download Gbit/s | server CPU s/GB down | request p50 µs | p99 µs | datagrams/read | every byte, frames home |"
         );
         println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
-        let mut rows: Vec<(Server, Row)> =
-            Server::ALL.iter().map(|&s| (s, Row::default())).collect();
-        // Every other round in the other order, so that a drift of the
-        // VM's speed within a round (seen here: the same run 1.5x faster
-        // three seconds later) does not always favour the same servers.
-        for round in 0..a.rounds {
-            let reverse = round % 2 == 1;
-            let order: Vec<usize> = if reverse {
-                (0..rows.len()).rev().collect()
-            } else {
-                (0..rows.len()).collect()
-            };
-            for i in order {
-                let (s, r) = &mut rows[i];
-                if let Err(e) = measure(*s, t, &a, round == 0, r) {
-                    let why = format!("{e:#}");
-                    crate::harness::peer_not_measured(
-                        &format!("{} (GSO {gso}, round {round})", s.name()),
-                        &why,
-                    );
-                    r.failed.push(why);
-                }
-            }
-        }
-        for (_, r) in rows.iter_mut() {
-            let up: Vec<(f64, f64, f64)> = r.up.iter().flatten().copied().collect();
-            let req: Vec<(f64, f64)> = r.req.iter().flatten().copied().collect();
-            r.up_gbit = median(up.iter().map(|x| x.0).collect());
-            r.up_cpu_s_per_gb = median(up.iter().map(|x| x.1).collect());
-            r.up_client_s_per_gb = median(up.iter().map(|x| x.2).collect());
-            r.p50_us = median(req.iter().map(|x| x.0).collect());
-            r.p99_us = median(req.iter().map(|x| x.1).collect());
-        }
+        let rows = measure_rounds(&a, t, gso);
         for (s, r) in &rows {
-            let s = *s;
-            let c = |v: f64, places: usize| cell(Some(v), 1.0, places);
-            println!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                s.name(),
-                c(r.up_gbit, 2),
-                c(r.up_cpu_s_per_gb, 2),
-                c(r.up_client_s_per_gb, 2),
-                cell(r.down_gbit, 1.0, 2),
-                cell(r.down_cpu_s_per_gb, 1.0, 2),
-                c(r.p50_us, 0),
-                c(r.p99_us, 0),
-                r.per_read.map_or("n/a".into(), |x| format!("{x:.1}")),
-                if r.whole {
-                    "yes"
-                } else if !r.failed.is_empty() {
-                    "not measured"
-                } else {
-                    "NO"
-                }
-            );
-            if let Some(why) = r.failed.first() {
-                println!(
-                    "|   {} failed in {} of {} rounds: {} | | | | | | | | | |",
-                    s.short(),
-                    r.failed.len(),
-                    a.rounds,
-                    why.replace('|', "/")
-                );
-            }
-            // A row that failed is reported as not measured, not as loss.
-            whole &= r.whole || !r.failed.is_empty();
-            all.insert(
-                format!("gso_{gso}/{}", s.name()),
-                serde_json::json!({
-                    "upload_gbit_s": r.up_gbit, "upload_cpu_s_per_gb": r.up_cpu_s_per_gb,
-                    "upload_client_cpu_s_per_gb": r.up_client_s_per_gb,
-                    "download_gbit_s": r.down_gbit, "download_cpu_s_per_gb": r.down_cpu_s_per_gb,
-                    "p50_us": r.p50_us, "p99_us": r.p99_us, "datagrams_per_read": r.per_read,
-                    "upload_rounds": r.up.iter().map(|x| x.map(|x| serde_json::json!({
-                        "gbit_s": x.0, "cpu_s_per_gb": x.1, "client_cpu_s_per_gb": x.2}))).collect::<Vec<_>>(),
-                    "request_rounds": r.req.iter().map(|x| x.map(|x| serde_json::json!({
-                        "p50_us": x.0, "p99_us": x.1}))).collect::<Vec<_>>(),
-                    "whole": r.whole,
-                    "failed_rounds": r.failed,
-                }),
-            );
+            whole &= print_row(&a, *s, r, gso, &mut all);
         }
         summary(&rows, gso == "off");
     }

@@ -6,7 +6,7 @@
 //! rounds interleaved; medians of each configuration are compared.
 
 use crate::figure::{self, finite, in_turn, ratio_cell};
-use crate::median;
+use crate::harness::median;
 use crate::plot::{progress, say, Bar, ReportDir};
 use anyhow::{bail, Context, Result};
 use rxpath_cli::echo::EchoServer;
@@ -282,7 +282,7 @@ impl Drop for Restore {
 
 enum Running {
     Rxpath(Box<EchoServer>),
-    Kernel(crate::Peer),
+    Kernel(crate::harness::Peer),
 }
 
 fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Running> {
@@ -315,7 +315,10 @@ fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Runn
                 None => Command::new("sockperf"),
             };
             cmd.args(["server", "-i", HOST_ADDR, "-p", &PORT.to_string()]);
-            Ok(Running::Kernel(crate::Peer::spawn("sockperf server", cmd)?))
+            Ok(Running::Kernel(crate::harness::Peer::spawn(
+                "sockperf server",
+                cmd,
+            )?))
         }
         _ => {
             let (busy, prefer, xsk) = match s {
@@ -446,6 +449,91 @@ pub(crate) fn require_root_and_sockperf(bench: &str, why_root: &str) -> Result<(
     Ok(())
 }
 
+/// One client run against the server just started, with the server CPU's
+/// busy share over it; `None` if the server never answered.
+fn serve_one(
+    a: &RrArgs,
+    t: &Topology,
+    (client_cpu, server_cpu): (Option<usize>, Option<usize>),
+    samples: bool,
+) -> Result<Option<(Measure, Vec<f64>)>> {
+    if !ready(t, a.size, None)? {
+        return Ok(None);
+    }
+    let before = server_cpu.and_then(cpu_jiffies);
+    let m = client(
+        t,
+        a.duration.as_secs().max(1),
+        a.size,
+        client_cpu,
+        samples,
+        None,
+    )?;
+    let after = server_cpu.and_then(cpu_jiffies);
+    Ok(m.map(|(mut m, rtts)| {
+        if let (Some(b), Some(a)) = (before, after) {
+            let total = a.1.saturating_sub(b.1);
+            m.server_busy = (total > 0).then(|| a.0.saturating_sub(b.0) as f64 / total as f64);
+        }
+        (m, rtts)
+    }))
+}
+
+/// The medians over rounds per server, and each against the kernel.
+fn print_table(results: &[Vec<Option<Measure>>], chosen: &dyn Fn(Server) -> bool) {
+    let at = |s: Server| Server::ALL.iter().position(|&x| x == s).unwrap_or(0);
+    let (k, kb) = (at(Server::Kernel), at(Server::KernelBusy));
+    // A ratio is taken inside each round, then the median over rounds.
+    // A round where either side got no answer gives no ratio; no round
+    // with both, "not measured".
+    let ratio = |i: usize, base: usize, f: fn(&Measure) -> f64| {
+        let v: Vec<f64> = results
+            .iter()
+            .filter_map(|row| figure::ratio(row[i].map(|m| f(&m)), row[base].map(|b| f(&b))))
+            .collect();
+        ratio_cell(finite(median(v)), 2)
+    };
+    println!(
+        "\n{:40} {:>12} {:>9} {:>9} {:>12} {:>10} {:>13}",
+        "median over rounds",
+        "round trips/s",
+        "avg µs",
+        "p99 µs",
+        "x kernel RT/s",
+        "x kernel p99",
+        "x k-busy RT/s"
+    );
+    for (i, s) in Server::ALL.iter().enumerate() {
+        if !chosen(*s) {
+            continue;
+        }
+        if results.iter().all(|row| row[i].is_none()) {
+            println!("{:40} not measured: no answer in any round", s.name());
+            crate::harness::peer_not_measured(s.name(), "no answer in any round");
+            continue;
+        }
+        let col = |f: fn(&Measure) -> f64| {
+            median(
+                results
+                    .iter()
+                    .filter_map(|row| row[i])
+                    .map(|m| f(&m))
+                    .collect(),
+            )
+        };
+        println!(
+            "{:40} {:>12.0} {:>9.2} {:>9.2} {:>13} {:>10} {:>13}",
+            s.name(),
+            col(|m| m.rt_per_s),
+            col(|m| m.avg_us),
+            col(|m| m.p99_us),
+            ratio(i, k, |m| m.rt_per_s),
+            ratio(i, k, |m| m.p99_us),
+            ratio(i, kb, |m| m.rt_per_s),
+        );
+    }
+}
+
 pub fn rr(a: RrArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     require_root_and_sockperf("rr", "it builds a veth lab and attaches XDP")?;
     let t = Topology {
@@ -510,29 +598,11 @@ pub fn rr(a: RrArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
             }
             pb.set_message(s.name());
             let r = start(s, t, &a, server_cpu)?;
-            let m = if ready(t, a.size, None)? {
-                let before = server_cpu.and_then(cpu_jiffies);
-                let m = client(
-                    t,
-                    a.duration.as_secs().max(1),
-                    a.size,
-                    client_cpu,
-                    rep.is_some(),
-                    None,
-                )?;
-                let after = server_cpu.and_then(cpu_jiffies);
-                m.map(|(mut m, samples)| {
-                    if let (Some(b), Some(a)) = (before, after) {
-                        let total = a.1.saturating_sub(b.1);
-                        m.server_busy =
-                            (total > 0).then(|| a.0.saturating_sub(b.0) as f64 / total as f64);
-                    }
-                    rtts[i].extend(samples);
-                    m
-                })
-            } else {
-                None
-            };
+            let m = serve_one(&a, t, (client_cpu, server_cpu), rep.is_some())?;
+            let m = m.map(|(m, samples)| {
+                rtts[i].extend(samples);
+                m
+            });
             let note = stop(r)?;
             pb.inc(1);
             match m {
@@ -553,57 +623,7 @@ pub fn rr(a: RrArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         results.push(row);
     }
     pb.finish_and_clear();
-    let at = |s: Server| Server::ALL.iter().position(|&x| x == s).unwrap_or(0);
-    let (k, kb) = (at(Server::Kernel), at(Server::KernelBusy));
-    // A ratio is taken inside each round, then the median over rounds.
-    // A round where either side got no answer gives no ratio; no round
-    // with both, "not measured".
-    let ratio = |i: usize, base: usize, f: fn(&Measure) -> f64| {
-        let v: Vec<f64> = results
-            .iter()
-            .filter_map(|row| figure::ratio(row[i].map(|m| f(&m)), row[base].map(|b| f(&b))))
-            .collect();
-        ratio_cell(finite(median(v)), 2)
-    };
-    println!(
-        "\n{:40} {:>12} {:>9} {:>9} {:>12} {:>10} {:>13}",
-        "median over rounds",
-        "round trips/s",
-        "avg µs",
-        "p99 µs",
-        "x kernel RT/s",
-        "x kernel p99",
-        "x k-busy RT/s"
-    );
-    for (i, s) in Server::ALL.iter().enumerate() {
-        if !chosen(*s) {
-            continue;
-        }
-        if results.iter().all(|row| row[i].is_none()) {
-            println!("{:40} not measured: no answer in any round", s.name());
-            crate::peer_not_measured(s.name(), "no answer in any round");
-            continue;
-        }
-        let col = |f: fn(&Measure) -> f64| {
-            median(
-                results
-                    .iter()
-                    .filter_map(|row| row[i])
-                    .map(|m| f(&m))
-                    .collect(),
-            )
-        };
-        println!(
-            "{:40} {:>12.0} {:>9.2} {:>9.2} {:>13} {:>10} {:>13}",
-            s.name(),
-            col(|m| m.rt_per_s),
-            col(|m| m.avg_us),
-            col(|m| m.p99_us),
-            ratio(i, k, |m| m.rt_per_s),
-            ratio(i, k, |m| m.p99_us),
-            ratio(i, kb, |m| m.rt_per_s),
-        );
-    }
+    print_table(&results, &chosen);
     if let Some(rep) = rep {
         report(rep, &a, &results, &rtts, &chosen)?;
     }

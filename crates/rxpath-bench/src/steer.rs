@@ -177,157 +177,92 @@ fn row(flows: usize, mode: SteerMode, workers: usize, r: &Report) -> Row {
     }
 }
 
-pub fn steer(a: SteerBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let d = a.duration;
-    let g = generate(Shape::Acl, Family::V4, a.rules, 1, 0.8, 1);
-    let table = rxpath_core::filter::parse(&g.save).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let filter = Arc::new(FilterHandle::new(Some(Filter::new(
-        Some(Ruleset::new(table.clone(), "sim0", FilterMode::Linear)),
-        None,
-    ))));
+/// The machine's ceiling for this work: the same linear walk without
+/// packets on 1 thread and on 2 at once (k/s; medians of the rounds: one
+/// slow moment of the VM would otherwise set it for the whole run).
+fn machine_ceiling(a: &SteerBenchArgs, table: rxpath_core::filter::Table) -> (f64, f64) {
     // Misses only (the sim's traffic misses every rule too).
     let probe = generate(Shape::Acl, Family::V4, a.rules, 2000, 0.0, 2);
     let keys = Arc::new(crate::filter::keys(&probe));
     let rs = Arc::new(Ruleset::new(table, "sim0", FilterMode::Linear));
-    // The ceiling too is the median of rounds (one slow moment of the VM
-    // would otherwise set it for the whole run).
     let (mut ones, mut twos) = (Vec::new(), Vec::new());
     for _ in 0..a.rounds.max(1) {
-        let (o, t) = ceiling(&rs, &keys, d);
+        let (o, t) = ceiling(&rs, &keys, a.duration);
         ones.push(o);
         twos.push(t);
     }
-    let (c_one, c_two) = (crate::median(ones), crate::median(twos));
-    let machine = ratio(Some(c_two), Some(c_one)).unwrap_or(f64::NAN);
-    println!(
-        "rxpath bench steer (seed 003): the bottom half is IP input + the INPUT filter with {} ClassBench-shaped rules walked linearly \
-         (every packet misses every rule, the walk's worst case, as in the seed) + the sink; sim NIC, 1 RX queue, 1 NAPI thread (worker 0), \
-         60-byte UDP; {:.1}s per measurement, {} rounds of 1 worker and 2 back to back, in turn order (rates: medians; 2 vs 1: the median of the rounds' own ratios, their range beside it); {cores} core(s).",
-        a.rules,
-        d.as_secs_f64(),
-        a.rounds.max(1)
-    );
-    if cores < 2 {
-        println!("note: this machine has {cores} core: 2 workers cannot run in parallel here.");
-    }
-    println!(
-        "machine ceiling (median of {} rounds): the same linear walk without packets, 1 thread {:.1} k/s, 2 threads at once (one per core) {:.1} k/s in total: \
-         {machine:.2}x is the most any 2-worker split can reach on this machine for this work\n",
-        a.rounds.max(1),
-        c_one / 1e3,
-        c_two / 1e3
-    );
-    println!(
-        "source: the simulated link with flow control (802.3x PAUSE): it fills the RX ring as fast as the host drains it and sleeps \
-         while the ring is full, so every run is saturated and nothing is dropped at the ring (rx_missed 0); it runs on the last \
-         core, worker 1's, where it costs a wakeup per half a ring\n"
-    );
-    let modes = [
-        SteerMode::None,
-        SteerMode::Rps,
-        SteerMode::Rfs,
-        SteerMode::Spread,
-        SteerMode::SpreadUnordered,
-    ];
-    let mut rows = Vec::new();
-    println!("| flows | steer | 1 worker kpps | 2 workers kpps | 2 vs 1 | rounds' 2 vs 1 | of the machine's ceiling | reordered (2 workers, all rounds) | processed per worker (2 workers) | backlog drops (2 workers) | rx_missed (2 workers) |");
-    println!("|---:|---|---:|---:|---:|---|---:|---:|---|---:|---:|");
-    // Per (flows, mode): each round's 2-vs-1 ratio.
-    let mut paired: Vec<(usize, &'static str, Vec<f64>)> = Vec::new();
-    // (label, delivered kpps of every round) for the report.
-    let mut bars: Vec<(String, Vec<f64>)> = Vec::new();
-    let pb = progress((a.flows.len() * modes.len()) as u64, "steer");
-    for &flows in &a.flows {
-        for mode in modes {
-            pb.set_message(format!("{flows} flow(s), {}", mode.name()));
-            let mut ones = Vec::new();
-            let mut twos = Vec::new();
-            // `w` workers' run into `v` (no 2-worker run without steering).
-            let run = |w: usize, v: &mut Vec<Row>| -> Result<()> {
-                if w == 1 || mode != SteerMode::None {
-                    v.push(row(
-                        flows,
-                        mode,
-                        w,
-                        &measure(&config(flows, mode, w, &filter, d))?,
-                    ));
-                }
-                Ok(())
-            };
-            // Each round in the other order from the one before: a drift
-            // of the VM's speed favours neither side.
-            for round in 0..a.rounds.max(1) {
-                let order = if round % 2 == 0 { [1, 2] } else { [2, 1] };
-                for w in order {
-                    run(w, if w == 1 { &mut ones } else { &mut twos })?;
+    (crate::harness::median(ones), crate::harness::median(twos))
+}
+
+/// A mode's rounds with 1 worker and with 2 (no 2-worker run without
+/// steering), each round in the other order from the one before: a drift
+/// of the VM's speed favours neither side.
+fn measure_mode(
+    a: &SteerBenchArgs,
+    flows: usize,
+    mode: SteerMode,
+    filter: &Arc<FilterHandle>,
+) -> Result<(Vec<Row>, Vec<Row>)> {
+    let (mut ones, mut twos) = (Vec::new(), Vec::new());
+    for round in 0..a.rounds.max(1) {
+        let order = if round % 2 == 0 { [1, 2] } else { [2, 1] };
+        for w in order {
+            if w == 1 || mode != SteerMode::None {
+                let r = row(
+                    flows,
+                    mode,
+                    w,
+                    &measure(&config(flows, mode, w, filter, a.duration))?,
+                );
+                if w == 1 {
+                    ones.push(r)
+                } else {
+                    twos.push(r)
                 }
             }
-            let kpps = |v: &[Row]| v.iter().map(|r| r.delivered_pps / 1e3).collect::<Vec<_>>();
-            bars.push((
-                format!("{flows} flow(s), {}, 1 worker", mode.name()),
-                kpps(&ones),
-            ));
-            if !twos.is_empty() {
-                bars.push((
-                    format!("{flows} flow(s), {}, 2 workers", mode.name()),
-                    kpps(&twos),
-                ));
-            }
-            pb.inc(1);
-            let rounds: Vec<f64> = ones
-                .iter()
-                .zip(&twos)
-                .filter_map(|(o, t)| ratio(Some(t.delivered_pps), Some(o.delivered_pps)))
-                .collect();
-            let r = crate::median(rounds.clone());
-            let range = rounds
-                .iter()
-                .map(|r| format!("{r:.2}"))
-                .collect::<Vec<_>>()
-                .join(" ");
-            paired.push((flows, mode.name(), rounds));
-            let one = median_row(ones);
-            let two = (!twos.is_empty()).then(|| median_row(twos));
-            match &two {
-                Some(t) => println!(
-                    "| {flows} | {} | {:.1} | {:.1} | {} | {range} | {} % | {} | {:?} | {} | {} |",
-                    mode.name(),
-                    one.delivered_pps / 1e3,
-                    t.delivered_pps / 1e3,
-                    ratio_cell(finite(r), 2),
-                    cell(ratio(Some(r), Some(machine)), 100.0, 0),
-                    t.reordered,
-                    t.per_worker,
-                    t.backlog_drops,
-                    t.rx_missed
-                ),
-                None => println!(
-                    "| {flows} | none | {:.1} | (the whole path on the NAPI thread: no second worker) | | | | {} | | | |",
-                    one.delivered_pps / 1e3,
-                    one.reordered
-                ),
-            }
-            rows.push(one);
-            rows.extend(two);
         }
     }
-    pb.finish_and_clear();
-    println!();
-    // The median of the rounds' 2-vs-1 ratios; `None` when that row did
-    // not run (`--flows` without it) or measured no round.
-    let two_vs_one = |flows: usize, mode: SteerMode| -> Option<f64> {
-        paired
-            .iter()
-            .find(|(f, m, _)| *f == flows && *m == mode.name())
-            .and_then(|(_, _, v)| finite(crate::median(v.clone())))
-    };
-    let reordered = |mode: SteerMode| -> u64 {
-        rows.iter()
-            .filter(|r| r.mode == mode.name())
-            .map(|r| r.reordered)
-            .sum()
-    };
+    Ok((ones, twos))
+}
+
+/// One line of the table: a mode's medians with 1 and 2 workers.
+fn print_row(
+    flows: usize,
+    mode: SteerMode,
+    one: &Row,
+    two: Option<&Row>,
+    r: f64,
+    range: &str,
+    machine: f64,
+) {
+    match two {
+        Some(t) => println!(
+            "| {flows} | {} | {:.1} | {:.1} | {} | {range} | {} % | {} | {:?} | {} | {} |",
+            mode.name(),
+            one.delivered_pps / 1e3,
+            t.delivered_pps / 1e3,
+            ratio_cell(finite(r), 2),
+            cell(ratio(Some(r), Some(machine)), 100.0, 0),
+            t.reordered,
+            t.per_worker,
+            t.backlog_drops,
+            t.rx_missed
+        ),
+        None => println!(
+            "| {flows} | none | {:.1} | (the whole path on the NAPI thread: no second worker) | | | | {} | | | |",
+            one.delivered_pps / 1e3,
+            one.reordered
+        ),
+    }
+}
+
+/// The bench's targets: spread and RPS (64 flows) 2 vs 1 worker at least
+/// 1.8x, no packet reordered where order is kept. True if all are met.
+fn judge(
+    a: &SteerBenchArgs,
+    two_vs_one: &dyn Fn(usize, SteerMode) -> Option<f64>,
+    reordered: &dyn Fn(SteerMode) -> u64,
+) -> bool {
     let mut met = true;
     for &flows in &a.flows {
         met &= target(
@@ -361,6 +296,116 @@ pub fn steer(a: SteerBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode>
         "spread-unordered (no reorder stage) reordered {} packets: what the reorder stage prevents",
         reordered(SteerMode::SpreadUnordered)
     );
+    met
+}
+
+/// What the bench runs, and the machine's ceiling.
+fn print_header(a: &SteerBenchArgs, cores: usize, (c_one, c_two, machine): (f64, f64, f64)) {
+    let d = a.duration;
+    println!(
+        "rxpath bench steer (seed 003): the bottom half is IP input + the INPUT filter with {} ClassBench-shaped rules walked linearly \
+         (every packet misses every rule, the walk's worst case, as in the seed) + the sink; sim NIC, 1 RX queue, 1 NAPI thread (worker 0), \
+         60-byte UDP; {:.1}s per measurement, {} rounds of 1 worker and 2 back to back, in turn order (rates: medians; 2 vs 1: the median of the rounds' own ratios, their range beside it); {cores} core(s).",
+        a.rules,
+        d.as_secs_f64(),
+        a.rounds.max(1)
+    );
+    if cores < 2 {
+        println!("note: this machine has {cores} core: 2 workers cannot run in parallel here.");
+    }
+    println!(
+        "machine ceiling (median of {} rounds): the same linear walk without packets, 1 thread {:.1} k/s, 2 threads at once (one per core) {:.1} k/s in total: \
+         {machine:.2}x is the most any 2-worker split can reach on this machine for this work\n",
+        a.rounds.max(1),
+        c_one / 1e3,
+        c_two / 1e3
+    );
+    println!(
+        "source: the simulated link with flow control (802.3x PAUSE): it fills the RX ring as fast as the host drains it and sleeps \
+         while the ring is full, so every run is saturated and nothing is dropped at the ring (rx_missed 0); it runs on the last \
+         core, worker 1's, where it costs a wakeup per half a ring\n"
+    );
+}
+
+pub fn steer(a: SteerBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let d = a.duration;
+    let g = generate(Shape::Acl, Family::V4, a.rules, 1, 0.8, 1);
+    let table = rxpath_core::filter::parse(&g.save).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let filter = Arc::new(FilterHandle::new(Some(Filter::new(
+        Some(Ruleset::new(table.clone(), "sim0", FilterMode::Linear)),
+        None,
+    ))));
+    let (c_one, c_two) = machine_ceiling(&a, table);
+    let machine = ratio(Some(c_two), Some(c_one)).unwrap_or(f64::NAN);
+    print_header(&a, cores, (c_one, c_two, machine));
+    let modes = [
+        SteerMode::None,
+        SteerMode::Rps,
+        SteerMode::Rfs,
+        SteerMode::Spread,
+        SteerMode::SpreadUnordered,
+    ];
+    let mut rows = Vec::new();
+    println!("| flows | steer | 1 worker kpps | 2 workers kpps | 2 vs 1 | rounds' 2 vs 1 | of the machine's ceiling | reordered (2 workers, all rounds) | processed per worker (2 workers) | backlog drops (2 workers) | rx_missed (2 workers) |");
+    println!("|---:|---|---:|---:|---:|---|---:|---:|---|---:|---:|");
+    // Per (flows, mode): each round's 2-vs-1 ratio.
+    let mut paired: Vec<(usize, &'static str, Vec<f64>)> = Vec::new();
+    // (label, delivered kpps of every round) for the report.
+    let mut bars: Vec<(String, Vec<f64>)> = Vec::new();
+    let pb = progress((a.flows.len() * modes.len()) as u64, "steer");
+    for &flows in &a.flows {
+        for mode in modes {
+            pb.set_message(format!("{flows} flow(s), {}", mode.name()));
+            let (ones, twos) = measure_mode(&a, flows, mode, &filter)?;
+            let kpps = |v: &[Row]| v.iter().map(|r| r.delivered_pps / 1e3).collect::<Vec<_>>();
+            bars.push((
+                format!("{flows} flow(s), {}, 1 worker", mode.name()),
+                kpps(&ones),
+            ));
+            if !twos.is_empty() {
+                bars.push((
+                    format!("{flows} flow(s), {}, 2 workers", mode.name()),
+                    kpps(&twos),
+                ));
+            }
+            pb.inc(1);
+            let rounds: Vec<f64> = ones
+                .iter()
+                .zip(&twos)
+                .filter_map(|(o, t)| ratio(Some(t.delivered_pps), Some(o.delivered_pps)))
+                .collect();
+            let r = crate::harness::median(rounds.clone());
+            let range = rounds
+                .iter()
+                .map(|r| format!("{r:.2}"))
+                .collect::<Vec<_>>()
+                .join(" ");
+            paired.push((flows, mode.name(), rounds));
+            let one = median_row(ones);
+            let two = (!twos.is_empty()).then(|| median_row(twos));
+            print_row(flows, mode, &one, two.as_ref(), r, &range, machine);
+            rows.push(one);
+            rows.extend(two);
+        }
+    }
+    pb.finish_and_clear();
+    println!();
+    // The median of the rounds' 2-vs-1 ratios; `None` when that row did
+    // not run (`--flows` without it) or measured no round.
+    let two_vs_one = |flows: usize, mode: SteerMode| -> Option<f64> {
+        paired
+            .iter()
+            .find(|(f, m, _)| *f == flows && *m == mode.name())
+            .and_then(|(_, _, v)| finite(crate::harness::median(v.clone())))
+    };
+    let reordered = |mode: SteerMode| -> u64 {
+        rows.iter()
+            .filter(|r| r.mode == mode.name())
+            .map(|r| r.reordered)
+            .sum()
+    };
+    let met = judge(&a, &two_vs_one, &reordered);
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rows).context("json")?);
     }

@@ -303,57 +303,12 @@ pub(crate) fn device(iface: &str, mode: BackendArg, filter: XdpFilter, busy_us: 
     }
 }
 
-/// `rxpath echo`: run an echo server until stopped or `--duration` passes.
-pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
-    if !rxpath_dev::sys::sched::is_root() {
-        anyhow::bail!(
-            "echo opens AF_XDP/AF_PACKET sockets on {}: run it as root (CAP_NET_RAW, CAP_BPF)",
-            a.iface
-        );
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        ctrlc::set_handler(move || stop.store(true, Ordering::Release))
-            .context("installing the Ctrl-C handler")?;
-    }
-    let server = EchoServer::start(&a)?;
-    let control = crate::ctl::Control::start(server.knobs())?;
-    eprintln!(
-        "rxpath echo: {}, busy poll {} µs, {} reader thread(s){}; live knobs: rxpath ctl (socket {})",
-        server.describe(),
-        a.busy_poll,
-        a.threads,
-        if a.sockperf { ", sockperf mode" } else { "" },
-        control.path().display()
-    );
-    let start = Instant::now();
-    let end = a
-        .duration
-        .map(|d| start + Duration::from_secs_f64(d.max(0.0)));
-    let metrics = match a.metrics {
-        Some(addr) => {
-            let m = rxpath_runtime::metrics::Metrics::start(addr)
-                .map_err(|e| anyhow::anyhow!("--{e}"))?;
-            eprintln!("rxpath: metrics on http://{}/metrics", m.addr);
-            Some(m)
-        }
-        None => None,
-    };
-    while !stop.load(Ordering::Acquire) && end.is_none_or(|e| Instant::now() < e) {
-        thread::sleep(Duration::from_millis(20));
-        server.poll_reload();
-        if let Some(m) = &metrics {
-            m.sock(server.host.sockets().stats());
-        }
-    }
-    let r = server.stop()?;
+/// What the server did: JSON (`--json`) or a summary with the SNMP table
+/// and the workers.
+fn print_report(r: &EchoReport, json: bool) {
     let rep = &r.host;
-    if let Some(m) = &metrics {
-        m.finish_host(rep);
-    }
     let napi = rep.napi_total();
-    if a.json {
+    if json {
         println!(
             "{}",
             serde_json::json!({
@@ -418,6 +373,58 @@ pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
+}
+
+/// `rxpath echo`: run an echo server until stopped or `--duration` passes.
+pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
+    if !rxpath_dev::sys::sched::is_root() {
+        anyhow::bail!(
+            "echo opens AF_XDP/AF_PACKET sockets on {}: run it as root (CAP_NET_RAW, CAP_BPF)",
+            a.iface
+        );
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        ctrlc::set_handler(move || stop.store(true, Ordering::Release))
+            .context("installing the Ctrl-C handler")?;
+    }
+    let server = EchoServer::start(&a)?;
+    let control = crate::ctl::Control::start(server.knobs())?;
+    eprintln!(
+        "rxpath echo: {}, busy poll {} µs, {} reader thread(s){}; live knobs: rxpath ctl (socket {})",
+        server.describe(),
+        a.busy_poll,
+        a.threads,
+        if a.sockperf { ", sockperf mode" } else { "" },
+        control.path().display()
+    );
+    let start = Instant::now();
+    let end = a
+        .duration
+        .map(|d| start + Duration::from_secs_f64(d.max(0.0)));
+    let metrics = match a.metrics {
+        Some(addr) => {
+            let m = rxpath_runtime::metrics::Metrics::start(addr)
+                .map_err(|e| anyhow::anyhow!("--{e}"))?;
+            eprintln!("rxpath: metrics on http://{}/metrics", m.addr);
+            Some(m)
+        }
+        None => None,
+    };
+    while !stop.load(Ordering::Acquire) && end.is_none_or(|e| Instant::now() < e) {
+        thread::sleep(Duration::from_millis(20));
+        server.poll_reload();
+        if let Some(m) = &metrics {
+            m.sock(server.host.sockets().stats());
+        }
+    }
+    let r = server.stop()?;
+    let rep = &r.host;
+    if let Some(m) = &metrics {
+        m.finish_host(rep);
+    }
+    print_report(&r, a.json);
     let code = Ok(if rep.frames_home == rep.frames_total {
         ExitCode::SUCCESS
     } else {

@@ -19,14 +19,10 @@ use std::time::{Duration, Instant};
 /// QUIC servers set theirs large.
 const RCVBUF: usize = 8 << 20;
 
-/// `rxpath quic`: run the QUIC server.
-pub fn quic(a: QuicArgs) -> anyhow::Result<ExitCode> {
-    if let Some(server) = a.connect {
-        return client(&a, server);
-    }
-    let iface = a.iface.clone().unwrap_or_default();
-    let addr = SocketAddr::new(a.bind, a.port);
-    let host = match a.socket {
+/// The rxpath host the server's socket lives on (`--socket rxpath`), or
+/// none (`--socket kernel`).
+fn start_host(a: &QuicArgs, iface: &str) -> anyhow::Result<Option<Host>> {
+    Ok(match a.socket {
         QuicSocket::Kernel => None,
         QuicSocket::Rxpath => {
             if !rxpath_dev::sys::sched::is_root() {
@@ -48,10 +44,89 @@ pub fn quic(a: QuicArgs) -> anyhow::Result<ExitCode> {
                 ..XdpFilter::default()
             };
             crate::echo::warn_deferral_off(a.defer_hard_irqs, a.gro_flush_timeout);
-            let dev = crate::echo::device(&iface, a.mode, filter, 0);
+            let dev = crate::echo::device(iface, a.mode, filter, 0);
             Some(Host::start(cfg, dev)?)
         }
-    };
+    })
+}
+
+/// What the server did: JSON (`--json`) or a summary, the path's
+/// counters for an rxpath socket.
+fn print_report(
+    a: &QuicArgs,
+    elapsed: Duration,
+    stats: &perf::ServerStats,
+    perf_json: serde_json::Value,
+    socket: Option<&rxpath_core::sock::SockCounters>,
+    rep: Option<&rxpath_runtime::HostReport>,
+) {
+    let ld = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
+    if a.json {
+        let path = rep.map(|r| {
+            let napi = r.napi_total();
+            serde_json::json!({
+                "socket": socket,
+                "sock": r.sock,
+                "napi": {
+                    "received": napi.received,
+                    "delivered": napi.delivered,
+                    "dropped": napi.dropped.total(),
+                    "polls": napi.polls,
+                    "wakeups": napi.wakeups,
+                    "irq_deferrals": napi.irq_deferrals,
+                },
+                "dropped": napi.dropped,
+                "frames_total": r.frames_total,
+                "frames_home": r.frames_home,
+                "snmp": r.snmp.to_json(),
+                "tx": r.tx,
+            })
+        });
+        println!(
+            "{}",
+            serde_json::json!({
+                "elapsed_s": elapsed.as_secs_f64(),
+                "socket_kind": format!("{:?}", a.socket).to_lowercase(),
+                "perf": perf_json,
+                "path": path,
+            })
+        );
+    } else {
+        println!(
+            "quic: {:.1}s, {} connection(s), {} stream(s) answered ({} failed), {} bytes in, {} bytes out",
+            elapsed.as_secs_f64(),
+            ld(&stats.connections),
+            ld(&stats.streams),
+            ld(&stats.failed),
+            ld(&stats.bytes_in),
+            ld(&stats.bytes_out),
+        );
+        if let (Some(r), Some(s)) = (rep, socket) {
+            let napi = r.napi_total();
+            println!(
+                "path: {} reads ({} busy polls, {} sleeps); NAPI received {} frames, delivered {}, dropped {}; frames home {}/{}",
+                s.read,
+                s.busy_polls,
+                s.sleeps,
+                napi.received,
+                napi.delivered,
+                napi.dropped.total(),
+                r.frames_home,
+                r.frames_total
+            );
+            print!("{}", r.snmp.table());
+        }
+    }
+}
+
+/// `rxpath quic`: run the QUIC server.
+pub fn quic(a: QuicArgs) -> anyhow::Result<ExitCode> {
+    if let Some(server) = a.connect {
+        return client(&a, server);
+    }
+    let iface = a.iface.clone().unwrap_or_default();
+    let addr = SocketAddr::new(a.bind, a.port);
+    let host = start_host(&a, &iface)?;
     // Ctrl-C ends the wait below at once (no polling of a flag: an idle
     // server's main thread sleeps).
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
@@ -135,62 +210,14 @@ pub fn quic(a: QuicArgs) -> anyhow::Result<ExitCode> {
     let lost = rep
         .as_ref()
         .is_some_and(|r| r.frames_home != r.frames_total);
-    if a.json {
-        let path = rep.as_ref().map(|r| {
-            let napi = r.napi_total();
-            serde_json::json!({
-                "socket": socket,
-                "sock": r.sock,
-                "napi": {
-                    "received": napi.received,
-                    "delivered": napi.delivered,
-                    "dropped": napi.dropped.total(),
-                    "polls": napi.polls,
-                    "wakeups": napi.wakeups,
-                    "irq_deferrals": napi.irq_deferrals,
-                },
-                "dropped": napi.dropped,
-                "frames_total": r.frames_total,
-                "frames_home": r.frames_home,
-                "snmp": r.snmp.to_json(),
-                "tx": r.tx,
-            })
-        });
-        println!(
-            "{}",
-            serde_json::json!({
-                "elapsed_s": elapsed.as_secs_f64(),
-                "socket_kind": format!("{:?}", a.socket).to_lowercase(),
-                "perf": perf_json,
-                "path": path,
-            })
-        );
-    } else {
-        println!(
-            "quic: {:.1}s, {} connection(s), {} stream(s) answered ({} failed), {} bytes in, {} bytes out",
-            elapsed.as_secs_f64(),
-            ld(&stats.connections),
-            ld(&stats.streams),
-            ld(&stats.failed),
-            ld(&stats.bytes_in),
-            ld(&stats.bytes_out),
-        );
-        if let (Some(r), Some(s)) = (&rep, &socket) {
-            let napi = r.napi_total();
-            println!(
-                "path: {} reads ({} busy polls, {} sleeps); NAPI received {} frames, delivered {}, dropped {}; frames home {}/{}",
-                s.read,
-                s.busy_polls,
-                s.sleeps,
-                napi.received,
-                napi.delivered,
-                napi.dropped.total(),
-                r.frames_home,
-                r.frames_total
-            );
-            print!("{}", r.snmp.table());
-        }
-    }
+    print_report(
+        &a,
+        elapsed,
+        &stats,
+        perf_json,
+        socket.as_ref(),
+        rep.as_ref(),
+    );
     if lost {
         eprintln!("rxpath quic: frames lost");
         return Ok(ExitCode::from(1));

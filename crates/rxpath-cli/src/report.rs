@@ -9,6 +9,55 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+/// One line a second: the rates since the last tick.
+fn tick_line(t: &Tick, last: &Tick) -> String {
+    let dt = (t.elapsed - last.elapsed).as_secs_f64().max(1e-9);
+    let pkts = (t.napi.received - last.napi.received) as f64;
+    let bytes = (t.napi.bytes - last.napi.bytes) as f64;
+    let dropped = t.napi.dropped.total() - last.napi.dropped.total();
+    format!(
+        "{:6.1}s  rx {:8.3} Mpps {:7.3} Gbit/s  missed {:>9}  no_buf {:>7}  dropped {:>7}  wakeups/s {:>8.0}",
+        t.elapsed.as_secs_f64(),
+        pkts / dt / 1e6,
+        bytes * 8.0 / dt / 1e9,
+        t.device.rx_missed - last.device.rx_missed,
+        t.device.rx_no_buffer - last.device.rx_no_buffer,
+        dropped,
+        (t.napi.wakeups - last.napi.wakeups) as f64 / dt,
+    )
+}
+
+/// Whether a signal or the interface ended the run early, and the faults
+/// injected (on stderr: the report itself is on stdout).
+fn say_how_it_ended(report: &Report, by_signal: bool) {
+    if by_signal {
+        eprintln!(
+            "rxpath: stopped by a signal after {:.2}s; the report covers what ran",
+            report.elapsed.as_secs_f64()
+        );
+    }
+    if let Some(why) = &report.stopped_early {
+        eprintln!("rxpath: stopped early: {why}; the report covers what ran");
+    }
+    let f = report.config.sim.faults;
+    if f.on() {
+        let d = report.device_total();
+        eprintln!(
+            "rxpath: faults injected: {} starvation window(s) ({} rx_no_buffer), {} NAPI stall(s) of {:.1} ms in all ({} rx_missed), {} worker stall(s) of {:.1} ms ({} backlog_full); garbage {:.2} %, lying {:.2} % of frames (malformed, unhandled_proto)",
+            report.faults.starve_windows,
+            d.rx_no_buffer,
+            report.faults.stalls,
+            report.faults.stalled_ms,
+            d.rx_missed,
+            report.faults.worker_stalls,
+            report.faults.worker_stalled_ms,
+            report.napi_total().dropped.get(rxpath_core::stats::DropReason::BacklogFull),
+            f.garbage * 100.0,
+            f.lying * 100.0
+        );
+    }
+}
+
 /// `rxpath run`: run the path and report.
 pub fn run(a: RunArgs) -> Result<ExitCode> {
     let mut cfg = a.config()?;
@@ -42,22 +91,6 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     ))?;
     cfg.sock_flows = readers.as_ref().map(|r| r.table.clone());
     let mut last = Tick::default();
-    let line = |t: &Tick, last: &Tick| {
-        let dt = (t.elapsed - last.elapsed).as_secs_f64().max(1e-9);
-        let pkts = (t.napi.received - last.napi.received) as f64;
-        let bytes = (t.napi.bytes - last.napi.bytes) as f64;
-        let dropped = t.napi.dropped.total() - last.napi.dropped.total();
-        format!(
-            "{:6.1}s  rx {:8.3} Mpps {:7.3} Gbit/s  missed {:>9}  no_buf {:>7}  dropped {:>7}  wakeups/s {:>8.0}",
-            t.elapsed.as_secs_f64(),
-            pkts / dt / 1e6,
-            bytes * 8.0 / dt / 1e9,
-            t.device.rx_missed - last.device.rx_missed,
-            t.device.rx_no_buffer - last.device.rx_no_buffer,
-            dropped,
-            (t.napi.wakeups - last.napi.wakeups) as f64 / dt,
-        )
-    };
     let header = format!(
         "{}; live knobs: rxpath ctl (socket {})",
         describe(&cfg),
@@ -69,7 +102,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         println!("{header}");
     }
     let report = rxpath_runtime::run(&cfg, |t| {
-        let l = line(t, &last);
+        let l = tick_line(t, &last);
         if json {
             eprintln!("{l}");
         } else {
@@ -84,32 +117,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             f.poll_reload();
         }
     })?;
-    if stop.load(Ordering::Acquire) {
-        eprintln!(
-            "rxpath: stopped by a signal after {:.2}s; the report covers what ran",
-            report.elapsed.as_secs_f64()
-        );
-    }
-    if let Some(why) = &report.stopped_early {
-        eprintln!("rxpath: stopped early: {why}; the report covers what ran");
-    }
-    let f = report.config.sim.faults;
-    if f.on() {
-        let d = report.device_total();
-        eprintln!(
-            "rxpath: faults injected: {} starvation window(s) ({} rx_no_buffer), {} NAPI stall(s) of {:.1} ms in all ({} rx_missed), {} worker stall(s) of {:.1} ms ({} backlog_full); garbage {:.2} %, lying {:.2} % of frames (malformed, unhandled_proto)",
-            report.faults.starve_windows,
-            d.rx_no_buffer,
-            report.faults.stalls,
-            report.faults.stalled_ms,
-            d.rx_missed,
-            report.faults.worker_stalls,
-            report.faults.worker_stalled_ms,
-            report.napi_total().dropped.get(rxpath_core::stats::DropReason::BacklogFull),
-            f.garbage * 100.0,
-            f.lying * 100.0
-        );
-    }
+    say_how_it_ended(&report, stop.load(Ordering::Acquire));
     if let Some(r) = readers {
         let moves = r.finish();
         if moves > 0 {

@@ -221,6 +221,101 @@ fn tx_breach(rep: &rxpath_runtime::HostReport, answered: u64, stalls: u64) -> Op
     }
 }
 
+/// The TX-ring fault: the ring stops completing for 20 ms of every 60 (its
+/// 256 frames run out: the refused replies are counted) until `stop`;
+/// returns how many stalls it made.
+fn stall_tx(switch: Arc<AtomicBool>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut n = 0u64;
+        while !stop.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(40));
+            switch.store(true, Ordering::Relaxed);
+            n += 1;
+            std::thread::sleep(Duration::from_millis(20));
+            switch.store(false, Ordering::Relaxed);
+        }
+        n
+    })
+}
+
+/// Inject 64 flows of UDP to ports 7000 and 7001 through the simulated NIC
+/// for `round`; returns how many datagrams were sent.
+fn send_round(h: &Host, round: Duration) -> Result<u64> {
+    let end = Instant::now() + round;
+    let mut sent = 0u64;
+    let mut k = 0u32;
+    while Instant::now() < end {
+        let flow = (k % 64) as u16;
+        let spec = rxpath_wire::build::Spec::new(
+            "198.18.0.2".parse()?,
+            "198.18.0.1".parse()?,
+            10_000 + flow,
+            7000 + (flow & 1),
+        );
+        let f = rxpath_wire::build::udp(&spec, &k.to_be_bytes());
+        if let Some(mut p) = h.sim_port() {
+            let _ = p.inject(&f, 0);
+            if k.is_multiple_of(16) {
+                p.flush(rxpath_dev::mono_ns());
+            }
+        }
+        sent += 1;
+        k = k.wrapping_add(1);
+        if k.is_multiple_of(256) {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    if let Some(mut p) = h.sim_port() {
+        p.flush(rxpath_dev::mono_ns());
+    }
+    Ok(sent)
+}
+
+/// The readers: socket 0 busy-polls and answers every datagram; socket 1
+/// sleeps in `recv` and, with `pause`, stops reading for a while (its
+/// queue overflows: `RcvbufErrors`, each a counted drop). They read until
+/// `stop` and their queues are empty.
+fn spawn_readers(
+    socks: &[rxpath_runtime::UdpSocket; 2],
+    stop: &Arc<AtomicBool>,
+    read: &Arc<AtomicU64>,
+    answered: &Arc<AtomicU64>,
+    pause: Option<(Duration, Duration)>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    let t0 = Instant::now();
+    socks
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            let (s, stop, read) = (s.clone(), stop.clone(), read.clone());
+            let answered = answered.clone();
+            let pause = pause.filter(|_| k == 1);
+            s.set_read_timeout(Some(Duration::from_millis(20)));
+            std::thread::spawn(move || {
+                let mut b = [0u8; 2048];
+                let mut paused = false;
+                while !stop.load(Ordering::Acquire) || s.queued() > 0 {
+                    if let Some((at, len)) = pause {
+                        if !paused && t0.elapsed() >= at {
+                            paused = true;
+                            std::thread::sleep(len);
+                        }
+                    }
+                    if let Ok((n, src)) = s.recv_from(&mut b) {
+                        read.fetch_add(1, Ordering::Relaxed);
+                        if k == 0 {
+                            // Refused by a full TX ring: counted
+                            // (SndbufErrors), as the kernel's UDP does.
+                            let _ = s.send_to(&b[..n], src);
+                            answered.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
 /// One round of the sockets shape; returns (datagrams, breach).
 fn sockets_round(i: u64, a: &SoakArgs) -> Result<(u64, Option<String>)> {
     let mut cfg = HostConfig {
@@ -254,20 +349,7 @@ fn sockets_round(i: u64, a: &SoakArgs) -> Result<(u64, Option<String>)> {
     // 60 (its 256 frames run out: the refused replies are counted).
     let answered = Arc::new(AtomicU64::new(0));
     let tx_stalls = match (a.fault.on(), h.tx_stop_completing()) {
-        (true, Some(switch)) => {
-            let stop = stop.clone();
-            Some(std::thread::spawn(move || {
-                let mut n = 0u64;
-                while !stop.load(Ordering::Acquire) {
-                    std::thread::sleep(Duration::from_millis(40));
-                    switch.store(true, Ordering::Relaxed);
-                    n += 1;
-                    std::thread::sleep(Duration::from_millis(20));
-                    switch.store(false, Ordering::Relaxed);
-                }
-                n
-            }))
-        }
+        (true, Some(switch)) => Some(stall_tx(switch, stop.clone())),
         _ => None,
     };
     // The reader-stop fault: with faults on, the sleeping reader stops
@@ -277,65 +359,8 @@ fn sockets_round(i: u64, a: &SoakArgs) -> Result<(u64, Option<String>)> {
         .fault
         .on()
         .then(|| (a.round / 3, (a.round / 4).min(Duration::from_millis(200))));
-    let t0 = Instant::now();
-    let readers: Vec<_> = socks
-        .iter()
-        .enumerate()
-        .map(|(k, s)| {
-            let (s, stop, read) = (s.clone(), stop.clone(), read.clone());
-            let answered = answered.clone();
-            let pause = pause.filter(|_| k == 1);
-            s.set_read_timeout(Some(Duration::from_millis(20)));
-            std::thread::spawn(move || {
-                let mut b = [0u8; 2048];
-                let mut paused = false;
-                while !stop.load(Ordering::Acquire) || s.queued() > 0 {
-                    if let Some((at, len)) = pause {
-                        if !paused && t0.elapsed() >= at {
-                            paused = true;
-                            std::thread::sleep(len);
-                        }
-                    }
-                    if let Ok((n, src)) = s.recv_from(&mut b) {
-                        read.fetch_add(1, Ordering::Relaxed);
-                        if k == 0 {
-                            // Refused by a full TX ring: counted
-                            // (SndbufErrors), as the kernel's UDP does.
-                            let _ = s.send_to(&b[..n], src);
-                            answered.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-            })
-        })
-        .collect();
-    let end = Instant::now() + a.round;
-    let mut sent = 0u64;
-    let mut k = 0u32;
-    while Instant::now() < end {
-        let flow = (k % 64) as u16;
-        let spec = rxpath_wire::build::Spec::new(
-            "198.18.0.2".parse()?,
-            "198.18.0.1".parse()?,
-            10_000 + flow,
-            7000 + (flow & 1),
-        );
-        let f = rxpath_wire::build::udp(&spec, &k.to_be_bytes());
-        if let Some(mut p) = h.sim_port() {
-            let _ = p.inject(&f, 0);
-            if k.is_multiple_of(16) {
-                p.flush(rxpath_dev::mono_ns());
-            }
-        }
-        sent += 1;
-        k = k.wrapping_add(1);
-        if k.is_multiple_of(256) {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
-    if let Some(mut p) = h.sim_port() {
-        p.flush(rxpath_dev::mono_ns());
-    }
+    let readers = spawn_readers(&socks, &stop, &read, &answered, pause);
+    let sent = send_round(&h, a.round)?;
     // Let the path drain into the sockets, then stop the readers.
     std::thread::sleep(Duration::from_millis(100));
     stop.store(true, Ordering::Release);

@@ -309,30 +309,7 @@ impl RunArgs {
                 netdev_budget_usecs: self.netdev_budget_usecs,
             },
             interrupts: matches!(self.napi, ModeArg::Interrupt),
-            producer: match (&self.iface, self.producer) {
-                (Some(name), _) => {
-                    let iface = IfName::new(name)?;
-                    match self.mode {
-                        BackendArg::Packet => Producer::Packet { iface },
-                        BackendArg::Xdp => Producer::Xdp {
-                            iface,
-                            fallback: false,
-                        },
-                        BackendArg::Auto => Producer::Xdp {
-                            iface,
-                            fallback: true,
-                        },
-                    }
-                }
-                (None, _) if self.pcap.is_some() => Producer::Pcap {
-                    path: self.pcap.clone().unwrap_or_default(),
-                    loops: self.loops,
-                    paced: self.paced,
-                    pps: self.pps,
-                },
-                (None, ProducerArg::Thread) => Producer::Thread { pps: self.pps },
-                (None, ProducerArg::Null | ProducerArg::NullCold) => Producer::Null,
-            },
+            producer: self.producer()?,
             stack: match self.stack {
                 StackArg::Sink => StackKind::Sink,
                 StackArg::Rxdrop => StackKind::Rxdrop,
@@ -366,23 +343,54 @@ impl RunArgs {
                 CaptureArg::Rx => rxpath_runtime::CaptureAt::Rx,
                 CaptureArg::Delivered => rxpath_runtime::CaptureAt::Delivered,
             },
-            xdp_filter: {
-                use rxpath_dev::sys::xdp::XdpFilter;
-                let ip = XdpFilter::default();
-                match self.xdp_take {
-                    XdpTake::Ip => ip,
-                    XdpTake::Ipv4 => XdpFilter { ipv6: false, ..ip },
-                    XdpTake::Ipv6 => XdpFilter { ipv4: false, ..ip },
-                    XdpTake::Udp => XdpFilter {
-                        protocol: Some(17),
-                        ..ip
+            xdp_filter: self.xdp_filter(),
+        })
+    }
+
+    /// Where the packets come from.
+    fn producer(&self) -> Result<Producer, rxpath_runtime::RunError> {
+        Ok(match (&self.iface, self.producer) {
+            (Some(name), _) => {
+                let iface = IfName::new(name)?;
+                match self.mode {
+                    BackendArg::Packet => Producer::Packet { iface },
+                    BackendArg::Xdp => Producer::Xdp {
+                        iface,
+                        fallback: false,
                     },
-                    XdpTake::Tcp => XdpFilter {
-                        protocol: Some(6),
-                        ..ip
+                    BackendArg::Auto => Producer::Xdp {
+                        iface,
+                        fallback: true,
                     },
                 }
+            }
+            (None, _) if self.pcap.is_some() => Producer::Pcap {
+                path: self.pcap.clone().unwrap_or_default(),
+                loops: self.loops,
+                paced: self.paced,
+                pps: self.pps,
             },
+            (None, ProducerArg::Thread) => Producer::Thread { pps: self.pps },
+            (None, ProducerArg::Null | ProducerArg::NullCold) => Producer::Null,
         })
+    }
+
+    /// What the XDP program takes (`--xdp-take`).
+    fn xdp_filter(&self) -> rxpath_dev::sys::xdp::XdpFilter {
+        use rxpath_dev::sys::xdp::XdpFilter;
+        let ip = XdpFilter::default();
+        match self.xdp_take {
+            XdpTake::Ip => ip,
+            XdpTake::Ipv4 => XdpFilter { ipv6: false, ..ip },
+            XdpTake::Ipv6 => XdpFilter { ipv4: false, ..ip },
+            XdpTake::Udp => XdpFilter {
+                protocol: Some(17),
+                ..ip
+            },
+            XdpTake::Tcp => XdpFilter {
+                protocol: Some(6),
+                ..ip
+            },
+        }
     }
 }
