@@ -15,7 +15,7 @@
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
 use rxpath_core::packet::{ChainPool, Frags, Meta, Packet, RxCtx, Stack};
-use rxpath_core::sock::{SockConfig, Sockets, Socket};
+use rxpath_core::sock::{SockConfig, Socket, Sockets};
 use rxpath_core::stats::NapiStats;
 use rxpath_dev::{Frame, FramePool};
 use rxpath_wire::build::{self, Spec};

@@ -31,5 +31,4 @@ pub mod udp;
 pub mod umem;
 pub mod uring;
 pub mod xdp;
-mod xdp_tx;
 pub mod xsk;

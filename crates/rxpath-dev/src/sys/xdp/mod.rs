@@ -9,11 +9,11 @@
 //! is any frame for a queue without a socket.
 
 mod prog;
+mod tx;
 
 use super::af_packet::{ifindex, FdWaiter};
 use super::ring::Desc;
 use super::umem::{Frame, FramePool, Umem};
-pub use super::xdp_tx::{XdpTx, XskTx, XskTxCounters};
 use super::xsk::{Ring, XskSocket};
 use crate::{DeviceQueueStats, IrqLine, RxQueue};
 pub(super) use prog::ctx;
@@ -22,6 +22,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
+pub use tx::{XdpTx, XskTx, XskTxCounters};
 
 /// A frame region registered as an AF_XDP UMEM, with a socket (not yet
 /// bound) owning its fill and completion rings.

@@ -2,9 +2,9 @@
 //! with a share of its UMEM (an RX queue's own socket, for replies), and
 //! [`XdpTx`], the same on a socket of its own (`rxpath gen`).
 
-use super::umem::{Frame, FramePool, Umem};
-use super::xdp::{ctx, ifindex_u32, Xsk};
-use super::xsk::Ring;
+use super::{ctx, ifindex_u32, Xsk};
+use crate::sys::umem::{Frame, FramePool, Umem};
+use crate::sys::xsk::Ring;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
