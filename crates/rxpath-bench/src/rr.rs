@@ -9,8 +9,9 @@ use crate::figure::{self, finite, in_turn, ratio_cell};
 use crate::harness::median;
 use crate::plot::{progress, say, Bar, ReportDir};
 use anyhow::{bail, Context, Result};
+use rxpath_cli::echo::EchoArgs;
 use rxpath_cli::echo::EchoServer;
-use rxpath_cli::opts::{BackendArg, EchoArgs, ModeArg};
+use rxpath_cli::opts::{BackendArg, ModeArg};
 use rxpath_dev::sys::sched;
 use rxpath_runtime::lab::{Topology, HOST_ADDR};
 use std::process::{Command, ExitCode, Stdio};
@@ -335,9 +336,9 @@ fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Runn
                 // Replies through the TX ring of the socket the requests
                 // came in on, or (to show what that buys) AF_PACKET.
                 tx: if s == Server::RxpathBusyPacketTx {
-                    rxpath_cli::opts::EchoTx::Packet
+                    rxpath_cli::echo::EchoTx::Packet
                 } else {
-                    rxpath_cli::opts::EchoTx::Ring
+                    rxpath_cli::echo::EchoTx::Ring
                 },
                 // The fallback where XDP cannot be used: AF_PACKET, with a
                 // frame handed over as soon as the kernel wrote it.
@@ -391,8 +392,8 @@ pub(crate) fn echo_args(iface: &str) -> EchoArgs {
         metrics_hold: None,
         reader_cpus: None,
         only_v6: false,
-        xdp_take: rxpath_cli::opts::EchoTake::Port,
-        tx: rxpath_cli::opts::EchoTx::Ring,
+        xdp_take: rxpath_cli::echo::EchoTake::Port,
+        tx: rxpath_cli::echo::EchoTx::Ring,
         tx_stall: None,
         tx_stall_every: 200,
         duration: None,

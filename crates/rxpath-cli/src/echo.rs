@@ -5,8 +5,9 @@
 //! `--sockperf` mode the answer is what the sockperf client expects: the
 //! message back with its header's client bit cleared.
 
-use crate::opts::{BackendArg, EchoArgs, EchoTake, EchoTx, ModeArg};
+use crate::opts::*;
 use anyhow::Context;
+use clap::{Args, ValueEnum};
 use rxpath_core::sock::SockError;
 use rxpath_dev::sys::xdp::XdpFilter;
 use rxpath_runtime::UdpSocket;
@@ -17,6 +18,139 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
+
+/// How `rxpath echo`'s replies leave on AF_XDP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EchoTx {
+    /// The AF_XDP TX ring of queue 0's socket.
+    Ring,
+    /// An AF_PACKET socket on the interface.
+    Packet,
+}
+
+/// What the XDP program of `rxpath echo` takes from the interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EchoTake {
+    /// UDP to the echo port (IPv4 without options, IPv6 without extension
+    /// headers, untagged); everything else goes to the kernel.
+    Port,
+    /// Every frame: the kernel sees nothing on the interface (no ARP, no
+    /// ND: use static neighbour entries on the peer).
+    All,
+}
+
+/// `rxpath echo`: a UDP echo server on rxpath sockets.
+///
+/// In packet mode (AF_PACKET) the kernel still receives every frame: it
+/// answers ARP, ND, ping and TCP as usual; a kernel UDP socket with a
+/// drop-all filter holds the echo port so that it neither answers the
+/// datagrams rxpath serves nor sends ICMP port unreachable for them (it
+/// counts them in its own `Udp: InErrors`). Frames the host itself sends
+/// are not received (PACKET_IGNORE_OUTGOING).
+#[derive(Debug, Clone, Args)]
+pub struct EchoArgs {
+    /// Interface to serve on.
+    #[arg(long)]
+    pub iface: String,
+    /// Backend: auto (AF_XDP, else AF_PACKET), xdp or packet.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub mode: BackendArg,
+    /// Address to bind (0.0.0.0 or :: for any; :: is dual-stack: IPv4
+    /// peers are answered too, unless --only-v6).
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind: std::net::IpAddr,
+    /// IPV6_V6ONLY on a socket bound to ::.
+    #[arg(long)]
+    pub only_v6: bool,
+    /// UDP port (sockperf's default is 11111).
+    #[arg(long, default_value_t = 11111)]
+    pub port: u16,
+    /// Device queues (one NAPI each); default: the interface's RX queues.
+    #[arg(long)]
+    pub queues: Option<usize>,
+    /// Application threads reading the socket.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Pin reader thread t to CPU LIST[t % len] (e.g. 1 or 0,1): with
+    /// --steer rfs its packets then go to that CPU's worker.
+    #[arg(long, value_name = "LIST")]
+    pub reader_cpus: Option<String>,
+    /// NAPI threads (0 = none: only busy-polling readers move packets).
+    #[arg(long, default_value_t = 1)]
+    pub napi_threads: usize,
+    /// Busy-poll for US µs in recv before sleeping (SO_BUSY_POLL; 0 = off).
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    pub busy_poll: u32,
+    /// NAPI threads sleep until an interrupt, or poll continuously.
+    #[arg(long, value_enum, default_value_t = ModeArg::Interrupt)]
+    pub napi: ModeArg,
+    /// Prefer busy polling: after a busy poll keep the queue's interrupt
+    /// masked for NS ns (the kernel's SO_PREFER_BUSY_POLL with
+    /// napi_defer_hard_irqs and gro_flush_timeout); 0 = off.
+    #[arg(long, value_name = "NS", default_value_t = 0)]
+    pub prefer_busy_poll: u64,
+    /// gro_flush_timeout in ns (0: GRO flushes at every completion; the
+    /// NAPI timer's period with --defer-hard-irqs).
+    #[arg(long, value_name = "NS", default_value_t = 0)]
+    pub gro_flush_timeout: u64,
+    /// napi_defer_hard_irqs (interrupt mitigation): after a poll that
+    /// found packets the interrupt stays masked and the NAPI timer polls
+    /// every --gro-flush-timeout ns, until N polls in a row find nothing.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub defer_hard_irqs: u32,
+    /// AF_XDP: also let the kernel busy-poll the queue for US µs
+    /// (SO_PREFER_BUSY_POLL, SO_BUSY_POLL on the XSK).
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    pub xdp_busy_poll: u32,
+    /// Answer the sockperf client: clear the client bit (0x1) of its
+    /// header's flags, and answer only messages that ask for a reply.
+    #[arg(long)]
+    pub sockperf: bool,
+    /// UDP checksums: auto trusts what the device verified or marked
+    /// partial (a local sender's offload: AF_PACKET says so; on AF_XDP a
+    /// veth/tun/bridge's partial checksum is known by its value) and
+    /// verifies the rest; verify checks every one; trust none.
+    #[arg(long, value_parser = clap::value_parser!(rxpath_core::ip::CsumPolicy), default_value = "auto")]
+    pub csum: rxpath_core::ip::CsumPolicy,
+    /// Same as --csum trust.
+    #[arg(long, hide = true)]
+    pub no_verify_csum: bool,
+    /// AF_XDP: what the XDP program takes (port: UDP to --port; all: every
+    /// frame).
+    #[arg(long, value_enum, default_value_t = EchoTake::Port)]
+    pub xdp_take: EchoTake,
+    /// Stop after this many seconds (default: run until Ctrl-C).
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// How replies leave on AF_XDP: `ring`, the TX ring of queue 0's own
+    /// socket (no trip through the kernel's stack), or `packet`, an
+    /// AF_PACKET socket on the interface (what AF_PACKET mode always uses).
+    #[arg(long, value_enum, default_value_t = EchoTx::Ring)]
+    pub tx: EchoTx,
+    /// Fault injection: the TX ring stops completing for MS milliseconds at
+    /// a time (every --tx-stall-every); replies then find no free frame and
+    /// are counted (SndbufErrors, xsk_tx_busy), nothing is lost.
+    #[arg(long, value_name = "MS")]
+    pub tx_stall: Option<u64>,
+    /// How often a --tx-stall begins, in ms.
+    #[arg(long, value_name = "MS", default_value_t = 200)]
+    pub tx_stall_every: u64,
+    /// The INPUT filter.
+    #[command(flatten)]
+    pub filt: crate::filter::FilterArgs,
+    /// Steering to workers (RPS/RFS, spread).
+    #[command(flatten)]
+    pub steer: crate::steer::SteerArgs,
+    /// Serve Prometheus metrics at http://ADDR/metrics (see rxpath run).
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9464")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Keep serving the final metrics this long after echo stops.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub metrics_hold: Option<Duration>,
+    /// Print the final report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// sockperf's message header: sequence (u64), flags (u16), length (u32),
 /// network order.

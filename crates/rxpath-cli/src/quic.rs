@@ -3,8 +3,9 @@
 //! the kernel's UDP socket through quinn-udp. Anyone can point quinn's
 //! `perf_client` (or any QUIC client with ALPN `perf`) at it.
 
-use crate::opts::{QuicArgs, QuicSocket};
+use crate::opts::*;
 use anyhow::Context;
+use clap::{Parser, ValueEnum};
 use rxpath_dev::sys::xdp::XdpFilter;
 use rxpath_quinn::{perf, RxpathSocket};
 use rxpath_runtime::{Host, HostConfig};
@@ -13,6 +14,81 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// What `rxpath quic` serves on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum QuicSocket {
+    /// An rxpath socket (AF_XDP or AF_PACKET, GRO, busy polling).
+    Rxpath,
+    /// The kernel's UDP socket through quinn-udp (GSO, GRO, ECN).
+    Kernel,
+}
+
+/// `rxpath quic`.
+#[derive(Debug, Parser)]
+pub struct QuicArgs {
+    /// Interface to serve on (rxpath sockets; the kernel socket binds
+    /// --bind).
+    #[arg(long, required_unless_present_any = ["connect"])]
+    pub iface: Option<String>,
+    /// Be a perf client instead (on the kernel's socket): connect to ADDR,
+    /// upload --upload bytes and download --download bytes on one stream
+    /// each, then time --requests small request/response streams.
+    #[arg(long, value_name = "ADDR")]
+    pub connect: Option<SocketAddr>,
+    /// Client: bytes to upload.
+    #[arg(long, default_value_t = 0)]
+    pub upload: u64,
+    /// Client: bytes to download.
+    #[arg(long, default_value_t = 0)]
+    pub download: u64,
+    /// Client: small request/response streams to time (32 bytes each way).
+    #[arg(long, default_value_t = 0)]
+    pub requests: u64,
+    /// Backend: auto (AF_XDP, else AF_PACKET), xdp or packet.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub mode: BackendArg,
+    /// Address to bind.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind: std::net::IpAddr,
+    /// UDP port.
+    #[arg(long, default_value_t = 4433)]
+    pub port: u16,
+    /// rxpath's socket or the kernel's.
+    #[arg(long, value_enum, default_value_t = QuicSocket::Rxpath)]
+    pub socket: QuicSocket,
+    /// Busy-poll for US µs when a read finds nothing (SO_BUSY_POLL; 0 =
+    /// off). rxpath: one busy-poll round per empty read, as the kernel's
+    /// non-blocking recvmsg; kernel socket: set on it.
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    pub busy_poll: u32,
+    /// NAPI threads (rxpath).
+    #[arg(long, default_value_t = 1)]
+    pub napi_threads: usize,
+    /// rxpath: prefer busy polling: after a busy poll keep the queue's
+    /// interrupt masked for NS ns (SO_PREFER_BUSY_POLL with
+    /// napi_defer_hard_irqs): with --busy-poll the reading task is woken by
+    /// the device and polls the queue itself; 0 = off.
+    #[arg(long, value_name = "NS", default_value_t = 0)]
+    pub prefer_busy_poll: u64,
+    /// rxpath: gro_flush_timeout in ns (0: GRO flushes at every
+    /// completion; more keeps a flow's datagrams across polls, the NAPI
+    /// timer passes them up).
+    #[arg(long, value_name = "NS", default_value_t = 0)]
+    pub gro_flush_timeout: u64,
+    /// rxpath: napi_defer_hard_irqs (interrupt mitigation): after a poll
+    /// that found packets the interrupt stays masked and the NAPI timer
+    /// polls every --gro-flush-timeout ns, until N polls in a row find
+    /// nothing; what arrives meanwhile is taken, and read, in one go.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub defer_hard_irqs: u32,
+    /// Stop after this many seconds (default: run until Ctrl-C).
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// The server socket's receive buffer, either kind: a QUIC server's bursts
 /// (64-segment GRO packets) overflow the 208 KiB default at once, and

@@ -1,16 +1,10 @@
 //! `rxpath run`: a line per second and a final summary (table or JSON).
 
-use crate::opts::RunArgs;
-use anyhow::Result;
 use rxpath_core::stats::DropReason;
 use rxpath_runtime::{Producer, Report, Tick};
-use std::io::Write;
-use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 /// One line a second: the rates since the last tick.
-fn tick_line(t: &Tick, last: &Tick) -> String {
+pub(crate) fn tick_line(t: &Tick, last: &Tick) -> String {
     let dt = (t.elapsed - last.elapsed).as_secs_f64().max(1e-9);
     let pkts = (t.napi.received - last.napi.received) as f64;
     let bytes = (t.napi.bytes - last.napi.bytes) as f64;
@@ -29,7 +23,7 @@ fn tick_line(t: &Tick, last: &Tick) -> String {
 
 /// Whether a signal or the interface ended the run early, and the faults
 /// injected (on stderr: the report itself is on stdout).
-fn say_how_it_ended(report: &Report, by_signal: bool) {
+pub(crate) fn say_how_it_ended(report: &Report, by_signal: bool) {
     if by_signal {
         eprintln!(
             "rxpath: stopped by a signal after {:.2}s; the report covers what ran",
@@ -58,103 +52,7 @@ fn say_how_it_ended(report: &Report, by_signal: bool) {
     }
 }
 
-/// `rxpath run`: run the path and report.
-pub fn run(a: RunArgs) -> Result<ExitCode> {
-    let mut cfg = a.config()?;
-    let json = a.json;
-    let filter = crate::filter::Loaded::load(&a.filt, a.iface.as_deref().unwrap_or("sim0"))?;
-    cfg.filter = filter.as_ref().map(|f| f.handle.clone());
-    // SIGINT/SIGTERM end the run early: it drains, reports and exits as at
-    // the end of its duration.
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        let _ = ctrlc::set_handler(move || stop.store(true, Ordering::Release));
-    }
-    cfg.stop = Some(stop.clone());
-    let readers = crate::steer::Readers::start(&a.steer, &cfg)?;
-    let metrics = match a.metrics {
-        Some(addr) => {
-            let m = rxpath_runtime::metrics::Metrics::start(addr)
-                .map_err(|e| anyhow::anyhow!("--{e}"))?;
-            eprintln!("rxpath: metrics on http://{}/metrics", m.addr);
-            Some(m)
-        }
-        None => None,
-    };
-    // Live knobs through a control socket (`rxpath ctl`).
-    let knobs = rxpath_runtime::run::RunKnobs::new(&cfg);
-    cfg.knobs = Some(knobs.clone());
-    let control = crate::ctl::Control::start(crate::ctl::RunKnobSet(
-        knobs,
-        filter.as_ref().map(|f| f.reload_handles()),
-    ))?;
-    cfg.sock_flows = readers.as_ref().map(|r| r.table.clone());
-    let mut last = Tick::default();
-    let header = format!(
-        "{}; live knobs: rxpath ctl (socket {})",
-        describe(&cfg),
-        control.path().display()
-    );
-    if json {
-        eprintln!("{header}");
-    } else {
-        println!("{header}");
-    }
-    let report = rxpath_runtime::run(&cfg, |t| {
-        let l = tick_line(t, &last);
-        if json {
-            eprintln!("{l}");
-        } else {
-            println!("{l}");
-            let _ = std::io::stdout().flush();
-        }
-        if let Some(m) = &metrics {
-            m.tick(t);
-        }
-        last = t.clone();
-        if let Some(f) = &filter {
-            f.poll_reload();
-        }
-    })?;
-    say_how_it_ended(&report, stop.load(Ordering::Acquire));
-    if let Some(r) = readers {
-        let moves = r.finish();
-        if moves > 0 {
-            eprintln!("rxpath: readers moved {moves} time(s) during the run");
-        }
-    }
-    if json {
-        let mut v = json_report(&report);
-        if let Some(f) = &filter {
-            v["filter"] = f.json();
-        }
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        print!("{}", summary(&report));
-    }
-    if let Some(f) = &filter {
-        f.finish()?;
-    }
-    if let Some(m) = &metrics {
-        m.finish(&report);
-        if let Some(d) = a.metrics_hold {
-            let _ = std::io::stdout().flush();
-            std::thread::sleep(d);
-        }
-    }
-    Ok(if !report.consistent() {
-        ExitCode::from(1)
-    } else if report.stopped_early.is_some() {
-        // The interface went away or down: the report is complete for what
-        // ran, but the run is not what was asked for.
-        ExitCode::from(4)
-    } else {
-        ExitCode::SUCCESS
-    })
-}
-
-fn describe(cfg: &rxpath_runtime::RunConfig) -> String {
+pub(crate) fn describe(cfg: &rxpath_runtime::RunConfig) -> String {
     let pause = if cfg.sim.pause {
         ", the link paused while the ring is full"
     } else {

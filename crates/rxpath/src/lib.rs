@@ -23,20 +23,20 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
     /// Run the receive path (default: simulated 2-queue NIC, mixed flows, 5 s).
-    Run(Box<opts::RunArgs>),
+    Run(Box<rxpath_cli::run::RunArgs>),
     /// Benchmarks that print ratios measured in one run.
     Bench(rxpath_bench::BenchArgs),
     /// Send traffic out of an interface (AF_XDP TX or AF_PACKET).
-    Gen(opts::GenArgs),
+    Gen(rxpath_cli::gen::GenArgs),
     /// A UDP echo server on rxpath sockets (AF_XDP by default), with busy
     /// polling and a sockperf mode.
-    Echo(Box<opts::EchoArgs>),
+    Echo(Box<rxpath_cli::echo::EchoArgs>),
     /// A QUIC server (quinn) speaking quinn's perf protocol, on rxpath
     /// sockets or, for comparison, on the kernel's.
-    Quic(Box<opts::QuicArgs>),
+    Quic(Box<rxpath_cli::quic::QuicArgs>),
     /// Build, remove or show the test topology: a veth pair, host end here,
     /// peer end in a network namespace, addresses from 198.18.0.0/15.
-    Lab(opts::LabArgs),
+    Lab(rxpath_cli::lab::LabArgs),
     /// Rule sets for the INPUT filter: show a file with its counters,
     /// generate ClassBench-shaped sets and traffic.
     #[command(subcommand)]
@@ -66,10 +66,10 @@ pub fn main() -> ExitCode {
         Err(e) => return opts::exit_on_clap_error_with(e, &keys),
     };
     let result = match cli.cmd {
-        Cmd::Run(a) => rxpath_cli::report::run(*a),
+        Cmd::Run(a) => rxpath_cli::run::run(*a),
         Cmd::Bench(b) => rxpath_bench::bench(b),
-        Cmd::Lab(l) => rxpath_cli::lab(l),
-        Cmd::Gen(g) => rxpath_cli::gen(g),
+        Cmd::Lab(l) => rxpath_cli::lab::lab(l),
+        Cmd::Gen(g) => rxpath_cli::gen::gen(g),
         Cmd::Echo(e) => rxpath_cli::echo::echo(*e),
         Cmd::Quic(q) => rxpath_cli::quic::quic(*q),
         Cmd::Filter(f) => rxpath_cli::filter::filter_cmd(f),

@@ -2,13 +2,10 @@
 
 use std::process::ExitCode;
 
-mod iface;
-mod run;
+mod values;
 
 pub use crate::parse::{parse_duration, parse_faults, parse_mac, parse_prefix};
-
-pub use iface::*;
-pub use run::*;
+pub use values::*;
 
 /// As [`exit_on_clap_error`], naming the config file's key when the
 /// unknown argument came from it.

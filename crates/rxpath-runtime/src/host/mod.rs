@@ -113,7 +113,7 @@ pub struct HostConfig {
     pub xdp_tx_frames: usize,
     /// GRO on every NAPI (`ethtool -K IF gro on`, the kernel's default).
     /// Sockets leave TCP to the kernel, so what it merges is UDP for
-    /// sockets with `UDP_GRO` ([`UdpSocket::set_udp_gro`]); every other
+    /// sockets with `UDP_GRO` ([`Socket::set_udp_gro`](rxpath_core::sock::Socket::set_udp_gro)); every other
     /// datagram goes up alone.
     pub gro: bool,
     /// `gro_flush_timeout` in ns: 0 flushes GRO at every completion; more

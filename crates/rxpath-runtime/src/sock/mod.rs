@@ -12,8 +12,8 @@
 //!
 //! * [`UdpSocket`] is the application's handle: everything a core
 //!   [`Socket`] offers (it derefs to one) plus the reads that wait:
-//!   `recv`, `recv_from`, `recv_batch`, `recv_with` ([`wait`]),
-//!   `poll_recv_batch` for async tasks ([`poll`]) and `recv_batch_busy`.
+//!   `recv`, `recv_from`, `recv_batch`, `recv_with` (`wait.rs`),
+//!   `poll_recv_batch` for async tasks (`poll.rs`) and `recv_batch_busy`.
 //! * [`Epoll`] waits on many sockets, with busy polling (`ep_busy_loop`).
 //! * [`BacklogServer`]: a reader about to sleep runs the steering worker
 //!   on its CPU itself (RFS's single wakeup).

@@ -31,7 +31,7 @@ impl UdpSocket {
     }
 
     /// [`Self::poll_recv_batch`] for a task that also waits on the device
-    /// itself ([`Self::napi_readiness_fd`] in its reactor): a deferred
+    /// itself ([`Socket::napi_readiness_fd`](rxpath_core::sock::Socket::napi_readiness_fd) in its reactor): a deferred
     /// interrupt (prefer busy polling) stays deferred while the task
     /// sleeps, the device's descriptor being its interrupt, so a burst
     /// costs one wakeup, the task's, instead of the interrupt thread's and

@@ -18,7 +18,7 @@
 //! RFS keeps per flow (`input_queue_head` after `last_qtail`) holds.
 
 /// The workers of the bottom half, as a waiting reader sees them
-/// ([`crate::steer::Server`] implements it; a [`crate::Host`] with
+/// (the steering workers' server implements it; a [`crate::Host`] with
 /// workers gives it to each socket it binds).
 pub trait BacklogServer: Send + Sync + std::fmt::Debug {
     /// Claim the backlog of the worker on `cpu` for the calling thread:

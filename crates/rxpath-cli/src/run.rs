@@ -1,84 +1,20 @@
-//! Options of `rxpath run`, and the run configuration they build.
+//! `rxpath run`: its options, the run configuration they build, and the
+//! command (a line per second, then the report: `report`).
 
-use super::*;
+use crate::opts::*;
+use crate::report::{describe, json_report, say_how_it_ended, summary, tick_line};
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use rxpath_core::gro::Adaptive;
 use rxpath_core::napi::BundleMode;
 use rxpath_core::softnet::SoftnetConfig;
 use rxpath_dev::sim::{Coalesce, Mix, SimConfig, TrafficConfig};
-use rxpath_runtime::{GroSettings, IfName, Producer, RunConfig, StackKind};
+use rxpath_runtime::{GroSettings, IfName, Producer, RunConfig, StackKind, Tick};
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
-
-/// How NAPI threads learn of packets.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ModeArg {
-    /// Sleep until a queue's interrupt line fires (coalesced wakeups).
-    Interrupt,
-    /// Never sleep: poll every queue continuously.
-    Poll,
-}
-
-/// Where `--capture` taps the path.
-// Variants as values: a doc comment would become their help text and
-// turn the one-line `[possible values: ...]` into a list.
-#[allow(missing_docs)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CaptureArg {
-    Rx,
-    Delivered,
-}
-
-/// What the XDP program takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum XdpTake {
-    /// IPv4 and IPv6.
-    Ip,
-    /// IPv4 only.
-    Ipv4,
-    /// IPv6 only.
-    Ipv6,
-    /// UDP over IPv4 or IPv6.
-    Udp,
-    /// TCP over IPv4 or IPv6.
-    Tcp,
-}
-
-/// Which device backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BackendArg {
-    /// AF_XDP if it can be used, else AF_PACKET (with a message).
-    Auto,
-    /// AF_XDP.
-    Xdp,
-    /// AF_PACKET (with fanout over queues; `run` reads TPACKET_V3 blocks,
-    /// `echo` a TPACKET_V2 ring that hands over every frame at once).
-    Packet,
-}
-
-/// What feeds the simulated NIC.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ProducerArg {
-    /// A producer thread on another core writes every frame (cold data).
-    Thread,
-    /// Same-thread null queues: the engine's cost alone.
-    Null,
-    /// Same-thread null queues of cold data: a frame region twice the
-    /// last-level cache, handed out in a shuffled cycle (every packet's
-    /// data a cache miss, as after DMA; no producer thread to limit).
-    NullCold,
-}
-
-/// What runs at the end of the path.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum StackArg {
-    /// Deliver TCP/UDP at the end of the path, drop the rest.
-    Sink,
-    /// Parse and drop everything (lowest RX level).
-    Rxdrop,
-    /// Deliver, and measure send-to-delivery latency of stamped TCP request/response packets.
-    Latency,
-}
 
 /// Options shared by `run` and the benchmarks.
 #[derive(Debug, Clone, Args)]
@@ -393,4 +329,100 @@ impl RunArgs {
             },
         }
     }
+}
+
+/// `rxpath run`: run the path and report.
+pub fn run(a: RunArgs) -> Result<ExitCode> {
+    let mut cfg = a.config()?;
+    let json = a.json;
+    let filter = crate::filter::Loaded::load(&a.filt, a.iface.as_deref().unwrap_or("sim0"))?;
+    cfg.filter = filter.as_ref().map(|f| f.handle.clone());
+    // SIGINT/SIGTERM end the run early: it drains, reports and exits as at
+    // the end of its duration.
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        let _ = ctrlc::set_handler(move || stop.store(true, Ordering::Release));
+    }
+    cfg.stop = Some(stop.clone());
+    let readers = crate::steer::Readers::start(&a.steer, &cfg)?;
+    let metrics = match a.metrics {
+        Some(addr) => {
+            let m = rxpath_runtime::metrics::Metrics::start(addr)
+                .map_err(|e| anyhow::anyhow!("--{e}"))?;
+            eprintln!("rxpath: metrics on http://{}/metrics", m.addr);
+            Some(m)
+        }
+        None => None,
+    };
+    // Live knobs through a control socket (`rxpath ctl`).
+    let knobs = rxpath_runtime::run::RunKnobs::new(&cfg);
+    cfg.knobs = Some(knobs.clone());
+    let control = crate::ctl::Control::start(crate::ctl::RunKnobSet(
+        knobs,
+        filter.as_ref().map(|f| f.reload_handles()),
+    ))?;
+    cfg.sock_flows = readers.as_ref().map(|r| r.table.clone());
+    let mut last = Tick::default();
+    let header = format!(
+        "{}; live knobs: rxpath ctl (socket {})",
+        describe(&cfg),
+        control.path().display()
+    );
+    if json {
+        eprintln!("{header}");
+    } else {
+        println!("{header}");
+    }
+    let report = rxpath_runtime::run(&cfg, |t| {
+        let l = tick_line(t, &last);
+        if json {
+            eprintln!("{l}");
+        } else {
+            println!("{l}");
+            let _ = std::io::stdout().flush();
+        }
+        if let Some(m) = &metrics {
+            m.tick(t);
+        }
+        last = t.clone();
+        if let Some(f) = &filter {
+            f.poll_reload();
+        }
+    })?;
+    say_how_it_ended(&report, stop.load(Ordering::Acquire));
+    if let Some(r) = readers {
+        let moves = r.finish();
+        if moves > 0 {
+            eprintln!("rxpath: readers moved {moves} time(s) during the run");
+        }
+    }
+    if json {
+        let mut v = json_report(&report);
+        if let Some(f) = &filter {
+            v["filter"] = f.json();
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{}", summary(&report));
+    }
+    if let Some(f) = &filter {
+        f.finish()?;
+    }
+    if let Some(m) = &metrics {
+        m.finish(&report);
+        if let Some(d) = a.metrics_hold {
+            let _ = std::io::stdout().flush();
+            std::thread::sleep(d);
+        }
+    }
+    Ok(if !report.consistent() {
+        ExitCode::from(1)
+    } else if report.stopped_early.is_some() {
+        // The interface went away or down: the report is complete for what
+        // ran, but the run is not what was asked for.
+        ExitCode::from(4)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
