@@ -232,14 +232,7 @@ fn start(s: Server, t: &Topology, knobs: &Knobs, reader: usize, ncpu: usize) -> 
 fn stop(r: Running) -> Result<Option<PerWorker>> {
     match r {
         Running::Rxpath(s) => {
-            let rep = s.stop()?;
-            if rep.host.frames_home != rep.host.frames_total {
-                bail!(
-                    "rxpath echo lost frames: {}/{} home",
-                    rep.host.frames_home,
-                    rep.host.frames_total
-                );
-            }
+            let rep = crate::rr::stop_echo(*s)?;
             let ws = &rep.host.workers;
             Ok(Some(PerWorker {
                 processed: ws.iter().map(|w| w.backlog.processed).collect(),

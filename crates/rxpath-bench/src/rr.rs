@@ -412,14 +412,7 @@ fn core_affinity_pin(cpu: usize) {
 fn stop(r: Running) -> Result<String> {
     match r {
         Running::Rxpath(s) => {
-            let rep = s.stop()?;
-            if rep.host.frames_home != rep.host.frames_total {
-                bail!(
-                    "rxpath echo lost frames: {}/{} home",
-                    rep.host.frames_home,
-                    rep.host.frames_total
-                );
-            }
+            let rep = crate::rr::stop_echo(*s)?;
             Ok(format!(
                 "busy-poll packets {}, sleeps {}",
                 rep.host.sock.busy_poll_packets, rep.socket.sleeps
@@ -430,6 +423,19 @@ fn stop(r: Running) -> Result<String> {
             Ok(String::new())
         }
     }
+}
+
+/// Stop an rxpath echo server; losing a frame fails the run.
+pub(crate) fn stop_echo(s: EchoServer) -> Result<rxpath_cli::echo::EchoReport> {
+    let rep = s.stop()?;
+    if rep.host.frames_home != rep.host.frames_total {
+        bail!(
+            "rxpath echo lost frames: {}/{} home",
+            rep.host.frames_home,
+            rep.host.frames_total
+        );
+    }
+    Ok(rep)
 }
 
 /// A request/response bench needs root (a veth lab, XDP) and sockperf (the

@@ -450,14 +450,7 @@ fn print_report(r: &EchoReport, json: bool) {
                 "echoed": r.echoed,
                 "socket": r.socket,
                 "sock": rep.sock,
-                "napi": {
-                    "received": napi.received,
-                    "delivered": napi.delivered,
-                    "dropped": napi.dropped.total(),
-                    "polls": napi.polls,
-                    "wakeups": napi.wakeups,
-                    "irq_deferrals": napi.irq_deferrals,
-                },
+                "napi": crate::report::napi_json(&napi),
                 "frames_total": rep.frames_total,
                 "frames_home": rep.frames_home,
                 "dropped": napi.dropped,
@@ -537,15 +530,7 @@ pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
     let end = a
         .duration
         .map(|d| start + Duration::from_secs_f64(d.max(0.0)));
-    let metrics = match a.metrics {
-        Some(addr) => {
-            let m = rxpath_runtime::metrics::Metrics::start(addr)
-                .map_err(|e| anyhow::anyhow!("--{e}"))?;
-            eprintln!("rxpath: metrics on http://{}/metrics", m.addr);
-            Some(m)
-        }
-        None => None,
-    };
+    let metrics = crate::report::start_metrics(a.metrics)?;
     while !stop.load(Ordering::Acquire) && end.is_none_or(|e| Instant::now() < e) {
         thread::sleep(Duration::from_millis(20));
         server.poll_reload();

@@ -143,14 +143,7 @@ fn print_report(
             serde_json::json!({
                 "socket": socket,
                 "sock": r.sock,
-                "napi": {
-                    "received": napi.received,
-                    "delivered": napi.delivered,
-                    "dropped": napi.dropped.total(),
-                    "polls": napi.polls,
-                    "wakeups": napi.wakeups,
-                    "irq_deferrals": napi.irq_deferrals,
-                },
+                "napi": crate::report::napi_json(&napi),
                 "dropped": napi.dropped,
                 "frames_total": r.frames_total,
                 "frames_home": r.frames_home,

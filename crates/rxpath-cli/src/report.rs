@@ -348,3 +348,25 @@ pub fn json_report(r: &Report) -> serde_json::Value {
         "config": r.config,
     })
 }
+
+/// `--metrics ADDR`: the endpoint, started and said on stderr.
+pub(crate) fn start_metrics(
+    addr: Option<std::net::SocketAddr>,
+) -> anyhow::Result<Option<rxpath_runtime::metrics::Metrics>> {
+    let Some(addr) = addr else { return Ok(None) };
+    let m = rxpath_runtime::metrics::Metrics::start(addr).map_err(|e| anyhow::anyhow!("--{e}"))?;
+    eprintln!("rxpath: metrics on http://{}/metrics", m.addr);
+    Ok(Some(m))
+}
+
+/// A host's NAPI totals as `echo --json` and `quic --json` print them.
+pub(crate) fn napi_json(napi: &rxpath_core::stats::NapiStats) -> serde_json::Value {
+    serde_json::json!({
+        "received": napi.received,
+        "delivered": napi.delivered,
+        "dropped": napi.dropped.total(),
+        "polls": napi.polls,
+        "wakeups": napi.wakeups,
+        "irq_deferrals": napi.irq_deferrals,
+    })
+}

@@ -346,15 +346,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     }
     cfg.stop = Some(stop.clone());
     let readers = crate::steer::Readers::start(&a.steer, &cfg)?;
-    let metrics = match a.metrics {
-        Some(addr) => {
-            let m = rxpath_runtime::metrics::Metrics::start(addr)
-                .map_err(|e| anyhow::anyhow!("--{e}"))?;
-            eprintln!("rxpath: metrics on http://{}/metrics", m.addr);
-            Some(m)
-        }
-        None => None,
-    };
+    let metrics = crate::report::start_metrics(a.metrics)?;
     // Live knobs through a control socket (`rxpath ctl`).
     let knobs = rxpath_runtime::run::RunKnobs::new(&cfg);
     cfg.knobs = Some(knobs.clone());

@@ -476,6 +476,12 @@ impl Socket {
         self.inner.counters.sleeps.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The socket has seen a flow RFS can steer (an RX hash), so a reader
+    /// should say its CPU ([`Self::record_flow`]).
+    pub fn has_flow(&self) -> bool {
+        self.inner.rxhash.load(Ordering::Relaxed) != 0
+    }
+
     /// RFS: this socket's flow is read on `cpu` (`sock_rps_record_flow`;
     /// the reader tells, the core does not ask the OS).
     pub fn record_flow(&self, cpu: u32) {

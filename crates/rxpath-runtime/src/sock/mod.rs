@@ -77,6 +77,9 @@ impl UdpSocket {
     /// A read found datagrams: count them for RFS on this thread's CPU
     /// (`sock_rps_record_flow`).
     fn after_read(&self) {
+        if !self.sock.has_flow() {
+            return;
+        }
         if let Some(cpu) = rxpath_dev::sys::sched::current_cpu() {
             self.sock.record_flow(cpu as u32);
         }
