@@ -15,6 +15,7 @@ use rxpath_dev::{Frame, Umem};
 use rxpath_wire::Headers;
 use serde::Serialize;
 use std::fmt;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -296,6 +297,21 @@ pub enum PollEnd {
     },
 }
 
+/// A UDP datagram that passed IP and UDP input: what they learnt of it,
+/// handed with the packet to the stage behind IP input
+/// ([`Stack::receive_udp`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Datagram {
+    /// Sender.
+    pub src: SocketAddr,
+    /// Destination.
+    pub dst: SocketAddr,
+    /// Offset of the payload from the start of the frame.
+    pub payload_off: usize,
+    /// Payload length (as the UDP length field says).
+    pub payload_len: usize,
+}
+
 /// A stage of the receive path: what NAPI's second loop hands packets to
 /// (`napi_gro_receive()` / `netif_receive_skb()` in the kernel).
 pub trait Stack {
@@ -311,6 +327,22 @@ pub trait Stack {
     fn malformed(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
         ctx.drop(pkt, DropReason::Malformed);
     }
+
+    /// A UDP datagram that IP and UDP input passed, with what they learnt
+    /// of it (`ip_protocol_deliver_rcu()` → `udp_rcv()` → the socket
+    /// lookup). IP input calls this in front of a socket layer
+    /// (`IpConfig::deliver_all` off); an end that is not one takes the
+    /// datagram as any packet.
+    #[inline]
+    fn receive_udp(&mut self, pkt: Packet, _d: &Datagram, ctx: &mut RxCtx<'_>) {
+        self.receive(pkt, ctx)
+    }
+
+    /// IP or UDP input refused a packet for `reason` (counted under its
+    /// SNMP name; the packet is dropped by the caller). An end that keeps
+    /// counters of its own hears of it here.
+    #[inline]
+    fn refused(&mut self, _reason: DropReason) {}
 
     /// The end of a bundle (RX bulking): stages that batch work flush here.
     fn bundle_done(&mut self, _ctx: &mut RxCtx<'_>) {}
@@ -412,6 +444,13 @@ impl<S: Stack + ?Sized> Stack for Box<S> {
     }
     fn malformed(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
         (**self).malformed(pkt, ctx)
+    }
+    #[inline]
+    fn receive_udp(&mut self, pkt: Packet, d: &Datagram, ctx: &mut RxCtx<'_>) {
+        (**self).receive_udp(pkt, d, ctx)
+    }
+    fn refused(&mut self, reason: DropReason) {
+        (**self).refused(reason)
     }
     fn bundle_done(&mut self, ctx: &mut RxCtx<'_>) {
         (**self).bundle_done(ctx)

@@ -34,13 +34,14 @@ mod udp;
 mod v4;
 mod v6;
 
+pub use crate::packet::Datagram;
 pub use crate::snmp::{IpMib, RxExt, Snmp, UdpMib};
 pub use stage::{Hook, IpStage, NoHook};
 
 use crate::stats::DropReason;
 use rxpath_wire::be16;
 use rxpath_wire::ethernet::{self, ethertype, Mac};
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
 /// How UDP checksums are trusted (`--csum`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -201,19 +202,6 @@ impl IpConfig {
     pub fn routable(&self, a: IpAddr) -> bool {
         routable(&self.prefixes, self.default_route, a)
     }
-}
-
-/// A UDP datagram that passed IP and UDP input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Datagram {
-    /// Sender.
-    pub src: SocketAddr,
-    /// Destination.
-    pub dst: SocketAddr,
-    /// Offset of the payload from the start of the frame.
-    pub payload_off: usize,
-    /// Payload length (as the UDP length field says).
-    pub payload_len: usize,
 }
 
 /// A transport segment that IP input handed up.

@@ -6,7 +6,8 @@
 //! that only the owner takes, so the lock is never contended by design —
 //! the state word decides, as in the kernel.
 
-use super::stage::SockStack;
+use super::stage::{SockPath, SockStack};
+use crate::ip::{Hook, IpStage};
 use crate::napi::{Napi, NapiId, NapiState, PollResult};
 use crate::stats::NapiStats;
 use rxpath_dev::{DeviceQueueStats, IrqLine, RxQueue};
@@ -66,10 +67,16 @@ impl CellStack for SockStack {
     }
 }
 
+impl<S: CellStack, H: Hook + Send> CellStack for IpStage<S, H> {
+    fn returning(&self) -> usize {
+        self.inner().returning()
+    }
+}
+
 /// The usual cell: a NAPI with the socket stage (or a steering stage in
 /// front of it) at the end of its path.
 #[derive(Debug)]
-pub struct NapiCell<Q: RxQueue, S = SockStack> {
+pub struct NapiCell<Q: RxQueue, S = SockPath> {
     /// The NAPI.
     pub napi: Napi<Q>,
     /// Its stage.

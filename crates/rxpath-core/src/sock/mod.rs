@@ -1,10 +1,10 @@
 //! UDP sockets at the end of the path, with busy polling (seed 000).
 //!
 //! ```text
-//!  NAPI poll ──► SockStack ──demux──► socket receive queue ──► recv()
-//!     ▲            (stage)             (frames held, bytes     │  empty?
-//!     │                                 bounded by rcvbuf)      │  busy_poll µs:
-//!     └──────────── napi_busy_loop: take the NAPI, poll(8) ◄───┘  else sleep
+//!  NAPI poll ─► IP input ─► SockStack ─demux─► socket receive queue ─► recv()
+//!     ▲         (IpStage)    (stage)          (frames held, bytes    │ empty?
+//!     │                                        bounded by rcvbuf)     │ busy_poll µs:
+//!     └──────── napi_busy_loop: take the NAPI, poll(8) ◄──────────────┘ else sleep
 //! ```
 //!
 //! * [`Sockets`] is one host's socket layer: the demux table (connected
@@ -12,8 +12,9 @@
 //!   scores them), the NAPIs sockets may busy-poll (the kernel's
 //!   `napi_by_id` hash), the RFS sock flow table, the TX port and the
 //!   neighbours learned from received packets.
-//! * [`SockStack`] is the stage NAPI runs: it verifies the UDP checksum,
-//!   looks the socket up, stamps it with the packet's `napi_id` (seed 000:
+//! * [`SockStack`] is the stage at the end of a NAPI's path ([`SockPath`]:
+//!   behind the IP and UDP input that `rxpath run` runs too, which checked
+//!   the datagram and its UDP checksum): it looks the socket up, stamps it with the packet's `napi_id` (seed 000:
 //!   `sk_mark_napi_id`) and queues the packet **without copying**: the
 //!   socket keeps the frame until `recv` copies it out, then the frame goes
 //!   home through its queue's [`FrameReturn`] (the kernel's page pool takes
@@ -49,7 +50,7 @@ pub use busy::{BusyPoll, CellStack, NapiCell, PollCell, SharedNapi, BUSY_POLL_BU
 pub use flow::SockFlowTable;
 pub use send::UDP_MAX_SEGMENTS;
 pub use socket::{BusySession, DataReady, RecvMeta, SockCounters, Socket};
-pub use stage::SockStack;
+pub use stage::{SockPath, SockStack};
 pub use tx::{CaptureTx, TxPort};
 
 use crate::ip::{CsumPolicy, IpConfig, Snmp};
@@ -388,8 +389,8 @@ impl Sockets {
     }
 
     /// The stage to run at the end of queue `queue`'s NAPI.
-    pub fn stage(self: &Arc<Self>, queue: u16) -> SockStack {
-        SockStack::new(self.clone(), queue)
+    pub fn stage(self: &Arc<Self>, queue: u16) -> SockPath {
+        SockStack::path(self.clone(), queue)
     }
 
     /// Make a NAPI reachable by id for busy polling (`napi_hash_add`).

@@ -1,20 +1,21 @@
-//! The stage at the end of the path: UDP demux into socket receive queues.
+//! The stage at the end of the path: UDP demux into socket receive queues,
+//! behind IP input ([`crate::ip::IpStage`], which checked each datagram).
 
 use super::socket::Dgram;
 use super::{read, Sockets};
 use crate::filter::InputHook;
-use crate::ip::{self, CsumStatus, IpConfig};
-use crate::packet::{Packet, PollEnd, RxCtx, Stack};
+use crate::ip::IpStage;
+use crate::packet::{Datagram, Packet, PollEnd, RxCtx, Stack};
 use crate::stats::DropReason;
 use rxpath_wire::ethernet::{self, Mac};
 use rxpath_wire::{ipv4, ipv6};
-use rxpath_wire::{Headers, L3, L4};
+use rxpath_wire::{Headers, L3};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// The socket stage of one NAPI (`udp_rcv` → `__udp4_lib_lookup` →
-/// `udp_queue_rcv_skb`).
+/// The socket stage of one NAPI (`__udp4_lib_lookup` →
+/// `udp_queue_rcv_skb`), behind IP and UDP input ([`SockPath`]).
 ///
 /// Calling context: the NAPI's owner (its thread or a busy poller), inside
 /// a poll. Does not sleep: a socket's queue lock is held only to link a
@@ -25,19 +26,26 @@ pub struct SockStack {
     queue: u16,
     truesize: usize,
     learned: Option<(IpAddr, Mac)>,
-    ip: IpConfig,
-    /// The `INPUT` filter's hook, if the host has a filter.
-    hook: Option<InputHook>,
 }
 
+/// The path after GRO (and steering) on a `Host`: IP and UDP input, the
+/// `INPUT` hook if the host has a filter, then the socket stage — the
+/// stages `rxpath run` runs, with sockets at the end.
+pub type SockPath = IpStage<SockStack, Option<InputHook>>;
+
 impl SockStack {
-    pub(crate) fn new(host: Arc<Sockets>, queue: u16) -> Self {
+    /// The path of queue `queue`: [`SockPath`].
+    pub(crate) fn path(host: Arc<Sockets>, queue: u16) -> SockPath {
+        let ip = host.ip_config();
+        let hook = host.config().filter.clone().map(InputHook::new);
+        IpStage::with_hook(Some(ip), hook, SockStack::new(host, queue))
+    }
+
+    fn new(host: Arc<Sockets>, queue: u16) -> Self {
         let truesize = host
             .port(queue)
             .map_or(rxpath_dev::DEFAULT_FRAME_SIZE, |p| p.umem.frame_size());
         SockStack {
-            ip: host.ip_config(),
-            hook: host.config().filter.clone().map(InputHook::new),
             host,
             queue,
             truesize,
@@ -96,46 +104,14 @@ impl SockStack {
 
 impl Stack for SockStack {
     fn receive(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
-        // A chain is a UDP GRO packet (for a socket that asked for one), or
-        // TCP, which sockets leave to the kernel.
-        let more = if pkt.frags.is_empty() {
-            0
-        } else if pkt.meta.headers.l4 == L4::Udp && pkt.meta.gso_size > 0 {
-            pkt.frags.iter().map(|f| f.len as usize).sum()
-        } else {
-            return ctx.drop(pkt, DropReason::UnhandledProto);
-        };
-        let csum = CsumStatus::of(&pkt.meta);
-        // The frame bytes (through the region, not `ctx`) and the counters
-        // are borrowed apart: no copy of the SNMP block per packet.
-        let umem = ctx.umem;
-        let off = pkt.off as usize;
-        let bytes = &umem.data(&pkt.frame)[off..off + pkt.len as usize];
-        let r = match &mut self.hook {
-            None => ip::input_chain(bytes, more, csum, &self.ip, &mut ctx.stats.snmp, None),
-            Some(hook) => {
-                let (h, rxhash) = (&pkt.meta.headers, pkt.meta.rxhash);
-                let mut judge =
-                    |fr: &[u8], at: &ip::LocalIn| hook.action_in(fr, h, rxhash, at).drop_reason();
-                ip::input_chain(
-                    bytes,
-                    more,
-                    csum,
-                    &self.ip,
-                    &mut ctx.stats.snmp,
-                    Some(&mut judge),
-                )
-            }
-        };
-        let d = match r {
-            Ok(d) => d,
-            Err(reason) => {
-                if reason == DropReason::BadChecksum {
-                    self.count(|c| &c.csum_errors);
-                }
-                return ctx.drop(pkt, reason);
-            }
-        };
+        // Only what IP and UDP input passed reaches a socket
+        // (`receive_udp`); anything else is the kernel's.
+        ctx.drop(pkt, DropReason::UnhandledProto)
+    }
+
+    fn receive_udp(&mut self, pkt: Packet, d: &Datagram, ctx: &mut RxCtx<'_>) {
+        // A chain is a UDP GRO packet: IP input checked it whole.
+        let more: usize = pkt.frags.iter().map(|f| f.len as usize).sum();
         let v6 = d.src.is_ipv6();
         let sock = match read(&self.host.demux).lookup(d.dst, d.src) {
             Some(s) => s.clone(),
@@ -167,7 +143,7 @@ impl Stack for SockStack {
             a => a,
         };
         let off = pkt.off + d.payload_off as u16;
-        let ecn = ecn_of(bytes, &pkt.meta.headers);
+        let ecn = ecn_of(ctx.data(&pkt), &pkt.meta.headers);
         let gro = more > 0 && sock.gro.load(Ordering::Relaxed);
         let gso = pkt.meta.gso_size;
         let (frame, frags) = if more > 0 {
@@ -212,21 +188,13 @@ impl Stack for SockStack {
         }
     }
 
-    fn malformed(&mut self, pkt: Packet, ctx: &mut RxCtx<'_>) {
-        // IP input reads the frame itself and counts why it fails.
-        self.receive(pkt, ctx)
-    }
-
-    fn bundle_done(&mut self, _ctx: &mut RxCtx<'_>) {
-        if let Some(h) = &mut self.hook {
-            h.bundle_done();
+    fn refused(&mut self, reason: DropReason) {
+        if reason == DropReason::BadChecksum {
+            self.count(|c| &c.csum_errors);
         }
     }
 
-    fn poll_done(&mut self, ctx: &mut RxCtx<'_>, end: PollEnd) -> Option<u64> {
-        if let Some(h) = &mut self.hook {
-            h.poll_done(end);
-        }
+    fn poll_done(&mut self, ctx: &mut RxCtx<'_>, _end: PollEnd) -> Option<u64> {
         if let Some(p) = self.host.port(self.queue) {
             ctx.recycle_from(&p.ret);
         }
