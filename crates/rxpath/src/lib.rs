@@ -45,6 +45,10 @@ pub enum Cmd {
     /// worker going offline, sockets with busy-polling and sleeping
     /// readers), invariants checked after every round; one verdict line.
     Soak(rxpath_cli::soak::SoakArgs),
+    /// Run an unmodified program with its UDP sockets on rxpath
+    /// (librxpath_preload.so through LD_PRELOAD); print the path's
+    /// accounting when it exits.
+    Exec(rxpath_cli::exec::ExecArgs),
     /// Show or change a running rxpath's knobs (gro_flush_timeout,
     /// net.core.netdev_budget, net.core.netdev_budget_usecs) while packets
     /// flow, through its control socket.
@@ -75,6 +79,7 @@ pub fn main() -> ExitCode {
         Cmd::Filter(f) => rxpath_cli::filter::filter_cmd(f),
         Cmd::Soak(s) => rxpath_cli::soak::soak(s),
         Cmd::Ctl(c) => rxpath_cli::ctl::ctl(c),
+        Cmd::Exec(e) => rxpath_cli::exec::exec(e),
     };
     match result {
         Ok(code) => code,

@@ -100,6 +100,17 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Send signal `sig` to process `pid` (`kill(2)`).
+pub fn signal(pid: u32, sig: i32) -> io::Result<()> {
+    let pid =
+        libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: kill takes two integers; a bad pid or signal is an error.
+    if unsafe { libc::kill(pid, sig) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// CPU time (user + system) used so far by the calling process, or by the
 /// calling thread with `thread`.
 pub fn cpu_time(thread: bool) -> Duration {

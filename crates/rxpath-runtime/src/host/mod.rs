@@ -616,6 +616,13 @@ impl Host {
         Ok(sock)
     }
 
+    /// [`Self::udp_bind`] for a port the caller already holds in the
+    /// kernel (a preloaded program's own UDP socket, bound to `addr` behind
+    /// the same fd): no guard socket of the host's.
+    pub fn udp_bind_held(&self, addr: SocketAddr) -> Result<UdpSocket, SockError> {
+        UdpSocket::bind(&self.sockets, addr, self.server.clone())
+    }
+
     /// The NAPIs.
     pub fn napis(&self) -> &[Arc<SharedNapi>] {
         &self.napis

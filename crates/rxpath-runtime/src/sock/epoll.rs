@@ -13,9 +13,9 @@ pub(crate) struct EpollShared {
     cv: Condvar,
 }
 
-impl EpollShared {
+impl super::Watch for EpollShared {
     /// A watched socket became readable.
-    pub(crate) fn notify(&self) {
+    fn ready(&self) {
         *lock(&self.gen) += 1;
         self.cv.notify_all();
     }
@@ -43,7 +43,8 @@ impl Epoll {
 
     /// Watch `sock`, reported as `token` (a socket is in one set at a time).
     pub fn add(&mut self, sock: &UdpSocket, token: usize) {
-        *lock(&sock.wait.watch) = Some(Arc::downgrade(&self.shared));
+        let w: Arc<dyn super::Watch> = self.shared.clone();
+        sock.set_watch(Arc::downgrade(&w));
         self.socks.push((token, sock.clone()));
     }
 

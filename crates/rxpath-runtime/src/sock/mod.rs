@@ -26,10 +26,18 @@ mod wait;
 
 pub use busy::busy_loop;
 pub use epoll::Epoll;
+
+/// Who watches a socket's readiness from outside its reads: an [`Epoll`]
+/// set, or a preloaded program's `poll`/`epoll` (told on the edge from
+/// empty to readable, and when the socket closes; it looks at the queue
+/// itself).
+pub trait Watch: Send + Sync + std::fmt::Debug {
+    /// The socket became readable (or closed).
+    fn ready(&self);
+}
 pub use rxpath_core::sock::{RecvMeta, SockCounters, SockError};
 pub use serve::BacklogServer;
 
-use epoll::EpollShared;
 use rxpath_core::sock::{DataReady, Socket, Sockets};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -74,6 +82,12 @@ impl UdpSocket {
         &self.sock
     }
 
+    /// Tell `w` when the socket becomes readable or closes (one watcher at
+    /// a time: this replaces an [`Epoll`] set's).
+    pub fn set_watch(&self, w: Weak<dyn Watch>) {
+        *lock(&self.wait.watch) = Some(w);
+    }
+
     /// A read found datagrams: count them for RFS on this thread's CPU
     /// (`sock_rps_record_flow`).
     fn after_read(&self) {
@@ -105,8 +119,8 @@ pub(crate) struct SockWait {
     /// The task waiting in [`UdpSocket::poll_recv_batch`].
     waker: Mutex<Option<Waker>>,
     has_waker: AtomicBool,
-    /// The epoll set watching this socket.
-    watch: Mutex<Option<Weak<EpollShared>>>,
+    /// The epoll set (or other [`Watch`]) watching this socket.
+    watch: Mutex<Option<Weak<dyn Watch>>>,
 }
 
 impl SockWait {
@@ -128,8 +142,8 @@ impl SockWait {
             }
         }
         if edge {
-            if let Some(ep) = lock(&self.watch).as_ref().and_then(Weak::upgrade) {
-                ep.notify();
+            if let Some(w) = lock(&self.watch).as_ref().and_then(Weak::upgrade) {
+                w.ready();
             }
         }
     }

@@ -1,0 +1,182 @@
+//! `rxpath exec`: run an unmodified program with its UDP sockets on
+//! rxpath (`librxpath_preload.so` through `LD_PRELOAD`), then print the
+//! path's accounting as `echo` does.
+
+use anyhow::{bail, Context};
+use clap::Args;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+/// The shared object `rxpath exec` preloads.
+pub const PRELOAD_LIB: &str = "librxpath_preload.so";
+
+/// `rxpath exec` options.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// The interface whose UDP sockets rxpath takes (`RXPATH_IFACE`).
+    #[arg(long)]
+    pub iface: String,
+    /// AF_XDP, AF_PACKET, or AF_XDP with AF_PACKET if it cannot be set up.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "xdp", "packet"])]
+    pub mode: String,
+    /// Busy-poll for US µs in every read before sleeping (SO_BUSY_POLL for
+    /// every socket; 0 = readers sleep).
+    #[arg(long, default_value_t = 0, value_name = "US")]
+    pub busy_poll: u32,
+    /// Prefer busy polling: keep the queue's interrupt masked NS after a
+    /// busy poll.
+    #[arg(long, default_value_t = 0, value_name = "NS")]
+    pub prefer_busy_poll: u64,
+    /// NAPI threads.
+    #[arg(long, default_value_t = 1)]
+    pub napi_threads: usize,
+    /// gro_flush_timeout, ns.
+    #[arg(long, default_value_t = 0, value_name = "NS")]
+    pub gro_flush_timeout: u64,
+    /// napi_defer_hard_irqs.
+    #[arg(long, default_value_t = 0)]
+    pub defer_hard_irqs: u32,
+    /// The preload library (default: librxpath_preload.so beside this
+    /// binary).
+    #[arg(long, value_name = "FILE")]
+    pub preload: Option<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "PROGRAM")]
+    pub program: Vec<String>,
+}
+
+/// `librxpath_preload.so` beside the running binary (cargo puts both in
+/// `target/<profile>/`), or in its `deps/`.
+pub fn find_preload() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("locating this binary")?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    for p in [dir.join(PRELOAD_LIB), dir.join("deps").join(PRELOAD_LIB)] {
+        if p.exists() {
+            return Ok(p);
+        }
+    }
+    bail!(
+        "{PRELOAD_LIB} is not beside {} (build it: cargo build --release -p rxpath-preload, \
+         or give --preload FILE)",
+        exe.display()
+    )
+}
+
+/// `rxpath exec`: run the program on rxpath, wait for it, report.
+pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
+    let lib = match &a.preload {
+        Some(p) => p.clone(),
+        None => find_preload()?,
+    };
+    let lib = lib
+        .canonicalize()
+        .with_context(|| format!("{}", lib.display()))?;
+    let report = std::env::temp_dir().join(format!("rxpath-exec-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&report);
+    let preload = match std::env::var("LD_PRELOAD") {
+        Ok(old) if !old.is_empty() => format!("{} {old}", lib.display()),
+        _ => lib.display().to_string(),
+    };
+    let (prog, args) = a.program.split_first().context("no program given")?;
+    // As `system()` does, the wrapper waits out SIGINT and SIGQUIT (the
+    // terminal sends them to the program too) and passes SIGTERM and
+    // SIGHUP on, so the report is printed however the program ends.
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGQUIT, SIGTERM, SIGHUP])
+        .context("installing signal handlers")?;
+    let mut child = Command::new(prog)
+        .args(args)
+        .env("LD_PRELOAD", preload)
+        .env("RXPATH_IFACE", &a.iface)
+        .env("RXPATH_MODE", &a.mode)
+        .env("RXPATH_BUSY_POLL", a.busy_poll.to_string())
+        .env("RXPATH_PREFER_BUSY_POLL", a.prefer_busy_poll.to_string())
+        .env("RXPATH_NAPI_THREADS", a.napi_threads.to_string())
+        .env("RXPATH_GRO_FLUSH_TIMEOUT", a.gro_flush_timeout.to_string())
+        .env("RXPATH_NAPI_DEFER_HARD_IRQS", a.defer_hard_irqs.to_string())
+        .env("RXPATH_REPORT", &report)
+        .spawn()
+        .with_context(|| format!("running {prog}"))?;
+    let pid = child.id();
+    let handle = signals.handle();
+    let forward = std::thread::spawn(move || {
+        for s in signals.forever() {
+            if s == SIGTERM || s == SIGHUP {
+                let _ = rxpath_dev::sys::sched::signal(pid, s);
+            }
+        }
+    });
+    let status = child.wait().with_context(|| format!("waiting for {prog}"));
+    handle.close();
+    let _ = forward.join();
+    let status = status?;
+    let text = std::fs::read_to_string(&report);
+    let _ = std::fs::remove_file(&report);
+    let code = status.code().map_or(128 + status_signal(&status), |c| c);
+    let Ok(text) = text else {
+        eprintln!(
+            "rxpath exec: {prog} {status}; it left no report (killed before exit, or it never \
+             loaded {PRELOAD_LIB}: a static binary?)"
+        );
+        return Ok(ExitCode::from(code.clamp(1, 255) as u8));
+    };
+    let v: serde_json::Value =
+        serde_json::from_str(&text).context("reading the preload's report")?;
+    let ok = print_report(prog, &status, &v, a.json);
+    Ok(match (code, ok) {
+        (0, false) => ExitCode::FAILURE,
+        (c, _) => ExitCode::from(c.clamp(0, 255) as u8),
+    })
+}
+
+fn status_signal(s: &std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    s.signal().unwrap_or(0)
+}
+
+/// Print what the path did; false if the accounting does not hold.
+fn print_report(
+    prog: &str,
+    status: &std::process::ExitStatus,
+    v: &serde_json::Value,
+    json: bool,
+) -> bool {
+    let acc = &v["accounting"];
+    let n = |k: &str| acc[k].as_u64().unwrap_or(0);
+    let held = acc.is_null()
+        || (n("received") == n("delivered") + n("dropped")
+            && n("frames_home") == n("frames_total"));
+    if json {
+        println!("{v}");
+        return held;
+    }
+    println!(
+        "rxpath exec: {prog} {status}; sockets on rxpath {} ({}), left to the kernel {}, refused calls {}",
+        v["accelerated"],
+        v["backend"].as_str().unwrap_or("no host started"),
+        v["fallbacks"],
+        v["unsupported"],
+    );
+    if acc.is_null() {
+        return true;
+    }
+    let verdict = |b: bool| if b { "ok" } else { "MISMATCH" };
+    println!(
+        "accounting: received {} = delivered {} + dropped {} {}: {}",
+        n("received"),
+        n("delivered"),
+        n("dropped"),
+        acc["drops"],
+        verdict(n("received") == n("delivered") + n("dropped")),
+    );
+    println!(
+        "frames: {}/{} back in the pool: {}",
+        n("frames_home"),
+        n("frames_total"),
+        verdict(n("frames_home") == n("frames_total")),
+    );
+    held
+}

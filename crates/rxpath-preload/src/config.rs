@@ -1,0 +1,193 @@
+//! The preload's configuration, from the environment `rxpath exec` sets
+//! (or a user sets by hand): the kernel's knob names as variables.
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `RXPATH_IFACE` | the interface whose UDP sockets rxpath takes | none: every socket stays the kernel's |
+//! | `RXPATH_MODE` | `xdp`, `packet` or `auto` (AF_XDP, else AF_PACKET) | `auto` |
+//! | `RXPATH_BUSY_POLL` | `SO_BUSY_POLL` for every socket, µs (`net.core.busy_read`) | 0: readers sleep |
+//! | `RXPATH_PREFER_BUSY_POLL` | keep the queue's interrupt masked after a busy poll, ns | 0 |
+//! | `RXPATH_NAPI_THREADS` | NAPI threads | 1 |
+//! | `RXPATH_GRO_FLUSH_TIMEOUT` | `gro_flush_timeout`, ns | 0 |
+//! | `RXPATH_NAPI_DEFER_HARD_IRQS` | `napi_defer_hard_irqs` | 0 |
+//! | `RXPATH_REPORT` | write the path's accounting (JSON) here at exit | none |
+
+use std::path::PathBuf;
+
+/// How the preloaded process opens its interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// AF_XDP; if it cannot be set up, AF_PACKET.
+    Auto,
+    /// AF_XDP only.
+    Xdp,
+    /// AF_PACKET.
+    Packet,
+}
+
+/// The preload's settings.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Config {
+    /// The interface (`RXPATH_IFACE`); `None`: accelerate nothing.
+    pub iface: Option<String>,
+    /// How to open it.
+    pub mode: Mode,
+    /// `SO_BUSY_POLL` default for every socket, µs.
+    pub busy_poll_us: u32,
+    /// Prefer busy polling: interrupt deferral after a busy poll, ns.
+    pub prefer_busy_poll_ns: u64,
+    /// NAPI threads.
+    pub napi_threads: usize,
+    /// `gro_flush_timeout`, ns.
+    pub gro_flush_timeout_ns: u64,
+    /// `napi_defer_hard_irqs`.
+    pub defer_hard_irqs: u32,
+    /// Where to write the report at exit.
+    pub report: Option<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            iface: None,
+            mode: Mode::Auto,
+            busy_poll_us: 0,
+            prefer_busy_poll_ns: 0,
+            napi_threads: 1,
+            gro_flush_timeout_ns: 0,
+            defer_hard_irqs: 0,
+            report: None,
+        }
+    }
+}
+
+impl Config {
+    /// The configuration the process's environment gives.
+    pub fn from_env() -> Result<Config, String> {
+        Self::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// The configuration `var` gives (`var(name)` is the variable's value);
+    /// a value that does not parse is an error naming the variable.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
+        let mut c = Config {
+            iface: var("RXPATH_IFACE").filter(|s| !s.is_empty()),
+            report: var("RXPATH_REPORT")
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from),
+            ..Config::default()
+        };
+        if let Some(m) = var("RXPATH_MODE") {
+            c.mode = match m.as_str() {
+                "auto" => Mode::Auto,
+                "xdp" => Mode::Xdp,
+                "packet" => Mode::Packet,
+                o => return Err(format!("RXPATH_MODE={o:?}: auto, xdp or packet")),
+            };
+        }
+        num(&var, "RXPATH_BUSY_POLL", &mut c.busy_poll_us)?;
+        num(&var, "RXPATH_PREFER_BUSY_POLL", &mut c.prefer_busy_poll_ns)?;
+        num(&var, "RXPATH_NAPI_THREADS", &mut c.napi_threads)?;
+        num(
+            &var,
+            "RXPATH_GRO_FLUSH_TIMEOUT",
+            &mut c.gro_flush_timeout_ns,
+        )?;
+        num(&var, "RXPATH_NAPI_DEFER_HARD_IRQS", &mut c.defer_hard_irqs)?;
+        Ok(c)
+    }
+
+    /// The variables that give this configuration (what `rxpath exec`
+    /// sets in the program's environment).
+    pub fn to_vars(&self) -> Vec<(&'static str, String)> {
+        let mut v = vec![
+            ("RXPATH_MODE", format!("{:?}", self.mode).to_lowercase()),
+            ("RXPATH_BUSY_POLL", self.busy_poll_us.to_string()),
+            (
+                "RXPATH_PREFER_BUSY_POLL",
+                self.prefer_busy_poll_ns.to_string(),
+            ),
+            ("RXPATH_NAPI_THREADS", self.napi_threads.to_string()),
+            (
+                "RXPATH_GRO_FLUSH_TIMEOUT",
+                self.gro_flush_timeout_ns.to_string(),
+            ),
+            (
+                "RXPATH_NAPI_DEFER_HARD_IRQS",
+                self.defer_hard_irqs.to_string(),
+            ),
+        ];
+        if let Some(i) = &self.iface {
+            v.push(("RXPATH_IFACE", i.clone()));
+        }
+        if let Some(r) = &self.report {
+            v.push(("RXPATH_REPORT", r.display().to_string()));
+        }
+        v
+    }
+}
+
+fn num<T: std::str::FromStr>(
+    var: &impl Fn(&str) -> Option<String>,
+    name: &str,
+    out: &mut T,
+) -> Result<(), String> {
+    if let Some(s) = var(name).filter(|s| !s.is_empty()) {
+        *out = s
+            .trim()
+            .parse()
+            .map_err(|_| format!("{name}={s:?}: not a number"))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn vars(kv: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = kv
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn nothing_set_accelerates_nothing() {
+        let c = Config::from_vars(vars(&[])).unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.iface, None);
+    }
+
+    #[test]
+    fn variables_round_trip() {
+        let c = Config {
+            iface: Some("veth0".into()),
+            mode: Mode::Xdp,
+            busy_poll_us: 50,
+            prefer_busy_poll_ns: 200_000,
+            napi_threads: 2,
+            gro_flush_timeout_ns: 20_000,
+            defer_hard_irqs: 2,
+            report: Some("/tmp/r.json".into()),
+        };
+        let v: Vec<(String, String)> = c
+            .to_vars()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        let back = Config::from_vars(|k| v.iter().find(|(n, _)| n == k).map(|(_, x)| x.clone()));
+        assert_eq!(back.unwrap(), c);
+    }
+
+    #[test]
+    fn a_bad_value_names_its_variable() {
+        let e = Config::from_vars(vars(&[("RXPATH_BUSY_POLL", "fifty")])).unwrap_err();
+        assert!(e.contains("RXPATH_BUSY_POLL"), "{e}");
+        let e = Config::from_vars(vars(&[("RXPATH_MODE", "dpdk")])).unwrap_err();
+        assert!(e.contains("RXPATH_MODE"), "{e}");
+    }
+}

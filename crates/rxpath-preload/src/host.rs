@@ -1,0 +1,310 @@
+//! One rxpath host per process, on the configured interface, started by the
+//! first `bind` it accelerates and shut down when the process exits (its
+//! accounting written to `RXPATH_REPORT`).
+//!
+//! The XDP program takes the port of that first bind; a socket bound to
+//! another port later stays the kernel's (said once on stderr and counted):
+//! the map of bound ports the XDP program will read is not built yet.
+
+use crate::config::{Config, Mode};
+use rxpath_dev::sys::xdp::XdpFilter;
+use rxpath_runtime::{Host, HostConfig, HostDevice, HostReport, UdpSocket};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+/// Why a socket stays the kernel's (each counted, and said once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fallback {
+    /// No `RXPATH_IFACE`, or its value did not parse.
+    NoIface,
+    /// Bound to port 0 (a client's ephemeral port).
+    EphemeralPort,
+    /// Bound to an address that is not the interface's.
+    OtherAddress,
+    /// The XDP program takes another port (one port per process for now).
+    OtherPort,
+    /// The host could not start on the interface.
+    HostFailed,
+    /// rxpath refused the bind (address in use in rxpath).
+    BindRefused,
+    /// An option set before `bind` that rxpath cannot honour.
+    Option,
+}
+
+/// What the preloaded process's path did, written at exit.
+#[derive(Debug, serde::Serialize)]
+pub struct PreloadReport {
+    /// The configuration it ran with.
+    pub config: Config,
+    /// The host's report; `None` if no socket was accelerated.
+    pub host: Option<HostReport>,
+    /// The backend (`af_xdp`, `af_packet`).
+    pub backend: Option<String>,
+    /// Sockets accelerated.
+    pub accelerated: u64,
+    /// Sockets left to the kernel, by reason.
+    pub fallbacks: BTreeMap<Fallback, u64>,
+    /// Calls refused with `EOPNOTSUPP` on accelerated sockets, by what.
+    pub unsupported: BTreeMap<String, u64>,
+    /// The path's accounting; `None` if no host ran.
+    pub accounting: Option<Accounting>,
+}
+
+/// `received = delivered + dropped` over every NAPI, and the frames.
+#[derive(Debug, serde::Serialize)]
+pub struct Accounting {
+    /// Frames the NAPIs took from the device.
+    pub received: u64,
+    /// Delivered to sockets.
+    pub delivered: u64,
+    /// Dropped, each for a counted reason.
+    pub dropped: u64,
+    /// Drops by reason.
+    pub drops: BTreeMap<String, u64>,
+    /// Frames of the device.
+    pub frames_total: usize,
+    /// Frames back in the pool at the end.
+    pub frames_home: usize,
+}
+
+impl Accounting {
+    fn of(h: &HostReport) -> Accounting {
+        let t = h.napi_total();
+        Accounting {
+            received: t.received,
+            delivered: t.delivered,
+            dropped: t.dropped.total(),
+            drops: t
+                .dropped
+                .iter()
+                .map(|(r, n)| (r.name().to_string(), n))
+                .collect(),
+            frames_total: h.frames_total,
+            frames_home: h.frames_home,
+        }
+    }
+}
+
+struct Running {
+    host: Host,
+    port: u16,
+}
+
+struct State {
+    running: Option<Running>,
+    failed: bool,
+    accelerated: u64,
+    fallbacks: BTreeMap<Fallback, u64>,
+    unsupported: BTreeMap<String, u64>,
+    told: std::collections::BTreeSet<String>,
+}
+
+/// The process's preload state.
+pub(crate) struct Global {
+    pub(crate) cfg: Config,
+    state: Mutex<State>,
+}
+
+static GLOBAL: OnceLock<Global> = OnceLock::new();
+
+thread_local! {
+    /// This thread is inside the library (starting or stopping the host):
+    /// the sockets it makes are rxpath's own, the kernel's untouched.
+    static INSIDE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// This thread is running the library's own code.
+pub(crate) fn inside() -> bool {
+    INSIDE.with(|c| c.get())
+}
+
+/// Run `f` as the library's own code (see [`inside`]).
+fn as_library<R>(f: impl FnOnce() -> R) -> R {
+    let was = INSIDE.with(|c| c.replace(true));
+    let r = f();
+    INSIDE.with(|c| c.set(was));
+    r
+}
+
+/// The process's state, made on first use from the environment.
+pub(crate) fn global() -> &'static Global {
+    GLOBAL.get_or_init(|| {
+        let cfg = Config::from_env().unwrap_or_else(|e| {
+            say(&format!("{e}; every socket stays the kernel's"));
+            Config::default()
+        });
+        Global {
+            cfg,
+            state: Mutex::new(State {
+                running: None,
+                failed: false,
+                accelerated: 0,
+                fallbacks: BTreeMap::new(),
+                unsupported: BTreeMap::new(),
+                told: Default::default(),
+            }),
+        }
+    })
+}
+
+/// The global state if it was ever made (the exit handler must not make it).
+pub(crate) fn started() -> Option<&'static Global> {
+    GLOBAL.get()
+}
+
+/// A line on stderr, as Onload's `oo:` lines: the program's own output is
+/// not touched.
+pub(crate) fn say(msg: &str) {
+    eprintln!("rxpath-preload: {msg}");
+}
+
+impl Global {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The interface is configured: sockets may be accelerated.
+    pub(crate) fn enabled(&self) -> bool {
+        self.cfg.iface.is_some()
+    }
+
+    /// Count a socket left to the kernel, and say why the first time.
+    pub(crate) fn fallback(&self, why: Fallback, detail: &str) {
+        let mut s = self.state();
+        *s.fallbacks.entry(why).or_default() += 1;
+        let key = format!("{why:?}");
+        if s.told.insert(key) {
+            say(&format!("a socket stays the kernel's: {detail}"));
+        }
+    }
+
+    /// Count a call refused on an accelerated socket (`EOPNOTSUPP`), and
+    /// say so the first time.
+    pub(crate) fn unsupported(&self, what: &str) {
+        let mut s = self.state();
+        *s.unsupported.entry(what.to_string()).or_default() += 1;
+        if s.told.insert(format!("unsupported {what}")) {
+            say(&format!(
+                "{what} is not supported on an rxpath socket: EOPNOTSUPP"
+            ));
+        }
+    }
+
+    /// An rxpath socket for `addr`, which the caller's kernel socket has
+    /// just bound (the port is held in the kernel), or why not.
+    pub(crate) fn bind(&self, addr: SocketAddr) -> Result<UdpSocket, (Fallback, String)> {
+        let Some(iface) = self.cfg.iface.clone() else {
+            return Err((Fallback::NoIface, "no RXPATH_IFACE".into()));
+        };
+        if addr.port() == 0 {
+            return Err((
+                Fallback::EphemeralPort,
+                format!("{addr}: an ephemeral port"),
+            ));
+        }
+        let mut s = self.state();
+        if s.running.is_none() {
+            if s.failed {
+                return Err((
+                    Fallback::HostFailed,
+                    format!("rxpath could not start on {iface}"),
+                ));
+            }
+            match as_library(|| self.start(&iface, addr.port())) {
+                Ok(h) => s.running = Some(h),
+                Err(e) => {
+                    s.failed = true;
+                    return Err((Fallback::HostFailed, format!("rxpath on {iface}: {e}")));
+                }
+            }
+        }
+        let Some(r) = s.running.as_ref() else {
+            return Err((Fallback::HostFailed, "no host".into()));
+        };
+        if r.port != addr.port() {
+            return Err((
+                Fallback::OtherPort,
+                format!(
+                    "{addr}: the XDP program takes port {} only (one port per process for now)",
+                    r.port
+                ),
+            ));
+        }
+        let ours = addr.ip().is_unspecified()
+            || r.host.sockets().config().local_addrs.contains(&addr.ip());
+        if !ours {
+            return Err((
+                Fallback::OtherAddress,
+                format!("{addr} is not an address of {iface}"),
+            ));
+        }
+        let sock = r
+            .host
+            .udp_bind_held(addr)
+            .map_err(|e| (Fallback::BindRefused, format!("{addr}: {e}")))?;
+        if self.cfg.busy_poll_us > 0 {
+            sock.set_busy_poll(self.cfg.busy_poll_us);
+        }
+        s.accelerated += 1;
+        Ok(sock)
+    }
+
+    fn start(&self, iface: &str, port: u16) -> Result<Running, String> {
+        let c = &self.cfg;
+        let mut cfg = HostConfig {
+            queues: 0,
+            napi_threads: c.napi_threads,
+            prefer_busy_poll_ns: c.prefer_busy_poll_ns,
+            gro_flush_timeout_ns: c.gro_flush_timeout_ns,
+            defer_hard_irqs: c.defer_hard_irqs,
+            ..HostConfig::default()
+        };
+        cfg.sock.busy_read_us = c.busy_poll_us;
+        let dev = match c.mode {
+            Mode::Packet => HostDevice::Packet {
+                iface: iface.to_string(),
+            },
+            m => HostDevice::Xdp {
+                iface: iface.to_string(),
+                filter: XdpFilter {
+                    protocol: Some(17),
+                    dst_port: Some(port),
+                    ..XdpFilter::default()
+                },
+                fallback: m == Mode::Auto,
+                xsk_busy_poll_us: 0,
+            },
+        };
+        let host = Host::start(cfg, dev).map_err(|e| e.to_string())?;
+        say(&format!(
+            "UDP port {port} on {iface} through rxpath ({})",
+            host.backend()
+        ));
+        Ok(Running { host, port })
+    }
+
+    /// Stop the host (the process is exiting) and write the report.
+    pub(crate) fn finish(&self) {
+        let mut s = self.state();
+        let backend = s.running.as_ref().map(|r| r.host.backend().to_string());
+        let host = s.running.take().map(|r| as_library(|| r.host.shutdown()));
+        let rep = PreloadReport {
+            config: self.cfg.clone(),
+            accounting: host.as_ref().map(Accounting::of),
+            host,
+            backend,
+            accelerated: s.accelerated,
+            fallbacks: s.fallbacks.clone(),
+            unsupported: s.unsupported.clone(),
+        };
+        drop(s);
+        if let Some(path) = &self.cfg.report {
+            let text = serde_json::to_string_pretty(&rep).unwrap_or_default();
+            if let Err(e) = std::fs::write(path, text) {
+                say(&format!("writing the report to {}: {e}", path.display()));
+            }
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! # rxpath-preload: unmodified programs on rxpath
+//!
+//! `librxpath_preload.so`, loaded with `LD_PRELOAD` (or by `rxpath exec`),
+//! puts a program's UDP sockets on rxpath's receive path, as Onload and VMA
+//! do for their vendors' NICs, on any interface AF_XDP (or AF_PACKET) can
+//! open. The program is not changed or rebuilt: its calls to the C library's
+//! socket API reach this library first.
+//!
+//! ```text
+//!  program ── socket() bind() recvfrom() sendto() poll() epoll_wait() ...
+//!     │
+//!  sys::interpose   the exported symbols: raw pointers to slices, errno
+//!     │             (unsafe: here and in sys::real only)
+//!  ops              what each call means for a socket rxpath accelerates
+//!     │             (table: fd → Candidate | Accelerated)
+//!  wait             poll/select/epoll over rxpath sockets and kernel fds
+//!     │
+//!  host             one rxpath Host per process on RXPATH_IFACE, started at
+//!                   the first bind it accelerates, shut down at exit
+//! ```
+//!
+//! Every accelerated socket keeps its kernel UDP socket behind the same fd
+//! number, bound to the same address: the port stays reserved in the kernel,
+//! `close` and `getsockname` keep working, and a datagram to a destination
+//! the interface does not reach leaves through the kernel socket. A socket
+//! this library does not accelerate (TCP, AF_UNIX, netlink, another
+//! interface, an ephemeral client port, an option rxpath cannot honour set
+//! before `bind`) is the kernel's, untouched.
+//!
+//! Not built yet (said in the README): fork and exec hand-over, `dup`,
+//! `MSG_PEEK`, control messages, `EINTR` from a blocked read, more than one
+//! port per process (the XDP program takes the first bound port).
+
+#![deny(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![deny(missing_docs, missing_debug_implementations)]
+
+pub mod config;
+pub mod host;
+mod ops;
+#[allow(unsafe_code)]
+mod sys;
+mod table;
+mod wait;
+
+pub use config::Config;
+pub use host::{Accounting, Fallback, PreloadReport};

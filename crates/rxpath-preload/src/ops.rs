@@ -1,0 +1,393 @@
+//! What each socket call means for an fd rxpath may serve, on safe types:
+//! the interposition layer (`sys`) turns the C arguments into these and
+//! the results back. `Ok(None)` (or [`Route::Kernel`]) means "the kernel's
+//! call, untouched".
+
+use crate::host::{global, Fallback};
+use crate::table::{self, Accel, Entry, Pending};
+use crate::wait::{EpSet, Watchers};
+use rxpath_runtime::sock::{RecvMeta, SockError, Watch};
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+/// An errno.
+pub(crate) type Errno = i32;
+
+/// Where a call goes.
+#[derive(Debug)]
+pub(crate) enum Route<T> {
+    /// To the kernel, as if the library were not there.
+    Kernel,
+    /// Answered by rxpath.
+    Done(Result<T, Errno>),
+}
+
+/// `socket()` made `fd`: a UDP socket of an IP family may become rxpath's
+/// at `bind`.
+pub(crate) fn on_socket(fd: RawFd, domain: i32, ty: i32, proto: i32) {
+    let udp = (domain == libc::AF_INET || domain == libc::AF_INET6)
+        && ty & 0xf == libc::SOCK_DGRAM
+        && (proto == 0 || proto == libc::IPPROTO_UDP);
+    if udp && !crate::host::inside() && global().enabled() {
+        let p = Pending {
+            nonblock: ty & libc::SOCK_NONBLOCK != 0,
+            ..Pending::default()
+        };
+        table::set(fd, Entry::Candidate(Arc::new(Mutex::new(p))));
+    } else {
+        // A number the kernel reuses is the kernel's, whatever it was.
+        table::remove(fd);
+    }
+}
+
+/// The kernel bound candidate `fd` to `addr`: serve it with rxpath if the
+/// host takes it, else it stays the kernel's (counted, said once).
+pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
+    let Some(Entry::Candidate(p)) = table::get(fd) else {
+        return;
+    };
+    let p = p.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let g = global();
+    if let Some(why) = &p.refuse {
+        table::remove(fd);
+        return g.fallback(Fallback::Option, why);
+    }
+    let sock = match g.bind(addr) {
+        Ok(s) => s,
+        Err((why, detail)) => {
+            table::remove(fd);
+            return g.fallback(why, &detail);
+        }
+    };
+    if let Some(us) = p.busy_poll {
+        sock.set_busy_poll(us);
+    }
+    if let Some(b) = p.rcvbuf {
+        sock.set_rcvbuf(b);
+    }
+    sock.set_read_timeout(p.rcvtimeo);
+    sock.set_only_v6(p.v6only);
+    let watch = Arc::new(Watchers::default());
+    let w: Arc<dyn Watch> = watch.clone();
+    sock.set_watch(Arc::downgrade(&w));
+    drop(w);
+    let a = Accel {
+        sock,
+        nonblock: p.nonblock.into(),
+        watch,
+    };
+    table::set(fd, Entry::Socket(Arc::new(a)));
+}
+
+/// `connect()` on `fd` (the kernel's call succeeded): an rxpath socket
+/// takes the peer too; a candidate connected before `bind` is a client
+/// on an ephemeral port and stays the kernel's.
+pub(crate) fn on_connect(fd: RawFd, peer: Option<SocketAddr>) -> Result<(), Errno> {
+    match table::get(fd) {
+        Some(Entry::Socket(a)) => match peer {
+            Some(p) => a.sock.connect(p).map_err(sock_errno),
+            None => {
+                global().unsupported("connect(AF_UNSPEC) (disconnect)");
+                Err(libc::EOPNOTSUPP)
+            }
+        },
+        Some(Entry::Candidate(_)) => {
+            table::remove(fd);
+            global().fallback(
+                Fallback::EphemeralPort,
+                "connected before bind: a client socket",
+            );
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `close()`: `fd` is the kernel's again (its rxpath socket closes with
+/// the last handle).
+pub(crate) fn on_close(fd: RawFd) {
+    if let Some(Entry::Socket(_)) = table::remove(fd) {
+        forget_in_sets(fd);
+    }
+}
+
+fn forget_in_sets(fd: RawFd) {
+    for set in epoll_sets() {
+        set.forget(fd);
+    }
+}
+
+fn epoll_sets() -> Vec<Arc<EpSet>> {
+    let sets = SETS.lock().unwrap_or_else(|e| e.into_inner());
+    sets.iter().filter_map(Weak::upgrade).collect()
+}
+
+static SETS: Mutex<Vec<Weak<EpSet>>> = Mutex::new(Vec::new());
+
+/// `epoll_create*()` made `kfd`.
+pub(crate) fn on_epoll_create(kfd: RawFd) {
+    if crate::host::inside() || !global().enabled() {
+        return;
+    }
+    let set = Arc::new(EpSet::new(kfd));
+    let mut sets = SETS.lock().unwrap_or_else(|e| e.into_inner());
+    sets.retain(|w| w.strong_count() > 0);
+    sets.push(Arc::downgrade(&set));
+    drop(sets);
+    table::set(kfd, Entry::Epoll(set));
+}
+
+/// `epoll_ctl()`: an rxpath socket joins the set here; anything else is
+/// the kernel's (counted for the set).
+pub(crate) fn epoll_ctl(
+    epfd: RawFd,
+    op: i32,
+    fd: RawFd,
+    ev: Option<libc::epoll_event>,
+) -> Route<()> {
+    let Some(Entry::Epoll(set)) = table::get(epfd) else {
+        return Route::Kernel;
+    };
+    match table::socket(fd) {
+        Some(a) => Route::Done(set.ctl_socket(op, fd, a, ev)),
+        None => Route::Kernel,
+    }
+}
+
+/// A kernel `epoll_ctl` on set `epfd` succeeded.
+pub(crate) fn epoll_ctl_done(epfd: RawFd, op: i32) {
+    if let Some(Entry::Epoll(set)) = table::get(epfd) {
+        match op {
+            libc::EPOLL_CTL_ADD => set.kernel_fd(true),
+            libc::EPOLL_CTL_DEL => set.kernel_fd(false),
+            _ => {}
+        }
+    }
+}
+
+/// `epoll_wait()` on `epfd`.
+pub(crate) fn epoll_wait(
+    epfd: RawFd,
+    out: &mut [libc::epoll_event],
+    timeout_ms: i32,
+) -> Route<usize> {
+    match table::get(epfd) {
+        Some(Entry::Epoll(set)) => Route::Done(set.wait(out, timeout_ms)),
+        _ => Route::Kernel,
+    }
+}
+
+/// A datagram read: its length as the call returns it, the sender, and
+/// whether it was cut short.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Got {
+    pub(crate) len: usize,
+    pub(crate) src: SocketAddr,
+    pub(crate) truncated: bool,
+}
+
+/// The flags a read honours; any other is refused on an rxpath socket.
+const RECV_FLAGS: i32 =
+    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | libc::MSG_CMSG_CLOEXEC | libc::MSG_WAITFORONE;
+
+/// `recvfrom()`/`recvmsg()`/`read()` of one datagram into `buf`.
+pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, Errno> {
+    if flags & !RECV_FLAGS != 0 {
+        global().unsupported(&flag_name(flags & !RECV_FLAGS));
+        return Err(libc::EOPNOTSUPP);
+    }
+    let nonblock = a.nonblock.load(Ordering::Relaxed) || flags & libc::MSG_DONTWAIT != 0;
+    let mut got: Option<RecvMeta> = None;
+    let mut bufs = [buf];
+    if nonblock {
+        // `sk_busy_loop(sk, nonblock)`: one busy-poll round at most.
+        let n = a
+            .sock
+            .recv_batch_busy(&mut bufs, &mut |_, m| got = Some(m))
+            .map_err(sock_errno)?;
+        return done(n, got);
+    }
+    let until = a.sock.read_timeout().map(|t| std::time::Instant::now() + t);
+    loop {
+        let n = a
+            .sock
+            .socket()
+            .try_recv_batch(&mut bufs, &mut |_, m| got = Some(m))
+            .map_err(sock_errno)?;
+        if n > 0 {
+            return done(n, got);
+        }
+        match crate::wait::wait_readable(a, until) {
+            Ok(()) => {}
+            Err(libc::EINTR) if crate::sys::restart_after_signal() => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn done(n: usize, got: Option<RecvMeta>) -> Result<Got, Errno> {
+    match (n, got) {
+        (1, Some(m)) => Ok(Got {
+            len: m.len,
+            src: m.src,
+            truncated: m.truncated,
+        }),
+        _ => Err(libc::EAGAIN),
+    }
+}
+
+fn flag_name(f: i32) -> String {
+    match f {
+        libc::MSG_PEEK => "MSG_PEEK".into(),
+        libc::MSG_TRUNC => "MSG_TRUNC".into(),
+        libc::MSG_ERRQUEUE => "MSG_ERRQUEUE".into(),
+        libc::MSG_WAITALL => "MSG_WAITALL".into(),
+        f => format!("recv flags {f:#x}"),
+    }
+}
+
+/// `sendto()`/`send()`/`write()` of one datagram: through rxpath's TX
+/// port, or through the kernel socket behind the fd when the interface
+/// has no way there (no route, no neighbour yet: the kernel routes and
+/// resolves it).
+pub(crate) fn send(a: &Accel, payload: &[u8], dst: Option<SocketAddr>) -> Route<usize> {
+    let r = match dst {
+        Some(d) => a.sock.send_to(payload, d),
+        None => a.sock.send(payload),
+    };
+    match r {
+        Ok(n) => Route::Done(Ok(n)),
+        Err(SockError::NoRoute(_) | SockError::NoNeighbor(_) | SockError::NoSource(_)) => {
+            Route::Kernel
+        }
+        Err(e) => Route::Done(Err(sock_errno(e))),
+    }
+}
+
+/// The errno a socket error reads as.
+pub(crate) fn sock_errno(e: SockError) -> Errno {
+    match e {
+        SockError::AddrInUse(_) => libc::EADDRINUSE,
+        SockError::NoPorts => libc::EAGAIN,
+        SockError::WouldBlock | SockError::TimedOut => libc::EAGAIN,
+        SockError::Closed => libc::EBADF,
+        SockError::NotConnected => libc::EDESTADDRREQ,
+        SockError::MessageTooLong { .. } => libc::EMSGSIZE,
+        SockError::TooManySegments { .. } => libc::EINVAL,
+        SockError::Family(_) => libc::EAFNOSUPPORT,
+        SockError::NoRoute(_) => libc::ENETUNREACH,
+        SockError::NoNeighbor(_) | SockError::NoSource(_) => libc::EHOSTUNREACH,
+        SockError::NoTx | SockError::Tx(_) => libc::ENOBUFS,
+    }
+}
+
+/// `fcntl(F_SETFL)` or `ioctl(FIONBIO)`: the non-blocking flag.
+pub(crate) fn set_nonblock(fd: RawFd, on: bool) {
+    match table::get(fd) {
+        Some(Entry::Socket(a)) => a.nonblock.store(on, Ordering::Relaxed),
+        Some(Entry::Candidate(p)) => p.lock().unwrap_or_else(|e| e.into_inner()).nonblock = on,
+        _ => {}
+    }
+}
+
+/// What `setsockopt` means for an rxpath fd, given the option's value as
+/// an int (`None` if it is not one) or a timeval.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum OptVal {
+    Int(i32),
+    Time(Duration),
+    Other,
+}
+
+/// `setsockopt()` on `fd` (after the kernel's call succeeded, so the kernel
+/// socket has it too): rxpath takes what it honours; an option it cannot
+/// honour makes a candidate stay the kernel's at `bind`, and is refused on
+/// an rxpath socket (`EOPNOTSUPP`).
+pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<(), Errno> {
+    let e = match table::get(fd) {
+        Some(e @ (Entry::Socket(_) | Entry::Candidate(_))) => e,
+        _ => return Ok(()),
+    };
+    let off = matches!(v, OptVal::Int(0));
+    let what = match (level, name, v) {
+        (libc::SOL_SOCKET, libc::SO_RCVTIMEO_NEW | libc::SO_RCVTIMEO, OptVal::Time(t)) => {
+            let t = (!t.is_zero()).then_some(t);
+            apply(&e, |a| a.sock.set_read_timeout(t), |p| p.rcvtimeo = t);
+            return Ok(());
+        }
+        (libc::SOL_SOCKET, libc::SO_BUSY_POLL, OptVal::Int(us)) => {
+            let us = us.max(0) as u32;
+            apply(&e, |a| a.sock.set_busy_poll(us), |p| p.busy_poll = Some(us));
+            return Ok(());
+        }
+        (libc::SOL_SOCKET, libc::SO_RCVBUF | libc::SO_RCVBUFFORCE, OptVal::Int(b)) => {
+            // The kernel doubles the value for its bookkeeping.
+            let b = (b.max(0) as usize).saturating_mul(2);
+            apply(&e, |a| a.sock.set_rcvbuf(b), |p| p.rcvbuf = Some(b));
+            return Ok(());
+        }
+        (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, OptVal::Int(on)) => {
+            apply(&e, |a| a.sock.set_only_v6(on != 0), |p| p.v6only = on != 0);
+            return Ok(());
+        }
+        (libc::SOL_SOCKET, n, _) if HARMLESS_SOCKET.contains(&n) => return Ok(()),
+        (libc::IPPROTO_IP, n, _) if HARMLESS_IP.contains(&n) => return Ok(()),
+        (libc::IPPROTO_IPV6, n, _) if HARMLESS_IPV6.contains(&n) => return Ok(()),
+        // Turning a feature off that is off asks nothing.
+        _ if off => return Ok(()),
+        _ => format!("setsockopt(level {level}, option {name})"),
+    };
+    match e {
+        Entry::Candidate(p) => {
+            p.lock().unwrap_or_else(|e| e.into_inner()).refuse = Some(format!(
+                "{what}: rxpath does not honour it, so the socket is the kernel's"
+            ));
+            Ok(())
+        }
+        _ => {
+            global().unsupported(&what);
+            Err(libc::EOPNOTSUPP)
+        }
+    }
+}
+
+fn apply(e: &Entry, on_sock: impl FnOnce(&Accel), on_pending: impl FnOnce(&mut Pending)) {
+    match e {
+        Entry::Socket(a) => on_sock(a),
+        Entry::Candidate(p) => on_pending(&mut p.lock().unwrap_or_else(|e| e.into_inner())),
+        Entry::Epoll(_) => {}
+    }
+}
+
+/// Socket options whose effect rxpath keeps as the kernel would, or that
+/// only the kernel socket behind the fd needs (sending buffers, address
+/// reuse of the reserved port, priority, timeouts of sends).
+const HARMLESS_SOCKET: &[i32] = &[
+    libc::SO_REUSEADDR,
+    libc::SO_SNDBUF,
+    libc::SO_SNDBUFFORCE,
+    libc::SO_SNDTIMEO_NEW,
+    libc::SO_SNDTIMEO,
+    libc::SO_PRIORITY,
+    libc::SO_KEEPALIVE,
+    libc::SO_BROADCAST,
+    libc::SO_PREFER_BUSY_POLL,
+    libc::SO_BUSY_POLL_BUDGET,
+];
+const HARMLESS_IP: &[i32] = &[
+    libc::IP_TTL,
+    libc::IP_MTU_DISCOVER,
+    libc::IP_MULTICAST_TTL,
+    libc::IP_MULTICAST_LOOP,
+    libc::IP_MULTICAST_IF,
+];
+const HARMLESS_IPV6: &[i32] = &[
+    libc::IPV6_UNICAST_HOPS,
+    libc::IPV6_MTU_DISCOVER,
+    libc::IPV6_MULTICAST_HOPS,
+    libc::IPV6_MULTICAST_LOOP,
+    libc::IPV6_MULTICAST_IF,
+];

@@ -1,0 +1,102 @@
+//! The interposition layer: the C library's socket calls, exported under
+//! their own names, and the real ones behind them. The only `unsafe` of
+//! the crate is here, each block with its `SAFETY` line: raw pointers
+//! from the program become slices and addresses, and answers go back.
+
+mod interpose;
+mod real;
+
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+/// A new non-blocking, close-on-exec eventfd.
+pub(crate) fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd takes two integers and returns a new fd or -1.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just made and is owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Add one to an eventfd (wakes a sleeper in `poll`/`epoll_wait` on it).
+pub(crate) fn eventfd_signal(fd: RawFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64; a full counter (EAGAIN) is
+    // already a wakeup.
+    unsafe { real::write()(fd, (&one as *const u64).cast(), 8) };
+}
+
+/// Empty an eventfd.
+pub(crate) fn eventfd_drain(fd: RawFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reads 8 bytes into a live u64; EAGAIN when already empty.
+    unsafe { real::read()(fd, (&mut v as *mut u64).cast(), 8) };
+}
+
+/// The kernel's `poll` on kernel fds.
+pub(crate) fn kpoll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
+    // SAFETY: `fds` is a live, writable array of `fds.len()` pollfds.
+    let r = unsafe { real::poll()(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    if r < 0 {
+        // EINTR included: a signal ends a wait, as it ends the kernel's.
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r as usize)
+}
+
+/// The kernel's `epoll_ctl`.
+pub(crate) fn kepoll_ctl(
+    epfd: RawFd,
+    op: i32,
+    fd: RawFd,
+    ev: Option<libc::epoll_event>,
+) -> io::Result<()> {
+    let mut ev = ev;
+    let p = ev
+        .as_mut()
+        .map_or(std::ptr::null_mut(), |e| e as *mut libc::epoll_event);
+    // SAFETY: `p` is null or points at a live epoll_event.
+    let r = unsafe { real::epoll_ctl()(epfd, op, fd, p) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The kernel's `epoll_wait`.
+pub(crate) fn kepoll_wait(
+    epfd: RawFd,
+    out: &mut [libc::epoll_event],
+    timeout_ms: i32,
+) -> io::Result<usize> {
+    let max = out.len().min(i32::MAX as usize) as i32;
+    // SAFETY: `out` is a live, writable array of at least `max` events.
+    let r = unsafe { real::epoll_wait()(epfd, out.as_mut_ptr(), max, timeout_ms) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r as usize)
+}
+
+/// After a signal interrupted a blocked read: would the kernel have
+/// restarted it? It does when the handler has `SA_RESTART`; which signal
+/// came is not known here, so the read restarts only if every caught
+/// signal has `SA_RESTART` (a handler without it, as `sockperf`'s
+/// `SIGINT`, gets `EINTR`, as from the kernel).
+pub(crate) fn restart_after_signal() -> bool {
+    for sig in 1..=libc::SIGRTMAX() {
+        // SAFETY: an all-zero sigaction is valid storage for the answer.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: reads the disposition of `sig` into `old`; no change.
+        if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } != 0 {
+            continue;
+        }
+        let caught = old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN;
+        if caught && old.sa_flags & libc::SA_RESTART == 0 {
+            return false;
+        }
+    }
+    true
+}

@@ -1,0 +1,128 @@
+//! Which fds are rxpath's. A byte per fd says what an fd is and is read
+//! without a lock by every interposed call (a kernel fd costs that one
+//! load); the entries behind it sit in a map under a lock taken only for
+//! fds that are rxpath's.
+
+use crate::wait::{EpSet, Watchers};
+use rxpath_runtime::UdpSocket;
+use std::collections::HashMap;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+/// Fds at or above this are always the kernel's.
+pub(crate) const MAX_FD: usize = 1 << 16;
+
+/// The fd is the kernel's.
+pub(crate) const KERNEL: u8 = 0;
+/// A UDP socket not bound yet: it may become rxpath's at `bind`.
+pub(crate) const CANDIDATE: u8 = 1;
+/// A UDP socket rxpath serves.
+pub(crate) const SOCKET: u8 = 2;
+/// An epoll set that may hold rxpath sockets.
+pub(crate) const EPOLL: u8 = 3;
+
+static KIND: [AtomicU8; MAX_FD] = [const { AtomicU8::new(KERNEL) }; MAX_FD];
+
+/// A UDP socket before `bind`: what was asked of it so far.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Pending {
+    pub(crate) nonblock: bool,
+    pub(crate) rcvtimeo: Option<Duration>,
+    pub(crate) busy_poll: Option<u32>,
+    pub(crate) rcvbuf: Option<usize>,
+    pub(crate) v6only: bool,
+    /// An option rxpath cannot honour was set: the socket stays the
+    /// kernel's at `bind`.
+    pub(crate) refuse: Option<String>,
+}
+
+/// A socket rxpath serves, behind the kernel socket of the same fd.
+#[derive(Debug)]
+pub(crate) struct Accel {
+    pub(crate) sock: UdpSocket,
+    pub(crate) nonblock: AtomicBool,
+    pub(crate) watch: Arc<Watchers>,
+}
+
+/// What an fd that is not plain kernel is.
+#[derive(Debug, Clone)]
+pub(crate) enum Entry {
+    Candidate(Arc<Mutex<Pending>>),
+    Socket(Arc<Accel>),
+    Epoll(Arc<EpSet>),
+}
+
+impl Entry {
+    fn kind(&self) -> u8 {
+        match self {
+            Entry::Candidate(_) => CANDIDATE,
+            Entry::Socket(_) => SOCKET,
+            Entry::Epoll(_) => EPOLL,
+        }
+    }
+}
+
+fn map() -> &'static RwLock<HashMap<RawFd, Entry>> {
+    static MAP: std::sync::OnceLock<RwLock<HashMap<RawFd, Entry>>> = std::sync::OnceLock::new();
+    MAP.get_or_init(Default::default)
+}
+
+/// What `fd` is, without a lock.
+#[inline]
+pub(crate) fn kind(fd: RawFd) -> u8 {
+    match usize::try_from(fd) {
+        Ok(i) if i < MAX_FD => KIND[i].load(Ordering::Acquire),
+        _ => KERNEL,
+    }
+}
+
+/// The entry of an fd that is not plain kernel.
+pub(crate) fn get(fd: RawFd) -> Option<Entry> {
+    if kind(fd) == KERNEL {
+        return None;
+    }
+    map()
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&fd)
+        .cloned()
+}
+
+/// The rxpath socket behind `fd`, if it is one.
+#[inline]
+pub(crate) fn socket(fd: RawFd) -> Option<Arc<Accel>> {
+    if kind(fd) != SOCKET {
+        return None;
+    }
+    match get(fd) {
+        Some(Entry::Socket(a)) => Some(a),
+        _ => None,
+    }
+}
+
+/// Record what `fd` is (an fd out of range stays the kernel's).
+pub(crate) fn set(fd: RawFd, e: Entry) {
+    let Ok(i) = usize::try_from(fd) else { return };
+    if i >= MAX_FD {
+        return;
+    }
+    let k = e.kind();
+    map()
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(fd, e);
+    KIND[i].store(k, Ordering::Release);
+}
+
+/// `fd` is the kernel's again (closed, or handed back); its entry, if any.
+pub(crate) fn remove(fd: RawFd) -> Option<Entry> {
+    if kind(fd) == KERNEL {
+        return None;
+    }
+    if let Ok(i) = usize::try_from(fd) {
+        KIND[i].store(KERNEL, Ordering::Release);
+    }
+    map().write().unwrap_or_else(|e| e.into_inner()).remove(&fd)
+}

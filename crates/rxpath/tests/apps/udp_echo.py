@@ -1,0 +1,154 @@
+"""A UDP echo server written as ordinary programs write them, for the
+preload tests: it answers every datagram with its bytes until one reads
+"quit", answers that "bye" and exits 0.
+
+    udp_echo.py --port P --mux block|select|poll|epoll|epoll-et|asyncio
+                [--bind ADDR] [--opt-before-bind] [--opt-after-bind] [--second-port Q]
+
+--mux picks how it waits: a blocking recvfrom, select(), poll(), epoll
+(level- or edge-triggered, non-blocking socket), or asyncio's datagram
+endpoint (epoll with its self-pipe beside the socket).
+--opt-before-bind / --opt-after-bind set IP_RECVTOS (which needs control
+messages rxpath does not give yet) before or after bind; after bind it
+prints the errno the call raised, if any.
+--second-port also binds a second socket on Q and answers one datagram on
+it first (a socket bound after the first: the kernel's for now).
+"""
+
+import argparse
+import asyncio
+import errno
+import select
+import socket
+import sys
+
+
+def answer(s, d, a):
+    """Echo `d` to `a`; False once it was the last ("quit")."""
+    if d == b"quit":
+        s.sendto(b"bye", a)
+        return False
+    s.sendto(d, a)
+    return True
+
+
+def drain(s):
+    """Answer what is queued on a non-blocking socket; False after quit."""
+    while True:
+        try:
+            d, a = s.recvfrom(65535)
+        except BlockingIOError:
+            return True
+        if not answer(s, d, a):
+            return False
+
+
+def serve_block(s):
+    while True:
+        d, a = s.recvfrom(65535)
+        if not answer(s, d, a):
+            return
+
+
+def serve_select(s):
+    s.setblocking(False)
+    while True:
+        r, _, _ = select.select([s], [], [], 5.0)
+        if r and not drain(s):
+            return
+
+
+def serve_poll(s):
+    s.setblocking(False)
+    p = select.poll()
+    p.register(s, select.POLLIN)
+    while True:
+        for _fd, _ev in p.poll(5000):
+            if not drain(s):
+                return
+
+
+def serve_epoll(s, et):
+    s.setblocking(False)
+    ep = select.epoll()
+    ep.register(s.fileno(), select.EPOLLIN | (select.EPOLLET if et else 0))
+    while True:
+        # Edge-triggered: `drain` reads until EAGAIN, as the contract says.
+        for _fd, _ev in ep.poll(5.0):
+            if not drain(s):
+                return
+
+
+def serve_asyncio(s):
+    s.setblocking(False)
+
+    class Echo(asyncio.DatagramProtocol):
+        def __init__(self, fut):
+            self.fut = fut
+
+        def connection_made(self, t):
+            self.t = t
+
+        def datagram_received(self, d, a):
+            if d == b"quit":
+                self.t.sendto(b"bye", a)
+                if not self.fut.done():
+                    self.fut.set_result(None)
+                return
+            self.t.sendto(d, a)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        t, _ = await loop.create_datagram_endpoint(lambda: Echo(fut), sock=s)
+        await fut
+        t.close()
+
+    asyncio.run(main())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--mux", default="block")
+    ap.add_argument("--bind", default="0.0.0.0")
+    ap.add_argument("--opt-before-bind", action="store_true")
+    ap.add_argument("--opt-after-bind", action="store_true")
+    ap.add_argument("--second-port", type=int)
+    a = ap.parse_args()
+    fam = socket.AF_INET6 if ":" in a.bind else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_DGRAM)
+    if a.opt_before_bind:
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+    s.bind((a.bind, a.port))
+    if a.opt_after_bind:
+        try:
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+            print("setsockopt after bind: ok", flush=True)
+        except OSError as e:
+            print("setsockopt after bind: %s" % errno.errorcode.get(e.errno, e.errno), flush=True)
+    if a.second_port:
+        s2 = socket.socket(fam, socket.SOCK_DGRAM)
+        s2.bind((a.bind, a.second_port))
+        d, addr = s2.recvfrom(65535)
+        s2.sendto(d, addr)
+        s2.close()
+    print("ready", flush=True)
+    mux = a.mux
+    if mux == "block":
+        serve_block(s)
+    elif mux == "select":
+        serve_select(s)
+    elif mux == "poll":
+        serve_poll(s)
+    elif mux in ("epoll", "epoll-et"):
+        serve_epoll(s, mux == "epoll-et")
+    elif mux == "asyncio":
+        serve_asyncio(s)
+    else:
+        sys.exit("unknown --mux " + mux)
+    s.close()
+
+
+if __name__ == "__main__":
+    main()

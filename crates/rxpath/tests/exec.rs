@@ -1,0 +1,324 @@
+//! `rxpath exec` runs programs nobody here wrote for rxpath, unmodified
+//! (root only; CI runs it as root): each Python server below waits the way
+//! real servers do (a blocking `recvfrom`, `select`, `poll`, level- and
+//! edge-triggered epoll, asyncio's epoll with its self-pipe), and answers
+//! a kernel client in another namespace byte for byte as the same program
+//! does on the kernel's socket; `sockperf server` answers `sockperf
+//! ping-pong`. The accounting of the path holds and every frame comes
+//! home. A socket rxpath cannot serve stays the kernel's, said and counted.
+
+mod common;
+
+use common::Pair;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SRV: &str = "198.18.9.6";
+const ECHO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/udp_echo.py");
+const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/udp_client.py");
+
+fn pair(tag: &str, tools: &[&'static str]) -> Option<Pair> {
+    let mut t = vec!["python3"];
+    t.extend_from_slice(tools);
+    Pair::new(tag, true, &t)
+}
+
+/// `prog` in the server namespace, under `rxpath exec` with `exec_args`
+/// (or on the kernel's socket when `None`); stdout piped.
+fn server(p: &Pair, exec_args: Option<&[&str]>, prog: &[&str]) -> Child {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &p.srv]);
+    if let Some(a) = exec_args {
+        c.arg(env!("CARGO_BIN_EXE_rxpath"))
+            .args(["exec", "--iface", &p.srv_if])
+            .args(a)
+            .arg("--");
+    }
+    c.args(prog)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("server")
+}
+
+/// Wait for the line `ready` on the server's stdout (the lines before it
+/// are returned).
+fn wait_ready(c: &mut Child) -> Vec<String> {
+    let out = c.stdout.take().expect("stdout");
+    let mut r = BufReader::new(out);
+    let mut lines = Vec::new();
+    loop {
+        let mut l = String::new();
+        if r.read_line(&mut l).unwrap_or(0) == 0 {
+            panic!("server ended before it was ready: {lines:?}");
+        }
+        if l.trim() == "ready" {
+            // Keep reading the rest (exec's report) on a thread.
+            let rest = std::thread::spawn(move || {
+                let mut s = String::new();
+                let _ = std::io::Read::read_to_string(&mut r, &mut s);
+                s
+            });
+            REST.with(|x| *x.borrow_mut() = Some(rest));
+            return lines;
+        }
+        lines.push(l.trim().to_string());
+    }
+}
+
+thread_local! {
+    static REST: std::cell::RefCell<Option<std::thread::JoinHandle<String>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The server's exit: status, the rest of its stdout, its stderr.
+fn finish(mut c: Child) -> (std::process::ExitStatus, String, String) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = c.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = c.kill();
+            panic!("the server did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = REST
+        .with(|x| x.borrow_mut().take())
+        .map(|h| h.join().unwrap())
+        .unwrap_or_default();
+    let mut err = String::new();
+    if let Some(mut e) = c.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+    }
+    (status, out, err)
+}
+
+/// The kernel client in the client namespace: `n` datagrams, then quit.
+fn client(p: &Pair, port: u16, n: usize) -> serde_json::Value {
+    client_with(p, port, n, true)
+}
+
+/// [`client`], telling the server to quit at the end or not.
+fn client_with(p: &Pair, port: u16, n: usize, quit: bool) -> serde_json::Value {
+    let (port, n) = (port.to_string(), n.to_string());
+    let mut args = vec!["netns", "exec", &p.cli, "python3", CLIENT, SRV, &port, &n];
+    if !quit {
+        args.push("--no-quit");
+    }
+    let out = Command::new("ip").args(args).output().expect("client");
+    assert!(
+        out.status.success(),
+        "client: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("client json")
+}
+
+/// Run `mux` on the kernel and under exec (with `exec_args`), the same
+/// client against each; the answers must be all there and the same.
+fn same_answers(p: &Pair, port: u16, mux: &str, exec_args: &[&str]) {
+    let prog = ["python3", ECHO, "--port", &port.to_string(), "--mux", mux];
+    let mut k = server(p, None, &prog);
+    wait_ready(&mut k);
+    let on_kernel = client(p, port, 40);
+    let (st, _, err) = finish(k);
+    assert!(st.success(), "{mux} on the kernel: {err}");
+    let mut r = server(p, Some(exec_args), &prog);
+    wait_ready(&mut r);
+    let on_rxpath = client(p, port, 40);
+    let (st, out, err) = finish(r);
+    assert!(st.success(), "{mux} under exec {exec_args:?}: {err}\n{out}");
+    assert_eq!(on_kernel["missing"], 0, "{mux} on the kernel: {on_kernel}");
+    assert_eq!(
+        on_rxpath["missing"], 0,
+        "{mux} under exec: {on_rxpath}\n{err}"
+    );
+    assert_eq!(
+        on_rxpath["answers"], on_kernel["answers"],
+        "{mux}: byte for byte"
+    );
+    assert_eq!(on_rxpath["bye"], true);
+    assert!(
+        out.contains("sockets on rxpath 1 "),
+        "{mux}: served by rxpath: {out}\n{err}"
+    );
+    assert!(out.contains("accounting: received"), "{out}");
+    assert!(!out.contains("MISMATCH"), "{mux}: {out}");
+    // Every datagram of the client reached the program through rxpath.
+    let rx: u64 = out
+        .split("accounting: received ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    assert!(rx >= 41, "{mux}: rxpath received {rx}: {out}");
+}
+
+#[test]
+fn unmodified_servers_answer_as_on_the_kernel() {
+    let Some(p) = pair("xa", &[]) else { return };
+    for mux in ["block", "select", "poll", "epoll", "epoll-et", "asyncio"] {
+        same_answers(&p, 5301, mux, &[]);
+    }
+    // Busy polling: the reading thread polls the NAPI itself.
+    for mux in ["block", "epoll"] {
+        same_answers(&p, 5301, mux, &["--busy-poll", "50"]);
+    }
+}
+
+#[test]
+fn an_option_rxpath_cannot_honour_keeps_the_socket_on_the_kernel() {
+    let Some(p) = pair("xo", &[]) else { return };
+    // Before bind: the socket stays the kernel's, said and counted, and
+    // still answers (the kernel serves it).
+    let prog = ["python3", ECHO, "--port", "5302", "--opt-before-bind"];
+    let mut s = server(&p, Some(&[]), &prog);
+    wait_ready(&mut s);
+    let c = client(&p, 5302, 5);
+    let (st, out, err) = finish(s);
+    assert!(st.success(), "{err}");
+    assert_eq!(c["missing"], 0, "{c}");
+    assert!(out.contains("sockets on rxpath 0 "), "{out}");
+    assert!(out.contains("\"option\":1"), "counted: {out}");
+    assert!(err.contains("stays the kernel's"), "said: {err}");
+    // After bind: refused (EOPNOTSUPP), counted; the socket goes on.
+    let prog = ["python3", ECHO, "--port", "5302", "--opt-after-bind"];
+    let mut s = server(&p, Some(&[]), &prog);
+    let before = wait_ready(&mut s);
+    let c = client(&p, 5302, 5);
+    let (st, out, err) = finish(s);
+    assert!(st.success(), "{err}");
+    assert_eq!(c["missing"], 0, "{c}");
+    // Python names errno 95 ENOTSUP (EOPNOTSUPP is the same number on Linux).
+    assert!(
+        before
+            .iter()
+            .any(|l| l == "setsockopt after bind: ENOTSUP"
+                || l == "setsockopt after bind: EOPNOTSUPP"),
+        "{before:?}"
+    );
+    assert!(out.contains("sockets on rxpath 1 "), "{out}");
+    assert!(
+        out.contains("IP_RECVTOS") || out.contains("option 13"),
+        "counted: {out}"
+    );
+}
+
+#[test]
+fn a_second_port_stays_on_the_kernel_and_is_served_there() {
+    let Some(p) = pair("xp", &[]) else { return };
+    let prog = ["python3", ECHO, "--port", "5303", "--second-port", "5304"];
+    let mut s = server(&p, Some(&[]), &prog);
+    // The second socket answers one datagram before `ready`.
+    std::thread::sleep(Duration::from_millis(500));
+    let one = client_with(&p, 5304, 1, false);
+    assert_eq!(
+        one["missing"], 0,
+        "the kernel serves the second port: {one}"
+    );
+    wait_ready(&mut s);
+    let c = client(&p, 5303, 10);
+    let (st, out, err) = finish(s);
+    assert!(st.success(), "{err}");
+    assert_eq!(c["missing"], 0, "{c}");
+    assert!(out.contains("sockets on rxpath 1 "), "{out}");
+    assert!(out.contains("\"other_port\":1"), "{out}");
+}
+
+#[test]
+fn sigkill_gives_the_port_back_to_the_kernel_at_once() {
+    let Some(p) = pair("xk", &["pgrep", "kill"]) else {
+        return;
+    };
+    let prog = ["python3", ECHO, "--port", "5305"];
+    let mut s = server(&p, Some(&[]), &prog);
+    wait_ready(&mut s);
+    let c = client_with(&p, 5305, 3, false);
+    assert_eq!(c["missing"], 0, "served by rxpath first: {c}");
+    // Kill the program itself (exec's child), not exec.
+    let pids = Command::new("pgrep")
+        .args(["-f", "^[^ ]*python3 [^ ]*udp_echo.py --port 5305"])
+        .output()
+        .unwrap();
+    for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
+        let _ = Command::new("kill").args(["-KILL", pid]).status();
+    }
+    let (st, out, _) = finish(s);
+    assert!(!st.success(), "exec reports the kill: {out}");
+    // The XDP program went with the process: the kernel's socket on the
+    // same port gets the next datagrams.
+    let mut k = server(&p, None, &prog);
+    wait_ready(&mut k);
+    let c = client(&p, 5305, 5);
+    let (st, _, err) = finish(k);
+    assert!(st.success(), "{err}");
+    assert_eq!(c["missing"], 0, "the kernel has the port back: {c}");
+}
+
+#[test]
+fn sockperf_server_answers_ping_pong_under_exec() {
+    let Some(p) = pair("xs", &["sockperf", "pgrep"]) else {
+        return;
+    };
+    for busy in ["0", "50"] {
+        let s = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &p.srv,
+                env!("CARGO_BIN_EXE_rxpath"),
+                "exec",
+            ])
+            .args(["--iface", &p.srv_if, "--busy-poll", busy, "--"])
+            .args(["sockperf", "server", "-i", SRV, "-p", "5306"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &p.cli,
+                "sockperf",
+                "ping-pong",
+                "-i",
+                SRV,
+                "-p",
+                "5306",
+            ])
+            .args(["-t", "2", "-m", "64"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let pids = Command::new("pgrep")
+            .args(["-f", "^[^ ]*sockperf server -i 198.18.9.6 -p 5306"])
+            .output()
+            .unwrap();
+        for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
+            let _ = Command::new("kill").args(["-INT", pid]).status();
+        }
+        let o = s.wait_with_output().unwrap();
+        let report = String::from_utf8_lossy(&o.stdout).to_string();
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(
+            text.contains("ReceivedMessages"),
+            "busy {busy}: ping-pong: {text}\n{report}\n{err}"
+        );
+        let received: u64 = text
+            .split("ReceivedMessages=")
+            .nth(1)
+            .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        assert!(received > 100, "busy {busy}: {received} answers: {text}");
+        assert!(
+            report.contains("sockets on rxpath 1 "),
+            "busy {busy}: {report}\n{err}"
+        );
+        assert!(!report.contains("MISMATCH"), "{report}");
+    }
+}
