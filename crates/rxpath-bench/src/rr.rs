@@ -34,8 +34,8 @@ pub struct RrArgs {
     /// rxpath's prefer-busy-poll interrupt deferral, ns.
     #[arg(long, default_value_t = 200_000)]
     pub prefer_ns: u64,
-    /// Only these servers (comma-separated: busy, busy-packet-tx, prefer, xsk, sleep, packet, kernel,
-    /// kernel-busy); the kernel is always run, as the reference.
+    /// Only these servers (comma-separated: busy, busy-packet-tx, prefer, xsk, sleep, packet,
+    /// exec, exec-busy, kernel, kernel-busy); the kernel is always run, as the reference.
     #[arg(long, value_delimiter = ',')]
     pub servers: Vec<String>,
 }
@@ -50,18 +50,22 @@ enum Server {
     RxpathXsk,
     RxpathSleep,
     RxpathPacket,
+    ExecSleep,
+    ExecBusy,
     Kernel,
     KernelBusy,
 }
 
 impl Server {
-    const ALL: [Server; 8] = [
+    const ALL: [Server; 10] = [
         Server::RxpathBusy,
         Server::RxpathBusyPacketTx,
         Server::RxpathPrefer,
         Server::RxpathXsk,
         Server::RxpathSleep,
         Server::RxpathPacket,
+        Server::ExecSleep,
+        Server::ExecBusy,
         Server::Kernel,
         Server::KernelBusy,
     ];
@@ -74,6 +78,8 @@ impl Server {
             Server::RxpathXsk => "xsk",
             Server::RxpathSleep => "sleep",
             Server::RxpathPacket => "packet",
+            Server::ExecSleep => "exec",
+            Server::ExecBusy => "exec-busy",
             Server::Kernel => "kernel",
             Server::KernelBusy => "kernel-busy",
         }
@@ -87,6 +93,8 @@ impl Server {
             Server::RxpathXsk => "rxpath echo, busy poll + XSK busy poll",
             Server::RxpathSleep => "rxpath echo, sleeping",
             Server::RxpathPacket => "rxpath echo --mode packet, busy poll",
+            Server::ExecSleep => "sockperf server, rxpath exec",
+            Server::ExecBusy => "sockperf server, rxpath exec, busy poll",
             Server::Kernel => "kernel UDP (sockperf server)",
             Server::KernelBusy => "kernel UDP, busy_read/busy_poll",
         }
@@ -284,10 +292,68 @@ impl Drop for Restore {
 enum Running {
     Rxpath(Box<EchoServer>),
     Kernel(crate::harness::Peer),
+    /// `rxpath exec` with `sockperf server` under it, and exec's stdout.
+    Exec(crate::harness::Peer, Option<std::process::ChildStdout>),
+}
+
+/// The unmodified `sockperf server` under `rxpath exec` (this binary),
+/// pinned to `cpu` with every thread the preloaded host starts.
+fn start_exec(t: &Topology, busy_us: u32, cpu: Option<usize>) -> Result<Running> {
+    let exe = std::env::current_exe().context("locating this binary")?;
+    let mut cmd = Command::new(exe);
+    cmd.args(["exec", "--iface", &t.host_if, "--mode", "xdp"])
+        .args(["--busy-poll", &busy_us.to_string(), "--"]);
+    if let Some(c) = cpu {
+        cmd.args(["taskset", "-c", &c.to_string()]);
+    }
+    cmd.args([
+        "sockperf",
+        "server",
+        "-i",
+        HOST_ADDR,
+        "-p",
+        &PORT.to_string(),
+    ]);
+    let mut peer = crate::harness::Peer::spawn("rxpath exec sockperf server", cmd)?;
+    let out = peer.stdout();
+    Ok(Running::Exec(peer, out))
+}
+
+/// Stop `rxpath exec`'s program with SIGINT (sockperf's own way out: it
+/// exits, the preload writes its report) and require the accounting exec
+/// prints to hold.
+fn stop_exec(peer: crate::harness::Peer, out: Option<std::process::ChildStdout>) -> Result<String> {
+    let kids = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", peer.id()))
+        .unwrap_or_default();
+    for pid in kids
+        .split_whitespace()
+        .filter_map(|p| p.parse::<u32>().ok())
+    {
+        let _ = sched::signal(pid, signal_hook::consts::SIGINT);
+    }
+    peer.interrupt(std::time::Duration::from_secs(10))?;
+    let mut text = String::new();
+    if let Some(mut o) = out {
+        let _ = std::io::Read::read_to_string(&mut o, &mut text);
+    }
+    let acc = text
+        .lines()
+        .find(|l| l.starts_with("accounting:"))
+        .unwrap_or("");
+    let frames = text
+        .lines()
+        .find(|l| l.starts_with("frames:"))
+        .unwrap_or("");
+    if !(acc.ends_with(": ok") && frames.ends_with(": ok")) {
+        bail!("rxpath exec's accounting does not hold: {text}");
+    }
+    Ok(frames.to_string())
 }
 
 fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Running> {
     match s {
+        Server::ExecSleep => start_exec(t, 0, cpu),
+        Server::ExecBusy => start_exec(t, a.busy_poll, cpu),
         Server::Kernel | Server::KernelBusy => {
             let busy = if s == Server::KernelBusy {
                 a.busy_poll.to_string()
@@ -422,6 +488,7 @@ fn stop(r: Running) -> Result<String> {
             peer.kill()?;
             Ok(String::new())
         }
+        Running::Exec(peer, out) => stop_exec(peer, out),
     }
 }
 
@@ -584,7 +651,21 @@ pub fn rr(a: RrArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
             bail!("unknown server {k:?}: {}", keys.join(", "));
         }
     }
+    // The exec rows run this binary's preload library; without it they
+    // are said not measured, and the rest runs.
+    let preload = rxpath_cli::exec::find_preload();
+    if let Err(e) = &preload {
+        for s in [Server::ExecSleep, Server::ExecBusy] {
+            if a.servers.is_empty() || a.servers.iter().any(|k| k == s.key()) {
+                println!("{:40} not measured: {e}", s.name());
+                crate::harness::peer_not_measured(s.name(), &e.to_string());
+            }
+        }
+    }
     let chosen = |s: Server| {
+        if matches!(s, Server::ExecSleep | Server::ExecBusy) && preload.is_err() {
+            return false;
+        }
         a.servers.is_empty() || s == Server::Kernel || a.servers.iter().any(|k| k == s.key())
     };
     // results[round][config]: None when the configuration was not run or

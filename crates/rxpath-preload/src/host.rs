@@ -2,9 +2,11 @@
 //! first `bind` it accelerates and shut down when the process exits (its
 //! accounting written to `RXPATH_REPORT`).
 //!
-//! The XDP program takes the port of that first bind; a socket bound to
-//! another port later stays the kernel's (said once on stderr and counted):
-//! the map of bound ports the XDP program will read is not built yet.
+//! The XDP program takes exactly the bound ports: each `bind` rxpath serves
+//! adds its port to the program's port map and the last `close` on it
+//! takes it out, so a socket bound at any time is served and every other
+//! frame (ARP, ND, TCP, other ports) goes to the kernel. The program goes
+//! with the process, however it ends (a BPF link held by an fd).
 
 use crate::config::{Config, Mode};
 use rxpath_dev::sys::xdp::XdpFilter;
@@ -23,8 +25,8 @@ pub enum Fallback {
     EphemeralPort,
     /// Bound to an address that is not the interface's.
     OtherAddress,
-    /// The XDP program takes another port (one port per process for now).
-    OtherPort,
+    /// The XDP program's port map is full.
+    PortMapFull,
     /// The host could not start on the interface.
     HostFailed,
     /// rxpath refused the bind (address in use in rxpath).
@@ -89,7 +91,8 @@ impl Accounting {
 
 struct Running {
     host: Host,
-    port: u16,
+    /// Sockets per port the XDP program takes.
+    ports: BTreeMap<u16, usize>,
 }
 
 struct State {
@@ -212,7 +215,7 @@ impl Global {
                     format!("rxpath could not start on {iface}"),
                 ));
             }
-            match as_library(|| self.start(&iface, addr.port())) {
+            match as_library(|| self.start(&iface)) {
                 Ok(h) => s.running = Some(h),
                 Err(e) => {
                     s.failed = true;
@@ -220,18 +223,9 @@ impl Global {
                 }
             }
         }
-        let Some(r) = s.running.as_ref() else {
+        let Some(r) = s.running.as_mut() else {
             return Err((Fallback::HostFailed, "no host".into()));
         };
-        if r.port != addr.port() {
-            return Err((
-                Fallback::OtherPort,
-                format!(
-                    "{addr}: the XDP program takes port {} only (one port per process for now)",
-                    r.port
-                ),
-            ));
-        }
         let ours = addr.ip().is_unspecified()
             || r.host.sockets().config().local_addrs.contains(&addr.ip());
         if !ours {
@@ -244,6 +238,16 @@ impl Global {
             .host
             .udp_bind_held(addr)
             .map_err(|e| (Fallback::BindRefused, format!("{addr}: {e}")))?;
+        let port = addr.port();
+        if !r.ports.contains_key(&port) {
+            if let Err(e) = r.host.take_port(libc::IPPROTO_UDP as u8, port, true) {
+                return Err((
+                    Fallback::PortMapFull,
+                    format!("{addr}: the XDP program's port map: {e}"),
+                ));
+            }
+        }
+        *r.ports.entry(port).or_default() += 1;
         if self.cfg.busy_poll_us > 0 {
             sock.set_busy_poll(self.cfg.busy_poll_us);
         }
@@ -251,7 +255,24 @@ impl Global {
         Ok(sock)
     }
 
-    fn start(&self, iface: &str, port: u16) -> Result<Running, String> {
+    /// An rxpath socket on `port` closed: the last one gives the port back
+    /// to the kernel.
+    pub(crate) fn release(&self, port: u16) {
+        let mut s = self.state();
+        let Some(r) = s.running.as_mut() else { return };
+        let Some(n) = r.ports.get_mut(&port) else {
+            return;
+        };
+        *n -= 1;
+        if *n == 0 {
+            r.ports.remove(&port);
+            if let Err(e) = r.host.take_port(libc::IPPROTO_UDP as u8, port, false) {
+                say(&format!("giving port {port} back to the kernel: {e}"));
+            }
+        }
+    }
+
+    fn start(&self, iface: &str) -> Result<Running, String> {
         let c = &self.cfg;
         let mut cfg = HostConfig {
             queues: 0,
@@ -270,7 +291,7 @@ impl Global {
                 iface: iface.to_string(),
                 filter: XdpFilter {
                     protocol: Some(17),
-                    dst_port: Some(port),
+                    port_map: true,
                     ..XdpFilter::default()
                 },
                 fallback: m == Mode::Auto,
@@ -279,10 +300,13 @@ impl Global {
         };
         let host = Host::start(cfg, dev).map_err(|e| e.to_string())?;
         say(&format!(
-            "UDP port {port} on {iface} through rxpath ({})",
+            "UDP on {iface} through rxpath ({})",
             host.backend()
         ));
-        Ok(Running { host, port })
+        Ok(Running {
+            host,
+            ports: BTreeMap::new(),
+        })
     }
 
     /// Stop the host (the process is exiting) and write the report.

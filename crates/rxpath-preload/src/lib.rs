@@ -28,8 +28,7 @@
 //! before `bind`) is the kernel's, untouched.
 //!
 //! Not built yet (said in the README): fork and exec hand-over, `dup`,
-//! `MSG_PEEK`, control messages, `EINTR` from a blocked read, more than one
-//! port per process (the XDP program takes the first bound port).
+//! `MSG_PEEK`, control messages, a configuration file and socket rules.
 
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]

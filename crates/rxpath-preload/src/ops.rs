@@ -109,8 +109,9 @@ pub(crate) fn on_connect(fd: RawFd, peer: Option<SocketAddr>) -> Result<(), Errn
 /// `close()`: `fd` is the kernel's again (its rxpath socket closes with
 /// the last handle).
 pub(crate) fn on_close(fd: RawFd) {
-    if let Some(Entry::Socket(_)) = table::remove(fd) {
+    if let Some(Entry::Socket(a)) = table::remove(fd) {
         forget_in_sets(fd);
+        global().release(a.sock.local_addr().port());
     }
 }
 

@@ -167,6 +167,8 @@ pub struct Host {
     /// On an interface: the kernel sockets that hold the ports rxpath
     /// serves, so that the kernel does not answer them.
     guards: Option<Mutex<Vec<KernelPortGuard>>>,
+    /// On AF_XDP: the XDP program (its port map, if any).
+    xdp: Option<Arc<XdpProgram>>,
     /// Steering on: the workers and their threads.
     workers: Option<Arc<Workers>>,
     worker_threads: Vec<(Worker, JoinHandle<crate::steer::WorkerCounters>)>,
@@ -434,9 +436,9 @@ impl Host {
                     xq.set_busy_poll(xsk_busy_poll_us, 8)?;
                 }
             }
-            Ok((prog.mode, qs))
+            Ok((prog, qs))
         });
-        let (mode, qs) = match opened {
+        let (prog, qs) = match opened {
             Ok(x) => x,
             Err(e) if fallback => {
                 log::warn!("AF_XDP on {iface} failed ({e}); using AF_PACKET instead");
@@ -446,13 +448,14 @@ impl Host {
         };
         let mut qs = qs;
         let tx = qs.first_mut().and_then(XdpQueue::take_tx);
-        let mut backend = crate::run::xdp_backend(&iface, mode, &qs);
+        let mut backend = crate::run::xdp_backend(&iface, prog.mode, &qs);
         if tx.is_some() {
             backend.push_str("; replies through queue 0's TX ring");
         }
         let finish: Finish =
             Box::new(|cells, _| into_pools::<XdpQueue>(cells, XdpQueue::into_pool));
         let mut h = Self::with_queues(&cfg, qs, finish, backend, cfg.napi_in_irq)?.on_iface();
+        h.xdp = Some(prog);
         match tx {
             Some(tx) => {
                 h.tx_fault = Some(tx.stop_completing.clone());
@@ -569,6 +572,7 @@ impl Host {
             finish: Some(finish),
             backend,
             guards: None,
+            xdp: None,
             workers,
             worker_threads,
             server,
@@ -614,6 +618,18 @@ impl Host {
             }
         }
         Ok(sock)
+    }
+
+    /// Take (`on`) the frames for destination port `port` of protocol
+    /// `proto` into rxpath, or give them back to the kernel, through the XDP
+    /// program's port map (a filter with `port_map`). `Ok(false)` for a host
+    /// that takes what its filter says whatever the port (a fixed port, or
+    /// AF_PACKET, which sees every frame).
+    pub fn take_port(&self, proto: u8, port: u16, on: bool) -> std::io::Result<bool> {
+        match &self.xdp {
+            Some(p) if p.has_port_map() => p.take_port(proto, port, on).map(|()| true),
+            _ => Ok(false),
+        }
     }
 
     /// [`Self::udp_bind`] for a port the caller already holds in the

@@ -12,7 +12,7 @@ endpoint (epoll with its self-pipe beside the socket).
 messages rxpath does not give yet) before or after bind; after bind it
 prints the errno the call raised, if any.
 --second-port also binds a second socket on Q and answers one datagram on
-it first (a socket bound after the first: the kernel's for now).
+it first (a socket bound after the first, on another port).
 """
 
 import argparse

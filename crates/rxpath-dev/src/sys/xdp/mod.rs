@@ -4,9 +4,11 @@
 //! whose UMEM is our frame region. The sockets and rings are our own
 //! ([`super::xsk`]).
 //!
-//! The program (16 instructions, written out in `prog.rs`) takes only IPv4 and
-//! IPv6 frames; everything else (ARP, LLDP, ...) is passed to the kernel, as
-//! is any frame for a queue without a socket.
+//! The program (at most 52 instructions, written out in `prog.rs`) takes
+//! only IPv4 and IPv6 frames, of one protocol and one destination port, or
+//! of the ports in a hash map that `bind` and `close` update while it runs
+//! (`XdpProgram::take_port`); everything else (ARP, LLDP, ...) is passed to
+//! the kernel, as is any frame for a queue without a socket.
 
 mod prog;
 mod tx;
@@ -17,7 +19,7 @@ use super::umem::{Frame, FramePool, Umem};
 use super::xsk::{Ring, XskSocket};
 use crate::{DeviceQueueStats, IrqLine, RxQueue};
 pub(super) use prog::ctx;
-pub use prog::{XdpFilter, XdpMode, XdpProgram};
+pub use prog::{XdpFilter, XdpMode, XdpProgram, PORT_MAP_ENTRIES};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;

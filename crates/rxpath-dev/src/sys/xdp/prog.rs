@@ -1,5 +1,7 @@
-//! The XDP program (assembled here, 16 instructions at most), its XSKMAP,
-//! and their loading and attaching with the `bpf()` system call.
+//! The XDP program (assembled here: 16 instructions for one port, 52 with
+//! the port map for both families), its XSKMAP,
+//! the map of ports it takes, and their loading and attaching with the
+//! `bpf()` system call.
 
 use super::super::af_packet::ifindex;
 use std::io;
@@ -7,6 +9,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+const BPF_MAP_TYPE_HASH: u32 = 1;
+const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
+/// Ports the port map holds at most.
+pub const PORT_MAP_ENTRIES: u32 = 1024;
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_MAP_TYPE_XSKMAP: u32 = 17;
@@ -54,6 +61,11 @@ pub struct XdpFilter {
     /// the kernel sees nothing on this interface. For tests that compare
     /// rxpath's input counters with the kernel's.
     pub all: bool,
+    /// With `protocol` UDP or TCP: take only the destination ports in the
+    /// program's port map ([`XdpProgram::take_port`]), which starts empty
+    /// and changes while the program runs (a socket bound or closed);
+    /// `dst_port` is then not used.
+    pub port_map: bool,
 }
 
 impl Default for XdpFilter {
@@ -64,6 +76,7 @@ impl Default for XdpFilter {
             protocol: None,
             dst_port: None,
             all: false,
+            port_map: false,
         }
     }
 }
@@ -80,7 +93,7 @@ enum L {
     Pass,
 }
 
-fn program(map_fd: i32, filter: XdpFilter) -> Vec<Insn> {
+fn program(map_fd: i32, ports_fd: Option<i32>, filter: XdpFilter) -> Vec<Insn> {
     let mut p: Vec<Insn> = Vec::new();
     let mut fix: Vec<(usize, L)> = Vec::new();
     let mut at: Vec<(L, usize)> = Vec::new();
@@ -88,6 +101,7 @@ fn program(map_fd: i32, filter: XdpFilter) -> Vec<Insn> {
         fix.push((p.len(), l));
         p.push(i);
     };
+    p.push(insn(0xbf, 6, 1, 0, 0)); // r6 = ctx (kept across calls)
     if filter.all {
         // No pass block: the verifier refuses unreachable code.
         return finish(p, fix, at, map_fd, false);
@@ -112,7 +126,8 @@ fn program(map_fd: i32, filter: XdpFilter) -> Vec<Insn> {
         if let Some(proto) = filter.protocol {
             p.push(insn(0x71, 5, 2, proto_off, 0)); // r5 = IP protocol / next header
             jump(&mut p, &mut fix, insn(0x55, 5, 0, 0, proto as i32), L::Pass); // if r5 != proto goto pass
-            if let (Some(port), 6 | 17) = (filter.dst_port, proto) {
+            let by_port = filter.dst_port.is_some() || ports_fd.is_some();
+            if let (true, 6 | 17) = (by_port, proto) {
                 let l4 = if label == L::V4 {
                     p.push(insn(0x71, 5, 2, 14, 0)); // r5 = version / IHL
                     jump(&mut p, &mut fix, insn(0x55, 5, 0, 0, 0x45), L::Pass); // options: pass
@@ -124,14 +139,67 @@ fn program(map_fd: i32, filter: XdpFilter) -> Vec<Insn> {
                 p.push(insn(0x07, 4, 0, 0, l4 as i32 + 4)); // r4 += L4 offset + ports
                 jump(&mut p, &mut fix, insn(0x2d, 4, 3, 0, 0), L::Pass); // if r4 > r3 goto pass
                 p.push(insn(0x69, 5, 2, l4 + 2, 0)); // r5 = destination port (as loaded)
-                let want = port.swap_bytes() as i32; // network order, loaded little endian
-                jump(&mut p, &mut fix, insn(0x55, 5, 0, 0, want), L::Pass); // if r5 != port goto pass
+                match (ports_fd, filter.dst_port) {
+                    (Some(fd), _) => port_lookup(&mut p, &mut fix, fd, proto),
+                    (None, Some(port)) => {
+                        let want = port.swap_bytes() as i32; // network order, loaded little endian
+                        jump(&mut p, &mut fix, insn(0x55, 5, 0, 0, want), L::Pass);
+                        // if r5 != port goto pass
+                    }
+                    (None, None) => {}
+                }
             }
         }
         jump(&mut p, &mut fix, insn(0x05, 0, 0, 0, 0), L::Redirect);
     }
     at.push((L::Redirect, p.len()));
     finish(p, fix, at, map_fd, true)
+}
+
+/// Load the program described by `attr` again with the verifier's log on,
+/// for the error: what the verifier said (its last lines), or nothing.
+fn verifier_log(mut attr: [u64; 16]) -> String {
+    let mut log = vec![0u8; 1 << 16];
+    put32(&mut attr, 24, 1); // log_level
+    put32(&mut attr, 28, log.len() as u32); // log_size
+    attr[4] = log.as_mut_ptr() as u64; // log_buf
+    if let Ok(fd) = bpf(BPF_PROG_LOAD, &mut attr) {
+        drop(fd);
+        return String::new();
+    }
+    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+    let text = String::from_utf8_lossy(&log[..end]);
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(12)..].join("\n  ");
+    if tail.is_empty() {
+        String::new()
+    } else {
+        format!("; the verifier says:\n  {tail}")
+    }
+}
+
+/// Look the destination port in r5 up in the port map (key: the port as
+/// loaded, shifted up a byte, or the protocol: [`port_key`]); pass the
+/// frame to the kernel if it is not there.
+fn port_lookup(p: &mut Vec<Insn>, fix: &mut Vec<(usize, L)>, ports_fd: i32, proto: u8) {
+    p.push(insn(0x67, 5, 0, 0, 8)); // r5 <<= 8
+    p.push(insn(0x47, 5, 0, 0, proto as i32)); // r5 |= protocol
+    p.push(insn(0x63, 10, 5, -4, 0)); // *(u32 *)(r10 - 4) = r5: the key
+    p.push(insn(0xbf, 2, 10, 0, 0)); // r2 = r10
+    p.push(insn(0x07, 2, 0, 0, -4)); // r2 -= 4: &key
+    p.push(insn(0x18, 1, 1, 0, ports_fd)); // r1 = port map (BPF_PSEUDO_MAP_FD), low half
+    p.push(insn(0x00, 0, 0, 0, 0)); //   high half
+    p.push(insn(0x85, 0, 0, 0, BPF_FUNC_MAP_LOOKUP_ELEM)); // r0 = lookup(map, &key)
+    fix.push((p.len(), L::Pass));
+    p.push(insn(0x15, 0, 0, 0, 0)); // if r0 == 0 goto pass
+}
+
+/// The port map's key for `proto` and `port`, as the program builds it: the
+/// port's two bytes in network order read as a little-endian u16, shifted
+/// up a byte, or the protocol, stored as a u32 in memory order.
+fn port_key(proto: u8, port: u16) -> [u8; 4] {
+    let loaded = u16::from_le_bytes(port.to_be_bytes()) as u32;
+    ((loaded << 8) | proto as u32).to_le_bytes()
 }
 
 /// The redirect and pass tails of the program, and the jump fix-ups.
@@ -142,7 +210,7 @@ fn finish(
     map_fd: i32,
     pass: bool,
 ) -> Vec<Insn> {
-    p.push(insn(0x61, 2, 1, 16, 0)); // r2 = ctx->rx_queue_index
+    p.push(insn(0x61, 2, 6, 16, 0)); // r2 = ctx->rx_queue_index
     p.push(insn(0x18, 1, 1, 0, map_fd)); // r1 = map (BPF_PSEUDO_MAP_FD), low half
     p.push(insn(0x00, 0, 0, 0, 0)); //   high half
     p.push(insn(0xb7, 3, 0, 0, XDP_PASS)); // r3 = XDP_PASS when the queue has no socket
@@ -201,6 +269,8 @@ pub enum XdpMode {
 #[derive(Debug)]
 pub struct XdpProgram {
     map: OwnedFd,
+    /// The port map, when the filter asks for one.
+    ports: Option<OwnedFd>,
     _prog: OwnedFd,
     _link: OwnedFd,
     /// Where it is attached.
@@ -218,8 +288,65 @@ impl XdpProgram {
         put32(&mut a, 8, 4);
         put32(&mut a, 12, queues.max(1));
         let map = bpf(BPF_MAP_CREATE, &mut a).map_err(|e| ctx(e, "creating the XSKMAP"))?;
-        let prog = program(map.as_raw_fd(), filter);
-        Self::load_and_link(ifidx, &prog, map)
+        let ports = match (filter.port_map, filter.protocol) {
+            (true, Some(6 | 17)) => {
+                let mut a = [0u64; 16];
+                put32(&mut a, 0, BPF_MAP_TYPE_HASH);
+                put32(&mut a, 4, 4);
+                put32(&mut a, 8, 1);
+                put32(&mut a, 12, PORT_MAP_ENTRIES);
+                Some(bpf(BPF_MAP_CREATE, &mut a).map_err(|e| ctx(e, "creating the port map"))?)
+            }
+            (true, _) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a port map needs the protocol UDP or TCP",
+                ))
+            }
+            _ => None,
+        };
+        let prog = program(
+            map.as_raw_fd(),
+            ports.as_ref().map(|f| f.as_raw_fd()),
+            filter,
+        );
+        let mut p = Self::load_and_link(ifidx, &prog, map)?;
+        p.ports = ports;
+        Ok(p)
+    }
+
+    /// Take (`on`) or give back to the kernel the frames for destination
+    /// port `port` of protocol `proto`. An error if the program has no
+    /// port map, or the map is full ([`PORT_MAP_ENTRIES`]).
+    pub fn take_port(&self, proto: u8, port: u16, on: bool) -> io::Result<()> {
+        let Some(ports) = &self.ports else {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "this XDP program takes no port map",
+            ));
+        };
+        let key = port_key(proto, port);
+        let value = 1u8;
+        let mut a = [0u64; 16];
+        put32(&mut a, 0, ports.as_raw_fd() as u32);
+        a[1] = key.as_ptr() as u64;
+        if on {
+            a[2] = &value as *const u8 as u64;
+            bpf_raw(BPF_MAP_UPDATE_ELEM, &mut a).map_err(|e| ctx(e, "adding a port"))?;
+        } else {
+            match bpf_raw(BPF_MAP_DELETE_ELEM, &mut a) {
+                Err(e) if e.raw_os_error() != Some(libc::ENOENT) => {
+                    return Err(ctx(e, "removing a port"))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The program takes ports by its port map.
+    pub fn has_port_map(&self) -> bool {
+        self.ports.is_some()
     }
 
     /// Load `insns` as an XDP program and attach it to `ifidx` with a BPF
@@ -232,7 +359,15 @@ impl XdpProgram {
         a[1] = insns.as_ptr() as u64;
         a[2] = license.as_ptr() as u64;
         put32(&mut a, 68, BPF_XDP);
-        let prog_fd = bpf(BPF_PROG_LOAD, &mut a).map_err(|e| ctx(e, "loading the XDP program"))?;
+        let prog_fd = match bpf(BPF_PROG_LOAD, &mut a) {
+            Ok(fd) => fd,
+            Err(e) => {
+                return Err(ctx(
+                    e,
+                    &format!("loading the XDP program{}", verifier_log(a)),
+                ))
+            }
+        };
         let link = |flags: u32| {
             let mut a = [0u64; 16];
             put32(&mut a, 0, prog_fd.as_raw_fd() as u32);
@@ -251,6 +386,7 @@ impl XdpProgram {
         };
         Ok(XdpProgram {
             map,
+            ports: None,
             _prog: prog_fd,
             _link: link,
             mode,
@@ -300,4 +436,41 @@ pub(in crate::sys) fn ctx(e: io::Error, what: &str) -> io::Error {
         _ => "",
     };
     io::Error::new(e.kind(), format!("{what}: {e}{hint}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_port_key_is_what_the_program_builds() {
+        // Port 53 arrives as bytes 00 35; loaded little endian, 0x3500;
+        // shifted a byte and or'ed with UDP: 0x350011, stored as a u32.
+        assert_eq!(port_key(17, 53), [0x11, 0x00, 0x35, 0x00]);
+        assert_ne!(port_key(17, 53), port_key(6, 53));
+        assert_ne!(port_key(17, 53), port_key(17, 13568));
+    }
+
+    #[test]
+    fn the_port_map_program_looks_up_both_families_and_stays_short() {
+        let f = XdpFilter {
+            protocol: Some(17),
+            port_map: true,
+            ..XdpFilter::default()
+        };
+        let p = program(3, Some(4), f);
+        let lookups = p
+            .iter()
+            .filter(|i| i.code == 0x85 && i.imm == BPF_FUNC_MAP_LOOKUP_ELEM)
+            .count();
+        assert_eq!(lookups, 2, "one lookup per family");
+        assert!(p.len() <= 60, "{} instructions", p.len());
+        // Every jump lands inside the program.
+        for (i, insn) in p.iter().enumerate() {
+            if insn.code & 0x07 == 0x05 && insn.code != 0x85 && insn.code != 0x95 {
+                let t = i as isize + 1 + insn.off as isize;
+                assert!((0..p.len() as isize).contains(&t), "jump at {i} to {t}");
+            }
+        }
+    }
 }
