@@ -33,6 +33,8 @@ pub enum Fallback {
     BindRefused,
     /// An option set before `bind` that rxpath cannot honour.
     Option,
+    /// Duplicated (`dup`) before `bind`.
+    Dup,
 }
 
 /// What the preloaded process's path did, written at exit.
@@ -154,7 +156,24 @@ pub(crate) fn global() -> &'static Global {
 
 /// The global state if it was ever made (the exit handler must not make it).
 pub(crate) fn started() -> Option<&'static Global> {
+    if is_fork_child() {
+        // The host and its threads are the parent's.
+        return None;
+    }
     GLOBAL.get()
+}
+
+static FORK_CHILD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// This process is a child forked from one whose sockets rxpath served:
+/// its copies of them are the kernel's, and it starts no host (the
+/// interface is the parent's).
+pub(crate) fn set_fork_child() {
+    FORK_CHILD.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+fn is_fork_child() -> bool {
+    FORK_CHILD.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 /// A line on stderr, as Onload's `oo:` lines: the program's own output is
@@ -170,7 +189,7 @@ impl Global {
 
     /// The interface is configured: sockets may be accelerated.
     pub(crate) fn enabled(&self) -> bool {
-        self.cfg.iface.is_some()
+        self.cfg.iface.is_some() && !is_fork_child()
     }
 
     /// Count a socket left to the kernel, and say why the first time.

@@ -27,8 +27,12 @@
 //! interface, an ephemeral client port, an option rxpath cannot honour set
 //! before `bind`) is the kernel's, untouched.
 //!
-//! Not built yet (said in the README): fork and exec hand-over, `dup`,
-//! `MSG_PEEK`, control messages, a configuration file and socket rules.
+//! After `fork` the child's copies of rxpath sockets are the kernel's (the
+//! parent keeps serving; the child lets go of the parent's XDP program);
+//! after `exec` the new image starts fresh.
+//!
+//! Not built yet (said in the README): `MSG_PEEK`, control messages, a
+//! configuration file and socket rules.
 
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]

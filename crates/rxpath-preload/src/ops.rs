@@ -78,6 +78,7 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
         sock,
         nonblock: p.nonblock.into(),
         watch,
+        fds: 1.into(),
     };
     table::set(fd, Entry::Socket(Arc::new(a)));
 }
@@ -111,7 +112,31 @@ pub(crate) fn on_connect(fd: RawFd, peer: Option<SocketAddr>) -> Result<(), Errn
 pub(crate) fn on_close(fd: RawFd) {
     if let Some(Entry::Socket(a)) = table::remove(fd) {
         forget_in_sets(fd);
-        global().release(a.sock.local_addr().port());
+        if a.fds.fetch_sub(1, Ordering::AcqRel) == 1 {
+            global().release(a.sock.local_addr().port());
+        }
+    }
+}
+
+/// `dup`/`dup2`/`dup3`/`F_DUPFD` made `new` name what `old` names (the
+/// kernel closed whatever `new` was first). An rxpath socket gets another
+/// fd; a candidate duplicated before `bind` stays the kernel's under
+/// both numbers (counted).
+pub(crate) fn on_dup(old: RawFd, new: RawFd) {
+    if new == old {
+        return;
+    }
+    on_close(new);
+    match table::get(old) {
+        Some(Entry::Socket(a)) => {
+            a.fds.fetch_add(1, Ordering::AcqRel);
+            table::set(new, Entry::Socket(a));
+        }
+        Some(Entry::Candidate(_)) => {
+            table::remove(old);
+            global().fallback(Fallback::Dup, "duplicated before bind");
+        }
+        _ => {}
     }
 }
 

@@ -44,6 +44,9 @@ pub(crate) struct Accel {
     pub(crate) sock: UdpSocket,
     pub(crate) nonblock: AtomicBool,
     pub(crate) watch: Arc<Watchers>,
+    /// Fds that name this socket (`dup` makes more); the port goes back
+    /// to the kernel when the last one closes.
+    pub(crate) fds: std::sync::atomic::AtomicUsize,
 }
 
 /// What an fd that is not plain kernel is.
@@ -125,4 +128,13 @@ pub(crate) fn remove(fd: RawFd) -> Option<Entry> {
         KIND[i].store(KERNEL, Ordering::Release);
     }
     map().write().unwrap_or_else(|e| e.into_inner()).remove(&fd)
+}
+
+/// Every fd is the kernel's again (a forked child: the sockets' rxpath
+/// halves are the parent's). Touches no lock: another thread of the parent
+/// may have held one when it forked.
+pub(crate) fn forget_all() {
+    for k in KIND.iter() {
+        k.store(KERNEL, Ordering::Relaxed);
+    }
 }

@@ -161,7 +161,9 @@ fn same_answers(p: &Pair, port: u16, mux: &str, exec_args: &[&str]) {
 #[test]
 fn unmodified_servers_answer_as_on_the_kernel() {
     let Some(p) = pair("xa", &[]) else { return };
-    for mux in ["block", "select", "poll", "epoll", "epoll-et", "asyncio"] {
+    for mux in [
+        "block", "select", "poll", "epoll", "epoll-et", "asyncio", "fork", "dup",
+    ] {
         same_answers(&p, 5301, mux, &[]);
     }
     // Busy polling: the reading thread polls the NAPI itself.
@@ -325,4 +327,26 @@ fn sockperf_server_answers_ping_pong_under_exec() {
         );
         assert!(!report.contains("MISMATCH"), "{report}");
     }
+}
+
+#[test]
+fn a_daemon_child_serves_on_the_kernel_once_the_parent_is_gone() {
+    let Some(p) = pair("xd", &[]) else { return };
+    // `daemon()`: the parent exits at once (its report is written), the
+    // child keeps the socket. After fork the child's copy is the kernel's
+    // and it let go of the parent's XDP program, so when the parent goes
+    // the port is the kernel's again and the child answers everything.
+    let prog = ["python3", ECHO, "--port", "5307", "--mux", "daemon"];
+    let mut s = server(&p, Some(&[]), &prog);
+    wait_ready(&mut s);
+    let (st, out, err) = finish(s);
+    assert!(st.success(), "{err}");
+    assert!(out.contains("sockets on rxpath 1 "), "{out}");
+    assert!(!out.contains("MISMATCH"), "{out}");
+    let c = client(&p, 5307, 10);
+    assert_eq!(
+        c["missing"], 0,
+        "the daemon answers through the kernel: {c}"
+    );
+    assert_eq!(c["bye"], true, "{c}");
 }

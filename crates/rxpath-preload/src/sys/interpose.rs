@@ -502,8 +502,42 @@ fn opt_val(level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> Opt
 }
 
 fn fcntl_common(fd: c_int, cmd: c_int, arg: c_ulong, r: c_int) -> c_int {
-    if r >= 0 && cmd == libc::F_SETFL && table::kind(fd) != table::KERNEL {
-        ops::set_nonblock(fd, arg as c_int & libc::O_NONBLOCK != 0);
+    if r >= 0 && table::kind(fd) != table::KERNEL {
+        match cmd {
+            libc::F_SETFL => ops::set_nonblock(fd, arg as c_int & libc::O_NONBLOCK != 0),
+            libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => ops::on_dup(fd, r),
+            _ => {}
+        }
+    }
+    r
+}
+
+#[no_mangle]
+pub extern "C" fn dup(old: c_int) -> c_int {
+    // SAFETY: the C library's dup with the program's argument.
+    let r = unsafe { real::dup()(old) };
+    if r >= 0 && table::kind(old) != table::KERNEL {
+        ops::on_dup(old, r);
+    }
+    r
+}
+
+#[no_mangle]
+pub extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    // SAFETY: the C library's dup2 with the program's arguments.
+    let r = unsafe { real::dup2()(old, new) };
+    if r >= 0 && (table::kind(old) != table::KERNEL || table::kind(new) != table::KERNEL) {
+        ops::on_dup(old, r);
+    }
+    r
+}
+
+#[no_mangle]
+pub extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    // SAFETY: the C library's dup3 with the program's arguments.
+    let r = unsafe { real::dup3()(old, new, flags) };
+    if r >= 0 && (table::kind(old) != table::KERNEL || table::kind(new) != table::KERNEL) {
+        ops::on_dup(old, r);
     }
     r
 }
@@ -813,9 +847,21 @@ extern "C" fn at_exit() {
     }
 }
 
+/// In the child of `fork` (and `daemon`): its copies of rxpath sockets are
+/// the kernel's, it starts no host, and it lets go of the parent's XDP
+/// program, so nothing is lost whichever process ends first.
+extern "C" fn in_fork_child() {
+    crate::host::set_fork_child();
+    crate::table::forget_all();
+    super::close_host_fds();
+}
+
 extern "C" fn init() {
-    // SAFETY: registers a function with C linkage that takes nothing.
-    unsafe { libc::atexit(at_exit) };
+    // SAFETY: registers functions with C linkage that take nothing.
+    unsafe {
+        libc::atexit(at_exit);
+        libc::pthread_atfork(None, None, Some(in_fork_child));
+    }
 }
 
 /// The library's constructor: runs when the loader maps it.

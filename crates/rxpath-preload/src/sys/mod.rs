@@ -100,3 +100,48 @@ pub(crate) fn restart_after_signal() -> bool {
     }
     true
 }
+
+/// In a forked child: close the fds of the parent's host that keep its XDP
+/// program and AF_XDP sockets alive (BPF objects, AF_XDP sockets), so that
+/// when the parent ends the interface's traffic goes back to the kernel
+/// even while the child lives (`daemon()`: the parent exits at once).
+pub(crate) fn close_host_fds() {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let mut ours = Vec::new();
+    for e in dir.flatten() {
+        let Some(fd) = e.file_name().to_str().and_then(|s| s.parse::<RawFd>().ok()) else {
+            continue;
+        };
+        let link = std::fs::read_link(e.path()).unwrap_or_default();
+        let l = link.to_string_lossy();
+        if l.starts_with("anon_inode:bpf")
+            || (l.starts_with("socket:") && domain(fd) == Some(libc::AF_XDP))
+        {
+            ours.push(fd);
+        }
+    }
+    for fd in ours {
+        // SAFETY: closes an fd of the parent's host that nothing in the
+        // child uses.
+        unsafe { real::close()(fd) };
+    }
+}
+
+/// A socket's address family (`SO_DOMAIN`).
+fn domain(fd: RawFd) -> Option<i32> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: writes at most `len` bytes into a live int.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_DOMAIN,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(v)
+}

@@ -70,6 +70,9 @@ real! {
     bind: fn(c_int, *const sockaddr, socklen_t) -> c_int;
     connect: fn(c_int, *const sockaddr, socklen_t) -> c_int;
     close: fn(c_int) -> c_int;
+    dup: fn(c_int) -> c_int;
+    dup2: fn(c_int, c_int) -> c_int;
+    dup3: fn(c_int, c_int, c_int) -> c_int;
     read: fn(c_int, *mut c_void, size_t) -> ssize_t;
     write: fn(c_int, *const c_void, size_t) -> ssize_t;
     recv: fn(c_int, *mut c_void, size_t, c_int) -> ssize_t;

@@ -2,12 +2,16 @@
 preload tests: it answers every datagram with its bytes until one reads
 "quit", answers that "bye" and exits 0.
 
-    udp_echo.py --port P --mux block|select|poll|epoll|epoll-et|asyncio
+    udp_echo.py --port P --mux block|select|poll|epoll|epoll-et|asyncio|fork|daemon|dup
                 [--bind ADDR] [--opt-before-bind] [--opt-after-bind] [--second-port Q]
 
 --mux picks how it waits: a blocking recvfrom, select(), poll(), epoll
 (level- or edge-triggered, non-blocking socket), or asyncio's datagram
-endpoint (epoll with its self-pipe beside the socket).
+endpoint (epoll with its self-pipe beside the socket); `fork` reads each
+datagram and forks a child that answers it through the inherited socket
+(as `socat UDP-RECVFROM:P,fork` does); `daemon` forks once and the parent
+exits, leaving the child to serve (as `daemon()` does); `dup` serves on
+a `dup` of the socket after closing the first number.
 --opt-before-bind / --opt-after-bind set IP_RECVTOS (which needs control
 messages rxpath does not give yet) before or after bind; after bind it
 prints the errno the call raised, if any.
@@ -18,6 +22,7 @@ it first (a socket bound after the first, on another port).
 import argparse
 import asyncio
 import errno
+import os
 import select
 import socket
 import sys
@@ -77,6 +82,28 @@ def serve_epoll(s, et):
         for _fd, _ev in ep.poll(5.0):
             if not drain(s):
                 return
+
+
+def serve_fork(s):
+    while True:
+        d, a = s.recvfrom(65535)
+        pid = os.fork()
+        if pid == 0:
+            answer(s, d, a)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        if d == b"quit":
+            return
+
+
+def serve_daemon(s):
+    if os.fork() > 0:
+        # The parent is done: it exits (through atexit, as a program does).
+        sys.exit(0)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    serve_block(s)
 
 
 def serve_asyncio(s):
@@ -145,6 +172,16 @@ def main():
         serve_epoll(s, mux == "epoll-et")
     elif mux == "asyncio":
         serve_asyncio(s)
+    elif mux == "fork":
+        serve_fork(s)
+    elif mux == "daemon":
+        serve_daemon(s)
+    elif mux == "dup":
+        # The socket under another number, the first one closed.
+        fd = os.dup(s.fileno())
+        s.close()
+        s = socket.socket(fileno=fd)
+        serve_block(s)
     else:
         sys.exit("unknown --mux " + mux)
     s.close()
