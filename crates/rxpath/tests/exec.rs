@@ -268,65 +268,82 @@ fn sockperf_server_answers_ping_pong_under_exec() {
     let Some(p) = pair("xs", &["sockperf", "pgrep"]) else {
         return;
     };
-    for busy in ["0", "50"] {
-        let s = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &p.srv,
-                env!("CARGO_BIN_EXE_rxpath"),
-                "exec",
-            ])
-            .args(["--iface", &p.srv_if, "--busy-poll", busy, "--"])
-            .args(["sockperf", "server", "-i", SRV, "-p", "5306"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(700));
-        let out = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &p.cli,
-                "sockperf",
-                "ping-pong",
-                "-i",
-                SRV,
-                "-p",
-                "5306",
-            ])
-            .args(["-t", "2", "-m", "64"])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        let pids = Command::new("pgrep")
-            .args(["-f", "^[^ ]*sockperf server -i 198.18.9.6 -p 5306"])
-            .output()
-            .unwrap();
-        for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
-            let _ = Command::new("kill").args(["-INT", pid]).status();
-        }
-        let o = s.wait_with_output().unwrap();
-        let report = String::from_utf8_lossy(&o.stdout).to_string();
-        let err = String::from_utf8_lossy(&o.stderr).to_string();
+    // One socket (a blocking recvfrom), sleeping and busy polling; then
+    // two sockets from a file, waited on with sockperf's own select, poll
+    // and epoll (`-F s|p|e`).
+    let conf =
+        std::env::temp_dir().join(format!("rxpath-exec-sockperf-{}.conf", std::process::id()));
+    std::fs::write(&conf, format!("U:{SRV}:5306\nU:{SRV}:5308\n")).unwrap();
+    let conf = conf.to_string_lossy().to_string();
+    let runs: [(&str, Vec<&str>, &str); 5] = [
+        ("0", vec!["-i", SRV, "-p", "5306"], "1"),
+        ("50", vec!["-i", SRV, "-p", "5306"], "1"),
+        ("0", vec!["-f", &conf, "-F", "s"], "2"),
+        ("0", vec!["-f", &conf, "-F", "p"], "2"),
+        ("50", vec!["-f", &conf, "-F", "e"], "2"),
+    ];
+    for (busy, args, socks) in runs {
+        let (received, report) = sockperf_round(&p, busy, &args);
+        let what = format!("busy {busy}, {args:?}");
+        assert!(received > 100, "{what}: {received} answers\n{report}");
         assert!(
-            text.contains("ReceivedMessages"),
-            "busy {busy}: ping-pong: {text}\n{report}\n{err}"
+            report.contains(&format!("sockets on rxpath {socks} ")),
+            "{what}: {report}"
         );
-        let received: u64 = text
-            .split("ReceivedMessages=")
-            .nth(1)
-            .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        assert!(received > 100, "busy {busy}: {received} answers: {text}");
-        assert!(
-            report.contains("sockets on rxpath 1 "),
-            "busy {busy}: {report}\n{err}"
-        );
-        assert!(!report.contains("MISMATCH"), "{report}");
+        assert!(!report.contains("MISMATCH"), "{what}: {report}");
     }
+    let _ = std::fs::remove_file(&conf);
+}
+
+/// `sockperf server ARGS` under exec, a 2-second ping-pong to port 5308
+/// (or 5306 for one socket), then SIGINT to the server: the answers the
+/// client got and what exec printed.
+fn sockperf_round(p: &Pair, busy: &str, args: &[&str]) -> (u64, String) {
+    let s = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &p.srv,
+            env!("CARGO_BIN_EXE_rxpath"),
+            "exec",
+        ])
+        .args(["--iface", &p.srv_if, "--busy-poll", busy, "--"])
+        .arg("sockperf")
+        .arg("server")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let port = if args.contains(&"-f") { "5308" } else { "5306" };
+    let out = Command::new("ip")
+        .args(["netns", "exec", &p.cli, "sockperf", "ping-pong", "-i", SRV])
+        .args(["-p", port, "-t", "2", "-m", "64"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    // The program itself, not exec (whose command line holds it too).
+    let pids = Command::new("pgrep")
+        .args(["-f", "^[^ ]*sockperf server"])
+        .output()
+        .unwrap();
+    for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
+        let _ = Command::new("kill").args(["-INT", pid]).status();
+    }
+    let o = s.wait_with_output().unwrap();
+    let report = format!(
+        "{}\n{}\nclient: {text}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let received = text
+        .split("ReceivedMessages=")
+        .nth(1)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (received, report)
 }
 
 #[test]
