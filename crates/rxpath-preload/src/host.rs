@@ -110,6 +110,7 @@ struct State {
 pub(crate) struct Global {
     pub(crate) cfg: Config,
     state: Mutex<State>,
+    ifindex: OnceLock<u32>,
 }
 
 static GLOBAL: OnceLock<Global> = OnceLock::new();
@@ -142,6 +143,7 @@ pub(crate) fn global() -> &'static Global {
         });
         Global {
             cfg,
+            ifindex: OnceLock::new(),
             state: Mutex::new(State {
                 running: None,
                 failed: false,
@@ -185,6 +187,13 @@ pub(crate) fn say(msg: &str) {
 impl Global {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The interface's index (`IP_PKTINFO`'s `ipi_ifindex`).
+    pub(crate) fn ifindex(&self) -> u32 {
+        *self
+            .ifindex
+            .get_or_init(|| self.cfg.iface.as_deref().map_or(0, crate::sys::ifindex))
     }
 
     /// The interface is configured: sockets may be accelerated.

@@ -79,6 +79,7 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
         nonblock: p.nonblock.into(),
         watch,
         fds: 1.into(),
+        pktinfo: p.pktinfo.into(),
     };
     table::set(fd, Entry::Socket(Arc::new(a)));
 }
@@ -212,6 +213,8 @@ pub(crate) fn epoll_wait(
 pub(crate) struct Got {
     pub(crate) len: usize,
     pub(crate) src: SocketAddr,
+    /// The address it was sent to (`IP_PKTINFO`).
+    pub(crate) dst: std::net::IpAddr,
     pub(crate) truncated: bool,
 }
 
@@ -259,6 +262,7 @@ fn done(n: usize, got: Option<RecvMeta>) -> Result<Got, Errno> {
         (1, Some(m)) => Ok(Got {
             len: m.len,
             src: m.src,
+            dst: m.dst,
             truncated: m.truncated,
         }),
         _ => Err(libc::EAGAIN),
@@ -355,6 +359,14 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
             apply(&e, |a| a.sock.set_rcvbuf(b), |p| p.rcvbuf = Some(b));
             return Ok(());
         }
+        (libc::IPPROTO_IP, libc::IP_PKTINFO, OptVal::Int(on)) => {
+            set_pktinfo(&e, table::PKTINFO4, on != 0);
+            return Ok(());
+        }
+        (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, OptVal::Int(on)) => {
+            set_pktinfo(&e, table::PKTINFO6, on != 0);
+            return Ok(());
+        }
         (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, OptVal::Int(on)) => {
             apply(&e, |a| a.sock.set_only_v6(on != 0), |p| p.v6only = on != 0);
             return Ok(());
@@ -378,6 +390,45 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
             Err(libc::EOPNOTSUPP)
         }
     }
+}
+
+fn set_pktinfo(e: &Entry, bit: u8, on: bool) {
+    let set = |v: u8| if on { v | bit } else { v & !bit };
+    match e {
+        Entry::Socket(a) => {
+            let _ = a
+                .pktinfo
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(set(v)));
+        }
+        Entry::Candidate(p) => {
+            let mut p = p.lock().unwrap_or_else(|e| e.into_inner());
+            p.pktinfo = set(p.pktinfo);
+        }
+        Entry::Epoll(_) => {}
+    }
+}
+
+/// The source address a send's `IP_PKTINFO`/`IPV6_PKTINFO` asks for:
+/// honoured (`true`) when it is what rxpath sends from anyway (none, the
+/// socket's own address, or for a wildcard socket the interface's address
+/// of that family); else the send is refused.
+pub(crate) fn pktinfo_source_ok(a: &Accel, src: std::net::IpAddr) -> bool {
+    if src.is_unspecified() {
+        return true;
+    }
+    let local = a.sock.local_addr().ip();
+    if local == src {
+        return true;
+    }
+    let first = a
+        .sock
+        .host()
+        .config()
+        .local_addrs
+        .iter()
+        .find(|x| x.is_ipv4() == src.is_ipv4())
+        .copied();
+    local.is_unspecified() && first == Some(src)
 }
 
 fn apply(e: &Entry, on_sock: impl FnOnce(&Accel), on_pending: impl FnOnce(&mut Pending)) {

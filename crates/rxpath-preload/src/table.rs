@@ -33,6 +33,8 @@ pub(crate) struct Pending {
     pub(crate) busy_poll: Option<u32>,
     pub(crate) rcvbuf: Option<usize>,
     pub(crate) v6only: bool,
+    /// `IP_PKTINFO` ([`PKTINFO4`]) and `IPV6_RECVPKTINFO` ([`PKTINFO6`]).
+    pub(crate) pktinfo: u8,
     /// An option rxpath cannot honour was set: the socket stays the
     /// kernel's at `bind`.
     pub(crate) refuse: Option<String>,
@@ -47,7 +49,14 @@ pub(crate) struct Accel {
     /// Fds that name this socket (`dup` makes more); the port goes back
     /// to the kernel when the last one closes.
     pub(crate) fds: std::sync::atomic::AtomicUsize,
+    /// The packet information a read hands back ([`PKTINFO4`], [`PKTINFO6`]).
+    pub(crate) pktinfo: AtomicU8,
 }
+
+/// `IP_PKTINFO` is on.
+pub(crate) const PKTINFO4: u8 = 1;
+/// `IPV6_RECVPKTINFO` is on.
+pub(crate) const PKTINFO6: u8 = 2;
 
 /// What an fd that is not plain kernel is.
 #[derive(Debug, Clone)]

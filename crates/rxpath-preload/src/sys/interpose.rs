@@ -9,7 +9,7 @@ use libc::{
     c_int, c_uint, c_ulong, c_void, epoll_event, fd_set, iovec, mmsghdr, msghdr, nfds_t, pollfd,
     sigset_t, size_t, sockaddr, socklen_t, ssize_t, timespec, timeval,
 };
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::time::Duration;
 
 fn set_errno(e: i32) {
@@ -264,7 +264,8 @@ pub extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
     ret(recv_iov(&a, iovs(iov, cnt.max(0) as usize), 0).map(|g| g.len))
 }
 
-/// `recvmsg` into `m` for an rxpath socket.
+/// `recvmsg` into `m` for an rxpath socket, with the packet information
+/// the socket asked for (`IP_PKTINFO`, `IPV6_RECVPKTINFO`).
 fn recvmsg_one(
     a: &std::sync::Arc<table::Accel>,
     m: &mut msghdr,
@@ -272,11 +273,107 @@ fn recvmsg_one(
 ) -> Result<usize, i32> {
     let g = recv_iov(a, iovs(m.msg_iov, m.msg_iovlen), flags)?;
     addr_out(g.src, m.msg_name.cast(), &mut m.msg_namelen);
-    // No control messages yet (IP_PKTINFO and the rest are refused at
-    // setsockopt).
-    m.msg_controllen = 0;
     m.msg_flags = if g.truncated { libc::MSG_TRUNC } else { 0 };
+    let want = a.pktinfo.load(std::sync::atomic::Ordering::Relaxed);
+    let mut used = 0;
+    if want != 0 {
+        let ifindex = crate::host::global().ifindex();
+        if let (IpAddr::V4(d), true) = (g.dst, want & table::PKTINFO4 != 0) {
+            let addr = libc::in_addr {
+                s_addr: u32::from(d).to_be(),
+            };
+            let info = libc::in_pktinfo {
+                ipi_ifindex: ifindex as c_int,
+                ipi_spec_dst: addr,
+                ipi_addr: addr,
+            };
+            put_cmsg(m, &mut used, libc::IPPROTO_IP, libc::IP_PKTINFO, &info);
+        }
+        let d6 = match g.dst {
+            IpAddr::V6(d) => Some(d),
+            IpAddr::V4(d) if a.sock.local_addr().is_ipv6() => Some(d.to_ipv6_mapped()),
+            IpAddr::V4(_) => None,
+        };
+        if let (Some(d), true) = (d6, want & table::PKTINFO6 != 0) {
+            let info = In6Pktinfo {
+                addr: d.octets(),
+                ifindex,
+            };
+            put_cmsg(m, &mut used, libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, &info);
+        }
+    }
+    m.msg_controllen = used as _;
     Ok(g.len)
+}
+
+/// `struct in6_pktinfo`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct In6Pktinfo {
+    addr: [u8; 16],
+    ifindex: u32,
+}
+
+/// Append one control message to `m`'s buffer at `*used`, or mark the
+/// message `MSG_CTRUNC` when it does not fit (as the kernel does).
+fn put_cmsg<T: Copy>(m: &mut msghdr, used: &mut usize, level: c_int, ty: c_int, data: &T) {
+    let len = std::mem::size_of::<T>() as u32;
+    // SAFETY: CMSG_SPACE and CMSG_LEN only compute sizes.
+    let (space, clen) = unsafe { (libc::CMSG_SPACE(len) as usize, libc::CMSG_LEN(len) as usize) };
+    if m.msg_control.is_null() || *used + space > m.msg_controllen {
+        m.msg_flags |= libc::MSG_CTRUNC;
+        return;
+    }
+    let hdr = libc::cmsghdr {
+        cmsg_len: clen as _,
+        cmsg_level: level,
+        cmsg_type: ty,
+    };
+    // SAFETY: `used + space` bytes fit in the program's control buffer
+    // (checked above); the header and the data are written unaligned.
+    unsafe {
+        let at = m.msg_control.cast::<u8>().add(*used);
+        std::ptr::write_unaligned(at.cast::<libc::cmsghdr>(), hdr);
+        let data_at = at.add(libc::CMSG_LEN(0) as usize);
+        std::ptr::write_unaligned(data_at.cast::<T>(), *data);
+    }
+    *used += space;
+}
+
+/// The source address a send's `IP_PKTINFO` / `IPV6_PKTINFO` asks for;
+/// `Err` for any other control message, which rxpath does not honour.
+fn send_source(m: &msghdr) -> Result<Option<IpAddr>, &'static str> {
+    if m.msg_control.is_null() || m.msg_controllen == 0 {
+        return Ok(None);
+    }
+    let mut src = None;
+    // SAFETY: the program's msghdr with `msg_controllen` bytes of control
+    // messages; CMSG_FIRSTHDR/NXTHDR stay inside them, and each message's
+    // data is read only if its length covers it.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(m);
+        while !c.is_null() {
+            let h = std::ptr::read_unaligned(c);
+            let data = libc::CMSG_DATA(c);
+            let n = (h.cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+            let v4 = std::mem::size_of::<libc::in_pktinfo>();
+            let v6 = std::mem::size_of::<In6Pktinfo>();
+            match (h.cmsg_level, h.cmsg_type) {
+                (libc::IPPROTO_IP, libc::IP_PKTINFO) if n >= v4 => {
+                    let i = std::ptr::read_unaligned(data.cast::<libc::in_pktinfo>());
+                    let a = Ipv4Addr::from(u32::from_be(i.ipi_spec_dst.s_addr));
+                    src = Some(IpAddr::V4(a));
+                }
+                (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) if n >= v6 => {
+                    let i = std::ptr::read_unaligned(data.cast::<In6Pktinfo>());
+                    src = Some(IpAddr::V6(Ipv6Addr::from(i.addr)));
+                }
+                _ => return Err("sendmsg with control messages other than IP_PKTINFO"),
+            }
+            c = libc::CMSG_NXTHDR(m, c);
+        }
+    }
+    Ok(src)
 }
 
 #[no_mangle]
@@ -395,9 +492,17 @@ pub extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
 
 /// `sendmsg` of `m` on an rxpath socket; `None`: the kernel's.
 fn sendmsg_one(a: &table::Accel, m: &msghdr) -> Option<Result<usize, i32>> {
-    if m.msg_controllen > 0 && !m.msg_control.is_null() {
-        crate::host::global().unsupported("sendmsg with control messages");
-        return Some(Err(libc::EOPNOTSUPP));
+    match send_source(m) {
+        Ok(Some(src)) if !ops::pktinfo_source_ok(a, src) => {
+            let what = "sendmsg from another source address (IP_PKTINFO)";
+            crate::host::global().unsupported(what);
+            return Some(Err(libc::EOPNOTSUPP));
+        }
+        Ok(_) => {}
+        Err(what) => {
+            crate::host::global().unsupported(what);
+            return Some(Err(libc::EOPNOTSUPP));
+        }
     }
     let data = gather(iovs(m.msg_iov, m.msg_iovlen));
     let to = addr_in(m.msg_name.cast(), m.msg_namelen);

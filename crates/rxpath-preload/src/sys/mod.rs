@@ -145,3 +145,12 @@ fn domain(fd: RawFd) -> Option<i32> {
     };
     (r == 0).then_some(v)
 }
+
+/// The index of interface `name` (0 if there is none).
+pub(crate) fn ifindex(name: &str) -> u32 {
+    let Ok(c) = std::ffi::CString::new(name) else {
+        return 0;
+    };
+    // SAFETY: `c` is a NUL-terminated name that lives across the call.
+    unsafe { libc::if_nametoindex(c.as_ptr()) }
+}

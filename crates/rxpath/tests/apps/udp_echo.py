@@ -2,7 +2,7 @@
 preload tests: it answers every datagram with its bytes until one reads
 "quit", answers that "bye" and exits 0.
 
-    udp_echo.py --port P --mux block|select|poll|epoll|epoll-et|asyncio|fork|daemon|dup
+    udp_echo.py --port P --mux block|select|poll|epoll|epoll-et|asyncio|fork|daemon|dup|pktinfo
                 [--bind ADDR] [--opt-before-bind] [--opt-after-bind] [--second-port Q]
 
 --mux picks how it waits: a blocking recvfrom, select(), poll(), epoll
@@ -11,7 +11,9 @@ endpoint (epoll with its self-pipe beside the socket); `fork` reads each
 datagram and forks a child that answers it through the inherited socket
 (as `socat UDP-RECVFROM:P,fork` does); `daemon` forks once and the parent
 exits, leaving the child to serve (as `daemon()` does); `dup` serves on
-a `dup` of the socket after closing the first number.
+a `dup` of the socket after closing the first number; `pktinfo` reads
+with IP_PKTINFO, checks the destination (--expect-dst) and answers from
+it with IP_PKTINFO on sendmsg, as DNS servers bound to the wildcard do.
 --opt-before-bind / --opt-after-bind set IP_RECVTOS (which needs control
 messages rxpath does not give yet) before or after bind; after bind it
 prints the errno the call raised, if any.
@@ -106,6 +108,24 @@ def serve_daemon(s):
     serve_block(s)
 
 
+IP_PKTINFO = getattr(socket, "IP_PKTINFO", 8)
+
+
+def serve_pktinfo(s, expect):
+    """As a DNS server on the wildcard does: read with IP_PKTINFO, check
+    the address the datagram was sent to, answer from that address."""
+    while True:
+        d, anc, _flags, a = s.recvmsg(65535, socket.CMSG_SPACE(12))
+        info = [c[2] for c in anc if c[0] == socket.IPPROTO_IP and c[1] == IP_PKTINFO]
+        ok = len(info) == 1 and socket.inet_ntoa(info[0][8:12]) == expect
+        reply = d if ok else b"bad pktinfo %r" % (anc,)
+        if d == b"quit":
+            reply = b"bye"
+        s.sendmsg([reply], [(socket.IPPROTO_IP, IP_PKTINFO, info[0])] if info else [], 0, a)
+        if d == b"quit":
+            return
+
+
 def serve_asyncio(s):
     s.setblocking(False)
 
@@ -142,9 +162,12 @@ def main():
     ap.add_argument("--opt-before-bind", action="store_true")
     ap.add_argument("--opt-after-bind", action="store_true")
     ap.add_argument("--second-port", type=int)
+    ap.add_argument("--expect-dst", default="198.18.9.6")
     a = ap.parse_args()
     fam = socket.AF_INET6 if ":" in a.bind else socket.AF_INET
     s = socket.socket(fam, socket.SOCK_DGRAM)
+    if a.mux == "pktinfo":
+        s.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
     if a.opt_before_bind:
         s.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
     s.bind((a.bind, a.port))
@@ -176,6 +199,8 @@ def main():
         serve_fork(s)
     elif mux == "daemon":
         serve_daemon(s)
+    elif mux == "pktinfo":
+        serve_pktinfo(s, a.expect_dst)
     elif mux == "dup":
         # The socket under another number, the first one closed.
         fd = os.dup(s.fileno())
