@@ -9,14 +9,18 @@
 //! ```text
 //!  program ── socket() bind() recvfrom() sendto() poll() epoll_wait() ...
 //!     │
-//!  sys::interpose   the exported symbols: raw pointers to slices, errno
-//!     │             (unsafe: here and in sys::real only)
-//!  ops              what each call means for a socket rxpath accelerates
-//!     │             (table: fd → Candidate | Accelerated)
-//!  wait             poll/select/epoll over rxpath sockets and kernel fds
+//!  interpose        the exported symbols: raw pointers to slices, errno
+//!     │             (unsafe: here and in sys only)
+//!  ops              what each call means for a socket rxpath serves
 //!     │
+//!  wait             poll/select and blocking reads over rxpath sockets
+//!     │             and kernel fds
 //!  host             one rxpath Host per process on RXPATH_IFACE, started at
-//!                   the first bind it accelerates, shut down at exit
+//!     │             the first bind it serves, shut down at exit
+//!  table            fd → candidate | rxpath socket | epoll set
+//!  epoll            epoll sets holding rxpath sockets and kernel fds
+//!  sock             a served socket, one not bound yet, who sleeps on them
+//!  sys, config      the C library's real calls and eventfds; RXPATH_*
 //! ```
 //!
 //! Every accelerated socket keeps its kernel UDP socket behind the same fd
@@ -39,8 +43,12 @@
 #![deny(missing_docs, missing_debug_implementations)]
 
 pub mod config;
+mod epoll;
 pub mod host;
+#[allow(unsafe_code)]
+mod interpose;
 mod ops;
+mod sock;
 #[allow(unsafe_code)]
 mod sys;
 mod table;

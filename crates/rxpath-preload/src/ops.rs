@@ -3,9 +3,10 @@
 //! the results back. `Ok(None)` (or [`Route::Kernel`]) means "the kernel's
 //! call, untouched".
 
+use crate::epoll::EpSet;
 use crate::host::{global, Fallback};
-use crate::table::{self, Accel, Entry, Pending};
-use crate::wait::{EpSet, Watchers};
+use crate::sock::{Accel, Pending, Watchers};
+use crate::table::{self, Entry};
 use rxpath_runtime::sock::{RecvMeta, SockError, Watch};
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -360,11 +361,11 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
             return Ok(());
         }
         (libc::IPPROTO_IP, libc::IP_PKTINFO, OptVal::Int(on)) => {
-            set_pktinfo(&e, table::PKTINFO4, on != 0);
+            set_pktinfo(&e, crate::sock::PKTINFO4, on != 0);
             return Ok(());
         }
         (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, OptVal::Int(on)) => {
-            set_pktinfo(&e, table::PKTINFO6, on != 0);
+            set_pktinfo(&e, crate::sock::PKTINFO6, on != 0);
             return Ok(());
         }
         (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, OptVal::Int(on)) => {

@@ -3,13 +3,12 @@
 //! load); the entries behind it sit in a map under a lock taken only for
 //! fds that are rxpath's.
 
-use crate::wait::{EpSet, Watchers};
-use rxpath_runtime::UdpSocket;
+use crate::epoll::EpSet;
+use crate::sock::{Accel, Pending};
 use std::collections::HashMap;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
 
 /// Fds at or above this are always the kernel's.
 pub(crate) const MAX_FD: usize = 1 << 16;
@@ -24,39 +23,6 @@ pub(crate) const SOCKET: u8 = 2;
 pub(crate) const EPOLL: u8 = 3;
 
 static KIND: [AtomicU8; MAX_FD] = [const { AtomicU8::new(KERNEL) }; MAX_FD];
-
-/// A UDP socket before `bind`: what was asked of it so far.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Pending {
-    pub(crate) nonblock: bool,
-    pub(crate) rcvtimeo: Option<Duration>,
-    pub(crate) busy_poll: Option<u32>,
-    pub(crate) rcvbuf: Option<usize>,
-    pub(crate) v6only: bool,
-    /// `IP_PKTINFO` ([`PKTINFO4`]) and `IPV6_RECVPKTINFO` ([`PKTINFO6`]).
-    pub(crate) pktinfo: u8,
-    /// An option rxpath cannot honour was set: the socket stays the
-    /// kernel's at `bind`.
-    pub(crate) refuse: Option<String>,
-}
-
-/// A socket rxpath serves, behind the kernel socket of the same fd.
-#[derive(Debug)]
-pub(crate) struct Accel {
-    pub(crate) sock: UdpSocket,
-    pub(crate) nonblock: AtomicBool,
-    pub(crate) watch: Arc<Watchers>,
-    /// Fds that name this socket (`dup` makes more); the port goes back
-    /// to the kernel when the last one closes.
-    pub(crate) fds: std::sync::atomic::AtomicUsize,
-    /// The packet information a read hands back ([`PKTINFO4`], [`PKTINFO6`]).
-    pub(crate) pktinfo: AtomicU8,
-}
-
-/// `IP_PKTINFO` is on.
-pub(crate) const PKTINFO4: u8 = 1;
-/// `IPV6_RECVPKTINFO` is on.
-pub(crate) const PKTINFO6: u8 = 2;
 
 /// What an fd that is not plain kernel is.
 #[derive(Debug, Clone)]

@@ -1,10 +1,10 @@
-//! The interposition layer: the C library's socket calls, exported under
-//! their own names, and the real ones behind them. The only `unsafe` of
-//! the crate is here, each block with its `SAFETY` line: raw pointers
-//! from the program become slices and addresses, and answers go back.
+//! The C library's own calls (`real`, found with `dlsym(RTLD_NEXT)`) and
+//! the few system calls the library makes for itself (eventfds, kernel
+//! waits, the child's clean-up after fork), behind safe functions. With
+//! [`crate::interpose`] it is the interposition layer, the only `unsafe`
+//! of the crate, each block with its `SAFETY` line.
 
-mod interpose;
-mod real;
+pub(crate) mod real;
 
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};

@@ -1,9 +1,12 @@
-//! The exported calls. Each looks at the fd's kind (one load for a kernel
+//! The exported calls, the top of the interposition layer (with
+//! [`crate::sys`] the only `unsafe` of the crate): raw pointers from the
+//! program become slices and addresses, and answers go back. Each looks at
+//! the fd's kind (one load for a kernel
 //! fd) and either falls through to the C library or answers for rxpath
 //! through `ops` and `wait`, setting `errno` as the kernel would.
 
-use super::real;
 use crate::ops::{self, OptVal, Route};
+use crate::sys::real;
 use crate::table;
 use libc::{
     c_int, c_uint, c_ulong, c_void, epoll_event, fd_set, iovec, mmsghdr, msghdr, nfds_t, pollfd,
@@ -141,7 +144,11 @@ fn iovs<'a>(iov: *const iovec, n: usize) -> &'a [iovec] {
 
 /// Read one datagram into the iovecs: straight into a single buffer, else
 /// through a bounce buffer scattered after.
-fn recv_iov(a: &std::sync::Arc<table::Accel>, v: &[iovec], flags: c_int) -> Result<ops::Got, i32> {
+fn recv_iov(
+    a: &std::sync::Arc<crate::sock::Accel>,
+    v: &[iovec],
+    flags: c_int,
+) -> Result<ops::Got, i32> {
     if let [one] = v {
         return ops::recv(a, buf_mut(one.iov_base, one.iov_len), flags);
     }
@@ -267,7 +274,7 @@ pub extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
 /// `recvmsg` into `m` for an rxpath socket, with the packet information
 /// the socket asked for (`IP_PKTINFO`, `IPV6_RECVPKTINFO`).
 fn recvmsg_one(
-    a: &std::sync::Arc<table::Accel>,
+    a: &std::sync::Arc<crate::sock::Accel>,
     m: &mut msghdr,
     flags: c_int,
 ) -> Result<usize, i32> {
@@ -278,7 +285,7 @@ fn recvmsg_one(
     let mut used = 0;
     if want != 0 {
         let ifindex = crate::host::global().ifindex();
-        if let (IpAddr::V4(d), true) = (g.dst, want & table::PKTINFO4 != 0) {
+        if let (IpAddr::V4(d), true) = (g.dst, want & crate::sock::PKTINFO4 != 0) {
             let addr = libc::in_addr {
                 s_addr: u32::from(d).to_be(),
             };
@@ -294,7 +301,7 @@ fn recvmsg_one(
             IpAddr::V4(d) if a.sock.local_addr().is_ipv6() => Some(d.to_ipv6_mapped()),
             IpAddr::V4(_) => None,
         };
-        if let (Some(d), true) = (d6, want & table::PKTINFO6 != 0) {
+        if let (Some(d), true) = (d6, want & crate::sock::PKTINFO6 != 0) {
             let info = In6Pktinfo {
                 addr: d.octets(),
                 ifindex,
@@ -491,7 +498,7 @@ pub extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
 }
 
 /// `sendmsg` of `m` on an rxpath socket; `None`: the kernel's.
-fn sendmsg_one(a: &table::Accel, m: &msghdr) -> Option<Result<usize, i32>> {
+fn sendmsg_one(a: &crate::sock::Accel, m: &msghdr) -> Option<Result<usize, i32>> {
     match send_source(m) {
         Ok(Some(src)) if !ops::pktinfo_source_ok(a, src) => {
             let what = "sendmsg from another source address (IP_PKTINFO)";
@@ -958,7 +965,7 @@ extern "C" fn at_exit() {
 extern "C" fn in_fork_child() {
     crate::host::set_fork_child();
     crate::table::forget_all();
-    super::close_host_fds();
+    crate::sys::close_host_fds();
 }
 
 extern "C" fn init() {

@@ -1,0 +1,274 @@
+//! An epoll set that may hold rxpath sockets: the kernel's set (the
+//! program's epoll fd, with its kernel fds) and the rxpath sockets in it,
+//! level- and edge-triggered, `EPOLLONESHOT`.
+
+use crate::sock::{busy_wait, deadline, errno, left_ms, lock, readable, Accel};
+use crate::sys;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// The token of a set's own eventfd in its kernel epoll set.
+const WAKE: u64 = u64::MAX - 0x7270;
+
+/// One rxpath socket in an epoll set.
+#[derive(Debug)]
+struct Member {
+    fd: RawFd,
+    sock: Arc<Accel>,
+    events: u32,
+    data: u64,
+    /// Edges already reported (edge-triggered).
+    seen: u64,
+    /// `EPOLLOUT` reported since the last `ADD`/`MOD` (edge-triggered).
+    out_seen: bool,
+    /// `EPOLLONESHOT` fired: nothing until the next `MOD`.
+    disabled: bool,
+}
+
+/// An epoll set: the kernel's (the program's epoll fd, holding its kernel
+/// fds) and the rxpath sockets in it.
+#[derive(Debug)]
+pub(crate) struct EpSet {
+    kfd: RawFd,
+    members: Mutex<Vec<Member>>,
+    kernel_fds: AtomicUsize,
+    efd: Mutex<Option<OwnedFd>>,
+}
+
+impl EpSet {
+    /// The set whose kernel epoll fd is `kfd`.
+    pub(crate) fn new(kfd: RawFd) -> EpSet {
+        EpSet {
+            kfd,
+            members: Mutex::default(),
+            kernel_fds: AtomicUsize::new(0),
+            efd: Mutex::new(None),
+        }
+    }
+
+    /// `epoll_ctl` for an rxpath socket.
+    pub(crate) fn ctl_socket(
+        &self,
+        op: i32,
+        fd: RawFd,
+        sock: Arc<Accel>,
+        ev: Option<libc::epoll_event>,
+    ) -> Result<(), i32> {
+        let mut m = lock(&self.members);
+        let at = m.iter().position(|x| x.fd == fd);
+        match (op, at) {
+            (libc::EPOLL_CTL_ADD, Some(_)) => Err(libc::EEXIST),
+            (libc::EPOLL_CTL_ADD, None) => {
+                let ev = ev.ok_or(libc::EFAULT)?;
+                self.wake_fd()?;
+                let seen = first_seen(&sock);
+                m.push(Member {
+                    fd,
+                    sock,
+                    events: ev.events,
+                    data: ev.u64,
+                    seen,
+                    out_seen: false,
+                    disabled: false,
+                });
+                Ok(())
+            }
+            (libc::EPOLL_CTL_MOD, Some(i)) => {
+                let ev = ev.ok_or(libc::EFAULT)?;
+                let x = &mut m[i];
+                x.events = ev.events;
+                x.data = ev.u64;
+                x.seen = first_seen(&x.sock);
+                x.out_seen = false;
+                x.disabled = false;
+                Ok(())
+            }
+            (libc::EPOLL_CTL_DEL, Some(i)) => {
+                m.swap_remove(i);
+                Ok(())
+            }
+            (libc::EPOLL_CTL_MOD | libc::EPOLL_CTL_DEL, None) => Err(libc::ENOENT),
+            _ => Err(libc::EINVAL),
+        }
+    }
+
+    /// A kernel fd was added (`+1`) or removed (`-1`) by a kernel
+    /// `epoll_ctl` that succeeded.
+    pub(crate) fn kernel_fd(&self, added: bool) {
+        if added {
+            self.kernel_fds.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let _ = self
+                .kernel_fds
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
+    }
+
+    /// A closed fd leaves the set (the kernel drops closed fds itself).
+    pub(crate) fn forget(&self, fd: RawFd) {
+        lock(&self.members).retain(|m| m.fd != fd);
+    }
+
+    /// The set's eventfd, registered in its kernel set on first use.
+    fn wake_fd(&self) -> Result<RawFd, i32> {
+        let mut g = lock(&self.efd);
+        if let Some(f) = g.as_ref() {
+            return Ok(f.as_raw_fd());
+        }
+        let f = sys::eventfd().map_err(errno)?;
+        let ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: WAKE,
+        };
+        sys::kepoll_ctl(self.kfd, libc::EPOLL_CTL_ADD, f.as_raw_fd(), Some(ev)).map_err(errno)?;
+        let fd = f.as_raw_fd();
+        *g = Some(f);
+        Ok(fd)
+    }
+
+    /// `epoll_wait` on this set.
+    pub(crate) fn wait(
+        &self,
+        out: &mut [libc::epoll_event],
+        timeout_ms: i32,
+    ) -> Result<usize, i32> {
+        if out.is_empty() {
+            return Err(libc::EINVAL);
+        }
+        if lock(&self.members).is_empty() {
+            return self.kernel_wait(out, timeout_ms);
+        }
+        let until = deadline(timeout_ms);
+        let mut busy_done = false;
+        loop {
+            let n = self.scan(out, 0)?;
+            if n > 0 || timeout_ms == 0 {
+                return Ok(n);
+            }
+            if !busy_done {
+                busy_done = true;
+                let socks: Vec<Arc<Accel>> =
+                    lock(&self.members).iter().map(|m| m.sock.clone()).collect();
+                let refs: Vec<&Arc<Accel>> = socks.iter().collect();
+                if busy_wait(&refs) {
+                    continue;
+                }
+            }
+            let n = self.sleep(out, until)?;
+            if n > 0 || left_ms(until) == 0 {
+                return Ok(n);
+            }
+        }
+    }
+
+    /// What is ready now: the rxpath sockets, then (if the set has kernel
+    /// fds, and room is left) the kernel's with `timeout`.
+    fn scan(&self, out: &mut [libc::epoll_event], timeout: i32) -> Result<usize, i32> {
+        let mut n = self.scan_members(out);
+        let has_kernel = self.kernel_fds.load(Ordering::Relaxed) > 0;
+        if has_kernel && n < out.len() {
+            n += self.kernel_wait(&mut out[n..], if n > 0 { 0 } else { timeout })?;
+        }
+        Ok(n)
+    }
+
+    /// A kernel wait on the set, the set's own wakeups taken out.
+    fn kernel_wait(&self, out: &mut [libc::epoll_event], timeout: i32) -> Result<usize, i32> {
+        let k = sys::kepoll_wait(self.kfd, out, timeout).map_err(errno)?;
+        let mut n = 0;
+        for i in 0..k {
+            if out[i].u64 == WAKE {
+                if let Some(f) = lock(&self.efd).as_ref() {
+                    sys::eventfd_drain(f.as_raw_fd());
+                }
+                continue;
+            }
+            out[n] = out[i];
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn scan_members(&self, out: &mut [libc::epoll_event]) -> usize {
+        let mut m = lock(&self.members);
+        let mut n = 0;
+        for x in m.iter_mut() {
+            if n == out.len() {
+                break;
+            }
+            if x.disabled {
+                continue;
+            }
+            let ev = member_events(x);
+            if ev != 0 {
+                out[n] = libc::epoll_event {
+                    events: ev,
+                    u64: x.data,
+                };
+                n += 1;
+                if x.events & libc::EPOLLONESHOT as u32 != 0 {
+                    x.disabled = true;
+                }
+            }
+        }
+        n
+    }
+
+    fn sleep(&self, out: &mut [libc::epoll_event], until: Option<Instant>) -> Result<usize, i32> {
+        let efd = self.wake_fd()?;
+        let socks: Vec<Arc<Accel>> = lock(&self.members).iter().map(|m| m.sock.clone()).collect();
+        for a in &socks {
+            a.watch.arm(efd);
+        }
+        let n = self.scan_members(out);
+        let r = if n > 0 {
+            Ok(n)
+        } else {
+            self.kernel_wait(out, left_ms(until))
+        };
+        for a in &socks {
+            a.watch.disarm(efd);
+        }
+        let n = r?;
+        if n > 0 {
+            return Ok(n);
+        }
+        Ok(self.scan_members(out))
+    }
+}
+
+/// The edges an edge-triggered member has seen when it is added: all but
+/// one if the socket is readable now (the kernel reports a readable socket
+/// once after `ADD`).
+fn first_seen(a: &Accel) -> u64 {
+    let e = a.watch.edges();
+    if readable(a) {
+        e.wrapping_sub(1)
+    } else {
+        e
+    }
+}
+
+/// The events `x` reports now (and, edge-triggered, marks as seen).
+fn member_events(x: &mut Member) -> u32 {
+    let want = x.events;
+    let et = want & libc::EPOLLET as u32 != 0;
+    let mut ev = 0u32;
+    if want & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32 != 0 && readable(&x.sock) {
+        let edges = x.sock.watch.edges();
+        if !et || edges != x.seen {
+            x.seen = edges;
+            ev |= want & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32;
+        }
+    }
+    if want & (libc::EPOLLOUT | libc::EPOLLWRNORM) as u32 != 0 && (!et || !x.out_seen) {
+        x.out_seen = true;
+        ev |= want & (libc::EPOLLOUT | libc::EPOLLWRNORM) as u32;
+    }
+    if x.sock.sock.is_closed() {
+        ev |= libc::EPOLLHUP as u32;
+    }
+    ev
+}

@@ -1,0 +1,149 @@
+//! A UDP socket rxpath serves for the program, and one not bound yet:
+//! their state, who sleeps on them, and what "readable" means.
+
+use crate::sys;
+use rxpath_core::NapiId;
+use rxpath_runtime::sock::Watch;
+use rxpath_runtime::UdpSocket;
+use std::os::fd::RawFd;
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A UDP socket before `bind`: what was asked of it so far.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Pending {
+    pub(crate) nonblock: bool,
+    pub(crate) rcvtimeo: Option<Duration>,
+    pub(crate) busy_poll: Option<u32>,
+    pub(crate) rcvbuf: Option<usize>,
+    pub(crate) v6only: bool,
+    /// `IP_PKTINFO` ([`PKTINFO4`]) and `IPV6_RECVPKTINFO` ([`PKTINFO6`]).
+    pub(crate) pktinfo: u8,
+    /// An option rxpath cannot honour was set: the socket stays the
+    /// kernel's at `bind`.
+    pub(crate) refuse: Option<String>,
+}
+
+/// A socket rxpath serves, behind the kernel socket of the same fd.
+#[derive(Debug)]
+pub(crate) struct Accel {
+    pub(crate) sock: UdpSocket,
+    pub(crate) nonblock: AtomicBool,
+    pub(crate) watch: Arc<Watchers>,
+    /// Fds that name this socket (`dup` makes more); the port goes back
+    /// to the kernel when the last one closes.
+    pub(crate) fds: std::sync::atomic::AtomicUsize,
+    /// The packet information a read hands back ([`PKTINFO4`], [`PKTINFO6`]).
+    pub(crate) pktinfo: AtomicU8,
+}
+
+/// `IP_PKTINFO` is on.
+pub(crate) const PKTINFO4: u8 = 1;
+/// `IPV6_RECVPKTINFO` is on.
+pub(crate) const PKTINFO6: u8 = 2;
+
+/// Who sleeps on one rxpath socket: the eventfds of waiters in `poll` or
+/// `epoll_wait`, signalled on the socket's edge from empty to readable.
+#[derive(Debug, Default)]
+pub(crate) struct Watchers {
+    sleeping: AtomicUsize,
+    list: Mutex<Vec<RawFd>>,
+    /// Edges so far (empty → readable, or closed): what edge-triggered
+    /// epoll reports once each.
+    edges: AtomicU64,
+}
+
+impl Watch for Watchers {
+    fn ready(&self) {
+        self.edges.fetch_add(1, Ordering::SeqCst);
+        // Pairs with `arm`: either the waiter's look at the queue sees the
+        // datagram, or this sees the waiter.
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::SeqCst) > 0 {
+            for fd in lock(&self.list).iter() {
+                sys::eventfd_signal(*fd);
+            }
+        }
+    }
+}
+
+impl Watchers {
+    pub(crate) fn arm(&self, efd: RawFd) {
+        lock(&self.list).push(efd);
+        self.sleeping.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+
+    pub(crate) fn disarm(&self, efd: RawFd) {
+        let mut l = lock(&self.list);
+        if let Some(i) = l.iter().position(|f| *f == efd) {
+            l.swap_remove(i);
+            self.sleeping.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    pub(crate) fn edges(&self) -> u64 {
+        self.edges.load(Ordering::Acquire)
+    }
+}
+
+/// The socket has a datagram to read (or is closed: a read returns).
+pub(crate) fn readable(a: &Accel) -> bool {
+    a.sock.queued() > 0 || a.sock.is_closed()
+}
+
+/// Busy-poll the NAPIs of `socks` for the longest of their `busy_poll`
+/// windows, until one of them is readable. False if none busy-polls.
+pub(crate) fn busy_wait(socks: &[&Arc<Accel>]) -> bool {
+    let us = socks.iter().map(|a| a.sock.busy_poll()).max().unwrap_or(0);
+    let Some(first) = socks.first() else {
+        return false;
+    };
+    if us == 0 {
+        return false;
+    }
+    let mut ids: Vec<NapiId> = socks
+        .iter()
+        .map(|a| a.sock.napi_id())
+        .filter(|i| i.0 != 0)
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.is_empty() {
+        return false;
+    }
+    let host = first.sock.host();
+    first.sock.count_busy_poll();
+    rxpath_runtime::sock::busy_loop(host, &ids, us, &|| socks.iter().any(|a| readable(a)));
+    if !socks.iter().any(|a| readable(a)) {
+        // Going to sleep: a deferred interrupt must fire again.
+        host.resume_irqs(&ids);
+    }
+    true
+}
+
+/// Milliseconds left until `deadline` for a kernel wait (`-1`: none).
+pub(crate) fn left_ms(deadline: Option<Instant>) -> i32 {
+    match deadline {
+        None => -1,
+        Some(d) => {
+            let left = d.saturating_duration_since(Instant::now());
+            // Rounded up: a wait never ends before its deadline.
+            left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+        }
+    }
+}
+
+pub(crate) fn deadline(timeout_ms: i32) -> Option<Instant> {
+    (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64))
+}
+
+/// The errno of an I/O error.
+pub(crate) fn errno(e: std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
+}
