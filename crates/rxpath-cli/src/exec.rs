@@ -36,6 +36,10 @@ pub struct ExecArgs {
     /// napi_defer_hard_irqs.
     #[arg(long, default_value_t = 0)]
     pub defer_hard_irqs: u32,
+    /// Serve Prometheus metrics on ADDR (host:port) while the program's
+    /// host runs (`RXPATH_METRICS`).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
     /// The preload library (default: librxpath_preload.so beside this
     /// binary).
     #[arg(long, value_name = "FILE")]
@@ -98,6 +102,10 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
         .env("RXPATH_GRO_FLUSH_TIMEOUT", a.gro_flush_timeout.to_string())
         .env("RXPATH_NAPI_DEFER_HARD_IRQS", a.defer_hard_irqs.to_string())
         .env("RXPATH_REPORT", &report)
+        .env(
+            "RXPATH_METRICS",
+            a.metrics.map(|m| m.to_string()).unwrap_or_default(),
+        )
         .spawn()
         .with_context(|| format!("running {prog}"))?;
     let pid = child.id();

@@ -11,6 +11,7 @@
 //! | `RXPATH_GRO_FLUSH_TIMEOUT` | `gro_flush_timeout`, ns | 0 |
 //! | `RXPATH_NAPI_DEFER_HARD_IRQS` | `napi_defer_hard_irqs` | 0 |
 //! | `RXPATH_REPORT` | write the path's accounting (JSON) here at exit | none |
+//! | `RXPATH_METRICS` | serve Prometheus metrics on this address while the host runs | none |
 
 use std::path::PathBuf;
 
@@ -45,6 +46,8 @@ pub struct Config {
     pub defer_hard_irqs: u32,
     /// Where to write the report at exit.
     pub report: Option<PathBuf>,
+    /// Where to serve Prometheus metrics.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 impl Default for Config {
@@ -58,6 +61,7 @@ impl Default for Config {
             gro_flush_timeout_ns: 0,
             defer_hard_irqs: 0,
             report: None,
+            metrics: None,
         }
     }
 }
@@ -95,6 +99,12 @@ impl Config {
             &mut c.gro_flush_timeout_ns,
         )?;
         num(&var, "RXPATH_NAPI_DEFER_HARD_IRQS", &mut c.defer_hard_irqs)?;
+        if let Some(m) = var("RXPATH_METRICS").filter(|s| !s.is_empty()) {
+            let a = m
+                .parse()
+                .map_err(|_| format!("RXPATH_METRICS={m:?}: not an address:port"))?;
+            c.metrics = Some(a);
+        }
         Ok(c)
     }
 
@@ -123,6 +133,9 @@ impl Config {
         }
         if let Some(r) = &self.report {
             v.push(("RXPATH_REPORT", r.display().to_string()));
+        }
+        if let Some(m) = self.metrics {
+            v.push(("RXPATH_METRICS", m.to_string()));
         }
         v
     }
@@ -173,6 +186,7 @@ mod tests {
             gro_flush_timeout_ns: 20_000,
             defer_hard_irqs: 2,
             report: Some("/tmp/r.json".into()),
+            metrics: Some("127.0.0.1:9900".parse().unwrap()),
         };
         let v: Vec<(String, String)> = c
             .to_vars()
@@ -189,5 +203,7 @@ mod tests {
         assert!(e.contains("RXPATH_BUSY_POLL"), "{e}");
         let e = Config::from_vars(vars(&[("RXPATH_MODE", "dpdk")])).unwrap_err();
         assert!(e.contains("RXPATH_MODE"), "{e}");
+        let e = Config::from_vars(vars(&[("RXPATH_METRICS", "9900")])).unwrap_err();
+        assert!(e.contains("RXPATH_METRICS"), "{e}");
     }
 }

@@ -92,6 +92,8 @@ impl Accounting {
 }
 
 struct Running {
+    /// The metrics endpoint (`RXPATH_METRICS`), stopped before the host.
+    metrics: Option<rxpath_runtime::metrics::Metrics>,
     host: Host,
     /// Sockets per port the XDP program takes.
     ports: BTreeMap<u16, usize>,
@@ -331,7 +333,20 @@ impl Global {
             "UDP on {iface} through rxpath ({})",
             host.backend()
         ));
+        let metrics = c.metrics.and_then(|a| match host.serve_metrics(a) {
+            Ok(m) => {
+                say(&format!("metrics on http://{}/metrics", m.addr));
+                Some(m)
+            }
+            Err(e) => {
+                say(&format!(
+                    "metrics on {a}: {e}; the program runs without them"
+                ));
+                None
+            }
+        });
         Ok(Running {
+            metrics,
             host,
             ports: BTreeMap::new(),
         })
@@ -341,7 +356,10 @@ impl Global {
     pub(crate) fn finish(&self) {
         let mut s = self.state();
         let backend = s.running.as_ref().map(|r| r.host.backend().to_string());
-        let host = s.running.take().map(|r| as_library(|| r.host.shutdown()));
+        let host = s.running.take().map(|r| {
+            drop(r.metrics);
+            as_library(|| r.host.shutdown())
+        });
         let rep = PreloadReport {
             config: self.cfg.clone(),
             accounting: host.as_ref().map(Accounting::of),

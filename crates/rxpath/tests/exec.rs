@@ -367,3 +367,38 @@ fn a_daemon_child_serves_on_the_kernel_once_the_parent_is_gone() {
     );
     assert_eq!(c["bye"], true, "{c}");
 }
+
+#[test]
+fn metrics_are_served_from_inside_the_program() {
+    let Some(p) = pair("xm", &[]) else { return };
+    let prog = ["python3", ECHO, "--port", "5309"];
+    let mut s = server(&p, Some(&["--metrics", "198.18.9.6:9464"]), &prog);
+    wait_ready(&mut s);
+    assert_eq!(client_with(&p, 5309, 5, false)["missing"], 0);
+    // Scraped over the veth from the client's namespace: TCP is the
+    // kernel's, the counters are rxpath's.
+    let fetch = "import urllib.request; \
+        print(urllib.request.urlopen('http://198.18.9.6:9464/metrics', timeout=5).read().decode())";
+    let out = Command::new("ip")
+        .args(["netns", "exec", &p.cli, "python3", "-c", fetch])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let queued: f64 = text
+        .lines()
+        .find(|l| l.starts_with("rxpath_socket_in_datagrams"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "no socket counter: {text}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    assert!(queued >= 5.0, "{queued} datagrams queued: {text}");
+    let c = client(&p, 5309, 1);
+    let (st, out, err) = finish(s);
+    assert!(st.success(), "{err}");
+    assert_eq!(c["bye"], true, "{c}");
+    assert!(out.contains("sockets on rxpath 1 "), "{out}");
+}
