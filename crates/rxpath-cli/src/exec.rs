@@ -40,6 +40,13 @@ pub struct ExecArgs {
     /// host runs (`RXPATH_METRICS`).
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<std::net::SocketAddr>,
+    /// Take only UDP sockets bound to these ports (`53,5000-5100`;
+    /// `RXPATH_PORTS`); the rest stay the kernel's.
+    #[arg(long, value_name = "LIST")]
+    pub ports: Option<String>,
+    /// Leave sockets on these ports to the kernel (`RXPATH_KERNEL_PORTS`).
+    #[arg(long, value_name = "LIST")]
+    pub kernel_ports: Option<String>,
     /// The preload library (default: librxpath_preload.so beside this
     /// binary).
     #[arg(long, value_name = "FILE")]
@@ -102,6 +109,11 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
         .env("RXPATH_GRO_FLUSH_TIMEOUT", a.gro_flush_timeout.to_string())
         .env("RXPATH_NAPI_DEFER_HARD_IRQS", a.defer_hard_irqs.to_string())
         .env("RXPATH_REPORT", &report)
+        .env("RXPATH_PORTS", a.ports.clone().unwrap_or_default())
+        .env(
+            "RXPATH_KERNEL_PORTS",
+            a.kernel_ports.clone().unwrap_or_default(),
+        )
         .env(
             "RXPATH_METRICS",
             a.metrics.map(|m| m.to_string()).unwrap_or_default(),

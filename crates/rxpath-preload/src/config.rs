@@ -12,6 +12,8 @@
 //! | `RXPATH_NAPI_DEFER_HARD_IRQS` | `napi_defer_hard_irqs` | 0 |
 //! | `RXPATH_REPORT` | write the path's accounting (JSON) here at exit | none |
 //! | `RXPATH_METRICS` | serve Prometheus metrics on this address while the host runs | none |
+//! | `RXPATH_PORTS` | take only UDP sockets bound to these ports (`53,5000-5100`) | every port |
+//! | `RXPATH_KERNEL_PORTS` | leave sockets on these ports to the kernel, whatever else says | none |
 
 use std::path::PathBuf;
 
@@ -48,6 +50,10 @@ pub struct Config {
     pub report: Option<PathBuf>,
     /// Where to serve Prometheus metrics.
     pub metrics: Option<std::net::SocketAddr>,
+    /// Take only sockets on these port ranges (`None`: every port).
+    pub ports: Option<Vec<(u16, u16)>>,
+    /// Leave sockets on these port ranges to the kernel.
+    pub kernel_ports: Vec<(u16, u16)>,
 }
 
 impl Default for Config {
@@ -62,6 +68,8 @@ impl Default for Config {
             defer_hard_irqs: 0,
             report: None,
             metrics: None,
+            ports: None,
+            kernel_ports: Vec::new(),
         }
     }
 }
@@ -105,7 +113,27 @@ impl Config {
                 .map_err(|_| format!("RXPATH_METRICS={m:?}: not an address:port"))?;
             c.metrics = Some(a);
         }
+        if let Some(p) = var("RXPATH_PORTS").filter(|s| !s.is_empty()) {
+            c.ports = Some(port_list(&p).map_err(|e| format!("RXPATH_PORTS={p:?}: {e}"))?);
+        }
+        if let Some(p) = var("RXPATH_KERNEL_PORTS").filter(|s| !s.is_empty()) {
+            c.kernel_ports =
+                port_list(&p).map_err(|e| format!("RXPATH_KERNEL_PORTS={p:?}: {e}"))?;
+        }
         Ok(c)
+    }
+
+    /// Whether the rules let rxpath take a socket on `port`; `Err` names
+    /// the rule that keeps it on the kernel.
+    pub fn port_allowed(&self, port: u16) -> Result<(), String> {
+        let within = |l: &[(u16, u16)]| l.iter().any(|&(a, b)| (a..=b).contains(&port));
+        if within(&self.kernel_ports) {
+            return Err(format!("port {port} is in RXPATH_KERNEL_PORTS"));
+        }
+        match &self.ports {
+            Some(l) if !within(l) => Err(format!("port {port} is not in RXPATH_PORTS")),
+            _ => Ok(()),
+        }
     }
 
     /// The variables that give this configuration (what `rxpath exec`
@@ -137,8 +165,46 @@ impl Config {
         if let Some(m) = self.metrics {
             v.push(("RXPATH_METRICS", m.to_string()));
         }
+        if let Some(p) = &self.ports {
+            v.push(("RXPATH_PORTS", show_ports(p)));
+        }
+        if !self.kernel_ports.is_empty() {
+            v.push(("RXPATH_KERNEL_PORTS", show_ports(&self.kernel_ports)));
+        }
         v
     }
+}
+
+/// `53,5000-5100` as ranges.
+pub fn port_list(s: &str) -> Result<Vec<(u16, u16)>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(|x| {
+            let (a, b) = x.split_once('-').unwrap_or((x, x));
+            let p = |v: &str| {
+                v.trim()
+                    .parse::<u16>()
+                    .map_err(|_| format!("{v:?} is not a port"))
+            };
+            let (a, b) = (p(a)?, p(b)?);
+            if a > b {
+                return Err(format!("{x:?}: the range runs backwards"));
+            }
+            Ok((a, b))
+        })
+        .collect()
+}
+
+fn show_ports(l: &[(u16, u16)]) -> String {
+    let one = |&(a, b): &(u16, u16)| {
+        if a == b {
+            a.to_string()
+        } else {
+            format!("{a}-{b}")
+        }
+    };
+    l.iter().map(one).collect::<Vec<_>>().join(",")
 }
 
 fn num<T: std::str::FromStr>(
@@ -187,6 +253,8 @@ mod tests {
             defer_hard_irqs: 2,
             report: Some("/tmp/r.json".into()),
             metrics: Some("127.0.0.1:9900".parse().unwrap()),
+            ports: Some(vec![(53, 53), (5000, 5100)]),
+            kernel_ports: vec![(5050, 5050)],
         };
         let v: Vec<(String, String)> = c
             .to_vars()
@@ -195,6 +263,25 @@ mod tests {
             .collect();
         let back = Config::from_vars(|k| v.iter().find(|(n, _)| n == k).map(|(_, x)| x.clone()));
         assert_eq!(back.unwrap(), c);
+    }
+
+    #[test]
+    fn port_rules_keep_what_they_say_on_the_kernel() {
+        let c = Config::from_vars(vars(&[
+            ("RXPATH_PORTS", "53, 5000-5100"),
+            ("RXPATH_KERNEL_PORTS", "5050"),
+        ]))
+        .unwrap();
+        assert!(c.port_allowed(53).is_ok());
+        assert!(c.port_allowed(5000).is_ok() && c.port_allowed(5100).is_ok());
+        assert!(c
+            .port_allowed(5050)
+            .unwrap_err()
+            .contains("RXPATH_KERNEL_PORTS"));
+        assert!(c.port_allowed(54).unwrap_err().contains("RXPATH_PORTS"));
+        assert!(Config::default().port_allowed(1).is_ok());
+        assert!(port_list("9-1").is_err());
+        assert!(port_list("70000").is_err());
     }
 
     #[test]

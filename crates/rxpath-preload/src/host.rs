@@ -35,6 +35,8 @@ pub enum Fallback {
     Option,
     /// Duplicated (`dup`) before `bind`.
     Dup,
+    /// `RXPATH_PORTS` / `RXPATH_KERNEL_PORTS` leave the port to the kernel.
+    Rule,
 }
 
 /// What the preloaded process's path did, written at exit.
@@ -231,6 +233,9 @@ impl Global {
         let Some(iface) = self.cfg.iface.clone() else {
             return Err((Fallback::NoIface, "no RXPATH_IFACE".into()));
         };
+        if let Err(why) = self.cfg.port_allowed(addr.port()) {
+            return Err((Fallback::Rule, why));
+        }
         if addr.port() == 0 {
             return Err((
                 Fallback::EphemeralPort,

@@ -187,6 +187,17 @@ fn an_option_rxpath_cannot_honour_keeps_the_socket_on_the_kernel() {
     assert!(out.contains("sockets on rxpath 0 "), "{out}");
     assert!(out.contains("\"option\":1"), "counted: {out}");
     assert!(err.contains("stays the kernel's"), "said: {err}");
+    // A rule: the port stays the kernel's, said and counted.
+    let prog = ["python3", ECHO, "--port", "5302"];
+    let mut s = server(&p, Some(&["--kernel-ports", "5300-5302"]), &prog);
+    wait_ready(&mut s);
+    let c = client(&p, 5302, 5);
+    let (st, out, err) = finish(s);
+    assert!(st.success(), "{err}");
+    assert_eq!(c["missing"], 0, "{c}");
+    assert!(out.contains("sockets on rxpath 0 "), "{out}");
+    assert!(out.contains("\"rule\":1"), "counted: {out}");
+    assert!(err.contains("RXPATH_KERNEL_PORTS"), "said: {err}");
     // After bind: refused (EOPNOTSUPP), counted; the socket goes on.
     let prog = ["python3", ECHO, "--port", "5302", "--opt-after-bind"];
     let mut s = server(&p, Some(&[]), &prog);
