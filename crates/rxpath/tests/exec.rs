@@ -172,32 +172,32 @@ fn unmodified_servers_answer_as_on_the_kernel() {
     }
 }
 
+/// Run `prog` under exec with `args`: its one socket stays the kernel's
+/// (the count `counted` in the report, `said` on stderr) and the kernel
+/// answers every datagram.
+fn on_the_kernel(p: &Pair, args: &[&str], prog: &[&str], counted: &str, said: &str) {
+    let mut s = server(p, Some(args), prog);
+    wait_ready(&mut s);
+    let c = client(p, 5302, 5);
+    let (st, out, err) = finish(s);
+    assert!(st.success(), "{err}");
+    assert_eq!(c["missing"], 0, "{c}");
+    assert!(out.contains("sockets on rxpath 0 "), "{out}");
+    assert!(out.contains(counted), "counted: {out}");
+    assert!(err.contains(said), "said: {err}");
+}
+
 #[test]
 fn an_option_rxpath_cannot_honour_keeps_the_socket_on_the_kernel() {
     let Some(p) = pair("xo", &[]) else { return };
     // Before bind: the socket stays the kernel's, said and counted, and
     // still answers (the kernel serves it).
-    let prog = ["python3", ECHO, "--port", "5302", "--opt-before-bind"];
-    let mut s = server(&p, Some(&[]), &prog);
-    wait_ready(&mut s);
-    let c = client(&p, 5302, 5);
-    let (st, out, err) = finish(s);
-    assert!(st.success(), "{err}");
-    assert_eq!(c["missing"], 0, "{c}");
-    assert!(out.contains("sockets on rxpath 0 "), "{out}");
-    assert!(out.contains("\"option\":1"), "counted: {out}");
-    assert!(err.contains("stays the kernel's"), "said: {err}");
+    let before = ["python3", ECHO, "--port", "5302", "--opt-before-bind"];
+    on_the_kernel(&p, &[], &before, "\"option\":1", "stays the kernel's");
     // A rule: the port stays the kernel's, said and counted.
-    let prog = ["python3", ECHO, "--port", "5302"];
-    let mut s = server(&p, Some(&["--kernel-ports", "5300-5302"]), &prog);
-    wait_ready(&mut s);
-    let c = client(&p, 5302, 5);
-    let (st, out, err) = finish(s);
-    assert!(st.success(), "{err}");
-    assert_eq!(c["missing"], 0, "{c}");
-    assert!(out.contains("sockets on rxpath 0 "), "{out}");
-    assert!(out.contains("\"rule\":1"), "counted: {out}");
-    assert!(err.contains("RXPATH_KERNEL_PORTS"), "said: {err}");
+    let plain = ["python3", ECHO, "--port", "5302"];
+    let rule = ["--kernel-ports", "5300-5302"];
+    on_the_kernel(&p, &rule, &plain, "\"rule\":1", "RXPATH_KERNEL_PORTS");
     // After bind: refused (EOPNOTSUPP), counted; the socket goes on.
     let prog = ["python3", ECHO, "--port", "5302", "--opt-after-bind"];
     let mut s = server(&p, Some(&[]), &prog);
