@@ -910,6 +910,34 @@ pub extern "C" fn epoll_pwait(
     unsafe { real::epoll_pwait()(epfd, ev, max, timeout, mask) }
 }
 
+#[no_mangle]
+pub extern "C" fn epoll_pwait2(
+    epfd: c_int,
+    ev: *mut epoll_event,
+    max: c_int,
+    ts: *const timespec,
+    mask: *const sigset_t,
+) -> c_int {
+    if table::kind(epfd) == table::EPOLL {
+        let Some(out) = events(ev, max) else {
+            return fail(libc::EINVAL) as c_int;
+        };
+        let timeout = if ts.is_null() {
+            -1
+        } else {
+            // SAFETY: a non-null timeout is a readable timespec.
+            let t = unsafe { *ts };
+            ms(t.tv_sec, t.tv_nsec, 1_000_000)
+        };
+        let r = with_mask(mask, || ops::epoll_wait(epfd, out, timeout));
+        if let Route::Done(r) = r {
+            return ret(r) as c_int;
+        }
+    }
+    // SAFETY: the C library's epoll_pwait2 with the program's arguments.
+    unsafe { real::epoll_pwait2()(epfd, ev, max, ts, mask) }
+}
+
 // glibc's fortify (`_FORTIFY_SOURCE`) calls these checked forms.
 
 #[no_mangle]

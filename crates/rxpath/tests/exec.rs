@@ -413,3 +413,37 @@ fn metrics_are_served_from_inside_the_program() {
     assert_eq!(c["bye"], true, "{c}");
     assert!(out.contains("sockets on rxpath 1 "), "{out}");
 }
+
+#[test]
+fn a_c_server_with_recvmmsg_sendmmsg_and_epoll_pwait2_answers_as_on_the_kernel() {
+    let Some(p) = pair("xc", &["cc"]) else { return };
+    // Built here from its source: a program nobody linked against rxpath.
+    let bin = std::env::temp_dir().join(format!("rxpath-mmsg-echo-{}", std::process::id()));
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/mmsg_echo.c");
+    let st = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&bin)
+        .arg(src)
+        .status()
+        .expect("cc");
+    assert!(st.success(), "compiling {src}");
+    let prog = [bin.to_str().unwrap(), "5311"];
+    let mut k = server(&p, None, &prog);
+    wait_ready(&mut k);
+    let on_kernel = client(&p, 5311, 40);
+    let (st, _, err) = finish(k);
+    assert!(st.success(), "on the kernel: {err}");
+    for busy in ["0", "50"] {
+        let mut r = server(&p, Some(&["--busy-poll", busy]), &prog);
+        wait_ready(&mut r);
+        let on_rxpath = client(&p, 5311, 40);
+        let (st, out, err) = finish(r);
+        assert!(st.success(), "busy {busy}: {err}\n{out}");
+        assert_eq!(on_kernel["missing"], 0, "{on_kernel}");
+        assert_eq!(on_rxpath["missing"], 0, "busy {busy}: {on_rxpath}");
+        assert_eq!(on_rxpath["answers"], on_kernel["answers"], "byte for byte");
+        assert!(out.contains("sockets on rxpath 1 "), "{out}\n{err}");
+        assert!(!out.contains("MISMATCH"), "{out}");
+    }
+    let _ = std::fs::remove_file(&bin);
+}

@@ -94,4 +94,5 @@ real! {
     epoll_ctl: fn(c_int, c_int, c_int, *mut epoll_event) -> c_int;
     epoll_wait: fn(c_int, *mut epoll_event, c_int, c_int) -> c_int;
     epoll_pwait: fn(c_int, *mut epoll_event, c_int, c_int, *const sigset_t) -> c_int;
+    epoll_pwait2: fn(c_int, *mut epoll_event, c_int, *const timespec, *const sigset_t) -> c_int;
 }

@@ -1,0 +1,96 @@
+/* A UDP echo server in C as DNS servers write theirs: a non-blocking
+ * socket in an epoll set (waited on with epoll_pwait2 where the C library
+ * has it, else epoll_wait), read with recvmmsg in batches, answered with
+ * sendmmsg. Answers every datagram until one reads "quit" (answered
+ * "bye"), then exits 0.
+ *
+ *     mmsg_echo PORT
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BATCH 16
+
+static int wait_readable(int ep) {
+    struct epoll_event ev;
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+    struct timespec t = {5, 0};
+    return epoll_pwait2(ep, &ev, 1, &t, NULL);
+#else
+    return epoll_wait(ep, &ev, 1, 5000);
+#endif
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: mmsg_echo PORT\n");
+        return 2;
+    }
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[1]))};
+    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) < 0) {
+        perror("socket/bind");
+        return 1;
+    }
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = s};
+    if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev) < 0) {
+        perror("epoll");
+        return 1;
+    }
+    printf("ready\n");
+    fflush(stdout);
+    static char bufs[BATCH][2048];
+    struct mmsghdr m[BATCH];
+    struct iovec io[BATCH];
+    struct sockaddr_in from[BATCH];
+    for (;;) {
+        int r = wait_readable(ep);
+        if (r < 0 && errno != EINTR) {
+            perror("epoll wait");
+            return 1;
+        }
+        for (;;) {
+            memset(m, 0, sizeof m);
+            for (int i = 0; i < BATCH; i++) {
+                io[i].iov_base = bufs[i];
+                io[i].iov_len = sizeof bufs[i];
+                m[i].msg_hdr.msg_iov = &io[i];
+                m[i].msg_hdr.msg_iovlen = 1;
+                m[i].msg_hdr.msg_name = &from[i];
+                m[i].msg_hdr.msg_namelen = sizeof from[i];
+            }
+            int n = recvmmsg(s, m, BATCH, 0, NULL);
+            if (n < 0) {
+                if (errno == EAGAIN)
+                    break;
+                perror("recvmmsg");
+                return 1;
+            }
+            int quit = 0;
+            for (int i = 0; i < n; i++) {
+                io[i].iov_len = m[i].msg_len;
+                if (m[i].msg_len == 4 && memcmp(bufs[i], "quit", 4) == 0) {
+                    memcpy(bufs[i], "bye", 3);
+                    io[i].iov_len = 3;
+                    quit = 1;
+                }
+            }
+            if (sendmmsg(s, m, n, 0) != n) {
+                perror("sendmmsg");
+                return 1;
+            }
+            if (quit)
+                return 0;
+        }
+    }
+}
