@@ -672,6 +672,18 @@ pub extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: c_ulong) -> c_int {
+    if req == libc::FIONREAD as c_ulong && arg != 0 {
+        if let Some(a) = table::socket(fd) {
+            return match ops::next_len(&a) {
+                Ok(n) => {
+                    // SAFETY: FIONREAD's argument is a writable int.
+                    unsafe { *(arg as *mut c_int) = n.min(c_int::MAX as usize) as c_int };
+                    0
+                }
+                Err(e) => fail(e) as c_int,
+            };
+        }
+    }
     if table::kind(fd) != table::KERNEL && req == libc::FIONBIO as c_ulong && arg != 0 {
         // SAFETY: FIONBIO's argument is a readable int.
         let on = unsafe { *(arg as *const c_int) } != 0;

@@ -220,35 +220,35 @@ pub(crate) struct Got {
 }
 
 /// The flags a read honours; any other is refused on an rxpath socket.
-const RECV_FLAGS: i32 =
-    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | libc::MSG_CMSG_CLOEXEC | libc::MSG_WAITFORONE;
+const RECV_FLAGS: i32 = libc::MSG_DONTWAIT
+    | libc::MSG_NOSIGNAL
+    | libc::MSG_CMSG_CLOEXEC
+    | libc::MSG_WAITFORONE
+    | libc::MSG_PEEK
+    | libc::MSG_TRUNC;
 
-/// `recvfrom()`/`recvmsg()`/`read()` of one datagram into `buf`.
+/// `recvfrom()`/`recvmsg()`/`read()` of one datagram into `buf`:
+/// `MSG_PEEK` leaves it queued, `MSG_TRUNC` returns its whole length.
 pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, Errno> {
     if flags & !RECV_FLAGS != 0 {
         global().unsupported(&flag_name(flags & !RECV_FLAGS));
         return Err(libc::EOPNOTSUPP);
     }
     let nonblock = a.nonblock.load(Ordering::Relaxed) || flags & libc::MSG_DONTWAIT != 0;
-    let mut got: Option<RecvMeta> = None;
-    let mut bufs = [buf];
-    if nonblock {
-        // `sk_busy_loop(sk, nonblock)`: one busy-poll round at most.
-        let n = a
-            .sock
-            .recv_batch_busy(&mut bufs, &mut |_, m| got = Some(m))
-            .map_err(sock_errno)?;
-        return done(n, got);
-    }
     let until = a.sock.read_timeout().map(|t| std::time::Instant::now() + t);
+    let mut busy_round = nonblock;
     loop {
-        let n = a
-            .sock
-            .socket()
-            .try_recv_batch(&mut bufs, &mut |_, m| got = Some(m))
-            .map_err(sock_errno)?;
-        if n > 0 {
-            return done(n, got);
+        if let Some(g) = take(a, buf, flags)? {
+            return Ok(g);
+        }
+        if nonblock {
+            // `sk_busy_loop(sk, nonblock)`: one busy-poll round at most.
+            if busy_round && a.sock.busy_poll() > 0 {
+                busy_round = false;
+                crate::sock::busy_wait(&[a]);
+                continue;
+            }
+            return Err(libc::EAGAIN);
         }
         match crate::wait::wait_readable(a, until) {
             Ok(()) => {}
@@ -256,6 +256,53 @@ pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, Er
             Err(e) => return Err(e),
         }
     }
+}
+
+/// The next datagram if one is queued: taken, or copied and left with
+/// `MSG_PEEK`; its whole length with `MSG_TRUNC`.
+fn take(a: &Accel, buf: &mut [u8], flags: i32) -> Result<Option<Got>, Errno> {
+    let whole = flags & libc::MSG_TRUNC != 0;
+    if flags & libc::MSG_PEEK != 0 {
+        let Some((len, src, dst)) = a.sock.try_peek(buf).map_err(sock_errno)? else {
+            return Ok(None);
+        };
+        return Ok(Some(Got {
+            len: if whole { len } else { len.min(buf.len()) },
+            src,
+            dst,
+            truncated: len > buf.len(),
+        }));
+    }
+    // The whole length, asked before the read (another reader of the
+    // socket could take this datagram in between: then it is the length
+    // of the one it leaves).
+    let full = if whole {
+        a.sock.try_peek(&mut []).map_err(sock_errno)?.map(|x| x.0)
+    } else {
+        None
+    };
+    let mut got: Option<RecvMeta> = None;
+    let n = a
+        .sock
+        .socket()
+        .try_recv_batch(&mut [buf], &mut |_, m| got = Some(m))
+        .map_err(sock_errno)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    let mut g = done(n, got)?;
+    if let (Some(f), true) = (full, g.truncated) {
+        g.len = f;
+    }
+    Ok(Some(g))
+}
+
+/// `ioctl(FIONREAD)`: the length of the next datagram (0 if none).
+pub(crate) fn next_len(a: &Accel) -> Result<usize, Errno> {
+    Ok(a.sock
+        .try_peek(&mut [])
+        .map_err(sock_errno)?
+        .map_or(0, |x| x.0))
 }
 
 fn done(n: usize, got: Option<RecvMeta>) -> Result<Got, Errno> {

@@ -162,7 +162,7 @@ fn same_answers(p: &Pair, port: u16, mux: &str, exec_args: &[&str]) {
 fn unmodified_servers_answer_as_on_the_kernel() {
     let Some(p) = pair("xa", &[]) else { return };
     for mux in [
-        "block", "select", "poll", "epoll", "epoll-et", "asyncio", "fork", "dup",
+        "block", "select", "poll", "epoll", "epoll-et", "asyncio", "fork", "dup", "pktinfo", "peek",
     ] {
         same_answers(&p, 5301, mux, &[]);
     }

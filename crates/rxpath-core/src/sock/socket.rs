@@ -396,6 +396,27 @@ impl Socket {
         }
     }
 
+    /// `recv(MSG_PEEK)`: copy the next datagram into `buf` (as much as
+    /// fits) and leave it queued. Returns its whole payload length, its
+    /// sender and the address it was sent to, or `None` when nothing is
+    /// queued (`FIONREAD` peeks with an empty `buf`).
+    pub fn try_peek(
+        &self,
+        buf: &mut [u8],
+    ) -> Result<Option<(usize, SocketAddr, IpAddr)>, SockError> {
+        let q = lock(&self.inner.q);
+        let Some(d) = q.dgrams.front() else {
+            return if q.closed {
+                Err(SockError::Closed)
+            } else {
+                Ok(None)
+            };
+        };
+        let p = self.host.port(d.queue).ok_or(SockError::Closed)?;
+        d.copy_to(&p.umem, buf);
+        Ok(Some((d.payload_len(), d.src, d.dst)))
+    }
+
     /// Read one datagram without copying it, if one is queued: `f` sees
     /// the payload in its frame (a GRO packet that spans frames is copied
     /// once). `Ok(None)`: nothing queued.

@@ -2,7 +2,7 @@
 preload tests: it answers every datagram with its bytes until one reads
 "quit", answers that "bye" and exits 0.
 
-    udp_echo.py --port P --mux block|select|poll|epoll|epoll-et|asyncio|fork|daemon|dup|pktinfo
+    udp_echo.py --port P --mux block|select|poll|epoll|epoll-et|asyncio|fork|daemon|dup|pktinfo|peek
                 [--bind ADDR] [--opt-before-bind] [--opt-after-bind] [--second-port Q]
 
 --mux picks how it waits: a blocking recvfrom, select(), poll(), epoll
@@ -13,7 +13,9 @@ datagram and forks a child that answers it through the inherited socket
 exits, leaving the child to serve (as `daemon()` does); `dup` serves on
 a `dup` of the socket after closing the first number; `pktinfo` reads
 with IP_PKTINFO, checks the destination (--expect-dst) and answers from
-it with IP_PKTINFO on sendmsg, as DNS servers bound to the wildcard do.
+it with IP_PKTINFO on sendmsg, as DNS servers bound to the wildcard do;
+`peek` sizes each read with FIONREAD and MSG_PEEK | MSG_TRUNC first, as
+dnsmasq does.
 --opt-before-bind / --opt-after-bind set IP_RECVTOS (which needs control
 messages rxpath does not give yet) before or after bind; after bind it
 prints the errno the call raised, if any.
@@ -126,6 +128,28 @@ def serve_pktinfo(s, expect):
             return
 
 
+def serve_peek(s):
+    """As dnsmasq sizes its reads: FIONREAD, then MSG_PEEK | MSG_TRUNC for
+    the whole length, a short MSG_PEEK, then the read itself."""
+    import array
+    import fcntl
+    import termios
+
+    while True:
+        select.select([s], [], [])
+        n = array.array("i", [0])
+        fcntl.ioctl(s.fileno(), termios.FIONREAD, n, True)
+        head = bytearray(4)
+        full = s.recv_into(head, 4, socket.MSG_PEEK | socket.MSG_TRUNC)
+        first = s.recv(2, socket.MSG_PEEK)
+        d, a = s.recvfrom(65535)
+        ok = n[0] == len(d) == full and bytes(head) == d[:4] and first == d[:2]
+        if not ok:
+            d = b"bad peek %d %d %d" % (n[0], full, len(d))
+        if not answer(s, d, a):
+            return
+
+
 def serve_asyncio(s):
     s.setblocking(False)
 
@@ -199,6 +223,8 @@ def main():
         serve_fork(s)
     elif mux == "daemon":
         serve_daemon(s)
+    elif mux == "peek":
+        serve_peek(s)
     elif mux == "pktinfo":
         serve_pktinfo(s, a.expect_dst)
     elif mux == "dup":
