@@ -347,13 +347,15 @@ fn put_cmsg<T: Copy>(m: &mut msghdr, used: &mut usize, level: c_int, ty: c_int, 
     *used += space;
 }
 
-/// The source address a send's `IP_PKTINFO` / `IPV6_PKTINFO` asks for;
-/// `Err` for any other control message, which rxpath does not honour.
-fn send_source(m: &msghdr) -> Result<Option<IpAddr>, &'static str> {
+/// What a send's control messages ask: a source address (`IP_PKTINFO` /
+/// `IPV6_PKTINFO`) and a segment size (`UDP_SEGMENT`); `Err` for any
+/// other control message, which rxpath does not honour.
+fn send_source(m: &msghdr) -> Result<(Option<IpAddr>, Option<u16>), &'static str> {
     if m.msg_control.is_null() || m.msg_controllen == 0 {
-        return Ok(None);
+        return Ok((None, None));
     }
     let mut src = None;
+    let mut seg = None;
     // SAFETY: the program's msghdr with `msg_controllen` bytes of control
     // messages; CMSG_FIRSTHDR/NXTHDR stay inside them, and each message's
     // data is read only if its length covers it.
@@ -375,12 +377,15 @@ fn send_source(m: &msghdr) -> Result<Option<IpAddr>, &'static str> {
                     let i = std::ptr::read_unaligned(data.cast::<In6Pktinfo>());
                     src = Some(IpAddr::V6(Ipv6Addr::from(i.addr)));
                 }
+                (libc::IPPROTO_UDP, crate::sock::UDP_SEGMENT) if n >= 2 => {
+                    seg = Some(std::ptr::read_unaligned(data.cast::<u16>()));
+                }
                 _ => return Err("sendmsg with control messages other than IP_PKTINFO"),
             }
             c = libc::CMSG_NXTHDR(m, c);
         }
     }
-    Ok(src)
+    Ok((src, seg))
 }
 
 #[no_mangle]
@@ -499,21 +504,21 @@ pub extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
 
 /// `sendmsg` of `m` on an rxpath socket; `None`: the kernel's.
 fn sendmsg_one(a: &crate::sock::Accel, m: &msghdr) -> Option<Result<usize, i32>> {
-    match send_source(m) {
-        Ok(Some(src)) if !ops::pktinfo_source_ok(a, src) => {
+    let segment = match send_source(m) {
+        Ok((Some(src), _)) if !ops::pktinfo_source_ok(a, src) => {
             let what = "sendmsg from another source address (IP_PKTINFO)";
             crate::host::global().unsupported(what);
             return Some(Err(libc::EOPNOTSUPP));
         }
-        Ok(_) => {}
+        Ok((_, seg)) => seg,
         Err(what) => {
             crate::host::global().unsupported(what);
             return Some(Err(libc::EOPNOTSUPP));
         }
-    }
+    };
     let data = gather(iovs(m.msg_iov, m.msg_iovlen));
     let to = addr_in(m.msg_name.cast(), m.msg_namelen);
-    match ops::send(a, &data, to) {
+    match ops::send_seg(a, &data, to, segment) {
         Route::Done(r) => Some(r),
         Route::Kernel => None,
     }

@@ -81,6 +81,7 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
         watch,
         fds: 1.into(),
         pktinfo: p.pktinfo.into(),
+        segment: 0.into(),
     };
     table::set(fd, Entry::Socket(Arc::new(a)));
 }
@@ -332,9 +333,32 @@ fn flag_name(f: i32) -> String {
 /// has no way there (no route, no neighbour yet: the kernel routes and
 /// resolves it).
 pub(crate) fn send(a: &Accel, payload: &[u8], dst: Option<SocketAddr>) -> Route<usize> {
-    let r = match dst {
-        Some(d) => a.sock.send_to(payload, d),
-        None => a.sock.send(payload),
+    send_seg(a, payload, dst, None)
+}
+
+/// [`send`] with `UDP_SEGMENT` (from the send's control message, else the
+/// socket's option): a buffer longer than the segment size leaves as
+/// datagrams of that size, as the kernel's GSO cuts it.
+pub(crate) fn send_seg(
+    a: &Accel,
+    payload: &[u8],
+    dst: Option<SocketAddr>,
+    segment: Option<u16>,
+) -> Route<usize> {
+    let seg = segment.unwrap_or_else(|| a.segment.load(Ordering::Relaxed)) as usize;
+    let r = if seg > 0 && payload.len() > seg {
+        match dst.or_else(|| a.sock.peer_addr()) {
+            Some(d) => a
+                .sock
+                .send_segments(payload, Some(seg), d, 0)
+                .map(|_| payload.len()),
+            None => Err(SockError::NotConnected),
+        }
+    } else {
+        match dst {
+            Some(d) => a.sock.send_to(payload, d),
+            None => a.sock.send(payload),
+        }
     };
     match r {
         Ok(n) => Route::Done(Ok(n)),
@@ -415,6 +439,17 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
             set_pktinfo(&e, crate::sock::PKTINFO6, on != 0);
             return Ok(());
         }
+        (libc::IPPROTO_UDP, crate::sock::UDP_SEGMENT, OptVal::Int(v)) => {
+            let v = v.clamp(0, u16::MAX as i32) as u16;
+            match &e {
+                Entry::Socket(a) => a.segment.store(v, Ordering::Relaxed),
+                _ if v == 0 => {}
+                // Before bind the option has nowhere to go yet: the
+                // socket stays the kernel's (rare: set after bind).
+                _ => return refuse(&e, "setsockopt(UDP_SEGMENT) before bind"),
+            }
+            return Ok(());
+        }
         (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, OptVal::Int(on)) => {
             apply(&e, |a| a.sock.set_only_v6(on != 0), |p| p.v6only = on != 0);
             return Ok(());
@@ -426,6 +461,12 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
         _ if off => return Ok(()),
         _ => format!("setsockopt(level {level}, option {name})"),
     };
+    refuse(&e, &what)
+}
+
+/// An option rxpath does not honour: a candidate stays the kernel's at
+/// `bind`; an rxpath socket answers `EOPNOTSUPP` (counted).
+fn refuse(e: &Entry, what: &str) -> Result<(), Errno> {
     match e {
         Entry::Candidate(p) => {
             p.lock().unwrap_or_else(|e| e.into_inner()).refuse = Some(format!(
@@ -434,7 +475,7 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
             Ok(())
         }
         _ => {
-            global().unsupported(&what);
+            global().unsupported(what);
             Err(libc::EOPNOTSUPP)
         }
     }

@@ -40,7 +40,13 @@ pub(crate) struct Accel {
     pub(crate) fds: std::sync::atomic::AtomicUsize,
     /// The packet information a read hands back ([`PKTINFO4`], [`PKTINFO6`]).
     pub(crate) pktinfo: AtomicU8,
+    /// `UDP_SEGMENT` set on the socket: sends cut into datagrams of this
+    /// size (0: off).
+    pub(crate) segment: std::sync::atomic::AtomicU16,
 }
+
+/// `UDP_SEGMENT` (`linux/udp.h`).
+pub(crate) const UDP_SEGMENT: i32 = 103;
 
 /// `IP_PKTINFO` is on.
 pub(crate) const PKTINFO4: u8 = 1;

@@ -146,6 +146,7 @@ fn same_answers(p: &Pair, port: u16, mux: &str, exec_args: &[&str]) {
         out.contains("sockets on rxpath 1 "),
         "{mux}: served by rxpath: {out}\n{err}"
     );
+    assert!(out.contains("refused calls {}"), "{mux}: nothing refused: {out}");
     assert!(out.contains("accounting: received"), "{out}");
     assert!(!out.contains("MISMATCH"), "{mux}: {out}");
     // Every datagram of the client reached the program through rxpath.
@@ -162,7 +163,8 @@ fn same_answers(p: &Pair, port: u16, mux: &str, exec_args: &[&str]) {
 fn unmodified_servers_answer_as_on_the_kernel() {
     let Some(p) = pair("xa", &[]) else { return };
     for mux in [
-        "block", "select", "poll", "epoll", "epoll-et", "asyncio", "fork", "dup", "pktinfo", "peek",
+        "block", "select", "poll", "epoll", "epoll-et", "asyncio", "fork", "dup", "pktinfo",
+        "peek", "gso",
     ] {
         same_answers(&p, 5301, mux, &[]);
     }

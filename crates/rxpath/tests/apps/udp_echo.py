@@ -2,7 +2,7 @@
 preload tests: it answers every datagram with its bytes until one reads
 "quit", answers that "bye" and exits 0.
 
-    udp_echo.py --port P --mux block|select|poll|epoll|epoll-et|asyncio|fork|daemon|dup|pktinfo|peek
+    udp_echo.py --port P --mux block|select|poll|epoll|epoll-et|asyncio|fork|daemon|dup|pktinfo|peek|gso
                 [--bind ADDR] [--opt-before-bind] [--opt-after-bind] [--second-port Q]
 
 --mux picks how it waits: a blocking recvfrom, select(), poll(), epoll
@@ -15,7 +15,8 @@ a `dup` of the socket after closing the first number; `pktinfo` reads
 with IP_PKTINFO, checks the destination (--expect-dst) and answers from
 it with IP_PKTINFO on sendmsg, as DNS servers bound to the wildcard do;
 `peek` sizes each read with FIONREAD and MSG_PEEK | MSG_TRUNC first, as
-dnsmasq does.
+dnsmasq does; `gso` answers each datagram three times in one sendmsg
+with UDP_SEGMENT, as QUIC servers send.
 --opt-before-bind / --opt-after-bind set IP_RECVTOS (which needs control
 messages rxpath does not give yet) before or after bind; after bind it
 prints the errno the call raised, if any.
@@ -150,6 +151,23 @@ def serve_peek(s):
             return
 
 
+UDP_SEGMENT = 103
+
+
+def serve_gso(s):
+    """Answer each datagram three times with one segmented send
+    (UDP_SEGMENT as a control message), as QUIC servers send."""
+    import struct
+
+    while True:
+        d, a = s.recvfrom(65535)
+        if d == b"quit":
+            s.sendto(b"bye", a)
+            return
+        seg = [(socket.IPPROTO_UDP, UDP_SEGMENT, struct.pack("H", len(d)))]
+        s.sendmsg([d * 3], seg, 0, a)
+
+
 def serve_asyncio(s):
     s.setblocking(False)
 
@@ -223,6 +241,8 @@ def main():
         serve_fork(s)
     elif mux == "daemon":
         serve_daemon(s)
+    elif mux == "gso":
+        serve_gso(s)
     elif mux == "peek":
         serve_peek(s)
     elif mux == "pktinfo":
