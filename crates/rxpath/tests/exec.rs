@@ -146,7 +146,10 @@ fn same_answers(p: &Pair, port: u16, mux: &str, exec_args: &[&str]) {
         out.contains("sockets on rxpath 1 "),
         "{mux}: served by rxpath: {out}\n{err}"
     );
-    assert!(out.contains("refused calls {}"), "{mux}: nothing refused: {out}");
+    assert!(
+        out.contains("refused calls {}"),
+        "{mux}: nothing refused: {out}"
+    );
     assert!(out.contains("accounting: received"), "{out}");
     assert!(!out.contains("MISMATCH"), "{mux}: {out}");
     // Every datagram of the client reached the program through rxpath.
