@@ -1,0 +1,361 @@
+//! The data calls: reads (`recv*`, `read*`, with packet information) and
+//! sends (`send*`, `write*`, with `IP_PKTINFO` and `UDP_SEGMENT`).
+
+use super::{addr_in, addr_out, buf, buf_mut, fail, gather, iovs, recv_iov, ret};
+use crate::ops::{self, Route};
+use crate::sys::real;
+use crate::table;
+use libc::{
+    c_int, c_uint, c_void, iovec, mmsghdr, msghdr, size_t, sockaddr, socklen_t, ssize_t, timespec,
+};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
+
+#[no_mangle]
+pub extern "C" fn recvfrom(
+    fd: c_int,
+    b: *mut c_void,
+    n: size_t,
+    flags: c_int,
+    from: *mut sockaddr,
+    fromlen: *mut socklen_t,
+) -> ssize_t {
+    let Some(a) = table::socket(fd) else {
+        // SAFETY: the C library's recvfrom with the program's arguments.
+        return unsafe { real::recvfrom()(fd, b, n, flags, from, fromlen) };
+    };
+    match ops::recv(&a, buf_mut(b, n), flags) {
+        Ok(g) => {
+            addr_out(g.src, from, fromlen);
+            g.len as ssize_t
+        }
+        Err(e) => fail(e),
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn recv(fd: c_int, b: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
+    let Some(a) = table::socket(fd) else {
+        // SAFETY: the C library's recv with the program's arguments.
+        return unsafe { real::recv()(fd, b, n, flags) };
+    };
+    ret(ops::recv(&a, buf_mut(b, n), flags).map(|g| g.len))
+}
+
+#[no_mangle]
+pub extern "C" fn read(fd: c_int, b: *mut c_void, n: size_t) -> ssize_t {
+    let Some(a) = table::socket(fd) else {
+        // SAFETY: the C library's read with the program's arguments.
+        return unsafe { real::read()(fd, b, n) };
+    };
+    ret(ops::recv(&a, buf_mut(b, n), 0).map(|g| g.len))
+}
+
+#[no_mangle]
+pub extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    let Some(a) = table::socket(fd) else {
+        // SAFETY: the C library's readv with the program's arguments.
+        return unsafe { real::readv()(fd, iov, cnt) };
+    };
+    ret(recv_iov(&a, iovs(iov, cnt.max(0) as usize), 0).map(|g| g.len))
+}
+
+/// `recvmsg` into `m` for an rxpath socket, with the packet information
+/// the socket asked for (`IP_PKTINFO`, `IPV6_RECVPKTINFO`).
+fn recvmsg_one(
+    a: &std::sync::Arc<crate::sock::Accel>,
+    m: &mut msghdr,
+    flags: c_int,
+) -> Result<usize, i32> {
+    let g = recv_iov(a, iovs(m.msg_iov, m.msg_iovlen), flags)?;
+    addr_out(g.src, m.msg_name.cast(), &mut m.msg_namelen);
+    m.msg_flags = if g.truncated { libc::MSG_TRUNC } else { 0 };
+    let want = a.pktinfo.load(std::sync::atomic::Ordering::Relaxed);
+    let mut used = 0;
+    if want != 0 {
+        let ifindex = crate::host::global().ifindex();
+        if let (IpAddr::V4(d), true) = (g.dst, want & crate::sock::PKTINFO4 != 0) {
+            let addr = libc::in_addr {
+                s_addr: u32::from(d).to_be(),
+            };
+            let info = libc::in_pktinfo {
+                ipi_ifindex: ifindex as c_int,
+                ipi_spec_dst: addr,
+                ipi_addr: addr,
+            };
+            put_cmsg(m, &mut used, libc::IPPROTO_IP, libc::IP_PKTINFO, &info);
+        }
+        let d6 = match g.dst {
+            IpAddr::V6(d) => Some(d),
+            IpAddr::V4(d) if a.sock.local_addr().is_ipv6() => Some(d.to_ipv6_mapped()),
+            IpAddr::V4(_) => None,
+        };
+        if let (Some(d), true) = (d6, want & crate::sock::PKTINFO6 != 0) {
+            let info = In6Pktinfo {
+                addr: d.octets(),
+                ifindex,
+            };
+            put_cmsg(m, &mut used, libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, &info);
+        }
+    }
+    m.msg_controllen = used as _;
+    Ok(g.len)
+}
+
+/// `struct in6_pktinfo`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct In6Pktinfo {
+    addr: [u8; 16],
+    ifindex: u32,
+}
+
+/// Append one control message to `m`'s buffer at `*used`, or mark the
+/// message `MSG_CTRUNC` when it does not fit (as the kernel does).
+fn put_cmsg<T: Copy>(m: &mut msghdr, used: &mut usize, level: c_int, ty: c_int, data: &T) {
+    let len = std::mem::size_of::<T>() as u32;
+    // SAFETY: CMSG_SPACE and CMSG_LEN only compute sizes.
+    let (space, clen) = unsafe { (libc::CMSG_SPACE(len) as usize, libc::CMSG_LEN(len) as usize) };
+    if m.msg_control.is_null() || *used + space > m.msg_controllen {
+        m.msg_flags |= libc::MSG_CTRUNC;
+        return;
+    }
+    let hdr = libc::cmsghdr {
+        cmsg_len: clen as _,
+        cmsg_level: level,
+        cmsg_type: ty,
+    };
+    // SAFETY: `used + space` bytes fit in the program's control buffer
+    // (checked above); the header and the data are written unaligned.
+    unsafe {
+        let at = m.msg_control.cast::<u8>().add(*used);
+        std::ptr::write_unaligned(at.cast::<libc::cmsghdr>(), hdr);
+        let data_at = at.add(libc::CMSG_LEN(0) as usize);
+        std::ptr::write_unaligned(data_at.cast::<T>(), *data);
+    }
+    *used += space;
+}
+
+/// What a send's control messages ask: a source address (`IP_PKTINFO` /
+/// `IPV6_PKTINFO`) and a segment size (`UDP_SEGMENT`); `Err` for any
+/// other control message, which rxpath does not honour.
+fn send_source(m: &msghdr) -> Result<(Option<IpAddr>, Option<u16>), &'static str> {
+    if m.msg_control.is_null() || m.msg_controllen == 0 {
+        return Ok((None, None));
+    }
+    let mut src = None;
+    let mut seg = None;
+    // SAFETY: the program's msghdr with `msg_controllen` bytes of control
+    // messages; CMSG_FIRSTHDR/NXTHDR stay inside them, and each message's
+    // data is read only if its length covers it.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(m);
+        while !c.is_null() {
+            let h = std::ptr::read_unaligned(c);
+            let data = libc::CMSG_DATA(c);
+            let n = (h.cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+            let v4 = std::mem::size_of::<libc::in_pktinfo>();
+            let v6 = std::mem::size_of::<In6Pktinfo>();
+            match (h.cmsg_level, h.cmsg_type) {
+                (libc::IPPROTO_IP, libc::IP_PKTINFO) if n >= v4 => {
+                    let i = std::ptr::read_unaligned(data.cast::<libc::in_pktinfo>());
+                    let a = Ipv4Addr::from(u32::from_be(i.ipi_spec_dst.s_addr));
+                    src = Some(IpAddr::V4(a));
+                }
+                (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) if n >= v6 => {
+                    let i = std::ptr::read_unaligned(data.cast::<In6Pktinfo>());
+                    src = Some(IpAddr::V6(Ipv6Addr::from(i.addr)));
+                }
+                (libc::IPPROTO_UDP, crate::sock::UDP_SEGMENT) if n >= 2 => {
+                    seg = Some(std::ptr::read_unaligned(data.cast::<u16>()));
+                }
+                _ => return Err("sendmsg with control messages other than IP_PKTINFO"),
+            }
+            c = libc::CMSG_NXTHDR(m, c);
+        }
+    }
+    Ok((src, seg))
+}
+
+#[no_mangle]
+pub extern "C" fn recvmsg(fd: c_int, m: *mut msghdr, flags: c_int) -> ssize_t {
+    let Some(a) = table::socket(fd) else {
+        // SAFETY: the C library's recvmsg with the program's arguments.
+        return unsafe { real::recvmsg()(fd, m, flags) };
+    };
+    if m.is_null() {
+        return fail(libc::EFAULT);
+    }
+    // SAFETY: the program passed a writable msghdr for this call.
+    ret(recvmsg_one(&a, unsafe { &mut *m }, flags))
+}
+
+#[no_mangle]
+pub extern "C" fn recvmmsg(
+    fd: c_int,
+    v: *mut mmsghdr,
+    vlen: c_uint,
+    flags: c_int,
+    timeout: *mut timespec,
+) -> c_int {
+    let Some(a) = table::socket(fd) else {
+        // SAFETY: the C library's recvmmsg with the program's arguments.
+        return unsafe { real::recvmmsg()(fd, v, vlen, flags, timeout) };
+    };
+    if v.is_null() {
+        return fail(libc::EFAULT) as c_int;
+    }
+    // SAFETY: the program passed `vlen` writable mmsghdrs at `v`.
+    let msgs = unsafe { std::slice::from_raw_parts_mut(v, vlen as usize) };
+    let end = (!timeout.is_null()).then(|| {
+        // SAFETY: a non-null timeout is a readable timespec.
+        let t = unsafe { *timeout };
+        std::time::Instant::now()
+            + Duration::new(
+                t.tv_sec.max(0) as u64,
+                t.tv_nsec.clamp(0, 999_999_999) as u32,
+            )
+    });
+    let mut n = 0;
+    for m in msgs.iter_mut() {
+        // After the first: MSG_WAITFORONE takes only what is queued.
+        let f = if n > 0 && flags & libc::MSG_WAITFORONE != 0 {
+            flags | libc::MSG_DONTWAIT
+        } else {
+            flags
+        };
+        match recvmsg_one(&a, &mut m.msg_hdr, f) {
+            Ok(len) => {
+                m.msg_len = len as c_uint;
+                n += 1;
+            }
+            Err(e) if n == 0 => return fail(e) as c_int,
+            Err(_) => break,
+        }
+        if end.is_some_and(|e| std::time::Instant::now() >= e) {
+            break;
+        }
+    }
+    n
+}
+
+#[no_mangle]
+pub extern "C" fn sendto(
+    fd: c_int,
+    b: *const c_void,
+    n: size_t,
+    flags: c_int,
+    to: *const sockaddr,
+    tolen: socklen_t,
+) -> ssize_t {
+    if let Some(a) = table::socket(fd) {
+        if let Route::Done(r) = ops::send(&a, buf(b, n), addr_in(to, tolen)) {
+            return ret(r);
+        }
+    }
+    // SAFETY: the C library's sendto with the program's arguments.
+    unsafe { real::sendto()(fd, b, n, flags, to, tolen) }
+}
+
+#[no_mangle]
+pub extern "C" fn send(fd: c_int, b: *const c_void, n: size_t, flags: c_int) -> ssize_t {
+    if let Some(a) = table::socket(fd) {
+        if let Route::Done(r) = ops::send(&a, buf(b, n), None) {
+            return ret(r);
+        }
+    }
+    // SAFETY: the C library's send with the program's arguments.
+    unsafe { real::send()(fd, b, n, flags) }
+}
+
+#[no_mangle]
+pub extern "C" fn write(fd: c_int, b: *const c_void, n: size_t) -> ssize_t {
+    if let Some(a) = table::socket(fd) {
+        if let Route::Done(r) = ops::send(&a, buf(b, n), None) {
+            return ret(r);
+        }
+    }
+    // SAFETY: the C library's write with the program's arguments.
+    unsafe { real::write()(fd, b, n) }
+}
+
+#[no_mangle]
+pub extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    if let Some(a) = table::socket(fd) {
+        let data = gather(iovs(iov, cnt.max(0) as usize));
+        if let Route::Done(r) = ops::send(&a, &data, None) {
+            return ret(r);
+        }
+    }
+    // SAFETY: the C library's writev with the program's arguments.
+    unsafe { real::writev()(fd, iov, cnt) }
+}
+
+/// `sendmsg` of `m` on an rxpath socket; `None`: the kernel's.
+fn sendmsg_one(a: &crate::sock::Accel, m: &msghdr) -> Option<Result<usize, i32>> {
+    let segment = match send_source(m) {
+        Ok((Some(src), _)) if !ops::pktinfo_source_ok(a, src) => {
+            let what = "sendmsg from another source address (IP_PKTINFO)";
+            crate::host::global().unsupported(what);
+            return Some(Err(libc::EOPNOTSUPP));
+        }
+        Ok((_, seg)) => seg,
+        Err(what) => {
+            crate::host::global().unsupported(what);
+            return Some(Err(libc::EOPNOTSUPP));
+        }
+    };
+    let data = gather(iovs(m.msg_iov, m.msg_iovlen));
+    let to = addr_in(m.msg_name.cast(), m.msg_namelen);
+    match ops::send_seg(a, &data, to, segment) {
+        Route::Done(r) => Some(r),
+        Route::Kernel => None,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn sendmsg(fd: c_int, m: *const msghdr, flags: c_int) -> ssize_t {
+    if let (Some(a), false) = (table::socket(fd), m.is_null()) {
+        // SAFETY: the program passed a readable msghdr for this call.
+        if let Some(r) = sendmsg_one(&a, unsafe { &*m }) {
+            return ret(r);
+        }
+    }
+    // SAFETY: the C library's sendmsg with the program's arguments.
+    unsafe { real::sendmsg()(fd, m, flags) }
+}
+
+#[no_mangle]
+pub extern "C" fn sendmmsg(fd: c_int, v: *mut mmsghdr, vlen: c_uint, flags: c_int) -> c_int {
+    let Some(a) = table::socket(fd) else {
+        // SAFETY: the C library's sendmmsg with the program's arguments.
+        return unsafe { real::sendmmsg()(fd, v, vlen, flags) };
+    };
+    if v.is_null() {
+        return fail(libc::EFAULT) as c_int;
+    }
+    // SAFETY: the program passed `vlen` mmsghdrs at `v`.
+    let msgs = unsafe { std::slice::from_raw_parts_mut(v, vlen as usize) };
+    let mut n = 0;
+    for m in msgs.iter_mut() {
+        let r = match sendmsg_one(&a, &m.msg_hdr) {
+            Some(r) => r,
+            // SAFETY: the C library's sendmsg of this one message.
+            None => match unsafe { real::sendmsg()(fd, &m.msg_hdr, flags) } {
+                k if k >= 0 => Ok(k as usize),
+                _ => Err(std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO)),
+            },
+        };
+        match r {
+            Ok(len) => {
+                m.msg_len = len as c_uint;
+                n += 1;
+            }
+            Err(e) if n == 0 => return fail(e) as c_int,
+            Err(_) => break,
+        }
+    }
+    n
+}

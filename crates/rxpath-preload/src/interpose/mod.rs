@@ -1,0 +1,426 @@
+//! The exported calls, the top of the interposition layer (with
+//! [`crate::sys`] the only `unsafe` of the crate): raw pointers from the
+//! program become slices and addresses, and answers go back. Each looks at
+//! the fd's kind (one load for a kernel
+//! fd) and either falls through to the C library or answers for rxpath
+//! through `ops` and `wait`, setting `errno` as the kernel would.
+//!
+//! Here: socket lifetime (`socket`, `bind`, `connect`, `close`, `dup*`),
+//! options and flags, the fork and exit hooks, and the C-to-Rust helpers;
+//! `io`: reads and sends; `wait`: `poll`, `select`, `epoll`.
+
+mod io;
+mod wait;
+
+use crate::ops::{self, OptVal};
+use crate::sys::real;
+use crate::table;
+use libc::{
+    c_int, c_ulong, c_void, iovec, nfds_t, pollfd, size_t, sockaddr, socklen_t, ssize_t, timeval,
+};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::time::Duration;
+
+fn set_errno(e: i32) {
+    // SAFETY: `__errno_location` is this thread's errno.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// -1 with `errno` set.
+fn fail(e: i32) -> isize {
+    set_errno(e);
+    -1
+}
+
+fn ret(r: Result<usize, i32>) -> isize {
+    match r {
+        Ok(n) => n as isize,
+        Err(e) => fail(e),
+    }
+}
+
+/// The address a program passed, if it is IPv4 or IPv6.
+fn addr_in(p: *const sockaddr, len: socklen_t) -> Option<SocketAddr> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the program passed `len` readable bytes at `p`; the family
+    // is read first and the struct only if `len` covers it.
+    unsafe {
+        match (*p).sa_family as i32 {
+            libc::AF_INET if len as usize >= std::mem::size_of::<libc::sockaddr_in>() => {
+                let a = std::ptr::read_unaligned(p.cast::<libc::sockaddr_in>());
+                Some(SocketAddr::V4(SocketAddrV4::new(
+                    Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                    u16::from_be(a.sin_port),
+                )))
+            }
+            libc::AF_INET6 if len as usize >= std::mem::size_of::<libc::sockaddr_in6>() => {
+                let a = std::ptr::read_unaligned(p.cast::<libc::sockaddr_in6>());
+                Some(SocketAddr::V6(SocketAddrV6::new(
+                    Ipv6Addr::from(a.sin6_addr.s6_addr),
+                    u16::from_be(a.sin6_port),
+                    a.sin6_flowinfo,
+                    a.sin6_scope_id,
+                )))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Write `a` for the program: at most `*len` bytes at `p`, `*len` set to
+/// the address's full size (as the kernel does).
+fn addr_out(a: SocketAddr, p: *mut sockaddr, len: *mut socklen_t) {
+    if p.is_null() || len.is_null() {
+        return;
+    }
+    // SAFETY: an all-zero sockaddr_storage is valid.
+    let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let size = match a {
+        SocketAddr::V4(v) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*v.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than sockaddr_in.
+            unsafe {
+                std::ptr::write_unaligned((&mut st as *mut libc::sockaddr_storage).cast(), sin)
+            };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(v) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v.port().to_be(),
+                sin6_flowinfo: v.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v.ip().octets(),
+                },
+                sin6_scope_id: v.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than sockaddr_in6.
+            unsafe {
+                std::ptr::write_unaligned((&mut st as *mut libc::sockaddr_storage).cast(), sin6)
+            };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    // SAFETY: the program gave `*len` writable bytes at `p`; we copy at
+    // most that many and then report the full size.
+    unsafe {
+        let n = (*len as usize).min(size);
+        std::ptr::copy_nonoverlapping(
+            (&st as *const libc::sockaddr_storage).cast::<u8>(),
+            p.cast::<u8>(),
+            n,
+        );
+        *len = size as socklen_t;
+    }
+}
+
+/// The program's buffer as a slice (empty for a null or empty one).
+fn buf_mut<'a>(p: *mut c_void, n: size_t) -> &'a mut [u8] {
+    if p.is_null() || n == 0 {
+        return &mut [];
+    }
+    // SAFETY: the program passed `n` writable bytes at `p` for this call.
+    unsafe { std::slice::from_raw_parts_mut(p.cast(), n) }
+}
+
+fn buf<'a>(p: *const c_void, n: size_t) -> &'a [u8] {
+    if p.is_null() || n == 0 {
+        return &[];
+    }
+    // SAFETY: the program passed `n` readable bytes at `p` for this call.
+    unsafe { std::slice::from_raw_parts(p.cast(), n) }
+}
+
+fn iovs<'a>(iov: *const iovec, n: usize) -> &'a [iovec] {
+    if iov.is_null() || n == 0 {
+        return &[];
+    }
+    // SAFETY: the program passed `n` iovecs at `iov` for this call.
+    unsafe { std::slice::from_raw_parts(iov, n) }
+}
+
+/// Read one datagram into the iovecs: straight into a single buffer, else
+/// through a bounce buffer scattered after.
+fn recv_iov(
+    a: &std::sync::Arc<crate::sock::Accel>,
+    v: &[iovec],
+    flags: c_int,
+) -> Result<ops::Got, i32> {
+    if let [one] = v {
+        return ops::recv(a, buf_mut(one.iov_base, one.iov_len), flags);
+    }
+    let total: usize = v.iter().map(|x| x.iov_len).sum();
+    let mut tmp = vec![0u8; total.min(1 << 16)];
+    let got = ops::recv(a, &mut tmp, flags)?;
+    let mut off = 0;
+    for x in v {
+        if off >= got.len {
+            break;
+        }
+        let n = x.iov_len.min(got.len - off);
+        buf_mut(x.iov_base, n).copy_from_slice(&tmp[off..off + n]);
+        off += n;
+    }
+    Ok(got)
+}
+
+/// The bytes of the iovecs, gathered.
+fn gather(v: &[iovec]) -> std::borrow::Cow<'_, [u8]> {
+    if let [one] = v {
+        return std::borrow::Cow::Borrowed(buf(one.iov_base, one.iov_len));
+    }
+    let mut out = Vec::new();
+    for x in v {
+        out.extend_from_slice(buf(x.iov_base, x.iov_len));
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+#[no_mangle]
+pub extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int {
+    // SAFETY: the C library's socket with the program's arguments.
+    let fd = unsafe { real::socket()(domain, ty, proto) };
+    if fd >= 0 {
+        ops::on_socket(fd, domain, ty, proto);
+    }
+    fd
+}
+
+#[no_mangle]
+pub extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    // SAFETY: the C library's bind with the program's arguments.
+    let r = unsafe { real::bind()(fd, addr, len) };
+    if r == 0 && table::kind(fd) == table::CANDIDATE {
+        if let Some(a) = addr_in(addr, len) {
+            ops::on_bind(fd, a);
+        }
+    }
+    r
+}
+
+#[no_mangle]
+pub extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    // SAFETY: the C library's connect with the program's arguments.
+    let r = unsafe { real::connect()(fd, addr, len) };
+    if r == 0 && table::kind(fd) != table::KERNEL {
+        if let Err(e) = ops::on_connect(fd, addr_in(addr, len)) {
+            return fail(e) as c_int;
+        }
+    }
+    r
+}
+
+#[no_mangle]
+pub extern "C" fn close(fd: c_int) -> c_int {
+    if table::kind(fd) != table::KERNEL {
+        ops::on_close(fd);
+    }
+    // SAFETY: the C library's close with the program's fd.
+    unsafe { real::close()(fd) }
+}
+
+#[no_mangle]
+pub extern "C" fn setsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    val: *const c_void,
+    len: socklen_t,
+) -> c_int {
+    // SAFETY: the C library's setsockopt with the program's arguments.
+    let r = unsafe { real::setsockopt()(fd, level, name, val, len) };
+    if table::kind(fd) == table::KERNEL || r != 0 {
+        return r;
+    }
+    let v = opt_val(level, name, val, len);
+    match ops::setsockopt(fd, level, name, v) {
+        Ok(()) => 0,
+        Err(e) => fail(e) as c_int,
+    }
+}
+
+/// An option's value as rxpath reads it.
+fn opt_val(level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> OptVal {
+    if val.is_null() {
+        return OptVal::Other;
+    }
+    let time =
+        level == libc::SOL_SOCKET && (name == libc::SO_RCVTIMEO || name == libc::SO_RCVTIMEO_NEW);
+    if time && len as usize >= std::mem::size_of::<timeval>() {
+        // SAFETY: the kernel accepted `len` bytes at `val` as a timeval.
+        let t = unsafe { std::ptr::read_unaligned(val.cast::<timeval>()) };
+        let d = Duration::new(
+            t.tv_sec.max(0) as u64,
+            (t.tv_usec.clamp(0, 999_999) * 1000) as u32,
+        );
+        return OptVal::Time(d);
+    }
+    if len as usize >= 4 {
+        // SAFETY: the kernel accepted `len` >= 4 bytes at `val`.
+        return OptVal::Int(unsafe { std::ptr::read_unaligned(val.cast::<i32>()) });
+    }
+    if len == 1 {
+        // SAFETY: one readable byte at `val`.
+        return OptVal::Int(unsafe { *val.cast::<u8>() } as i32);
+    }
+    OptVal::Other
+}
+
+fn fcntl_common(fd: c_int, cmd: c_int, arg: c_ulong, r: c_int) -> c_int {
+    if r >= 0 && table::kind(fd) != table::KERNEL {
+        match cmd {
+            libc::F_SETFL => ops::set_nonblock(fd, arg as c_int & libc::O_NONBLOCK != 0),
+            libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => ops::on_dup(fd, r),
+            _ => {}
+        }
+    }
+    r
+}
+
+#[no_mangle]
+pub extern "C" fn dup(old: c_int) -> c_int {
+    // SAFETY: the C library's dup with the program's argument.
+    let r = unsafe { real::dup()(old) };
+    if r >= 0 && table::kind(old) != table::KERNEL {
+        ops::on_dup(old, r);
+    }
+    r
+}
+
+#[no_mangle]
+pub extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    // SAFETY: the C library's dup2 with the program's arguments.
+    let r = unsafe { real::dup2()(old, new) };
+    if r >= 0 && (table::kind(old) != table::KERNEL || table::kind(new) != table::KERNEL) {
+        ops::on_dup(old, r);
+    }
+    r
+}
+
+#[no_mangle]
+pub extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    // SAFETY: the C library's dup3 with the program's arguments.
+    let r = unsafe { real::dup3()(old, new, flags) };
+    if r >= 0 && (table::kind(old) != table::KERNEL || table::kind(new) != table::KERNEL) {
+        ops::on_dup(old, r);
+    }
+    r
+}
+
+#[no_mangle]
+pub extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    // SAFETY: the C library's fcntl with the program's arguments (every
+    // command takes at most one argument, an int, a long or a pointer,
+    // each passed in the same register).
+    let r = unsafe { real::fcntl()(fd, cmd, arg) };
+    fcntl_common(fd, cmd, arg, r)
+}
+
+#[no_mangle]
+pub extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    // SAFETY: as `fcntl`.
+    let r = unsafe { real::fcntl64()(fd, cmd, arg) };
+    fcntl_common(fd, cmd, arg, r)
+}
+
+#[no_mangle]
+pub extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: c_ulong) -> c_int {
+    if req == libc::FIONREAD as c_ulong && arg != 0 {
+        if let Some(a) = table::socket(fd) {
+            return match ops::next_len(&a) {
+                Ok(n) => {
+                    // SAFETY: FIONREAD's argument is a writable int.
+                    unsafe { *(arg as *mut c_int) = n.min(c_int::MAX as usize) as c_int };
+                    0
+                }
+                Err(e) => fail(e) as c_int,
+            };
+        }
+    }
+    if table::kind(fd) != table::KERNEL && req == libc::FIONBIO as c_ulong && arg != 0 {
+        // SAFETY: FIONBIO's argument is a readable int.
+        let on = unsafe { *(arg as *const c_int) } != 0;
+        ops::set_nonblock(fd, on);
+    }
+    // SAFETY: the C library's ioctl with the program's arguments.
+    unsafe { real::ioctl()(fd, req, arg) }
+}
+// glibc's fortify (`_FORTIFY_SOURCE`) calls these checked forms.
+
+#[no_mangle]
+pub extern "C" fn __recv_chk(
+    fd: c_int,
+    b: *mut c_void,
+    n: size_t,
+    _buflen: size_t,
+    flags: c_int,
+) -> ssize_t {
+    io::recv(fd, b, n, flags)
+}
+
+#[no_mangle]
+pub extern "C" fn __recvfrom_chk(
+    fd: c_int,
+    b: *mut c_void,
+    n: size_t,
+    _buflen: size_t,
+    flags: c_int,
+    from: *mut sockaddr,
+    fromlen: *mut socklen_t,
+) -> ssize_t {
+    io::recvfrom(fd, b, n, flags, from, fromlen)
+}
+
+#[no_mangle]
+pub extern "C" fn __read_chk(fd: c_int, b: *mut c_void, n: size_t, _buflen: size_t) -> ssize_t {
+    io::read(fd, b, n)
+}
+
+#[no_mangle]
+pub extern "C" fn __poll_chk(
+    fds: *mut pollfd,
+    n: nfds_t,
+    timeout: c_int,
+    _fdslen: size_t,
+) -> c_int {
+    wait::poll(fds, n, timeout)
+}
+
+/// At exit: stop the host and write the report (the library's
+/// constructor registers this).
+extern "C" fn at_exit() {
+    if let Some(g) = crate::host::started() {
+        g.finish();
+    }
+}
+
+/// In the child of `fork` (and `daemon`): its copies of rxpath sockets are
+/// the kernel's, it starts no host, and it lets go of the parent's XDP
+/// program, so nothing is lost whichever process ends first.
+extern "C" fn in_fork_child() {
+    crate::host::set_fork_child();
+    crate::table::forget_all();
+    crate::sys::close_host_fds();
+}
+
+extern "C" fn init() {
+    // SAFETY: registers functions with C linkage that take nothing.
+    unsafe {
+        libc::atexit(at_exit);
+        libc::pthread_atfork(None, None, Some(in_fork_child));
+    }
+}
+
+/// The library's constructor: runs when the loader maps it.
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;
