@@ -6,6 +6,7 @@
 use anyhow::Result;
 use std::process::ExitCode;
 
+mod apps;
 mod figure;
 mod filter;
 mod gro;
@@ -18,6 +19,7 @@ mod rr;
 mod rxdrop;
 mod steer;
 
+pub use apps::AppsArgs;
 pub use filter::FilterBenchArgs;
 pub use gro::GroBenchArgs;
 pub use iface::RxIfaceArgs;
@@ -77,6 +79,11 @@ pub enum BenchCmd {
     /// kernel's socket vs on rxpath (sleeping, busy polling), the peer's
     /// UDP GSO off and on; Gbit/s, server CPU per GB, request p50/p99.
     Quic(QuicBenchArgs),
+    /// An unmodified program on rxpath (root, sockperf): `sockperf server`
+    /// on the kernel's socket and under `rxpath exec` (sleeping, busy
+    /// polling) beside the native `rxpath echo --sockperf`; round trips,
+    /// p50/p99, server CPU per round trip, loss-free rate.
+    Apps(AppsArgs),
 }
 
 /// Run the bench `a` names.
@@ -91,6 +98,7 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
         BenchCmd::Steer(_) => "steer",
         BenchCmd::Rfs(_) => "rfs",
         BenchCmd::Quic(_) => "quic",
+        BenchCmd::Apps(_) => "apps",
     };
     let mut rep = plot::ReportDir::open(a.report.as_deref(), name)?;
     let code = match a.cmd {
@@ -102,6 +110,7 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
         BenchCmd::Steer(a) => steer::steer(a, &mut rep),
         BenchCmd::Rfs(a) => rfs::rfs(a, &mut rep),
         BenchCmd::Quic(a) => quic::quic(a, &mut rep),
+        BenchCmd::Apps(a) => apps::apps(a, &mut rep),
     }?;
     let missing = harness::take_unmeasured();
     if let Some(r) = rep {

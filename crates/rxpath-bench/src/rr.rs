@@ -106,13 +106,17 @@ impl Server {
 pub(crate) struct Measure {
     pub(crate) rt_per_s: f64,
     pub(crate) avg_us: f64,
+    pub(crate) p50_us: f64,
     pub(crate) p99_us: f64,
+    /// The whole run's (warm-up included) requests sent and answers
+    /// received, as the server counts them.
+    pub(crate) total: (u64, u64),
     /// How busy the server's CPU was during the client's run (0 to 1),
     /// when the server had a CPU of its own.
     pub(crate) server_busy: Option<f64>,
 }
 
-fn strip_ansi(s: &str) -> String {
+pub(crate) fn strip_ansi(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut it = s.chars().peekable();
     while let Some(c) = it.next() {
@@ -129,7 +133,7 @@ fn strip_ansi(s: &str) -> String {
     out
 }
 
-fn field(text: &str, key: &str) -> Option<f64> {
+pub(crate) fn field(text: &str, key: &str) -> Option<f64> {
     let i = text.find(key)? + key.len();
     let rest = text[i..].trim_start_matches([' ', '=']);
     let end = rest
@@ -144,10 +148,16 @@ fn parse_sockperf(out: &str) -> Option<Measure> {
     let valid = &t[t.find("[Valid Duration]")?..];
     let secs = field(valid, "RunTime")?;
     let recv = field(valid, "ReceivedMessages")?;
+    let all = &t[t.find("[Total Run]")?..];
     Some(Measure {
         rt_per_s: recv / secs.max(1e-9),
         avg_us: field(&t, "avg-rtt")?,
+        p50_us: field(&t, "percentile 50.000")?,
         p99_us: field(&t, "percentile 99.000")?,
+        total: (
+            field(all, "SentMessages")? as u64,
+            field(all, "ReceivedMessages")? as u64,
+        ),
         server_busy: None,
     })
 }
@@ -289,7 +299,7 @@ impl Drop for Restore {
     }
 }
 
-enum Running {
+pub(crate) enum Running {
     Rxpath(Box<EchoServer>),
     Kernel(crate::harness::Peer),
     /// `rxpath exec` with `sockperf server` under it, and exec's stdout.
@@ -298,7 +308,7 @@ enum Running {
 
 /// The unmodified `sockperf server` under `rxpath exec` (this binary),
 /// pinned to `cpu` with every thread the preloaded host starts.
-fn start_exec(t: &Topology, busy_us: u32, cpu: Option<usize>) -> Result<Running> {
+pub(crate) fn start_exec(t: &Topology, busy_us: u32, cpu: Option<usize>) -> Result<Running> {
     let exe = std::env::current_exe().context("locating this binary")?;
     let mut cmd = Command::new(exe);
     cmd.args(["exec", "--iface", &t.host_if, "--mode", "xdp"])
@@ -322,7 +332,10 @@ fn start_exec(t: &Topology, busy_us: u32, cpu: Option<usize>) -> Result<Running>
 /// Stop `rxpath exec`'s program with SIGINT (sockperf's own way out: it
 /// exits, the preload writes its report) and require the accounting exec
 /// prints to hold.
-fn stop_exec(peer: crate::harness::Peer, out: Option<std::process::ChildStdout>) -> Result<String> {
+pub(crate) fn stop_exec(
+    peer: crate::harness::Peer,
+    out: Option<std::process::ChildStdout>,
+) -> Result<String> {
     let kids = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", peer.id()))
         .unwrap_or_default();
     for pid in kids
@@ -347,7 +360,7 @@ fn stop_exec(peer: crate::harness::Peer, out: Option<std::process::ChildStdout>)
     if !(acc.ends_with(": ok") && frames.ends_with(": ok")) {
         bail!("rxpath exec's accounting does not hold: {text}");
     }
-    Ok(frames.to_string())
+    Ok(text)
 }
 
 fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Running> {
@@ -488,7 +501,11 @@ fn stop(r: Running) -> Result<String> {
             peer.kill()?;
             Ok(String::new())
         }
-        Running::Exec(peer, out) => stop_exec(peer, out),
+        Running::Exec(peer, out) => Ok(stop_exec(peer, out)?
+            .lines()
+            .find(|l| l.starts_with("frames:"))
+            .unwrap_or("")
+            .to_string()),
     }
 }
 
@@ -805,11 +822,14 @@ mod tests {
             sockperf: [Total Run] RunTime=1.000 sec; Warm up time=400 msec; SentMessages=70186; ReceivedMessages=70185\n\
             sockperf: [Valid Duration] RunTime=0.550 sec; SentMessages=42466; ReceivedMessages=42466\n\
             sockperf: \x1b[2;35m====> avg-rtt=12.931 (std-dev=5.836)\x1b[0m\n\
-            sockperf: ---> percentile 99.000 =   19.745\n";
+            sockperf: ---> percentile 99.000 =   19.745\n\
+            sockperf: ---> percentile 50.000 =   12.100\n";
         let m = parse_sockperf(out).unwrap();
         assert!((m.rt_per_s - 42466.0 / 0.55).abs() < 1.0);
         assert_eq!(m.avg_us, 12.931);
         assert_eq!(m.p99_us, 19.745);
+        assert_eq!(m.p50_us, 12.1);
+        assert_eq!(m.total, (70186, 70185));
         assert!(parse_sockperf("sockperf: No messages were received").is_none());
     }
 

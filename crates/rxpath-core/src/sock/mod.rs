@@ -66,12 +66,26 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 /// `net.core.rmem_default`: a socket's receive buffer unless set.
 pub const RMEM_DEFAULT: usize = 212_992;
 
+/// `skb->truesize` of a received frame of `frame_len` bytes, as the kernel
+/// charges it to `SO_RCVBUF`: the frame in an skb of its own size
+/// (`SKB_TRUESIZE(SKB_DATA_ALIGN(NET_SKB_PAD + len))` on x86-64: 576
+/// bytes of `sk_buff` and `skb_shared_info`). A 64-byte UDP payload over
+/// IPv4 is charged 768 bytes (the kernel charges 832 for one sent over a
+/// veth); a default receive buffer holds about 277 such datagrams, as the
+/// kernel's holds 257. The UMEM frame itself is not what is counted: the
+/// pool bounds that, as the page allocator bounds the kernel's.
+pub fn truesize(frame_len: usize) -> usize {
+    const NET_SKB_PAD: usize = 64;
+    const SKB_OVERHEAD: usize = 576;
+    (NET_SKB_PAD + frame_len).next_multiple_of(64) + SKB_OVERHEAD
+}
+
 /// Settings of one host's socket layer, named as the kernel's sysctls.
 #[derive(Debug, Clone)]
 pub struct SockConfig {
     /// Receive buffer of a new socket in bytes (`net.core.rmem_default`).
-    /// Each queued datagram counts the size of the frame it pins (its
-    /// truesize), as the kernel counts `skb->truesize`.
+    /// Each queued datagram counts its [`truesize`], as the kernel counts
+    /// `skb->truesize`.
     pub rcvbuf: usize,
     /// Busy-poll time of a new socket in µs (`net.core.busy_read`; 0 = off).
     pub busy_read_us: u32,

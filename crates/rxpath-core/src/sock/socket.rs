@@ -38,9 +38,20 @@ impl Dgram {
         self.len as usize + self.frags.iter().map(|f| f.len as usize).sum::<usize>()
     }
 
-    /// Frames it holds.
-    pub(crate) fn frames(&self) -> usize {
-        1 + self.frags.len()
+    /// What it is charged against `SO_RCVBUF`: the kernel's `skb->truesize`
+    /// of each of its frames ([`super::truesize`]: Ethernet, the IP header
+    /// without options, UDP, the payload), so that a receive buffer holds
+    /// as many datagrams as the kernel's would.
+    pub(crate) fn truesize(&self) -> usize {
+        let hdrs = if self.dst.is_ipv4() {
+            14 + 20 + 8
+        } else {
+            14 + 40 + 8
+        };
+        std::iter::once(self.len)
+            .chain(self.frags.iter().map(|f| f.len))
+            .map(|len| super::truesize(hdrs + len as usize))
+            .sum()
     }
 
     /// Its frames, to go home.
@@ -150,9 +161,12 @@ impl SockInner {
     /// only to link the datagram). Returns it back if the queue is full or
     /// the socket closed.
     #[inline]
-    pub(crate) fn enqueue(&self, d: Dgram, truesize: usize) -> Result<(), Dgram> {
+    pub(crate) fn enqueue(&self, d: Dgram) -> Result<(), Dgram> {
+        let truesize = d.truesize();
         let mut q = lock(&self.q);
-        if q.closed || q.bytes + truesize > self.rcvbuf.load(Ordering::Relaxed) {
+        // `__udp_enqueue_schedule_skb`: a full buffer is one already past
+        // rcvbuf, so that a datagram always fits into an empty one.
+        if q.closed || q.bytes > self.rcvbuf.load(Ordering::Relaxed) {
             drop(q);
             self.counters.drops.fetch_add(1, Ordering::Relaxed);
             return Err(d);
@@ -428,7 +442,7 @@ impl Socket {
             let mut q = lock(&self.inner.q);
             let d = q.dgrams.pop_front();
             if let Some(d) = &d {
-                q.bytes = q.bytes.saturating_sub(self.truesize(d));
+                q.bytes = q.bytes.saturating_sub(d.truesize());
             } else if q.closed {
                 return Err(SockError::Closed);
             }
@@ -535,7 +549,7 @@ impl Socket {
             while n < want {
                 match q.dgrams.pop_front() {
                     Some(d) => {
-                        q.bytes = q.bytes.saturating_sub(self.truesize(&d));
+                        q.bytes = q.bytes.saturating_sub(d.truesize());
                         taken[n] = Some(d);
                         n += 1;
                     }
@@ -581,16 +595,6 @@ impl Socket {
         }
         self.after_read(n);
         Ok(n)
-    }
-
-    /// What a queued datagram is charged against rcvbuf: the frame it pins
-    /// (as `SockStack` charged it).
-    fn truesize(&self, d: &Dgram) -> usize {
-        d.frames()
-            * self
-                .host
-                .port(d.queue)
-                .map_or(rxpath_dev::DEFAULT_FRAME_SIZE, |p| p.umem.frame_size())
     }
 
     /// A descriptor that becomes readable when the device queue of this

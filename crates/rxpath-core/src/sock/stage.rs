@@ -24,7 +24,6 @@ use std::sync::Arc;
 pub struct SockStack {
     host: Arc<Sockets>,
     queue: u16,
-    truesize: usize,
     learned: Option<(IpAddr, Mac)>,
 }
 
@@ -42,13 +41,9 @@ impl SockStack {
     }
 
     fn new(host: Arc<Sockets>, queue: u16) -> Self {
-        let truesize = host
-            .port(queue)
-            .map_or(rxpath_dev::DEFAULT_FRAME_SIZE, |p| p.umem.frame_size());
         SockStack {
             host,
             queue,
-            truesize,
             learned: None,
         }
     }
@@ -67,11 +62,10 @@ impl SockStack {
         &self,
         sock: &super::socket::SockInner,
         dg: Dgram,
-        truesize: usize,
         v6: bool,
         ctx: &mut RxCtx<'_>,
     ) {
-        match sock.enqueue(dg, truesize) {
+        match sock.enqueue(dg) {
             Ok(()) => {
                 self.count(|c| &c.in_datagrams);
                 ctx.snmp().udp_mut(v6).in_datagrams += 1;
@@ -165,12 +159,11 @@ impl Stack for SockStack {
         if gro {
             // The socket takes the GRO packet whole.
             let dg = Dgram { gso, frags, ..head };
-            let truesize = self.truesize * dg.frames();
-            self.queue_dgram(&sock, dg, truesize, v6, ctx);
+            self.queue_dgram(&sock, dg, v6, ctx);
         } else {
             // `udp_unexpected_gso()`: a socket without UDP_GRO reads the
             // datagrams one by one, as they were sent.
-            self.queue_dgram(&sock, head, self.truesize, v6, ctx);
+            self.queue_dgram(&sock, head, v6, ctx);
             for f in frags {
                 let dg = Dgram {
                     frame: f.frame,
@@ -183,7 +176,7 @@ impl Stack for SockStack {
                     gso: 0,
                     frags: Vec::new(),
                 };
-                self.queue_dgram(&sock, dg, self.truesize, v6, ctx);
+                self.queue_dgram(&sock, dg, v6, ctx);
             }
         }
     }

@@ -141,6 +141,18 @@ pub fn set_rcvbuf(sock: &std::net::UdpSocket, bytes: usize) -> io::Result<()> {
         .map(drop)
 }
 
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`): the unit of the
+/// utime and stime fields of `/proc/PID/stat`.
+pub fn clock_ticks() -> u64 {
+    // SAFETY: sysconf reads a constant of the system; no memory is passed.
+    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if v > 0 {
+        v as u64
+    } else {
+        100
+    }
+}
+
 /// CPU time (user + system) of the children waited for so far.
 pub fn children_cpu_time() -> Duration {
     rusage(libc::RUSAGE_CHILDREN)
