@@ -174,11 +174,13 @@ fn print_report(
         return held;
     }
     println!(
-        "rxpath exec: {prog} {status}; sockets on rxpath {} ({}), left to the kernel {}, refused calls {}",
+        "rxpath exec: {prog} {status}; sockets on rxpath {} ({}), left to the kernel {}, refused calls {}; \
+         datagrams read from the kernel sockets behind them {}",
         v["accelerated"],
         v["backend"].as_str().unwrap_or("no host started"),
         v["fallbacks"],
         v["unsupported"],
+        v["kernel_reads"].as_u64().unwrap_or(0),
     );
     if acc.is_null() {
         return true;

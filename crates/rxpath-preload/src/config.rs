@@ -221,6 +221,12 @@ fn num<T: std::str::FromStr>(
     Ok(())
 }
 
+/// A line on stderr, as Onload's `oo:` lines: the program's own output is
+/// not touched.
+pub(crate) fn say(msg: &str) {
+    eprintln!("rxpath-preload: {msg}");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

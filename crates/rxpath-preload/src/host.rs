@@ -56,6 +56,10 @@ pub struct PreloadReport {
     pub unsupported: BTreeMap<String, u64>,
     /// The path's accounting; `None` if no host ran.
     pub accounting: Option<Accounting>,
+    /// Datagrams read from the kernel socket behind a served fd (sent over
+    /// loopback or another interface, or before the XDP program took the
+    /// port): the kernel's path, not counted in `accounting`.
+    pub kernel_reads: u64,
 }
 
 /// `received = delivered + dropped` over every NAPI, and the frames.
@@ -182,11 +186,7 @@ fn is_fork_child() -> bool {
     FORK_CHILD.load(std::sync::atomic::Ordering::SeqCst)
 }
 
-/// A line on stderr, as Onload's `oo:` lines: the program's own output is
-/// not touched.
-pub(crate) fn say(msg: &str) {
-    eprintln!("rxpath-preload: {msg}");
-}
+pub(crate) use crate::config::say;
 
 impl Global {
     fn state(&self) -> MutexGuard<'_, State> {
@@ -373,6 +373,7 @@ impl Global {
             accelerated: s.accelerated,
             fallbacks: s.fallbacks.clone(),
             unsupported: s.unsupported.clone(),
+            kernel_reads: crate::kside::READS.load(std::sync::atomic::Ordering::Relaxed),
         };
         drop(s);
         if let Some(path) = &self.cfg.report {

@@ -17,6 +17,8 @@
 //!     │             and kernel fds
 //!  host             one rxpath Host per process on RXPATH_IFACE, started at
 //!     │             the first bind it serves, shut down at exit
+//!  kside            the kernel socket behind each served fd: marked when
+//!     │             a datagram reaches it (loopback, another interface)
 //!  table            fd → candidate | rxpath socket | epoll set
 //!  epoll            epoll sets holding rxpath sockets and kernel fds
 //!  sock             a served socket, one not bound yet, who sleeps on them
@@ -35,8 +37,12 @@
 //! parent keeps serving; the child lets go of the parent's XDP program);
 //! after `exec` the new image starts fresh.
 //!
-//! Not built yet (said in the README): `MSG_PEEK`, control messages, a
-//! configuration file and socket rules.
+//! A datagram that reaches the kernel socket behind a served fd (loopback,
+//! another interface) is read too ([`kside`]).
+//!
+//! Not built yet (said in the README and the guide): control messages
+//! beyond packet information and `UDP_SEGMENT`, a configuration file,
+//! rules by address.
 
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -47,6 +53,7 @@ mod epoll;
 pub mod host;
 #[allow(unsafe_code)]
 mod interpose;
+mod kside;
 mod ops;
 mod sock;
 #[allow(unsafe_code)]

@@ -82,8 +82,12 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
         fds: 1.into(),
         pktinfo: p.pktinfo.into(),
         segment: 0.into(),
+        kernel_ready: false.into(),
+        ktoken: crate::kside::token(),
     };
-    table::set(fd, Entry::Socket(Arc::new(a)));
+    let a = Arc::new(a);
+    crate::kside::watch(&a, fd);
+    table::set(fd, Entry::Socket(a));
 }
 
 /// `connect()` on `fd` (the kernel's call succeeded): an rxpath socket
@@ -116,6 +120,7 @@ pub(crate) fn on_close(fd: RawFd) {
     if let Some(Entry::Socket(a)) = table::remove(fd) {
         forget_in_sets(fd);
         if a.fds.fetch_sub(1, Ordering::AcqRel) == 1 {
+            crate::kside::forget(&a);
             global().release(a.sock.local_addr().port());
         }
     }
@@ -228,6 +233,11 @@ const RECV_FLAGS: i32 = libc::MSG_DONTWAIT
     | libc::MSG_PEEK
     | libc::MSG_TRUNC;
 
+/// Not an errno: rxpath's queue is empty and the kernel socket behind the
+/// fd has a datagram; the caller reads it with the program's own call
+/// ([`crate::kside`]).
+pub(crate) const FROM_KERNEL: Errno = -1;
+
 /// `recvfrom()`/`recvmsg()`/`read()` of one datagram into `buf`:
 /// `MSG_PEEK` leaves it queued, `MSG_TRUNC` returns its whole length.
 pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, Errno> {
@@ -241,6 +251,9 @@ pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, Er
     loop {
         if let Some(g) = take(a, buf, flags)? {
             return Ok(g);
+        }
+        if crate::kside::take_hint(a) {
+            return Err(FROM_KERNEL);
         }
         if nonblock {
             // `sk_busy_loop(sk, nonblock)`: one busy-poll round at most.

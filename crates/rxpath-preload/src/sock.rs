@@ -43,6 +43,11 @@ pub(crate) struct Accel {
     /// `UDP_SEGMENT` set on the socket: sends cut into datagrams of this
     /// size (0: off).
     pub(crate) segment: std::sync::atomic::AtomicU16,
+    /// The kernel socket behind the fd may hold a datagram
+    /// ([`crate::kside`]).
+    pub(crate) kernel_ready: AtomicBool,
+    /// Its key in the kernel-side watch.
+    pub(crate) ktoken: u64,
 }
 
 /// `UDP_SEGMENT` (`linux/udp.h`).
@@ -98,9 +103,10 @@ impl Watchers {
     }
 }
 
-/// The socket has a datagram to read (or is closed: a read returns).
+/// The socket has a datagram to read, in rxpath's queue or in the kernel
+/// socket behind its fd (or is closed: a read returns).
 pub(crate) fn readable(a: &Accel) -> bool {
-    a.sock.queued() > 0 || a.sock.is_closed()
+    a.sock.queued() > 0 || a.kernel_ready.load(Ordering::Relaxed) || a.sock.is_closed()
 }
 
 /// Busy-poll the NAPIs of `socks` for the longest of their `busy_poll`

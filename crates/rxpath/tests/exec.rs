@@ -226,6 +226,45 @@ fn an_option_rxpath_cannot_honour_keeps_the_socket_on_the_kernel() {
     );
 }
 
+/// A datagram that reaches the kernel socket behind a served fd (here
+/// over loopback, to a socket bound to the wildcard) is read too, by each
+/// way of waiting, between datagrams that come through rxpath: nothing
+/// sent to the port is lost, whichever way it came.
+#[test]
+fn a_datagram_over_loopback_reaches_a_served_socket_too() {
+    let Some(p) = pair("xl", &[]) else { return };
+    for mux in ["block", "select", "poll", "epoll", "epoll-et", "asyncio"] {
+        let prog = ["python3", ECHO, "--port", "5306", "--mux", mux];
+        let mut s = server(&p, Some(&[]), &prog);
+        wait_ready(&mut s);
+        let first = client_with(&p, 5306, 10, false);
+        let out = Command::new("ip")
+            .args(["netns", "exec", &p.srv, "python3", CLIENT])
+            .args(["127.0.0.1", "5306", "10", "--no-quit"])
+            .output()
+            .expect("loopback client");
+        let lo: serde_json::Value = serde_json::from_slice(&out.stdout).expect("client json");
+        let last = client(&p, 5306, 10);
+        let (st, out, err) = finish(s);
+        assert!(st.success(), "{mux}: {err}");
+        for (what, c) in [("veth", &first), ("loopback", &lo), ("veth again", &last)] {
+            assert_eq!(c["missing"], 0, "{mux}, {what}: {c}\n{err}");
+        }
+        assert!(out.contains("sockets on rxpath 1 "), "{mux}: {out}");
+        let kreads: u64 = out
+            .split("datagrams read from the kernel sockets behind them ")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        assert!(
+            kreads >= 10,
+            "{mux}: {kreads} read from the kernel socket: {out}"
+        );
+        assert!(!out.contains("MISMATCH"), "{mux}: {out}");
+    }
+}
+
 #[test]
 fn a_socket_bound_later_on_another_port_is_served_too() {
     let Some(p) = pair("xp", &[]) else { return };

@@ -24,12 +24,42 @@ pub extern "C" fn recvfrom(
         // SAFETY: the C library's recvfrom with the program's arguments.
         return unsafe { real::recvfrom()(fd, b, n, flags, from, fromlen) };
     };
-    match ops::recv(&a, buf_mut(b, n), flags) {
-        Ok(g) => {
+    let rx = || {
+        ops::recv(&a, buf_mut(b, n), flags).map(|g| {
             addr_out(g.src, from, fromlen);
-            g.len as ssize_t
+            g.len
+        })
+    };
+    // SAFETY: the C library's recvfrom with the program's arguments.
+    let kernel =
+        || unsafe { real::recvfrom()(fd, b, n, flags | libc::MSG_DONTWAIT, from, fromlen) };
+    read_either(&a, rx, kernel)
+}
+
+/// A read of rxpath socket `a` with `rx`; when rxpath's queue is empty
+/// and the kernel socket behind the fd holds a datagram
+/// ([`ops::FROM_KERNEL`]), with `kernel` instead: the program's own call on
+/// that socket, non-blocking. A stale mark (`EAGAIN`) goes back to `rx`.
+fn read_either(
+    a: &crate::sock::Accel,
+    mut rx: impl FnMut() -> Result<usize, i32>,
+    mut kernel: impl FnMut() -> ssize_t,
+) -> ssize_t {
+    loop {
+        match rx() {
+            Err(ops::FROM_KERNEL) => {
+                let r = kernel();
+                if r >= 0 {
+                    crate::kside::got_one(a);
+                    return r;
+                }
+                let e = std::io::Error::last_os_error().raw_os_error();
+                if e != Some(libc::EAGAIN) {
+                    return r;
+                }
+            }
+            r => return ret(r),
         }
-        Err(e) => fail(e),
     }
 }
 
@@ -39,7 +69,10 @@ pub extern "C" fn recv(fd: c_int, b: *mut c_void, n: size_t, flags: c_int) -> ss
         // SAFETY: the C library's recv with the program's arguments.
         return unsafe { real::recv()(fd, b, n, flags) };
     };
-    ret(ops::recv(&a, buf_mut(b, n), flags).map(|g| g.len))
+    let rx = || ops::recv(&a, buf_mut(b, n), flags).map(|g| g.len);
+    // SAFETY: the C library's recv with the program's arguments.
+    let kernel = || unsafe { real::recv()(fd, b, n, flags | libc::MSG_DONTWAIT) };
+    read_either(&a, rx, kernel)
 }
 
 #[no_mangle]
@@ -48,7 +81,10 @@ pub extern "C" fn read(fd: c_int, b: *mut c_void, n: size_t) -> ssize_t {
         // SAFETY: the C library's read with the program's arguments.
         return unsafe { real::read()(fd, b, n) };
     };
-    ret(ops::recv(&a, buf_mut(b, n), 0).map(|g| g.len))
+    let rx = || ops::recv(&a, buf_mut(b, n), 0).map(|g| g.len);
+    // SAFETY: the C library's recv with the program's buffer.
+    let kernel = || unsafe { real::recv()(fd, b, n, libc::MSG_DONTWAIT) };
+    read_either(&a, rx, kernel)
 }
 
 #[no_mangle]
@@ -57,7 +93,16 @@ pub extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
         // SAFETY: the C library's readv with the program's arguments.
         return unsafe { real::readv()(fd, iov, cnt) };
     };
-    ret(recv_iov(&a, iovs(iov, cnt.max(0) as usize), 0).map(|g| g.len))
+    let rx = || recv_iov(&a, iovs(iov, cnt.max(0) as usize), 0).map(|g| g.len);
+    let kernel = || {
+        // SAFETY: all-zero is a valid msghdr (no name, no control).
+        let mut m: msghdr = unsafe { std::mem::zeroed() };
+        m.msg_iov = iov.cast_mut();
+        m.msg_iovlen = cnt.max(0) as _;
+        // SAFETY: the C library's recvmsg over the program's iovecs.
+        unsafe { real::recvmsg()(fd, &mut m, libc::MSG_DONTWAIT) }
+    };
+    read_either(&a, rx, kernel)
 }
 
 /// `recvmsg` into `m` for an rxpath socket, with the packet information
@@ -187,7 +232,10 @@ pub extern "C" fn recvmsg(fd: c_int, m: *mut msghdr, flags: c_int) -> ssize_t {
         return fail(libc::EFAULT);
     }
     // SAFETY: the program passed a writable msghdr for this call.
-    ret(recvmsg_one(&a, unsafe { &mut *m }, flags))
+    let rx = || recvmsg_one(&a, unsafe { &mut *m }, flags);
+    // SAFETY: the C library's recvmsg with the program's arguments.
+    let kernel = || unsafe { real::recvmsg()(fd, m, flags | libc::MSG_DONTWAIT) };
+    read_either(&a, rx, kernel)
 }
 
 #[no_mangle]
@@ -224,13 +272,20 @@ pub extern "C" fn recvmmsg(
         } else {
             flags
         };
-        match recvmsg_one(&a, &mut m.msg_hdr, f) {
-            Ok(len) => {
-                m.msg_len = len as c_uint;
-                n += 1;
-            }
-            Err(e) if n == 0 => return fail(e) as c_int,
-            Err(_) => break,
+        let h: *mut msghdr = &mut m.msg_hdr;
+        // SAFETY: `h` is the program's writable msghdr in this mmsghdr.
+        let rx = || recvmsg_one(&a, unsafe { &mut *h }, f);
+        let kf = (f & !libc::MSG_WAITFORONE) | libc::MSG_DONTWAIT;
+        // SAFETY: the C library's recvmsg with the program's msghdr.
+        let kernel = || unsafe { real::recvmsg()(fd, h, kf) };
+        let r = read_either(&a, rx, kernel);
+        if r >= 0 {
+            m.msg_len = r as c_uint;
+            n += 1;
+        } else if n == 0 {
+            return -1;
+        } else {
+            break;
         }
         if end.is_some_and(|e| std::time::Instant::now() >= e) {
             break;

@@ -46,6 +46,17 @@ pub(crate) fn kpoll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usi
     Ok(r as usize)
 }
 
+/// A new kernel epoll set (close-on-exec).
+pub(crate) fn kepoll_create() -> io::Result<OwnedFd> {
+    // SAFETY: the C library's epoll_create1 with a flag; a new fd or -1.
+    let fd = unsafe { real::epoll_create1()(libc::EPOLL_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just made and is owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// The kernel's `epoll_ctl`.
 pub(crate) fn kepoll_ctl(
     epfd: RawFd,

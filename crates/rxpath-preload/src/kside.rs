@@ -1,0 +1,127 @@
+//! The kernel socket behind a served fd. A datagram can still reach it:
+//! sent over loopback or another interface to a socket bound to the
+//! wildcard address, or arrived before the XDP program took the port. One
+//! thread per process sleeps in a kernel epoll on those sockets
+//! (edge-triggered: a wakeup per arrival there, none for rxpath's traffic)
+//! and marks the socket; a read that finds rxpath's queue empty then reads
+//! the kernel socket with the program's own call, so nothing sent to the
+//! port is lost, whichever way it came.
+
+use crate::sock::Accel;
+use crate::sys;
+use rxpath_runtime::sock::Watch;
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+struct KernelSide {
+    epfd: OwnedFd,
+    socks: Mutex<HashMap<u64, Weak<Accel>>>,
+}
+
+static SIDE: OnceLock<Option<KernelSide>> = OnceLock::new();
+static NEXT: AtomicU64 = AtomicU64::new(1);
+
+/// Datagrams read from the kernel sockets behind served fds.
+pub(crate) static READS: AtomicU64 = AtomicU64::new(0);
+
+fn side() -> Option<&'static KernelSide> {
+    SIDE.get_or_init(|| {
+        let epfd = match sys::kepoll_create() {
+            Ok(fd) => fd,
+            Err(e) => {
+                crate::config::say(&format!(
+                    "no epoll for the kernel side of served sockets ({e}): \
+                     datagrams that reach the kernel socket wait there unread"
+                ));
+                return None;
+            }
+        };
+        Some(KernelSide {
+            epfd,
+            socks: Mutex::new(HashMap::new()),
+        })
+    })
+    .as_ref()
+    .inspect(|_| start_thread())
+}
+
+fn start_thread() {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    STARTED.get_or_init(|| {
+        let r = std::thread::Builder::new()
+            .name("rxpath-kside".into())
+            .spawn(|| {
+                if let Some(s) = SIDE.get().and_then(Option::as_ref) {
+                    run(s);
+                }
+            });
+        if let Err(e) = r {
+            crate::config::say(&format!("the kernel-side thread did not start: {e}"));
+        }
+    });
+}
+
+fn run(s: &KernelSide) {
+    let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 64];
+    loop {
+        let n = match sys::kepoll_wait(s.epfd.as_raw_fd(), &mut evs, -1) {
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(_) => return,
+        };
+        for ev in &evs[..n] {
+            let token = ev.u64;
+            let a = crate::sock::lock(&s.socks)
+                .get(&token)
+                .and_then(Weak::upgrade);
+            if let Some(a) = a {
+                a.kernel_ready.store(true, Ordering::SeqCst);
+                a.watch.ready();
+            }
+        }
+    }
+}
+
+/// A token for a socket about to be watched.
+pub(crate) fn token() -> u64 {
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Watch the kernel socket `fd` behind `a` (registered as `a.ktoken`).
+/// One already holding datagrams is reported at once.
+pub(crate) fn watch(a: &Arc<Accel>, fd: RawFd) {
+    let Some(s) = side() else { return };
+    crate::sock::lock(&s.socks).insert(a.ktoken, Arc::downgrade(a));
+    let ev = libc::epoll_event {
+        events: (libc::EPOLLIN | libc::EPOLLET) as u32,
+        u64: a.ktoken,
+    };
+    if let Err(e) = sys::kepoll_ctl(s.epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, Some(ev)) {
+        crate::config::say(&format!(
+            "watching the kernel socket behind fd {fd}: {e}; what reaches it waits there unread"
+        ));
+    }
+}
+
+/// The socket closed for good (the kernel drops its epoll entry with the
+/// file).
+pub(crate) fn forget(a: &Accel) {
+    if let Some(s) = SIDE.get().and_then(Option::as_ref) {
+        crate::sock::lock(&s.socks).remove(&a.ktoken);
+    }
+}
+
+/// Should a read try the kernel socket? Clears the mark first, so a
+/// datagram that arrives after the read's look marks it again.
+pub(crate) fn take_hint(a: &Accel) -> bool {
+    a.kernel_ready.swap(false, Ordering::SeqCst)
+}
+
+/// A read got a datagram from the kernel socket: count it, and look there
+/// again next time (more may wait).
+pub(crate) fn got_one(a: &Accel) {
+    READS.fetch_add(1, Ordering::Relaxed);
+    a.kernel_ready.store(true, Ordering::SeqCst);
+}
