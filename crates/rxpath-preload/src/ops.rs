@@ -70,6 +70,7 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
         sock.set_rcvbuf(b);
     }
     sock.set_read_timeout(p.rcvtimeo);
+    sock.set_udp_gro(p.gro);
     sock.set_only_v6(p.v6only);
     let watch = Arc::new(Watchers::default());
     let w: Arc<dyn Watch> = watch.clone();
@@ -80,10 +81,11 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
         nonblock: p.nonblock.into(),
         watch,
         fds: 1.into(),
-        pktinfo: p.pktinfo.into(),
+        cmsgs: p.cmsgs.into(),
         segment: 0.into(),
         kernel_ready: false.into(),
         ktoken: crate::kside::token(),
+        shut: 0.into(),
     };
     let a = Arc::new(a);
     crate::kside::watch(&a, fd);
@@ -124,6 +126,22 @@ pub(crate) fn on_close(fd: RawFd) {
             global().release(a.sock.local_addr().port());
         }
     }
+}
+
+/// `shutdown(fd, how)` (the kernel's call shut its socket down, or said
+/// `ENOTCONN` for an unconnected one and shut it anyway, as
+/// `inet_shutdown` does): reads of an empty queue end, sends fail, and
+/// sleepers wake.
+pub(crate) fn on_shutdown(fd: RawFd, how: i32) {
+    let Some(a) = table::socket(fd) else { return };
+    let bits = match how {
+        libc::SHUT_RD => crate::sock::SHUT_READ,
+        libc::SHUT_WR => crate::sock::SHUT_WRITE,
+        libc::SHUT_RDWR => crate::sock::SHUT_READ | crate::sock::SHUT_WRITE,
+        _ => return,
+    };
+    a.shut.fetch_or(bits, Ordering::SeqCst);
+    a.watch.ready();
 }
 
 /// `dup`/`dup2`/`dup3`/`F_DUPFD` made `new` name what `old` names (the
@@ -219,7 +237,12 @@ pub(crate) fn epoll_wait(
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Got {
     pub(crate) len: usize,
-    pub(crate) src: SocketAddr,
+    /// The sender; `None` for the end of a socket shut down for reading.
+    pub(crate) src: Option<SocketAddr>,
+    /// The IP header's TOS byte or traffic class.
+    pub(crate) tos: u8,
+    /// The segment size of a GRO packet (its length for one datagram).
+    pub(crate) stride: usize,
     /// The address it was sent to (`IP_PKTINFO`).
     pub(crate) dst: std::net::IpAddr,
     pub(crate) truncated: bool,
@@ -255,6 +278,17 @@ pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, Er
         if crate::kside::take_hint(a) {
             return Err(FROM_KERNEL);
         }
+        if a.shut.load(Ordering::Relaxed) & crate::sock::SHUT_READ != 0 {
+            // `__skb_recv_udp` on `RCV_SHUTDOWN`: 0 bytes, no sender.
+            return Ok(Got {
+                len: 0,
+                src: None,
+                dst: a.sock.local_addr().ip(),
+                truncated: false,
+                tos: 0,
+                stride: 0,
+            });
+        }
         if nonblock {
             // `sk_busy_loop(sk, nonblock)`: one busy-poll round at most.
             if busy_round && a.sock.busy_poll() > 0 {
@@ -277,15 +311,14 @@ pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, Er
 fn take(a: &Accel, buf: &mut [u8], flags: i32) -> Result<Option<Got>, Errno> {
     let whole = flags & libc::MSG_TRUNC != 0;
     if flags & libc::MSG_PEEK != 0 {
-        let Some((len, src, dst)) = a.sock.try_peek(buf).map_err(sock_errno)? else {
+        let Some((len, m)) = a.sock.try_peek(buf).map_err(sock_errno)? else {
             return Ok(None);
         };
-        return Ok(Some(Got {
-            len: if whole { len } else { len.min(buf.len()) },
-            src,
-            dst,
-            truncated: len > buf.len(),
-        }));
+        let mut g = done(1, Some(m))?;
+        if whole {
+            g.len = len;
+        }
+        return Ok(Some(g));
     }
     // The whole length, asked before the read (another reader of the
     // socket could take this datagram in between: then it is the length
@@ -323,7 +356,9 @@ fn done(n: usize, got: Option<RecvMeta>) -> Result<Got, Errno> {
     match (n, got) {
         (1, Some(m)) => Ok(Got {
             len: m.len,
-            src: m.src,
+            src: Some(m.src),
+            tos: m.tos,
+            stride: m.stride,
             dst: m.dst,
             truncated: m.truncated,
         }),
@@ -358,6 +393,9 @@ pub(crate) fn send_seg(
     dst: Option<SocketAddr>,
     segment: Option<u16>,
 ) -> Route<usize> {
+    if a.shut.load(Ordering::Relaxed) & crate::sock::SHUT_WRITE != 0 {
+        return Route::Done(Err(libc::EPIPE));
+    }
     let seg = segment.unwrap_or_else(|| a.segment.load(Ordering::Relaxed)) as usize;
     let r = if seg > 0 && payload.len() > seg {
         match dst.or_else(|| a.sock.peer_addr()) {
@@ -439,17 +477,33 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
             return Ok(());
         }
         (libc::SOL_SOCKET, libc::SO_RCVBUF | libc::SO_RCVBUFFORCE, OptVal::Int(b)) => {
-            // The kernel doubles the value for its bookkeeping.
-            let b = (b.max(0) as usize).saturating_mul(2);
+            // What the kernel socket now has (doubled for its bookkeeping,
+            // capped by `net.core.rmem_max` unless forced): what
+            // `getsockopt` says, so rxpath's queue holds the same.
+            let b = crate::sys::sockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)
+                .map_or((b.max(0) as usize).saturating_mul(2), |v| v.max(0) as usize);
             apply(&e, |a| a.sock.set_rcvbuf(b), |p| p.rcvbuf = Some(b));
             return Ok(());
         }
         (libc::IPPROTO_IP, libc::IP_PKTINFO, OptVal::Int(on)) => {
-            set_pktinfo(&e, crate::sock::PKTINFO4, on != 0);
+            set_cmsg(&e, crate::sock::PKTINFO4, on != 0);
             return Ok(());
         }
         (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, OptVal::Int(on)) => {
-            set_pktinfo(&e, crate::sock::PKTINFO6, on != 0);
+            set_cmsg(&e, crate::sock::PKTINFO6, on != 0);
+            return Ok(());
+        }
+        (libc::IPPROTO_IP, libc::IP_RECVTOS, OptVal::Int(on)) => {
+            set_cmsg(&e, crate::sock::RECVTOS, on != 0);
+            return Ok(());
+        }
+        (libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, OptVal::Int(on)) => {
+            set_cmsg(&e, crate::sock::RECVTCLASS, on != 0);
+            return Ok(());
+        }
+        (libc::IPPROTO_UDP, crate::sock::UDP_GRO, OptVal::Int(on)) => {
+            set_cmsg(&e, crate::sock::GRO, on != 0);
+            apply(&e, |a| a.sock.set_udp_gro(on != 0), |p| p.gro = on != 0);
             return Ok(());
         }
         (libc::IPPROTO_UDP, crate::sock::UDP_SEGMENT, OptVal::Int(v)) => {
@@ -494,17 +548,17 @@ fn refuse(e: &Entry, what: &str) -> Result<(), Errno> {
     }
 }
 
-fn set_pktinfo(e: &Entry, bit: u8, on: bool) {
+fn set_cmsg(e: &Entry, bit: u8, on: bool) {
     let set = |v: u8| if on { v | bit } else { v & !bit };
     match e {
         Entry::Socket(a) => {
             let _ = a
-                .pktinfo
+                .cmsgs
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(set(v)));
         }
         Entry::Candidate(p) => {
             let mut p = p.lock().unwrap_or_else(|e| e.into_inner());
-            p.pktinfo = set(p.pktinfo);
+            p.cmsgs = set(p.cmsgs);
         }
         Entry::Epoll(_) => {}
     }

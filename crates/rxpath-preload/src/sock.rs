@@ -22,8 +22,10 @@ pub(crate) struct Pending {
     pub(crate) busy_poll: Option<u32>,
     pub(crate) rcvbuf: Option<usize>,
     pub(crate) v6only: bool,
-    /// `IP_PKTINFO` ([`PKTINFO4`]) and `IPV6_RECVPKTINFO` ([`PKTINFO6`]).
-    pub(crate) pktinfo: u8,
+    /// The control messages a read hands back ([`PKTINFO4`], ...).
+    pub(crate) cmsgs: u8,
+    /// `UDP_GRO`: read GRO packets whole.
+    pub(crate) gro: bool,
     /// An option rxpath cannot honour was set: the socket stays the
     /// kernel's at `bind`.
     pub(crate) refuse: Option<String>,
@@ -38,8 +40,9 @@ pub(crate) struct Accel {
     /// Fds that name this socket (`dup` makes more); the port goes back
     /// to the kernel when the last one closes.
     pub(crate) fds: std::sync::atomic::AtomicUsize,
-    /// The packet information a read hands back ([`PKTINFO4`], [`PKTINFO6`]).
-    pub(crate) pktinfo: AtomicU8,
+    /// The control messages a read hands back ([`PKTINFO4`], [`PKTINFO6`],
+    /// [`RECVTOS`], [`RECVTCLASS`], [`GRO`]).
+    pub(crate) cmsgs: AtomicU8,
     /// `UDP_SEGMENT` set on the socket: sends cut into datagrams of this
     /// size (0: off).
     pub(crate) segment: std::sync::atomic::AtomicU16,
@@ -48,7 +51,14 @@ pub(crate) struct Accel {
     pub(crate) kernel_ready: AtomicBool,
     /// Its key in the kernel-side watch.
     pub(crate) ktoken: u64,
+    /// `shutdown()` so far ([`SHUT_READ`], [`SHUT_WRITE`]).
+    pub(crate) shut: AtomicU8,
 }
+
+/// Shut down for reading: an empty queue reads as the end (0 bytes).
+pub(crate) const SHUT_READ: u8 = 1;
+/// Shut down for writing: sends fail with `EPIPE`.
+pub(crate) const SHUT_WRITE: u8 = 2;
 
 /// `UDP_SEGMENT` (`linux/udp.h`).
 pub(crate) const UDP_SEGMENT: i32 = 103;
@@ -57,6 +67,15 @@ pub(crate) const UDP_SEGMENT: i32 = 103;
 pub(crate) const PKTINFO4: u8 = 1;
 /// `IPV6_RECVPKTINFO` is on.
 pub(crate) const PKTINFO6: u8 = 2;
+/// `IP_RECVTOS` is on (`IP_TOS`, one byte, on IPv4 datagrams).
+pub(crate) const RECVTOS: u8 = 4;
+/// `IPV6_RECVTCLASS` is on (`IPV6_TCLASS`, an int, on IPv6 datagrams).
+pub(crate) const RECVTCLASS: u8 = 8;
+/// `UDP_GRO` is on (`UDP_GRO`, the segment size, on a GRO packet).
+pub(crate) const GRO: u8 = 16;
+
+/// `UDP_GRO` (`linux/udp.h`).
+pub(crate) const UDP_GRO: i32 = 104;
 
 /// Who sleeps on one rxpath socket: the eventfds of waiters in `poll` or
 /// `epoll_wait`, signalled on the socket's edge from empty to readable.
@@ -106,7 +125,10 @@ impl Watchers {
 /// The socket has a datagram to read, in rxpath's queue or in the kernel
 /// socket behind its fd (or is closed: a read returns).
 pub(crate) fn readable(a: &Accel) -> bool {
-    a.sock.queued() > 0 || a.kernel_ready.load(Ordering::Relaxed) || a.sock.is_closed()
+    a.sock.queued() > 0
+        || a.kernel_ready.load(Ordering::Relaxed)
+        || a.shut.load(Ordering::Relaxed) & SHUT_READ != 0
+        || a.sock.is_closed()
 }
 
 /// Busy-poll the NAPIs of `socks` for the longest of their `busy_poll`

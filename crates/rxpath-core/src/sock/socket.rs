@@ -24,8 +24,8 @@ pub(crate) struct Dgram {
     /// The address it was sent to (`IP_PKTINFO`).
     pub(crate) dst: IpAddr,
     pub(crate) queue: u16,
-    /// ECN codepoint of the IP header (`IP_RECVTOS`'s low two bits).
-    pub(crate) ecn: u8,
+    /// The IP header's TOS byte or traffic class (`IP_RECVTOS`).
+    pub(crate) tos: u8,
     /// `gso_size` of a GRO packet (0: one datagram).
     pub(crate) gso: u16,
     /// Further segments of a GRO packet (empty: not allocated).
@@ -57,6 +57,24 @@ impl Dgram {
     /// Its frames, to go home.
     pub(crate) fn into_frames(self) -> impl Iterator<Item = Frame> {
         std::iter::once(self.frame).chain(self.frags.into_iter().map(|f| f.frame))
+    }
+
+    /// What a read that copied `len` bytes of it says.
+    fn meta(&self, len: usize) -> RecvMeta {
+        let whole = self.payload_len();
+        RecvMeta {
+            len,
+            truncated: len < whole,
+            src: self.src,
+            dst: self.dst,
+            stride: if self.gso > 0 {
+                self.gso as usize
+            } else {
+                whole
+            },
+            ecn: self.tos & 3,
+            tos: self.tos,
+        }
     }
 
     /// Copy the payload into `buf` (as much as fits); returns the bytes
@@ -222,8 +240,11 @@ pub struct RecvMeta {
     /// message; equal to the whole length for a single datagram).
     pub stride: usize,
     /// ECN codepoint of the IP header (0 Not-ECT, 1 ECT(1), 2 ECT(0), 3
-    /// CE; `IP_RECVTOS` / `IPV6_RECVTCLASS`).
+    /// CE): the low two bits of `tos`.
     pub ecn: u8,
+    /// The IP header's TOS byte (IPv4) or traffic class (IPv6): what
+    /// `IP_RECVTOS` / `IPV6_RECVTCLASS` hand back.
+    pub tos: u8,
 }
 
 /// A UDP socket's state on an rxpath host: its addresses, options,
@@ -411,13 +432,10 @@ impl Socket {
     }
 
     /// `recv(MSG_PEEK)`: copy the next datagram into `buf` (as much as
-    /// fits) and leave it queued. Returns its whole payload length, its
-    /// sender and the address it was sent to, or `None` when nothing is
-    /// queued (`FIONREAD` peeks with an empty `buf`).
-    pub fn try_peek(
-        &self,
-        buf: &mut [u8],
-    ) -> Result<Option<(usize, SocketAddr, IpAddr)>, SockError> {
+    /// fits) and leave it queued. Returns its whole payload length and
+    /// what a read of it would say, or `None` when nothing is queued
+    /// (`FIONREAD` peeks with an empty `buf`).
+    pub fn try_peek(&self, buf: &mut [u8]) -> Result<Option<(usize, RecvMeta)>, SockError> {
         let q = lock(&self.inner.q);
         let Some(d) = q.dgrams.front() else {
             return if q.closed {
@@ -427,8 +445,8 @@ impl Socket {
             };
         };
         let p = self.host.port(d.queue).ok_or(SockError::Closed)?;
-        d.copy_to(&p.umem, buf);
-        Ok(Some((d.payload_len(), d.src, d.dst)))
+        let len = d.copy_to(&p.umem, buf);
+        Ok(Some((d.payload_len(), d.meta(len))))
     }
 
     /// Read one datagram without copying it, if one is queued: `f` sees
@@ -571,19 +589,8 @@ impl Socket {
                 continue;
             };
             let buf = bufs[i].as_mut();
-            let whole = d.payload_len();
             let len = d.copy_to(&p.umem, buf);
-            meta(
-                i,
-                RecvMeta {
-                    len,
-                    truncated: len < whole,
-                    src: d.src,
-                    dst: d.dst,
-                    stride: if d.gso > 0 { d.gso as usize } else { whole },
-                    ecn: d.ecn,
-                },
-            );
+            meta(i, d.meta(len));
             if Some(d.queue) == first_q && d.frags.is_empty() {
                 home[i] = Some(d.frame);
             } else {

@@ -137,7 +137,7 @@ impl Stack for SockStack {
             a => a,
         };
         let off = pkt.off + d.payload_off as u16;
-        let ecn = ecn_of(ctx.data(&pkt), &pkt.meta.headers);
+        let tos = tos_of(ctx.data(&pkt), &pkt.meta.headers);
         let gro = more > 0 && sock.gro.load(Ordering::Relaxed);
         let gso = pkt.meta.gso_size;
         let (frame, frags) = if more > 0 {
@@ -152,7 +152,7 @@ impl Stack for SockStack {
             src,
             dst: d.dst.ip(),
             queue: self.queue,
-            ecn,
+            tos,
             gso: 0,
             frags: Vec::new(),
         };
@@ -172,7 +172,7 @@ impl Stack for SockStack {
                     src,
                     dst: d.dst.ip(),
                     queue: self.queue,
-                    ecn,
+                    tos,
                     gso: 0,
                     frags: Vec::new(),
                 };
@@ -195,15 +195,16 @@ impl Stack for SockStack {
     }
 }
 
-/// The ECN codepoint of a frame's IP header (IP input checked its length).
+/// The TOS byte (IPv4) or traffic class (IPv6) of a frame's IP header: DSCP
+/// and the ECN codepoint (IP input checked its length).
 #[inline]
-fn ecn_of(frame: &[u8], h: &Headers) -> u8 {
+fn tos_of(frame: &[u8], h: &Headers) -> u8 {
     let Some(ip) = frame.get(h.l3_offset as usize..) else {
         return 0;
     };
     match h.l3 {
-        L3::Ipv4 => ipv4::Packet::new_unchecked(ip).tos() & 3,
-        L3::Ipv6 => ipv6::Packet::new_unchecked(ip).traffic_class() & 3,
+        L3::Ipv4 => ipv4::Packet::new_unchecked(ip).tos(),
+        L3::Ipv6 => ipv6::Packet::new_unchecked(ip).traffic_class(),
         _ => 0,
     }
 }

@@ -105,8 +105,11 @@ pub extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
     read_either(&a, rx, kernel)
 }
 
-/// `recvmsg` into `m` for an rxpath socket, with the packet information
-/// the socket asked for (`IP_PKTINFO`, `IPV6_RECVPKTINFO`).
+/// `recvmsg` into `m` for an rxpath socket, with the control messages
+/// the socket asked for: packet information (`IP_PKTINFO`,
+/// `IPV6_RECVPKTINFO`), the TOS byte or traffic class (`IP_RECVTOS`,
+/// `IPV6_RECVTCLASS`) and a GRO packet's segment size (`UDP_GRO`), in the
+/// kernel's order.
 fn recvmsg_one(
     a: &std::sync::Arc<crate::sock::Accel>,
     m: &mut msghdr,
@@ -115,11 +118,26 @@ fn recvmsg_one(
     let g = recv_iov(a, iovs(m.msg_iov, m.msg_iovlen), flags)?;
     addr_out(g.src, m.msg_name.cast(), &mut m.msg_namelen);
     m.msg_flags = if g.truncated { libc::MSG_TRUNC } else { 0 };
-    let want = a.pktinfo.load(std::sync::atomic::Ordering::Relaxed);
+    let want = a.cmsgs.load(std::sync::atomic::Ordering::Relaxed);
     let mut used = 0;
-    if want != 0 {
-        let ifindex = crate::host::global().ifindex();
-        if let (IpAddr::V4(d), true) = (g.dst, want & crate::sock::PKTINFO4 != 0) {
+    if g.src.is_some() && want != 0 {
+        control(a, m, &g, want, &mut used);
+    }
+    m.msg_controllen = used as _;
+    Ok(g.len)
+}
+
+/// The control messages of one read (`udp_cmsg_recv`, then
+/// `ip_cmsg_recv` or `ip6_datagram_recv_ctl`).
+fn control(a: &crate::sock::Accel, m: &mut msghdr, g: &ops::Got, want: u8, used: &mut usize) {
+    use crate::sock::{GRO, PKTINFO4, PKTINFO6, RECVTCLASS, RECVTOS, UDP_GRO};
+    if want & GRO != 0 && g.stride > 0 && g.stride < g.len {
+        let seg = g.stride as c_int;
+        put_cmsg(m, used, libc::IPPROTO_UDP, UDP_GRO, &seg);
+    }
+    let ifindex = crate::host::global().ifindex();
+    if let IpAddr::V4(d) = g.dst {
+        if want & PKTINFO4 != 0 {
             let addr = libc::in_addr {
                 s_addr: u32::from(d).to_be(),
             };
@@ -128,23 +146,28 @@ fn recvmsg_one(
                 ipi_spec_dst: addr,
                 ipi_addr: addr,
             };
-            put_cmsg(m, &mut used, libc::IPPROTO_IP, libc::IP_PKTINFO, &info);
+            put_cmsg(m, used, libc::IPPROTO_IP, libc::IP_PKTINFO, &info);
         }
-        let d6 = match g.dst {
-            IpAddr::V6(d) => Some(d),
-            IpAddr::V4(d) if a.sock.local_addr().is_ipv6() => Some(d.to_ipv6_mapped()),
-            IpAddr::V4(_) => None,
-        };
-        if let (Some(d), true) = (d6, want & crate::sock::PKTINFO6 != 0) {
-            let info = In6Pktinfo {
-                addr: d.octets(),
-                ifindex,
-            };
-            put_cmsg(m, &mut used, libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, &info);
+        if want & RECVTOS != 0 {
+            put_cmsg(m, used, libc::IPPROTO_IP, libc::IP_TOS, &g.tos);
         }
     }
-    m.msg_controllen = used as _;
-    Ok(g.len)
+    let d6 = match g.dst {
+        IpAddr::V6(d) => Some(d),
+        IpAddr::V4(d) if a.sock.local_addr().is_ipv6() => Some(d.to_ipv6_mapped()),
+        IpAddr::V4(_) => None,
+    };
+    if let (Some(d), true) = (d6, want & PKTINFO6 != 0) {
+        let info = In6Pktinfo {
+            addr: d.octets(),
+            ifindex,
+        };
+        put_cmsg(m, used, libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, &info);
+    }
+    if let (IpAddr::V6(_), true) = (g.dst, want & RECVTCLASS != 0) {
+        let tclass = g.tos as c_int;
+        put_cmsg(m, used, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, &tclass);
+    }
 }
 
 /// `struct in6_pktinfo`.

@@ -71,10 +71,16 @@ fn addr_in(p: *const sockaddr, len: socklen_t) -> Option<SocketAddr> {
 
 /// Write `a` for the program: at most `*len` bytes at `p`, `*len` set to
 /// the address's full size (as the kernel does).
-fn addr_out(a: SocketAddr, p: *mut sockaddr, len: *mut socklen_t) {
+fn addr_out(a: Option<SocketAddr>, p: *mut sockaddr, len: *mut socklen_t) {
     if p.is_null() || len.is_null() {
         return;
     }
+    let Some(a) = a else {
+        // No sender (the end of a shut-down socket): an empty address.
+        // SAFETY: `len` is the program's writable socklen_t.
+        unsafe { *len = 0 };
+        return;
+    };
     // SAFETY: an all-zero sockaddr_storage is valid.
     let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let size = match a {
@@ -226,6 +232,17 @@ pub extern "C" fn close(fd: c_int) -> c_int {
     }
     // SAFETY: the C library's close with the program's fd.
     unsafe { real::close()(fd) }
+}
+
+#[no_mangle]
+pub extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
+    // SAFETY: the C library's shutdown with the program's arguments.
+    let r = unsafe { real::shutdown()(fd, how) };
+    let done = r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOTCONN);
+    if done && table::kind(fd) != table::KERNEL {
+        ops::on_shutdown(fd, how);
+    }
+    r
 }
 
 #[no_mangle]

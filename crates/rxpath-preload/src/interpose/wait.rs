@@ -80,17 +80,59 @@ pub extern "C" fn select(
     e: *mut fd_set,
     tv: *mut timeval,
 ) -> c_int {
-    let nfds = nfds.clamp(0, libc::FD_SETSIZE as c_int);
-    let is_set = |s: *mut fd_set, fd: c_int| {
-        // SAFETY: a non-null set is the program's fd_set; fd < FD_SETSIZE.
-        !s.is_null() && unsafe { libc::FD_ISSET(fd, s) }
-    };
-    let any =
-        (0..nfds).any(|fd| table::kind(fd) == table::SOCKET && (is_set(r, fd) || is_set(w, fd)));
-    if !any {
+    if !any_socket(nfds, r, w) {
         // SAFETY: the C library's select with the program's arguments.
         return unsafe { real::select()(nfds, r, w, e, tv) };
     }
+    let timeout = if tv.is_null() {
+        -1
+    } else {
+        // SAFETY: a non-null timeout is a readable timeval.
+        let t = unsafe { *tv };
+        ms(t.tv_sec, t.tv_usec, 1000)
+    };
+    select_sets(nfds, [r, w, e], timeout)
+}
+
+#[no_mangle]
+pub extern "C" fn pselect(
+    nfds: c_int,
+    r: *mut fd_set,
+    w: *mut fd_set,
+    e: *mut fd_set,
+    ts: *const timespec,
+    mask: *const sigset_t,
+) -> c_int {
+    if !any_socket(nfds, r, w) {
+        // SAFETY: the C library's pselect with the program's arguments.
+        return unsafe { real::pselect()(nfds, r, w, e, ts, mask) };
+    }
+    let timeout = if ts.is_null() {
+        -1
+    } else {
+        // SAFETY: a non-null timeout is a readable timespec.
+        let t = unsafe { *ts };
+        ms(t.tv_sec, t.tv_nsec, 1_000_000)
+    };
+    with_mask(mask, || select_sets(nfds, [r, w, e], timeout))
+}
+
+/// Is `fd` in the program's set `s` (null: no set)?
+fn is_set(s: *mut fd_set, fd: c_int) -> bool {
+    // SAFETY: a non-null set is the program's fd_set; fd < FD_SETSIZE.
+    !s.is_null() && unsafe { libc::FD_ISSET(fd, s) }
+}
+
+/// Does the read or write set name an rxpath socket?
+fn any_socket(nfds: c_int, r: *mut fd_set, w: *mut fd_set) -> bool {
+    let nfds = nfds.clamp(0, libc::FD_SETSIZE as c_int);
+    (0..nfds).any(|fd| table::kind(fd) == table::SOCKET && (is_set(r, fd) || is_set(w, fd)))
+}
+
+/// `select` over the program's three sets as a poll of their fds, the
+/// sets filled again with what is ready.
+fn select_sets(nfds: c_int, [r, w, e]: [*mut fd_set; 3], timeout: c_int) -> c_int {
+    let nfds = nfds.clamp(0, libc::FD_SETSIZE as c_int);
     let mut fds: Vec<pollfd> = Vec::new();
     for fd in 0..nfds {
         let mut ev = 0;
@@ -111,13 +153,6 @@ pub extern "C" fn select(
             });
         }
     }
-    let timeout = if tv.is_null() {
-        -1
-    } else {
-        // SAFETY: a non-null timeout is a readable timeval.
-        let t = unsafe { *tv };
-        ms(t.tv_sec, t.tv_usec, 1000)
-    };
     if let Err(err) = crate::wait::poll(&mut fds, timeout) {
         return fail(err) as c_int;
     }

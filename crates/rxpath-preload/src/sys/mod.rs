@@ -142,14 +142,19 @@ pub(crate) fn close_host_fds() {
 
 /// A socket's address family (`SO_DOMAIN`).
 fn domain(fd: RawFd) -> Option<i32> {
+    sockopt_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN)
+}
+
+/// An int-valued socket option, as the kernel has it.
+pub(crate) fn sockopt_int(fd: RawFd, level: i32, name: i32) -> Option<i32> {
     let mut v: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: writes at most `len` bytes into a live int.
     let r = unsafe {
         libc::getsockopt(
             fd,
-            libc::SOL_SOCKET,
-            libc::SO_DOMAIN,
+            level,
+            name,
             (&mut v as *mut libc::c_int).cast(),
             &mut len,
         )

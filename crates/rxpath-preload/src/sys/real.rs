@@ -70,6 +70,7 @@ real! {
     bind: fn(c_int, *const sockaddr, socklen_t) -> c_int;
     connect: fn(c_int, *const sockaddr, socklen_t) -> c_int;
     close: fn(c_int) -> c_int;
+    shutdown: fn(c_int, c_int) -> c_int;
     dup: fn(c_int) -> c_int;
     dup2: fn(c_int, c_int) -> c_int;
     dup3: fn(c_int, c_int, c_int) -> c_int;
@@ -89,6 +90,7 @@ real! {
     poll: fn(*mut pollfd, nfds_t, c_int) -> c_int;
     ppoll: fn(*mut pollfd, nfds_t, *const timespec, *const sigset_t) -> c_int;
     select: fn(c_int, *mut fd_set, *mut fd_set, *mut fd_set, *mut timeval) -> c_int;
+    pselect: fn(c_int, *mut fd_set, *mut fd_set, *mut fd_set, *const timespec, *const sigset_t) -> c_int;
     epoll_create: fn(c_int) -> c_int;
     epoll_create1: fn(c_int) -> c_int;
     epoll_ctl: fn(c_int, c_int, c_int, *mut epoll_event) -> c_int;

@@ -2,9 +2,10 @@
  * socket in an epoll set (waited on with epoll_pwait2 where the C library
  * has it, else epoll_wait), read with recvmmsg in batches, answered with
  * sendmmsg. Answers every datagram until one reads "quit" (answered
- * "bye"), then exits 0.
+ * "bye"), then exits 0. With "pselect" it waits in pselect with a signal
+ * mask instead, as event loops that block signals outside the wait do.
  *
- *     mmsg_echo PORT
+ *     mmsg_echo PORT [pselect]
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -13,12 +14,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/epoll.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #define BATCH 16
+
+static int wait_pselect(int s) {
+    fd_set r;
+    FD_ZERO(&r);
+    FD_SET(s, &r);
+    struct timespec t = {5, 0};
+    sigset_t none;
+    sigemptyset(&none);
+    return pselect(s + 1, &r, NULL, NULL, &t, &none);
+}
 
 static int wait_readable(int ep) {
     struct epoll_event ev;
@@ -31,10 +44,11 @@ static int wait_readable(int ep) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: mmsg_echo PORT\n");
+    if (argc != 2 && !(argc == 3 && strcmp(argv[2], "pselect") == 0)) {
+        fprintf(stderr, "usage: mmsg_echo PORT [pselect]\n");
         return 2;
     }
+    int use_pselect = argc == 3;
     int s = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[1]))};
     if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) < 0) {
@@ -54,7 +68,7 @@ int main(int argc, char **argv) {
     struct iovec io[BATCH];
     struct sockaddr_in from[BATCH];
     for (;;) {
-        int r = wait_readable(ep);
+        int r = use_pselect ? wait_pselect(s) : wait_readable(ep);
         if (r < 0 && errno != EINTR) {
             perror("epoll wait");
             return 1;

@@ -2,7 +2,7 @@
 preload tests: it answers every datagram with its bytes until one reads
 "quit", answers that "bye" and exits 0.
 
-    udp_echo.py --port P --mux block|select|poll|epoll|epoll-et|asyncio|fork|daemon|dup|pktinfo|peek|gso
+    udp_echo.py --port P --mux block|select|poll|epoll|epoll-et|asyncio|fork|daemon|dup|pktinfo|peek|gso|cmsg|shutdown
                 [--bind ADDR] [--opt-before-bind] [--opt-after-bind] [--second-port Q]
 
 --mux picks how it waits: a blocking recvfrom, select(), poll(), epoll
@@ -17,9 +17,13 @@ it with IP_PKTINFO on sendmsg, as DNS servers bound to the wildcard do;
 `peek` sizes each read with FIONREAD and MSG_PEEK | MSG_TRUNC first, as
 dnsmasq does; `gso` answers each datagram three times in one sendmsg
 with UDP_SEGMENT, as QUIC servers send.
---opt-before-bind / --opt-after-bind set IP_RECVTOS (which needs control
-messages rxpath does not give yet) before or after bind; after bind it
-prints the errno the call raised, if any.
+`cmsg` reads with IP_RECVTOS, IP_PKTINFO and UDP_GRO on and checks each
+read's control messages (the client sets TOS 0x2a: udp_client.py
+--tos); `shutdown` reads on two threads and, after "quit", shuts the
+socket down for reading, which must wake the other reader.
+--opt-before-bind / --opt-after-bind set IP_RECVTTL (a control message
+rxpath does not give) before or after bind; after bind it prints the
+errno the call raised, if any.
 --second-port also binds a second socket on Q and answers one datagram on
 it first (a socket bound after the first, on another port).
 """
@@ -112,6 +116,10 @@ def serve_daemon(s):
 
 
 IP_PKTINFO = getattr(socket, "IP_PKTINFO", 8)
+IP_RECVTTL = 12
+UDP_GRO = 104
+# The TOS byte the client sets with --tos (DSCP AF11 and ECT(0)).
+TOS = 0x2A
 
 
 def serve_pktinfo(s, expect):
@@ -127,6 +135,62 @@ def serve_pktinfo(s, expect):
         s.sendmsg([reply], [(socket.IPPROTO_IP, IP_PKTINFO, info[0])] if info else [], 0, a)
         if d == b"quit":
             return
+
+
+def serve_cmsg(s, expect):
+    """As a server that wants to know how each datagram came: IP_RECVTOS,
+    IP_PKTINFO and UDP_GRO on, each read checked for exactly the control
+    messages the kernel gives (the TOS byte the client set, the
+    destination; no UDP_GRO message for a single datagram)."""
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+    s.setsockopt(socket.IPPROTO_UDP, UDP_GRO, 1)
+    while True:
+        d, anc, _flags, a = s.recvmsg(65535, 256)
+        kinds = sorted((c[0], c[1]) for c in anc)
+        tos = [c[2] for c in anc if c[0] == socket.IPPROTO_IP and c[1] == socket.IP_TOS]
+        info = [c[2] for c in anc if c[0] == socket.IPPROTO_IP and c[1] == IP_PKTINFO]
+        want = sorted([(socket.IPPROTO_IP, socket.IP_TOS), (socket.IPPROTO_IP, IP_PKTINFO)])
+        ok = kinds == want and tos == [bytes([TOS])] and socket.inet_ntoa(info[0][8:12]) == expect
+        if d == b"quit":
+            s.sendto(b"bye", a)
+            return
+        s.sendto(d if ok else b"bad cmsg %r" % (anc,), a)
+
+
+def serve_shutdown(s):
+    """Two threads block in recvfrom on the socket; after "quit" the main
+    thread shuts it down for reading, as servers stop their readers: the
+    other thread's read must return at once with no bytes."""
+    import threading
+
+    stop = threading.Event()
+    ended = []
+
+    def reader():
+        while True:
+            d, a = s.recvfrom(65535)
+            if d == b"" and a is None:
+                ended.append(True)
+                return
+            if not answer(s, d, a):
+                stop.set()
+                return
+
+    ts = [threading.Thread(target=reader) for _ in range(2)]
+    for t in ts:
+        t.start()
+    stop.wait()
+    try:
+        s.shutdown(socket.SHUT_RD)
+    except OSError as e:
+        # An unconnected UDP socket says ENOTCONN and is shut down anyway.
+        if e.errno != errno.ENOTCONN:
+            raise
+    for t in ts:
+        t.join(5)
+    if any(t.is_alive() for t in ts) or not ended:
+        print("shutdown did not wake the reader", flush=True)
+        os._exit(1)
 
 
 def serve_peek(s):
@@ -208,14 +272,14 @@ def main():
     a = ap.parse_args()
     fam = socket.AF_INET6 if ":" in a.bind else socket.AF_INET
     s = socket.socket(fam, socket.SOCK_DGRAM)
-    if a.mux == "pktinfo":
+    if a.mux in ("pktinfo", "cmsg"):
         s.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
     if a.opt_before_bind:
-        s.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+        s.setsockopt(socket.IPPROTO_IP, IP_RECVTTL, 1)
     s.bind((a.bind, a.port))
     if a.opt_after_bind:
         try:
-            s.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+            s.setsockopt(socket.IPPROTO_IP, IP_RECVTTL, 1)
             print("setsockopt after bind: ok", flush=True)
         except OSError as e:
             print("setsockopt after bind: %s" % errno.errorcode.get(e.errno, e.errno), flush=True)
@@ -245,6 +309,10 @@ def main():
         serve_gso(s)
     elif mux == "peek":
         serve_peek(s)
+    elif mux == "cmsg":
+        serve_cmsg(s, a.expect_dst)
+    elif mux == "shutdown":
+        serve_shutdown(s)
     elif mux == "pktinfo":
         serve_pktinfo(s, a.expect_dst)
     elif mux == "dup":
