@@ -105,6 +105,23 @@ pub(crate) fn remove(fd: RawFd) -> Option<Entry> {
     map().write().unwrap_or_else(|e| e.into_inner()).remove(&fd)
 }
 
+/// Datagrams queued on rxpath sockets now (each socket once, however
+/// many fds name it).
+pub(crate) fn queued_on_sockets() -> usize {
+    let m = map().read().unwrap_or_else(|e| e.into_inner());
+    let mut seen: Vec<*const Accel> = Vec::new();
+    let mut n = 0;
+    for e in m.values() {
+        if let Entry::Socket(a) = e {
+            if !seen.contains(&Arc::as_ptr(a)) {
+                seen.push(Arc::as_ptr(a));
+                n += a.sock.queued();
+            }
+        }
+    }
+    n
+}
+
 /// Every fd is the kernel's again (a forked child: the sockets' rxpath
 /// halves are the parent's). Touches no lock: another thread of the parent
 /// may have held one when it forked.

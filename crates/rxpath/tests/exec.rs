@@ -264,6 +264,61 @@ fn a_datagram_over_loopback_reaches_a_served_socket_too() {
     }
 }
 
+/// `iperf3 -s -1` (Debian's, unmodified) on the kernel and under exec,
+/// a UDP test from the client namespace against each: iperf3 binds its
+/// UDP socket to the port its TCP control connection listens on, reads
+/// the first datagram, connects the socket to the client, then reads the
+/// rest; the control connection stays the kernel's. Every datagram
+/// arrives (iperf3's own count), the server exits cleanly, and under exec
+/// they came through rxpath with the accounting holding.
+#[test]
+fn iperf3_udp_test_runs_as_on_the_kernel() {
+    let Some(p) = pair("xi", &["iperf3"]) else {
+        return;
+    };
+    let run = |exec: Option<&[&str]>| {
+        let prog = ["iperf3", "-s", "-1", "-B", SRV, "-p", "5312"];
+        let s = server(&p, exec, &prog);
+        let mut report = None;
+        for _ in 0..40 {
+            let out = Command::new("ip")
+                .args(["netns", "exec", &p.cli, "iperf3", "-c", SRV, "-p", "5312"])
+                .args(["-u", "-b", "20M", "-t", "1", "-l", "1000", "--json"])
+                .output()
+                .expect("iperf3 client");
+            let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            if out.status.success() && j["error"].is_null() {
+                report = Some(j);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        let out = s.wait_with_output().expect("iperf3 server");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "iperf3 -s: {text}\n{err}");
+        (report.expect("the iperf3 client never ran"), text)
+    };
+    for exec in [None, Some(&[][..])] {
+        let (j, text) = run(exec);
+        let sum = &j["end"]["sum"];
+        let sent = sum["packets"].as_u64().unwrap_or(0);
+        assert!(sent > 1000, "{exec:?}: {sum}");
+        assert_eq!(sum["lost_packets"], 0, "{exec:?}: {sum}\n{text}");
+        if exec.is_some() {
+            assert!(!text.contains("sockets on rxpath 0 "), "{text}");
+            assert!(!text.contains("MISMATCH"), "{text}");
+            let rx: u64 = text
+                .split("accounting: received ")
+                .nth(1)
+                .and_then(|s| s.split_whitespace().next())
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            assert!(rx >= sent, "rxpath received {rx} of {sent}: {text}");
+        }
+    }
+}
+
 #[test]
 fn a_socket_bound_later_on_another_port_is_served_too() {
     let Some(p) = pair("xp", &[]) else { return };

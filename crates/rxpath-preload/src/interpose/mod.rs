@@ -427,13 +427,32 @@ extern "C" fn in_fork_child() {
     crate::host::set_fork_child();
     crate::table::forget_all();
     crate::sys::close_host_fds();
+    let queued = QUEUED_AT_FORK.load(std::sync::atomic::Ordering::SeqCst);
+    if queued > 0 {
+        // Said, not silent: what the parent holds is not this child's to
+        // read (a child that reads what its parent peeked at, as `socat
+        // UDP-RECVFROM:P,fork` does, is not served).
+        crate::host::say(&format!(
+            "forked while {queued} datagram(s) waited in the parent's rxpath queues: \
+             they stay the parent's, and this child reads only the kernel's sockets"
+        ));
+    }
+}
+
+/// Datagrams on rxpath sockets when the process forked (counted in the
+/// parent just before, where taking the table's lock is safe).
+static QUEUED_AT_FORK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+extern "C" fn before_fork() {
+    let n = crate::table::queued_on_sockets();
+    QUEUED_AT_FORK.store(n, std::sync::atomic::Ordering::SeqCst);
 }
 
 extern "C" fn init() {
     // SAFETY: registers functions with C linkage that take nothing.
     unsafe {
         libc::atexit(at_exit);
-        libc::pthread_atfork(None, None, Some(in_fork_child));
+        libc::pthread_atfork(Some(before_fork), None, Some(in_fork_child));
     }
 }
 
