@@ -19,33 +19,14 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use rxpath_runtime::run::RunKnobs;
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::io::{BufReader, Write};
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// The directory control sockets live in.
-fn dir() -> PathBuf {
-    std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|d| d.is_dir())
-        .unwrap_or_else(|| PathBuf::from("/tmp"))
-}
-
-fn path_of(pid: u32) -> PathBuf {
-    dir().join(format!("rxpath-{pid}.sock"))
-}
-
-/// The knobs a control socket serves: `rxpath run`'s and `rxpath echo`'s.
-pub trait Knobs: Send + Sync + 'static {
-    /// Every knob, with its value, in the order `show` lists them.
-    fn values(&self) -> Vec<(&'static str, u64)>;
-    /// Set knob `name` (as listed) to `v`; an error (out of range) changes
-    /// nothing.
-    fn set(&self, name: &str, v: u64) -> Result<(), String>;
-}
+pub use rxpath_runtime::ctl::{answer, dir, path_of, Control, Knobs};
 
 /// `rxpath run`'s knobs; with `--filter`, also `filter_reloads` (get:
 /// reloads done; set 1: reload the rule files now, as SIGHUP does).
@@ -114,87 +95,6 @@ impl Knobs for RunKnobSet {
         }
         Ok(())
     }
-}
-
-/// Answer one request line (`get NAME`, `set NAME VALUE`, `show`): the
-/// reply, never a panic; a bad request changes nothing. `net.core.` may be
-/// left out of a name.
-pub fn answer(k: &dyn Knobs, line: &str) -> String {
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let short = |n: &str| n.strip_prefix("net.core.").unwrap_or(n).to_string();
-    let find = |n: &str| -> Option<(&'static str, u64)> {
-        k.values().into_iter().find(|(m, _)| short(m) == short(n))
-    };
-    match words.as_slice() {
-        ["show"] => k
-            .values()
-            .iter()
-            .map(|(n, v)| format!("{n} {v}"))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        ["get", n] => match find(n) {
-            Some((_, v)) => v.to_string(),
-            None => format!("error: no knob named {}", short(n)),
-        },
-        ["set", n, v] => {
-            let Some((name, _)) = find(n) else {
-                return format!("error: no knob named {}", short(n));
-            };
-            let Ok(v) = v.parse::<u64>() else {
-                return format!("error: {}: '{v}' is not a number", short(name));
-            };
-            match k.set(name, v) {
-                Ok(()) => "ok".into(),
-                Err(e) => format!("error: {}: {e}", short(name)),
-            }
-        }
-        _ => "error: show | get NAME | set NAME VALUE".into(),
-    }
-}
-
-/// The control socket of this process; removed on drop.
-pub struct Control {
-    path: PathBuf,
-}
-
-impl Control {
-    /// Listen for requests that change `knobs`.
-    pub fn start(knobs: impl Knobs) -> Result<Control> {
-        let path = path_of(std::process::id());
-        let _ = std::fs::remove_file(&path);
-        let l = UnixListener::bind(&path)
-            .with_context(|| format!("control socket {}", path.display()))?;
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-        std::thread::Builder::new()
-            .name("rxpath-ctl".into())
-            .spawn(move || {
-                for s in l.incoming().flatten() {
-                    let _ = serve(s, &knobs);
-                }
-            })?;
-        Ok(Control { path })
-    }
-
-    /// Where it is.
-    pub fn path(&self) -> &std::path::Path {
-        &self.path
-    }
-}
-
-impl Drop for Control {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-fn serve(s: UnixStream, k: &dyn Knobs) -> std::io::Result<()> {
-    s.set_read_timeout(Some(std::time::Duration::from_secs(2)))?;
-    let mut r = BufReader::new(s.try_clone()?);
-    let mut line = String::new();
-    r.read_line(&mut line)?;
-    let mut w = s;
-    writeln!(w, "{}", answer(k, line.trim()))
 }
 
 /// `rxpath ctl`.

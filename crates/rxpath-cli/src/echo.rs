@@ -211,38 +211,21 @@ pub struct EchoReport {
 /// (interrupt mitigation).
 pub struct EchoKnobs {
     sock: UdpSocket,
-    sockets: Arc<rxpath_core::sock::Sockets>,
-    napis: Vec<Arc<rxpath_core::sock::SharedNapi>>,
-    gro_flush_timeout: rxpath_core::gro::GroKnob,
-    defer_hard_irqs: rxpath_core::gro::GroKnob,
+    host: rxpath_runtime::ctl::HostKnobs,
 }
 
 impl crate::ctl::Knobs for EchoKnobs {
     fn values(&self) -> Vec<(&'static str, u64)> {
-        vec![
-            ("busy_poll", self.sock.busy_poll() as u64),
-            ("net.core.busy_read", self.sockets.busy_read() as u64),
-            (
-                "prefer_busy_poll",
-                self.napis.first().map_or(0, |n| n.prefer_busy_poll()),
-            ),
-            ("gro_flush_timeout", self.gro_flush_timeout.get()),
-            ("napi_defer_hard_irqs", self.defer_hard_irqs.get()),
-        ]
+        let mut v = vec![("busy_poll", self.sock.busy_poll() as u64)];
+        v.extend(self.host.values());
+        v
     }
 
     fn set(&self, name: &str, v: u64) -> Result<(), String> {
         match name {
             "busy_poll" if v <= 1_000_000 => self.sock.set_busy_poll(v as u32),
-            "net.core.busy_read" if v <= 1_000_000 => self.sockets.set_busy_read(v as u32),
-            "prefer_busy_poll" if v <= 1_000_000_000 => {
-                for n in &self.napis {
-                    n.set_prefer_busy_poll(v);
-                }
-            }
-            "gro_flush_timeout" if v <= 1_000_000_000 => self.gro_flush_timeout.set(v),
-            "napi_defer_hard_irqs" if v <= i32::MAX as u64 => self.defer_hard_irqs.set(v),
-            _ => return Err(format!("{v} is out of range")),
+            "busy_poll" => return Err(format!("{v} is out of range")),
+            _ => return self.host.set(name, v),
         }
         Ok(())
     }
@@ -264,10 +247,7 @@ impl EchoServer {
     pub fn knobs(&self) -> EchoKnobs {
         EchoKnobs {
             sock: self.sock.clone(),
-            sockets: self.host.sockets().clone(),
-            napis: self.host.napis().to_vec(),
-            gro_flush_timeout: self.host.irq_knobs().0.clone(),
-            defer_hard_irqs: self.host.irq_knobs().1.clone(),
+            host: rxpath_runtime::ctl::HostKnobs::of(&self.host),
         }
     }
 

@@ -47,6 +47,14 @@ pub struct ExecArgs {
     /// Leave sockets on these ports to the kernel (`RXPATH_KERNEL_PORTS`).
     #[arg(long, value_name = "LIST")]
     pub kernel_ports: Option<String>,
+    /// Rules by bound address and port, first match wins: `kernel
+    /// 198.18.0.1:5000-5100, rxpath *:53` (`RXPATH_RULES`)
+    #[arg(long, value_name = "RULES")]
+    pub rules: Option<String>,
+    /// A tuning profile: `latency` busy-polls 50 µs in every read unless
+    /// --busy-poll says otherwise (`RXPATH_PROFILE`)
+    #[arg(long, value_parser = ["latency"])]
+    pub profile: Option<String>,
     /// The preload library (default: librxpath_preload.so beside this
     /// binary).
     #[arg(long, value_name = "FILE")]
@@ -118,6 +126,8 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
             "RXPATH_METRICS",
             a.metrics.map(|m| m.to_string()).unwrap_or_default(),
         )
+        .env("RXPATH_RULES", a.rules.clone().unwrap_or_default())
+        .env("RXPATH_PROFILE", a.profile.clone().unwrap_or_default())
         .spawn()
         .with_context(|| format!("running {prog}"))?;
     let pid = child.id();

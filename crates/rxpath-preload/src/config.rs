@@ -14,8 +14,60 @@
 //! | `RXPATH_METRICS` | serve Prometheus metrics on this address while the host runs | none |
 //! | `RXPATH_PORTS` | take only UDP sockets bound to these ports (`53,5000-5100`) | every port |
 //! | `RXPATH_KERNEL_PORTS` | leave sockets on these ports to the kernel, whatever else says | none |
+//! | `RXPATH_RULES` | rules by bound address and port, first match wins: `kernel 198.18.0.1:5000-5100, rxpath *:53` | none: every socket is rxpath's |
+//! | `RXPATH_PROFILE` | `latency`: busy-poll 50 µs in every read unless `RXPATH_BUSY_POLL` says otherwise | none |
+//! | `RXPATH_CONFIG` | a TOML file with the same settings, keyed as `rxpath exec`'s flags (`iface`, `busy-poll`, `rules`, ...); a variable that is set wins over it | none |
 
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+
+/// A tuning profile, as VMA's `VMA_SPEC`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Profile {
+    /// Busy-poll 50 µs in every read (`SO_BUSY_POLL`) unless a busy-poll
+    /// time is given: the lowest round trip, a core per reading thread.
+    Latency,
+}
+
+/// The busy-poll time of the latency profile, µs.
+pub const LATENCY_BUSY_POLL_US: u32 = 50;
+
+/// A rule for which sockets rxpath takes, by the address and port they
+/// are bound to.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Rule {
+    /// Leave matching sockets to the kernel (`kernel`) or take them
+    /// (`rxpath`).
+    pub kernel: bool,
+    /// The bound address (`None`: any, `*`).
+    pub addr: Option<IpAddr>,
+    /// The port range.
+    pub ports: (u16, u16),
+}
+
+impl Rule {
+    fn matches(&self, a: SocketAddr) -> bool {
+        self.addr.is_none_or(|x| x == a.ip()) && (self.ports.0..=self.ports.1).contains(&a.port())
+    }
+}
+
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = if self.kernel { "kernel" } else { "rxpath" };
+        let addr = match self.addr {
+            None => "*".to_string(),
+            Some(IpAddr::V4(a)) => a.to_string(),
+            Some(IpAddr::V6(a)) => format!("[{a}]"),
+        };
+        let ports = match self.ports {
+            (0, u16::MAX) => "*".to_string(),
+            p => show_ports(&[p]),
+        };
+        write!(f, "{what} {addr}:{ports}")
+    }
+}
 
 /// How the preloaded process opens its interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -54,6 +106,10 @@ pub struct Config {
     pub ports: Option<Vec<(u16, u16)>>,
     /// Leave sockets on these port ranges to the kernel.
     pub kernel_ports: Vec<(u16, u16)>,
+    /// Rules by bound address and port, first match wins.
+    pub rules: Vec<Rule>,
+    /// The tuning profile.
+    pub profile: Option<Profile>,
 }
 
 impl Default for Config {
@@ -70,14 +126,30 @@ impl Default for Config {
             metrics: None,
             ports: None,
             kernel_ports: Vec::new(),
+            rules: Vec::new(),
+            profile: None,
         }
     }
 }
 
 impl Config {
-    /// The configuration the process's environment gives.
+    /// The configuration the process's environment gives: the variables,
+    /// and for those not set the file `RXPATH_CONFIG` names.
     pub fn from_env() -> Result<Config, String> {
-        Self::from_vars(|k| std::env::var(k).ok())
+        let file = match std::env::var("RXPATH_CONFIG") {
+            Ok(p) if !p.is_empty() => {
+                let text =
+                    std::fs::read_to_string(&p).map_err(|e| format!("RXPATH_CONFIG={p:?}: {e}"))?;
+                file_vars(&text).map_err(|e| format!("RXPATH_CONFIG={p:?}: {e}"))?
+            }
+            _ => HashMap::new(),
+        };
+        Self::from_vars(|k| {
+            std::env::var(k)
+                .ok()
+                .filter(|s| !s.is_empty())
+                .or_else(|| file.get(k).cloned())
+        })
     }
 
     /// The configuration `var` gives (`var(name)` is the variable's value);
@@ -120,15 +192,36 @@ impl Config {
             c.kernel_ports =
                 port_list(&p).map_err(|e| format!("RXPATH_KERNEL_PORTS={p:?}: {e}"))?;
         }
+        if let Some(r) = var("RXPATH_RULES").filter(|s| !s.is_empty()) {
+            c.rules = rule_list(&r).map_err(|e| format!("RXPATH_RULES={r:?}: {e}"))?;
+        }
+        if let Some(p) = var("RXPATH_PROFILE").filter(|s| !s.is_empty()) {
+            c.profile = match p.as_str() {
+                "latency" => Some(Profile::Latency),
+                o => return Err(format!("RXPATH_PROFILE={o:?}: the profile is latency")),
+            };
+        }
+        if c.profile == Some(Profile::Latency) && c.busy_poll_us == 0 {
+            c.busy_poll_us = LATENCY_BUSY_POLL_US;
+        }
         Ok(c)
     }
 
-    /// Whether the rules let rxpath take a socket on `port`; `Err` names
-    /// the rule that keeps it on the kernel.
-    pub fn port_allowed(&self, port: u16) -> Result<(), String> {
+    /// Whether the rules let rxpath take a socket bound to `addr`; `Err`
+    /// names the rule that keeps it on the kernel. `RXPATH_KERNEL_PORTS`
+    /// first, then the first of `RXPATH_RULES` that matches, then
+    /// `RXPATH_PORTS`.
+    pub fn allowed(&self, addr: SocketAddr) -> Result<(), String> {
+        let port = addr.port();
         let within = |l: &[(u16, u16)]| l.iter().any(|&(a, b)| (a..=b).contains(&port));
         if within(&self.kernel_ports) {
             return Err(format!("port {port} is in RXPATH_KERNEL_PORTS"));
+        }
+        if let Some(r) = self.rules.iter().find(|r| r.matches(addr)) {
+            return match r.kernel {
+                true => Err(format!("{addr}: RXPATH_RULES says \"{r}\"")),
+                false => Ok(()),
+            };
         }
         match &self.ports {
             Some(l) if !within(l) => Err(format!("port {port} is not in RXPATH_PORTS")),
@@ -171,8 +264,107 @@ impl Config {
         if !self.kernel_ports.is_empty() {
             v.push(("RXPATH_KERNEL_PORTS", show_ports(&self.kernel_ports)));
         }
+        if !self.rules.is_empty() {
+            let r: Vec<String> = self.rules.iter().map(Rule::to_string).collect();
+            v.push(("RXPATH_RULES", r.join(", ")));
+        }
+        if let Some(Profile::Latency) = self.profile {
+            v.push(("RXPATH_PROFILE", "latency".into()));
+        }
         v
     }
+}
+
+/// The settings of a TOML file, as the variables they stand for: keys are
+/// `rxpath exec`'s flags (`busy-poll` for `RXPATH_BUSY_POLL`); `rules` may
+/// be a list. An unknown key is an error.
+fn file_vars(text: &str) -> Result<HashMap<&'static str, String>, String> {
+    const KEYS: [(&str, &str); 15] = [
+        ("iface", "RXPATH_IFACE"),
+        ("mode", "RXPATH_MODE"),
+        ("busy-poll", "RXPATH_BUSY_POLL"),
+        ("prefer-busy-poll", "RXPATH_PREFER_BUSY_POLL"),
+        ("napi-threads", "RXPATH_NAPI_THREADS"),
+        ("gro-flush-timeout", "RXPATH_GRO_FLUSH_TIMEOUT"),
+        ("defer-hard-irqs", "RXPATH_NAPI_DEFER_HARD_IRQS"),
+        ("report", "RXPATH_REPORT"),
+        ("metrics", "RXPATH_METRICS"),
+        ("ports", "RXPATH_PORTS"),
+        ("kernel-ports", "RXPATH_KERNEL_PORTS"),
+        ("rules", "RXPATH_RULES"),
+        ("profile", "RXPATH_PROFILE"),
+        // `rxpath exec`'s own: the same file serves `exec --config`.
+        ("preload", ""),
+        ("json", ""),
+    ];
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
+    let mut out = HashMap::new();
+    for (k, v) in table {
+        let Some(&(_, var)) = KEYS.iter().find(|(key, _)| *key == k) else {
+            let known: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
+            return Err(format!("unknown key {k:?} (keys: {})", known.join(", ")));
+        };
+        let s = match v {
+            toml::Value::String(s) => s,
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Array(a) => a
+                .iter()
+                .map(|x| {
+                    x.as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| x.to_string())
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            toml::Value::Boolean(b) => b.to_string(),
+            o => return Err(format!("{k}: {o} is not a string, number or list")),
+        };
+        if !var.is_empty() {
+            out.insert(var, s);
+        }
+    }
+    Ok(out)
+}
+
+/// `kernel 198.18.0.1:5000-5100, rxpath *:53, kernel [2001:db8::1]:*`.
+pub fn rule_list(s: &str) -> Result<Vec<Rule>, String> {
+    s.split([',', ';'])
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(|x| {
+            let (what, at) = x
+                .split_once(char::is_whitespace)
+                .ok_or_else(|| format!("{x:?}: kernel|rxpath ADDR:PORTS"))?;
+            let kernel = match what {
+                "kernel" => true,
+                "rxpath" => false,
+                o => return Err(format!("{o:?}: a rule says kernel or rxpath")),
+            };
+            let at = at.trim();
+            let (addr, ports) = at
+                .rsplit_once(':')
+                .ok_or_else(|| format!("{at:?}: ADDR:PORTS (* for any)"))?;
+            let addr = match addr.trim_start_matches('[').trim_end_matches(']') {
+                "*" => None,
+                a => Some(
+                    a.parse::<IpAddr>()
+                        .map_err(|_| format!("{a:?} is not an address"))?,
+                ),
+            };
+            let ports = match ports {
+                "*" => (0, u16::MAX),
+                p => port_list(p)?
+                    .first()
+                    .copied()
+                    .ok_or_else(|| format!("{x:?}: no port"))?,
+            };
+            Ok(Rule {
+                kernel,
+                addr,
+                ports,
+            })
+        })
+        .collect()
 }
 
 /// `53,5000-5100` as ranges.
@@ -261,6 +453,9 @@ mod tests {
             metrics: Some("127.0.0.1:9900".parse().unwrap()),
             ports: Some(vec![(53, 53), (5000, 5100)]),
             kernel_ports: vec![(5050, 5050)],
+            rules: rule_list("kernel 198.18.0.1:5000-5100, rxpath *:53, kernel [2001:db8::1]:*")
+                .unwrap(),
+            profile: Some(Profile::Latency),
         };
         let v: Vec<(String, String)> = c
             .to_vars()
@@ -278,16 +473,66 @@ mod tests {
             ("RXPATH_KERNEL_PORTS", "5050"),
         ]))
         .unwrap();
-        assert!(c.port_allowed(53).is_ok());
-        assert!(c.port_allowed(5000).is_ok() && c.port_allowed(5100).is_ok());
+        let at = |p: u16| SocketAddr::from(([198, 18, 0, 1], p));
+        assert!(c.allowed(at(53)).is_ok());
+        assert!(c.allowed(at(5000)).is_ok() && c.allowed(at(5100)).is_ok());
         assert!(c
-            .port_allowed(5050)
+            .allowed(at(5050))
             .unwrap_err()
             .contains("RXPATH_KERNEL_PORTS"));
-        assert!(c.port_allowed(54).unwrap_err().contains("RXPATH_PORTS"));
-        assert!(Config::default().port_allowed(1).is_ok());
+        assert!(c.allowed(at(54)).unwrap_err().contains("RXPATH_PORTS"));
+        assert!(Config::default().allowed(at(1)).is_ok());
         assert!(port_list("9-1").is_err());
         assert!(port_list("70000").is_err());
+    }
+
+    #[test]
+    fn address_rules_match_first_to_last() {
+        let c = Config::from_vars(vars(&[(
+            "RXPATH_RULES",
+            "rxpath 198.18.0.1:53; kernel 198.18.0.1:*, kernel *:5000-5100",
+        )]))
+        .unwrap();
+        let a = |ip: [u8; 4], p: u16| SocketAddr::from((ip, p));
+        assert!(c.allowed(a([198, 18, 0, 1], 53)).is_ok());
+        let e = c.allowed(a([198, 18, 0, 1], 54)).unwrap_err();
+        assert!(e.contains("kernel 198.18.0.1:*"), "{e}");
+        assert!(c.allowed(a([0, 0, 0, 0], 5050)).is_err());
+        assert!(c.allowed(a([0, 0, 0, 0], 5200)).is_ok());
+        let v6: SocketAddr = "[2001:db8::1]:7".parse().unwrap();
+        let c6 = Config::from_vars(vars(&[("RXPATH_RULES", "kernel [2001:db8::1]:*")])).unwrap();
+        assert!(c6.allowed(v6).is_err());
+        for bad in ["drop *:1", "kernel 1.2.3:4", "kernel *", "kernel *:x"] {
+            assert!(rule_list(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_file_gives_what_variables_do_not() {
+        let f = file_vars(
+            "iface = \"veth0\"\nbusy-poll = 20\nrules = [\"kernel *:53\"]\nprofile = \"latency\"\n",
+        )
+        .unwrap();
+        let env = vars(&[("RXPATH_BUSY_POLL", "30")]);
+        let c = Config::from_vars(|k| env(k).or_else(|| f.get(k).cloned())).unwrap();
+        assert_eq!(c.iface.as_deref(), Some("veth0"));
+        assert_eq!(c.busy_poll_us, 30, "the variable wins");
+        assert_eq!(c.rules.len(), 1);
+        assert!(file_vars("bogus = 1").unwrap_err().contains("bogus"));
+        assert!(file_vars("iface = ").is_err());
+    }
+
+    #[test]
+    fn the_latency_profile_busy_polls_unless_told_otherwise() {
+        let c = Config::from_vars(vars(&[("RXPATH_PROFILE", "latency")])).unwrap();
+        assert_eq!(c.busy_poll_us, LATENCY_BUSY_POLL_US);
+        let c = Config::from_vars(vars(&[
+            ("RXPATH_PROFILE", "latency"),
+            ("RXPATH_BUSY_POLL", "8"),
+        ]))
+        .unwrap();
+        assert_eq!(c.busy_poll_us, 8);
+        assert!(Config::from_vars(vars(&[("RXPATH_PROFILE", "fast")])).is_err());
     }
 
     #[test]

@@ -100,6 +100,8 @@ impl Accounting {
 struct Running {
     /// The metrics endpoint (`RXPATH_METRICS`), stopped before the host.
     metrics: Option<rxpath_runtime::metrics::Metrics>,
+    /// The control socket `rxpath ctl --pid PID` talks to.
+    control: Option<rxpath_runtime::ctl::Control>,
     host: Host,
     /// Sockets per port the XDP program takes.
     ports: BTreeMap<u16, usize>,
@@ -233,7 +235,7 @@ impl Global {
         let Some(iface) = self.cfg.iface.clone() else {
             return Err((Fallback::NoIface, "no RXPATH_IFACE".into()));
         };
-        if let Err(why) = self.cfg.port_allowed(addr.port()) {
+        if let Err(why) = self.cfg.allowed(addr) {
             return Err((Fallback::Rule, why));
         }
         if addr.port() == 0 {
@@ -350,8 +352,24 @@ impl Global {
                 None
             }
         });
+        let control =
+            match rxpath_runtime::ctl::Control::start(rxpath_runtime::ctl::HostKnobs::of(&host)) {
+                Ok(c) => {
+                    say(&format!(
+                        "live knobs: rxpath ctl --pid {} (socket {})",
+                        std::process::id(),
+                        c.path().display()
+                    ));
+                    Some(c)
+                }
+                Err(e) => {
+                    say(&format!("{e}; rxpath ctl cannot reach this process"));
+                    None
+                }
+            };
         Ok(Running {
             metrics,
+            control,
             host,
             ports: BTreeMap::new(),
         })
@@ -363,6 +381,7 @@ impl Global {
         let backend = s.running.as_ref().map(|r| r.host.backend().to_string());
         let host = s.running.take().map(|r| {
             drop(r.metrics);
+            drop(r.control);
             as_library(|| r.host.shutdown())
         });
         let rep = PreloadReport {

@@ -397,7 +397,8 @@ pub(crate) fn send_seg(
         return Route::Done(Err(libc::EPIPE));
     }
     let seg = segment.unwrap_or_else(|| a.segment.load(Ordering::Relaxed)) as usize;
-    let r = if seg > 0 && payload.len() > seg {
+    let gso = seg > 0 && payload.len() > seg;
+    let r = if gso {
         match dst.or_else(|| a.sock.peer_addr()) {
             Some(d) => a
                 .sock
@@ -416,6 +417,10 @@ pub(crate) fn send_seg(
         Err(SockError::NoRoute(_) | SockError::NoNeighbor(_) | SockError::NoSource(_)) => {
             Route::Kernel
         }
+        // Over the MTU: the kernel socket sends it as fragments, as the
+        // kernel does for a UDP socket (`IP_PMTUDISC_WANT`); rxpath does
+        // not fragment yet.
+        Err(SockError::MessageTooLong { .. }) if !gso => Route::Kernel,
         Err(e) => Route::Done(Err(sock_errno(e))),
     }
 }

@@ -34,6 +34,7 @@
 #![deny(missing_docs, missing_debug_implementations)]
 
 pub mod clock;
+pub mod ctl;
 mod engine;
 pub mod gen;
 pub mod host;

@@ -97,6 +97,16 @@ fn finish(mut c: Child) -> (std::process::ExitStatus, String, String) {
     (status, out, err)
 }
 
+/// What exec's report says was read from the kernel sockets behind the
+/// served fds.
+fn kernel_reads(out: &str) -> u64 {
+    out.split("datagrams read from the kernel sockets behind them ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
 /// The kernel client in the client namespace: `n` datagrams, then quit.
 fn client(p: &Pair, port: u16, n: usize) -> serde_json::Value {
     client_with(p, port, n, true)
@@ -205,6 +215,20 @@ fn an_option_rxpath_cannot_honour_keeps_the_socket_on_the_kernel() {
     let plain = ["python3", ECHO, "--port", "5302"];
     let rule = ["--kernel-ports", "5300-5302"];
     on_the_kernel(&p, &rule, &plain, "\"rule\":1", "RXPATH_KERNEL_PORTS");
+    // A rule by address: the first that matches decides.
+    let on_srv = ["python3", ECHO, "--port", "5302", "--bind", SRV];
+    let rules = ["--rules", "rxpath 0.0.0.0:*, kernel 198.18.9.6:5300-5399"];
+    on_the_kernel(&p, &rules, &on_srv, "\"rule\":1", "RXPATH_RULES says");
+    // The same rule from a file RXPATH_CONFIG names (for a program
+    // preloaded by hand; exec sets no rules here, so the file's stand).
+    let file = std::env::temp_dir().join(format!("rxpath-rules-{}.toml", std::process::id()));
+    std::fs::write(&file, "rules = [\"kernel 198.18.9.6:*\"]\n").unwrap();
+    let env = format!("RXPATH_CONFIG={}", file.display());
+    let with_file = [
+        "env", &env, "python3", ECHO, "--port", "5302", "--bind", SRV,
+    ];
+    on_the_kernel(&p, &[], &with_file, "\"rule\":1", "kernel 198.18.9.6:*");
+    let _ = std::fs::remove_file(&file);
     // After bind: refused (EOPNOTSUPP), counted; the socket goes on.
     let prog = ["python3", ECHO, "--port", "5302", "--opt-after-bind"];
     let mut s = server(&p, Some(&[]), &prog);
@@ -250,18 +274,50 @@ fn a_datagram_over_loopback_reaches_a_served_socket_too() {
             assert_eq!(c["missing"], 0, "{mux}, {what}: {c}\n{err}");
         }
         assert!(out.contains("sockets on rxpath 1 "), "{mux}: {out}");
-        let kreads: u64 = out
-            .split("datagrams read from the kernel sockets behind them ")
-            .nth(1)
-            .and_then(|s| s.split_whitespace().next())
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
+        let kreads = kernel_reads(&out);
         assert!(
             kreads >= 10,
             "{mux}: {kreads} read from the kernel socket: {out}"
         );
         assert!(!out.contains("MISMATCH"), "{mux}: {out}");
     }
+}
+
+/// A datagram past the MTU arrives as IPv4 fragments: the XDP program
+/// leaves fragments to the kernel, which reassembles them into the kernel
+/// socket behind the served fd, where the program reads them; its answer,
+/// too long for one frame, leaves through the kernel socket as fragments.
+/// The answers are the kernel run's, byte for byte.
+#[test]
+fn a_fragmented_datagram_reaches_a_served_socket_through_the_kernel() {
+    let Some(p) = pair("xf", &[]) else { return };
+    let prog = ["python3", ECHO, "--port", "5313"];
+    let big = |p: &Pair| {
+        let out = Command::new("ip")
+            .args([
+                "netns", "exec", &p.cli, "python3", CLIENT, SRV, "5313", "10",
+            ])
+            .args(["--big", "3000"])
+            .output()
+            .expect("client");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("client json")
+    };
+    let mut k = server(&p, None, &prog);
+    wait_ready(&mut k);
+    let on_kernel = big(&p);
+    let (st, _, err) = finish(k);
+    assert!(st.success(), "on the kernel: {err}");
+    let mut r = server(&p, Some(&[]), &prog);
+    wait_ready(&mut r);
+    let on_rxpath = big(&p);
+    let (st, out, err) = finish(r);
+    assert!(st.success(), "{err}\n{out}");
+    assert_eq!(on_kernel["missing"], 0, "{on_kernel}");
+    assert_eq!(on_rxpath["missing"], 0, "{on_rxpath}\n{err}");
+    assert_eq!(on_rxpath["answers"], on_kernel["answers"], "byte for byte");
+    assert!(out.contains("sockets on rxpath 1 "), "{out}");
+    let kreads = kernel_reads(&out);
+    assert!(kreads >= 10, "{kreads} read from the kernel socket: {out}");
 }
 
 /// `iperf3 -s -1` (Debian's, unmodified) on the kernel and under exec,
@@ -477,8 +533,26 @@ fn a_daemon_child_serves_on_the_kernel_once_the_parent_is_gone() {
     assert_eq!(c["bye"], true, "{c}");
 }
 
+/// The first process named `name` under `pid` (its children, theirs, ...).
+fn descendant(pid: u32, name: &str) -> Option<u32> {
+    let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    for k in kids
+        .split_whitespace()
+        .filter_map(|k| k.parse::<u32>().ok())
+    {
+        let comm = std::fs::read_to_string(format!("/proc/{k}/comm")).unwrap_or_default();
+        if comm.trim() == name {
+            return Some(k);
+        }
+        if let Some(d) = descendant(k, name) {
+            return Some(d);
+        }
+    }
+    None
+}
+
 #[test]
-fn metrics_are_served_from_inside_the_program() {
+fn metrics_and_live_knobs_are_served_from_inside_the_program() {
     let Some(p) = pair("xm", &[]) else { return };
     let prog = ["python3", ECHO, "--port", "5309"];
     let mut s = server(&p, Some(&["--metrics", "198.18.9.6:9464"]), &prog);
@@ -505,6 +579,28 @@ fn metrics_are_served_from_inside_the_program() {
             )
         });
     assert!(queued >= 5.0, "{queued} datagrams queued: {text}");
+    // Live knobs inside the program: `rxpath ctl --pid` of the program.
+    let pid = descendant(s.id(), "python3").expect("the program's pid");
+    let ctl = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_rxpath"))
+            .args(["ctl", "--pid", &pid.to_string()])
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "ctl {args:?}: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let shown = ctl(&["show"]);
+    assert!(shown.contains("gro_flush_timeout 0"), "{shown}");
+    assert!(shown.contains("net.core.busy_read 0"), "{shown}");
+    assert_eq!(ctl(&["set", "gro_flush_timeout", "20000"]).trim(), "ok");
+    assert_eq!(ctl(&["get", "gro_flush_timeout"]).trim(), "20000");
+    assert_eq!(client_with(&p, 5309, 5, false)["missing"], 0);
     let c = client(&p, 5309, 1);
     let (st, out, err) = finish(s);
     assert!(st.success(), "{err}");

@@ -3,7 +3,7 @@ each retried until its answer comes (up to 20 tries), then "quit" (the
 server answers "bye" and exits); print one JSON line: the answers in
 order (hex), how many were missing, and whether the server said bye.
 
-    udp_client.py ADDR PORT COUNT [--no-quit] [--tos N]
+    udp_client.py ADDR PORT COUNT [--no-quit] [--tos N] [--big BYTES]
 """
 
 import json
@@ -21,6 +21,9 @@ def main():
     answers, missing, wrong = [], 0, 0
     for i in range(count):
         m = ("datagram %d " % i).encode() + bytes((i * 7 + k) % 256 for k in range(i % 300))
+        if "--big" in sys.argv:
+            # Past the MTU: it travels as IP fragments.
+            m += bytes(k % 251 for k in range(int(sys.argv[sys.argv.index("--big") + 1])))
         got = None
         for _ in range(20):
             s.sendto(m, (addr, port))
