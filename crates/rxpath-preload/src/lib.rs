@@ -38,7 +38,7 @@
 //! after `exec` the new image starts fresh.
 //!
 //! A datagram that reaches the kernel socket behind a served fd (loopback,
-//! another interface) is read too ([`kside`]).
+//! another interface) is read too (the `kside` module).
 //!
 //! Not built yet (said in the README and the guide): control messages
 //! beyond packet information and `UDP_SEGMENT`, a configuration file,

@@ -3,7 +3,7 @@ each retried until its answer comes (up to 20 tries), then "quit" (the
 server answers "bye" and exits); print one JSON line: the answers in
 order (hex), how many were missing, and whether the server said bye.
 
-    udp_client.py ADDR PORT COUNT [--no-quit] [--tos N] [--big BYTES]
+    udp_client.py ADDR PORT COUNT [--no-quit] [--tos N] [--big BYTES] [--dstopts]
 """
 
 import json
@@ -15,6 +15,9 @@ def main():
     addr, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
     s = socket.socket(fam, socket.SOCK_DGRAM)
+    if "--dstopts" in sys.argv:
+        # A destination-options header (PadN) on every datagram, before UDP.
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_DSTOPTS, bytes([0, 0, 1, 4, 0, 0, 0, 0]))
     if "--tos" in sys.argv:
         s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, int(sys.argv[sys.argv.index("--tos") + 1], 0))
     s.settimeout(0.25)

@@ -4,7 +4,7 @@
 //! whose UMEM is our frame region. The sockets and rings are our own
 //! ([`super::xsk`]).
 //!
-//! The program (at most 55 instructions, written out in `prog.rs`) takes
+//! The program (written out in `prog.rs`, about 120 instructions at most) takes
 //! only IPv4 and IPv6 frames, of one protocol and one destination port, or
 //! of the ports in a hash map that `bind` and `close` update while it runs
 //! (`XdpProgram::take_port`); everything else (ARP, LLDP, ...) is passed to

@@ -1,5 +1,5 @@
-//! The XDP program (assembled here: 19 instructions for one port, 55 with
-//! the port map for both families), its XSKMAP,
+//! The XDP program (assembled here; with ports, IPv4 fragments go to the
+//! kernel and IPv6 extension headers are walked), its XSKMAP,
 //! the map of ports it takes, and their loading and attaching with the
 //! `bpf()` system call.
 
@@ -50,13 +50,15 @@ pub struct XdpFilter {
     pub ipv4: bool,
     /// Take IPv6.
     pub ipv6: bool,
-    /// Take only this IP protocol (17 = UDP, 6 = TCP); IPv6 extension
-    /// headers are not walked, so an IPv6 packet must carry it directly.
+    /// Take only this IP protocol (17 = UDP, 6 = TCP); without a port to
+    /// match, IPv6 extension headers are not walked, so an IPv6 packet
+    /// must carry it directly.
     pub protocol: Option<u8>,
     /// With `protocol` UDP or TCP: take only this destination port (IPv4
-    /// without options and not a fragment, IPv6 without extension
-    /// headers; the rest goes to the kernel, which reassembles fragments
-    /// and walks the headers).
+    /// without options and not a fragment; IPv6 after up to four
+    /// hop-by-hop, routing or destination-options headers, walked as
+    /// `ipv6_rcv` does; the rest goes to the kernel, which reassembles
+    /// fragments).
     pub dst_port: Option<u16>,
     /// Take every frame, whatever it is (ARP, VLAN-tagged, truncated):
     /// the kernel sees nothing on this interface. For tests that compare
@@ -90,6 +92,8 @@ impl Default for XdpFilter {
 enum L {
     V4,
     V6,
+    /// The IPv6 walk found the transport header (its offset in r7).
+    V6Transport,
     Redirect,
     Pass,
 }
@@ -124,10 +128,17 @@ fn program(map_fd: i32, ports_fd: Option<i32>, filter: XdpFilter) -> Vec<Insn> {
     let blocks = [(L::V4, 23i16, filter.ipv4), (L::V6, 20, filter.ipv6)];
     for (label, proto_off, _) in blocks.into_iter().filter(|b| b.2) {
         at.push((label, p.len()));
+        let by_port = filter.dst_port.is_some() || ports_fd.is_some();
+        if let (L::V6, Some(proto @ (6 | 17)), true) = (label, filter.protocol, by_port) {
+            v6_walk(&mut p, &mut fix, &mut at, proto);
+            p.push(insn(0x69, 5, 4, 2, 0)); // r5 = destination port (as loaded)
+            port_check(&mut p, &mut fix, ports_fd, filter.dst_port, proto);
+            jump(&mut p, &mut fix, insn(0x05, 0, 0, 0, 0), L::Redirect);
+            continue;
+        }
         if let Some(proto) = filter.protocol {
             p.push(insn(0x71, 5, 2, proto_off, 0)); // r5 = IP protocol / next header
             jump(&mut p, &mut fix, insn(0x55, 5, 0, 0, proto as i32), L::Pass); // if r5 != proto goto pass
-            let by_port = filter.dst_port.is_some() || ports_fd.is_some();
             if let (true, 6 | 17) = (by_port, proto) {
                 let l4 = if label == L::V4 {
                     p.push(insn(0x71, 5, 2, 14, 0)); // r5 = version / IHL
@@ -145,15 +156,7 @@ fn program(map_fd: i32, ports_fd: Option<i32>, filter: XdpFilter) -> Vec<Insn> {
                 p.push(insn(0x07, 4, 0, 0, l4 as i32 + 4)); // r4 += L4 offset + ports
                 jump(&mut p, &mut fix, insn(0x2d, 4, 3, 0, 0), L::Pass); // if r4 > r3 goto pass
                 p.push(insn(0x69, 5, 2, l4 + 2, 0)); // r5 = destination port (as loaded)
-                match (ports_fd, filter.dst_port) {
-                    (Some(fd), _) => port_lookup(&mut p, &mut fix, fd, proto),
-                    (None, Some(port)) => {
-                        let want = port.swap_bytes() as i32; // network order, loaded little endian
-                        jump(&mut p, &mut fix, insn(0x55, 5, 0, 0, want), L::Pass);
-                        // if r5 != port goto pass
-                    }
-                    (None, None) => {}
-                }
+                port_check(&mut p, &mut fix, ports_fd, filter.dst_port, proto);
             }
         }
         jump(&mut p, &mut fix, insn(0x05, 0, 0, 0, 0), L::Redirect);
@@ -181,6 +184,70 @@ fn verifier_log(mut attr: [u64; 16]) -> String {
         String::new()
     } else {
         format!("; the verifier says:\n  {tail}")
+    }
+}
+
+/// Headers an IPv6 walk steps over (`ipv6_rcv`'s hop-by-hop, routing and
+/// destination options); the walk gives up after this many, and leaves a
+/// fragment header (44), AH, ESP and the rest to the kernel.
+const V6_EXT_MAX: usize = 4;
+
+/// Walk the IPv6 extension headers from the next-header byte of the fixed
+/// header, as `ipv6_rcv` and `ip6_protocol_deliver_rcu` do: up to
+/// [`V6_EXT_MAX`] hop-by-hop (0), routing (43) or destination-options (60)
+/// headers, each `(hdr_ext_len + 1) * 8` bytes. Ends at [`L::V6Transport`] with
+/// r4 at the transport header (4 bytes of it in the frame) when the chain
+/// reaches `proto`; anything else passes to the kernel.
+fn v6_walk(p: &mut Vec<Insn>, fix: &mut Vec<(usize, L)>, at: &mut Vec<(L, usize)>, proto: u8) {
+    let mut jump = |p: &mut Vec<Insn>, i: Insn, l: L| {
+        fix.push((p.len(), l));
+        p.push(i);
+    };
+    p.push(insn(0xb7, 7, 0, 0, 14 + 40)); // r7 = offset of the header after IPv6's
+    p.push(insn(0x71, 5, 2, 20, 0)); // r5 = next header
+    for _ in 0..V6_EXT_MAX {
+        jump(p, insn(0x15, 5, 0, 0, proto as i32), L::V6Transport); // if r5 == proto goto l4
+        p.push(insn(0x15, 5, 0, 3, 0)); // if r5 == hop-by-hop goto ext
+        p.push(insn(0x15, 5, 0, 2, 43)); // if r5 == routing goto ext
+        p.push(insn(0x15, 5, 0, 1, 60)); // if r5 == destination options goto ext
+        jump(p, insn(0x05, 0, 0, 0, 0), L::Pass); // another header: the kernel's
+        p.push(insn(0xbf, 4, 2, 0, 0)); // ext: r4 = data
+        p.push(insn(0x0f, 4, 7, 0, 0)); // r4 += r7
+        p.push(insn(0xbf, 8, 4, 0, 0)); // r8 = r4
+        p.push(insn(0x07, 8, 0, 0, 2)); // r8 += 2
+        jump(p, insn(0x2d, 8, 3, 0, 0), L::Pass); // if r8 > data_end goto pass
+        p.push(insn(0x71, 5, 4, 0, 0)); // r5 = its next header
+        p.push(insn(0x71, 8, 4, 1, 0)); // r8 = its length in 8 bytes, less one
+        p.push(insn(0x07, 8, 0, 0, 1)); // r8 += 1
+        p.push(insn(0x67, 8, 0, 0, 3)); // r8 <<= 3
+        p.push(insn(0x0f, 7, 8, 0, 0)); // r7 += r8
+    }
+    jump(p, insn(0x55, 5, 0, 0, proto as i32), L::Pass); // if r5 != proto goto pass
+    at.push((L::V6Transport, p.len()));
+    p.push(insn(0xbf, 4, 2, 0, 0)); // l4: r4 = data
+    p.push(insn(0x0f, 4, 7, 0, 0)); // r4 += r7
+    p.push(insn(0xbf, 8, 4, 0, 0)); // r8 = r4
+    p.push(insn(0x07, 8, 0, 0, 4)); // r8 += 4: the ports
+    jump(p, insn(0x2d, 8, 3, 0, 0), L::Pass); // if r8 > data_end goto pass
+}
+
+/// The port test on r5 (the destination port as loaded): the port map's
+/// lookup, or one port; pass the frame to the kernel if it is not taken.
+fn port_check(
+    p: &mut Vec<Insn>,
+    fix: &mut Vec<(usize, L)>,
+    ports_fd: Option<i32>,
+    dst_port: Option<u16>,
+    proto: u8,
+) {
+    match (ports_fd, dst_port) {
+        (Some(fd), _) => port_lookup(p, fix, fd, proto),
+        (None, Some(port)) => {
+            let want = port.swap_bytes() as i32; // network order, loaded little endian
+            fix.push((p.len(), L::Pass));
+            p.push(insn(0x55, 5, 0, 0, want)); // if r5 != port goto pass
+        }
+        (None, None) => {}
     }
 }
 
@@ -472,7 +539,11 @@ mod tests {
         assert_eq!(lookups, 2, "one lookup per family");
         // IPv4 fragments go to the kernel: MF and the offset are tested.
         assert!(p.iter().any(|i| i.code == 0x57 && i.imm == 0xff3f));
-        assert!(p.len() <= 60, "{} instructions", p.len());
+        assert!(p.len() <= 128, "{} instructions", p.len());
+        // IPv6 walks its extension headers: the three kinds it steps over.
+        for kind in [43, 60] {
+            assert!(p.iter().any(|i| i.code == 0x15 && i.imm == kind), "{kind}");
+        }
         // Every jump lands inside the program.
         for (i, insn) in p.iter().enumerate() {
             if insn.code & 0x07 == 0x05 && insn.code != 0x85 && insn.code != 0x95 {
