@@ -28,6 +28,19 @@ struct Member {
 }
 
 /// An epoll set: the kernel's (the program's epoll fd, holding its kernel
+/// The events EPOLLEXCLUSIVE may come with (`EPOLLEXCLUSIVE_OK_BITS`).
+const EXCLUSIVE_OK: u32 = (libc::EPOLLIN
+    | libc::EPOLLRDNORM
+    | libc::EPOLLRDBAND
+    | libc::EPOLLOUT
+    | libc::EPOLLWRNORM
+    | libc::EPOLLWRBAND
+    | libc::EPOLLERR
+    | libc::EPOLLHUP
+    | libc::EPOLLWAKEUP
+    | libc::EPOLLET
+    | libc::EPOLLEXCLUSIVE) as u32;
+
 /// fds) and the rxpath sockets in it.
 #[derive(Debug)]
 pub(crate) struct EpSet {
@@ -58,6 +71,16 @@ impl EpSet {
     ) -> Result<(), i32> {
         let mut m = lock(&self.members);
         let at = m.iter().position(|x| x.fd == fd);
+        // `do_epoll_ctl`'s rules for EPOLLEXCLUSIVE: never in a MOD, nor on
+        // a member added with it, and only with the bits it allows.
+        let excl = libc::EPOLLEXCLUSIVE as u32;
+        let asked = ev.map_or(0, |e| e.events);
+        if asked & excl != 0 && (op == libc::EPOLL_CTL_MOD || asked & !EXCLUSIVE_OK != 0) {
+            return Err(libc::EINVAL);
+        }
+        if op == libc::EPOLL_CTL_MOD && at.is_some_and(|i| m[i].events & excl != 0) {
+            return Err(libc::EINVAL);
+        }
         match (op, at) {
             (libc::EPOLL_CTL_ADD, Some(_)) => Err(libc::EEXIST),
             (libc::EPOLL_CTL_ADD, None) => {

@@ -82,8 +82,30 @@ def serve_poll(s):
                 return
 
 
+def exclusive_rules(s):
+    """EPOLLEXCLUSIVE as the kernel checks it: fine on ADD, EINVAL on a
+    MOD and with EPOLLONESHOT; exit 1 if a call answers otherwise."""
+    ex = select.EPOLLEXCLUSIVE
+    ep = select.epoll()
+    ep.register(s.fileno(), select.EPOLLIN | ex)
+    for what, call in [
+        ("mod", lambda: ep.modify(s.fileno(), select.EPOLLIN)),
+        ("oneshot", lambda: select.epoll().register(s.fileno(), select.EPOLLIN | ex | select.EPOLLONESHOT)),
+    ]:
+        try:
+            call()
+            print("EPOLLEXCLUSIVE %s: accepted" % what, flush=True)
+            sys.exit(1)
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                print("EPOLLEXCLUSIVE %s: %s" % (what, e), flush=True)
+                sys.exit(1)
+    ep.close()
+
+
 def serve_epoll(s, et):
     s.setblocking(False)
+    exclusive_rules(s)
     ep = select.epoll()
     ep.register(s.fileno(), select.EPOLLIN | (select.EPOLLET if et else 0))
     while True:
