@@ -165,6 +165,8 @@ pub(crate) fn measure(cfg: &RunConfig) -> Result<(f64, rxpath_runtime::Report)> 
 /// the affinity of the thread that forks it, and a bench thread is often
 /// pinned to one core (testpmd's forwarding lcore then never ran).
 pub(crate) fn spawn_unpinned(mut cmd: Command) -> std::io::Result<std::process::Child> {
+    // A bench started in the background still stops its peers with SIGINT.
+    rxpath_dev::sys::sched::default_sigint_in_child(&mut cmd);
     std::thread::spawn(move || {
         rxpath_dev::sys::sched::unpin_current()?;
         cmd.spawn()

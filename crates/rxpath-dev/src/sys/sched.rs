@@ -141,6 +141,24 @@ pub fn set_rcvbuf(sock: &std::net::UdpSocket, bytes: usize) -> io::Result<()> {
         .map(drop)
 }
 
+/// Let the program `cmd` starts catch SIGINT and SIGQUIT whatever this
+/// process does with them: a process started in the background by a
+/// non-interactive shell has them ignored, the child inherits that, and a
+/// shell script ignored on entry can never trap them (POSIX), so a peer
+/// stopped with SIGINT would never stop.
+pub fn default_sigint_in_child(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: runs in the child between fork and exec; it only calls
+    // `signal`, which is async-signal-safe, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+}
+
 /// Clock ticks per second (`sysconf(_SC_CLK_TCK)`): the unit of the
 /// utime and stime fields of `/proc/PID/stat`.
 pub fn clock_ticks() -> u64 {
