@@ -388,12 +388,7 @@ pub fn apps(a: AppsArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     };
     let guard = t.up_scoped()?;
     let t = &guard.0;
-    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let cpus = if ncpu >= 2 {
-        (Some(0), Some(ncpu - 1))
-    } else {
-        (None, None)
-    };
+    let cpus = crate::harness::client_server_cpus();
     println!(
         "rxpath bench apps: sockperf, {}-byte UDP, {} s per client run, {} round(s); veth {} <- {} (netns {}); client on CPU {}, server on CPU {}; busy poll {} µs; loss-free: under {} %",
         a.size,
@@ -402,8 +397,8 @@ pub fn apps(a: AppsArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         t.host_if,
         t.peer_if,
         t.ns,
-        cpus.0.map_or("any".into(), |c| c.to_string()),
-        cpus.1.map_or("any".into(), |c| c.to_string()),
+        crate::harness::cpu_name(cpus.0),
+        crate::harness::cpu_name(cpus.1),
         a.busy_poll,
         a.loss
     );

@@ -161,6 +161,22 @@ pub(crate) fn measure(cfg: &RunConfig) -> Result<(f64, rxpath_runtime::Report)> 
     Ok((r.rx_pps(), r))
 }
 
+/// The CPUs of a request/response bench: the client on the first, the
+/// server on the last (`None`, `None` on one CPU: both float).
+pub(crate) fn client_server_cpus() -> (Option<usize>, Option<usize>) {
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if ncpu >= 2 {
+        (Some(0), Some(ncpu - 1))
+    } else {
+        (None, None)
+    }
+}
+
+/// A CPU for a bench's heading: its number, or `any`.
+pub(crate) fn cpu_name(c: Option<usize>) -> String {
+    c.map_or("any".into(), |c| c.to_string())
+}
+
 /// Start a peer from a thread that may run on every CPU: a child inherits
 /// the affinity of the thread that forks it, and a bench thread is often
 /// pinned to one core (testpmd's forwarding lcore then never ran).

@@ -643,12 +643,7 @@ pub fn rr(a: RrArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     };
     // The peer keeps its checksum offload (the default): its partial
     // checksums are trusted as the kernel trusts them (`--csum auto`).
-    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let (client_cpu, server_cpu) = if ncpu >= 2 {
-        (Some(0), Some(ncpu - 1))
-    } else {
-        (None, None)
-    };
+    let (client_cpu, server_cpu) = crate::harness::client_server_cpus();
     println!(
         "rxpath bench rr: sockperf ping-pong, {}-byte UDP, {}s per run, {} round(s); veth {} <- {} (netns {}); client on CPU {}, server on CPU {}; busy poll {} µs, prefer {} ns",
         a.size,
@@ -657,8 +652,8 @@ pub fn rr(a: RrArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         t.host_if,
         t.peer_if,
         t.ns,
-        client_cpu.map_or("any".into(), |c| c.to_string()),
-        server_cpu.map_or("any".into(), |c| c.to_string()),
+        crate::harness::cpu_name(client_cpu),
+        crate::harness::cpu_name(server_cpu),
         a.busy_poll,
         a.prefer_ns
     );
