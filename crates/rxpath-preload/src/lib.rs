@@ -19,9 +19,12 @@
 //!     │             the first bind it serves, shut down at exit
 //!  kside            the kernel socket behind each served fd: marked when
 //!     │             a datagram reaches it (loopback, another interface)
-//!  table            fd → candidate | rxpath socket | epoll set
+//!  table            fd → candidate | rxpath socket | epoll set | inherited
 //!  epoll            epoll sets holding rxpath sockets and kernel fds
 //!  sock             a served socket, one not bound yet, who sleeps on them
+//!     │
+//!  forkq            what the queues held at a fork, shared with the child
+//!     │
 //!  sys, config      the C library's real calls and eventfds; RXPATH_*
 //! ```
 //!
@@ -34,15 +37,15 @@
 //! before `bind`) is the kernel's, untouched.
 //!
 //! After `fork` the child's copies of rxpath sockets are the kernel's (the
-//! parent keeps serving; the child lets go of the parent's XDP program);
-//! after `exec` the new image starts fresh.
+//! parent keeps serving; the child lets go of the parent's XDP program),
+//! and what the parent's queues held at the fork either may read (the
+//! `forkq` module); after `exec` the new image starts fresh.
 //!
 //! A datagram that reaches the kernel socket behind a served fd (loopback,
 //! another interface) is read too (the `kside` module).
 //!
-//! Not built yet (said in the README and the guide): control messages
-//! beyond packet information and `UDP_SEGMENT`, a configuration file,
-//! rules by address.
+//! Not built yet (said in the README and the guide): timestamps and
+//! `SO_RXQ_OVFL`, a forked child serving a port itself.
 
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -50,6 +53,7 @@
 
 pub mod config;
 mod epoll;
+mod forkq;
 pub mod host;
 #[allow(unsafe_code)]
 mod interpose;

@@ -86,6 +86,7 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
         kernel_ready: false.into(),
         ktoken: crate::kside::token(),
         shut: 0.into(),
+        held: Default::default(),
     };
     let a = Arc::new(a);
     crate::kside::watch(&a, fd);
@@ -307,8 +308,14 @@ pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, Er
 }
 
 /// The next datagram if one is queued: taken, or copied and left with
-/// `MSG_PEEK`; its whole length with `MSG_TRUNC`.
+/// `MSG_PEEK`; its whole length with `MSG_TRUNC`. What the queue held at
+/// a `fork` comes first.
 fn take(a: &Accel, buf: &mut [u8], flags: i32) -> Result<Option<Got>, Errno> {
+    if a.held.any() {
+        if let Some(g) = take_held(&a.held, buf, flags) {
+            return Ok(Some(g));
+        }
+    }
     let whole = flags & libc::MSG_TRUNC != 0;
     if flags & libc::MSG_PEEK != 0 {
         let Some((len, m)) = a.sock.try_peek(buf).map_err(sock_errno)? else {
@@ -344,8 +351,90 @@ fn take(a: &Accel, buf: &mut [u8], flags: i32) -> Result<Option<Got>, Errno> {
     Ok(Some(g))
 }
 
+/// A datagram held since a `fork` ([`crate::forkq`]), as [`take`] reads.
+fn take_held(h: &crate::forkq::Held, buf: &mut [u8], flags: i32) -> Option<Got> {
+    let (whole, m) = h.take(buf, flags & libc::MSG_PEEK != 0)?;
+    let mut g = done(1, Some(m)).ok()?;
+    if flags & libc::MSG_TRUNC != 0 {
+        g.len = whole;
+    }
+    Some(g)
+}
+
+/// Not an errno: the fd is the kernel's now (a forked child read all it
+/// inherited); the caller makes the program's own call, as it is.
+pub(crate) const KERNEL_NOW: Errno = -2;
+
+/// What a read on an fd is answered from.
+#[derive(Debug, Clone)]
+pub(crate) enum Rx {
+    /// A socket rxpath serves.
+    Sock(Arc<Accel>),
+    /// In a forked child: a socket holding datagrams its parent held.
+    Forked(RawFd, Arc<crate::forkq::Inherited>),
+}
+
+impl Rx {
+    /// The reader of `fd`, if reads on it are rxpath's.
+    #[inline]
+    pub(crate) fn of(fd: RawFd) -> Option<Rx> {
+        match table::kind(fd) {
+            table::SOCKET => table::socket(fd).map(Rx::Sock),
+            table::FORKED => match crate::forkq::inherited(fd) {
+                Some(i) => Some(Rx::Forked(fd, i)),
+                None => {
+                    table::remove(fd);
+                    None
+                }
+            },
+            _ => None,
+        }
+    }
+
+    /// One datagram, as [`recv`]; for an inherited socket, what it holds
+    /// (never waiting) and then [`KERNEL_NOW`].
+    pub(crate) fn recv(&self, buf: &mut [u8], flags: i32) -> Result<Got, Errno> {
+        match self {
+            Rx::Sock(a) => recv(a, buf, flags),
+            Rx::Forked(fd, i) => {
+                if let Some(g) = take_held(&i.held, buf, flags) {
+                    return Ok(g);
+                }
+                table::remove(*fd);
+                Err(KERNEL_NOW)
+            }
+        }
+    }
+
+    /// The control messages a read hands back.
+    pub(crate) fn cmsgs(&self) -> u8 {
+        match self {
+            Rx::Sock(a) => a.cmsgs.load(Ordering::Relaxed),
+            Rx::Forked(_, i) => i.cmsgs,
+        }
+    }
+
+    /// The socket is IPv6.
+    pub(crate) fn v6(&self) -> bool {
+        match self {
+            Rx::Sock(a) => a.sock.local_addr().is_ipv6(),
+            Rx::Forked(_, i) => i.v6,
+        }
+    }
+
+    /// A read went to the kernel socket behind the fd and got a datagram.
+    pub(crate) fn got_kernel(&self) {
+        if let Rx::Sock(a) = self {
+            crate::kside::got_one(a);
+        }
+    }
+}
+
 /// `ioctl(FIONREAD)`: the length of the next datagram (0 if none).
 pub(crate) fn next_len(a: &Accel) -> Result<usize, Errno> {
+    if let Some(n) = a.held.next_len() {
+        return Ok(n);
+    }
     Ok(a.sock
         .try_peek(&mut [])
         .map_err(sock_errno)?

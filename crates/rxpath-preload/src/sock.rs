@@ -53,6 +53,9 @@ pub(crate) struct Accel {
     pub(crate) ktoken: u64,
     /// `shutdown()` so far ([`SHUT_READ`], [`SHUT_WRITE`]).
     pub(crate) shut: AtomicU8,
+    /// What the queue held at a `fork`, shared with the child and read
+    /// before the queue ([`crate::forkq`]).
+    pub(crate) held: crate::forkq::Held,
 }
 
 /// Shut down for reading: an empty queue reads as the end (0 bytes).
@@ -126,6 +129,7 @@ impl Watchers {
 /// socket behind its fd (or is closed: a read returns).
 pub(crate) fn readable(a: &Accel) -> bool {
     a.sock.queued() > 0
+        || a.held.any()
         || a.kernel_ready.load(Ordering::Relaxed)
         || a.shut.load(Ordering::Relaxed) & SHUT_READ != 0
         || a.sock.is_closed()

@@ -21,6 +21,9 @@ pub(crate) const CANDIDATE: u8 = 1;
 pub(crate) const SOCKET: u8 = 2;
 /// An epoll set that may hold rxpath sockets.
 pub(crate) const EPOLL: u8 = 3;
+/// In a forked child: a socket its parent served, holding datagrams the
+/// parent held at the fork ([`crate::forkq`]); the kernel's after them.
+pub(crate) const FORKED: u8 = 4;
 
 static KIND: [AtomicU8; MAX_FD] = [const { AtomicU8::new(KERNEL) }; MAX_FD];
 
@@ -96,8 +99,14 @@ pub(crate) fn set(fd: RawFd, e: Entry) {
 
 /// `fd` is the kernel's again (closed, or handed back); its entry, if any.
 pub(crate) fn remove(fd: RawFd) -> Option<Entry> {
-    if kind(fd) == KERNEL {
-        return None;
+    match kind(fd) {
+        KERNEL => return None,
+        FORKED => {
+            KIND[fd as usize].store(KERNEL, Ordering::Release);
+            crate::forkq::forget(fd);
+            return None;
+        }
+        _ => {}
     }
     if let Ok(i) = usize::try_from(fd) {
         KIND[i].store(KERNEL, Ordering::Release);
@@ -105,21 +114,41 @@ pub(crate) fn remove(fd: RawFd) -> Option<Entry> {
     map().write().unwrap_or_else(|e| e.into_inner()).remove(&fd)
 }
 
-/// Datagrams queued on rxpath sockets now (each socket once, however
-/// many fds name it).
-pub(crate) fn queued_on_sockets() -> usize {
+/// Every rxpath socket with the fds that name it.
+fn sockets() -> Vec<(Vec<RawFd>, Arc<Accel>)> {
     let m = map().read().unwrap_or_else(|e| e.into_inner());
-    let mut seen: Vec<*const Accel> = Vec::new();
-    let mut n = 0;
-    for e in m.values() {
+    let mut out: Vec<(Vec<RawFd>, Arc<Accel>)> = Vec::new();
+    for (fd, e) in m.iter() {
         if let Entry::Socket(a) = e {
-            if !seen.contains(&Arc::as_ptr(a)) {
-                seen.push(Arc::as_ptr(a));
-                n += a.sock.queued();
+            match out.iter_mut().find(|(_, b)| Arc::ptr_eq(a, b)) {
+                Some((fds, _)) => fds.push(*fd),
+                None => out.push((vec![*fd], a.clone())),
             }
         }
     }
-    n
+    out
+}
+
+/// In the parent's `fork` prepare handler: what each socket's queue holds
+/// moves into memory the child shares ([`crate::forkq`]), and the sockets
+/// holding any are staged for the child.
+pub(crate) fn before_fork() {
+    let mut staged = Vec::new();
+    for (fds, a) in sockets() {
+        if let Some(r) = crate::forkq::Region::from_queue(&a.sock) {
+            a.held.push(r);
+        }
+        if !a.held.any() {
+            continue;
+        }
+        let inh = crate::forkq::Inherited {
+            held: a.held.share(),
+            cmsgs: a.cmsgs.load(Ordering::Relaxed),
+            v6: a.sock.local_addr().is_ipv6(),
+        };
+        staged.push((fds, Arc::new(inh)));
+    }
+    crate::forkq::stage(staged);
 }
 
 /// Every fd is the kernel's again (a forked child: the sockets' rxpath
@@ -129,4 +158,20 @@ pub(crate) fn forget_all() {
     for k in KIND.iter() {
         k.store(KERNEL, Ordering::Relaxed);
     }
+}
+
+/// In a forked child: `fd` holds datagrams its parent held.
+pub(crate) fn mark_forked(fd: RawFd) {
+    if let Ok(i) = usize::try_from(fd) {
+        if i < MAX_FD {
+            KIND[i].store(FORKED, Ordering::Release);
+        }
+    }
+}
+
+/// Reads and waits on `fd` are rxpath's to answer (a socket it serves, or
+/// a child's inherited one).
+#[inline]
+pub(crate) fn served(fd: RawFd) -> bool {
+    matches!(kind(fd), SOCKET | FORKED)
 }

@@ -119,13 +119,26 @@ fn poll_scan(
     }
     if !kernel.is_empty() {
         let mut k: Vec<libc::pollfd> = kernel.iter().map(|&i| fds[i]).collect();
-        sys::kpoll(&mut k, timeout).map_err(errno)?;
+        // A forked child's socket holding what its parent held is
+        // readable before its kernel socket is.
+        let held: Vec<bool> = kernel.iter().map(|&i| inherited_ready(fds[i].fd)).collect();
+        let t = if held.contains(&true) { 0 } else { timeout };
+        sys::kpoll(&mut k, t).map_err(errno)?;
         for (j, &i) in kernel.iter().enumerate() {
             fds[i].revents = k[j].revents;
-            n += usize::from(k[j].revents != 0);
+            if held[j] {
+                fds[i].revents |= fds[i].events & (libc::POLLIN | libc::POLLRDNORM);
+            }
+            n += usize::from(fds[i].revents != 0);
         }
     }
     Ok(n)
+}
+
+/// `fd` is a forked child's socket that still holds a datagram its parent
+/// held ([`crate::forkq`]).
+fn inherited_ready(fd: RawFd) -> bool {
+    table::kind(fd) == table::FORKED && crate::forkq::inherited(fd).is_some_and(|i| i.held.any())
 }
 
 fn sock_revents(a: &Accel, events: i16) -> i16 {

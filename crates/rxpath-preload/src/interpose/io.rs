@@ -20,37 +20,38 @@ pub extern "C" fn recvfrom(
     from: *mut sockaddr,
     fromlen: *mut socklen_t,
 ) -> ssize_t {
-    let Some(a) = table::socket(fd) else {
+    let Some(a) = ops::Rx::of(fd) else {
         // SAFETY: the C library's recvfrom with the program's arguments.
         return unsafe { real::recvfrom()(fd, b, n, flags, from, fromlen) };
     };
     let rx = || {
-        ops::recv(&a, buf_mut(b, n), flags).map(|g| {
+        a.recv(buf_mut(b, n), flags).map(|g| {
             addr_out(g.src, from, fromlen);
             g.len
         })
     };
     // SAFETY: the C library's recvfrom with the program's arguments.
-    let kernel =
-        || unsafe { real::recvfrom()(fd, b, n, flags | libc::MSG_DONTWAIT, from, fromlen) };
+    let kernel = |f| unsafe { real::recvfrom()(fd, b, n, flags | f, from, fromlen) };
     read_either(&a, rx, kernel)
 }
 
-/// A read of rxpath socket `a` with `rx`; when rxpath's queue is empty
-/// and the kernel socket behind the fd holds a datagram
-/// ([`ops::FROM_KERNEL`]), with `kernel` instead: the program's own call on
-/// that socket, non-blocking. A stale mark (`EAGAIN`) goes back to `rx`.
+/// A read of `a` with `rx`; when rxpath's queue is empty and the kernel
+/// socket behind the fd holds a datagram ([`ops::FROM_KERNEL`]), with
+/// `kernel` instead: the program's own call on that socket, with the extra
+/// flag `MSG_DONTWAIT`. A stale mark (`EAGAIN`) goes back to `rx`. An fd
+/// that is the kernel's now ([`ops::KERNEL_NOW`]) gets the call as it is.
 fn read_either(
-    a: &crate::sock::Accel,
+    a: &ops::Rx,
     mut rx: impl FnMut() -> Result<usize, i32>,
-    mut kernel: impl FnMut() -> ssize_t,
+    mut kernel: impl FnMut(c_int) -> ssize_t,
 ) -> ssize_t {
     loop {
         match rx() {
+            Err(ops::KERNEL_NOW) => return kernel(0),
             Err(ops::FROM_KERNEL) => {
-                let r = kernel();
+                let r = kernel(libc::MSG_DONTWAIT);
                 if r >= 0 {
-                    crate::kside::got_one(a);
+                    a.got_kernel();
                     return r;
                 }
                 let e = std::io::Error::last_os_error().raw_os_error();
@@ -65,42 +66,42 @@ fn read_either(
 
 #[no_mangle]
 pub extern "C" fn recv(fd: c_int, b: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
-    let Some(a) = table::socket(fd) else {
+    let Some(a) = ops::Rx::of(fd) else {
         // SAFETY: the C library's recv with the program's arguments.
         return unsafe { real::recv()(fd, b, n, flags) };
     };
-    let rx = || ops::recv(&a, buf_mut(b, n), flags).map(|g| g.len);
+    let rx = || a.recv(buf_mut(b, n), flags).map(|g| g.len);
     // SAFETY: the C library's recv with the program's arguments.
-    let kernel = || unsafe { real::recv()(fd, b, n, flags | libc::MSG_DONTWAIT) };
+    let kernel = |f| unsafe { real::recv()(fd, b, n, flags | f) };
     read_either(&a, rx, kernel)
 }
 
 #[no_mangle]
 pub extern "C" fn read(fd: c_int, b: *mut c_void, n: size_t) -> ssize_t {
-    let Some(a) = table::socket(fd) else {
+    let Some(a) = ops::Rx::of(fd) else {
         // SAFETY: the C library's read with the program's arguments.
         return unsafe { real::read()(fd, b, n) };
     };
-    let rx = || ops::recv(&a, buf_mut(b, n), 0).map(|g| g.len);
+    let rx = || a.recv(buf_mut(b, n), 0).map(|g| g.len);
     // SAFETY: the C library's recv with the program's buffer.
-    let kernel = || unsafe { real::recv()(fd, b, n, libc::MSG_DONTWAIT) };
+    let kernel = |f| unsafe { real::recv()(fd, b, n, f) };
     read_either(&a, rx, kernel)
 }
 
 #[no_mangle]
 pub extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    let Some(a) = table::socket(fd) else {
+    let Some(a) = ops::Rx::of(fd) else {
         // SAFETY: the C library's readv with the program's arguments.
         return unsafe { real::readv()(fd, iov, cnt) };
     };
     let rx = || recv_iov(&a, iovs(iov, cnt.max(0) as usize), 0).map(|g| g.len);
-    let kernel = || {
+    let kernel = |f| {
         // SAFETY: all-zero is a valid msghdr (no name, no control).
         let mut m: msghdr = unsafe { std::mem::zeroed() };
         m.msg_iov = iov.cast_mut();
         m.msg_iovlen = cnt.max(0) as _;
         // SAFETY: the C library's recvmsg over the program's iovecs.
-        unsafe { real::recvmsg()(fd, &mut m, libc::MSG_DONTWAIT) }
+        unsafe { real::recvmsg()(fd, &mut m, f) }
     };
     read_either(&a, rx, kernel)
 }
@@ -110,15 +111,11 @@ pub extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
 /// `IPV6_RECVPKTINFO`), the TOS byte or traffic class (`IP_RECVTOS`,
 /// `IPV6_RECVTCLASS`) and a GRO packet's segment size (`UDP_GRO`), in the
 /// kernel's order.
-fn recvmsg_one(
-    a: &std::sync::Arc<crate::sock::Accel>,
-    m: &mut msghdr,
-    flags: c_int,
-) -> Result<usize, i32> {
+fn recvmsg_one(a: &ops::Rx, m: &mut msghdr, flags: c_int) -> Result<usize, i32> {
     let g = recv_iov(a, iovs(m.msg_iov, m.msg_iovlen), flags)?;
     addr_out(g.src, m.msg_name.cast(), &mut m.msg_namelen);
     m.msg_flags = if g.truncated { libc::MSG_TRUNC } else { 0 };
-    let want = a.cmsgs.load(std::sync::atomic::Ordering::Relaxed);
+    let want = a.cmsgs();
     let mut used = 0;
     if g.src.is_some() && want != 0 {
         control(a, m, &g, want, &mut used);
@@ -129,7 +126,7 @@ fn recvmsg_one(
 
 /// The control messages of one read (`udp_cmsg_recv`, then
 /// `ip_cmsg_recv` or `ip6_datagram_recv_ctl`).
-fn control(a: &crate::sock::Accel, m: &mut msghdr, g: &ops::Got, want: u8, used: &mut usize) {
+fn control(a: &ops::Rx, m: &mut msghdr, g: &ops::Got, want: u8, used: &mut usize) {
     use crate::sock::{GRO, PKTINFO4, PKTINFO6, RECVTCLASS, RECVTOS, UDP_GRO};
     if want & GRO != 0 && g.stride > 0 && g.stride < g.len {
         let seg = g.stride as c_int;
@@ -154,7 +151,7 @@ fn control(a: &crate::sock::Accel, m: &mut msghdr, g: &ops::Got, want: u8, used:
     }
     let d6 = match g.dst {
         IpAddr::V6(d) => Some(d),
-        IpAddr::V4(d) if a.sock.local_addr().is_ipv6() => Some(d.to_ipv6_mapped()),
+        IpAddr::V4(d) if a.v6() => Some(d.to_ipv6_mapped()),
         IpAddr::V4(_) => None,
     };
     if let (Some(d), true) = (d6, want & PKTINFO6 != 0) {
@@ -247,7 +244,7 @@ fn send_source(m: &msghdr) -> Result<(Option<IpAddr>, Option<u16>), &'static str
 
 #[no_mangle]
 pub extern "C" fn recvmsg(fd: c_int, m: *mut msghdr, flags: c_int) -> ssize_t {
-    let Some(a) = table::socket(fd) else {
+    let Some(a) = ops::Rx::of(fd) else {
         // SAFETY: the C library's recvmsg with the program's arguments.
         return unsafe { real::recvmsg()(fd, m, flags) };
     };
@@ -257,7 +254,7 @@ pub extern "C" fn recvmsg(fd: c_int, m: *mut msghdr, flags: c_int) -> ssize_t {
     // SAFETY: the program passed a writable msghdr for this call.
     let rx = || recvmsg_one(&a, unsafe { &mut *m }, flags);
     // SAFETY: the C library's recvmsg with the program's arguments.
-    let kernel = || unsafe { real::recvmsg()(fd, m, flags | libc::MSG_DONTWAIT) };
+    let kernel = |f| unsafe { real::recvmsg()(fd, m, flags | f) };
     read_either(&a, rx, kernel)
 }
 
@@ -269,7 +266,7 @@ pub extern "C" fn recvmmsg(
     flags: c_int,
     timeout: *mut timespec,
 ) -> c_int {
-    let Some(a) = table::socket(fd) else {
+    let Some(a) = ops::Rx::of(fd) else {
         // SAFETY: the C library's recvmmsg with the program's arguments.
         return unsafe { real::recvmmsg()(fd, v, vlen, flags, timeout) };
     };
@@ -298,9 +295,9 @@ pub extern "C" fn recvmmsg(
         let h: *mut msghdr = &mut m.msg_hdr;
         // SAFETY: `h` is the program's writable msghdr in this mmsghdr.
         let rx = || recvmsg_one(&a, unsafe { &mut *h }, f);
-        let kf = (f & !libc::MSG_WAITFORONE) | libc::MSG_DONTWAIT;
+        let kf = f & !libc::MSG_WAITFORONE;
         // SAFETY: the C library's recvmsg with the program's msghdr.
-        let kernel = || unsafe { real::recvmsg()(fd, h, kf) };
+        let kernel = |x| unsafe { real::recvmsg()(fd, h, kf | x) };
         let r = read_either(&a, rx, kernel);
         if r >= 0 {
             m.msg_len = r as c_uint;

@@ -156,17 +156,13 @@ fn iovs<'a>(iov: *const iovec, n: usize) -> &'a [iovec] {
 
 /// Read one datagram into the iovecs: straight into a single buffer, else
 /// through a bounce buffer scattered after.
-fn recv_iov(
-    a: &std::sync::Arc<crate::sock::Accel>,
-    v: &[iovec],
-    flags: c_int,
-) -> Result<ops::Got, i32> {
+fn recv_iov(a: &ops::Rx, v: &[iovec], flags: c_int) -> Result<ops::Got, i32> {
     if let [one] = v {
-        return ops::recv(a, buf_mut(one.iov_base, one.iov_len), flags);
+        return a.recv(buf_mut(one.iov_base, one.iov_len), flags);
     }
     let total: usize = v.iter().map(|x| x.iov_len).sum();
     let mut tmp = vec![0u8; total.min(1 << 16)];
-    let got = ops::recv(a, &mut tmp, flags)?;
+    let got = a.recv(&mut tmp, flags)?;
     let mut off = 0;
     for x in v {
         if off >= got.len {
@@ -427,32 +423,36 @@ extern "C" fn in_fork_child() {
     crate::host::set_fork_child();
     crate::table::forget_all();
     crate::sys::close_host_fds();
-    let queued = QUEUED_AT_FORK.load(std::sync::atomic::Ordering::SeqCst);
-    if queued > 0 {
-        // Said, not silent: what the parent holds is not this child's to
-        // read (a child that reads what its parent peeked at, as `socat
-        // UDP-RECVFROM:P,fork` does, is not served).
-        crate::host::say(&format!(
-            "forked while {queued} datagram(s) waited in the parent's rxpath queues: \
-             they stay the parent's, and this child reads only the kernel's sockets"
-        ));
+    // What the parent's queues held at the fork, this child may read
+    // (`socat UDP-RECVFROM:P,fork`: the child reads what the parent
+    // peeked at).
+    for fd in crate::forkq::in_child() {
+        crate::table::mark_forked(fd);
     }
 }
 
-/// Datagrams on rxpath sockets when the process forked (counted in the
-/// parent just before, where taking the table's lock is safe).
-static QUEUED_AT_FORK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
+/// In the parent just before a fork (where taking the table's lock is
+/// safe): what each socket's queue holds moves where the child can read
+/// it too.
 extern "C" fn before_fork() {
-    let n = crate::table::queued_on_sockets();
-    QUEUED_AT_FORK.store(n, std::sync::atomic::Ordering::SeqCst);
+    if crate::host::started().is_some() {
+        crate::table::before_fork();
+    }
+}
+
+extern "C" fn after_fork_parent() {
+    crate::forkq::after_fork_parent();
 }
 
 extern "C" fn init() {
     // SAFETY: registers functions with C linkage that take nothing.
     unsafe {
         libc::atexit(at_exit);
-        libc::pthread_atfork(Some(before_fork), None, Some(in_fork_child));
+        libc::pthread_atfork(
+            Some(before_fork),
+            Some(after_fork_parent),
+            Some(in_fork_child),
+        );
     }
 }
 

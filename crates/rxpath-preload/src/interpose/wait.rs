@@ -17,7 +17,7 @@ fn pollfds<'a>(fds: *mut pollfd, n: nfds_t) -> &'a mut [pollfd] {
 #[no_mangle]
 pub extern "C" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_int {
     let set = pollfds(fds, n);
-    if set.iter().all(|p| table::kind(p.fd) != table::SOCKET) {
+    if !set.iter().any(|p| table::served(p.fd)) {
         // SAFETY: the C library's poll with the program's arguments.
         return unsafe { real::poll()(fds, n, timeout) };
     }
@@ -32,7 +32,7 @@ pub extern "C" fn ppoll(
     mask: *const sigset_t,
 ) -> c_int {
     let set = pollfds(fds, n);
-    if set.iter().all(|p| table::kind(p.fd) != table::SOCKET) {
+    if !set.iter().any(|p| table::served(p.fd)) {
         // SAFETY: the C library's ppoll with the program's arguments.
         return unsafe { real::ppoll()(fds, n, ts, mask) };
     }
@@ -126,7 +126,7 @@ fn is_set(s: *mut fd_set, fd: c_int) -> bool {
 /// Does the read or write set name an rxpath socket?
 fn any_socket(nfds: c_int, r: *mut fd_set, w: *mut fd_set) -> bool {
     let nfds = nfds.clamp(0, libc::FD_SETSIZE as c_int);
-    (0..nfds).any(|fd| table::kind(fd) == table::SOCKET && (is_set(r, fd) || is_set(w, fd)))
+    (0..nfds).any(|fd| table::served(fd) && (is_set(r, fd) || is_set(w, fd)))
 }
 
 /// `select` over the program's three sets as a poll of their fds, the

@@ -170,3 +170,83 @@ pub(crate) fn ifindex(name: &str) -> u32 {
     // SAFETY: `c` is a NUL-terminated name that lives across the call.
     unsafe { libc::if_nametoindex(c.as_ptr()) }
 }
+
+/// Memory shared with the children this process forks (`MAP_SHARED`,
+/// anonymous): written whole through `&mut` before anyone else can see it
+/// (before the fork), then only its atomic words change.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: after the writes through `&mut self`, the mapping's bytes are
+// only read, and its words only touched as atomics: any thread of any
+// process may hold it.
+unsafe impl Send for Shared {}
+// SAFETY: as above.
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    /// `len` zeroed bytes (at least one word), page-aligned.
+    pub(crate) fn new(len: usize) -> io::Result<Shared> {
+        let len = len.max(4);
+        // SAFETY: a new anonymous shared mapping; the kernel picks where.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = std::ptr::NonNull::new(p.cast()).ok_or(io::ErrorKind::OutOfMemory)?;
+        Ok(Shared { ptr, len })
+    }
+
+    /// The bytes, to write before the mapping is shared.
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `len` bytes mapped at `ptr`, borrowed exclusively.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Copy `out.len()` bytes from `off` (bytes written before the mapping
+    /// was shared, never written again).
+    pub(crate) fn read(&self, off: usize, out: &mut [u8]) {
+        assert!(off + out.len() <= self.len, "read past a shared mapping");
+        // SAFETY: in bounds (checked); no process writes these bytes now.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), out.as_mut_ptr(), out.len())
+        };
+    }
+
+    /// The 32-bit word at byte `off` (4-aligned), as an atomic.
+    pub(crate) fn word(&self, off: usize) -> &std::sync::atomic::AtomicU32 {
+        assert!(
+            off.is_multiple_of(4) && off + 4 <= self.len,
+            "a shared word out of place"
+        );
+        // SAFETY: in bounds and aligned (checked; the mapping is
+        // page-aligned); the word is only ever accessed atomically.
+        unsafe {
+            &*self
+                .ptr
+                .as_ptr()
+                .add(off)
+                .cast::<std::sync::atomic::AtomicU32>()
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // SAFETY: unmaps this process's view of the mapping made in `new`;
+        // no reference into it outlives `self`.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}

@@ -4,6 +4,7 @@ server answers "bye" and exits); print one JSON line: the answers in
 order (hex), how many were missing, and whether the server said bye.
 
     udp_client.py ADDR PORT COUNT [--no-quit] [--tos N] [--big BYTES] [--dstopts]
+                  [--tries N] [--wait SECONDS]
 """
 
 import json
@@ -20,7 +21,11 @@ def main():
         s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_DSTOPTS, bytes([0, 0, 1, 4, 0, 0, 0, 0]))
     if "--tos" in sys.argv:
         s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, int(sys.argv[sys.argv.index("--tos") + 1], 0))
-    s.settimeout(0.25)
+    def opt(name, default, conv):
+        return conv(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
+
+    tries = opt("--tries", 20, int)
+    s.settimeout(opt("--wait", 0.25, float))
     answers, missing, wrong = [], 0, 0
     for i in range(count):
         m = ("datagram %d " % i).encode() + bytes((i * 7 + k) % 256 for k in range(i % 300))
@@ -28,7 +33,7 @@ def main():
             # Past the MTU: it travels as IP fragments.
             m += bytes(k % 251 for k in range(int(sys.argv[sys.argv.index("--big") + 1])))
         got = None
-        for _ in range(20):
+        for _ in range(tries):
             s.sendto(m, (addr, port))
             try:
                 while True:

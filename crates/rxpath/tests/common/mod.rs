@@ -62,6 +62,16 @@ impl Pair {
         if !rxpath_testkit::can_run(&needs) {
             return None;
         }
+        static TAGS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+        let mut tags = TAGS.lock().unwrap_or_else(|e| e.into_inner());
+        // Two tests of one binary with one tag would delete each other's
+        // namespaces.
+        assert!(
+            !tags.iter().any(|t| t == tag),
+            "two tests use the tag {tag}"
+        );
+        tags.push(tag.to_string());
+        drop(tags);
         let id = std::process::id();
         let p = Pair {
             srv: format!("rxp-{tag}s-{id}"),
