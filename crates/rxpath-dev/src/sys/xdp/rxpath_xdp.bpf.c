@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+//
+// rxpath's XDP program: which frames go to the AF_XDP sockets and which
+// to the kernel.
+//
+// A frame it takes is redirected to the AF_XDP socket of the queue it
+// arrived on (XDP_PASS when that queue has none); everything else goes to
+// the kernel: ARP and ND, what the configuration does not ask for, and
+// whatever this program cannot judge by itself (IPv4 options and
+// fragments, IPv6 fragment, AH and ESP headers, a header chain longer
+// than it walks), which the kernel then handles as it always does
+// (reassembly included).
+//
+// The loader (prog.rs) makes the maps and fills in `cfg` before loading;
+// `cfg` is frozen read-only, so the verifier knows it and prunes the paths
+// a configuration does not use.
+//
+// Built with scripts/build-xdp.sh (clang's BPF target); the object is
+// checked in beside this file so that cargo alone builds rxpath, and a
+// unit test fails when this file changes without the object.
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#define SEC(name) __attribute__((section(name), used))
+#define XDP_PASS 2
+#define IPPROTO_TCP 6
+#define IPPROTO_UDP 17
+#define ETH_HLEN 14
+#define IP4_HLEN 20
+#define IP6_HLEN 40
+// Extension headers the IPv6 walk steps over, at most (ipv6_rcv's
+// hop-by-hop, routing and destination options); a longer chain is the
+// kernel's.
+#define V6_EXT_MAX 4
+
+struct xdp_md {
+	u32 data;
+	u32 data_end;
+	u32 data_meta;
+	u32 ingress_ifindex;
+	u32 rx_queue_index;
+};
+
+// The helpers, by number (include/uapi/linux/bpf.h).
+static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
+static long (*bpf_redirect_map)(void *map, u64 key, u64 flags) = (void *)51;
+
+// The maps: made by the loader, which puts their descriptors where these
+// names are used. `xsks`: the XSKMAP, a socket per queue. `ports`: the
+// ports taken, keyed by port_key() below (a hash map the loader updates as
+// sockets are bound and closed).
+char xsks[4] SEC("maps");
+char ports[4] SEC("maps");
+
+// What to take (the Rust XdpFilter).
+struct rxpath_cfg {
+	u8 all;      // every frame, whatever it is
+	u8 ipv4;     // IPv4 frames
+	u8 ipv6;     // IPv6 frames
+	u8 protocol; // only this IP protocol (0: any)
+	u8 port_map; // only destination ports in `ports` (UDP or TCP)
+	u8 has_port; // only destination port `port`
+	u16 port;    // in network order
+};
+
+static volatile const struct rxpath_cfg cfg SEC(".rodata") = {};
+
+static __attribute__((always_inline)) u16 load16(const u8 *p)
+{
+	return *(const u16 *)p;
+}
+
+// The port map's key: the destination port's two bytes as loaded (little
+// endian), shifted up a byte, or'ed with the protocol.
+static __attribute__((always_inline)) u32 port_key(u16 loaded, u8 proto)
+{
+	return ((u32)loaded << 8) | proto;
+}
+
+// Is the destination port at `l4 + 2` one this program takes?
+static __attribute__((always_inline)) int port_taken(const u8 *l4, u8 proto)
+{
+	u16 dport = load16(l4 + 2);
+
+	if (cfg.port_map) {
+		u32 key = port_key(dport, proto);
+
+		return bpf_map_lookup_elem(ports, &key) != 0;
+	}
+	return !cfg.has_port || dport == cfg.port;
+}
+
+static __attribute__((always_inline)) int by_port(void)
+{
+	return (cfg.port_map || cfg.has_port) &&
+	       (cfg.protocol == IPPROTO_UDP || cfg.protocol == IPPROTO_TCP);
+}
+
+static __attribute__((always_inline)) int take_v4(const u8 *data, const u8 *end)
+{
+	const u8 *l4 = data + ETH_HLEN + IP4_HLEN;
+
+	if (!cfg.protocol)
+		return 1;
+	if (data[ETH_HLEN + 9] != cfg.protocol)
+		return 0;
+	if (!by_port())
+		return 1;
+	// Options: the ports are elsewhere; the kernel's.
+	if (data[ETH_HLEN] != 0x45)
+		return 0;
+	// A fragment (MF or an offset): its ports are not where ports are,
+	// or not there at all; the kernel reassembles it.
+	if (load16(data + ETH_HLEN + 6) & __builtin_bswap16(0x3fff))
+		return 0;
+	if (l4 + 4 > end)
+		return 0;
+	return port_taken(l4, cfg.protocol);
+}
+
+// The IPv6 header chain, walked as ipv6_rcv and ip6_protocol_deliver_rcu
+// do: hop-by-hop (0), routing (43) and destination options (60) headers,
+// each (hdr_ext_len + 1) * 8 bytes, up to V6_EXT_MAX of them.
+static __attribute__((always_inline)) int take_v6(const u8 *data, const u8 *end)
+{
+	u8 next = data[ETH_HLEN + 6];
+	u32 off = ETH_HLEN + IP6_HLEN;
+	const u8 *l4;
+
+	if (!cfg.protocol)
+		return 1;
+	if (!by_port())
+		return next == cfg.protocol;
+#pragma unroll
+	for (int i = 0; i < V6_EXT_MAX; i++) {
+		const u8 *h = data + off;
+
+		if (next == cfg.protocol)
+			break;
+		if (next != 0 && next != 43 && next != 60)
+			return 0;
+		if (h + 2 > end)
+			return 0;
+		next = h[0];
+		off += ((u32)h[1] + 1) * 8;
+	}
+	if (next != cfg.protocol)
+		return 0;
+	l4 = data + off;
+	if (l4 + 4 > end)
+		return 0;
+	return port_taken(l4, cfg.protocol);
+}
+
+SEC("xdp")
+int rxpath_xdp(struct xdp_md *ctx)
+{
+	const u8 *data = (const u8 *)(long)ctx->data;
+	const u8 *end = (const u8 *)(long)ctx->data_end;
+	int take = 0;
+
+	if (cfg.all)
+		return bpf_redirect_map(xsks, ctx->rx_queue_index, XDP_PASS);
+	// Ethernet and the fixed part of an IPv4 header, at least.
+	if (data + ETH_HLEN + IP4_HLEN > end)
+		return XDP_PASS;
+	switch (load16(data + 12)) {
+	case __builtin_bswap16(0x0800):
+		take = cfg.ipv4 && take_v4(data, end);
+		break;
+	case __builtin_bswap16(0x86dd):
+		take = cfg.ipv6 && take_v6(data, end);
+		break;
+	}
+	if (!take)
+		return XDP_PASS;
+	return bpf_redirect_map(xsks, ctx->rx_queue_index, XDP_PASS);
+}
+
+char _license[] SEC("license") = "GPL";
