@@ -231,7 +231,11 @@ impl Global {
 
     /// An rxpath socket for `addr`, which the caller's kernel socket has
     /// just bound (the port is held in the kernel), or why not.
-    pub(crate) fn bind(&self, addr: SocketAddr) -> Result<UdpSocket, (Fallback, String)> {
+    pub(crate) fn bind(
+        &self,
+        addr: SocketAddr,
+        reuseport: bool,
+    ) -> Result<UdpSocket, (Fallback, String)> {
         let Some(iface) = self.cfg.iface.clone() else {
             return Err((Fallback::NoIface, "no RXPATH_IFACE".into()));
         };
@@ -273,7 +277,7 @@ impl Global {
         }
         let sock = r
             .host
-            .udp_bind_held(addr)
+            .udp_bind_held_with(addr, rxpath_core::sock::BindOptions { reuseport })
             .map_err(|e| (Fallback::BindRefused, format!("{addr}: {e}")))?;
         let port = addr.port();
         if !r.ports.contains_key(&port) {

@@ -56,7 +56,7 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
         table::remove(fd);
         return g.fallback(Fallback::Option, why);
     }
-    let sock = match g.bind(addr) {
+    let sock = match g.bind(addr, p.reuseport) {
         Ok(s) => s,
         Err((why, detail)) => {
             table::remove(fd);
@@ -609,6 +609,11 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
                 // socket stays the kernel's (rare: set after bind).
                 _ => return refuse(&e, "setsockopt(UDP_SEGMENT) before bind"),
             }
+            return Ok(());
+        }
+        (libc::SOL_SOCKET, libc::SO_REUSEPORT, OptVal::Int(on)) => {
+            // Only `bind` reads it (a bound socket keeps its group).
+            apply(&e, |_| {}, |p| p.reuseport = on != 0);
             return Ok(());
         }
         (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, OptVal::Int(on)) => {

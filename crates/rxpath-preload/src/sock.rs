@@ -26,6 +26,8 @@ pub(crate) struct Pending {
     pub(crate) cmsgs: u8,
     /// `UDP_GRO`: read GRO packets whole.
     pub(crate) gro: bool,
+    /// `SO_REUSEPORT`: may share its address with others that set it.
+    pub(crate) reuseport: bool,
     /// An option rxpath cannot honour was set: the socket stays the
     /// kernel's at `bind`.
     pub(crate) refuse: Option<String>,

@@ -662,3 +662,93 @@ fn a_host_serves_its_counters_for_prometheus() {
         "{end}"
     );
 }
+
+/// Read everything queued on `s` now: each datagram's payload.
+fn drain(s: &UdpSocket) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut b = [0u8; 2048];
+    while let Ok((n, _)) = s.try_recv_from(&mut b) {
+        out.push(String::from_utf8_lossy(&b[..n]).into_owned());
+    }
+    out
+}
+
+#[test]
+fn a_reuseport_group_keeps_each_flow_on_one_member_and_spreads_them() {
+    use rxpath_core::sock::BindOptions;
+    let h = host(1, 1);
+    let rp = BindOptions { reuseport: true };
+    let group: Vec<UdpSocket> = (0..4)
+        .map(|_| h.udp_bind_held_with(sa("0.0.0.0", 7100), rp).unwrap())
+        .collect();
+    // Without SO_REUSEPORT the address is taken; a latecomer with it
+    // cannot join a socket that did not set it.
+    assert!(matches!(
+        h.udp_bind_held(sa("0.0.0.0", 7100)),
+        Err(SockError::AddrInUse(_))
+    ));
+    let plain = h.udp_bind(sa("0.0.0.0", 7101)).unwrap();
+    assert!(matches!(
+        h.udp_bind_held_with(sa("0.0.0.0", 7101), rp),
+        Err(SockError::AddrInUse(_))
+    ));
+    drop(plain);
+    // 64 flows, three datagrams each.
+    let send_all = |round: &str| {
+        for f in 0..64u16 {
+            for k in 0..3 {
+                inject(
+                    &h,
+                    sa(PEER4, 20000 + f),
+                    sa(HOST4, 7100),
+                    format!("{round} {f} {k}").as_bytes(),
+                );
+            }
+        }
+        thread::sleep(Duration::from_millis(200));
+    };
+    send_all("a");
+    let got: Vec<Vec<String>> = group.iter().map(drain).collect();
+    let flows_of = |got: &[Vec<String>]| -> Vec<HashSet<String>> {
+        got.iter()
+            .map(|v| {
+                v.iter()
+                    .map(|d| d.split(' ').nth(1).unwrap().to_string())
+                    .collect()
+            })
+            .collect()
+    };
+    let flows = flows_of(&got);
+    let total: usize = got.iter().map(Vec::len).sum();
+    assert_eq!(total, 64 * 3, "every datagram reached a member");
+    for (i, a) in flows.iter().enumerate() {
+        assert!(!a.is_empty(), "member {i} got no flow: {flows:?}");
+        for b in flows.iter().skip(i + 1) {
+            assert!(a.is_disjoint(b), "a flow split across members");
+        }
+    }
+    // The same flows land where they did while the group is the same.
+    send_all("b");
+    let again = flows_of(&group.iter().map(drain).collect::<Vec<_>>());
+    assert_eq!(again, flows, "each flow on the member it had");
+    // A member leaves: the others take every flow, theirs still theirs
+    // where the scale keeps them; nothing is lost.
+    let mut group = group;
+    let gone = group.remove(3);
+    drop(gone);
+    send_all("c");
+    let after: Vec<Vec<String>> = group.iter().map(drain).collect();
+    assert_eq!(after.iter().map(Vec::len).sum::<usize>(), 64 * 3);
+    // A connected socket in the group wins for its peer (udp4_lib_lookup2
+    // returns an established socket before the group picks).
+    group[0].connect(sa(PEER4, 20005)).unwrap();
+    inject(
+        &h,
+        sa(PEER4, 20005),
+        sa(HOST4, 7100),
+        b"to the connected one",
+    );
+    assert_eq!(recv_str(&group[0]).0, "to the connected one");
+    drop(group);
+    all_home(&h.shutdown());
+}

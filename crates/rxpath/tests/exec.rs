@@ -446,6 +446,69 @@ fn socat_forking_a_child_per_datagram_answers_as_on_the_kernel() {
     assert!(rx >= 12, "rxpath received {rx}: {report}");
 }
 
+/// Four sockets on one port with `SO_REUSEPORT`, a thread each, on the
+/// kernel and under exec: 64 flows of three datagrams, every one answered;
+/// each flow stays on one member and every member gets flows, on both
+/// (the kernel's hash has a secret of its own, so which member a flow
+/// lands on differs; the spread does not). Under exec every socket is
+/// rxpath's and the datagrams came through it.
+#[test]
+fn a_reuseport_group_spreads_flows_as_the_kernel_does() {
+    let Some(p) = pair("xr", &[]) else { return };
+    const RP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/reuseport.py");
+    let run = |exec: Option<&[&str]>| {
+        let mut s = server(&p, exec, &["python3", RP, "server", SRV, "5315", "192"]);
+        wait_ready(&mut s);
+        let out = Command::new("ip")
+            .args([
+                "netns", "exec", &p.cli, "python3", RP, "client", SRV, "5315", "64", "3",
+            ])
+            .output()
+            .expect("client");
+        let c: serde_json::Value = serde_json::from_slice(&out.stdout).expect("client json");
+        let (st, rest, err) = finish(s);
+        assert!(st.success(), "{exec:?}: {err}\n{rest}");
+        let line = rest.lines().find(|l| l.starts_with('{')).expect("flows");
+        let flows: serde_json::Value = serde_json::from_str(line).unwrap();
+        (c, flows, rest)
+    };
+    for exec in [None, Some(&[][..])] {
+        let (c, flows, rest) = run(exec);
+        assert_eq!(c["missing"], 0, "{exec:?}: {c}\n{rest}");
+        let members: Vec<Vec<u64>> = flows["flows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                m.as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|x| x.as_u64())
+                    .collect()
+            })
+            .collect();
+        let all: Vec<u64> = members.iter().flatten().copied().collect();
+        let mut distinct = all.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(
+            all.len(),
+            64,
+            "{exec:?}: each flow on one member: {members:?}"
+        );
+        assert_eq!(distinct.len(), 64, "{exec:?}: {members:?}");
+        assert!(
+            members.iter().all(|m| !m.is_empty()),
+            "{exec:?}: {members:?}"
+        );
+        if exec.is_some() {
+            assert!(rest.contains("sockets on rxpath 4 "), "{rest}");
+            assert!(!rest.contains("MISMATCH"), "{rest}");
+            assert!(received(&rest) >= 192, "{rest}");
+        }
+    }
+}
+
 #[test]
 fn a_socket_bound_later_on_another_port_is_served_too() {
     let Some(p) = pair("xp", &[]) else { return };

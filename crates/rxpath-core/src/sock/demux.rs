@@ -11,6 +11,17 @@
 //! A socket bound to a specific address and one bound to the wildcard may
 //! share a port (the kernel allows it with `SO_REUSEADDR`); the specific one
 //! wins.
+//!
+//! Sockets that all set `SO_REUSEPORT` before `bind` share one key as a
+//! group (`struct sock_reuseport`, net/core/sock_reuseport.c): a datagram
+//! goes to the member `reciprocal_scale(hash, n)` picks, the hash of its
+//! addresses and ports, so a flow stays on one member while the group
+//! does not change, as `reuseport_select_sock` does. The kernel hashes with
+//! a secret of its own (`udp_ehashfn`), so the member a flow lands on is
+//! not the kernel's; the spread over the members is the same. A connected
+//! socket still wins over the group (it sits in the connected map, as
+//! `udp4_lib_lookup2` returns an established socket before asking the
+//! group).
 
 use super::socket::SockInner;
 use super::{lock, SockError, Sockets};
@@ -61,6 +72,7 @@ impl Sockets {
     pub(crate) fn bind_entry(
         &self,
         mut addr: SocketAddr,
+        reuseport: bool,
         make: impl FnOnce(SocketAddr) -> Arc<SockInner>,
     ) -> Result<Arc<SockInner>, SockError> {
         let mut t = lock_write(self);
@@ -74,7 +86,7 @@ impl Sockets {
             addr.set_port(free);
         }
         let key = Key::of(addr, None);
-        if t.taken(key) {
+        if !t.may_join(key, reuseport) {
             return Err(SockError::AddrInUse(addr));
         }
         let inner = make(addr);
@@ -95,7 +107,7 @@ impl Sockets {
             return Err(SockError::Family(format!("{} to {remote}", a.0)));
         }
         let new = Key::of(a.0, Some(remote));
-        if new != Key::of(a.0, a.1) && t.taken(new) {
+        if new != Key::of(a.0, a.1) && !t.may_join(new, s.reuseport) {
             return Err(SockError::AddrInUse(a.0));
         }
         t.remove(Key::of(a.0, a.1), s.id);
@@ -140,11 +152,48 @@ impl Key {
     }
 }
 
+/// The sockets on one key: one socket, or a `SO_REUSEPORT` group in the
+/// order they joined.
+#[derive(Debug, Clone)]
+pub(crate) struct Group(Vec<Arc<SockInner>>);
+
+impl Group {
+    /// The member for a datagram from `src` to `dst` (`reuseport_select_sock`
+    /// without a BPF program: `reciprocal_scale(hash, n)`).
+    #[inline]
+    fn pick(&self, dst: SocketAddr, src: SocketAddr) -> &Arc<SockInner> {
+        match self.0.as_slice() {
+            [one] => one,
+            all => &all[reciprocal_scale(flow_hash(dst, src), all.len() as u32) as usize],
+        }
+    }
+
+    /// The first member (the one a single-socket key holds).
+    fn first(&self) -> &Arc<SockInner> {
+        &self.0[0]
+    }
+}
+
+/// `reciprocal_scale()` (include/linux/kernel.h): `val` scaled into
+/// `0..ep_ro` without a division.
+#[inline]
+pub(crate) fn reciprocal_scale(val: u32, ep_ro: u32) -> u32 {
+    ((val as u64 * ep_ro as u64) >> 32) as u32
+}
+
+/// The hash of a datagram's addresses and ports a group picks by: fixed
+/// for a flow (a process-wide seed, as the kernel's boot-time secret).
+fn flow_hash(dst: SocketAddr, src: SocketAddr) -> u32 {
+    use std::hash::BuildHasher;
+    static SEED: std::sync::OnceLock<foldhash::fast::RandomState> = std::sync::OnceLock::new();
+    SEED.get_or_init(Default::default).hash_one((dst, src)) as u32
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Demux {
-    connected: HashMap<(SocketAddr, SocketAddr), Arc<SockInner>>,
-    bound: HashMap<SocketAddr, Arc<SockInner>>,
-    wildcard: HashMap<(bool, u16), Arc<SockInner>>,
+    connected: HashMap<(SocketAddr, SocketAddr), Group>,
+    bound: HashMap<SocketAddr, Group>,
+    wildcard: HashMap<(bool, u16), Group>,
 }
 
 fn unspecified(v6: bool) -> IpAddr {
@@ -160,16 +209,16 @@ impl Demux {
     #[inline]
     pub(crate) fn lookup(&self, dst: SocketAddr, src: SocketAddr) -> Option<&Arc<SockInner>> {
         if !self.connected.is_empty() {
-            if let Some(s) = self.connected.get(&(dst, src)).or_else(|| {
+            if let Some(g) = self.connected.get(&(dst, src)).or_else(|| {
                 let any = SocketAddr::new(unspecified(dst.is_ipv6()), dst.port());
                 self.connected.get(&(any, src))
             }) {
-                return Some(s);
+                return Some(g.pick(dst, src));
             }
         }
         if !self.bound.is_empty() {
-            if let Some(s) = self.bound.get(&dst) {
-                return Some(s);
+            if let Some(g) = self.bound.get(&dst) {
+                return Some(g.pick(dst, src));
             }
         }
         self.wildcard
@@ -178,17 +227,27 @@ impl Demux {
                 SocketAddr::V4(_) => self
                     .wildcard
                     .get(&(true, dst.port()))
-                    .filter(|s| !s.v6only.load(std::sync::atomic::Ordering::Relaxed)),
+                    .filter(|g| !g.first().v6only.load(std::sync::atomic::Ordering::Relaxed)),
                 SocketAddr::V6(_) => None,
             })
+            .map(|g| g.pick(dst, src))
     }
 
-    /// True if `key` is taken.
-    pub(crate) fn taken(&self, key: Key) -> bool {
+    fn group(&self, key: Key) -> Option<&Group> {
         match key {
-            Key::Connected(l, r) => self.connected.contains_key(&(l, r)),
-            Key::Bound(a) => self.bound.contains_key(&a),
-            Key::Wildcard(v6, p) => self.wildcard.contains_key(&(v6, p)),
+            Key::Connected(l, r) => self.connected.get(&(l, r)),
+            Key::Bound(a) => self.bound.get(&a),
+            Key::Wildcard(v6, p) => self.wildcard.get(&(v6, p)),
+        }
+    }
+
+    /// A socket (with `SO_REUSEPORT` or not) may take `key`: it is free, or
+    /// every socket on it and this one set `SO_REUSEPORT` (the group of
+    /// `reuseport_add_sock`; one process here, so one owner).
+    pub(crate) fn may_join(&self, key: Key, reuseport: bool) -> bool {
+        match self.group(key) {
+            None => true,
+            Some(g) => reuseport && g.0.iter().all(|s| s.reuseport),
         }
     }
 
@@ -205,31 +264,33 @@ impl Demux {
                 .any(|(l, _)| l.is_ipv6() == v6 && l.port() == port)
     }
 
+    /// Put `s` on `key`: alone, or as the last member of its group.
     pub(crate) fn insert(&mut self, key: Key, s: Arc<SockInner>) {
+        fn join<K: std::hash::Hash + Eq>(m: &mut HashMap<K, Group>, k: K, s: Arc<SockInner>) {
+            m.entry(k).or_insert_with(|| Group(Vec::new())).0.push(s);
+        }
         match key {
-            Key::Connected(l, r) => {
-                self.connected.insert((l, r), s);
-            }
-            Key::Bound(a) => {
-                self.bound.insert(a, s);
-            }
-            Key::Wildcard(v6, p) => {
-                self.wildcard.insert((v6, p), s);
-            }
+            Key::Connected(l, r) => join(&mut self.connected, (l, r), s),
+            Key::Bound(a) => join(&mut self.bound, a, s),
+            Key::Wildcard(v6, p) => join(&mut self.wildcard, (v6, p), s),
         }
     }
 
-    /// Remove `key` if it maps to socket `id`.
+    /// Take socket `id` off `key` (`reuseport_detach_sock`: the others
+    /// stay, in their order).
     pub(crate) fn remove(&mut self, key: Key, id: u64) -> Option<Arc<SockInner>> {
         fn take<K: std::hash::Hash + Eq>(
-            m: &mut HashMap<K, Arc<SockInner>>,
+            m: &mut HashMap<K, Group>,
             k: K,
             id: u64,
         ) -> Option<Arc<SockInner>> {
-            match m.get(&k) {
-                Some(s) if s.id == id => m.remove(&k),
-                _ => None,
+            let g = m.get_mut(&k)?;
+            let i = g.0.iter().position(|s| s.id == id)?;
+            let s = g.0.remove(i);
+            if g.0.is_empty() {
+                m.remove(&k);
             }
+            Some(s)
         }
         match key {
             Key::Connected(l, r) => take(&mut self.connected, (l, r), id),
@@ -240,9 +301,9 @@ impl Demux {
 
     /// Empty the table (host shutdown).
     pub(crate) fn take_all(&mut self) -> Vec<Arc<SockInner>> {
-        let mut v: Vec<_> = self.connected.drain().map(|(_, s)| s).collect();
-        v.extend(self.bound.drain().map(|(_, s)| s));
-        v.extend(self.wildcard.drain().map(|(_, s)| s));
+        let mut v: Vec<_> = self.connected.drain().flat_map(|(_, g)| g.0).collect();
+        v.extend(self.bound.drain().flat_map(|(_, g)| g.0));
+        v.extend(self.wildcard.drain().flat_map(|(_, g)| g.0));
         v
     }
 }

@@ -170,6 +170,9 @@ pub(crate) struct SockInner {
     pub(crate) gro: AtomicBool,
     /// `IP_PMTUDISC_DO`/`PROBE`: DF on every datagram.
     pub(crate) pmtudisc_do: AtomicBool,
+    /// `SO_REUSEPORT` when it was bound: it may share its address with
+    /// others that set it ([`super::demux`]).
+    pub(crate) reuseport: bool,
     /// The waiting half, told of every datagram queued and of the close.
     ready: OnceLock<Arc<dyn DataReady>>,
 }
@@ -247,6 +250,14 @@ pub struct RecvMeta {
     pub tos: u8,
 }
 
+/// What a socket asks of `bind` ([`Socket::bind_with`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BindOptions {
+    /// `SO_REUSEPORT`: share the address with other sockets that set it,
+    /// as a group that spreads flows over its members.
+    pub reuseport: bool,
+}
+
 /// A UDP socket's state on an rxpath host: its addresses, options,
 /// receive queue and counters, and the calls that never wait (`bind`,
 /// `connect`, `setsockopt`, a non-blocking read, `send`). The waiting
@@ -286,7 +297,16 @@ impl Socket {
     /// `bind()`: a socket on `addr` (address or wildcard; port 0 picks an
     /// ephemeral port).
     pub fn bind(host: &Arc<Sockets>, addr: SocketAddr) -> Result<Socket, SockError> {
-        let inner = host.bind_entry(addr, |addr| {
+        Self::bind_with(host, addr, BindOptions::default())
+    }
+
+    /// `bind()` with the options set before it (`SO_REUSEPORT`).
+    pub fn bind_with(
+        host: &Arc<Sockets>,
+        addr: SocketAddr,
+        opts: BindOptions,
+    ) -> Result<Socket, SockError> {
+        let inner = host.bind_entry(addr, opts.reuseport, |addr| {
             Arc::new(SockInner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 addrs: Mutex::new((addr, None)),
@@ -303,6 +323,7 @@ impl Socket {
                 v6only: AtomicBool::new(false),
                 gro: AtomicBool::new(false),
                 pmtudisc_do: AtomicBool::new(false),
+                reuseport: opts.reuseport,
                 ready: OnceLock::new(),
             })
         })?;

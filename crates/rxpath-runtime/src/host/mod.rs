@@ -27,7 +27,7 @@ use napi_thread::{napi_in_irq, napi_thread};
 use rxpath_core::gro::{GroConfig, GroKnob, UdpGroPolicy};
 use rxpath_core::ip::Snmp;
 use rxpath_core::napi::{BundleMode, Napi, NapiTable, NAPI_POLL_WEIGHT};
-use rxpath_core::sock::{SharedNapi, SockConfig, SockError, Sockets};
+use rxpath_core::sock::{BindOptions, SharedNapi, SockConfig, SockError, Sockets};
 use rxpath_core::steer::{SeqSource, SteerMode, Worker};
 use rxpath_dev::packet::PacketQueue;
 use rxpath_dev::sim::{self, SimConfig, SimPort, SimRxQueue};
@@ -636,7 +636,18 @@ impl Host {
     /// kernel (a preloaded program's own UDP socket, bound to `addr` behind
     /// the same fd): no guard socket of the host's.
     pub fn udp_bind_held(&self, addr: SocketAddr) -> Result<UdpSocket, SockError> {
-        UdpSocket::bind(&self.sockets, addr, self.server.clone())
+        self.udp_bind_held_with(addr, BindOptions::default())
+    }
+
+    /// [`Self::udp_bind_held`] with the options set before `bind`
+    /// (`SO_REUSEPORT`: sockets that all set it share the address as a
+    /// group that spreads flows over its members).
+    pub fn udp_bind_held_with(
+        &self,
+        addr: SocketAddr,
+        opts: BindOptions,
+    ) -> Result<UdpSocket, SockError> {
+        UdpSocket::bind_with(&self.sockets, addr, opts, self.server.clone())
     }
 
     /// The NAPIs.

@@ -38,7 +38,7 @@ pub trait Watch: Send + Sync + std::fmt::Debug {
 pub use rxpath_core::sock::{RecvMeta, SockCounters, SockError};
 pub use serve::BacklogServer;
 
-use rxpath_core::sock::{DataReady, Socket, Sockets};
+use rxpath_core::sock::{BindOptions, DataReady, Socket, Sockets};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -71,7 +71,17 @@ impl UdpSocket {
         addr: SocketAddr,
         server: Option<Arc<dyn BacklogServer>>,
     ) -> Result<UdpSocket, SockError> {
-        let sock = Socket::bind(host, addr)?;
+        Self::bind_with(host, addr, BindOptions::default(), server)
+    }
+
+    /// [`Self::bind`] with the options set before it (`SO_REUSEPORT`).
+    pub fn bind_with(
+        host: &Arc<Sockets>,
+        addr: SocketAddr,
+        opts: BindOptions,
+        server: Option<Arc<dyn BacklogServer>>,
+    ) -> Result<UdpSocket, SockError> {
+        let sock = Socket::bind_with(host, addr, opts)?;
         let wait = Arc::new(SockWait::default());
         sock.set_data_ready(wait.clone());
         Ok(UdpSocket { sock, wait, server })
