@@ -28,7 +28,7 @@ const TAKEN: u32 = 1;
 /// The region's header: datagrams left (a word), then their count.
 const HEAD: usize = 8;
 /// A record's header before the payload.
-const REC: usize = 52;
+const REC: usize = 64;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -154,6 +154,8 @@ impl Region {
             stride: u32_at(8) as usize,
             ecn: h[12] & 3,
             tos: h[12],
+            stamp_ns: u64::from_ne_bytes(h[52..60].try_into().unwrap_or_default()),
+            drops: u32_at(60),
         };
         (u32_at(4) as usize, m)
     }
@@ -175,6 +177,8 @@ fn write_record(r: &mut [u8], m: &RecvMeta, payload: &[u8]) {
     r[16..18].copy_from_slice(&m.src.port().to_ne_bytes());
     r[20..36].copy_from_slice(&s);
     r[36..52].copy_from_slice(&d);
+    r[52..60].copy_from_slice(&m.stamp_ns.to_ne_bytes());
+    r[60..64].copy_from_slice(&m.drops.to_ne_bytes());
     r[REC..].copy_from_slice(payload);
 }
 
@@ -248,7 +252,7 @@ impl Held {
 pub(crate) struct Inherited {
     pub(crate) held: Held,
     /// The control messages a read hands back (as the parent's socket).
-    pub(crate) cmsgs: u8,
+    pub(crate) cmsgs: u16,
     /// The socket is IPv6 (`IPV6_PKTINFO` for IPv4 senders too).
     pub(crate) v6: bool,
 }
@@ -318,6 +322,8 @@ mod tests {
             stride: 0,
             ecn: tos & 3,
             tos,
+            stamp_ns: 12345,
+            drops: 7,
         }
     }
 
@@ -339,6 +345,7 @@ mod tests {
         assert_eq!((whole, m.len, m.truncated), (5, 3, true));
         assert_eq!(m.src, got[0].0.src);
         assert_eq!((m.dst, m.tos, m.ecn), (got[0].0.dst, 0x2a, 2));
+        assert_eq!((m.stamp_ns, m.drops), (12345, 7));
         let (whole, m) = child.take(&mut buf, false).unwrap();
         assert_eq!(
             (whole, &buf[..m.len], m.truncated),

@@ -44,8 +44,8 @@
 //! A datagram that reaches the kernel socket behind a served fd (loopback,
 //! another interface) is read too (the `kside` module).
 //!
-//! Not built yet (said in the README and the guide): timestamps and
-//! `SO_RXQ_OVFL`, a forked child serving a port itself.
+//! Not built yet (said in the README and the guide): a forked child
+//! serving a port itself.
 
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]

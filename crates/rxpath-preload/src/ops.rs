@@ -71,6 +71,8 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
     }
     sock.set_read_timeout(p.rcvtimeo);
     sock.set_udp_gro(p.gro);
+    sock.socket()
+        .set_rxq_ovfl(p.cmsgs & crate::sock::RXQ_OVFL != 0);
     sock.set_only_v6(p.v6only);
     let watch = Arc::new(Watchers::default());
     let w: Arc<dyn Watch> = watch.clone();
@@ -247,6 +249,10 @@ pub(crate) struct Got {
     /// The address it was sent to (`IP_PKTINFO`).
     pub(crate) dst: std::net::IpAddr,
     pub(crate) truncated: bool,
+    /// When the NAPI took it (`mono_ns`; 0: not known).
+    pub(crate) stamp_ns: u64,
+    /// The socket's drops when it was queued (`SO_RXQ_OVFL`).
+    pub(crate) drops: u32,
 }
 
 /// The flags a read honours; any other is refused on an rxpath socket.
@@ -288,6 +294,8 @@ pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, Er
                 truncated: false,
                 tos: 0,
                 stride: 0,
+                stamp_ns: 0,
+                drops: 0,
             });
         }
         if nonblock {
@@ -407,7 +415,7 @@ impl Rx {
     }
 
     /// The control messages a read hands back.
-    pub(crate) fn cmsgs(&self) -> u8 {
+    pub(crate) fn cmsgs(&self) -> u16 {
         match self {
             Rx::Sock(a) => a.cmsgs.load(Ordering::Relaxed),
             Rx::Forked(_, i) => i.cmsgs,
@@ -450,6 +458,8 @@ fn done(n: usize, got: Option<RecvMeta>) -> Result<Got, Errno> {
             stride: m.stride,
             dst: m.dst,
             truncated: m.truncated,
+            stamp_ns: m.stamp_ns,
+            drops: m.drops,
         }),
         _ => Err(libc::EAGAIN),
     }
@@ -611,6 +621,33 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
             }
             return Ok(());
         }
+        (libc::SOL_SOCKET, n @ (libc::SO_TIMESTAMP | libc::SO_TIMESTAMPNS), OptVal::Int(on))
+        | (
+            libc::SOL_SOCKET,
+            n @ (crate::sock::SO_TIMESTAMP_NEW | crate::sock::SO_TIMESTAMPNS_NEW),
+            OptVal::Int(on),
+        ) => {
+            // `sock_set_timestamp`: on sets the form this option names,
+            // off clears both.
+            use crate::sock::{TIMESTAMP, TIMESTAMP_NEW, TIMESTAMP_NS};
+            let all = TIMESTAMP | TIMESTAMP_NS | TIMESTAMP_NEW;
+            set_cmsg(&e, all, false);
+            if on != 0 {
+                let ns = n == libc::SO_TIMESTAMPNS || n == crate::sock::SO_TIMESTAMPNS_NEW;
+                let new =
+                    n == crate::sock::SO_TIMESTAMP_NEW || n == crate::sock::SO_TIMESTAMPNS_NEW;
+                let bits = TIMESTAMP
+                    | if ns { TIMESTAMP_NS } else { 0 }
+                    | if new { TIMESTAMP_NEW } else { 0 };
+                set_cmsg(&e, bits, true);
+            }
+            return Ok(());
+        }
+        (libc::SOL_SOCKET, libc::SO_RXQ_OVFL, OptVal::Int(on)) => {
+            set_cmsg(&e, crate::sock::RXQ_OVFL, on != 0);
+            apply(&e, |a| a.sock.socket().set_rxq_ovfl(on != 0), |_| {});
+            return Ok(());
+        }
         (libc::SOL_SOCKET, libc::SO_REUSEPORT, OptVal::Int(on)) => {
             // Only `bind` reads it (a bound socket keeps its group).
             apply(&e, |_| {}, |p| p.reuseport = on != 0);
@@ -647,8 +684,8 @@ fn refuse(e: &Entry, what: &str) -> Result<(), Errno> {
     }
 }
 
-fn set_cmsg(e: &Entry, bit: u8, on: bool) {
-    let set = |v: u8| if on { v | bit } else { v & !bit };
+fn set_cmsg(e: &Entry, bit: u16, on: bool) {
+    let set = |v: u16| if on { v | bit } else { v & !bit };
     match e {
         Entry::Socket(a) => {
             let _ = a

@@ -23,7 +23,7 @@ pub(crate) struct Pending {
     pub(crate) rcvbuf: Option<usize>,
     pub(crate) v6only: bool,
     /// The control messages a read hands back ([`PKTINFO4`], ...).
-    pub(crate) cmsgs: u8,
+    pub(crate) cmsgs: u16,
     /// `UDP_GRO`: read GRO packets whole.
     pub(crate) gro: bool,
     /// `SO_REUSEPORT`: may share its address with others that set it.
@@ -44,7 +44,7 @@ pub(crate) struct Accel {
     pub(crate) fds: std::sync::atomic::AtomicUsize,
     /// The control messages a read hands back ([`PKTINFO4`], [`PKTINFO6`],
     /// [`RECVTOS`], [`RECVTCLASS`], [`GRO`]).
-    pub(crate) cmsgs: AtomicU8,
+    pub(crate) cmsgs: std::sync::atomic::AtomicU16,
     /// `UDP_SEGMENT` set on the socket: sends cut into datagrams of this
     /// size (0: off).
     pub(crate) segment: std::sync::atomic::AtomicU16,
@@ -69,15 +69,29 @@ pub(crate) const SHUT_WRITE: u8 = 2;
 pub(crate) const UDP_SEGMENT: i32 = 103;
 
 /// `IP_PKTINFO` is on.
-pub(crate) const PKTINFO4: u8 = 1;
+pub(crate) const PKTINFO4: u16 = 1;
 /// `IPV6_RECVPKTINFO` is on.
-pub(crate) const PKTINFO6: u8 = 2;
+pub(crate) const PKTINFO6: u16 = 2;
 /// `IP_RECVTOS` is on (`IP_TOS`, one byte, on IPv4 datagrams).
-pub(crate) const RECVTOS: u8 = 4;
+pub(crate) const RECVTOS: u16 = 4;
 /// `IPV6_RECVTCLASS` is on (`IPV6_TCLASS`, an int, on IPv6 datagrams).
-pub(crate) const RECVTCLASS: u8 = 8;
+pub(crate) const RECVTCLASS: u16 = 8;
 /// `UDP_GRO` is on (`UDP_GRO`, the segment size, on a GRO packet).
-pub(crate) const GRO: u8 = 16;
+pub(crate) const GRO: u16 = 16;
+/// `SO_TIMESTAMP` or `SO_TIMESTAMPNS` is on (the time the NAPI took the
+/// datagram, `CLOCK_REALTIME`).
+pub(crate) const TIMESTAMP: u16 = 32;
+/// ... as a `timespec` (`SO_TIMESTAMPNS`), else a `timeval`.
+pub(crate) const TIMESTAMP_NS: u16 = 64;
+/// ... with the `_NEW` message types (`SO_TIMESTAMP_NEW`, 64-bit times).
+pub(crate) const TIMESTAMP_NEW: u16 = 128;
+/// `SO_RXQ_OVFL` is on (the socket's drops, a u32, when not 0).
+pub(crate) const RXQ_OVFL: u16 = 256;
+
+/// `SO_TIMESTAMP_NEW` (`asm-generic/socket.h`).
+pub(crate) const SO_TIMESTAMP_NEW: i32 = 63;
+/// `SO_TIMESTAMPNS_NEW`.
+pub(crate) const SO_TIMESTAMPNS_NEW: i32 = 64;
 
 /// `UDP_GRO` (`linux/udp.h`).
 pub(crate) const UDP_GRO: i32 = 104;

@@ -121,6 +121,18 @@ fn exact_beats_bound_beats_wildcard_v4_and_v6() {
     all_home(&r);
 }
 
+/// Ten datagrams `m0`..`m9` to `port`, and wait until `s` queued or
+/// dropped each.
+fn overflow(h: &Host, s: &UdpSocket, port: u16) {
+    for i in 0..10 {
+        inject(h, sa(PEER4, 5), sa(HOST4, port), format!("m{i}").as_bytes());
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s.counters().queued + s.counters().drops < 10 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
 #[test]
 fn receive_queue_overflow_is_a_counted_drop() {
     let h = host(1, 1);
@@ -129,18 +141,7 @@ fn receive_queue_overflow_is_a_counted_drop() {
     // past rcvbuf, so two truesizes' worth holds three.
     let frame = 14 + 20 + 8 + 2;
     s.set_rcvbuf(2 * rxpath_core::sock::truesize(frame));
-    for i in 0..10 {
-        inject(
-            &h,
-            sa(PEER4, 5),
-            sa(HOST4, 7000),
-            format!("m{i}").as_bytes(),
-        );
-    }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while s.counters().queued + s.counters().drops < 10 && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(1));
-    }
+    overflow(&h, &s, 7000);
     assert_eq!(s.queued(), 3);
     assert_eq!(s.counters().drops, 7);
     // The oldest are kept, in order.
@@ -156,6 +157,48 @@ fn receive_queue_overflow_is_a_counted_drop() {
         7
     );
     all_home(&r);
+}
+
+#[test]
+fn each_datagram_carries_when_it_came_and_the_drops_before_it() {
+    let h = host(1, 1);
+    let s = h.udp_bind(sa(HOST4, 7002)).unwrap();
+    let frame = 14 + 20 + 8 + 2;
+    s.set_rcvbuf(2 * rxpath_core::sock::truesize(frame));
+    s.socket().set_rxq_ovfl(true);
+    let before = rxpath_dev::mono_ns();
+    overflow(&h, &s, 7002);
+    let read_all = || {
+        let mut metas = Vec::new();
+        let mut b = [0u8; 64];
+        while s
+            .socket()
+            .try_recv_batch(&mut [&mut b[..]], &mut |_, m| metas.push(m))
+            .unwrap_or(0)
+            > 0
+        {}
+        metas
+    };
+    // Queued before any drop: 0 (`sock_skb_set_dropcount` at enqueue).
+    let first = read_all();
+    assert_eq!(first.len(), 3);
+    assert!(first.iter().all(|m| m.drops == 0), "{first:?}");
+    let after = rxpath_dev::mono_ns();
+    for m in &first {
+        assert!((before..=after).contains(&m.stamp_ns), "{m:?}");
+    }
+    // Queued after seven drops: it says so.
+    inject(&h, sa(PEER4, 5), sa(HOST4, 7002), b"m10");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s.queued() == 0 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(1));
+    }
+    let next = read_all();
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].drops, 7);
+    assert!(next[0].stamp_ns >= after);
+    drop(s);
+    all_home(&h.shutdown());
 }
 
 #[test]

@@ -183,7 +183,7 @@ fn unmodified_servers_answer_as_on_the_kernel() {
     let Some(p) = pair("xa", &[]) else { return };
     for mux in [
         "block", "select", "poll", "epoll", "epoll-et", "asyncio", "fork", "dup", "pktinfo",
-        "peek", "gso", "cmsg", "shutdown",
+        "peek", "gso", "cmsg", "shutdown", "tstamp",
     ] {
         same_answers(&p, 5301, mux, &[]);
     }

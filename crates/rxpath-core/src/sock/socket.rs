@@ -30,6 +30,11 @@ pub(crate) struct Dgram {
     pub(crate) gso: u16,
     /// Further segments of a GRO packet (empty: not allocated).
     pub(crate) frags: Vec<Frag>,
+    /// When the NAPI took it (`mono_ns` of the poll; `skb->tstamp`).
+    pub(crate) stamp_ns: u64,
+    /// The socket's drops when it was queued, if `SO_RXQ_OVFL` was on
+    /// (`sock_skb_set_dropcount`); else 0. Set by `enqueue`.
+    pub(crate) drops: u32,
 }
 
 impl Dgram {
@@ -74,6 +79,8 @@ impl Dgram {
             },
             ecn: self.tos & 3,
             tos: self.tos,
+            stamp_ns: self.stamp_ns,
+            drops: self.drops,
         }
     }
 
@@ -173,6 +180,8 @@ pub(crate) struct SockInner {
     /// `SO_REUSEPORT` when it was bound: it may share its address with
     /// others that set it ([`super::demux`]).
     pub(crate) reuseport: bool,
+    /// `SO_RXQ_OVFL`: each datagram carries the drops so far.
+    pub(crate) rxq_ovfl: AtomicBool,
     /// The waiting half, told of every datagram queued and of the close.
     ready: OnceLock<Arc<dyn DataReady>>,
 }
@@ -182,8 +191,11 @@ impl SockInner {
     /// only to link the datagram). Returns it back if the queue is full or
     /// the socket closed.
     #[inline]
-    pub(crate) fn enqueue(&self, d: Dgram) -> Result<(), Dgram> {
+    pub(crate) fn enqueue(&self, mut d: Dgram) -> Result<(), Dgram> {
         let truesize = d.truesize();
+        if self.rxq_ovfl.load(Ordering::Relaxed) {
+            d.drops = self.counters.drops.load(Ordering::Relaxed) as u32;
+        }
         let mut q = lock(&self.q);
         // `__udp_enqueue_schedule_skb`: a full buffer is one already past
         // rcvbuf, so that a datagram always fits into an empty one.
@@ -248,6 +260,12 @@ pub struct RecvMeta {
     /// The IP header's TOS byte (IPv4) or traffic class (IPv6): what
     /// `IP_RECVTOS` / `IPV6_RECVTCLASS` hand back.
     pub tos: u8,
+    /// When the NAPI took it, ns on `rxpath_dev::mono_ns`'s clock (0: not
+    /// known): what `SO_TIMESTAMP`/`SO_TIMESTAMPNS` hand back.
+    pub stamp_ns: u64,
+    /// The socket's drops when it was queued, with `SO_RXQ_OVFL` on (else
+    /// 0): what `SO_RXQ_OVFL` hands back.
+    pub drops: u32,
 }
 
 /// What a socket asks of `bind` ([`Socket::bind_with`]).
@@ -324,6 +342,7 @@ impl Socket {
                 gro: AtomicBool::new(false),
                 pmtudisc_do: AtomicBool::new(false),
                 reuseport: opts.reuseport,
+                rxq_ovfl: AtomicBool::new(false),
                 ready: OnceLock::new(),
             })
         })?;
@@ -341,6 +360,12 @@ impl Socket {
     /// bound and wildcard sockets) and make it the default destination.
     pub fn connect(&self, remote: SocketAddr) -> Result<(), SockError> {
         self.host.connect_entry(&self.inner, remote)
+    }
+
+    /// `SO_RXQ_OVFL`: datagrams queued from now on carry the socket's
+    /// drops so far ([`RecvMeta::drops`]).
+    pub fn set_rxq_ovfl(&self, on: bool) {
+        self.inner.rxq_ovfl.store(on, Ordering::Relaxed);
     }
 
     /// `setsockopt(UDP_GRO)`: take datagrams GRO merged as one read of up

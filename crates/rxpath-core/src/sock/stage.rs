@@ -155,7 +155,10 @@ impl Stack for SockStack {
             tos,
             gso: 0,
             frags: Vec::new(),
+            stamp_ns: ctx.now_ns,
+            drops: 0,
         };
+        let head_stamp = head.stamp_ns;
         if gro {
             // The socket takes the GRO packet whole.
             let dg = Dgram { gso, frags, ..head };
@@ -175,6 +178,8 @@ impl Stack for SockStack {
                     tos,
                     gso: 0,
                     frags: Vec::new(),
+                    stamp_ns: head_stamp,
+                    drops: 0,
                 };
                 self.queue_dgram(&sock, dg, v6, ctx);
             }

@@ -126,8 +126,9 @@ fn recvmsg_one(a: &ops::Rx, m: &mut msghdr, flags: c_int) -> Result<usize, i32> 
 
 /// The control messages of one read (`udp_cmsg_recv`, then
 /// `ip_cmsg_recv` or `ip6_datagram_recv_ctl`).
-fn control(a: &ops::Rx, m: &mut msghdr, g: &ops::Got, want: u8, used: &mut usize) {
+fn control(a: &ops::Rx, m: &mut msghdr, g: &ops::Got, want: u16, used: &mut usize) {
     use crate::sock::{GRO, PKTINFO4, PKTINFO6, RECVTCLASS, RECVTOS, UDP_GRO};
+    socket_control(m, g, want, used);
     if want & GRO != 0 && g.stride > 0 && g.stride < g.len {
         let seg = g.stride as c_int;
         put_cmsg(m, used, libc::IPPROTO_UDP, UDP_GRO, &seg);
@@ -164,6 +165,42 @@ fn control(a: &ops::Rx, m: &mut msghdr, g: &ops::Got, want: u8, used: &mut usize
     if let (IpAddr::V6(_), true) = (g.dst, want & RECVTCLASS != 0) {
         let tclass = g.tos as c_int;
         put_cmsg(m, used, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, &tclass);
+    }
+}
+
+/// `sock_recv_cmsgs`: the time the NAPI took the datagram
+/// (`SO_TIMESTAMP*`, `CLOCK_REALTIME`), then the socket's drops when it was
+/// queued (`SO_RXQ_OVFL`, only when not 0).
+fn socket_control(m: &mut msghdr, g: &ops::Got, want: u16, used: &mut usize) {
+    use crate::sock::{RXQ_OVFL, SO_TIMESTAMPNS_NEW, SO_TIMESTAMP_NEW};
+    use crate::sock::{TIMESTAMP, TIMESTAMP_NEW, TIMESTAMP_NS};
+    if want & TIMESTAMP != 0 && g.stamp_ns != 0 {
+        // The NAPI's monotonic time, moved onto the wall clock.
+        let ago = rxpath_dev::mono_ns().saturating_sub(g.stamp_ns);
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .saturating_sub(Duration::from_nanos(ago));
+        let (sec, nsec) = (wall.as_secs() as i64, wall.subsec_nanos() as i64);
+        let new = want & TIMESTAMP_NEW != 0;
+        if want & TIMESTAMP_NS != 0 {
+            let ty = if new {
+                SO_TIMESTAMPNS_NEW
+            } else {
+                libc::SO_TIMESTAMPNS
+            };
+            put_cmsg(m, used, libc::SOL_SOCKET, ty, &[sec, nsec]);
+        } else {
+            let ty = if new {
+                SO_TIMESTAMP_NEW
+            } else {
+                libc::SO_TIMESTAMP
+            };
+            put_cmsg(m, used, libc::SOL_SOCKET, ty, &[sec, nsec / 1000]);
+        }
+    }
+    if want & RXQ_OVFL != 0 && g.drops != 0 {
+        put_cmsg(m, used, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, &g.drops);
     }
 }
 

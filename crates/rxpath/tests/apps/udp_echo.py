@@ -2,7 +2,7 @@
 preload tests: it answers every datagram with its bytes until one reads
 "quit", answers that "bye" and exits 0.
 
-    udp_echo.py --port P --mux block|select|poll|epoll|epoll-et|asyncio|fork|daemon|dup|pktinfo|peek|gso|cmsg|shutdown
+    udp_echo.py --port P --mux block|select|poll|epoll|epoll-et|asyncio|fork|daemon|dup|pktinfo|peek|gso|cmsg|shutdown|tstamp
                 [--bind ADDR] [--opt-before-bind] [--opt-after-bind] [--second-port Q]
 
 --mux picks how it waits: a blocking recvfrom, select(), poll(), epoll
@@ -19,7 +19,8 @@ dnsmasq does; `gso` answers each datagram three times in one sendmsg
 with UDP_SEGMENT, as QUIC servers send.
 `cmsg` reads with IP_RECVTOS, IP_PKTINFO and UDP_GRO on and checks each
 read's control messages (the client sets TOS 0x2a: udp_client.py
---tos); `shutdown` reads on two threads and, after "quit", shuts the
+--tos); `tstamp` reads with SO_TIMESTAMPNS and SO_RXQ_OVFL and checks
+each read's timestamp; `shutdown` reads on two threads and, after "quit", shuts the
 socket down for reading, which must wake the other reader.
 --opt-before-bind / --opt-after-bind set IP_RECVTTL (a control message
 rxpath does not give) before or after bind; after bind it prints the
@@ -34,7 +35,9 @@ import errno
 import os
 import select
 import socket
+import struct
 import sys
+import time
 
 
 def answer(s, d, a):
@@ -140,6 +143,8 @@ def serve_daemon(s):
 IP_PKTINFO = getattr(socket, "IP_PKTINFO", 8)
 IP_RECVTTL = 12
 UDP_GRO = 104
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+SO_RXQ_OVFL = getattr(socket, "SO_RXQ_OVFL", 40)
 # The TOS byte the client sets with --tos (DSCP AF11 and ECT(0)).
 TOS = 0x2A
 
@@ -177,6 +182,29 @@ def serve_cmsg(s, expect):
             s.sendto(b"bye", a)
             return
         s.sendto(d if ok else b"bad cmsg %r" % (anc,), a)
+
+
+def serve_tstamp(s):
+    """As a server that logs when each datagram came and whether the
+    socket dropped any: SO_TIMESTAMPNS and SO_RXQ_OVFL on (the latter set
+    before bind); each read must carry a wall-clock timestamp no later
+    than the read and not long before, and no SO_RXQ_OVFL message while
+    nothing was dropped (the kernel sends none for 0)."""
+    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    while True:
+        d, anc, _flags, a = s.recvmsg(65535, 256)
+        now = time.time()
+        ts = [c[2] for c in anc if c[0] == socket.SOL_SOCKET and c[1] == SO_TIMESTAMPNS]
+        ovfl = [c for c in anc if c[0] == socket.SOL_SOCKET and c[1] == SO_RXQ_OVFL]
+        ok = len(anc) == 1 and len(ts) == 1 and not ovfl
+        if ok:
+            sec, nsec = struct.unpack("qq", ts[0])
+            at = sec + nsec / 1e9
+            ok = now - 2.0 <= at <= now + 0.001
+        if d == b"quit":
+            s.sendto(b"bye", a)
+            return
+        s.sendto(d if ok else b"bad cmsg %r at %f" % (anc, now), a)
 
 
 def serve_shutdown(s):
@@ -298,6 +326,8 @@ def main():
         s.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
     if a.opt_before_bind:
         s.setsockopt(socket.IPPROTO_IP, IP_RECVTTL, 1)
+    if a.mux == "tstamp":
+        s.setsockopt(socket.SOL_SOCKET, SO_RXQ_OVFL, 1)
     s.bind((a.bind, a.port))
     if a.opt_after_bind:
         try:
@@ -335,6 +365,8 @@ def main():
         serve_cmsg(s, a.expect_dst)
     elif mux == "shutdown":
         serve_shutdown(s)
+    elif mux == "tstamp":
+        serve_tstamp(s)
     elif mux == "pktinfo":
         serve_pktinfo(s, a.expect_dst)
     elif mux == "dup":
