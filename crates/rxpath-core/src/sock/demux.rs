@@ -183,10 +183,17 @@ pub(crate) fn reciprocal_scale(val: u32, ep_ro: u32) -> u32 {
 
 /// The hash of a datagram's addresses and ports a group picks by: fixed
 /// for a flow (a process-wide seed, as the kernel's boot-time secret).
+/// `reciprocal_scale` reads its high bits, so it must mix every input bit
+/// into them: foldhash's quality variant, its halves folded.
 fn flow_hash(dst: SocketAddr, src: SocketAddr) -> u32 {
+    static SEED: std::sync::OnceLock<foldhash::quality::RandomState> = std::sync::OnceLock::new();
+    flow_hash_with(SEED.get_or_init(Default::default), dst, src)
+}
+
+fn flow_hash_with(seed: &foldhash::quality::RandomState, dst: SocketAddr, src: SocketAddr) -> u32 {
     use std::hash::BuildHasher;
-    static SEED: std::sync::OnceLock<foldhash::fast::RandomState> = std::sync::OnceLock::new();
-    SEED.get_or_init(Default::default).hash_one((dst, src)) as u32
+    let h = seed.hash_one((dst, src));
+    (h ^ (h >> 32)) as u32
 }
 
 #[derive(Debug, Default)]
@@ -305,5 +312,36 @@ impl Demux {
         v.extend(self.bound.drain().flat_map(|(_, g)| g.0));
         v.extend(self.wildcard.drain().flat_map(|(_, g)| g.0));
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reciprocal_scale_is_the_kernels() {
+        assert_eq!(reciprocal_scale(0, 4), 0);
+        assert_eq!(reciprocal_scale(u32::MAX, 4), 3);
+        assert_eq!(reciprocal_scale(1 << 31, 4), 2);
+        assert_eq!(reciprocal_scale(0x4000_0000, 3), 0);
+    }
+
+    #[test]
+    fn the_flow_hash_spreads_consecutive_ports_over_a_group_for_any_seed() {
+        // One peer, 64 consecutive source ports (what a client pool or a
+        // load generator sends from): for every seed, each of four
+        // members gets some (all in one half would mean the high bits,
+        // which reciprocal_scale reads, ignore the port).
+        let dst: SocketAddr = "198.18.0.1:53".parse().unwrap();
+        for _ in 0..200 {
+            let seed = foldhash::quality::RandomState::default();
+            let mut per = [0u32; 4];
+            for p in 0..64u16 {
+                let src = SocketAddr::new("198.18.0.2".parse().unwrap(), 20000 + p);
+                per[reciprocal_scale(flow_hash_with(&seed, dst, src), 4) as usize] += 1;
+            }
+            assert!(per.iter().all(|&n| n > 0), "{per:?}");
+        }
     }
 }
