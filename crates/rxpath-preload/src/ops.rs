@@ -627,20 +627,7 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
             n @ (crate::sock::SO_TIMESTAMP_NEW | crate::sock::SO_TIMESTAMPNS_NEW),
             OptVal::Int(on),
         ) => {
-            // `sock_set_timestamp`: on sets the form this option names,
-            // off clears both.
-            use crate::sock::{TIMESTAMP, TIMESTAMP_NEW, TIMESTAMP_NS};
-            let all = TIMESTAMP | TIMESTAMP_NS | TIMESTAMP_NEW;
-            set_cmsg(&e, all, false);
-            if on != 0 {
-                let ns = n == libc::SO_TIMESTAMPNS || n == crate::sock::SO_TIMESTAMPNS_NEW;
-                let new =
-                    n == crate::sock::SO_TIMESTAMP_NEW || n == crate::sock::SO_TIMESTAMPNS_NEW;
-                let bits = TIMESTAMP
-                    | if ns { TIMESTAMP_NS } else { 0 }
-                    | if new { TIMESTAMP_NEW } else { 0 };
-                set_cmsg(&e, bits, true);
-            }
+            set_timestamp(&e, n, on != 0);
             return Ok(());
         }
         (libc::SOL_SOCKET, libc::SO_RXQ_OVFL, OptVal::Int(on)) => {
@@ -665,6 +652,28 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
         _ => format!("setsockopt(level {level}, option {name})"),
     };
     refuse(&e, &what)
+}
+
+/// `SO_TIMESTAMP*` as `sock_set_timestamp`: on sets the form option `n`
+/// names (a `timeval` or a `timespec`, the old or the `_NEW` message
+/// type), off clears both.
+fn set_timestamp(e: &Entry, n: i32, on: bool) {
+    use crate::sock::{
+        SO_TIMESTAMPNS_NEW, SO_TIMESTAMP_NEW, TIMESTAMP, TIMESTAMP_NEW, TIMESTAMP_NS,
+    };
+    set_cmsg(e, TIMESTAMP | TIMESTAMP_NS | TIMESTAMP_NEW, false);
+    if on {
+        let ns = n == libc::SO_TIMESTAMPNS || n == SO_TIMESTAMPNS_NEW;
+        let new = n == SO_TIMESTAMP_NEW || n == SO_TIMESTAMPNS_NEW;
+        let mut bits = TIMESTAMP;
+        if ns {
+            bits |= TIMESTAMP_NS;
+        }
+        if new {
+            bits |= TIMESTAMP_NEW;
+        }
+        set_cmsg(e, bits, true);
+    }
 }
 
 /// An option rxpath does not honour: a candidate stays the kernel's at
