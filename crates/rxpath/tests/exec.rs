@@ -124,13 +124,22 @@ fn client(p: &Pair, port: u16, n: usize) -> serde_json::Value {
 /// [`client`], telling the server to quit at the end or not.
 fn client_with(p: &Pair, port: u16, n: usize, quit: bool) -> serde_json::Value {
     let (port, n) = (port.to_string(), n.to_string());
-    let mut args = vec!["netns", "exec", &p.cli, "python3", CLIENT, SRV, &port, &n];
+    let mut args = vec![CLIENT, SRV, &port, &n];
     // A TOS byte (DSCP AF11, ECT(0)) the `cmsg` server checks it is told.
     args.extend(["--tos", "0x2a"]);
     if !quit {
         args.push("--no-quit");
     }
-    let out = Command::new("ip").args(args).output().expect("client");
+    python_client(p, &args)
+}
+
+/// `python3 ARGS` in the client namespace; the JSON line it prints.
+fn python_client(p: &Pair, args: &[&str]) -> serde_json::Value {
+    let out = Command::new("ip")
+        .args(["netns", "exec", &p.cli, "python3"])
+        .args(args)
+        .output()
+        .expect("client");
     assert!(
         out.status.success(),
         "client: {}",
@@ -411,19 +420,10 @@ fn socat_forking_a_child_per_datagram_answers_as_on_the_kernel() {
         let listen = format!("UDP4-RECVFROM:5314,bind={SRV},fork");
         let s = server(&p, exec, &["socat", &listen, "EXEC:cat"]);
         std::thread::sleep(Duration::from_millis(700));
-        let out = Command::new("ip")
-            .args([
-                "netns", "exec", &p.cli, "python3", CLIENT, SRV, "5314", "12",
-            ])
-            .args(["--no-quit", "--tries", "1", "--wait", "3"])
-            .output()
-            .expect("client");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let c: serde_json::Value = serde_json::from_slice(&out.stdout).expect("client json");
+        let once = ["--no-quit", "--tries", "1", "--wait", "3"];
+        let mut args = vec![CLIENT, SRV, "5314", "12"];
+        args.extend(once);
+        let c = python_client(&p, &args);
         std::thread::sleep(Duration::from_millis(700));
         signal_all("^socat UDP4-RECVFROM:5314", "-TERM");
         let o = s.wait_with_output().expect("socat");
@@ -459,13 +459,7 @@ fn a_reuseport_group_spreads_flows_as_the_kernel_does() {
     let run = |exec: Option<&[&str]>| {
         let mut s = server(&p, exec, &["python3", RP, "server", SRV, "5315", "192"]);
         wait_ready(&mut s);
-        let out = Command::new("ip")
-            .args([
-                "netns", "exec", &p.cli, "python3", RP, "client", SRV, "5315", "64", "3",
-            ])
-            .output()
-            .expect("client");
-        let c: serde_json::Value = serde_json::from_slice(&out.stdout).expect("client json");
+        let c = python_client(&p, &[RP, "client", SRV, "5315", "64", "3"]);
         let (st, rest, err) = finish(s);
         assert!(st.success(), "{exec:?}: {err}\n{rest}");
         let line = rest.lines().find(|l| l.starts_with('{')).expect("flows");
