@@ -297,6 +297,20 @@ pub enum PollEnd {
     },
 }
 
+/// `skb->truesize` of a received frame of `frame_len` bytes, as the kernel
+/// charges it to `SO_RCVBUF`: the frame in an skb of its own size
+/// (`SKB_TRUESIZE(SKB_DATA_ALIGN(NET_SKB_PAD + len))` on x86-64: 576
+/// bytes of `sk_buff` and `skb_shared_info`). A 64-byte UDP payload over
+/// IPv4 is charged 768 bytes (the kernel charges 832 for one sent over a
+/// veth); a default receive buffer holds about 277 such datagrams, as the
+/// kernel's holds 257. The UMEM frame itself is not what is counted: the
+/// pool bounds that, as the page allocator bounds the kernel's.
+pub fn truesize(frame_len: usize) -> usize {
+    const NET_SKB_PAD: usize = 64;
+    const SKB_OVERHEAD: usize = 576;
+    (NET_SKB_PAD + frame_len).next_multiple_of(64) + SKB_OVERHEAD
+}
+
 /// A UDP datagram that passed IP and UDP input: what they learnt of it,
 /// handed with the packet to the stage behind IP input
 /// ([`Stack::receive_udp`]).
@@ -353,6 +367,10 @@ pub trait Stack {
     fn poll_done(&mut self, _ctx: &mut RxCtx<'_>, _end: PollEnd) -> Option<u64> {
         None
     }
+
+    /// The path stops: let go of what the stage holds across polls (IP
+    /// reassembly queues), counting it dropped. Stages in front pass it on.
+    fn stop(&mut self, _ctx: &mut RxCtx<'_>) {}
 
     /// Packets held inside the stage, not yet delivered or dropped.
     fn held(&self) -> u64 {
@@ -457,6 +475,9 @@ impl<S: Stack + ?Sized> Stack for Box<S> {
     }
     fn poll_done(&mut self, ctx: &mut RxCtx<'_>, end: PollEnd) -> Option<u64> {
         (**self).poll_done(ctx, end)
+    }
+    fn stop(&mut self, ctx: &mut RxCtx<'_>) {
+        (**self).stop(ctx)
     }
     fn held(&self) -> u64 {
         (**self).held()

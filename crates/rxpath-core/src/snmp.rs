@@ -34,16 +34,20 @@ pub struct IpMib {
     pub reasm_reqds: u64,
     /// Datagrams reassembled (`ReasmOKs`; IPv6 atomic fragments count here).
     pub reasm_oks: u64,
-    /// Reassemblies that failed (`ReasmFails`): every real fragment, as
-    /// rxpath does not reassemble (the kernel counts the same figure when
-    /// the fragment's reassembly times out).
+    /// Failures of reassembly (`ReasmFails`): a queue that timed out or
+    /// broke, a fragment refused for want of room.
     pub reasm_fails: u64,
+    /// Queues that timed out (`ReasmTimeout`).
+    pub reasm_timeout: u64,
+    /// Queues dropped for an overlapping fragment (`IpExt:
+    /// ReasmOverlaps`; IPv6 counts them without showing them).
+    pub reasm_overlaps: u64,
     /// Sends with no route to the destination (`OutNoRoutes`).
     pub out_no_routes: u64,
 }
 
 impl IpMib {
-    fn merge(&mut self, o: &IpMib) {
+    pub(crate) fn merge(&mut self, o: &IpMib) {
         self.in_receives += o.in_receives;
         self.in_hdr_errors += o.in_hdr_errors;
         self.in_addr_errors += o.in_addr_errors;
@@ -56,6 +60,8 @@ impl IpMib {
         self.reasm_reqds += o.reasm_reqds;
         self.reasm_oks += o.reasm_oks;
         self.reasm_fails += o.reasm_fails;
+        self.reasm_timeout += o.reasm_timeout;
+        self.reasm_overlaps += o.reasm_overlaps;
         self.out_no_routes += o.out_no_routes;
     }
 }
@@ -195,6 +201,7 @@ impl Snmp {
                 ("InUnknownProtos", m.in_unknown_protos),
                 ("InDiscards", m.in_discards),
                 ("InDelivers", m.in_delivers),
+                ("ReasmTimeout", m.reasm_timeout),
                 ("ReasmReqds", m.reasm_reqds),
                 ("ReasmOKs", m.reasm_oks),
                 ("ReasmFails", m.reasm_fails),
@@ -225,6 +232,7 @@ impl Snmp {
                 vec![
                     ("InTruncatedPkts", self.ip.in_truncated_pkts),
                     ("InCsumErrors", self.ip.in_csum_errors),
+                    ("ReasmOverlaps", self.ip.reasm_overlaps),
                 ],
             ),
             ("Udp", udp(&self.udp)),

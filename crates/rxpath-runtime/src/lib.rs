@@ -45,6 +45,7 @@ pub mod run;
 pub mod sock;
 mod stages;
 pub mod steer;
+pub mod sysctl;
 
 pub use clock::MonotonicClock;
 pub use host::{Host, HostConfig, HostDevice, HostReport};

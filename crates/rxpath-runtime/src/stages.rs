@@ -108,6 +108,9 @@ impl<S: Stack> Stack for Tap<S> {
     ) -> Option<u64> {
         self.inner.poll_done(ctx, end)
     }
+    fn stop(&mut self, ctx: &mut rxpath_core::RxCtx<'_>) {
+        self.inner.stop(ctx)
+    }
     fn held(&self) -> u64 {
         self.inner.held()
     }

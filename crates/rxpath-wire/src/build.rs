@@ -230,6 +230,68 @@ pub fn tcp(spec: &Spec, seq: u32, ack: u32, flags: u16, options: &[u8], payload:
     v
 }
 
+/// Split an untagged IPv4 or IPv6 frame (no IPv4 options, no IPv6
+/// extension headers) into IP fragments carrying `pieces` of its IP
+/// payload, each `(offset, length)` (offsets a multiple of 8; bytes past
+/// the payload are 0xa5): MF is set on each piece that stops short of the
+/// payload's end or the furthest piece's, whichever is further. IPv4 fragments take
+/// the low 16 bits of `id` as their identification (DF cleared); IPv6
+/// fragments a fragment header with `id`. Pieces may overlap, repeat or
+/// run past the end, to make any corpus.
+pub fn fragments(frame: &[u8], pieces: &[(usize, usize)], id: u32) -> Vec<Vec<u8>> {
+    let v6 = frame.get(12..14) == Some(&[0x86, 0xdd][..]);
+    let hdr = if v6 { 40 } else { 20 };
+    let Some(payload) = frame.get(ethernet::HEADER_LEN + hdr..) else {
+        return Vec::new();
+    };
+    let head = &frame[..ethernet::HEADER_LEN + hdr];
+    let end = pieces
+        .iter()
+        .map(|p| p.0 + p.1)
+        .fold(payload.len(), usize::max);
+    let mut out = Vec::with_capacity(pieces.len());
+    for &(off, len) in pieces {
+        let mut data = payload
+            .get(off.min(payload.len())..)
+            .unwrap_or(&[])
+            .to_vec();
+        data.resize(len, 0xa5);
+        let more = off + len < end;
+        let mut f = head.to_vec();
+        let l3 = ethernet::HEADER_LEN;
+        if v6 {
+            let nh = f[l3 + 6];
+            f[l3 + 6] = 44;
+            f[l3 + 4..l3 + 6].copy_from_slice(&((8 + len) as u16).to_be_bytes());
+            let fo = (off as u16 & 0xfff8) | more as u16;
+            f.extend_from_slice(&[nh, 0]);
+            f.extend_from_slice(&fo.to_be_bytes());
+            f.extend_from_slice(&id.to_be_bytes());
+        } else {
+            let mut ip = ipv4::Packet::new_unchecked(&mut f[l3..]);
+            ip.set_total_len((20 + len) as u16);
+            ip.set_ident(id as u16);
+            ip.set_flags_frag(((off / 8) as u16 & 0x1fff) | if more { 0x2000 } else { 0 });
+            ip.fill_checksum();
+        }
+        f.extend_from_slice(&data);
+        out.push(f);
+    }
+    out
+}
+
+/// The pieces the kernel cuts an IP payload of `len` bytes into for a
+/// link of `mtu` (`ip_fragment`/`ip6_fragment`: each but the last the
+/// largest multiple of 8 that fits beside the IPv4 header, or the IPv6
+/// and fragment headers).
+pub fn mtu_pieces(len: usize, mtu: usize, v6: bool) -> Vec<(usize, usize)> {
+    let room = (mtu - if v6 { 48 } else { 20 }) & !7;
+    (0..len)
+        .step_by(room.max(8))
+        .map(|o| (o, room.min(len - o)))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
 

@@ -17,6 +17,11 @@
 //!   tags and real VLANs), IPv6 extension chains (hop-by-hop, destination
 //!   options, routing, atomic fragments; options that say skip, drop, drop
 //!   and report);
+//! * IP fragments of both families: in order, reversed, two datagrams
+//!   interleaved, an overlap, a duplicate, a missing piece (which times
+//!   out), tiny pieces, an IPv4 piece whose length is not a multiple of 8,
+//!   a datagram over 64 KiB; each datagram small enough that its answer
+//!   fits one frame;
 //! * garbage: random bytes behind ethertypes no kernel protocol takes.
 //!
 //! Left out, so that nothing leaves the benchmarking ranges and the answer
@@ -125,6 +130,92 @@ impl Gen {
         for v6 in [false, true] {
             let (f, n) = self.base(v6, None);
             self.push(if v6 { "valid v6" } else { "valid v4" }, f, n);
+        }
+    }
+}
+
+impl Gen {
+    /// A valid datagram of `size` payload bytes (its tag first), and the
+    /// length of its IP payload.
+    fn sized(&mut self, v6: bool, size: usize) -> (Vec<u8>, u32, usize) {
+        let (f, n) = self.base(v6, None);
+        let hdr = 14 + if v6 { 40 } else { 20 };
+        let mut payload = f[hdr + 8..].to_vec();
+        payload.extend((payload.len()..size).map(|i| (i as u8).wrapping_mul(11)));
+        let e = self.ends;
+        let (src, dst) = if v6 {
+            (e.client6.into(), e.server6.into())
+        } else {
+            (e.client4.into(), e.server4.into())
+        };
+        let mut spec = Spec::new(src, dst, 20000 + (n % 20000) as u16, e.port);
+        spec.src_mac = e.client_mac;
+        spec.dst_mac = e.server_mac;
+        let f = build::udp(&spec, &payload);
+        let len = f.len() - hdr;
+        (f, n, len)
+    }
+
+    fn frags(&mut self, kind: &str, v6: bool, f: &[u8], n: u32, pieces: &[(usize, usize)]) {
+        let fam = if v6 { "v6" } else { "v4" };
+        for (i, x) in build::fragments(f, pieces, n).into_iter().enumerate() {
+            self.push(format!("frag {kind} {fam} #{i}"), x, n);
+        }
+    }
+
+    /// Fragments (see the module's list). Pieces are 200 bytes (a
+    /// multiple of 8) of a 600-byte datagram unless said otherwise.
+    fn fragments(&mut self) {
+        let cut = |len: usize, step: usize| -> Vec<(usize, usize)> {
+            (0..len)
+                .step_by(step)
+                .map(|o| (o, step.min(len - o)))
+                .collect()
+        };
+        for v6 in [false, true] {
+            let (f, n, len) = self.sized(v6, 600);
+            self.frags("in order", v6, &f, n, &cut(len, 200));
+            let (f, n, len) = self.sized(v6, 600);
+            let mut p = cut(len, 200);
+            p.reverse();
+            self.frags("reversed", v6, &f, n, &p);
+            // Two datagrams, their pieces alternating.
+            let (fa, na, la) = self.sized(v6, 600);
+            let (fb, nb, lb) = self.sized(v6, 700);
+            let pa = build::fragments(&fa, &cut(la, 200), na);
+            let pb = build::fragments(&fb, &cut(lb, 200), nb);
+            let fam = if v6 { "v6" } else { "v4" };
+            for i in 0..pa.len().max(pb.len()) {
+                if let Some(x) = pa.get(i) {
+                    self.push(format!("frag interleaved a {fam} #{i}"), x.clone(), na);
+                }
+                if let Some(x) = pb.get(i) {
+                    self.push(format!("frag interleaved b {fam} #{i}"), x.clone(), nb);
+                }
+            }
+            let (f, n, len) = self.sized(v6, 600);
+            self.frags("overlap", v6, &f, n, &[(0, 208), (200, len - 200)]);
+            let (f, n, len) = self.sized(v6, 600);
+            let p = [(0, 200), (200, 200), (0, 400), (400, len - 400)];
+            self.frags("duplicate", v6, &f, n, &p);
+            let (f, n, len) = self.sized(v6, 600);
+            self.frags("missing piece", v6, &f, n, &[(0, 200), (400, len - 400)]);
+            let (f, n, len) = self.sized(v6, 600);
+            let mut p = vec![(0, 8), (8, 8)];
+            p.extend(cut(len - 16, 96).into_iter().map(|(o, l)| (o + 16, l)));
+            self.frags("tiny pieces", v6, &f, n, &p);
+            // Over 64 KiB: 1500-byte frames, then one that ends past it.
+            let (f, n, _) = self.sized(v6, 600);
+            let step = if v6 { 1448 } else { 1480 };
+            let mut p: Vec<(usize, usize)> = (0..65_535 / step).map(|i| (i * step, step)).collect();
+            p.push((65_535 / step * step, 1000));
+            self.frags("over 64k", v6, &f, n, &p);
+            if !v6 {
+                // A piece with MF whose length is not a multiple of 8: the
+                // kernel trims it to one, the next piece starts there.
+                let (f, n, len) = self.sized(v6, 600);
+                self.frags("odd piece", v6, &f, n, &[(0, 203), (200, len - 200)]);
+            }
         }
     }
 }
@@ -240,6 +331,7 @@ pub fn corpus(ends: Ends, seed: u64) -> Vec<Case> {
     g.vlans();
     g.ipv4_options();
     g.ipv6_chains();
+    g.fragments();
     g.garbage(&mut next);
     g.cases
 }

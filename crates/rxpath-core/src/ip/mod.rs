@@ -7,10 +7,11 @@
 //!  ├─► v4: version, IHL, header checksum, total length (trim padding,
 //!  │       short = InTruncatedPkts), martian source, options
 //!  │       (ip_options_compile), destination ours (else InAddrErrors),
-//!  │       fragments (ReasmReqds, ReasmFails), protocol (InDelivers)
+//!  │       fragments (ReasmReqds; reassembly in the stage), protocol
+//!  │       (InDelivers)
 //!  ├─► v6: version, loopback/multicast rules, payload length, hop-by-hop
 //!  │       (ip6_parse_tlv), destination ours, routing / destination
-//!  │       options / atomic fragment headers, protocol (InDelivers)
+//!  │       options / fragment headers, protocol (InDelivers)
 //!  └─► udp: length (InErrors), checksum per the device's status and the
 //!          policy (InCsumErrors), then the socket stage: NoPorts,
 //!          RcvbufErrors, InDatagrams
@@ -19,16 +20,19 @@
 //! Each step runs in the kernel's order and counts under the kernel's SNMP
 //! name ([`Snmp`]), so the same frames give the same counters as
 //! `/proc/net/snmp` (a root test sends one corpus to both and compares).
-//! Where rxpath differs it says so: it does not reassemble fragments (each
-//! counts `ReasmReqds` and `ReasmFails` at once, where the kernel counts the
-//! fail when the fragment's reassembly times out), it hands no packet to
-//! TCP or ICMP (counted [`RxExt::left_to_kernel`]), and it has no routing
-//! table (any destination that is not ours is `InAddrErrors`, as for the
-//! kernel with forwarding off and the destination on a connected prefix).
+//! Fragments are reassembled by the stage ([`IpStage`], with [`Defrag`]:
+//! `ip_defrag()` and `ipv6_frag_rcv()`), then the datagram goes through the
+//! rest of input once; the stateless functions here ([`input`],
+//! [`input_any`]) have no queues and count a fragment's `ReasmFails` at
+//! once. Where rxpath differs it says so: it hands no packet to TCP or ICMP
+//! (counted [`RxExt::left_to_kernel`]), and it has no routing table (any
+//! destination that is not ours is `InAddrErrors`, as for the kernel with
+//! forwarding off and the destination on a connected prefix).
 //!
 //! Nothing here panics on any input: every read is bounds-checked (the
 //! property test at the end feeds random and mutated frames).
 
+mod defrag;
 mod stage;
 mod udp;
 mod v4;
@@ -36,6 +40,7 @@ mod v6;
 
 pub use crate::packet::Datagram;
 pub use crate::snmp::{IpMib, RxExt, Snmp, UdpMib};
+pub use defrag::{Defrag, DefragConfig};
 pub use stage::{Hook, IpStage, NoHook};
 
 use crate::stats::DropReason;
@@ -130,6 +135,27 @@ pub struct IpConfig {
     /// carries its VLANs, and replayed captures): no `PACKET_OTHERHOST`
     /// drop.
     pub any_l2: bool,
+    /// IP reassembly's settings (the kernel's defaults unless set).
+    pub reasm: Reasm,
+}
+
+/// IP reassembly's settings, per family (`net.ipv4.ipfrag_*`,
+/// `net.ipv6.ip6frag_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reasm {
+    /// IPv4.
+    pub v4: DefragConfig,
+    /// IPv6.
+    pub v6: DefragConfig,
+}
+
+impl Default for Reasm {
+    fn default() -> Self {
+        Reasm {
+            v4: DefragConfig::V4,
+            v6: DefragConfig::V6,
+        }
+    }
 }
 
 /// A TCP/UDP checksum field as a local sender's `CHECKSUM_PARTIAL` leaves
@@ -282,8 +308,23 @@ pub fn input_chain(
     snmp: &mut Snmp,
     filter: Option<InputHook<'_>>,
 ) -> Result<Datagram, DropReason> {
+    input_chain_at(frame, more, false, csum, cfg, snmp, filter)
+}
+
+/// [`input_chain`], a fragment going to reassembly if `reasm` (returned as
+/// `Err(Fragment)` with `ReasmReqds` counted).
+#[inline(always)]
+pub(crate) fn input_chain_at(
+    frame: &[u8],
+    more: usize,
+    reasm: bool,
+    csum: CsumStatus,
+    cfg: &IpConfig,
+    snmp: &mut Snmp,
+    filter: Option<InputHook<'_>>,
+) -> Result<Datagram, DropReason> {
     let (etype, l3) = l2_rcv(frame, cfg, snmp)?;
-    let l4 = l3_rcv(frame, more, etype, l3, cfg, snmp)?;
+    let l4 = l3_rcv(frame, more, etype, l3, reasm, cfg, snmp)?;
     if let Some(hook) = filter {
         let at = local_in(l3, &l4, more);
         if let Some(reason) = hook(frame, &at) {
@@ -291,7 +332,7 @@ pub fn input_chain(
         }
     }
     delivered(snmp, etype == ethertype::IPV6);
-    udp::rcv(frame, more, l4, csum, cfg, snmp)
+    udp::rcv(frame, more, l4, csum, cfg, snmp, None)
 }
 
 /// IP input for a path end that takes every protocol (`rxpath run`'s
@@ -318,17 +359,81 @@ pub fn input_any_hooked(
     snmp: &mut Snmp,
     hook: impl FnOnce(&[u8], &LocalIn) -> Option<DropReason>,
 ) -> Result<u8, DropReason> {
+    input_any_at(frame, false, csum, cfg, snmp, hook)
+}
+
+/// [`input_any_hooked`], a fragment going to reassembly if `reasm`.
+#[inline(always)]
+pub(crate) fn input_any_at(
+    frame: &[u8],
+    reasm: bool,
+    csum: CsumStatus,
+    cfg: &IpConfig,
+    snmp: &mut Snmp,
+    hook: impl FnOnce(&[u8], &LocalIn) -> Option<DropReason>,
+) -> Result<u8, DropReason> {
     let (etype, l3) = l2_rcv(frame, cfg, snmp)?;
-    let l4 = l3_rcv(frame, 0, etype, l3, cfg, snmp)?;
+    let l4 = l3_rcv(frame, 0, etype, l3, reasm, cfg, snmp)?;
     let at = local_in(l3, &l4, 0);
     if let Some(reason) = hook(frame, &at) {
         return Err(reason);
     }
     delivered(snmp, etype == ethertype::IPV6);
     if l4.proto == 17 {
-        udp::rcv(frame, 0, l4, csum, cfg, snmp)?;
+        udp::rcv(frame, 0, l4, csum, cfg, snmp, None)?;
     }
     Ok(l4.proto)
+}
+
+/// What follows reassembly: the transport of the datagram whose head
+/// frame is `head` (network header at `l3`, the reassembled data from
+/// `data` on, `more` bytes of it in the chain's other frames), through
+/// the `INPUT` hook, then for UDP its length and checksum (`rest_sum`: the
+/// other frames' one's-complement sum). `Ok` carries the protocol and, for
+/// UDP, the datagram.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn input_reassembled(
+    head: &[u8],
+    l3: usize,
+    data: usize,
+    more: usize,
+    rest_sum: u32,
+    cfg: &IpConfig,
+    snmp: &mut Snmp,
+    hook: impl FnOnce(&[u8], &LocalIn) -> Option<DropReason>,
+) -> Result<(u8, Option<Datagram>), DropReason> {
+    let v6 = ethertype_of(head, l3) == ethertype::IPV6;
+    let l4 = if v6 {
+        let p = &head[l3..];
+        let at = v6::Walk {
+            l3,
+            off: data - l3,
+            nh: p[data - l3 - 8],
+            plen: data - l3 - 40 - 8 + (head.len() - data) + more,
+            src: rxpath_wire::ipv6::Packet::new_unchecked(p).src(),
+            dst: rxpath_wire::ipv6::Packet::new_unchecked(p).dst(),
+            fragmented: true,
+            reasm: true,
+        };
+        v6::upper(p, at, cfg, snmp)?
+    } else {
+        v4::transport(head, l3, data, cfg, snmp)?
+    };
+    let at = local_in(l3, &l4, more);
+    if let Some(reason) = hook(head, &at) {
+        return Err(reason);
+    }
+    delivered(snmp, v6);
+    if l4.proto != 17 {
+        return Ok((l4.proto, None));
+    }
+    let d = udp::rcv(head, more, l4, CsumStatus::None, cfg, snmp, Some(rest_sum))?;
+    Ok((17, Some(d)))
+}
+
+/// The ethertype of the network header at `l3` (the two bytes before it).
+fn ethertype_of(frame: &[u8], l3: usize) -> u16 {
+    be16(frame, l3.wrapping_sub(2)).unwrap_or(0)
 }
 
 /// `InDelivers`, counted where `ip_protocol_deliver_rcu()` (and IPv6's)
@@ -346,7 +451,11 @@ pub(crate) fn delivered(snmp: &mut Snmp, v6: bool) {
 /// `eth_type_trans()` and the VLAN step of `__netif_receive_skb_core()`:
 /// the ethertype and the offset of the network header.
 #[inline(always)]
-fn l2_rcv(frame: &[u8], cfg: &IpConfig, snmp: &mut Snmp) -> Result<(u16, usize), DropReason> {
+pub(crate) fn l2_rcv(
+    frame: &[u8],
+    cfg: &IpConfig,
+    snmp: &mut Snmp,
+) -> Result<(u16, usize), DropReason> {
     let Some(dst_mac) = frame.get(..6) else {
         return Err(DropReason::Malformed);
     };
@@ -393,12 +502,13 @@ fn l3_rcv(
     more: usize,
     etype: u16,
     l3: usize,
+    reasm: bool,
     cfg: &IpConfig,
     snmp: &mut Snmp,
 ) -> Result<L4, DropReason> {
     Ok(match etype {
-        ethertype::IPV4 => v4::rcv(frame, more, l3, cfg, snmp)?,
-        ethertype::IPV6 => v6::rcv(frame, more, l3, cfg, snmp)?,
+        ethertype::IPV4 => v4::rcv(frame, more, l3, reasm, cfg, snmp)?,
+        ethertype::IPV6 => v6::rcv(frame, more, l3, reasm, cfg, snmp)?,
         _ => {
             snmp.ext.not_ip += 1;
             return Err(DropReason::UnhandledProto);

@@ -17,10 +17,13 @@
 //! the transport's (a UDP datagram the rules drop is the rule's, not a
 //! checksum error), on the bytes IP input already holds.
 
+use super::defrag::{self, Defrag, Reassembled};
 use super::{CsumStatus, IpConfig, LocalIn};
 use crate::filter::{FilterHandle, InputHook};
 use crate::packet::{Packet, PollEnd, RxCtx, Stack};
+use crate::snmp::{IpMib, Snmp};
 use crate::stats::{DropReason, LatencyHist};
+use rxpath_wire::ethernet::ethertype;
 use rxpath_wire::{Headers, L4};
 use std::sync::Arc;
 
@@ -133,6 +136,12 @@ pub struct IpStage<S, H = NoHook> {
     inner: S,
     cfg: Option<IpConfig>,
     hook: H,
+    defrag: Defrag,
+}
+
+fn defrag_of(cfg: &Option<IpConfig>) -> Defrag {
+    let r = cfg.as_ref().map(|c| c.reasm).unwrap_or_default();
+    Defrag::new(r.v4, r.v6)
 }
 
 impl<S> IpStage<S> {
@@ -141,6 +150,7 @@ impl<S> IpStage<S> {
     pub fn new(cfg: Option<IpConfig>, inner: S) -> Self {
         IpStage {
             inner,
+            defrag: defrag_of(&cfg),
             cfg,
             hook: NoHook,
         }
@@ -150,7 +160,12 @@ impl<S> IpStage<S> {
 impl<S, H: Hook> IpStage<S, H> {
     /// IP input with `cfg` and the `INPUT` hook `hook` in front of `inner`.
     pub fn with_hook(cfg: Option<IpConfig>, hook: H, inner: S) -> Self {
-        IpStage { inner, cfg, hook }
+        IpStage {
+            inner,
+            defrag: defrag_of(&cfg),
+            cfg,
+            hook,
+        }
     }
 
     /// The stage behind IP input.
@@ -167,6 +182,7 @@ impl<S> IpStage<S, InputHook> {
     pub fn with_filter(cfg: Option<IpConfig>, filter: Arc<FilterHandle>, inner: S) -> Self {
         IpStage {
             inner,
+            defrag: defrag_of(&cfg),
             cfg,
             hook: InputHook::new(filter),
         }
@@ -185,7 +201,11 @@ impl<S: Stack, H: Hook> Stack for IpStage<S, H> {
             return judge_then(&mut self.hook, &mut self.inner, pkt, ctx);
         };
         if !cfg.deliver_all {
-            return udp_input(cfg, &mut self.hook, &mut self.inner, pkt, ctx);
+            let (hook, inner) = (&mut self.hook, &mut self.inner);
+            if let Some(frag) = udp_input(cfg, hook, inner, pkt, ctx) {
+                fragment(cfg, &mut self.defrag, hook, inner, frag, ctx)
+            }
+            return;
         }
         if !pkt.frags.is_empty() {
             let v6 = pkt.meta.headers.l3 == rxpath_wire::L3::Ipv6;
@@ -212,11 +232,11 @@ impl<S: Stack, H: Hook> Stack for IpStage<S, H> {
         let r = if self.hook.on() {
             let (h, rxhash) = (&pkt.meta.headers, pkt.meta.rxhash);
             let hook = &mut self.hook;
-            super::input_any_hooked(bytes, csum, cfg, snmp, |fr, at| {
+            super::input_any_at(bytes, true, csum, cfg, snmp, |fr, at| {
                 hook.judge_in(fr, h, rxhash, at)
             })
         } else {
-            super::input_any(bytes, csum, cfg, snmp)
+            super::input_any_at(bytes, true, csum, cfg, snmp, |_, _| None)
         };
         match r {
             Ok(proto) => {
@@ -226,6 +246,14 @@ impl<S: Stack, H: Hook> Stack for IpStage<S, H> {
                 }
                 self.inner.receive(pkt, ctx)
             }
+            Err(DropReason::Fragment) => fragment(
+                cfg,
+                &mut self.defrag,
+                &mut self.hook,
+                &mut self.inner,
+                pkt,
+                ctx,
+            ),
             Err(reason) => ctx.drop(pkt, reason),
         }
     }
@@ -241,14 +269,22 @@ impl<S: Stack, H: Hook> Stack for IpStage<S, H> {
         self.inner.bundle_done(ctx)
     }
     fn poll_done(&mut self, ctx: &mut RxCtx<'_>, end: PollEnd) -> Option<u64> {
+        self.defrag.expire(ctx);
         let t = self.inner.poll_done(ctx, end);
         // Packets GRO flushed here were judged; the hook lets its set go
         // when the queue ran dry (or after a few busy polls).
         self.hook.poll_done(end);
-        t
+        match (t, self.defrag.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+    fn stop(&mut self, ctx: &mut RxCtx<'_>) {
+        self.defrag.clear(ctx);
+        self.inner.stop(ctx)
     }
     fn held(&self) -> u64 {
-        self.inner.held()
+        self.inner.held() + self.defrag.frames() as u64
     }
     fn latency(&self) -> Option<&LatencyHist> {
         self.inner.latency()
@@ -274,7 +310,8 @@ fn judge_then<S: Stack, H: Hook>(hook: &mut H, inner: &mut S, pkt: Packet, ctx: 
 /// UDP GRO packet, checked once with `more` bytes in its chain's other
 /// frames) goes to `inner` as a `Datagram`; a packet input refuses is
 /// dropped and `inner` told why; another chain (TCP, which sockets leave
-/// to the kernel) is dropped as `unhandled_proto`.
+/// to the kernel) is dropped as `unhandled_proto`. A fragment is handed
+/// back for reassembly.
 #[inline(always)]
 fn udp_input<S: Stack, H: Hook>(
     cfg: &IpConfig,
@@ -282,13 +319,14 @@ fn udp_input<S: Stack, H: Hook>(
     inner: &mut S,
     pkt: Packet,
     ctx: &mut RxCtx<'_>,
-) {
+) -> Option<Packet> {
     let more = if pkt.frags.is_empty() {
         0
     } else if pkt.meta.headers.l4 == L4::Udp && pkt.meta.gso_size > 0 {
         pkt.frags.iter().map(|f| f.len as usize).sum()
     } else {
-        return ctx.drop(pkt, DropReason::UnhandledProto);
+        ctx.drop(pkt, DropReason::UnhandledProto);
+        return None;
     };
     let csum = CsumStatus::of(&pkt.meta);
     // The frame bytes (through the region, not `ctx`) and the counters are
@@ -300,12 +338,131 @@ fn udp_input<S: Stack, H: Hook>(
     let r = if hook.on() {
         let (h, rxhash) = (&pkt.meta.headers, pkt.meta.rxhash);
         let mut judge = |fr: &[u8], at: &LocalIn| hook.judge_in(fr, h, rxhash, at);
-        super::input_chain(bytes, more, csum, cfg, snmp, Some(&mut judge))
+        super::input_chain_at(bytes, more, true, csum, cfg, snmp, Some(&mut judge))
     } else {
-        super::input_chain(bytes, more, csum, cfg, snmp, None)
+        super::input_chain_at(bytes, more, true, csum, cfg, snmp, None)
     };
     match r {
         Ok(d) => inner.receive_udp(pkt, &d, ctx),
+        Err(DropReason::Fragment) => return Some(pkt),
+        Err(reason) => {
+            inner.refused(reason);
+            ctx.drop(pkt, reason)
+        }
+    }
+    None
+}
+
+/// A fragment IP input passed (`ReasmReqds` counted) goes to its queue;
+/// a datagram it completes goes on through the rest of input.
+#[cold]
+fn fragment<S: Stack, H: Hook>(
+    cfg: &IpConfig,
+    defrag: &mut Defrag,
+    hook: &mut H,
+    inner: &mut S,
+    pkt: Packet,
+    ctx: &mut RxCtx<'_>,
+) {
+    let bytes = ctx.data(&pkt);
+    let l2 = super::l2_rcv(bytes, cfg, &mut Snmp::default());
+    let Ok((etype, l3)) = l2 else {
+        return ctx.drop(pkt, DropReason::Malformed);
+    };
+    let v6 = etype == ethertype::IPV6;
+    let Some(f) = defrag::parse(bytes, l3, v6, pkt.frame.umem_id()) else {
+        return ctx.drop(pkt, DropReason::Malformed);
+    };
+    // Queues time out here too: a worker's path has no poll end.
+    defrag.expire(ctx);
+    let mut mib = IpMib::default();
+    let table = if v6 { &mut defrag.v6 } else { &mut defrag.v4 };
+    let done = table.queue(pkt, f, v6, &mut mib, ctx);
+    let s = ctx.snmp();
+    if v6 { &mut s.ip6 } else { &mut s.ip }.merge(&mib);
+    if let Some(r) = done {
+        reassembled(cfg, hook, inner, r, ctx)
+    }
+}
+
+/// The head's network header as the kernel leaves it after reassembly:
+/// IPv4's total length, no fragment bits, the ECN codepoint ORed in, the
+/// checksum again; IPv6's payload length and ECN (the fragment header
+/// stays, where the kernel moves the headers over it).
+fn rewrite_head(pkt: &mut Packet, l3: usize, data: usize, len: usize, ecn: u8, ctx: &RxCtx<'_>) {
+    let at = pkt.off as usize + l3;
+    let b = &mut ctx.umem().data_mut(&mut pkt.frame)[at..];
+    let unfrag = data - l3;
+    if pkt.meta.headers.l3 == rxpath_wire::L3::Ipv6 {
+        b[1] |= ecn << 4;
+        let plen = (unfrag - 40 + len) as u16;
+        b[4..6].copy_from_slice(&plen.to_be_bytes());
+    } else {
+        let mut ip = rxpath_wire::ipv4::Packet::new_unchecked(b);
+        ip.set_tos(ip.tos() | ecn);
+        ip.set_total_len((unfrag + len) as u16);
+        ip.set_flags_frag(0);
+        ip.fill_checksum();
+    }
+}
+
+/// The rest of input for a reassembled datagram: its transport, the
+/// `INPUT` hook, UDP's length and checksum over the whole chain; then to
+/// `inner` as any datagram.
+fn reassembled<S: Stack, H: Hook>(
+    cfg: &IpConfig,
+    hook: &mut H,
+    inner: &mut S,
+    r: Reassembled,
+    ctx: &mut RxCtx<'_>,
+) {
+    let Reassembled {
+        mut pkt,
+        l3,
+        data,
+        len,
+        ecn,
+    } = r;
+    rewrite_head(&mut pkt, l3 as usize, data as usize, len as usize, ecn, ctx);
+    let (mut more, mut sum) = (0usize, 0u64);
+    for f in pkt.frags.iter() {
+        let b = ctx.frag_data(f);
+        more += b.len();
+        sum += rxpath_wire::checksum::sum(b) as u64;
+    }
+    let rest_sum = rxpath_wire::checksum::fold((sum & 0xffff_ffff) as u32 + (sum >> 32) as u32);
+    let umem = ctx.umem;
+    let off = pkt.off as usize;
+    let bytes = &umem.data(&pkt.frame)[off..off + pkt.len as usize];
+    let snmp = &mut ctx.stats.snmp;
+    let (h, rxhash) = (&pkt.meta.headers, pkt.meta.rxhash);
+    let (l3, data) = (l3 as usize, data as usize);
+    let judge = |fr: &[u8], at: &LocalIn| {
+        if hook.on() {
+            hook.judge_in(fr, h, rxhash, at)
+        } else {
+            None
+        }
+    };
+    let out = super::input_reassembled(bytes, l3, data, more, rest_sum as u32, cfg, snmp, judge);
+    match out {
+        Ok((proto, d)) => {
+            let hd = &mut pkt.meta.headers;
+            hd.fragment = false;
+            if let Some(d) = d {
+                hd.l4 = L4::Udp;
+                hd.payload_offset = d.payload_off as u16;
+                hd.payload_len = (d.payload_len - more) as u16;
+                if !cfg.deliver_all {
+                    return inner.receive_udp(pkt, &d, ctx);
+                }
+            }
+            if proto == 17 {
+                let v6 = pkt.meta.headers.l3 == rxpath_wire::L3::Ipv6;
+                ctx.snmp().udp_mut(v6).in_datagrams += 1;
+            }
+            inner.receive(pkt, ctx)
+        }
         Err(reason) => {
             inner.refused(reason);
             ctx.drop(pkt, reason)

@@ -21,6 +21,7 @@ fn cfg() -> IpConfig {
         deliver_all: false,
         any_l2: false,
         local_routes: Vec::new(),
+        reasm: Default::default(),
     }
 }
 

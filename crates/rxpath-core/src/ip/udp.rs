@@ -20,6 +20,7 @@ pub(super) fn rcv(
     csum: CsumStatus,
     cfg: &IpConfig,
     snmp: &mut Snmp,
+    rest_sum: Option<u32>,
 ) -> Result<Datagram, DropReason> {
     let v6 = l4.src.is_ipv6();
     let seg = &frame[l4.off..l4.off + l4.len];
@@ -44,7 +45,24 @@ pub(super) fn rcv(
     }
     // The head's part; a GRO packet's other `more` bytes are in its chain.
     let seg = &seg[..ulen - more];
-    let ok = if more > 0 {
+    let ok = if let Some(rest) = rest_sum {
+        // A reassembled datagram: its fragments' status says nothing of
+        // the whole, which is summed here, the UDP length covering it all.
+        if ulen != seg.len() + more {
+            return Err(short(snmp));
+        }
+        if field == 0 {
+            !v6
+        } else if cfg.csum == CsumPolicy::Trust {
+            snmp.ext.csum_trusted += 1;
+            true
+        } else {
+            let s = checksum::pseudo_header(l4.src, l4.dst, 17, ulen as u32) as u64
+                + checksum::sum(seg) as u64
+                + rest as u64;
+            checksum::fold((s & 0xffff_ffff) as u32 + (s >> 32) as u32) == 0xffff
+        }
+    } else if more > 0 {
         // A GRO packet: GRO verified (or trusted, as the device's status
         // and the policy allow) every segment's checksum.
         true

@@ -33,6 +33,7 @@ pub(super) fn rcv(
     frame: &[u8],
     more: usize,
     l3: usize,
+    reasm: bool,
     cfg: &IpConfig,
     snmp: &mut Snmp,
 ) -> Result<L4, DropReason> {
@@ -99,19 +100,58 @@ pub(super) fn rcv(
         return Err(DropReason::NotForUs);
     }
     if frag & 0x3fff != 0 {
-        // ip_defrag(): rxpath does not reassemble.
+        // ip_local_deliver() → ip_defrag(), which the caller runs when it
+        // reassembles (`reasm`); a path that does not fails it here.
         snmp.ip.reasm_reqds += 1;
-        snmp.ip.reasm_fails += 1;
+        if !reasm {
+            snmp.ip.reasm_fails += 1;
+        }
         return Err(DropReason::Fragment);
     }
+    deliver(src, dst, l3 + ihl, p.len() - ihl, proto, cfg, snmp)
+}
+
+/// A reassembled datagram's transport: `head` is its first frame, the
+/// network header at `l3`, the data from `data` on.
+pub(super) fn transport(
+    head: &[u8],
+    l3: usize,
+    data: usize,
+    cfg: &IpConfig,
+    snmp: &mut Snmp,
+) -> Result<L4, DropReason> {
+    let ip = ipv4::Packet::new_unchecked(&head[l3..]);
+    deliver(
+        ip.src(),
+        ip.dst(),
+        data,
+        head.len() - data,
+        ip.protocol(),
+        cfg,
+        snmp,
+    )
+}
+
+/// `ip_protocol_deliver_rcu()`: the transport `proto` at `off` (`len`
+/// bytes in this frame) if rxpath serves it.
+#[inline(always)]
+fn deliver(
+    src: std::net::Ipv4Addr,
+    dst: std::net::Ipv4Addr,
+    off: usize,
+    len: usize,
+    proto: u8,
+    cfg: &IpConfig,
+    snmp: &mut Snmp,
+) -> Result<L4, DropReason> {
     match proto {
         // `InDelivers` is counted by the caller once the `INPUT` hook let
         // the packet through (`ip_protocol_deliver_rcu()`).
         proto if proto == 17 || cfg.deliver_all => Ok(L4 {
             src: src.into(),
             dst: dst.into(),
-            off: l3 + ihl,
-            len: p.len() - ihl,
+            off,
+            len,
             proto,
         }),
         proto if KERNEL_PROTOS.contains(&proto) => {

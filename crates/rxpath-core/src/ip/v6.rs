@@ -14,6 +14,7 @@ const NEXTHDR_UDP: u8 = 17;
 const NEXTHDR_ROUTING: u8 = 43;
 const NEXTHDR_FRAGMENT: u8 = 44;
 const NEXTHDR_ICMP: u8 = 58;
+const NEXTHDR_AUTH: u8 = 51;
 const NEXTHDR_NONE: u8 = 59;
 const NEXTHDR_DEST: u8 = 60;
 const NEXTHDR_UDPLITE: u8 = 136;
@@ -35,6 +36,7 @@ pub(super) fn rcv(
     frame: &[u8],
     more: usize,
     l3: usize,
+    reasm: bool,
     cfg: &IpConfig,
     snmp: &mut Snmp,
 ) -> Result<L4, DropReason> {
@@ -97,6 +99,53 @@ pub(super) fn rcv(
         return Err(DropReason::NotForUs);
     }
     // ip6_protocol_deliver_rcu()
+    let at = Walk {
+        l3,
+        off,
+        nh,
+        plen,
+        src,
+        dst,
+        fragmented: false,
+        reasm,
+    };
+    upper(p, at, cfg, snmp)
+}
+
+/// Where the walk to the upper layer stands.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Walk {
+    /// The network header's offset in the frame.
+    pub(super) l3: usize,
+    /// The next header's offset from the network header.
+    pub(super) off: usize,
+    /// Its type.
+    pub(super) nh: u8,
+    /// The payload length.
+    pub(super) plen: usize,
+    pub(super) src: Ipv6Addr,
+    pub(super) dst: Ipv6Addr,
+    /// A fragment header was passed (`IP6SKB_FRAGMENTED`).
+    pub(super) fragmented: bool,
+    /// A fragment goes to reassembly (`Err(Fragment)`, `ReasmReqds`
+    /// counted); else it fails here (`ReasmFails`).
+    pub(super) reasm: bool,
+}
+
+/// `ip6_protocol_deliver_rcu()` from `at`: extension headers to the
+/// transport. `p` is the packet from its network header on, as far as
+/// this frame holds it.
+pub(super) fn upper(p: &[u8], at: Walk, cfg: &IpConfig, snmp: &mut Snmp) -> Result<L4, DropReason> {
+    let Walk {
+        l3,
+        mut off,
+        mut nh,
+        plen,
+        src,
+        dst,
+        mut fragmented,
+        reasm,
+    } = at;
     loop {
         match nh {
             NEXTHDR_DEST => {
@@ -128,15 +177,27 @@ pub(super) fn rcv(
                 off += len;
             }
             NEXTHDR_FRAGMENT => {
+                // ipv6_frag_rcv()
+                if fragmented {
+                    return Err(hdr_error(snmp));
+                }
                 snmp.ip6.reasm_reqds += 1;
                 if plen == 0 || p.len() < off + 8 {
                     return Err(hdr_error(snmp));
                 }
-                if rxpath_wire::be16(p, off + 2).unwrap_or(0) & 0xfff9 == 0 {
+                let frag_off = rxpath_wire::be16(p, off + 2).unwrap_or(0);
+                if frag_off & 0xfff9 == 0 {
                     // An atomic fragment: not fragmented at all.
                     snmp.ip6.reasm_oks += 1;
+                    fragmented = true;
                     nh = p[off];
                     off += 8;
+                } else if frag_off & 0xfff8 == 0 && upper_truncated(p, off + 8, p[off]) {
+                    // RFC 8200 4.5: a first fragment without the whole
+                    // upper-layer header.
+                    return Err(hdr_error(snmp));
+                } else if reasm {
+                    return Err(DropReason::Fragment);
                 } else {
                     snmp.ip6.reasm_fails += 1;
                     return Err(DropReason::Fragment);
@@ -170,6 +231,57 @@ pub(super) fn rcv(
             }
         }
     }
+}
+
+/// `ipv6frag_thdr_truncated()`: from `off` (after the fragment header,
+/// whose next header is `nh`), `ipv6_skip_exthdr()` to the upper layer,
+/// whose header (TCP 20, UDP 8, ICMPv6 8, anything else 1 byte) the packet
+/// must hold. A chain the walk cannot follow is not called truncated.
+fn upper_truncated(p: &[u8], mut off: usize, mut nh: u8) -> bool {
+    loop {
+        match nh {
+            NEXTHDR_HOP | NEXTHDR_ROUTING | NEXTHDR_DEST | NEXTHDR_AUTH | NEXTHDR_FRAGMENT => {
+                if p.len() < off + 8 {
+                    return false;
+                }
+                let len = match nh {
+                    NEXTHDR_AUTH => (p[off + 1] as usize + 2) * 4,
+                    NEXTHDR_FRAGMENT => {
+                        if rxpath_wire::be16(p, off + 2).unwrap_or(0) & 0xfff8 != 0 {
+                            return false;
+                        }
+                        8
+                    }
+                    _ => (p[off + 1] as usize + 1) * 8,
+                };
+                nh = p[off];
+                off += len;
+            }
+            NEXTHDR_NONE => return false,
+            _ => break,
+        }
+    }
+    let need = match nh {
+        NEXTHDR_TCP => 20,
+        NEXTHDR_UDP | NEXTHDR_ICMP => 8,
+        _ => 1,
+    };
+    off + need > p.len()
+}
+
+/// The offset of the fragment header of a packet IP input passed as a
+/// fragment (`p` from its network header), and its next header.
+pub(super) fn fragment_header(p: &[u8]) -> Option<usize> {
+    let (mut off, mut nh) = (40, *p.get(6)?);
+    while nh != NEXTHDR_FRAGMENT {
+        if !matches!(nh, NEXTHDR_HOP | NEXTHDR_ROUTING | NEXTHDR_DEST) {
+            return None;
+        }
+        let len = ext_len(p, off)?;
+        nh = p[off];
+        off += len;
+    }
+    (p.len() >= off + 8).then_some(off)
 }
 
 /// The length of the extension header at `off` if the packet holds it

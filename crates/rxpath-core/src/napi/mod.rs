@@ -299,6 +299,14 @@ impl<Q: RxQueue> Napi<Q> {
         }
     }
 
+    /// The path stops: GRO passes up what it holds, and the stack lets go
+    /// of what it keeps across polls (reassembly queues) of this queue's
+    /// frames. Calling context: the owner, as for `poll`.
+    pub fn stop<S: Stack>(&mut self, stack: &mut S, now_ns: u64) {
+        self.flush_gro(stack, now_ns);
+        self.with_ctx(now_ns, |ctx| stack.stop(ctx));
+    }
+
     /// Run `f` in this NAPI's context, then give the frames it freed back to
     /// the device.
     fn with_ctx<R>(&mut self, now_ns: u64, f: impl FnOnce(&mut RxCtx<'_>) -> R) -> R {

@@ -50,6 +50,9 @@ pub trait PollCell: Send {
     /// `napi_watchdog()`: if the timer is due, disarm it and try to
     /// schedule the NAPI; true if the caller now owns it.
     fn fire_timer(&mut self, now_ns: u64) -> bool;
+    /// The path stops: GRO and the stages let go of what they hold
+    /// ([`Napi::stop`]). Calling context: the owner, the NAPI disabled.
+    fn stop(&mut self, now_ns: u64);
     /// The device queue's readiness descriptor ([`RxQueue::readiness_fd`]).
     fn readiness_fd(&self) -> Option<std::io::Result<std::os::fd::OwnedFd>>;
 }
@@ -150,6 +153,10 @@ impl<Q: RxQueue + Send + 'static, S: CellStack + 'static> PollCell for NapiCell<
 
     fn fire_timer(&mut self, now_ns: u64) -> bool {
         self.napi.fire_timer(now_ns)
+    }
+
+    fn stop(&mut self, now_ns: u64) {
+        self.napi.stop(&mut self.stack, now_ns)
     }
 
     fn readiness_fd(&self) -> Option<std::io::Result<std::os::fd::OwnedFd>> {

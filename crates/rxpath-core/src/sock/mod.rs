@@ -66,19 +66,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 /// `net.core.rmem_default`: a socket's receive buffer unless set.
 pub const RMEM_DEFAULT: usize = 212_992;
 
-/// `skb->truesize` of a received frame of `frame_len` bytes, as the kernel
-/// charges it to `SO_RCVBUF`: the frame in an skb of its own size
-/// (`SKB_TRUESIZE(SKB_DATA_ALIGN(NET_SKB_PAD + len))` on x86-64: 576
-/// bytes of `sk_buff` and `skb_shared_info`). A 64-byte UDP payload over
-/// IPv4 is charged 768 bytes (the kernel charges 832 for one sent over a
-/// veth); a default receive buffer holds about 277 such datagrams, as the
-/// kernel's holds 257. The UMEM frame itself is not what is counted: the
-/// pool bounds that, as the page allocator bounds the kernel's.
-pub fn truesize(frame_len: usize) -> usize {
-    const NET_SKB_PAD: usize = 64;
-    const SKB_OVERHEAD: usize = 576;
-    (NET_SKB_PAD + frame_len).next_multiple_of(64) + SKB_OVERHEAD
-}
+pub use crate::packet::truesize;
 
 /// Settings of one host's socket layer, named as the kernel's sysctls.
 #[derive(Debug, Clone)]
@@ -114,6 +102,8 @@ pub struct SockConfig {
     pub sock_flow_entries: usize,
     /// The `INPUT` filter between IP input and UDP (None: no filter).
     pub filter: Option<Arc<crate::filter::FilterHandle>>,
+    /// IP reassembly (`net.ipv4.ipfrag_*`, `net.ipv6.ip6frag_*`).
+    pub reasm: crate::ip::Reasm,
 }
 
 impl Default for SockConfig {
@@ -131,6 +121,7 @@ impl Default for SockConfig {
             mtu: 1500,
             sock_flow_entries: 32_768,
             filter: None,
+            reasm: crate::ip::Reasm::default(),
         }
     }
 }
@@ -357,6 +348,7 @@ impl Sockets {
             deliver_all: false,
             any_l2: false,
             local_routes: Vec::new(),
+            reasm: self.cfg.reasm,
         }
     }
 

@@ -104,7 +104,8 @@ impl Stack for SockStack {
     }
 
     fn receive_udp(&mut self, pkt: Packet, d: &Datagram, ctx: &mut RxCtx<'_>) {
-        // A chain is a UDP GRO packet: IP input checked it whole.
+        // A chain is a UDP GRO packet or a reassembled datagram: IP input
+        // checked it whole.
         let more: usize = pkt.frags.iter().map(|f| f.len as usize).sum();
         let v6 = d.src.is_ipv6();
         let sock = match read(&self.host.demux).lookup(d.dst, d.src) {
@@ -138,8 +139,10 @@ impl Stack for SockStack {
         };
         let off = pkt.off + d.payload_off as u16;
         let tos = tos_of(ctx.data(&pkt), &pkt.meta.headers);
-        let gro = more > 0 && sock.gro.load(Ordering::Relaxed);
         let gso = pkt.meta.gso_size;
+        // A chain without `gso_size` is one reassembled datagram; one with
+        // it a UDP GRO packet, whole only for a socket with `UDP_GRO`.
+        let gro = more > 0 && (gso == 0 || sock.gro.load(Ordering::Relaxed));
         let (frame, frags) = if more > 0 {
             ctx.keep_chain(pkt)
         } else {
@@ -160,7 +163,7 @@ impl Stack for SockStack {
         };
         let head_stamp = head.stamp_ns;
         if gro {
-            // The socket takes the GRO packet whole.
+            // The socket takes the chain whole.
             let dg = Dgram { gso, frags, ..head };
             self.queue_dgram(&sock, dg, v6, ctx);
         } else {

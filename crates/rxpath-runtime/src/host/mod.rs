@@ -356,7 +356,8 @@ impl Host {
     }
 
     /// Start a host on `dev`.
-    pub fn start(cfg: HostConfig, dev: HostDevice) -> Result<Host, RunError> {
+    pub fn start(mut cfg: HostConfig, dev: HostDevice) -> Result<Host, RunError> {
+        cfg.sock.reasm = crate::sysctl::reasm_frames(cfg.sock.reasm, cfg.frames_per_queue);
         let iface_default = cfg.queues == 0 && !matches!(dev, HostDevice::Sim(_));
         if !(1..=64).contains(&cfg.queues) && !iface_default {
             return Err(RunError::Config(format!(
@@ -718,6 +719,7 @@ impl Host {
             }
         }
         for (queue, mut cell) in taken {
+            cell.stop(rxpath_dev::mono_ns());
             self.drain(&mut cell);
             queues.push(HostQueue {
                 queue,
@@ -786,6 +788,7 @@ fn fill_from_iface(cfg: &mut HostConfig, iface: &str) -> Result<(), RunError> {
     let (mac, addrs) = rxpath_dev::sys::af_packet::iface_addrs(iface)
         .map_err(|e| RunError::Device(format!("{iface}: reading its addresses: {e}")))?;
     cfg.sock.mac = mac;
+    cfg.sock.reasm = crate::sysctl::reasm(cfg.sock.reasm);
     if cfg.sock.local_addrs.is_empty() {
         cfg.sock.local_addrs = addrs;
     }

@@ -355,6 +355,7 @@ pub(crate) fn ip_config(cfg: &RunConfig) -> IpConfig {
     match &cfg.producer {
         Producer::Xdp { iface, .. } | Producer::Packet { iface } => {
             let name = iface.as_str();
+            ip.reasm = crate::sysctl::reasm(ip.reasm);
             ip.local_traffic = rxpath_dev::sys::iface::carries_local_traffic(name);
             match rxpath_dev::sys::af_packet::iface_addrs(name) {
                 Ok((mac, addrs)) => {

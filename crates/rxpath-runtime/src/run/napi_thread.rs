@@ -189,7 +189,7 @@ fn drain<Q: RxQueue, S: Stack>(
         }
     }
     for n in napis.iter_mut() {
-        n.flush_gro(stack, clock.now_ns());
+        n.stop(stack, clock.now_ns());
     }
     if let Some(b) = bh {
         finish_bottom_half(b, napis, home);
@@ -216,6 +216,7 @@ fn finish_bottom_half<Q: RxQueue>(
             thread::yield_now();
         }
     }
+    b.stop();
     w.bh_running.fetch_sub(1, Ordering::AcqRel);
     while w.bh_running.load(Ordering::Acquire) > 0 {
         take_home(napis, &w, home);

@@ -318,6 +318,10 @@ impl<I: Stack> Stack for SteerStage<I> {
         self.inline.poll_done(ctx, end)
     }
 
+    fn stop(&mut self, ctx: &mut RxCtx<'_>) {
+        self.inline.stop(ctx)
+    }
+
     fn held(&self) -> u64 {
         self.inline.held()
     }
@@ -364,6 +368,9 @@ impl<S: Stack> Stack for Ordered<S> {
     fn poll_done(&mut self, ctx: &mut RxCtx<'_>, end: PollEnd) -> Option<u64> {
         self.inner.poll_done(ctx, end)
     }
+    fn stop(&mut self, ctx: &mut RxCtx<'_>) {
+        self.inner.stop(ctx)
+    }
     fn held(&self) -> u64 {
         self.inner.held()
     }
@@ -395,5 +402,14 @@ impl<S: Stack> Stack for PerQueue<S> {
         for s in self.0.iter_mut() {
             s.bundle_done(ctx);
         }
+    }
+    fn stop(&mut self, ctx: &mut RxCtx<'_>) {
+        // Each stage lets go of the frames of `ctx`'s region only.
+        for s in self.0.iter_mut() {
+            s.stop(ctx);
+        }
+    }
+    fn held(&self) -> u64 {
+        self.0.iter().map(|s| s.held()).sum()
     }
 }

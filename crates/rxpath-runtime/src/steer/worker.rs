@@ -158,6 +158,30 @@ impl BottomHalf {
         true
     }
 
+    /// The path stops: its stages let go of what they keep across
+    /// batches (reassembly queues), queue by queue, and the frames go home.
+    pub(crate) fn stop(&mut self) {
+        let BottomHalf {
+            w,
+            stack,
+            serial,
+            recycle,
+            chains,
+            counters,
+            ..
+        } = self;
+        let now = rxpath_dev::mono_ns();
+        for (q, v) in recycle.iter_mut().enumerate() {
+            let Some(port) = w.port(q) else { continue };
+            let mut ctx = RxCtx::new(&port.umem, v, &mut counters.path, chains, now);
+            stack.stop(&mut ctx);
+            if let Some((ser, _)) = serial.as_mut() {
+                ser.stop(&mut ctx);
+            }
+            port.ret.put_all(v.drain(..));
+        }
+    }
+
     /// Nothing queued here.
     pub(crate) fn idle(&self) -> bool {
         self.w.idle(self.id)
@@ -213,6 +237,7 @@ pub(crate) fn pure_worker_thread(
             thread::park_timeout(Duration::from_millis(1));
         }
     }
+    bh.stop();
     w.bh_running.fetch_sub(1, Ordering::AcqRel);
     bh.counters.stalls = (stall.map_or(0, |s| s.count), stalled);
     bh.counters

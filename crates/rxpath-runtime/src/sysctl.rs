@@ -1,0 +1,44 @@
+//! The kernel's settings rxpath takes as its own where it does the
+//! kernel's work: IP reassembly's `net.ipv4.ipfrag_*` and
+//! `net.ipv6.ip6frag_*`, read from the namespace rxpath runs in.
+
+use rxpath_core::ip::Reasm;
+
+fn read(path: &str) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// `base` with the namespace's reassembly settings (limits, times in
+/// seconds, `ipfrag_max_dist`) where `/proc/sys` has them.
+pub fn reasm(base: Reasm) -> Reasm {
+    let mut r = base;
+    let sec = 1_000_000_000;
+    let v4 = "/proc/sys/net/ipv4/ipfrag_";
+    let v6 = "/proc/sys/net/ipv6/ip6frag_";
+    if let Some(x) = read(&format!("{v4}high_thresh")) {
+        r.v4.high_thresh = x as usize;
+    }
+    if let Some(x) = read(&format!("{v4}time")) {
+        r.v4.time_ns = x * sec;
+    }
+    if let Some(x) = read(&format!("{v4}max_dist")) {
+        r.v4.max_dist = x as u32;
+    }
+    if let Some(x) = read(&format!("{v6}high_thresh")) {
+        r.v6.high_thresh = x as usize;
+    }
+    if let Some(x) = read(&format!("{v6}time")) {
+        r.v6.time_ns = x * sec;
+    }
+    r
+}
+
+/// `base` whose tables hold at most a quarter of a queue's `frames`
+/// (fragments that never complete must not starve the device of buffers).
+pub fn reasm_frames(base: Reasm, frames: usize) -> Reasm {
+    let mut r = base;
+    let cap = (frames / 4).max(64);
+    r.v4.max_frames = cap;
+    r.v6.max_frames = cap;
+    r
+}
