@@ -16,12 +16,13 @@
 //! Servers run in turn within a round, every other round reversed; ratios
 //! are taken within a round, then the median over rounds.
 
-use crate::figure::{self, finite, in_turn, ratio_cell, target, Bound, Verdict};
-use crate::harness::{median, Peer};
+use crate::figure::{
+    self, column, in_turn, median_ratio as ratio, ratio_cell, target, Bound, Verdict,
+};
+use crate::harness::{cpu_secs, median, Peer};
 use crate::plot::{progress, say, ReportDir};
 use crate::rr::{self, client, field, strip_ansi, Measure, PORT};
 use anyhow::{bail, Context, Result};
-use rxpath_dev::sys::sched;
 use rxpath_runtime::lab::{Topology, HOST_ADDR};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
@@ -156,31 +157,6 @@ fn start(s: Server, t: &Topology, a: &AppsArgs, cpu: Option<usize>) -> Result<Ru
     let mut peer = Peer::spawn("apps server", cmd)?;
     let out = peer.stdout();
     Ok(Running { what: s, peer, out })
-}
-
-/// utime + stime of `pid` and of its children (the program under
-/// `rxpath exec`, `sockperf` under `taskset`), in seconds.
-fn cpu_secs(pid: u32) -> f64 {
-    fn one(pid: u32) -> u64 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        // The fields after the command (which may hold spaces) in parens.
-        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-        let f: Vec<u64> = rest
-            .split_whitespace()
-            .map(|x| x.parse().unwrap_or(0))
-            .collect();
-        // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
-        f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)
-    }
-    let kids =
-        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-    let ticks: u64 = one(pid)
-        + kids
-            .split_whitespace()
-            .filter_map(|k| k.parse().ok())
-            .map(one)
-            .sum::<u64>();
-    ticks as f64 / sched::clock_ticks() as f64
 }
 
 /// Stop a server with SIGINT and return how many messages it read, from
@@ -457,21 +433,6 @@ fn round_line(round: usize, s: Server, r: &Row) -> String {
         figure::cell(r.cpu_us_per_rt, 1.0, 2),
         figure::cell(r.loss_free.map(|v| v as f64), 1.0, 0),
     )
-}
-
-/// A figure of server `i` in every round.
-fn column(rows: &[Vec<Row>], i: usize, f: &dyn Fn(&Row) -> Option<f64>) -> Vec<Option<f64>> {
-    rows.iter().map(|r| f(&r[i]).and_then(finite)).collect()
-}
-
-/// The median over rounds of the in-round ratio of server `i` to `base`.
-fn ratio(rows: &[Vec<Row>], i: usize, base: usize, f: &dyn Fn(&Row) -> Option<f64>) -> Option<f64> {
-    let v: Vec<f64> = column(rows, i, f)
-        .into_iter()
-        .zip(column(rows, base, f))
-        .filter_map(|(n, d)| figure::ratio(n, d))
-        .collect();
-    (!v.is_empty()).then(|| median(v))
 }
 
 fn at(s: Server) -> usize {

@@ -144,6 +144,30 @@ pub(crate) fn in_turn<T: Copy>(items: &[T], round: usize) -> Vec<T> {
     v
 }
 
+/// A figure of entry `i` of each round's row, where finite.
+pub(crate) fn column<R>(
+    rows: &[Vec<R>],
+    i: usize,
+    f: &dyn Fn(&R) -> Option<f64>,
+) -> Vec<Option<f64>> {
+    rows.iter().map(|r| f(&r[i]).and_then(finite)).collect()
+}
+
+/// The median over rounds of the in-round ratio of entry `i` to `base`.
+pub(crate) fn median_ratio<R>(
+    rows: &[Vec<R>],
+    i: usize,
+    base: usize,
+    f: &dyn Fn(&R) -> Option<f64>,
+) -> Option<f64> {
+    let v: Vec<f64> = column(rows, i, f)
+        .into_iter()
+        .zip(column(rows, base, f))
+        .filter_map(|(n, d)| ratio(n, d))
+        .collect();
+    (!v.is_empty()).then(|| crate::harness::median(v))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -340,6 +340,31 @@ pub(crate) fn which(name: &str) -> Option<std::path::PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// utime + stime of `pid` and of its children (the program under
+/// `rxpath exec`, `sockperf` under `taskset`), in seconds.
+pub(crate) fn cpu_secs(pid: u32) -> f64 {
+    fn one(pid: u32) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The fields after the command (which may hold spaces) in parens.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let f: Vec<u64> = rest
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0))
+            .collect();
+        // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
+        f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)
+    }
+    let kids =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    let ticks: u64 = one(pid)
+        + kids
+            .split_whitespace()
+            .filter_map(|k| k.parse().ok())
+            .map(one)
+            .sum::<u64>();
+    ticks as f64 / rxpath_dev::sys::sched::clock_ticks() as f64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,7 @@ use anyhow::Result;
 use std::process::ExitCode;
 
 mod apps;
+mod dns;
 mod figure;
 mod filter;
 mod gro;
@@ -20,6 +21,7 @@ mod rxdrop;
 mod steer;
 
 pub use apps::AppsArgs;
+pub use dns::DnsArgs;
 pub use filter::FilterBenchArgs;
 pub use gro::GroBenchArgs;
 pub use iface::RxIfaceArgs;
@@ -84,6 +86,12 @@ pub enum BenchCmd {
     /// polling) beside the native `rxpath echo --sockperf`; round trips,
     /// p50/p99, server CPU per round trip, loss-free rate.
     Apps(AppsArgs),
+    /// An unmodified DNS server on rxpath (root, knot, knot-dnsutils,
+    /// dnsperf): knotd with one UDP worker on the kernel's socket, under
+    /// `rxpath exec` (sleeping, busy polling) and in Knot's own AF_XDP
+    /// mode; loss-free queries/s (kxdpgun), server CPU per query, p50/p99
+    /// (dnsperf).
+    Dns(DnsArgs),
 }
 
 /// Run the bench `a` names.
@@ -99,6 +107,7 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
         BenchCmd::Rfs(_) => "rfs",
         BenchCmd::Quic(_) => "quic",
         BenchCmd::Apps(_) => "apps",
+        BenchCmd::Dns(_) => "dns",
     };
     let mut rep = plot::ReportDir::open(a.report.as_deref(), name)?;
     let code = match a.cmd {
@@ -111,6 +120,7 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
         BenchCmd::Rfs(a) => rfs::rfs(a, &mut rep),
         BenchCmd::Quic(a) => quic::quic(a, &mut rep),
         BenchCmd::Apps(a) => apps::apps(a, &mut rep),
+        BenchCmd::Dns(a) => dns::dns(a, &mut rep),
     }?;
     let missing = harness::take_unmeasured();
     if let Some(r) = rep {

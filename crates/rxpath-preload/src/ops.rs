@@ -74,6 +74,10 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
     sock.socket()
         .set_rxq_ovfl(p.cmsgs & crate::sock::RXQ_OVFL != 0);
     sock.set_only_v6(p.v6only);
+    if let Some(prog) = p.cbpf {
+        // Set before bind with SO_REUSEPORT (else the kernel refused it).
+        let _ = sock.socket().attach_reuseport_cbpf(Some(prog));
+    }
     let watch = Arc::new(Watchers::default());
     let w: Arc<dyn Watch> = watch.clone();
     sock.set_watch(Arc::downgrade(&w));
@@ -538,6 +542,7 @@ pub(crate) fn sock_errno(e: SockError) -> Errno {
         SockError::NoRoute(_) => libc::ENETUNREACH,
         SockError::NoNeighbor(_) | SockError::NoSource(_) => libc::EHOSTUNREACH,
         SockError::NoTx | SockError::Tx(_) => libc::ENOBUFS,
+        SockError::Invalid(_) => libc::EINVAL,
     }
 }
 
@@ -552,10 +557,12 @@ pub(crate) fn set_nonblock(fd: RawFd, on: bool) {
 
 /// What `setsockopt` means for an rxpath fd, given the option's value as
 /// an int (`None` if it is not one) or a timeval.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) enum OptVal {
     Int(i32),
     Time(Duration),
+    /// A classic BPF program (`struct sock_fprog`).
+    Cbpf(Vec<rxpath_core::sock::cbpf::Insn>),
     Other,
 }
 
@@ -634,6 +641,24 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
             set_cmsg(&e, crate::sock::RXQ_OVFL, on != 0);
             apply(&e, |a| a.sock.socket().set_rxq_ovfl(on != 0), |_| {});
             return Ok(());
+        }
+        (libc::SOL_SOCKET, crate::sock::SO_ATTACH_REUSEPORT_CBPF, OptVal::Cbpf(insns)) => {
+            match rxpath_core::sock::cbpf::Cbpf::new(&insns) {
+                Ok(prog) => {
+                    let mut r = Ok(());
+                    let on =
+                        |a: &Accel| r = a.sock.socket().attach_reuseport_cbpf(Some(prog.clone()));
+                    apply(&e, on, |p| p.cbpf = Some(prog.clone()));
+                    return r.map_err(sock_errno);
+                }
+                Err(why) => format!("setsockopt(SO_ATTACH_REUSEPORT_CBPF): {why}"),
+            }
+        }
+        (libc::SOL_SOCKET, crate::sock::SO_DETACH_REUSEPORT_BPF, _) => {
+            let mut r = Ok(());
+            let on = |a: &Accel| r = a.sock.socket().attach_reuseport_cbpf(None);
+            apply(&e, on, |p| p.cbpf = None);
+            return r.map_err(sock_errno);
         }
         (libc::SOL_SOCKET, libc::SO_REUSEPORT, OptVal::Int(on)) => {
             // Only `bind` reads it (a bound socket keeps its group).

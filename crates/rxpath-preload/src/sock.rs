@@ -15,6 +15,11 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// A UDP socket before `bind`: what was asked of it so far.
+/// `SO_ATTACH_REUSEPORT_CBPF` (asm-generic/socket.h).
+pub(crate) const SO_ATTACH_REUSEPORT_CBPF: i32 = 51;
+/// `SO_DETACH_REUSEPORT_BPF`.
+pub(crate) const SO_DETACH_REUSEPORT_BPF: i32 = 68;
+
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Pending {
     pub(crate) nonblock: bool,
@@ -28,6 +33,8 @@ pub(crate) struct Pending {
     pub(crate) gro: bool,
     /// `SO_REUSEPORT`: may share its address with others that set it.
     pub(crate) reuseport: bool,
+    /// `SO_ATTACH_REUSEPORT_CBPF` before `bind`: the group's program.
+    pub(crate) cbpf: Option<rxpath_core::sock::cbpf::Cbpf>,
     /// An option rxpath cannot honour was set: the socket stays the
     /// kernel's at `bind`.
     pub(crate) refuse: Option<String>,

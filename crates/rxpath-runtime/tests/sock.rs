@@ -795,3 +795,59 @@ fn a_reuseport_group_keeps_each_flow_on_one_member_and_spreads_them() {
     drop(group);
     all_home(&h.shutdown());
 }
+
+#[test]
+fn a_reuseport_program_picks_the_member_it_names() {
+    use rxpath_core::sock::cbpf::{Cbpf, Insn};
+    use rxpath_core::sock::BindOptions;
+    let h = host(1, 1);
+    let rp = BindOptions { reuseport: true };
+    let group: Vec<UdpSocket> = (0..4)
+        .map(|_| h.udp_bind_held_with(sa("0.0.0.0", 7200), rp).unwrap())
+        .collect();
+    // `ld b[0]; ret a`: the payload's first byte names the member.
+    let insn = |code, k| Insn {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let prog = Cbpf::new(&[insn(0x30, 0), insn(0x16, 0)]).unwrap();
+    group[2]
+        .socket()
+        .attach_reuseport_cbpf(Some(prog.clone()))
+        .unwrap();
+    for f in 0..32u16 {
+        let m = [(f % 4) as u8, b'x'];
+        inject(&h, sa(PEER4, 21000 + f), sa(HOST4, 7200), &m);
+    }
+    thread::sleep(Duration::from_millis(200));
+    for (i, s) in group.iter().enumerate() {
+        let got = drain(s);
+        assert_eq!(got.len(), 8, "member {i}: {got:?}");
+        assert!(got.iter().all(|d| d.as_bytes()[0] == i as u8), "{got:?}");
+    }
+    // An index past the group: the hash picks; nothing is lost.
+    for f in 0..32u16 {
+        inject(&h, sa(PEER4, 21000 + f), sa(HOST4, 7200), &[9, b'y']);
+    }
+    thread::sleep(Duration::from_millis(200));
+    let n: usize = group.iter().map(|s| drain(s).len()).sum();
+    assert_eq!(n, 32);
+    // Detached, the hash again; a socket without SO_REUSEPORT has no group.
+    group[0].socket().attach_reuseport_cbpf(None).unwrap();
+    for f in 0..32u16 {
+        inject(&h, sa(PEER4, 21000 + f), sa(HOST4, 7200), &[0, b'z']);
+    }
+    thread::sleep(Duration::from_millis(200));
+    let per: Vec<usize> = group.iter().map(|s| drain(s).len()).collect();
+    assert_eq!(per.iter().sum::<usize>(), 32);
+    assert!(per[0] < 32, "the hash spreads again: {per:?}");
+    let plain = h.udp_bind(sa("0.0.0.0", 7201)).unwrap();
+    assert!(matches!(
+        plain.socket().attach_reuseport_cbpf(Some(prog)),
+        Err(SockError::Invalid(_))
+    ));
+    drop((group, plain));
+    all_home(&h.shutdown());
+}

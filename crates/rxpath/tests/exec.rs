@@ -503,6 +503,36 @@ fn a_reuseport_group_spreads_flows_as_the_kernel_does() {
     }
 }
 
+/// knotd's `socket-affinity` way: a classic BPF program on the group
+/// (`SO_ATTACH_REUSEPORT_CBPF`, here `ld b[0]; ret a`) picks the member
+/// for each datagram. The kernel and rxpath put every datagram on the
+/// member its first byte names.
+#[test]
+fn a_reuseport_program_picks_members_as_the_kernel_does() {
+    let Some(p) = pair("xb", &[]) else { return };
+    const RP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/reuseport.py");
+    for exec in [None, Some(&[][..])] {
+        let mut s = server(
+            &p,
+            exec,
+            &["python3", RP, "server", SRV, "5317", "96", "cbpf"],
+        );
+        wait_ready(&mut s);
+        let c = python_client(&p, &[RP, "client", SRV, "5317", "32", "3", "cbpf"]);
+        let (st, rest, err) = finish(s);
+        assert!(st.success(), "{exec:?}: {err}\n{rest}");
+        assert_eq!(c["missing"], 0, "{exec:?}: {c}\n{rest}");
+        let line = rest.lines().find(|l| l.starts_with('{')).expect("members");
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let want = serde_json::json!([[0], [1], [2], [3]]);
+        assert_eq!(v["flows"], want, "{exec:?}: each member its byte: {rest}");
+        if exec.is_some() {
+            assert!(rest.contains("sockets on rxpath 4 "), "{rest}");
+            assert!(received(&rest) >= 96, "{rest}");
+        }
+    }
+}
+
 #[test]
 fn a_socket_bound_later_on_another_port_is_served_too() {
     let Some(p) = pair("xp", &[]) else { return };

@@ -23,6 +23,7 @@
 //! `udp4_lib_lookup2` returns an established socket before asking the
 //! group).
 
+use super::cbpf::Cbpf;
 use super::socket::SockInner;
 use super::{lock, SockError, Sockets};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -116,6 +117,24 @@ impl Sockets {
         Ok(())
     }
 
+    /// `SO_ATTACH_REUSEPORT_CBPF` on `s` (`None`: `SO_DETACH_REUSEPORT_BPF`):
+    /// its group runs `prog` to pick a member. A socket without
+    /// `SO_REUSEPORT` has no group (`EINVAL`, as the kernel's).
+    pub(crate) fn attach_prog(
+        &self,
+        s: &SockInner,
+        prog: Option<Arc<Cbpf>>,
+    ) -> Result<(), SockError> {
+        if !s.reuseport {
+            return Err(SockError::Invalid(
+                "a reuseport program on a socket without SO_REUSEPORT".into(),
+            ));
+        }
+        let (l, r) = s.addrs();
+        lock_write(self).set_prog(Key::of(l, r), prog);
+        Ok(())
+    }
+
     /// The socket leaves the table (its last handle went).
     pub(crate) fn unbind(&self, s: &SockInner) {
         let (l, r) = s.addrs();
@@ -153,15 +172,28 @@ impl Key {
 }
 
 /// The sockets on one key: one socket, or a `SO_REUSEPORT` group in the
-/// order they joined.
+/// order they joined, with the classic BPF program a member attached
+/// (`SO_ATTACH_REUSEPORT_CBPF`), if any.
 #[derive(Debug, Clone)]
-pub(crate) struct Group(Vec<Arc<SockInner>>);
+pub(crate) struct Group(Vec<Arc<SockInner>>, Option<Arc<Cbpf>>);
 
 impl Group {
-    /// The member for a datagram from `src` to `dst` (`reuseport_select_sock`
-    /// without a BPF program: `reciprocal_scale(hash, n)`).
+    /// The member for a datagram from `src` to `dst`
+    /// (`reuseport_select_sock`): the index the group's program returns
+    /// (`run` runs it on the datagram), else, or if that index is past
+    /// the group, `reciprocal_scale(hash, n)`.
     #[inline]
-    fn pick(&self, dst: SocketAddr, src: SocketAddr) -> &Arc<SockInner> {
+    fn pick(
+        &self,
+        dst: SocketAddr,
+        src: SocketAddr,
+        run: impl FnOnce(&Cbpf) -> u32,
+    ) -> &Arc<SockInner> {
+        if let Some(p) = &self.1 {
+            if let Some(s) = self.0.get(run(p) as usize) {
+                return s;
+            }
+        }
         match self.0.as_slice() {
             [one] => one,
             all => &all[reciprocal_scale(flow_hash(dst, src), all.len() as u32) as usize],
@@ -212,20 +244,33 @@ fn unspecified(v6: bool) -> IpAddr {
 }
 
 impl Demux {
-    /// The socket for a datagram from `src` to `dst`.
+    /// The socket for a datagram from `src` to `dst`, a group's program
+    /// not run (its hash picks).
     #[inline]
     pub(crate) fn lookup(&self, dst: SocketAddr, src: SocketAddr) -> Option<&Arc<SockInner>> {
+        self.lookup_with(dst, src, |_| u32::MAX)
+    }
+
+    /// The socket for a datagram from `src` to `dst`; a group with a
+    /// program picks by what `run` makes of it.
+    #[inline]
+    pub(crate) fn lookup_with(
+        &self,
+        dst: SocketAddr,
+        src: SocketAddr,
+        run: impl FnOnce(&Cbpf) -> u32,
+    ) -> Option<&Arc<SockInner>> {
         if !self.connected.is_empty() {
             if let Some(g) = self.connected.get(&(dst, src)).or_else(|| {
                 let any = SocketAddr::new(unspecified(dst.is_ipv6()), dst.port());
                 self.connected.get(&(any, src))
             }) {
-                return Some(g.pick(dst, src));
+                return Some(g.pick(dst, src, run));
             }
         }
         if !self.bound.is_empty() {
             if let Some(g) = self.bound.get(&dst) {
-                return Some(g.pick(dst, src));
+                return Some(g.pick(dst, src, run));
             }
         }
         self.wildcard
@@ -237,7 +282,19 @@ impl Demux {
                     .filter(|g| !g.first().v6only.load(std::sync::atomic::Ordering::Relaxed)),
                 SocketAddr::V6(_) => None,
             })
-            .map(|g| g.pick(dst, src))
+            .map(|g| g.pick(dst, src, run))
+    }
+
+    /// Attach `prog` to the group on `key` (`None`: detach), as
+    /// `reuseport_attach_prog` replaces a group's program. False if
+    /// nothing sits on `key`.
+    pub(crate) fn set_prog(&mut self, key: Key, prog: Option<Arc<Cbpf>>) -> bool {
+        let g = match key {
+            Key::Connected(l, r) => self.connected.get_mut(&(l, r)),
+            Key::Bound(a) => self.bound.get_mut(&a),
+            Key::Wildcard(v6, p) => self.wildcard.get_mut(&(v6, p)),
+        };
+        g.map(|g| g.1 = prog).is_some()
     }
 
     fn group(&self, key: Key) -> Option<&Group> {
@@ -274,7 +331,10 @@ impl Demux {
     /// Put `s` on `key`: alone, or as the last member of its group.
     pub(crate) fn insert(&mut self, key: Key, s: Arc<SockInner>) {
         fn join<K: std::hash::Hash + Eq>(m: &mut HashMap<K, Group>, k: K, s: Arc<SockInner>) {
-            m.entry(k).or_insert_with(|| Group(Vec::new())).0.push(s);
+            m.entry(k)
+                .or_insert_with(|| Group(Vec::new(), None))
+                .0
+                .push(s);
         }
         match key {
             Key::Connected(l, r) => join(&mut self.connected, (l, r), s),

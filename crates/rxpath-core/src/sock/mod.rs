@@ -39,6 +39,7 @@
 //! [`NapiState::try_busy_poll`]: crate::napi::NapiState::try_busy_poll
 
 mod busy;
+pub mod cbpf;
 mod demux;
 mod flow;
 mod send;
@@ -104,6 +105,10 @@ pub struct SockConfig {
     pub filter: Option<Arc<crate::filter::FilterHandle>>,
     /// IP reassembly (`net.ipv4.ipfrag_*`, `net.ipv6.ip6frag_*`).
     pub reasm: crate::ip::Reasm,
+    /// The CPU the calling thread runs on, for a reuseport group's program
+    /// (`SKF_AD_CPU`): the runtime's `sched_getcpu` (the core asks, it
+    /// does not look).
+    pub current_cpu: fn() -> u32,
 }
 
 impl Default for SockConfig {
@@ -122,6 +127,7 @@ impl Default for SockConfig {
             sock_flow_entries: 32_768,
             filter: None,
             reasm: crate::ip::Reasm::default(),
+            current_cpu: || 0,
         }
     }
 }
@@ -185,6 +191,9 @@ pub enum SockError {
     /// The TX port failed.
     #[error("transmit failed: {0}")]
     Tx(String),
+    /// An argument the call does not take (`EINVAL`).
+    #[error("invalid argument: {0}")]
+    Invalid(String),
 }
 
 pub use crate::packet::FrameReturn;

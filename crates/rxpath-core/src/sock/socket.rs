@@ -356,6 +356,15 @@ impl Socket {
         })
     }
 
+    /// `SO_ATTACH_REUSEPORT_CBPF` (`None`: `SO_DETACH_REUSEPORT_BPF`): the
+    /// socket's `SO_REUSEPORT` group picks a member for each datagram by
+    /// what `prog` returns ([`super::cbpf`]), falling back to the hash for
+    /// an index past the group. `Invalid` for a socket without
+    /// `SO_REUSEPORT`.
+    pub fn attach_reuseport_cbpf(&self, prog: Option<super::cbpf::Cbpf>) -> Result<(), SockError> {
+        self.host.attach_prog(&self.inner, prog.map(Arc::new))
+    }
+
     /// `connect()`: receive only from `remote` (the full 5-tuple wins over
     /// bound and wildcard sockets) and make it the default destination.
     pub fn connect(&self, remote: SocketAddr) -> Result<(), SockError> {

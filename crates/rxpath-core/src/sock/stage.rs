@@ -108,7 +108,9 @@ impl Stack for SockStack {
         // checked it whole.
         let more: usize = pkt.frags.iter().map(|f| f.len as usize).sum();
         let v6 = d.src.is_ipv6();
-        let sock = match read(&self.host.demux).lookup(d.dst, d.src) {
+        let cpu = self.host.cfg.current_cpu;
+        let run = |p: &super::cbpf::Cbpf| p.run(&bpf_ctx(&pkt, d, more, cpu(), ctx));
+        let sock = match read(&self.host.demux).lookup_with(d.dst, d.src, run) {
             Some(s) => s.clone(),
             None => {
                 self.count(|c| &c.no_ports);
@@ -200,6 +202,31 @@ impl Stack for SockStack {
             ctx.recycle_from(&p.ret);
         }
         None
+    }
+}
+
+/// What a reuseport group's classic BPF program sees of a datagram: its
+/// payload (the head frame's part), its headers, the queue, the hash and
+/// the CPU this runs on.
+fn bpf_ctx<'a>(
+    pkt: &'a Packet,
+    d: &Datagram,
+    more: usize,
+    cpu: u32,
+    ctx: &'a RxCtx<'_>,
+) -> super::cbpf::Ctx<'a> {
+    let f = ctx.data(pkt);
+    let h = &pkt.meta.headers;
+    let end = (d.payload_off + d.payload_len - more).min(f.len());
+    let l3 = (h.l3_offset as usize).min(f.len());
+    super::cbpf::Ctx {
+        payload: f.get(d.payload_off..end).unwrap_or(&[]),
+        net: &f[l3..],
+        link: f,
+        protocol: if d.src.is_ipv6() { 0x86dd } else { 0x0800 },
+        queue: pkt.meta.queue,
+        rxhash: pkt.meta.rxhash,
+        cpu,
     }
 }
 

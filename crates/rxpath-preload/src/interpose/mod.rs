@@ -266,6 +266,25 @@ fn opt_val(level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> Opt
     if val.is_null() {
         return OptVal::Other;
     }
+    if level == libc::SOL_SOCKET
+        && name == crate::sock::SO_ATTACH_REUSEPORT_CBPF
+        && len as usize >= std::mem::size_of::<libc::sock_fprog>()
+    {
+        // SAFETY: the kernel accepted a `sock_fprog` of `len` bytes at `val`.
+        let f = unsafe { std::ptr::read_unaligned(val.cast::<libc::sock_fprog>()) };
+        if f.filter.is_null() {
+            return OptVal::Other;
+        }
+        // SAFETY: the kernel copied `f.len` instructions from `f.filter`.
+        let insns = unsafe { std::slice::from_raw_parts(f.filter, f.len as usize) };
+        let insns = insns.iter().map(|i| rxpath_core::sock::cbpf::Insn {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        });
+        return OptVal::Cbpf(insns.collect());
+    }
     let time =
         level == libc::SOL_SOCKET && (name == libc::SO_RCVTIMEO || name == libc::SO_RCVTIMEO_NEW);
     if time && len as usize >= std::mem::size_of::<timeval>() {
