@@ -74,6 +74,7 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
     sock.socket()
         .set_rxq_ovfl(p.cmsgs & crate::sock::RXQ_OVFL != 0);
     sock.set_only_v6(p.v6only);
+    sock.socket().set_pmtudisc_do(p.pmtudisc_do);
     if let Some(prog) = p.cbpf {
         // Set before bind with SO_REUSEPORT (else the kernel refused it).
         let _ = sock.socket().attach_reuseport_cbpf(Some(prog));
@@ -520,9 +521,8 @@ pub(crate) fn send_seg(
         Err(SockError::NoRoute(_) | SockError::NoNeighbor(_) | SockError::NoSource(_)) => {
             Route::Kernel
         }
-        // Over the MTU: the kernel socket sends it as fragments, as the
-        // kernel does for a UDP socket (`IP_PMTUDISC_WANT`); rxpath does
-        // not fragment yet.
+        // Refused over the MTU (`IP_PMTUDISC_DO`, or past 64 KiB): the
+        // kernel socket behind the fd answers as the kernel would.
         Err(SockError::MessageTooLong { .. }) if !gso => Route::Kernel,
         Err(e) => Route::Done(Err(sock_errno(e))),
     }
@@ -665,6 +665,20 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
             apply(&e, |_| {}, |p| p.reuseport = on != 0);
             return Ok(());
         }
+        (libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, OptVal::Int(v))
+        | (libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, OptVal::Int(v)) => {
+            // `IP_PMTUDISC_DO` and beyond: a datagram past the MTU is
+            // refused (`EMSGSIZE`) instead of leaving in fragments.
+            let on = v >= libc::IP_PMTUDISC_DO;
+            let set = |a: &Accel| a.sock.socket().set_pmtudisc_do(on);
+            apply(&e, set, |p| p.pmtudisc_do = on);
+            return Ok(());
+        }
+        (libc::IPPROTO_IPV6, libc::IPV6_DONTFRAG, OptVal::Int(on)) => {
+            let set = |a: &Accel| a.sock.socket().set_pmtudisc_do(on != 0);
+            apply(&e, set, |p| p.pmtudisc_do = on != 0);
+            return Ok(());
+        }
         (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, OptVal::Int(on)) => {
             apply(&e, |a| a.sock.set_only_v6(on != 0), |p| p.v6only = on != 0);
             return Ok(());
@@ -782,14 +796,12 @@ const HARMLESS_SOCKET: &[i32] = &[
 ];
 const HARMLESS_IP: &[i32] = &[
     libc::IP_TTL,
-    libc::IP_MTU_DISCOVER,
     libc::IP_MULTICAST_TTL,
     libc::IP_MULTICAST_LOOP,
     libc::IP_MULTICAST_IF,
 ];
 const HARMLESS_IPV6: &[i32] = &[
     libc::IPV6_UNICAST_HOPS,
-    libc::IPV6_MTU_DISCOVER,
     libc::IPV6_MULTICAST_HOPS,
     libc::IPV6_MULTICAST_LOOP,
     libc::IPV6_MULTICAST_IF,

@@ -33,6 +33,8 @@ pub(crate) struct Pending {
     pub(crate) gro: bool,
     /// `SO_REUSEPORT`: may share its address with others that set it.
     pub(crate) reuseport: bool,
+    /// `IP_MTU_DISCOVER` `DO` or beyond (`IPV6_DONTFRAG`): no fragments.
+    pub(crate) pmtudisc_do: bool,
     /// `SO_ATTACH_REUSEPORT_CBPF` before `bind`: the group's program.
     pub(crate) cbpf: Option<rxpath_core::sock::cbpf::Cbpf>,
     /// An option rxpath cannot honour was set: the socket stays the

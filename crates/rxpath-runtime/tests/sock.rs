@@ -443,6 +443,8 @@ fn send_builds_frames_from_learned_neighbours() {
     let (m, src) = recv_str(&s);
     assert_eq!(m, "ping");
     s.send_to(b"pong", src).unwrap();
+    // Past the MTU with IP_PMTUDISC_DO: refused (the default fragments).
+    s.socket().set_pmtudisc_do(true);
     assert_eq!(
         s.send_to(&[0u8; 1473], src),
         Err(SockError::MessageTooLong {
@@ -451,6 +453,7 @@ fn send_builds_frames_from_learned_neighbours() {
             mtu: 1500
         })
     );
+    s.socket().set_pmtudisc_do(false);
     let c = s.clone();
     c.connect(src).unwrap();
     c.send(b"again").unwrap();

@@ -133,3 +133,71 @@ fn half_a_datagram_goes_home_at_shutdown() {
         all_home(&r, &format!("{steer:?}"));
     }
 }
+
+/// The IP payloads of captured IPv4 or IPv6 fragments put in order by
+/// their offsets: the datagram's UDP header and payload; with the
+/// fragments' sizes.
+fn defragment(frames: &[Vec<u8>]) -> (Vec<u8>, Vec<usize>) {
+    let mut pieces: Vec<(usize, Vec<u8>)> = frames
+        .iter()
+        .map(|f| {
+            if f[12] == 0x86 {
+                assert_eq!(f[14 + 6], 44, "a fragment header");
+                let fo = u16::from_be_bytes([f[56], f[57]]) as usize;
+                (fo & !7, f[62..].to_vec())
+            } else {
+                let fo = u16::from_be_bytes([f[20], f[21]]) as usize;
+                assert_eq!(fo & 0x4000, 0, "no DF on a fragment");
+                ((fo & 0x1fff) * 8, f[34..].to_vec())
+            }
+        })
+        .collect();
+    pieces.sort_by_key(|p| p.0);
+    let sizes = frames.iter().map(Vec::len).collect();
+    let mut out = Vec::new();
+    for (off, p) in pieces {
+        assert_eq!(off, out.len(), "pieces abut");
+        out.extend_from_slice(&p);
+    }
+    (out, sizes)
+}
+
+#[test]
+fn a_datagram_past_the_mtu_leaves_in_fragments_and_an_echo_goes_back_whole() {
+    use rxpath_core::sock::CaptureTx;
+    let h = host(None);
+    let tx = CaptureTx::default();
+    h.sockets().set_tx(Box::new(tx.clone()));
+    let s4 = h.udp_bind(sa("0.0.0.0", 7000)).unwrap();
+    let s6 = h.udp_bind(sa("::", 7001)).unwrap();
+    for (s, peer, local, id) in [
+        (&s4, sa(PEER4, 5), sa(HOST4, 7000), 31),
+        (&s6, sa(PEER6, 6), sa(HOST6, 7001), 32),
+    ] {
+        let b = body(8000, 4);
+        inject(&h, &fragments(peer, local, &b, id));
+        let (got, from) = recv(s);
+        assert_eq!((got.len(), from), (8000, peer));
+        tx.frames.lock().unwrap().clear();
+        assert_eq!(s.send_to(&got, from), Ok(8000), "the echo");
+        let frames = tx.frames.lock().unwrap().clone();
+        let (l4, sizes) = defragment(&frames);
+        // 8008 bytes of UDP in pieces of 1480 (IPv4) or 1448 (IPv6).
+        assert_eq!(frames.len(), 6, "{sizes:?}");
+        assert!(sizes.iter().all(|&n| n <= 1514), "{sizes:?}");
+        assert_eq!(&l4[8..], &b[..], "the datagram, whole");
+        let c = rxpath_wire::checksum::l4(local.ip(), peer.ip(), 17, &l4);
+        assert_eq!(c, 0, "the UDP checksum covers the whole datagram");
+        // IP_PMTUDISC_DO: refused instead.
+        s.socket().set_pmtudisc_do(true);
+        assert!(matches!(
+            s.send_to(&got, from),
+            Err(rxpath_core::sock::SockError::MessageTooLong { .. })
+        ));
+        s.socket().set_pmtudisc_do(false);
+    }
+    drop((s4, s6));
+    let r = h.shutdown();
+    assert_eq!(r.snmp.udp.out_datagrams + r.snmp.udp6.out_datagrams, 2);
+    all_home(&r, "send");
+}

@@ -147,6 +147,109 @@ pub fn write_udp(buf: &mut [u8], spec: &Spec, payload: &[u8]) -> Result<usize, T
     Ok(total)
 }
 
+/// One IP fragment of a UDP datagram (`ip_fragment` / `ip6_fragment`):
+/// bytes `off..off + len` of the datagram's UDP header and payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpFragment {
+    /// Where the piece starts in the UDP header and payload (a multiple
+    /// of 8).
+    pub off: usize,
+    /// Its length (a multiple of 8 unless it is the last).
+    pub len: usize,
+    /// More fragments follow (MF).
+    pub more: bool,
+    /// The whole datagram's UDP checksum ([`udp_checksum`]).
+    pub csum: u16,
+    /// IPv6's fragment identification (IPv4 takes `Spec::ip_id`).
+    pub id: u32,
+}
+
+/// The UDP checksum of a datagram of `payload` from `spec` (0 sent as
+/// 0xffff), what every fragment's first piece carries.
+pub fn udp_checksum(spec: &Spec, payload: &[u8]) -> u16 {
+    let l4_len = udp::HEADER_LEN + payload.len();
+    let mut hdr = [0u8; udp::HEADER_LEN];
+    hdr[0..2].copy_from_slice(&spec.src_port.to_be_bytes());
+    hdr[2..4].copy_from_slice(&spec.dst_port.to_be_bytes());
+    hdr[4..6].copy_from_slice(&(l4_len as u16).to_be_bytes());
+    let s = checksum::pseudo_header(spec.src, spec.dst, protocol::UDP, l4_len as u32) as u64
+        + checksum::sum(&hdr) as u64
+        + checksum::sum(payload) as u64;
+    let c = !checksum::fold((s & 0xffff_ffff) as u32 + (s >> 32) as u32);
+    if c == 0 {
+        0xffff
+    } else {
+        c
+    }
+}
+
+/// The pieces the kernel cuts a UDP datagram of `payload_len` bytes into
+/// for `mtu` ([`mtu_pieces`] of its UDP header and payload).
+pub fn udp_fragments(spec: &Spec, payload: &[u8], mtu: usize, id: u32) -> Vec<UdpFragment> {
+    let l4 = udp::HEADER_LEN + payload.len();
+    let csum = udp_checksum(spec, payload);
+    mtu_pieces(l4, mtu, spec.src.is_ipv6())
+        .into_iter()
+        .map(|(off, len)| UdpFragment {
+            off,
+            len,
+            more: off + len < l4,
+            csum,
+            id,
+        })
+        .collect()
+}
+
+/// Write fragment `f` of the UDP datagram of `payload` into `buf`: IPv4
+/// with the fragment's offset and MF (DF clear), or IPv6 with a fragment
+/// header; returns the frame length.
+pub fn write_udp_fragment(
+    buf: &mut [u8],
+    spec: &Spec,
+    payload: &[u8],
+    f: UdpFragment,
+) -> Result<usize, TooSmall> {
+    let v6 = spec.src.is_ipv6();
+    let fh = if v6 { 8 } else { 0 };
+    let l4 = udp::HEADER_LEN + payload.len();
+    let total = spec.l3_header_end() + fh + f.len;
+    if buf.len() < total || f.off + f.len > l4 || l4 > u16::MAX as usize - 48 {
+        return Err(TooSmall);
+    }
+    let mut s = *spec;
+    s.df = false;
+    let proto = if v6 { 44 } else { protocol::UDP };
+    let off = write_l2_l3(buf, &s, proto, fh + f.len);
+    if v6 {
+        let fo = (f.off as u16 & 0xfff8) | f.more as u16;
+        buf[off] = protocol::UDP;
+        buf[off + 1] = 0;
+        buf[off + 2..off + 4].copy_from_slice(&fo.to_be_bytes());
+        buf[off + 4..off + 8].copy_from_slice(&f.id.to_be_bytes());
+    } else {
+        let mut ip = ipv4::Packet::new_unchecked(&mut buf[off - ipv4::HEADER_LEN..off]);
+        let mf = if f.more { 0x2000 } else { 0 };
+        ip.set_flags_frag(((f.off / 8) as u16 & 0x1fff) | mf);
+        ip.fill_checksum();
+    }
+    let mut hdr = [0u8; udp::HEADER_LEN];
+    hdr[0..2].copy_from_slice(&spec.src_port.to_be_bytes());
+    hdr[2..4].copy_from_slice(&spec.dst_port.to_be_bytes());
+    hdr[4..6].copy_from_slice(&(l4 as u16).to_be_bytes());
+    hdr[6..8].copy_from_slice(&f.csum.to_be_bytes());
+    let out = &mut buf[off + fh..total];
+    let (start, end) = (f.off, f.off + f.len);
+    let mut at = 0;
+    if start < udp::HEADER_LEN {
+        let h = &hdr[start..end.min(udp::HEADER_LEN)];
+        out[..h.len()].copy_from_slice(h);
+        at = h.len();
+    }
+    let p = &payload[start.max(udp::HEADER_LEN) - udp::HEADER_LEN..end - udp::HEADER_LEN];
+    out[at..at + p.len()].copy_from_slice(p);
+    Ok(total)
+}
+
 /// Write a TCP frame into `buf`; `options` must be a multiple of 4 bytes.
 /// Returns the frame length.
 #[allow(clippy::too_many_arguments)]
@@ -294,6 +397,28 @@ pub fn mtu_pieces(len: usize, mtu: usize, v6: bool) -> Vec<(usize, usize)> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn fragments_written_put_the_datagram_back_together() {
+        use super::*;
+        for (src, dst) in [("198.18.0.2", "198.18.0.1"), ("2001:2::2", "2001:2::1")] {
+            let spec = Spec::new(src.parse().unwrap(), dst.parse().unwrap(), 5000, 53);
+            let payload: Vec<u8> = (0..4000u32).map(|i| (i * 13) as u8).collect();
+            let whole = udp(&spec, &payload);
+            let v6 = spec.src.is_ipv6();
+            let hdr = spec.l3_header_end();
+            let pieces = udp_fragments(&spec, &payload, 1500, 7);
+            assert_eq!(pieces.len(), 3);
+            let mut l4 = Vec::new();
+            for f in &pieces {
+                let mut buf = [0u8; 2048];
+                let n = write_udp_fragment(&mut buf, &spec, &payload, *f).unwrap();
+                assert!(n <= 1514, "{n}");
+                l4.extend_from_slice(&buf[hdr + if v6 { 8 } else { 0 }..n]);
+            }
+            assert_eq!(l4, whole[hdr..], "the pieces are the datagram");
+        }
+    }
 
     #[test]
     fn tcp_with_a_known_payload_sum_is_the_same_frame() {

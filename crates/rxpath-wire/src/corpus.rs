@@ -20,8 +20,8 @@
 //! * IP fragments of both families: in order, reversed, two datagrams
 //!   interleaved, an overlap, a duplicate, a missing piece (which times
 //!   out), tiny pieces, an IPv4 piece whose length is not a multiple of 8,
-//!   a datagram over 64 KiB; each datagram small enough that its answer
-//!   fits one frame;
+//!   a datagram over 64 KiB; and a 3000-byte datagram whose answer leaves
+//!   in fragments too;
 //! * garbage: random bytes behind ethertypes no kernel protocol takes.
 //!
 //! Left out, so that nothing leaves the benchmarking ranges and the answer
@@ -210,6 +210,10 @@ impl Gen {
             let mut p: Vec<(usize, usize)> = (0..65_535 / step).map(|i| (i * step, step)).collect();
             p.push((65_535 / step * step, 1000));
             self.frags("over 64k", v6, &f, n, &p);
+            // A datagram whose answer leaves in fragments too.
+            let (f, n, len) = self.sized(v6, 3000);
+            let step = if v6 { 1448 } else { 1480 };
+            self.frags("large", v6, &f, n, &cut(len, step));
             if !v6 {
                 // A piece with MF whose length is not a multiple of 8: the
                 // kernel trims it to one, the next piece starts there.

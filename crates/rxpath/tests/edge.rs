@@ -89,10 +89,34 @@ fn pcap_payloads(path: &str) -> Vec<Vec<u8>> {
             if h.l4 == rxpath_wire::L4::Udp && client.contains(&h.flow.dst()) {
                 let o = h.payload_offset as usize;
                 out.push(f[o..o + h.payload_len as usize].to_vec());
+            } else if h.fragment && client.contains(&h.flow.dst()) {
+                // An answer in fragments: its first fragment's part (the
+                // same bytes if both cut the datagram alike).
+                if let Some(p) = first_fragment_payload(f) {
+                    out.push(p.to_vec());
+                }
             }
         }
     }
     out
+}
+
+/// The UDP payload in a first IP fragment (offset 0, MF) of a datagram,
+/// after its UDP header.
+fn first_fragment_payload(f: &[u8]) -> Option<&[u8]> {
+    match f.get(12..14)? {
+        [0x08, 0x00] => {
+            let ihl = (f.get(14)? & 0xf) as usize * 4;
+            let ff = u16::from_be_bytes([*f.get(20)?, *f.get(21)?]);
+            (ff & 0x3fff == 0x2000 && f.get(23) == Some(&17)).then(|| f.get(14 + ihl + 8..))?
+        }
+        [0x86, 0xdd] => {
+            let ff = u16::from_be_bytes([*f.get(56)?, *f.get(57)?]);
+            let first = f.get(20) == Some(&44) && f.get(54) == Some(&17) && ff & 0xfff9 == 1;
+            first.then(|| f.get(70..))?
+        }
+        _ => None,
+    }
 }
 
 /// Start tcpdump in the client namespace; returns once it listens.
@@ -108,7 +132,7 @@ fn capture(p: &Pair, file: &str) -> Child {
                 "-n",
                 "-w",
                 file,
-                "udp and src port 7",
+                "(udp and src port 7) or (ip6 and ip6[6] == 44)",
             ],
         )
         .stdout(Stdio::null())

@@ -7,6 +7,19 @@ use super::SockError;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
+/// IPv6 fragment identifications (`ipv6_select_ident`: the kernel's are
+/// hashed per destination; these only need to differ between datagrams
+/// in flight).
+static FRAG_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0x5eed_0001);
+
+/// The result of a send that sent `sent` datagrams and may have failed.
+fn done(sent: usize, err: Option<SockError>) -> Result<usize, SockError> {
+    match err {
+        Some(e) if sent == 0 => Err(e),
+        _ => Ok(sent),
+    }
+}
+
 /// `UDP_MAX_SEGMENTS`: datagrams one `UDP_SEGMENT` send may make.
 pub const UDP_MAX_SEGMENTS: usize = 64;
 
@@ -32,9 +45,10 @@ impl Socket {
     /// retries it counts it again, as with the kernel's `sendmmsg`).
     /// Nothing here ends a server.
     pub fn send_batch(&self, msgs: &[(&[u8], SocketAddr)]) -> Result<usize, SockError> {
-        // Each datagram fits the MTU (longer ones are refused): DF, as the
-        // kernel's default `IP_PMTUDISC_WANT` sets it.
-        self.send_msgs(msgs, 0, true)
+        // A datagram that fits the MTU carries DF, as the kernel's default
+        // `IP_PMTUDISC_WANT` sets it; a longer one leaves in fragments
+        // (`ip_fragment`), unless `IP_PMTUDISC_DO`/`PROBE` refuses it.
+        self.send_msgs(msgs, 0, true, !self.pmtudisc_do())
     }
 
     /// `sendmsg()` with `UDP_SEGMENT` and the ECN bits of `IP_TOS` /
@@ -72,7 +86,7 @@ impl Socket {
         // the whole buffer fits the MTU (a GSO send's segments go without).
         let hdrs = if dst.is_ipv4() { 28 } else { 48 };
         let df = self.pmtudisc_do() || contents.len() + hdrs <= self.host.cfg.mtu;
-        self.send_msgs(&msgs, ecn & 3, df)
+        self.send_msgs(&msgs, ecn & 3, df, false)
     }
 
     /// `IP_MTU_DISCOVER` = `IP_PMTUDISC_PROBE` (true) or the default
@@ -92,55 +106,72 @@ impl Socket {
         msgs: &[(&[u8], SocketAddr)],
         tos: u8,
         df: bool,
+        frag: bool,
     ) -> Result<usize, SockError> {
+        use super::tx::{frames_for, Frames, TX_BATCH};
         let local = self.local_addr();
         let mut sent = 0;
-        for chunk in msgs.chunks(super::tx::TX_BATCH) {
-            let mut frames = super::tx::Frames::new();
-            let mut fams = [false; super::tx::TX_BATCH];
-            let mut err = None;
-            for (payload, dst) in chunk {
-                match self.build(&mut frames, local, *dst, (tos, df), payload) {
-                    Ok(v6) => fams[frames.len() - 1] = v6,
-                    Err(e) => {
-                        match e {
-                            SockError::NoRoute(ip) => self.host.count_no_route(ip.is_ipv6()),
-                            _ => self.host.count_send(dst.is_ipv6(), 0, 1),
-                        }
-                        err = Some(e);
-                        break;
+        let mut frames = Frames::new();
+        // The datagrams built and not yet handed over: frames, family.
+        let mut built = arrayvec::ArrayVec::<(usize, bool), TX_BATCH>::new();
+        for (payload, dst) in msgs {
+            let need = frames_for(&self.host.cfg, payload.len());
+            if !frames.is_empty() && (frames.len() + need > TX_BATCH || built.is_full()) {
+                let (n, all, err) = self.hand_over(&frames, &built);
+                sent += n;
+                if !all {
+                    return done(sent, err);
+                }
+                frames = Frames::new();
+                built.clear();
+            }
+            let before = frames.len();
+            match self.build(&mut frames, local, *dst, (tos, df, frag), payload) {
+                Ok(v6) => built.push((frames.len() - before, v6)),
+                Err(e) => {
+                    match e {
+                        SockError::NoRoute(ip) => self.host.count_no_route(ip.is_ipv6()),
+                        _ => self.host.count_send(dst.is_ipv6(), 0, 1),
                     }
+                    let (n, _, _) = self.hand_over(&frames, &built);
+                    return done(sent + n, Some(e));
                 }
-            }
-            let n = if frames.len() == 0 {
-                0
-            } else {
-                match self.host.transmit(&frames) {
-                    Ok(n) => n,
-                    Err(e) => {
-                        err = Some(e);
-                        0
-                    }
-                }
-            };
-            for (i, &v6) in fams.iter().enumerate().take(frames.len()) {
-                if i < n {
-                    self.host.count_send(v6, 1, 0);
-                } else if i == n && err.is_none() {
-                    // The first frame the TX port did not take failed; the
-                    // rest were not tried.
-                    self.host.count_send(v6, 0, 1);
-                }
-            }
-            sent += n;
-            if let Some(e) = err {
-                return if sent > 0 { Ok(sent) } else { Err(e) };
-            }
-            if n < frames.len() {
-                break;
             }
         }
-        Ok(sent)
+        let (n, _, err) = self.hand_over(&frames, &built);
+        done(sent + n, err)
+    }
+
+    /// Hand the frames built to the TX port. A datagram whose frames it
+    /// all took is sent (counted); the first it did not take failed
+    /// (counted once, unless the port itself failed); those after it were
+    /// not tried. Returns the datagrams sent, whether all were, and the
+    /// port's error.
+    fn hand_over(
+        &self,
+        frames: &super::tx::Frames<'_>,
+        built: &[(usize, bool)],
+    ) -> (usize, bool, Option<SockError>) {
+        if frames.is_empty() {
+            return (0, true, None);
+        }
+        let (taken, err) = match self.host.transmit(frames) {
+            Ok(n) => (n, None),
+            Err(e) => (0, Some(e)),
+        };
+        let (mut at, mut sent) = (0, 0);
+        for &(k, v6) in built {
+            if at + k > taken {
+                if err.is_none() {
+                    self.host.count_send(v6, 0, 1);
+                }
+                return (sent, false, err);
+            }
+            self.host.count_send(v6, 1, 0);
+            at += k;
+            sent += 1;
+        }
+        (sent, true, err)
     }
 
     /// Build one datagram's frame; returns whether it left as IPv6.
@@ -149,7 +180,7 @@ impl Socket {
         frames: &mut super::tx::Frames<'a>,
         local: SocketAddr,
         dst: SocketAddr,
-        (tos, df): (u8, bool),
+        (tos, df, frag): (u8, bool, bool),
         payload: &'a [u8],
     ) -> Result<bool, SockError> {
         let (src_ip, dst) = self.route(local, dst)?;
@@ -170,7 +201,13 @@ impl Socket {
             SocketAddr::new(src, local.port()),
             dst,
             mac,
-            super::tx::IpFields { id, tos, df },
+            super::tx::IpFields {
+                id,
+                tos,
+                df,
+                frag,
+                frag_id: FRAG_ID.fetch_add(1, Ordering::Relaxed),
+            },
             payload,
         )?;
         Ok(dst.is_ipv6())

@@ -2,7 +2,7 @@
 //! socket on the interface; tests a [`CaptureTx`]), and frame building.
 
 use super::{lock, SockConfig, SockError, Sockets};
-use rxpath_wire::build::{write_udp, Spec};
+use rxpath_wire::build::{udp_fragments, write_udp, write_udp_fragment, Spec, UdpFragment};
 use rxpath_wire::ethernet::Mac;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -65,13 +65,34 @@ pub(crate) struct IpFields {
     pub(crate) tos: u8,
     /// IPv4 don't-fragment.
     pub(crate) df: bool,
+    /// A datagram past the MTU may leave in IP fragments (IPv4 without
+    /// `IP_PMTUDISC_DO`, IPv6 at the source); else it is refused.
+    pub(crate) frag: bool,
+    /// IPv6's fragment identification.
+    pub(crate) frag_id: u32,
 }
 
 /// Up to [`TX_BATCH`] datagrams checked and ready to be written: their
 /// headers' fields and payloads. The port writes them where they go (in
 /// place in an AF_XDP TX ring; elsewhere through a scratch buffer).
 pub(crate) struct Frames<'a> {
-    specs: arrayvec::ArrayVec<(Spec, &'a [u8]), TX_BATCH>,
+    specs: arrayvec::ArrayVec<(Spec, &'a [u8], Option<UdpFragment>), TX_BATCH>,
+}
+
+/// The largest UDP payload a frame of `mtu` carries.
+fn fits(cfg: &SockConfig, v6: bool) -> usize {
+    let l3 = if v6 { 40 } else { 20 };
+    cfg.mtu.min(FRAME_MAX - 14).saturating_sub(l3 + 8)
+}
+
+/// Frames a datagram of `len` bytes takes at most (fragments counted as
+/// IPv6's, the smaller).
+pub(crate) fn frames_for(cfg: &SockConfig, len: usize) -> usize {
+    if len <= fits(cfg, true) {
+        return 1;
+    }
+    let room = (cfg.mtu.min(FRAME_MAX - 14).saturating_sub(48) & !7).max(8);
+    (len + 8).div_ceil(room)
 }
 
 thread_local! {
@@ -119,8 +140,14 @@ impl<'a> Frames<'a> {
         self.specs.len()
     }
 
-    /// Check one UDP datagram and keep what its frame needs, with the IP
-    /// fields `ip`.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.specs.is_empty()
+    }
+
+    /// Check one UDP datagram and keep what its frames need, with the IP
+    /// fields `ip`: one frame, or for a datagram past the MTU that may be
+    /// fragmented, one per fragment as `ip_fragment` / `ip6_fragment`
+    /// cut them. Returns the frames it takes.
     pub(crate) fn push(
         &mut self,
         cfg: &SockConfig,
@@ -129,24 +156,46 @@ impl<'a> Frames<'a> {
         dst_mac: Mac,
         ip: IpFields,
         payload: &'a [u8],
-    ) -> Result<(), SockError> {
-        let l3 = if dst.is_ipv4() { 20 } else { 40 };
-        let max = cfg.mtu.min(FRAME_MAX - 14).saturating_sub(l3 + 8);
-        if payload.len() > max || self.specs.is_full() {
-            return Err(SockError::MessageTooLong {
-                len: payload.len(),
-                max,
-                mtu: cfg.mtu,
-            });
-        }
+    ) -> Result<usize, SockError> {
+        let max = fits(cfg, dst.is_ipv6());
         let mut spec = Spec::new(src.ip(), dst.ip(), src.port(), dst.port());
         spec.src_mac = cfg.mac;
         spec.dst_mac = dst_mac;
         spec.ip_id = ip.id;
         spec.tos = ip.tos;
         spec.df = ip.df;
-        self.specs.push((spec, payload));
-        Ok(())
+        let too_long = SockError::MessageTooLong {
+            len: payload.len(),
+            max,
+            mtu: cfg.mtu,
+        };
+        if payload.len() <= max {
+            if self.specs.is_full() {
+                return Err(too_long);
+            }
+            self.specs.push((spec, payload, None));
+            return Ok(1);
+        }
+        // The largest datagram: IPv4's total length, IPv6's payload length.
+        let limit = if dst.is_ipv6() {
+            65_535 - 8
+        } else {
+            65_535 - 20 - 8
+        };
+        if !ip.frag || payload.len() > limit {
+            return Err(too_long);
+        }
+        let mtu = cfg.mtu.min(FRAME_MAX - 14);
+        let pieces = udp_fragments(&spec, payload, mtu, ip.frag_id);
+        if pieces.len() > self.specs.remaining_capacity() {
+            return Err(too_long);
+        }
+        spec.df = false;
+        let n = pieces.len();
+        for f in pieces {
+            self.specs.push((spec, payload, Some(f)));
+        }
+        Ok(n)
     }
 }
 
@@ -170,8 +219,11 @@ impl Sockets {
         let mut tx = lock(&self.tx);
         let port = tx.as_mut().ok_or(SockError::NoTx)?;
         port.send_with(f.len(), &mut |i, buf| {
-            let (spec, payload) = f.specs.get(i)?;
-            write_udp(buf, spec, payload).ok()
+            let (spec, payload, frag) = f.specs.get(i)?;
+            match frag {
+                None => write_udp(buf, spec, payload).ok(),
+                Some(fr) => write_udp_fragment(buf, spec, payload, *fr).ok(),
+            }
         })
         .map_err(|e| SockError::Tx(e.to_string()))
     }
