@@ -557,10 +557,15 @@ pub(crate) fn set_nonblock(fd: RawFd, on: bool) {
 
 /// What `setsockopt` means for an rxpath fd, given the option's value as
 /// an int (`None` if it is not one) or a timeval.
+/// `IPV6_FREEBIND` (linux/in6.h).
+const IPV6_FREEBIND: i32 = 78;
+
 #[derive(Debug, Clone)]
 pub(crate) enum OptVal {
     Int(i32),
     Time(Duration),
+    /// The bytes of an option that takes a string (`SO_BINDTODEVICE`).
+    Bytes(Vec<u8>),
     /// A classic BPF program (`struct sock_fprog`).
     Cbpf(Vec<rxpath_core::sock::cbpf::Insn>),
     Other,
@@ -678,6 +683,21 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
             let set = |a: &Accel| a.sock.socket().set_pmtudisc_do(on != 0);
             apply(&e, set, |p| p.pmtudisc_do = on != 0);
             return Ok(());
+        }
+        (libc::SOL_SOCKET, libc::SO_BINDTODEVICE, OptVal::Bytes(name)) => {
+            // rxpath serves one interface: bound to it (or to none), the
+            // socket is what it was; bound to another, it is the kernel's.
+            let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+            let name = String::from_utf8_lossy(&name[..end]).into_owned();
+            if name.is_empty() || global().cfg.iface.as_deref() == Some(name.as_str()) {
+                return Ok(());
+            }
+            format!("setsockopt(SO_BINDTODEVICE, {name}): not the interface rxpath serves")
+        }
+        // The bound address decides, as ever (one not the interface's
+        // stays the kernel's).
+        (libc::IPPROTO_IP, libc::IP_FREEBIND, _) | (libc::IPPROTO_IPV6, IPV6_FREEBIND, _) => {
+            return Ok(())
         }
         (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, OptVal::Int(on)) => {
             apply(&e, |a| a.sock.set_only_v6(on != 0), |p| p.v6only = on != 0);

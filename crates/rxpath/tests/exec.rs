@@ -262,6 +262,25 @@ fn an_option_rxpath_cannot_honour_keeps_the_socket_on_the_kernel() {
     assert!(out.contains("option 12"), "counted: {out}");
 }
 
+/// `SO_BINDTODEVICE` to the served interface and `IP_FREEBIND`, as
+/// servers set them before `bind`: the socket is still rxpath's (the
+/// device is the one rxpath serves; the bound address decides as ever)
+/// and answers as on the kernel.
+#[test]
+fn bound_to_the_served_device_with_freebind_a_socket_is_rxpaths() {
+    let Some(p) = pair("xv", &[]) else { return };
+    let prog = [
+        "python3",
+        ECHO,
+        "--port",
+        "5318",
+        "--device",
+        &p.srv_if,
+        "--freebind",
+    ];
+    kernel_then_exec(&p, &prog, &[SRV, "5318", "10"]);
+}
+
 /// A datagram that reaches the kernel socket behind a served fd (here
 /// over loopback, to a socket bound to the wildcard) is read too, by each
 /// way of waiting, between datagrams that come through rxpath: nothing

@@ -285,6 +285,11 @@ fn opt_val(level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> Opt
         });
         return OptVal::Cbpf(insns.collect());
     }
+    if level == libc::SOL_SOCKET && name == libc::SO_BINDTODEVICE {
+        // SAFETY: the kernel accepted `len` bytes at `val`.
+        let b = unsafe { std::slice::from_raw_parts(val.cast::<u8>(), len as usize) };
+        return OptVal::Bytes(b.to_vec());
+    }
     let time =
         level == libc::SOL_SOCKET && (name == libc::SO_RCVTIMEO || name == libc::SO_RCVTIMEO_NEW);
     if time && len as usize >= std::mem::size_of::<timeval>() {

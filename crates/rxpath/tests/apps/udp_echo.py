@@ -319,6 +319,8 @@ def main():
     ap.add_argument("--opt-after-bind", action="store_true")
     ap.add_argument("--second-port", type=int)
     ap.add_argument("--expect-dst", default="198.18.9.6")
+    ap.add_argument("--device", help="SO_BINDTODEVICE before bind")
+    ap.add_argument("--freebind", action="store_true", help="IP_FREEBIND before bind")
     a = ap.parse_args()
     fam = socket.AF_INET6 if ":" in a.bind else socket.AF_INET
     s = socket.socket(fam, socket.SOCK_DGRAM)
@@ -328,6 +330,10 @@ def main():
         s.setsockopt(socket.IPPROTO_IP, IP_RECVTTL, 1)
     if a.mux == "tstamp":
         s.setsockopt(socket.SOL_SOCKET, SO_RXQ_OVFL, 1)
+    if a.device:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, a.device.encode())
+    if a.freebind:
+        s.setsockopt(socket.IPPROTO_IP, 15, 1)  # IP_FREEBIND
     s.bind((a.bind, a.port))
     if a.opt_after_bind:
         try:
