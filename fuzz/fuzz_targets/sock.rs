@@ -187,6 +187,13 @@ fuzz_target!(|ops: Vec<Op>| {
             pool.free(f);
         }
     }
+    // The path stops: what IP reassembly holds (a flip can make any
+    // frame a fragment) is let go, counted dropped.
+    let mut ctx = RxCtx::new(&umem, &mut recycle, &mut stats, &mut chains, 1);
+    stage.stop(&mut ctx);
+    for f in recycle.drain(..) {
+        pool.free(f);
+    }
     assert!(
         stats.accounted(),
         "received = delivered + dropped: {stats:?}"
