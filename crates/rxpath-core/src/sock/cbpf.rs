@@ -24,19 +24,12 @@ const SKF_AD_OFF: u32 = (-0x1000i32) as u32;
 const SKF_NET_OFF: u32 = (-0x100000i32) as u32;
 const SKF_LL_OFF: u32 = (-0x200000i32) as u32;
 const SKF_AD_PROTOCOL: u32 = 0;
-const SKF_AD_PKTTYPE: u32 = 4;
-const SKF_AD_IFINDEX: u32 = 8;
-const SKF_AD_MARK: u32 = 20;
 const SKF_AD_QUEUE: u32 = 24;
 const SKF_AD_HATYPE: u32 = 28;
 const SKF_AD_RXHASH: u32 = 32;
 const SKF_AD_CPU: u32 = 36;
 const SKF_AD_ALU_XOR_X: u32 = 40;
-const SKF_AD_VLAN_TAG: u32 = 44;
-const SKF_AD_VLAN_TAG_PRESENT: u32 = 48;
-const SKF_AD_PAY_OFFSET: u32 = 52;
 const SKF_AD_RANDOM: u32 = 56;
-const SKF_AD_VLAN_TPID: u32 = 60;
 const SKF_AD_MAX: u32 = 64;
 
 /// One instruction (`struct sock_filter`).
@@ -199,11 +192,11 @@ impl Cbpf {
             let i = *self.insns.get(pc)?;
             pc += 1;
             match i.code & 7 {
-                op::LD => a = load(ctx, i, x, &mem)?,
+                op::LD => a = load(ctx, i, (a, x), &mem)?,
                 op::LDX => {
                     x = match i.code & 0xe0 {
                         op::MSH => (*ctx.payload.get(i.k as usize)? as u32 & 0xf) << 2,
-                        _ => load(ctx, i, 0, &mem)?,
+                        _ => load(ctx, i, (a, 0), &mem)?,
                     }
                 }
                 op::ST => mem[i.k as usize] = a,
@@ -258,7 +251,7 @@ impl Cbpf {
 
 /// A load into A (or X): immediate, length, scratch word, ancillary word,
 /// or bytes of the payload, the network or the link-layer header.
-fn load(ctx: &Ctx<'_>, i: Insn, x: u32, mem: &[u32; MEMWORDS]) -> Option<u32> {
+fn load(ctx: &Ctx<'_>, i: Insn, (a, x): (u32, u32), mem: &[u32; MEMWORDS]) -> Option<u32> {
     let size = match i.code & 0x18 {
         op::W => 4,
         op::H => 2,
@@ -272,7 +265,7 @@ fn load(ctx: &Ctx<'_>, i: Insn, x: u32, mem: &[u32; MEMWORDS]) -> Option<u32> {
         _ => i.k.wrapping_add(x),
     };
     if off >= SKF_AD_OFF && i.code & 0xe0 == op::ABS {
-        return Some(ancillary(ctx, off - SKF_AD_OFF, x));
+        return Some(ancillary(ctx, off - SKF_AD_OFF, a, x));
     }
     let (data, at) = if (SKF_LL_OFF..SKF_NET_OFF).contains(&off) {
         (ctx.link, off - SKF_LL_OFF)
@@ -285,27 +278,22 @@ fn load(ctx: &Ctx<'_>, i: Insn, x: u32, mem: &[u32; MEMWORDS]) -> Option<u32> {
     Some(b.iter().fold(0u32, |v, &x| (v << 8) | x as u32))
 }
 
-fn ancillary(ctx: &Ctx<'_>, ad: u32, x: u32) -> u32 {
+fn ancillary(ctx: &Ctx<'_>, ad: u32, a: u32, x: u32) -> u32 {
     match ad {
         SKF_AD_PROTOCOL => ctx.protocol as u32,
         SKF_AD_QUEUE => ctx.queue as u32,
         SKF_AD_HATYPE => 1,
         SKF_AD_RXHASH => ctx.rxhash,
         SKF_AD_CPU => ctx.cpu,
-        SKF_AD_ALU_XOR_X => x,
+        SKF_AD_ALU_XOR_X => a ^ x,
         SKF_AD_RANDOM => {
             use std::hash::{BuildHasher, Hasher};
             let mut h = std::collections::hash_map::RandomState::new().build_hasher();
             h.write_u32(ctx.rxhash);
             h.finish() as u32
         }
-        SKF_AD_PKTTYPE
-        | SKF_AD_IFINDEX
-        | SKF_AD_MARK
-        | SKF_AD_VLAN_TAG
-        | SKF_AD_VLAN_TAG_PRESENT
-        | SKF_AD_PAY_OFFSET
-        | SKF_AD_VLAN_TPID => 0,
+        // PACKET_HOST, no ifindex, mark, VLAN or payload offset known:
+        // what an skb without them reads.
         _ => 0,
     }
 }
@@ -363,6 +351,14 @@ mod tests {
         assert_eq!(ad(SKF_AD_QUEUE), 3);
         assert_eq!(ad(SKF_AD_RXHASH), 0xdead_beef);
         assert_eq!(ad(SKF_AD_PROTOCOL), 0x0800);
+        // `A ^= X`: ld #6; ldx #3; ld a ^ x.
+        let xor = vec![
+            i(0x00, 0, 0, 6),
+            i(0x01, 0, 0, 3),
+            i(0x20, 0, 0, SKF_AD_OFF + SKF_AD_ALU_XOR_X),
+            i(0x16, 0, 0, 0),
+        ];
+        assert_eq!(run(xor), 5);
         // Past the data: the program ends with 0.
         assert_eq!(run(vec![i(0x20, 0, 0, 2), i(0x06, 0, 0, 7)]), 0);
         // ldx 4*([0]&0xf), then ld [x]: an indirect load.
