@@ -324,6 +324,10 @@ pub struct Datagram {
     pub payload_off: usize,
     /// Payload length (as the UDP length field says).
     pub payload_len: usize,
+    /// Sent to a multicast group or a broadcast address (the kernel's
+    /// `RTCF_MULTICAST | RTCF_BROADCAST`): every socket that wants it gets
+    /// it.
+    pub multi: bool,
 }
 
 /// A stage of the receive path: what NAPI's second loop hands packets to

@@ -86,6 +86,8 @@ pub struct UdpMib {
     pub sndbuf_errors: u64,
     /// Bad checksum (`InCsumErrors`).
     pub in_csum_errors: u64,
+    /// Multicast or broadcast datagrams no socket took (`IgnoredMulti`).
+    pub ignored_multi: u64,
 }
 
 impl UdpMib {
@@ -97,6 +99,7 @@ impl UdpMib {
         self.rcvbuf_errors += o.rcvbuf_errors;
         self.sndbuf_errors += o.sndbuf_errors;
         self.in_csum_errors += o.in_csum_errors;
+        self.ignored_multi += o.ignored_multi;
     }
 }
 
@@ -222,6 +225,7 @@ impl Snmp {
                 ("RcvbufErrors", m.rcvbuf_errors),
                 ("SndbufErrors", m.sndbuf_errors),
                 ("InCsumErrors", m.in_csum_errors),
+                ("IgnoredMulti", m.ignored_multi),
             ]
         };
         let e = &self.ext;

@@ -12,7 +12,7 @@ use crate::config::{Config, Mode};
 use rxpath_dev::sys::xdp::XdpFilter;
 use rxpath_runtime::{Host, HostConfig, HostDevice, HostReport, UdpSocket};
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// Why a socket stays the kernel's (each counted, and said once).
@@ -202,6 +202,23 @@ impl Global {
             .get_or_init(|| self.cfg.iface.as_deref().map_or(0, crate::sys::ifindex))
     }
 
+    /// Is a membership request on the interface rxpath serves (named by
+    /// index or address, or the kernel's route to the group leads there)?
+    /// False while no socket is served (the interface's addresses are
+    /// known once the host runs).
+    pub(crate) fn serves_membership(&self, r: &crate::mcast::Request) -> bool {
+        use crate::mcast::Iface;
+        let addrs = match self.state().running.as_ref() {
+            Some(h) => h.host.sockets().config().local_addrs.clone(),
+            None => return false,
+        };
+        match r.iface {
+            Iface::Index(i) => i == self.ifindex(),
+            Iface::Addr(a) => addrs.contains(&a),
+            Iface::Route => crate::sys::route_source(r.group).is_some_and(|a| addrs.contains(&a)),
+        }
+    }
+
     /// The interface is configured: sockets may be accelerated.
     pub(crate) fn enabled(&self) -> bool {
         self.cfg.iface.is_some() && !is_fork_child()
@@ -267,8 +284,12 @@ impl Global {
         let Some(r) = s.running.as_mut() else {
             return Err((Fallback::HostFailed, "no host".into()));
         };
+        // A group or broadcast address takes what is sent to it here.
+        let c = r.host.sockets().config();
         let ours = addr.ip().is_unspecified()
-            || r.host.sockets().config().local_addrs.contains(&addr.ip());
+            || addr.ip().is_multicast()
+            || c.local_addrs.contains(&addr.ip())
+            || matches!(addr.ip(), IpAddr::V4(a) if rxpath_core::ip::is_broadcast(&c.prefixes, a));
         if !ours {
             return Err((
                 Fallback::OtherAddress,

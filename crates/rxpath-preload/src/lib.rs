@@ -58,6 +58,7 @@ pub mod host;
 #[allow(unsafe_code)]
 mod interpose;
 mod kside;
+mod mcast;
 mod ops;
 mod sock;
 #[allow(unsafe_code)]

@@ -79,6 +79,13 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
         // Set before bind with SO_REUSEPORT (else the kernel refused it).
         let _ = sock.socket().attach_reuseport_cbpf(Some(prog));
     }
+    if let Some(on) = p.mc_all {
+        sock.socket().set_multicast_all(on);
+    }
+    for r in p.mcast.iter().filter(|r| g.serves_membership(r)) {
+        // The kernel took each in turn; rxpath's table agrees.
+        let _ = sock.socket().change_membership(r.group, r.change);
+    }
     let watch = Arc::new(Watchers::default());
     let w: Arc<dyn Watch> = watch.clone();
     sock.set_watch(Arc::downgrade(&w));
@@ -543,6 +550,15 @@ pub(crate) fn sock_errno(e: SockError) -> Errno {
         SockError::NoNeighbor(_) | SockError::NoSource(_) => libc::EHOSTUNREACH,
         SockError::NoTx | SockError::Tx(_) => libc::ENOBUFS,
         SockError::Invalid(_) => libc::EINVAL,
+        SockError::Mcast(e) => {
+            use rxpath_core::ip::mcast::McastError;
+            match e {
+                McastError::Invalid => libc::EINVAL,
+                McastError::Joined => libc::EADDRINUSE,
+                McastError::NotJoined => libc::EADDRNOTAVAIL,
+                McastError::TooMany => libc::ENOBUFS,
+            }
+        }
     }
 }
 
@@ -699,6 +715,15 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
         (libc::IPPROTO_IP, libc::IP_FREEBIND, _) | (libc::IPPROTO_IPV6, IPV6_FREEBIND, _) => {
             return Ok(())
         }
+        (_, n, OptVal::Bytes(b)) if crate::mcast::is_membership(level, n) => {
+            return membership(&e, level, n, &b);
+        }
+        (libc::IPPROTO_IP, crate::mcast::IP_MULTICAST_ALL, OptVal::Int(on))
+        | (libc::IPPROTO_IPV6, crate::mcast::IPV6_MULTICAST_ALL, OptVal::Int(on)) => {
+            let set = |a: &Accel| a.sock.socket().set_multicast_all(on != 0);
+            apply(&e, set, |p| p.mc_all = Some(on != 0));
+            return Ok(());
+        }
         (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, OptVal::Int(on)) => {
             apply(&e, |a| a.sock.set_only_v6(on != 0), |p| p.v6only = on != 0);
             return Ok(());
@@ -711,6 +736,27 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
         _ => format!("setsockopt(level {level}, option {name})"),
     };
     refuse(&e, &what)
+}
+
+/// A multicast membership change the kernel made on `fd`'s socket: one
+/// on the interface rxpath serves is made in rxpath's table too (or
+/// kept for `bind`); one on another interface is the kernel socket's
+/// alone (what arrives there, it reads).
+fn membership(e: &Entry, level: i32, name: i32, b: &[u8]) -> Result<(), Errno> {
+    let Some(r) = crate::mcast::parse(level, name, b) else {
+        return refuse(
+            e,
+            &format!("setsockopt(level {level}, option {name}): unreadable"),
+        );
+    };
+    let mut res = Ok(());
+    let on = |a: &Accel| {
+        if global().serves_membership(&r) {
+            res = a.sock.socket().change_membership(r.group, r.change);
+        }
+    };
+    apply(e, on, |p| p.mcast.push(r));
+    res.map_err(sock_errno)
 }
 
 /// `SO_TIMESTAMP*` as `sock_set_timestamp`: on sets the form option `n`

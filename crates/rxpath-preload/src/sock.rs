@@ -37,6 +37,10 @@ pub(crate) struct Pending {
     pub(crate) pmtudisc_do: bool,
     /// `SO_ATTACH_REUSEPORT_CBPF` before `bind`: the group's program.
     pub(crate) cbpf: Option<rxpath_core::sock::cbpf::Cbpf>,
+    /// Multicast memberships on the served interface, made before `bind`.
+    pub(crate) mcast: Vec<crate::mcast::Request>,
+    /// `IP_MULTICAST_ALL` (`None`: on, the default).
+    pub(crate) mc_all: Option<bool>,
     /// An option rxpath cannot honour was set: the socket stays the
     /// kernel's at `bind`.
     pub(crate) refuse: Option<String>,

@@ -33,6 +33,7 @@
 //! property test at the end feeds random and mutated frames).
 
 mod defrag;
+pub mod mcast;
 mod stage;
 mod udp;
 mod v4;
@@ -137,6 +138,9 @@ pub struct IpConfig {
     pub any_l2: bool,
     /// IP reassembly's settings (the kernel's defaults unless set).
     pub reasm: Reasm,
+    /// The multicast groups the interface is in (shared with the sockets
+    /// that join them): a datagram to another group is not ours.
+    pub groups: std::sync::Arc<mcast::Memberships>,
 }
 
 /// IP reassembly's settings, per family (`net.ipv4.ipfrag_*`,
@@ -178,6 +182,16 @@ pub fn routable(prefixes: &[(IpAddr, u8)], default_route: [bool; 2], a: IpAddr) 
     !any || default_route[a.is_ipv6() as usize]
 }
 
+/// A broadcast address for a host on the connected `prefixes`: the
+/// limited broadcast, or a prefix's broadcast address (`RTN_BROADCAST`).
+pub fn is_broadcast(prefixes: &[(IpAddr, u8)], a: std::net::Ipv4Addr) -> bool {
+    a.is_broadcast()
+        || prefixes.iter().any(|&(n, l)| match n {
+            IpAddr::V4(n) if l < 31 => u32::from(a) == u32::from(n) | (u32::MAX >> l),
+            _ => false,
+        })
+}
+
 /// True if `a` lies in `net/len`.
 pub fn in_prefix(a: IpAddr, net: IpAddr, len: u8) -> bool {
     match (a, net) {
@@ -217,6 +231,12 @@ impl IpConfig {
             }
         }
         !any
+    }
+
+    /// A broadcast address for us: the limited broadcast, or the
+    /// broadcast address of a connected IPv4 prefix (`RTN_BROADCAST`).
+    fn is_broadcast(&self, a: std::net::Ipv4Addr) -> bool {
+        is_broadcast(&self.prefixes, a)
     }
 
     fn has_addr(&self, a: IpAddr) -> bool {

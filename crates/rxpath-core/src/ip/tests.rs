@@ -22,6 +22,7 @@ fn cfg() -> IpConfig {
         any_l2: false,
         local_routes: Vec::new(),
         reasm: Default::default(),
+        groups: Default::default(),
     }
 }
 
@@ -112,6 +113,51 @@ fn not_ours_and_otherhost() {
     let mut f = v4(b"x");
     f[0] |= 1; // L2 multicast still reaches IP
     assert!(run(&f).0.is_ok());
+}
+
+#[test]
+fn a_group_is_ours_while_joined_and_a_prefix_broadcast_always() {
+    use super::mcast::Change;
+    let mut c = cfg();
+    c.prefixes = vec![("198.18.9.0".parse().unwrap(), 24)];
+    let to = |dst: &str, src: &str| {
+        let spec = Spec::new(src.parse().unwrap(), dst.parse().unwrap(), 1, 7);
+        build::udp(&spec, b"x")
+    };
+    let run = |c: &IpConfig, f: &[u8]| {
+        let mut s = Snmp::default();
+        (input(f, CsumStatus::None, c, &mut s), s)
+    };
+    let g = "239.9.9.9";
+    let (r, s) = run(&c, &to(g, "198.18.9.5"));
+    assert_eq!(r, Err(DropReason::NotForUs));
+    assert_eq!((s.ext.otherhost, s.ip.in_addr_errors), (1, 0));
+    c.groups
+        .change(
+            1,
+            g.parse().unwrap(),
+            Change::AddSource("198.18.9.5".parse().unwrap()),
+        )
+        .unwrap();
+    let d = run(&c, &to(g, "198.18.9.5")).0.expect("a member's source");
+    assert!(d.multi);
+    assert_eq!(run(&c, &to(g, "198.18.9.4")).0, Err(DropReason::NotForUs));
+    // All-hosts, limited and prefix broadcast: always ours, for every
+    // socket on the port; a unicast datagram is not.
+    for dst in ["224.0.0.1", "255.255.255.255", "198.18.9.255"] {
+        assert!(run(&c, &to(dst, "198.18.9.5")).0.unwrap().multi, "{dst}");
+    }
+    assert!(!run(&c, &to("198.18.9.6", "198.18.9.5")).0.unwrap().multi);
+    let g6 = "ff05::1:3";
+    assert_eq!(
+        run(&c, &to(g6, "2001:2:0:9::5")).0,
+        Err(DropReason::NotForUs)
+    );
+    c.groups
+        .change(2, g6.parse().unwrap(), Change::Join)
+        .unwrap();
+    assert!(run(&c, &to(g6, "2001:2:0:9::5")).0.unwrap().multi);
+    assert!(run(&c, &to("ff02::1", "fe80::5")).0.unwrap().multi);
 }
 
 #[test]

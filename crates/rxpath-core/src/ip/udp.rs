@@ -110,5 +110,9 @@ pub(super) fn rcv(
         dst: SocketAddr::new(l4.dst, dport),
         payload_off: l4.off + 8,
         payload_len: ulen - 8,
+        multi: match l4.dst {
+            std::net::IpAddr::V4(a) => a.is_multicast() || cfg.is_broadcast(a),
+            std::net::IpAddr::V6(a) => a.is_multicast(),
+        },
     })
 }

@@ -71,13 +71,13 @@ pub(super) fn rcv(
         snmp.ext.martian_source += 1;
         return Err(DropReason::NotForUs);
     }
-    if dst.is_multicast() {
-        // Not a group we joined (rxpath joins none): dropped without an
-        // SNMP counter.
+    if dst.is_multicast() && !cfg.groups.host_allows(IpAddr::V4(dst), IpAddr::V4(src)) {
+        // ip_route_input_rcu(): not a group the interface is in (or its
+        // filters refuse the source): dropped without an SNMP counter.
         snmp.ext.otherhost += 1;
         return Err(DropReason::NotForUs);
     }
-    let local = dst.is_broadcast() || cfg.is_local(IpAddr::V4(dst));
+    let local = dst.is_multicast() || cfg.is_broadcast(dst) || cfg.is_local(IpAddr::V4(dst));
     if local && cfg.has_addr(IpAddr::V4(src)) {
         // fib_validate_source(): a source that is one of our addresses.
         snmp.ext.martian_source += 1;

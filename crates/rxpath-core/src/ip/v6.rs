@@ -85,10 +85,13 @@ pub(super) fn rcv(
     }
     // ip6_route_input()
     if dst.is_multicast() {
-        snmp.ext.otherhost += 1;
-        return Err(DropReason::NotForUs);
-    }
-    if !cfg.is_local(IpAddr::V6(dst)) {
+        // ip6_mc_input(): a group the interface is in, its filters
+        // letting the source through.
+        if !cfg.groups.host_allows(IpAddr::V6(dst), IpAddr::V6(src)) {
+            snmp.ext.otherhost += 1;
+            return Err(DropReason::NotForUs);
+        }
+    } else if !cfg.is_local(IpAddr::V6(dst)) {
         if cfg.routable(IpAddr::V6(dst)) {
             // ip6_forward() with forwarding off.
             snmp.ip6.in_addr_errors += 1;

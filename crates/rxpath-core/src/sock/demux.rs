@@ -285,6 +285,38 @@ impl Demux {
             .map(|g| g.pick(dst, src, run))
     }
 
+    /// Every socket a datagram from `src` to a multicast group or a
+    /// broadcast address `dst` may go to, into `out`: those on its port
+    /// bound to `dst` or to the wildcard (an IPv6 one takes IPv4 unless
+    /// `IPV6_V6ONLY`), or connected to `src` — `__udp_is_mcast_sock()`'s
+    /// address tests, all members of a `SO_REUSEPORT` group alike. The
+    /// caller applies the membership filters.
+    pub(crate) fn multi_candidates(
+        &self,
+        dst: SocketAddr,
+        src: SocketAddr,
+        out: &mut Vec<Arc<SockInner>>,
+    ) {
+        let any = SocketAddr::new(unspecified(dst.is_ipv6()), dst.port());
+        for k in [(dst, src), (any, src)] {
+            if let Some(g) = self.connected.get(&k) {
+                out.extend(g.0.iter().cloned());
+            }
+        }
+        if let Some(g) = self.bound.get(&dst) {
+            out.extend(g.0.iter().cloned());
+        }
+        if let Some(g) = self.wildcard.get(&(dst.is_ipv6(), dst.port())) {
+            out.extend(g.0.iter().cloned());
+        }
+        if dst.is_ipv4() {
+            if let Some(g) = self.wildcard.get(&(true, dst.port())) {
+                let dual = g.0.iter().filter(|s| !s.v6only.load(Ordering::Relaxed));
+                out.extend(dual.cloned());
+            }
+        }
+    }
+
     /// Attach `prog` to the group on `key` (`None`: detach), as
     /// `reuseport_attach_prog` replaces a group's program. False if
     /// nothing sits on `key`.

@@ -41,6 +41,7 @@
 mod busy;
 pub mod cbpf;
 mod demux;
+mod dgram;
 mod flow;
 mod send;
 mod socket;
@@ -150,6 +151,9 @@ pub enum SockError {
     /// The host stopped; the socket is closed.
     #[error("socket closed: the host stopped")]
     Closed,
+    /// A multicast membership change the kernel would refuse.
+    #[error("multicast membership: {0}")]
+    Mcast(#[from] crate::ip::mcast::McastError),
     /// `send` on a socket that is not connected (`EDESTADDRREQ`).
     #[error("socket not connected: use send_to or connect first")]
     NotConnected,
@@ -216,6 +220,7 @@ struct Counters {
     no_ports: AtomicU64,
     rcvbuf_errors: AtomicU64,
     csum_errors: AtomicU64,
+    ignored_multi: AtomicU64,
     out_datagrams: AtomicU64,
     busy_polls: AtomicU64,
     busy_poll_loops: AtomicU64,
@@ -239,6 +244,8 @@ pub struct SockStats {
     pub rcvbuf_errors: u64,
     /// Datagrams with a bad checksum (`InCsumErrors`).
     pub csum_errors: u64,
+    /// Multicast and broadcast datagrams no socket took (`IgnoredMulti`).
+    pub ignored_multi: u64,
     /// Datagrams sent (`OutDatagrams`).
     pub out_datagrams: u64,
     /// Busy-poll sessions (a `recv` or `Epoll::wait` that busy-polled).
@@ -274,6 +281,8 @@ pub struct Sockets {
     /// Bumped after every change of the socket table or of a socket's
     /// `UDP_GRO` ([`crate::gro::UdpGroPolicy::generation`]).
     gro_gen: std::sync::atomic::AtomicU64,
+    /// The multicast groups its sockets joined (IP input reads them).
+    groups: Arc<crate::ip::mcast::Memberships>,
 }
 
 impl crate::gro::UdpGroPolicy for Sockets {
@@ -285,6 +294,15 @@ impl crate::gro::UdpGroPolicy for Sockets {
         }
         let src = SocketAddr::new(flow.src(), flow.src_port);
         let dst = SocketAddr::new(flow.dst(), flow.dst_port);
+        // Multicast and broadcast go to every socket that wants them, one
+        // by one (rxpath does not merge them).
+        let multi = match flow.dst() {
+            IpAddr::V4(a) => a.is_multicast() || crate::ip::is_broadcast(&self.cfg.prefixes, a),
+            IpAddr::V6(a) => a.is_multicast(),
+        };
+        if multi {
+            return false;
+        }
         read(&self.demux)
             .lookup(dst, src)
             .is_some_and(|s| s.gro.load(Ordering::Relaxed))
@@ -337,6 +355,7 @@ impl Sockets {
             tx: Mutex::new(None),
             next_port: AtomicU16::new(0),
             counters: Counters::default(),
+            groups: Arc::default(),
         })
     }
 
@@ -358,6 +377,7 @@ impl Sockets {
             any_l2: false,
             local_routes: Vec::new(),
             reasm: self.cfg.reasm,
+            groups: self.groups.clone(),
         }
     }
 
@@ -469,6 +489,7 @@ impl Sockets {
             in_datagrams: g(&c.in_datagrams),
             no_ports: g(&c.no_ports),
             rcvbuf_errors: g(&c.rcvbuf_errors),
+            ignored_multi: g(&c.ignored_multi),
             csum_errors: g(&c.csum_errors),
             out_datagrams: g(&c.out_datagrams),
             busy_polls: g(&c.busy_polls),

@@ -1,8 +1,9 @@
 //! The application's UDP socket.
 
+use super::dgram::Dgram;
 use super::{lock, read, SockError, Sockets};
+use crate::ip::mcast::Change;
 use crate::napi::NapiId;
-use crate::packet::Frag;
 use rxpath_dev::Frame;
 use serde::Serialize;
 use std::collections::VecDeque;
@@ -10,99 +11,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-
-/// A queued datagram: the frame it arrived in (not copied) and where its
-/// payload lies; for a socket with `UDP_GRO`, possibly a GRO packet: the
-/// first segment here and the others in `frags`, each in its own frame.
-#[derive(Debug)]
-pub(crate) struct Dgram {
-    pub(crate) frame: Frame,
-    pub(crate) off: u16,
-    /// Payload bytes in `frame`.
-    pub(crate) len: u16,
-    pub(crate) src: SocketAddr,
-    /// The address it was sent to (`IP_PKTINFO`).
-    pub(crate) dst: IpAddr,
-    pub(crate) queue: u16,
-    /// The IP header's TOS byte or traffic class (`IP_RECVTOS`).
-    pub(crate) tos: u8,
-    /// `gso_size` of a GRO packet (0: one datagram).
-    pub(crate) gso: u16,
-    /// Further segments of a GRO packet (empty: not allocated).
-    pub(crate) frags: Vec<Frag>,
-    /// When the NAPI took it (`mono_ns` of the poll; `skb->tstamp`).
-    pub(crate) stamp_ns: u64,
-    /// The socket's drops when it was queued, if `SO_RXQ_OVFL` was on
-    /// (`sock_skb_set_dropcount`); else 0. Set by `enqueue`.
-    pub(crate) drops: u32,
-}
-
-impl Dgram {
-    /// Payload bytes in all its frames.
-    fn payload_len(&self) -> usize {
-        self.len as usize + self.frags.iter().map(|f| f.len as usize).sum::<usize>()
-    }
-
-    /// What it is charged against `SO_RCVBUF`: the kernel's `skb->truesize`
-    /// of each of its frames ([`super::truesize`]: Ethernet, the IP header
-    /// without options, UDP, the payload), so that a receive buffer holds
-    /// as many datagrams as the kernel's would.
-    pub(crate) fn truesize(&self) -> usize {
-        let hdrs = if self.dst.is_ipv4() {
-            14 + 20 + 8
-        } else {
-            14 + 40 + 8
-        };
-        std::iter::once(self.len)
-            .chain(self.frags.iter().map(|f| f.len))
-            .map(|len| super::truesize(hdrs + len as usize))
-            .sum()
-    }
-
-    /// Its frames, to go home.
-    pub(crate) fn into_frames(self) -> impl Iterator<Item = Frame> {
-        std::iter::once(self.frame).chain(self.frags.into_iter().map(|f| f.frame))
-    }
-
-    /// What a read that copied `len` bytes of it says.
-    fn meta(&self, len: usize) -> RecvMeta {
-        let whole = self.payload_len();
-        RecvMeta {
-            len,
-            truncated: len < whole,
-            src: self.src,
-            dst: self.dst,
-            stride: if self.gso > 0 {
-                self.gso as usize
-            } else {
-                whole
-            },
-            ecn: self.tos & 3,
-            tos: self.tos,
-            stamp_ns: self.stamp_ns,
-            drops: self.drops,
-        }
-    }
-
-    /// Copy the payload into `buf` (as much as fits); returns the bytes
-    /// copied.
-    fn copy_to(&self, umem: &rxpath_dev::Umem, buf: &mut [u8]) -> usize {
-        let mut at = 0;
-        let parts = std::iter::once((&self.frame, self.off, self.len))
-            .chain(self.frags.iter().map(|f| (&f.frame, f.off, f.len)));
-        for (frame, off, len) in parts {
-            let o = off as usize;
-            let data = &umem.data(frame)[o..o + len as usize];
-            let n = data.len().min(buf.len() - at);
-            buf[at..at + n].copy_from_slice(&data[..n]);
-            at += n;
-            if at == buf.len() {
-                break;
-            }
-        }
-        at
-    }
-}
 
 #[derive(Debug, Default)]
 pub(crate) struct RecvQueue {
@@ -182,6 +90,9 @@ pub(crate) struct SockInner {
     pub(crate) reuseport: bool,
     /// `SO_RXQ_OVFL`: each datagram carries the drops so far.
     pub(crate) rxq_ovfl: AtomicBool,
+    /// `IP_MULTICAST_ALL`: datagrams to a group this socket did not join
+    /// but another did reach it (on by default, as the kernel's).
+    pub(crate) mc_all: AtomicBool,
     /// The waiting half, told of every datagram queued and of the close.
     ready: OnceLock<Arc<dyn DataReady>>,
 }
@@ -218,6 +129,7 @@ impl SockInner {
 
     /// Close: mark the queue closed, send its frames home, wake sleepers.
     pub(crate) fn close(&self, host: &Sockets) {
+        host.groups.leave_all(self.id);
         let mut q = lock(&self.q);
         q.closed = true;
         q.bytes = 0;
@@ -343,6 +255,7 @@ impl Socket {
                 pmtudisc_do: AtomicBool::new(false),
                 reuseport: opts.reuseport,
                 rxq_ovfl: AtomicBool::new(false),
+                mc_all: AtomicBool::new(true),
                 ready: OnceLock::new(),
             })
         })?;
@@ -369,6 +282,33 @@ impl Socket {
     /// bound and wildcard sockets) and make it the default destination.
     pub fn connect(&self, remote: SocketAddr) -> Result<(), SockError> {
         self.host.connect_entry(&self.inner, remote)
+    }
+
+    /// A change to this socket's multicast memberships on the interface
+    /// rxpath serves (`IP_ADD_MEMBERSHIP`, `IPV6_JOIN_GROUP`,
+    /// `IP_ADD_SOURCE_MEMBERSHIP`, `IP_BLOCK_SOURCE` and the rest;
+    /// [`crate::ip::mcast`]), refused as the kernel refuses it. IP input
+    /// takes a group's datagrams while some socket is in it; each socket
+    /// on the port then gets a copy as its filter, or for a group it did
+    /// not join its [`set_multicast_all`](Self::set_multicast_all), says.
+    /// Closing leaves every group. (rxpath runs no IGMP or MLD: the
+    /// kernel socket behind a preloaded fd joins too, and the kernel
+    /// reports it.)
+    pub fn change_membership(&self, group: IpAddr, change: Change) -> Result<(), SockError> {
+        self.host.groups.change(self.inner.id, group, change)?;
+        Ok(())
+    }
+
+    /// `IP_MULTICAST_ALL` / `IPV6_MULTICAST_ALL` (on by default): a
+    /// datagram to a group some other socket joined reaches this one too
+    /// if it listens on the port.
+    pub fn set_multicast_all(&self, on: bool) {
+        self.inner.mc_all.store(on, Ordering::Relaxed);
+    }
+
+    /// The `IP_MULTICAST_ALL` setting.
+    pub fn multicast_all(&self) -> bool {
+        self.inner.mc_all.load(Ordering::Relaxed)
     }
 
     /// `SO_RXQ_OVFL`: datagrams queued from now on carry the socket's
@@ -525,9 +465,9 @@ impl Socket {
         let Some(d) = d else { return Ok(None) };
         let mut out = None;
         if let Some(p) = self.host.port(d.queue) {
-            if d.frags.is_empty() {
+            if d.frags().is_empty() {
                 let o = d.off as usize;
-                out = Some(f(&p.umem.data(&d.frame)[o..o + d.len as usize], d.src));
+                out = Some(f(&p.umem.data(d.head())[o..o + d.len as usize], d.src));
             } else {
                 let mut v = vec![0u8; d.payload_len()];
                 d.copy_to(&p.umem, &mut v);
@@ -646,10 +586,11 @@ impl Socket {
             let buf = bufs[i].as_mut();
             let len = d.copy_to(&p.umem, buf);
             meta(i, d.meta(len));
-            if Some(d.queue) == first_q && d.frags.is_empty() {
-                home[i] = Some(d.frame);
-            } else {
-                p.ret.put_all(d.into_frames());
+            let same = Some(d.queue) == first_q;
+            match d.into_single() {
+                Ok(f) if same => home[i] = Some(f),
+                Ok(f) => p.ret.put(f),
+                Err(d) => p.ret.put_all(d.into_frames()),
             }
         }
         if let Some(p) = first_q.and_then(|q| self.host.port(q)) {

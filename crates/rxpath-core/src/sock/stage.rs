@@ -1,7 +1,8 @@
 //! The stage at the end of the path: UDP demux into socket receive queues,
 //! behind IP input ([`crate::ip::IpStage`], which checked each datagram).
 
-use super::socket::Dgram;
+use super::dgram::{Body, Dgram, Shared};
+use super::socket::SockInner;
 use super::{read, Sockets};
 use crate::filter::InputHook;
 use crate::ip::IpStage;
@@ -25,6 +26,8 @@ pub struct SockStack {
     host: Arc<Sockets>,
     queue: u16,
     learned: Option<(IpAddr, Mac)>,
+    /// The sockets a multicast datagram goes to (kept to reuse).
+    multi: Vec<Arc<SockInner>>,
 }
 
 /// The path after GRO (and steering) on a `Host`: IP and UDP input, the
@@ -45,6 +48,7 @@ impl SockStack {
             host,
             queue,
             learned: None,
+            multi: Vec::new(),
         }
     }
 
@@ -57,28 +61,209 @@ impl SockStack {
         f(&self.host.counters).fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Queue one datagram (or GRO packet) on `sock`, or count it dropped.
-    fn queue_dgram(
+    /// Queue a datagram on `sock`, counted (`InDatagrams`, or
+    /// `RcvbufErrors` with the datagram back if its queue is full).
+    fn enqueue(
         &self,
-        sock: &super::socket::SockInner,
+        sock: &SockInner,
         dg: Dgram,
         v6: bool,
         ctx: &mut RxCtx<'_>,
-    ) {
-        match sock.enqueue(dg) {
-            Ok(()) => {
-                self.count(|c| &c.in_datagrams);
-                ctx.snmp().udp_mut(v6).in_datagrams += 1;
+    ) -> Result<(), Dgram> {
+        let r = sock.enqueue(dg);
+        if r.is_ok() {
+            self.count(|c| &c.in_datagrams);
+            ctx.snmp().udp_mut(v6).in_datagrams += 1;
+        } else {
+            self.count(|c| &c.rcvbuf_errors);
+            let m = ctx.snmp().udp_mut(v6);
+            m.rcvbuf_errors += 1;
+            m.in_errors += 1;
+        }
+        r
+    }
+
+    /// Queue one datagram (or GRO packet) on `sock`, or count it dropped.
+    fn queue_dgram(&self, sock: &SockInner, dg: Dgram, v6: bool, ctx: &mut RxCtx<'_>) {
+        if let Err(dg) = self.enqueue(sock, dg, v6, ctx) {
+            // Counted delivered by `keep`; move it to the drop column.
+            for frame in dg.into_frames() {
+                ctx.undeliver(frame, DropReason::SocketQueueFull);
             }
-            Err(dg) => {
-                // Counted delivered by `keep`; move it to the drop column.
-                for frame in dg.into_frames() {
-                    ctx.undeliver(frame, DropReason::SocketQueueFull);
+        }
+    }
+
+    /// `sk_mark_napi_id()` and the RFS hash: the socket polls this NAPI
+    /// next time, and its flow is steered by this packet's hash.
+    fn mark(sock: &SockInner, pkt: &Packet) {
+        let id = pkt.meta.napi_id.0;
+        if sock.napi_id.load(Ordering::Relaxed) != id {
+            sock.napi_id.store(id, Ordering::Relaxed);
+        }
+        let hash = if pkt.meta.rxhash != 0 {
+            pkt.meta.rxhash
+        } else {
+            rxpath_wire::hash::flow_hash(&pkt.meta.headers.flow)
+        };
+        if sock.rxhash.load(Ordering::Relaxed) != hash {
+            sock.rxhash.store(hash, Ordering::Relaxed);
+        }
+    }
+
+    /// The datagram as `sock` reads it, its bytes in `body` (the head's
+    /// `len` bytes from `off`).
+    fn dgram(
+        &self,
+        sock: &SockInner,
+        body: Body,
+        d: &Datagram,
+        head: (u16, u16),
+        tos: u8,
+        now: u64,
+    ) -> Dgram {
+        // A dual-stack socket sees an IPv4 sender as ::ffff:a.b.c.d.
+        let src = match d.src {
+            SocketAddr::V4(a) if sock.v6 => {
+                SocketAddr::new(IpAddr::V6(a.ip().to_ipv6_mapped()), a.port())
+            }
+            a => a,
+        };
+        Dgram {
+            body,
+            off: head.0,
+            len: head.1,
+            src,
+            dst: d.dst.ip(),
+            queue: self.queue,
+            tos,
+            gso: 0,
+            frags: Vec::new(),
+            stamp_ns: now,
+            drops: 0,
+        }
+    }
+
+    /// Queue a datagram (`more` of its bytes in a chain) on `sock` alone.
+    fn queue_on(
+        &self,
+        sock: &SockInner,
+        pkt: Packet,
+        d: &Datagram,
+        more: usize,
+        ctx: &mut RxCtx<'_>,
+    ) {
+        Self::mark(sock, &pkt);
+        let v6 = d.src.is_ipv6();
+        let head = (
+            pkt.off + d.payload_off as u16,
+            (d.payload_len - more) as u16,
+        );
+        let tos = tos_of(ctx.data(&pkt), &pkt.meta.headers);
+        let gso = pkt.meta.gso_size;
+        // A chain without `gso_size` is one reassembled datagram; one with
+        // it a UDP GRO packet, whole only for a socket with `UDP_GRO`.
+        let gro = more > 0 && (gso == 0 || sock.gro.load(Ordering::Relaxed));
+        let (frame, frags) = if more > 0 {
+            ctx.keep_chain(pkt)
+        } else {
+            (ctx.keep(pkt), Vec::new())
+        };
+        let first = self.dgram(sock, Body::Own(frame), d, head, tos, ctx.now_ns);
+        if gro {
+            // The socket takes the chain whole.
+            let dg = Dgram {
+                gso,
+                frags,
+                ..first
+            };
+            self.queue_dgram(sock, dg, v6, ctx);
+        } else {
+            // `udp_unexpected_gso()`: a socket without UDP_GRO reads the
+            // datagrams one by one, as they were sent.
+            let (src, stamp) = (first.src, first.stamp_ns);
+            self.queue_dgram(sock, first, v6, ctx);
+            for f in frags {
+                let dg = self.dgram(sock, Body::Own(f.frame), d, (f.off, f.len), tos, stamp);
+                self.queue_dgram(sock, Dgram { src, ..dg }, v6, ctx);
+            }
+        }
+    }
+
+    /// A datagram to a multicast group or a broadcast address
+    /// (`__udp4_lib_mcast_deliver()`, `__udp6_lib_mcast_deliver()`):
+    /// every socket on the port that wants it gets it, its own filter or
+    /// `IP_MULTICAST_ALL` deciding; several share its frames (no copy),
+    /// each counting its own queue's drops. None: `IgnoredMulti`.
+    fn receive_multi(&mut self, pkt: Packet, d: &Datagram, ctx: &mut RxCtx<'_>) {
+        let mut socks = std::mem::take(&mut self.multi);
+        read(&self.host.demux).multi_candidates(d.dst, d.src, &mut socks);
+        let (group, src) = (d.dst.ip(), d.src.ip());
+        if group.is_multicast() {
+            let g = &self.host.groups;
+            socks.retain(|s| g.sock_allows(s.id, group, src, s.mc_all.load(Ordering::Relaxed)));
+        }
+        // GRO merges no multicast or broadcast (`Sockets::wants`): a chain
+        // here is one reassembled datagram.
+        let more: usize = pkt.frags.iter().map(|f| f.len as usize).sum();
+        match socks.as_slice() {
+            [] => {
+                self.count(|c| &c.ignored_multi);
+                ctx.snmp().udp_mut(d.src.is_ipv6()).ignored_multi += 1;
+                ctx.drop(pkt, DropReason::NoSocket);
+            }
+            [one] => {
+                self.learn(src, ctx.data(&pkt));
+                self.queue_on(one, pkt, d, more, ctx);
+            }
+            all => {
+                self.learn(src, ctx.data(&pkt));
+                self.queue_shared(all, pkt, d, more, ctx);
+            }
+        }
+        socks.clear();
+        self.multi = socks;
+    }
+
+    /// Queue one datagram on every socket of `socks`, its frames shared.
+    fn queue_shared(
+        &self,
+        socks: &[Arc<SockInner>],
+        pkt: Packet,
+        d: &Datagram,
+        more: usize,
+        ctx: &mut RxCtx<'_>,
+    ) {
+        let v6 = d.src.is_ipv6();
+        for s in socks {
+            Self::mark(s, &pkt);
+        }
+        let head = (
+            pkt.off + d.payload_off as u16,
+            (d.payload_len - more) as u16,
+        );
+        let tos = tos_of(ctx.data(&pkt), &pkt.meta.headers);
+        let (frame, frags) = if more > 0 {
+            ctx.keep_chain(pkt)
+        } else {
+            (ctx.keep(pkt), Vec::new())
+        };
+        let shared = Arc::new(Shared { frame, frags });
+        let mut queued = 0;
+        for s in socks {
+            let dg = self.dgram(s, Body::Shared(shared.clone()), d, head, tos, ctx.now_ns);
+            // A refused copy is one reference less; `shared` keeps the
+            // frames alive here.
+            queued += self.enqueue(s, dg, v6, ctx).is_ok() as usize;
+        }
+        if let Some(sh) = Arc::into_inner(shared) {
+            // Every reader let go already, or no queue took it.
+            let frames = std::iter::once(sh.frame).chain(sh.frags.into_iter().map(|f| f.frame));
+            if queued == 0 {
+                for f in frames {
+                    ctx.undeliver(f, DropReason::SocketQueueFull);
                 }
-                self.count(|c| &c.rcvbuf_errors);
-                let m = ctx.snmp().udp_mut(v6);
-                m.rcvbuf_errors += 1;
-                m.in_errors += 1;
+            } else if let Some(p) = self.host.port(self.queue) {
+                p.ret.put_all(frames);
             }
         }
     }
@@ -104,91 +289,24 @@ impl Stack for SockStack {
     }
 
     fn receive_udp(&mut self, pkt: Packet, d: &Datagram, ctx: &mut RxCtx<'_>) {
+        if d.multi {
+            return self.receive_multi(pkt, d, ctx);
+        }
         // A chain is a UDP GRO packet or a reassembled datagram: IP input
         // checked it whole.
         let more: usize = pkt.frags.iter().map(|f| f.len as usize).sum();
-        let v6 = d.src.is_ipv6();
         let cpu = self.host.cfg.current_cpu;
         let run = |p: &super::cbpf::Cbpf| p.run(&bpf_ctx(&pkt, d, more, cpu(), ctx));
         let sock = match read(&self.host.demux).lookup_with(d.dst, d.src, run) {
             Some(s) => s.clone(),
             None => {
                 self.count(|c| &c.no_ports);
-                ctx.snmp().udp_mut(v6).no_ports += 1;
+                ctx.snmp().udp_mut(d.src.is_ipv6()).no_ports += 1;
                 return ctx.drop(pkt, DropReason::NoSocket);
             }
         };
         self.learn(d.src.ip(), ctx.data(&pkt));
-        // `sk_mark_napi_id()`: the socket polls this NAPI next time.
-        let id = pkt.meta.napi_id.0;
-        if sock.napi_id.load(Ordering::Relaxed) != id {
-            sock.napi_id.store(id, Ordering::Relaxed);
-        }
-        let hash = if pkt.meta.rxhash != 0 {
-            pkt.meta.rxhash
-        } else {
-            rxpath_wire::hash::flow_hash(&pkt.meta.headers.flow)
-        };
-        if sock.rxhash.load(Ordering::Relaxed) != hash {
-            sock.rxhash.store(hash, Ordering::Relaxed);
-        }
-        // A dual-stack socket sees an IPv4 sender as ::ffff:a.b.c.d.
-        let src = match d.src {
-            SocketAddr::V4(a) if sock.v6 => {
-                SocketAddr::new(IpAddr::V6(a.ip().to_ipv6_mapped()), a.port())
-            }
-            a => a,
-        };
-        let off = pkt.off + d.payload_off as u16;
-        let tos = tos_of(ctx.data(&pkt), &pkt.meta.headers);
-        let gso = pkt.meta.gso_size;
-        // A chain without `gso_size` is one reassembled datagram; one with
-        // it a UDP GRO packet, whole only for a socket with `UDP_GRO`.
-        let gro = more > 0 && (gso == 0 || sock.gro.load(Ordering::Relaxed));
-        let (frame, frags) = if more > 0 {
-            ctx.keep_chain(pkt)
-        } else {
-            (ctx.keep(pkt), Vec::new())
-        };
-        let head = Dgram {
-            frame,
-            off,
-            len: (d.payload_len - more) as u16,
-            src,
-            dst: d.dst.ip(),
-            queue: self.queue,
-            tos,
-            gso: 0,
-            frags: Vec::new(),
-            stamp_ns: ctx.now_ns,
-            drops: 0,
-        };
-        let head_stamp = head.stamp_ns;
-        if gro {
-            // The socket takes the chain whole.
-            let dg = Dgram { gso, frags, ..head };
-            self.queue_dgram(&sock, dg, v6, ctx);
-        } else {
-            // `udp_unexpected_gso()`: a socket without UDP_GRO reads the
-            // datagrams one by one, as they were sent.
-            self.queue_dgram(&sock, head, v6, ctx);
-            for f in frags {
-                let dg = Dgram {
-                    frame: f.frame,
-                    off: f.off,
-                    len: f.len,
-                    src,
-                    dst: d.dst.ip(),
-                    queue: self.queue,
-                    tos,
-                    gso: 0,
-                    frags: Vec::new(),
-                    stamp_ns: head_stamp,
-                    drops: 0,
-                };
-                self.queue_dgram(&sock, dg, v6, ctx);
-            }
-        }
+        self.queue_on(&sock, pkt, d, more, ctx);
     }
 
     fn refused(&mut self, reason: DropReason) {

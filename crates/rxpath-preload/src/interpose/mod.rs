@@ -81,41 +81,7 @@ fn addr_out(a: Option<SocketAddr>, p: *mut sockaddr, len: *mut socklen_t) {
         unsafe { *len = 0 };
         return;
     };
-    // SAFETY: an all-zero sockaddr_storage is valid.
-    let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let size = match a {
-        SocketAddr::V4(v) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: v.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from(*v.ip()).to_be(),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_storage is larger than sockaddr_in.
-            unsafe {
-                std::ptr::write_unaligned((&mut st as *mut libc::sockaddr_storage).cast(), sin)
-            };
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(v) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: v.port().to_be(),
-                sin6_flowinfo: v.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: v.ip().octets(),
-                },
-                sin6_scope_id: v.scope_id(),
-            };
-            // SAFETY: sockaddr_storage is larger than sockaddr_in6.
-            unsafe {
-                std::ptr::write_unaligned((&mut st as *mut libc::sockaddr_storage).cast(), sin6)
-            };
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
+    let (st, size) = crate::sys::sockaddr(a);
     // SAFETY: the program gave `*len` writable bytes at `p`; we copy at
     // most that many and then report the full size.
     unsafe {
@@ -285,7 +251,9 @@ fn opt_val(level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> Opt
         });
         return OptVal::Cbpf(insns.collect());
     }
-    if level == libc::SOL_SOCKET && name == libc::SO_BINDTODEVICE {
+    if (level == libc::SOL_SOCKET && name == libc::SO_BINDTODEVICE)
+        || crate::mcast::is_membership(level, name)
+    {
         // SAFETY: the kernel accepted `len` bytes at `val`.
         let b = unsafe { std::slice::from_raw_parts(val.cast::<u8>(), len as usize) };
         return OptVal::Bytes(b.to_vec());

@@ -250,3 +250,82 @@ impl Drop for Shared {
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
+
+/// The source address the kernel's routes pick towards `dst` (what a UDP
+/// socket connected to it, never sending, is bound to), if it has a route:
+/// the interface a membership that names none is on.
+pub(crate) fn route_source(dst: std::net::IpAddr) -> Option<std::net::IpAddr> {
+    use std::net::IpAddr;
+    let family = if dst.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: plain arguments; the descriptor is closed below.
+    let fd = unsafe { real::socket()(family, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return None;
+    }
+    let (st, len) = sockaddr(std::net::SocketAddr::new(dst, 9));
+    let p = (&st as *const libc::sockaddr_storage).cast::<libc::sockaddr>();
+    // SAFETY: `p` points at `len` initialised bytes of an address.
+    let ok = unsafe { real::connect()(fd, p, len as libc::socklen_t) } == 0;
+    let mut out: libc::sockaddr_storage = st;
+    let mut olen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let q = (&mut out as *mut libc::sockaddr_storage).cast::<libc::sockaddr>();
+    // SAFETY: `out` has `olen` writable bytes.
+    let named = ok && unsafe { libc::getsockname(fd, q, &mut olen) } == 0;
+    // SAFETY: `fd` is the socket made above, closed once.
+    unsafe { real::close()(fd) };
+    if !named {
+        return None;
+    }
+    if dst.is_ipv4() {
+        // SAFETY: getsockname wrote a sockaddr_in for an AF_INET socket.
+        let a = unsafe { std::ptr::read_unaligned(q.cast::<libc::sockaddr_in>()) };
+        Some(IpAddr::V4(u32::from_be(a.sin_addr.s_addr).into()))
+    } else {
+        // SAFETY: getsockname wrote a sockaddr_in6 for an AF_INET6 socket.
+        let a = unsafe { std::ptr::read_unaligned(q.cast::<libc::sockaddr_in6>()) };
+        Some(IpAddr::V6(a.sin6_addr.s6_addr.into()))
+    }
+}
+
+/// `a` as the C library passes it: a `sockaddr_in` or `sockaddr_in6` in a
+/// `sockaddr_storage`, and its size.
+pub(crate) fn sockaddr(a: std::net::SocketAddr) -> (libc::sockaddr_storage, usize) {
+    use std::net::SocketAddr;
+    // SAFETY: an all-zero sockaddr_storage is valid.
+    let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let at = (&mut st as *mut libc::sockaddr_storage).cast::<u8>();
+    let size = match a {
+        SocketAddr::V4(v) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*v.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than sockaddr_in.
+            unsafe { std::ptr::write_unaligned(at.cast(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(v) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v.port().to_be(),
+                sin6_flowinfo: v.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v.ip().octets(),
+                },
+                sin6_scope_id: v.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than sockaddr_in6.
+            unsafe { std::ptr::write_unaligned(at.cast(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (st, size)
+}
