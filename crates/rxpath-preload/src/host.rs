@@ -251,7 +251,7 @@ impl Global {
     pub(crate) fn bind(
         &self,
         addr: SocketAddr,
-        reuseport: bool,
+        opts: rxpath_core::sock::BindOptions,
     ) -> Result<UdpSocket, (Fallback, String)> {
         let Some(iface) = self.cfg.iface.clone() else {
             return Err((Fallback::NoIface, "no RXPATH_IFACE".into()));
@@ -298,7 +298,7 @@ impl Global {
         }
         let sock = r
             .host
-            .udp_bind_held_with(addr, rxpath_core::sock::BindOptions { reuseport })
+            .udp_bind_held_with(addr, opts)
             .map_err(|e| (Fallback::BindRefused, format!("{addr}: {e}")))?;
         let port = addr.port();
         if !r.ports.contains_key(&port) {

@@ -56,7 +56,11 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
         table::remove(fd);
         return g.fallback(Fallback::Option, why);
     }
-    let sock = match g.bind(addr, p.reuseport) {
+    let opts = rxpath_core::sock::BindOptions {
+        reuseport: p.reuseport,
+        reuseaddr: p.reuseaddr,
+    };
+    let sock = match g.bind(addr, opts) {
         Ok(s) => s,
         Err((why, detail)) => {
             table::remove(fd);
@@ -79,8 +83,10 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
         // Set before bind with SO_REUSEPORT (else the kernel refused it).
         let _ = sock.socket().attach_reuseport_cbpf(Some(prog));
     }
-    if let Some(on) = p.mc_all {
-        sock.socket().set_multicast_all(on);
+    for (v6, on) in p.mc_all.iter().enumerate() {
+        if let Some(on) = *on {
+            sock.socket().set_multicast_all(v6 == 0, on);
+        }
     }
     for r in p.mcast.iter().filter(|r| g.serves_membership(r)) {
         // The kernel took each in turn; rxpath's table agrees.
@@ -686,6 +692,10 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
             apply(&e, |_| {}, |p| p.reuseport = on != 0);
             return Ok(());
         }
+        (libc::SOL_SOCKET, libc::SO_REUSEADDR, OptVal::Int(on)) => {
+            apply(&e, |_| {}, |p| p.reuseaddr = on != 0);
+            return Ok(());
+        }
         (libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, OptVal::Int(v))
         | (libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, OptVal::Int(v)) => {
             // `IP_PMTUDISC_DO` and beyond: a datagram past the MTU is
@@ -720,8 +730,9 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
         }
         (libc::IPPROTO_IP, crate::mcast::IP_MULTICAST_ALL, OptVal::Int(on))
         | (libc::IPPROTO_IPV6, crate::mcast::IPV6_MULTICAST_ALL, OptVal::Int(on)) => {
-            let set = |a: &Accel| a.sock.socket().set_multicast_all(on != 0);
-            apply(&e, set, |p| p.mc_all = Some(on != 0));
+            let v4 = level == libc::IPPROTO_IP;
+            let set = |a: &Accel| a.sock.socket().set_multicast_all(v4, on != 0);
+            apply(&e, set, |p| p.mc_all[!v4 as usize] = Some(on != 0));
             return Ok(());
         }
         (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, OptVal::Int(on)) => {
@@ -849,7 +860,6 @@ fn apply(e: &Entry, on_sock: impl FnOnce(&Accel), on_pending: impl FnOnce(&mut P
 /// only the kernel socket behind the fd needs (sending buffers, address
 /// reuse of the reserved port, priority, timeouts of sends).
 const HARMLESS_SOCKET: &[i32] = &[
-    libc::SO_REUSEADDR,
     libc::SO_SNDBUF,
     libc::SO_SNDBUFFORCE,
     libc::SO_SNDTIMEO_NEW,

@@ -33,14 +33,16 @@ pub(crate) struct Pending {
     pub(crate) gro: bool,
     /// `SO_REUSEPORT`: may share its address with others that set it.
     pub(crate) reuseport: bool,
+    /// `SO_REUSEADDR`: may share its address with others that set it.
+    pub(crate) reuseaddr: bool,
     /// `IP_MTU_DISCOVER` `DO` or beyond (`IPV6_DONTFRAG`): no fragments.
     pub(crate) pmtudisc_do: bool,
     /// `SO_ATTACH_REUSEPORT_CBPF` before `bind`: the group's program.
     pub(crate) cbpf: Option<rxpath_core::sock::cbpf::Cbpf>,
     /// Multicast memberships on the served interface, made before `bind`.
     pub(crate) mcast: Vec<crate::mcast::Request>,
-    /// `IP_MULTICAST_ALL` (`None`: on, the default).
-    pub(crate) mc_all: Option<bool>,
+    /// `IP_MULTICAST_ALL`, `IPV6_MULTICAST_ALL` (`None`: the default).
+    pub(crate) mc_all: [Option<bool>; 2],
     /// An option rxpath cannot honour was set: the socket stays the
     /// kernel's at `bind`.
     pub(crate) refuse: Option<String>,

@@ -723,7 +723,10 @@ fn drain(s: &UdpSocket) -> Vec<String> {
 fn a_reuseport_group_keeps_each_flow_on_one_member_and_spreads_them() {
     use rxpath_core::sock::BindOptions;
     let h = host(1, 1);
-    let rp = BindOptions { reuseport: true };
+    let rp = BindOptions {
+        reuseport: true,
+        ..Default::default()
+    };
     let group: Vec<UdpSocket> = (0..4)
         .map(|_| h.udp_bind_held_with(sa("0.0.0.0", 7100), rp).unwrap())
         .collect();
@@ -804,7 +807,10 @@ fn a_reuseport_program_picks_the_member_it_names() {
     use rxpath_core::sock::cbpf::{Cbpf, Insn};
     use rxpath_core::sock::BindOptions;
     let h = host(1, 1);
-    let rp = BindOptions { reuseport: true };
+    let rp = BindOptions {
+        reuseport: true,
+        ..Default::default()
+    };
     let group: Vec<UdpSocket> = (0..4)
         .map(|_| h.udp_bind_held_with(sa("0.0.0.0", 7200), rp).unwrap())
         .collect();

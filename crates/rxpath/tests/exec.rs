@@ -11,10 +11,10 @@
 
 mod common;
 
+use common::exec::{finish, kernel_reads, python_client, received, server, wait_ready};
 use common::Pair;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 const SRV: &str = "198.18.9.6";
 const ECHO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/udp_echo.py");
@@ -24,96 +24,6 @@ fn pair(tag: &str, tools: &[&'static str]) -> Option<Pair> {
     let mut t = vec!["python3"];
     t.extend_from_slice(tools);
     Pair::new(tag, true, &t)
-}
-
-/// `prog` in the server namespace, under `rxpath exec` with `exec_args`
-/// (or on the kernel's socket when `None`); stdout piped.
-fn server(p: &Pair, exec_args: Option<&[&str]>, prog: &[&str]) -> Child {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", &p.srv]);
-    if let Some(a) = exec_args {
-        c.arg(env!("CARGO_BIN_EXE_rxpath"))
-            .args(["exec", "--iface", &p.srv_if])
-            .args(a)
-            .arg("--");
-    }
-    c.args(prog)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("server")
-}
-
-/// Wait for the line `ready` on the server's stdout (the lines before it
-/// are returned).
-fn wait_ready(c: &mut Child) -> Vec<String> {
-    let out = c.stdout.take().expect("stdout");
-    let mut r = BufReader::new(out);
-    let mut lines = Vec::new();
-    loop {
-        let mut l = String::new();
-        if r.read_line(&mut l).unwrap_or(0) == 0 {
-            panic!("server ended before it was ready: {lines:?}");
-        }
-        if l.trim() == "ready" {
-            // Keep reading the rest (exec's report) on a thread.
-            let rest = std::thread::spawn(move || {
-                let mut s = String::new();
-                let _ = std::io::Read::read_to_string(&mut r, &mut s);
-                s
-            });
-            REST.with(|x| *x.borrow_mut() = Some(rest));
-            return lines;
-        }
-        lines.push(l.trim().to_string());
-    }
-}
-
-thread_local! {
-    static REST: std::cell::RefCell<Option<std::thread::JoinHandle<String>>> = const { std::cell::RefCell::new(None) };
-}
-
-/// The server's exit: status, the rest of its stdout, its stderr.
-fn finish(mut c: Child) -> (std::process::ExitStatus, String, String) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = c.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = c.kill();
-            panic!("the server did not exit");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out = REST
-        .with(|x| x.borrow_mut().take())
-        .map(|h| h.join().unwrap())
-        .unwrap_or_default();
-    let mut err = String::new();
-    if let Some(mut e) = c.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut e, &mut err);
-    }
-    (status, out, err)
-}
-
-/// What exec's accounting says rxpath received.
-fn received(out: &str) -> u64 {
-    out.split("accounting: received ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
-}
-
-/// What exec's report says was read from the kernel sockets behind the
-/// served fds.
-fn kernel_reads(out: &str) -> u64 {
-    out.split("datagrams read from the kernel sockets behind them ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
 }
 
 /// The kernel client in the client namespace: `n` datagrams, then quit.
@@ -131,21 +41,6 @@ fn client_with(p: &Pair, port: u16, n: usize, quit: bool) -> serde_json::Value {
         args.push("--no-quit");
     }
     python_client(p, &args)
-}
-
-/// `python3 ARGS` in the client namespace; the JSON line it prints.
-fn python_client(p: &Pair, args: &[&str]) -> serde_json::Value {
-    let out = Command::new("ip")
-        .args(["netns", "exec", &p.cli, "python3"])
-        .args(args)
-        .output()
-        .expect("client");
-    assert!(
-        out.status.success(),
-        "client: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("client json")
 }
 
 /// Run `mux` on the kernel and under exec (with `exec_args`), the same

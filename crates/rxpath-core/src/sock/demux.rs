@@ -73,7 +73,7 @@ impl Sockets {
     pub(crate) fn bind_entry(
         &self,
         mut addr: SocketAddr,
-        reuseport: bool,
+        opts: super::BindOptions,
         make: impl FnOnce(SocketAddr) -> Arc<SockInner>,
     ) -> Result<Arc<SockInner>, SockError> {
         let mut t = lock_write(self);
@@ -87,7 +87,7 @@ impl Sockets {
             addr.set_port(free);
         }
         let key = Key::of(addr, None);
-        if !t.may_join(key, reuseport) {
+        if !t.may_join(key, opts.reuseport, opts.reuseaddr) {
             return Err(SockError::AddrInUse(addr));
         }
         let inner = make(addr);
@@ -108,7 +108,7 @@ impl Sockets {
             return Err(SockError::Family(format!("{} to {remote}", a.0)));
         }
         let new = Key::of(a.0, Some(remote));
-        if new != Key::of(a.0, a.1) && !t.may_join(new, s.reuseport) {
+        if new != Key::of(a.0, a.1) && !t.may_join(new, s.reuseport, s.reuseaddr) {
             return Err(SockError::AddrInUse(a.0));
         }
         t.remove(Key::of(a.0, a.1), s.id);
@@ -171,17 +171,25 @@ impl Key {
     }
 }
 
-/// The sockets on one key: one socket, or a `SO_REUSEPORT` group in the
-/// order they joined, with the classic BPF program a member attached
-/// (`SO_ATTACH_REUSEPORT_CBPF`), if any.
-#[derive(Debug, Clone)]
-pub(crate) struct Group(Vec<Arc<SockInner>>, Option<Arc<Cbpf>>);
+/// The sockets on one key: one socket, or several in the order they
+/// joined: a `SO_REUSEPORT` group, with the classic BPF program a member
+/// attached (`SO_ATTACH_REUSEPORT_CBPF`), if any, or sockets that share
+/// the address by `SO_REUSEADDR`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Group {
+    members: Vec<Arc<SockInner>>,
+    prog: Option<Arc<Cbpf>>,
+    /// Every member set `SO_REUSEPORT`: the hash (or the program) picks.
+    hashed: bool,
+}
 
 impl Group {
     /// The member for a datagram from `src` to `dst`
     /// (`reuseport_select_sock`): the index the group's program returns
     /// (`run` runs it on the datagram), else, or if that index is past
-    /// the group, `reciprocal_scale(hash, n)`.
+    /// the group, `reciprocal_scale(hash, n)`. Sockets that share the
+    /// address by `SO_REUSEADDR` alone: the one bound last (the head of
+    /// the kernel's hash chain).
     #[inline]
     fn pick(
         &self,
@@ -189,20 +197,36 @@ impl Group {
         src: SocketAddr,
         run: impl FnOnce(&Cbpf) -> u32,
     ) -> &Arc<SockInner> {
-        if let Some(p) = &self.1 {
-            if let Some(s) = self.0.get(run(p) as usize) {
+        let all = self.members.as_slice();
+        if let [one] = all {
+            return one;
+        }
+        if !self.hashed {
+            return &all[all.len() - 1];
+        }
+        if let Some(p) = &self.prog {
+            if let Some(s) = all.get(run(p) as usize) {
                 return s;
             }
         }
-        match self.0.as_slice() {
-            [one] => one,
-            all => &all[reciprocal_scale(flow_hash(dst, src), all.len() as u32) as usize],
-        }
+        &all[reciprocal_scale(flow_hash(dst, src), all.len() as u32) as usize]
     }
 
     /// The first member (the one a single-socket key holds).
     fn first(&self) -> &Arc<SockInner> {
-        &self.0[0]
+        &self.members[0]
+    }
+
+    fn push(&mut self, s: Arc<SockInner>) {
+        self.members.push(s);
+        self.hashed = self.members.iter().all(|s| s.reuseport);
+    }
+
+    fn take(&mut self, id: u64) -> Option<Arc<SockInner>> {
+        let i = self.members.iter().position(|s| s.id == id)?;
+        let s = self.members.remove(i);
+        self.hashed = self.members.iter().all(|s| s.reuseport);
+        Some(s)
     }
 }
 
@@ -300,18 +324,21 @@ impl Demux {
         let any = SocketAddr::new(unspecified(dst.is_ipv6()), dst.port());
         for k in [(dst, src), (any, src)] {
             if let Some(g) = self.connected.get(&k) {
-                out.extend(g.0.iter().cloned());
+                out.extend(g.members.iter().cloned());
             }
         }
         if let Some(g) = self.bound.get(&dst) {
-            out.extend(g.0.iter().cloned());
+            out.extend(g.members.iter().cloned());
         }
         if let Some(g) = self.wildcard.get(&(dst.is_ipv6(), dst.port())) {
-            out.extend(g.0.iter().cloned());
+            out.extend(g.members.iter().cloned());
         }
         if dst.is_ipv4() {
             if let Some(g) = self.wildcard.get(&(true, dst.port())) {
-                let dual = g.0.iter().filter(|s| !s.v6only.load(Ordering::Relaxed));
+                let dual = g
+                    .members
+                    .iter()
+                    .filter(|s| !s.v6only.load(Ordering::Relaxed));
                 out.extend(dual.cloned());
             }
         }
@@ -326,7 +353,7 @@ impl Demux {
             Key::Bound(a) => self.bound.get_mut(&a),
             Key::Wildcard(v6, p) => self.wildcard.get_mut(&(v6, p)),
         };
-        g.map(|g| g.1 = prog).is_some()
+        g.map(|g| g.prog = prog).is_some()
     }
 
     fn group(&self, key: Key) -> Option<&Group> {
@@ -337,13 +364,17 @@ impl Demux {
         }
     }
 
-    /// A socket (with `SO_REUSEPORT` or not) may take `key`: it is free, or
-    /// every socket on it and this one set `SO_REUSEPORT` (the group of
-    /// `reuseport_add_sock`; one process here, so one owner).
-    pub(crate) fn may_join(&self, key: Key, reuseport: bool) -> bool {
+    /// A socket may take `key`: it is free, or every socket on it and
+    /// this one set `SO_REUSEPORT` (the group of `reuseport_add_sock`;
+    /// one process here, so one owner), or all set `SO_REUSEADDR`
+    /// (`udp_lib_lport_inuse()`).
+    pub(crate) fn may_join(&self, key: Key, reuseport: bool, reuseaddr: bool) -> bool {
         match self.group(key) {
             None => true,
-            Some(g) => reuseport && g.0.iter().all(|s| s.reuseport),
+            Some(g) => {
+                (reuseport && g.members.iter().all(|s| s.reuseport))
+                    || (reuseaddr && g.members.iter().all(|s| s.reuseaddr))
+            }
         }
     }
 
@@ -363,10 +394,7 @@ impl Demux {
     /// Put `s` on `key`: alone, or as the last member of its group.
     pub(crate) fn insert(&mut self, key: Key, s: Arc<SockInner>) {
         fn join<K: std::hash::Hash + Eq>(m: &mut HashMap<K, Group>, k: K, s: Arc<SockInner>) {
-            m.entry(k)
-                .or_insert_with(|| Group(Vec::new(), None))
-                .0
-                .push(s);
+            m.entry(k).or_default().push(s);
         }
         match key {
             Key::Connected(l, r) => join(&mut self.connected, (l, r), s),
@@ -384,9 +412,8 @@ impl Demux {
             id: u64,
         ) -> Option<Arc<SockInner>> {
             let g = m.get_mut(&k)?;
-            let i = g.0.iter().position(|s| s.id == id)?;
-            let s = g.0.remove(i);
-            if g.0.is_empty() {
+            let s = g.take(id)?;
+            if g.members.is_empty() {
                 m.remove(&k);
             }
             Some(s)
@@ -400,9 +427,13 @@ impl Demux {
 
     /// Empty the table (host shutdown).
     pub(crate) fn take_all(&mut self) -> Vec<Arc<SockInner>> {
-        let mut v: Vec<_> = self.connected.drain().flat_map(|(_, g)| g.0).collect();
-        v.extend(self.bound.drain().flat_map(|(_, g)| g.0));
-        v.extend(self.wildcard.drain().flat_map(|(_, g)| g.0));
+        let mut v: Vec<_> = self
+            .connected
+            .drain()
+            .flat_map(|(_, g)| g.members)
+            .collect();
+        v.extend(self.bound.drain().flat_map(|(_, g)| g.members));
+        v.extend(self.wildcard.drain().flat_map(|(_, g)| g.members));
         v
     }
 }
@@ -410,6 +441,37 @@ impl Demux {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sockets_sharing_an_address_by_reuseaddr_give_unicast_to_the_last() {
+        use super::super::{read, BindOptions, SockConfig, Socket};
+        let host = Sockets::new(SockConfig::default(), Vec::new());
+        let addr: SocketAddr = "0.0.0.0:5000".parse().unwrap();
+        let ra = BindOptions {
+            reuseaddr: true,
+            ..Default::default()
+        };
+        let a = Socket::bind_with(&host, addr, ra).unwrap();
+        assert!(matches!(
+            Socket::bind(&host, addr),
+            Err(SockError::AddrInUse(_))
+        ));
+        let b = Socket::bind_with(&host, addr, ra).unwrap();
+        let (dst, src) = (
+            "198.18.0.1:5000".parse().unwrap(),
+            "198.18.0.2:9".parse().unwrap(),
+        );
+        let to = || read(&host.demux).lookup(dst, src).map(|s| s.id);
+        assert_eq!(to(), Some(b.inner.id), "the socket bound last");
+        drop(b);
+        assert_eq!(to(), Some(a.inner.id));
+        let mut out = Vec::new();
+        let c = Socket::bind_with(&host, addr, ra).unwrap();
+        let group: SocketAddr = "239.1.1.1:5000".parse().unwrap();
+        read(&host.demux).multi_candidates(group, src, &mut out);
+        let ids: Vec<u64> = out.iter().map(|s| s.id).collect();
+        assert_eq!(ids, vec![a.inner.id, c.inner.id], "multicast: every one");
+    }
 
     #[test]
     fn reciprocal_scale_is_the_kernels() {

@@ -88,11 +88,13 @@ pub(crate) struct SockInner {
     /// `SO_REUSEPORT` when it was bound: it may share its address with
     /// others that set it ([`super::demux`]).
     pub(crate) reuseport: bool,
+    /// `SO_REUSEADDR` when it was bound.
+    pub(crate) reuseaddr: bool,
     /// `SO_RXQ_OVFL`: each datagram carries the drops so far.
     pub(crate) rxq_ovfl: AtomicBool,
-    /// `IP_MULTICAST_ALL`: datagrams to a group this socket did not join
-    /// but another did reach it (on by default, as the kernel's).
-    pub(crate) mc_all: AtomicBool,
+    /// `IP_MULTICAST_ALL`, `IPV6_MULTICAST_ALL`: datagrams to an IPv4 or
+    /// IPv6 group this socket did not join but another did reach it.
+    pub(crate) mc_all: [AtomicBool; 2],
     /// The waiting half, told of every datagram queued and of the close.
     ready: OnceLock<Arc<dyn DataReady>>,
 }
@@ -186,6 +188,10 @@ pub struct BindOptions {
     /// `SO_REUSEPORT`: share the address with other sockets that set it,
     /// as a group that spreads flows over its members.
     pub reuseport: bool,
+    /// `SO_REUSEADDR`: share the address with other sockets that set it
+    /// (as multicast receivers do); a unicast datagram goes to the one
+    /// bound last, as the kernel's lookup finds it first.
+    pub reuseaddr: bool,
 }
 
 /// A UDP socket's state on an rxpath host: its addresses, options,
@@ -230,13 +236,14 @@ impl Socket {
         Self::bind_with(host, addr, BindOptions::default())
     }
 
-    /// `bind()` with the options set before it (`SO_REUSEPORT`).
+    /// `bind()` with the options set before it (`SO_REUSEPORT`,
+    /// `SO_REUSEADDR`).
     pub fn bind_with(
         host: &Arc<Sockets>,
         addr: SocketAddr,
         opts: BindOptions,
     ) -> Result<Socket, SockError> {
-        let inner = host.bind_entry(addr, opts.reuseport, |addr| {
+        let inner = host.bind_entry(addr, opts, |addr| {
             Arc::new(SockInner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 addrs: Mutex::new((addr, None)),
@@ -254,8 +261,12 @@ impl Socket {
                 gro: AtomicBool::new(false),
                 pmtudisc_do: AtomicBool::new(false),
                 reuseport: opts.reuseport,
+                reuseaddr: opts.reuseaddr,
                 rxq_ovfl: AtomicBool::new(false),
-                mc_all: AtomicBool::new(true),
+                // `inet_create()` sets MC_ALL; `inet6_create()` sets only
+                // MC6_ALL, so an IPv6 socket takes no IPv4 group it did
+                // not join.
+                mc_all: [AtomicBool::new(addr.is_ipv4()), AtomicBool::new(true)],
                 ready: OnceLock::new(),
             })
         })?;
@@ -290,7 +301,8 @@ impl Socket {
     /// [`crate::ip::mcast`]), refused as the kernel refuses it. IP input
     /// takes a group's datagrams while some socket is in it; each socket
     /// on the port then gets a copy as its filter, or for a group it did
-    /// not join its [`set_multicast_all`](Self::set_multicast_all), says.
+    /// not join its [`set_multicast_all`](Self::set_multicast_all) setting,
+    /// says.
     /// Closing leaves every group. (rxpath runs no IGMP or MLD: the
     /// kernel socket behind a preloaded fd joins too, and the kernel
     /// reports it.)
@@ -299,16 +311,19 @@ impl Socket {
         Ok(())
     }
 
-    /// `IP_MULTICAST_ALL` / `IPV6_MULTICAST_ALL` (on by default): a
-    /// datagram to a group some other socket joined reaches this one too
-    /// if it listens on the port.
-    pub fn set_multicast_all(&self, on: bool) {
-        self.inner.mc_all.store(on, Ordering::Relaxed);
+    /// `IP_MULTICAST_ALL` (`ipv4`) or `IPV6_MULTICAST_ALL`: a datagram to
+    /// a group of that family some other socket joined reaches this one
+    /// too if it listens on the port. On by default for the socket's own
+    /// family; an IPv6 socket's IPv4 setting starts off (`inet6_create()`
+    /// leaves it), so a dual-stack socket takes the IPv4 groups it joined
+    /// itself, and broadcast.
+    pub fn set_multicast_all(&self, ipv4: bool, on: bool) {
+        self.inner.mc_all[!ipv4 as usize].store(on, Ordering::Relaxed);
     }
 
-    /// The `IP_MULTICAST_ALL` setting.
-    pub fn multicast_all(&self) -> bool {
-        self.inner.mc_all.load(Ordering::Relaxed)
+    /// The `IP_MULTICAST_ALL` (`ipv4`) or `IPV6_MULTICAST_ALL` setting.
+    pub fn multicast_all(&self, ipv4: bool) -> bool {
+        self.inner.mc_all[!ipv4 as usize].load(Ordering::Relaxed)
     }
 
     /// `SO_RXQ_OVFL`: datagrams queued from now on carry the socket's

@@ -200,7 +200,8 @@ impl SockStack {
         let (group, src) = (d.dst.ip(), d.src.ip());
         if group.is_multicast() {
             let g = &self.host.groups;
-            socks.retain(|s| g.sock_allows(s.id, group, src, s.mc_all.load(Ordering::Relaxed)));
+            let all = |s: &SockInner| s.mc_all[group.is_ipv6() as usize].load(Ordering::Relaxed);
+            socks.retain(|s| g.sock_allows(s.id, group, src, all(s)));
         }
         // GRO merges no multicast or broadcast (`Sockets::wants`): a chain
         // here is one reassembled datagram.

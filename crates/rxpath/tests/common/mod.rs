@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // each test file uses a part
 
+pub mod exec;
+
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
