@@ -52,6 +52,12 @@ pub struct DnsArgs {
     /// Busy-poll time of the busy-polling mode, µs.
     #[arg(long, default_value_t = 50)]
     pub busy_poll: u32,
+    /// Prefer busy polling in the busy-polling mode, ns: the interrupt
+    /// stays deferred this long after a busy poll, and a server asleep in
+    /// `poll`/`epoll_wait` is woken by the device and polls it itself (0:
+    /// off).
+    #[arg(long, default_value_t = 200_000)]
+    pub prefer_busy_poll: u64,
     /// Only these modes (comma-separated: kernel, exec, exec-busy,
     /// knot-xdp); the kernel is always run, as the reference.
     #[arg(long, value_delimiter = ',')]
@@ -163,11 +169,16 @@ fn start(m: Mode, t: &Topology, f: &Files, a: &DnsArgs, cpu: Option<usize>) -> R
         None => Command::new("env"),
     };
     if matches!(m, Mode::Exec | Mode::ExecBusy) {
-        let busy = if m == Mode::ExecBusy { a.busy_poll } else { 0 };
+        let (busy, prefer) = if m == Mode::ExecBusy {
+            (a.busy_poll, a.prefer_busy_poll)
+        } else {
+            (0, 0)
+        };
         let exe = std::env::current_exe().context("locating this binary")?;
         cmd.arg(exe)
             .args(["exec", "--iface", &t.host_if, "--mode", "xdp"])
-            .args(["--busy-poll", &busy.to_string(), "--"]);
+            .args(["--busy-poll", &busy.to_string()])
+            .args(["--prefer-busy-poll", &prefer.to_string(), "--"]);
     }
     cmd.args(["knotd", "-c", &conf]);
     let mut peer = Peer::spawn("knotd", cmd)?;
@@ -408,9 +419,16 @@ pub fn dns(a: DnsArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     let guard = t.up_scoped()?;
     let t = &guard.0;
     let files = Files::new()?;
-    let cpus = crate::harness::client_server_cpus();
+    // knotd pins its UDP worker `i` to CPU `i % CPUs` whatever affinity it
+    // was started with (udp-handler.c), so its one worker runs on CPU 0:
+    // the server gets CPU 0 (everything else of knotd's and rxpath's
+    // threads with it), the generator the other.
+    let cpus = match crate::harness::client_server_cpus() {
+        (Some(client), Some(server)) => (Some(server), Some(client)),
+        none => none,
+    };
     println!(
-        "rxpath bench dns: knotd (1 UDP worker) on CPU {}, kxdpgun and dnsperf on CPU {} in netns {}; {} s per rate, {} round(s); loss-free: under {} %; latency at {}/s; busy poll {} µs",
+        "rxpath bench dns: knotd (1 UDP worker) on CPU {}, kxdpgun and dnsperf on CPU {} in netns {}; {} s per rate, {} round(s); loss-free: under {} %; latency at {}/s; busy poll {} µs, prefer busy poll {} ns",
         crate::harness::cpu_name(cpus.1),
         crate::harness::cpu_name(cpus.0),
         t.ns,
@@ -418,7 +436,8 @@ pub fn dns(a: DnsArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         a.rounds,
         a.loss,
         a.latency_rate,
-        a.busy_poll
+        a.busy_poll,
+        a.prefer_busy_poll
     );
     let preload = rxpath_cli::exec::find_preload();
     let wanted =
@@ -549,6 +568,7 @@ fn report(
     let j = serde_json::json!({
         "duration_s": a.duration.as_secs(), "rounds": a.rounds, "rates": a.rates,
         "loss_pct": a.loss, "latency_rate": a.latency_rate, "busy_poll_us": a.busy_poll,
+        "prefer_busy_poll_ns": a.prefer_busy_poll,
         "server": "knotd, 1 UDP worker, pinned", "generator": "kxdpgun; dnsperf -v for latency",
         "modes": order.iter().map(|&m| {
             let i = at(m);

@@ -518,6 +518,8 @@ pub struct FrameReturn {
     /// return ([`Self::wake_on_return`]).
     waiter: Mutex<Option<std::task::Waker>>,
     wake: std::sync::atomic::AtomicBool,
+    /// How many frames must wait before the sleeper is woken.
+    wake_at: AtomicUsize,
 }
 
 impl FrameReturn {
@@ -541,11 +543,16 @@ impl FrameReturn {
     }
 
     /// An idle NAPI thread is going to sleep with no deadline: wake `w`
-    /// at the next return (frames coming home need the owner, and a device
-    /// that ran out of buffers raises no interrupt). The caller looks at
+    /// once `at` frames wait here (frames coming home need the owner, and
+    /// a device that ran out of buffers raises no interrupt). Fewer wait
+    /// for the next poll, which takes them home anyway: a reader that
+    /// gives back a frame or two does not wake the thread (a context
+    /// switch per read on the reader's CPU), and the device keeps all but
+    /// `at` of the frames the sockets do not hold. The caller looks at
     /// [`Self::pending`] after this and before it parks.
-    pub fn wake_on_return(&self, w: std::task::Waker) {
+    pub fn wake_on_return(&self, w: std::task::Waker, at: usize) {
         *lock_frames(&self.waiter) = Some(w);
+        self.wake_at.store(at.max(1), Ordering::Relaxed);
         self.wake.store(true, Ordering::SeqCst);
     }
 
@@ -558,7 +565,10 @@ impl FrameReturn {
         // SeqCst pairs with `wake_on_return`: either the sleeper sees the
         // frames in `pending`, or this sees its flag.
         std::sync::atomic::fence(Ordering::SeqCst);
-        if self.wake.load(Ordering::Relaxed) && self.wake.swap(false, Ordering::AcqRel) {
+        if self.wake.load(Ordering::Relaxed)
+            && self.len.load(Ordering::Relaxed) >= self.wake_at.load(Ordering::Relaxed)
+            && self.wake.swap(false, Ordering::AcqRel)
+        {
             if let Some(w) = lock_frames(&self.waiter).as_ref() {
                 w.wake_by_ref();
             }

@@ -183,6 +183,10 @@ impl EpSet {
             if n > 0 || left_ms(until) == 0 {
                 return Ok(n);
             }
+            // Woken with nothing ready (the device, or an event another
+            // waiter took): busy-poll again before the next sleep, as
+            // `ep_poll` runs `ep_busy_loop` in each round.
+            busy_done = false;
         }
     }
 
@@ -245,12 +249,26 @@ impl EpSet {
         for a in &socks {
             a.watch.arm(efd);
         }
+        // The devices of deferred NAPIs wake the set too, as its own
+        // wakeups (another waiter of the set may have added one already).
+        let refs: Vec<&Arc<Accel>> = socks.iter().collect();
+        let dev = crate::device::sleep_devices(&refs);
+        let ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: WAKE,
+        };
+        for &fd in &dev {
+            let _ = sys::kepoll_ctl(self.kfd, libc::EPOLL_CTL_ADD, fd, Some(ev));
+        }
         let n = self.scan_members(out);
         let r = if n > 0 {
             Ok(n)
         } else {
             self.kernel_wait(out, left_ms(until))
         };
+        for &fd in &dev {
+            let _ = sys::kepoll_ctl(self.kfd, libc::EPOLL_CTL_DEL, fd, None);
+        }
         for a in &socks {
             a.watch.disarm(efd);
         }

@@ -407,6 +407,7 @@ impl Global {
         let host = s.running.take().map(|r| {
             drop(r.metrics);
             drop(r.control);
+            crate::device::forget();
             as_library(|| r.host.shutdown())
         });
         let rep = PreloadReport {

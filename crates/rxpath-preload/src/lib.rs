@@ -52,6 +52,7 @@
 #![deny(missing_docs, missing_debug_implementations)]
 
 pub mod config;
+mod device;
 mod epoll;
 mod forkq;
 pub mod host;

@@ -189,10 +189,9 @@ pub(crate) fn busy_wait(socks: &[&Arc<Accel>]) -> bool {
     let host = first.sock.host();
     first.sock.count_busy_poll();
     rxpath_runtime::sock::busy_loop(host, &ids, us, &|| socks.iter().any(|a| readable(a)));
-    if !socks.iter().any(|a| readable(a)) {
-        // Going to sleep: a deferred interrupt must fire again.
-        host.resume_irqs(&ids);
-    }
+    // A deferred interrupt stays deferred: the caller polls again soon, or
+    // sleeps and then either waits on the device or raises it
+    // ([`crate::device::sleep_devices`]).
     true
 }
 

@@ -41,23 +41,31 @@ pub(crate) fn wait_readable(a: &Arc<Accel>, until: Option<Instant>) -> Result<()
     if readable(a) {
         return Ok(());
     }
-    if busy_wait(&[a]) && readable(a) {
-        return Ok(());
-    }
     loop {
+        // Busy-poll before every sleep, as `sk_busy_loop` runs before
+        // each wait of `__skb_wait_for_more_packets`.
+        if busy_wait(&[a]) && readable(a) {
+            return Ok(());
+        }
         if until.is_some() && left_ms(until) == 0 {
             return Err(libc::EAGAIN);
         }
+        let dev = crate::device::sleep_devices(&[a]);
         let r = with_poll_efd(|efd| {
             a.watch.arm(efd);
             let r = if readable(a) {
                 Ok(0)
             } else {
-                let mut p = [libc::pollfd {
+                let mut p = vec![libc::pollfd {
                     fd: efd,
                     events: libc::POLLIN,
                     revents: 0,
                 }];
+                p.extend(dev.iter().map(|&fd| libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                }));
                 a.sock.count_sleep();
                 sys::kpoll(&mut p, left_ms(until)).map_err(errno)
             };
@@ -93,10 +101,15 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Result<usize, i
                 continue;
             }
         }
-        let n = with_poll_efd(|efd| poll_sleep(fds, &accel, &kernel, &socks, efd, until))??;
+        let dev = crate::device::sleep_devices(&socks);
+        let sleep = |efd| poll_sleep(fds, &accel, &kernel, (&socks, &dev), efd, until);
+        let n = with_poll_efd(sleep)??;
         if n > 0 || left_ms(until) == 0 {
             return Ok(n);
         }
+        // Woken with nothing ready (the device, or a datagram another
+        // reader took): busy-poll again before the next sleep.
+        busy_done = false;
     }
 }
 
@@ -151,13 +164,13 @@ fn sock_revents(a: &Accel, events: i16) -> i16 {
     r & (events | libc::POLLERR | libc::POLLHUP)
 }
 
-/// Sleep in the kernel on the kernel fds and `efd` until one is ready, a
-/// socket's watcher signals, or `until`.
+/// Sleep in the kernel on the kernel fds, `efd` and the devices `dev`
+/// until one is ready, a socket's watcher signals, or `until`.
 fn poll_sleep(
     fds: &mut [libc::pollfd],
     accel: &[Option<Arc<Accel>>],
     kernel: &[usize],
-    socks: &[&Arc<Accel>],
+    (socks, dev): (&[&Arc<Accel>], &[RawFd]),
     efd: RawFd,
     until: Option<Instant>,
 ) -> Result<usize, i32> {
@@ -170,11 +183,13 @@ fn poll_sleep(
             return Ok(n);
         }
         let mut k: Vec<libc::pollfd> = kernel.iter().map(|&i| fds[i]).collect();
-        k.push(libc::pollfd {
-            fd: efd,
-            events: libc::POLLIN,
-            revents: 0,
-        });
+        for &fd in std::iter::once(&efd).chain(dev) {
+            k.push(libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
         sys::kpoll(&mut k, left_ms(until)).map_err(errno)?;
         Ok(0)
     })();

@@ -131,10 +131,13 @@ impl NapiSet for Shared<'_> {
 /// unparks it); the 1 s nap is only a safety net. (Napping 1 ms at a time
 /// instead, an idle host would wake a thousand times a second.)
 fn sleep_idle(napis: &[Arc<SharedNapi>], socks: &Sockets, me: &thread::Thread) {
+    // A sixteenth of a queue's frames may wait for its next poll.
+    let at = |p: &rxpath_core::sock::Port| p.umem.frames() / 16;
     for n in napis {
         n.watch(true);
         if let Some(p) = socks.port(n.queue) {
-            p.ret.wake_on_return(crate::sock::unpark_waker(me.clone()));
+            p.ret
+                .wake_on_return(crate::sock::unpark_waker(me.clone()), at(p));
         }
     }
     // Anything that came before the flags were up is seen here (an
@@ -142,7 +145,9 @@ fn sleep_idle(napis: &[Arc<SharedNapi>], socks: &Sockets, me: &thread::Thread) {
     let busy = napis.iter().any(|n| {
         n.deferred_until() != 0
             || n.timer_at() != 0
-            || socks.port(n.queue).is_some_and(|p| p.ret.pending() > 0)
+            || socks
+                .port(n.queue)
+                .is_some_and(|p| p.ret.pending() >= at(p).max(1))
     });
     if !busy {
         thread::park_timeout(Duration::from_secs(1));
