@@ -8,7 +8,6 @@
 //! reference goes ([`Dgram::into_frames`]), as the kernel frees a cloned
 //! skb's data with its last clone.
 
-use super::socket::RecvMeta;
 use crate::packet::Frag;
 use rxpath_dev::Frame;
 use std::net::{IpAddr, SocketAddr};
@@ -158,4 +157,33 @@ impl Dgram {
         }
         at
     }
+}
+
+/// What `recv_batch` reports per datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvMeta {
+    /// Bytes copied into the buffer.
+    pub len: usize,
+    /// The datagram was longer than the buffer (`MSG_TRUNC`).
+    pub truncated: bool,
+    /// Sender.
+    pub src: SocketAddr,
+    /// The address it was sent to (`IP_PKTINFO` / `IPV6_RECVPKTINFO`).
+    pub dst: IpAddr,
+    /// Segment size: each `stride` bytes of the buffer are one datagram
+    /// as sent, the last one possibly shorter (the `UDP_GRO` control
+    /// message; equal to the whole length for a single datagram).
+    pub stride: usize,
+    /// ECN codepoint of the IP header (0 Not-ECT, 1 ECT(1), 2 ECT(0), 3
+    /// CE): the low two bits of `tos`.
+    pub ecn: u8,
+    /// The IP header's TOS byte (IPv4) or traffic class (IPv6): what
+    /// `IP_RECVTOS` / `IPV6_RECVTCLASS` hand back.
+    pub tos: u8,
+    /// When the NAPI took it, ns on `rxpath_dev::mono_ns`'s clock (0: not
+    /// known): what `SO_TIMESTAMP`/`SO_TIMESTAMPNS` hand back.
+    pub stamp_ns: u64,
+    /// The socket's drops when it was queued, with `SO_RXQ_OVFL` on (else
+    /// 0): what `SO_RXQ_OVFL` hands back.
+    pub drops: u32,
 }

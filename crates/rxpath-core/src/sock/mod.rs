@@ -49,9 +49,10 @@ mod stage;
 mod tx;
 
 pub use busy::{BusyPoll, CellStack, NapiCell, PollCell, SharedNapi, BUSY_POLL_BUDGET};
+pub use dgram::RecvMeta;
 pub use flow::SockFlowTable;
 pub use send::UDP_MAX_SEGMENTS;
-pub use socket::{BindOptions, BusySession, DataReady, RecvMeta, SockCounters, Socket};
+pub use socket::{BindOptions, BusySession, DataReady, SockCounters, Socket};
 pub use stage::{SockPath, SockStack};
 pub use tx::{CaptureTx, TxPort};
 

@@ -1,6 +1,6 @@
 //! The application's UDP socket.
 
-use super::dgram::Dgram;
+use super::dgram::{Dgram, RecvMeta};
 use super::{lock, read, SockError, Sockets};
 use crate::ip::mcast::Change;
 use crate::napi::NapiId;
@@ -151,35 +151,6 @@ impl SockInner {
     pub(crate) fn addrs(&self) -> (SocketAddr, Option<SocketAddr>) {
         *lock(&self.addrs)
     }
-}
-
-/// What `recv_batch` reports per datagram.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RecvMeta {
-    /// Bytes copied into the buffer.
-    pub len: usize,
-    /// The datagram was longer than the buffer (`MSG_TRUNC`).
-    pub truncated: bool,
-    /// Sender.
-    pub src: SocketAddr,
-    /// The address it was sent to (`IP_PKTINFO` / `IPV6_RECVPKTINFO`).
-    pub dst: IpAddr,
-    /// Segment size: each `stride` bytes of the buffer are one datagram
-    /// as sent, the last one possibly shorter (the `UDP_GRO` control
-    /// message; equal to the whole length for a single datagram).
-    pub stride: usize,
-    /// ECN codepoint of the IP header (0 Not-ECT, 1 ECT(1), 2 ECT(0), 3
-    /// CE): the low two bits of `tos`.
-    pub ecn: u8,
-    /// The IP header's TOS byte (IPv4) or traffic class (IPv6): what
-    /// `IP_RECVTOS` / `IPV6_RECVTCLASS` hand back.
-    pub tos: u8,
-    /// When the NAPI took it, ns on `rxpath_dev::mono_ns`'s clock (0: not
-    /// known): what `SO_TIMESTAMP`/`SO_TIMESTAMPNS` hand back.
-    pub stamp_ns: u64,
-    /// The socket's drops when it was queued, with `SO_RXQ_OVFL` on (else
-    /// 0): what `SO_RXQ_OVFL` hands back.
-    pub drops: u32,
 }
 
 /// What a socket asks of `bind` ([`Socket::bind_with`]).
