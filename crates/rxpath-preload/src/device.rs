@@ -49,9 +49,9 @@ pub(crate) fn sleep_devices(socks: &[&Arc<Accel>]) -> Vec<RawFd> {
         }
         seen.push(id);
         let deferred = host.napi_by_id(id).is_some_and(|n| n.deferred_until() != 0);
-        match device_fd(a) {
-            Some(fd) if deferred => fds.push(fd),
-            _ => host.resume_irqs(&[id]),
+        match deferred.then(|| device_fd(a)).flatten() {
+            Some(fd) => fds.push(fd),
+            None => host.resume_irqs(&[id]),
         }
     }
     fds

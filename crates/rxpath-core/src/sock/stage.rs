@@ -154,20 +154,11 @@ impl SockStack {
     ) {
         Self::mark(sock, &pkt);
         let v6 = d.src.is_ipv6();
-        let head = (
-            pkt.off + d.payload_off as u16,
-            (d.payload_len - more) as u16,
-        );
-        let tos = tos_of(ctx.data(&pkt), &pkt.meta.headers);
         let gso = pkt.meta.gso_size;
         // A chain without `gso_size` is one reassembled datagram; one with
         // it a UDP GRO packet, whole only for a socket with `UDP_GRO`.
         let gro = more > 0 && (gso == 0 || sock.gro.load(Ordering::Relaxed));
-        let (frame, frags) = if more > 0 {
-            ctx.keep_chain(pkt)
-        } else {
-            (ctx.keep(pkt), Vec::new())
-        };
+        let (head, tos, frame, frags) = keep(pkt, d, more, ctx);
         let first = self.dgram(sock, Body::Own(frame), d, head, tos, ctx.now_ns);
         if gro {
             // The socket takes the chain whole.
@@ -238,16 +229,7 @@ impl SockStack {
         for s in socks {
             Self::mark(s, &pkt);
         }
-        let head = (
-            pkt.off + d.payload_off as u16,
-            (d.payload_len - more) as u16,
-        );
-        let tos = tos_of(ctx.data(&pkt), &pkt.meta.headers);
-        let (frame, frags) = if more > 0 {
-            ctx.keep_chain(pkt)
-        } else {
-            (ctx.keep(pkt), Vec::new())
-        };
+        let (head, tos, frame, frags) = keep(pkt, d, more, ctx);
         let shared = Arc::new(Shared { frame, frags });
         let mut queued = 0;
         for s in socks {
@@ -322,6 +304,29 @@ impl Stack for SockStack {
         }
         None
     }
+}
+
+/// Hand the datagram's frames to the socket layer (counted delivered):
+/// where its payload starts in the head frame and how much of it is there,
+/// its TOS byte, the head frame and the chain's other frames (`more`
+/// payload bytes).
+fn keep(
+    pkt: Packet,
+    d: &Datagram,
+    more: usize,
+    ctx: &mut RxCtx<'_>,
+) -> ((u16, u16), u8, rxpath_dev::Frame, Vec<crate::packet::Frag>) {
+    let head = (
+        pkt.off + d.payload_off as u16,
+        (d.payload_len - more) as u16,
+    );
+    let tos = tos_of(ctx.data(&pkt), &pkt.meta.headers);
+    let (frame, frags) = if more > 0 {
+        ctx.keep_chain(pkt)
+    } else {
+        (ctx.keep(pkt), Vec::new())
+    };
+    (head, tos, frame, frags)
 }
 
 /// What a reuseport group's classic BPF program sees of a datagram: its
