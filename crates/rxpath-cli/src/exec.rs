@@ -27,6 +27,12 @@ pub struct ExecArgs {
     /// busy poll.
     #[arg(long, default_value_t = 0, value_name = "NS")]
     pub prefer_busy_poll: u64,
+    /// A thread that waits on a socket (without busy polling) polls its
+    /// queue once and keeps the interrupt suspended up to NS; asleep, it
+    /// waits on the device itself: one wakeup per burst instead of the
+    /// interrupt thread's and then its own (0 = off).
+    #[arg(long, default_value_t = 1_000_000, value_name = "NS")]
+    pub irq_suspend_timeout: u64,
     /// NAPI threads.
     #[arg(long, default_value_t = 1)]
     pub napi_threads: usize,
@@ -113,6 +119,10 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
         .env("RXPATH_MODE", &a.mode)
         .env("RXPATH_BUSY_POLL", a.busy_poll.to_string())
         .env("RXPATH_PREFER_BUSY_POLL", a.prefer_busy_poll.to_string())
+        .env(
+            "RXPATH_IRQ_SUSPEND_TIMEOUT",
+            a.irq_suspend_timeout.to_string(),
+        )
         .env("RXPATH_NAPI_THREADS", a.napi_threads.to_string())
         .env("RXPATH_GRO_FLUSH_TIMEOUT", a.gro_flush_timeout.to_string())
         .env("RXPATH_NAPI_DEFER_HARD_IRQS", a.defer_hard_irqs.to_string())

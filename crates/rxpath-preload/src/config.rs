@@ -7,6 +7,7 @@
 //! | `RXPATH_MODE` | `xdp`, `packet` or `auto` (AF_XDP, else AF_PACKET) | `auto` |
 //! | `RXPATH_BUSY_POLL` | `SO_BUSY_POLL` for every socket, µs (`net.core.busy_read`) | 0: readers sleep |
 //! | `RXPATH_PREFER_BUSY_POLL` | keep the queue's interrupt masked after a busy poll, ns | 0 |
+//! | `RXPATH_IRQ_SUSPEND_TIMEOUT` | a thread that waits on a socket polls its queue first and keeps the interrupt suspended up to this long, ns; asleep, it waits on the device itself (0: the interrupt thread wakes it) | 1000000 |
 //! | `RXPATH_NAPI_THREADS` | NAPI threads | 1 |
 //! | `RXPATH_GRO_FLUSH_TIMEOUT` | `gro_flush_timeout`, ns | 0 |
 //! | `RXPATH_NAPI_DEFER_HARD_IRQS` | `napi_defer_hard_irqs` | 0 |
@@ -33,6 +34,13 @@ pub enum Profile {
 
 /// The busy-poll time of the latency profile, µs.
 pub const LATENCY_BUSY_POLL_US: u32 = 50;
+
+/// The default interrupt suspension while threads wait, ns: long against
+/// a request's turnaround (the NAPI thread checks back once per period
+/// while a program keeps reading), short enough that a queue whose
+/// readers all went off to other work is polled again within a
+/// millisecond.
+pub const IRQ_SUSPEND_TIMEOUT_NS: u64 = 1_000_000;
 
 /// A rule for which sockets rxpath takes, by the address and port they
 /// are bound to.
@@ -92,6 +100,9 @@ pub struct Config {
     pub busy_poll_us: u32,
     /// Prefer busy polling: interrupt deferral after a busy poll, ns.
     pub prefer_busy_poll_ns: u64,
+    /// Interrupt suspension while threads wait, ns (0: off): the deferral
+    /// after the one poll a waiting thread makes when it does not busy-poll.
+    pub irq_suspend_timeout_ns: u64,
     /// NAPI threads.
     pub napi_threads: usize,
     /// `gro_flush_timeout`, ns.
@@ -119,6 +130,7 @@ impl Default for Config {
             mode: Mode::Auto,
             busy_poll_us: 0,
             prefer_busy_poll_ns: 0,
+            irq_suspend_timeout_ns: IRQ_SUSPEND_TIMEOUT_NS,
             napi_threads: 1,
             gro_flush_timeout_ns: 0,
             defer_hard_irqs: 0,
@@ -172,6 +184,11 @@ impl Config {
         }
         num(&var, "RXPATH_BUSY_POLL", &mut c.busy_poll_us)?;
         num(&var, "RXPATH_PREFER_BUSY_POLL", &mut c.prefer_busy_poll_ns)?;
+        num(
+            &var,
+            "RXPATH_IRQ_SUSPEND_TIMEOUT",
+            &mut c.irq_suspend_timeout_ns,
+        )?;
         num(&var, "RXPATH_NAPI_THREADS", &mut c.napi_threads)?;
         num(
             &var,
@@ -239,6 +256,10 @@ impl Config {
                 "RXPATH_PREFER_BUSY_POLL",
                 self.prefer_busy_poll_ns.to_string(),
             ),
+            (
+                "RXPATH_IRQ_SUSPEND_TIMEOUT",
+                self.irq_suspend_timeout_ns.to_string(),
+            ),
             ("RXPATH_NAPI_THREADS", self.napi_threads.to_string()),
             (
                 "RXPATH_GRO_FLUSH_TIMEOUT",
@@ -279,11 +300,12 @@ impl Config {
 /// `rxpath exec`'s flags (`busy-poll` for `RXPATH_BUSY_POLL`); `rules` may
 /// be a list. An unknown key is an error.
 fn file_vars(text: &str) -> Result<HashMap<&'static str, String>, String> {
-    const KEYS: [(&str, &str); 15] = [
+    const KEYS: [(&str, &str); 16] = [
         ("iface", "RXPATH_IFACE"),
         ("mode", "RXPATH_MODE"),
         ("busy-poll", "RXPATH_BUSY_POLL"),
         ("prefer-busy-poll", "RXPATH_PREFER_BUSY_POLL"),
+        ("irq-suspend-timeout", "RXPATH_IRQ_SUSPEND_TIMEOUT"),
         ("napi-threads", "RXPATH_NAPI_THREADS"),
         ("gro-flush-timeout", "RXPATH_GRO_FLUSH_TIMEOUT"),
         ("defer-hard-irqs", "RXPATH_NAPI_DEFER_HARD_IRQS"),
@@ -446,6 +468,7 @@ mod tests {
             mode: Mode::Xdp,
             busy_poll_us: 50,
             prefer_busy_poll_ns: 200_000,
+            irq_suspend_timeout_ns: 3_000_000,
             napi_threads: 2,
             gro_flush_timeout_ns: 20_000,
             defer_hard_irqs: 2,

@@ -8,7 +8,8 @@
 //! the deferral, the NAPI thread takes the queue back at its deadline, as
 //! before.
 
-use crate::sock::Accel;
+use crate::sock::{readable, Accel};
+use rxpath_core::sock::SharedNapi;
 use rxpath_core::NapiId;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -31,16 +32,50 @@ fn device_fd(a: &Accel) -> Option<RawFd> {
     Some(raw)
 }
 
+/// The devices a waiter sleeps on, and their NAPIs, each marked as slept
+/// on ([`SharedNapi::sleep_on_device`]: the NAPI thread leaves the
+/// interrupt to the waiter). When it is dropped (the waiter woke, for
+/// whatever reason) the marks go and the waiter polls those NAPIs once,
+/// which defers their interrupts anew: a NAPI is never left masked with
+/// nobody to poll it.
+pub(crate) struct DeviceSleep<'a> {
+    /// The device descriptors to sleep on.
+    pub(crate) fds: Vec<RawFd>,
+    napis: Vec<Arc<SharedNapi>>,
+    socks: &'a [&'a Arc<Accel>],
+}
+
+impl Drop for DeviceSleep<'_> {
+    fn drop(&mut self) {
+        if self.napis.is_empty() {
+            return;
+        }
+        for n in &self.napis {
+            n.wake_from_device();
+        }
+        let ids: Vec<NapiId> = self.napis.iter().map(|n| n.id).collect();
+        let socks = self.socks;
+        if let Some(first) = socks.first() {
+            let ready = || socks.iter().any(|a| readable(a));
+            rxpath_runtime::sock::busy_loop(first.sock.host(), &ids, 0, &ready);
+        }
+    }
+}
+
 /// Before a waiter over `socks` sleeps: the device descriptors to sleep on
 /// too, one per NAPI of theirs whose interrupt is deferred. A deferred
 /// NAPI without one (the simulated NIC) has its interrupt raised again
 /// now, as nobody will poll it soon.
-pub(crate) fn sleep_devices(socks: &[&Arc<Accel>]) -> Vec<RawFd> {
+pub(crate) fn sleep_devices<'a>(socks: &'a [&'a Arc<Accel>]) -> DeviceSleep<'a> {
+    let mut sleep = DeviceSleep {
+        fds: Vec::new(),
+        napis: Vec::new(),
+        socks,
+    };
     let Some(first) = socks.first() else {
-        return Vec::new();
+        return sleep;
     };
     let host = first.sock.host();
-    let mut fds = Vec::new();
     let mut seen = Vec::new();
     for a in socks {
         let id = a.sock.napi_id();
@@ -48,13 +83,19 @@ pub(crate) fn sleep_devices(socks: &[&Arc<Accel>]) -> Vec<RawFd> {
             continue;
         }
         seen.push(id);
-        let deferred = host.napi_by_id(id).is_some_and(|n| n.deferred_until() != 0);
-        match deferred.then(|| device_fd(a)).flatten() {
-            Some(fd) => fds.push(fd),
+        let Some(n) = host.napi_by_id(id).filter(|n| n.deferred_until() != 0) else {
+            continue;
+        };
+        match device_fd(a) {
+            Some(fd) => {
+                n.sleep_on_device();
+                sleep.fds.push(fd);
+                sleep.napis.push(n);
+            }
             None => host.resume_irqs(&[id]),
         }
     }
-    fds
+    sleep
 }
 
 /// The host stops: its devices' descriptors go.

@@ -12,6 +12,9 @@ use std::time::Instant;
 /// The token of a set's own eventfd in its kernel epoll set.
 const WAKE: u64 = u64::MAX - 0x7270;
 
+/// The token of a device's descriptor in a set's kernel epoll set.
+const DEVICE: u64 = u64::MAX - 0x7271;
+
 /// One rxpath socket in an epoll set.
 #[derive(Debug)]
 struct Member {
@@ -27,7 +30,6 @@ struct Member {
     disabled: bool,
 }
 
-/// An epoll set: the kernel's (the program's epoll fd, holding its kernel
 /// The events EPOLLEXCLUSIVE may come with (`EPOLLEXCLUSIVE_OK_BITS`).
 const EXCLUSIVE_OK: u32 = (libc::EPOLLIN
     | libc::EPOLLRDNORM
@@ -41,6 +43,7 @@ const EXCLUSIVE_OK: u32 = (libc::EPOLLIN
     | libc::EPOLLET
     | libc::EPOLLEXCLUSIVE) as u32;
 
+/// An epoll set: the kernel's (the program's epoll fd, holding its kernel
 /// fds) and the rxpath sockets in it.
 #[derive(Debug)]
 pub(crate) struct EpSet {
@@ -48,6 +51,10 @@ pub(crate) struct EpSet {
     members: Mutex<Vec<Member>>,
     kernel_fds: AtomicUsize,
     efd: Mutex<Option<OwnedFd>>,
+    /// The device descriptors in the kernel set: added when a sleep needs
+    /// them, removed when one does not (no `epoll_ctl` per sleep while a
+    /// program keeps waiting on the same devices).
+    devices: Mutex<Vec<RawFd>>,
 }
 
 impl EpSet {
@@ -58,6 +65,7 @@ impl EpSet {
             members: Mutex::default(),
             kernel_fds: AtomicUsize::new(0),
             efd: Mutex::new(None),
+            devices: Mutex::default(),
         }
     }
 
@@ -212,6 +220,9 @@ impl EpSet {
                 }
                 continue;
             }
+            if out[i].u64 == DEVICE {
+                continue;
+            }
             out[n] = out[i];
             n += 1;
         }
@@ -249,34 +260,48 @@ impl EpSet {
         for a in &socks {
             a.watch.arm(efd);
         }
-        // The devices of deferred NAPIs wake the set too, as its own
-        // wakeups (another waiter of the set may have added one already).
+        // The devices of deferred NAPIs wake the set too.
         let refs: Vec<&Arc<Accel>> = socks.iter().collect();
         let dev = crate::device::sleep_devices(&refs);
-        let ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: WAKE,
-        };
-        for &fd in &dev {
-            let _ = sys::kepoll_ctl(self.kfd, libc::EPOLL_CTL_ADD, fd, Some(ev));
-        }
+        self.watch_devices(&dev.fds);
         let n = self.scan_members(out);
         let r = if n > 0 {
             Ok(n)
         } else {
             self.kernel_wait(out, left_ms(until))
         };
-        for &fd in &dev {
-            let _ = sys::kepoll_ctl(self.kfd, libc::EPOLL_CTL_DEL, fd, None);
-        }
         for a in &socks {
             a.watch.disarm(efd);
         }
+        // Awake: the devices slept on are polled once.
+        drop(dev);
         let n = r?;
         if n > 0 {
             return Ok(n);
         }
         Ok(self.scan_members(out))
+    }
+
+    /// Make the device descriptors in the kernel set exactly `dev`.
+    fn watch_devices(&self, dev: &[RawFd]) {
+        let mut have = lock(&self.devices);
+        let ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: DEVICE,
+        };
+        for &fd in dev {
+            if !have.contains(&fd)
+                && sys::kepoll_ctl(self.kfd, libc::EPOLL_CTL_ADD, fd, Some(ev)).is_ok()
+            {
+                have.push(fd);
+            }
+        }
+        have.retain(|fd| {
+            dev.contains(fd) || {
+                let _ = sys::kepoll_ctl(self.kfd, libc::EPOLL_CTL_DEL, *fd, None);
+                false
+            }
+        });
     }
 }
 

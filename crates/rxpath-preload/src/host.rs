@@ -339,7 +339,12 @@ impl Global {
         let mut cfg = HostConfig {
             queues: 0,
             napi_threads: c.napi_threads,
-            prefer_busy_poll_ns: c.prefer_busy_poll_ns,
+            // One deferral per NAPI: prefer busy polling's if set, else
+            // the suspension while threads wait.
+            prefer_busy_poll_ns: match c.prefer_busy_poll_ns {
+                0 => c.irq_suspend_timeout_ns,
+                ns => ns,
+            },
             gro_flush_timeout_ns: c.gro_flush_timeout_ns,
             defer_hard_irqs: c.defer_hard_irqs,
             ..HostConfig::default()

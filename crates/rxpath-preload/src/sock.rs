@@ -166,16 +166,17 @@ pub(crate) fn readable(a: &Accel) -> bool {
         || a.sock.is_closed()
 }
 
-/// Busy-poll the NAPIs of `socks` for the longest of their `busy_poll`
-/// windows, until one of them is readable. False if none busy-polls.
+/// Poll the NAPIs of `socks` before a wait: for the longest of their
+/// `busy_poll` windows, until one of them is readable; without a window,
+/// one round if their interrupts are suspended while threads wait
+/// (`RXPATH_IRQ_SUSPEND_TIMEOUT`, prefer busy polling), so that the sleep
+/// that follows waits on the device ([`crate::device`]). False if nothing
+/// was polled.
 pub(crate) fn busy_wait(socks: &[&Arc<Accel>]) -> bool {
-    let us = socks.iter().map(|a| a.sock.busy_poll()).max().unwrap_or(0);
     let Some(first) = socks.first() else {
         return false;
     };
-    if us == 0 {
-        return false;
-    }
+    let us = socks.iter().map(|a| a.sock.busy_poll()).max().unwrap_or(0);
     let mut ids: Vec<NapiId> = socks
         .iter()
         .map(|a| a.sock.napi_id())
@@ -183,10 +184,14 @@ pub(crate) fn busy_wait(socks: &[&Arc<Accel>]) -> bool {
         .collect();
     ids.sort_unstable();
     ids.dedup();
-    if ids.is_empty() {
+    let host = first.sock.host();
+    let suspends = || {
+        ids.iter()
+            .any(|&i| host.napi_by_id(i).is_some_and(|n| n.prefer_busy_poll() > 0))
+    };
+    if ids.is_empty() || (us == 0 && !suspends()) {
         return false;
     }
-    let host = first.sock.host();
     first.sock.count_busy_poll();
     rxpath_runtime::sock::busy_loop(host, &ids, us, &|| socks.iter().any(|a| readable(a)));
     // A deferred interrupt stays deferred: the caller polls again soon, or

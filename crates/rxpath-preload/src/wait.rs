@@ -50,7 +50,8 @@ pub(crate) fn wait_readable(a: &Arc<Accel>, until: Option<Instant>) -> Result<()
         if until.is_some() && left_ms(until) == 0 {
             return Err(libc::EAGAIN);
         }
-        let dev = crate::device::sleep_devices(&[a]);
+        let one = [a];
+        let dev = crate::device::sleep_devices(&one);
         let r = with_poll_efd(|efd| {
             a.watch.arm(efd);
             let r = if readable(a) {
@@ -61,7 +62,7 @@ pub(crate) fn wait_readable(a: &Arc<Accel>, until: Option<Instant>) -> Result<()
                     events: libc::POLLIN,
                     revents: 0,
                 }];
-                p.extend(dev.iter().map(|&fd| libc::pollfd {
+                p.extend(dev.fds.iter().map(|&fd| libc::pollfd {
                     fd,
                     events: libc::POLLIN,
                     revents: 0,
@@ -73,6 +74,8 @@ pub(crate) fn wait_readable(a: &Arc<Accel>, until: Option<Instant>) -> Result<()
             sys::eventfd_drain(efd);
             r
         })?;
+        // Awake: the devices slept on are polled once.
+        drop(dev);
         r?;
         if readable(a) {
             return Ok(());
@@ -102,8 +105,9 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Result<usize, i
             }
         }
         let dev = crate::device::sleep_devices(&socks);
-        let sleep = |efd| poll_sleep(fds, &accel, &kernel, (&socks, &dev), efd, until);
+        let sleep = |efd| poll_sleep(fds, &accel, &kernel, (&socks, &dev.fds), efd, until);
         let n = with_poll_efd(sleep)??;
+        drop(dev);
         if n > 0 || left_ms(until) == 0 {
             return Ok(n);
         }

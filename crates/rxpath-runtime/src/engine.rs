@@ -8,6 +8,8 @@
 //!     NAPI timer due (napi_watchdog) ──────┼─► schedule_prep / fire_timer ─► poll list
 //!     busy poller's deferral lapsed ───────┤     (MISSED if someone owns it)
 //!     frames coming home, nobody owns it ──┘──► try_own
+//!     (a lapsed deferral while a thread sleeps on the device: ended, the
+//!      NAPI left to that thread)
 //!  poll list not empty ─► Softnet::net_rx_action (netdev_budget, budget_usecs)
 //!  else idle: interrupts: park until a line fires or the next deadline (1 ms
 //!             cap), or sleep without a deadline after IDLE_NAPS idle naps;
@@ -52,6 +54,10 @@ pub(crate) trait NapiSet {
     }
     /// This thread took NAPI `i` back from a deferral.
     fn clear_deferral(&mut self, _i: usize) {}
+    /// A thread sleeps on NAPI `i`'s device, and polls it when woken.
+    fn device_sleepers(&self, _i: usize) -> bool {
+        false
+    }
     /// Frames wait to come home to NAPI `i`'s queue.
     fn returning(&self, _i: usize) -> bool {
         false
@@ -130,6 +136,13 @@ impl Engine {
                 }
             }
             let lapsed = d != 0 && now.is_some_and(|t| t >= d);
+            if lapsed && !irq && set.device_sleepers(i) {
+                // The deferral ends, but a thread asleep on the device
+                // polls as soon as packets come (and defers again when
+                // it wakes): the interrupt stays with it.
+                set.clear_deferral(i);
+                continue;
+            }
             // An interrupt or a lapsed deferral is `napi_schedule` (MISSED
             // if owned). Frames coming home only take an idle NAPI that no
             // busy poller deferred: while deferred, the busy poller

@@ -718,3 +718,61 @@ fn a_c_server_with_recvmmsg_sendmmsg_epoll_pwait2_and_pselect_answers_as_on_the_
     }
     let _ = std::fs::remove_file(&bin);
 }
+
+/// A thread asleep in a read waits on the device itself while the queue's
+/// interrupt is suspended (`--irq-suspend-timeout`, on by default): once
+/// the first datagram came, a round trip raises no interrupt, the reader
+/// polls the NAPI when the device wakes it. With the suspension off every
+/// datagram raises the queue's interrupt (the interrupt thread, then the
+/// reader). The answers are the same either way.
+#[test]
+fn a_sleeping_reader_waits_on_the_device_itself() {
+    let Some(p) = pair("xw", &[]) else { return };
+    let n = 200;
+    for (mux, suspend) in [
+        ("block", None),
+        ("poll", None),
+        ("epoll", None),
+        ("block", Some("0")),
+    ] {
+        let prog = ["python3", ECHO, "--port", "5319", "--mux", mux];
+        let mut args = vec!["--json"];
+        args.extend(
+            suspend
+                .map(|s| ["--irq-suspend-timeout", s])
+                .iter()
+                .flatten(),
+        );
+        let mut s = server(&p, Some(&args), &prog);
+        wait_ready(&mut s);
+        let c = client(&p, 5319, n);
+        let (st, out, err) = finish(s);
+        let what = format!("{mux}, suspension {suspend:?}");
+        assert!(st.success(), "{what}: {err}");
+        assert_eq!(c["missing"], 0, "{what}: {c}");
+        let rep: serde_json::Value = out
+            .lines()
+            .find_map(|l| {
+                serde_json::from_str(l)
+                    .ok()
+                    .filter(|v: &serde_json::Value| v["accounting"].is_object())
+            })
+            .unwrap_or_else(|| panic!("{what}: no JSON report: {out}"));
+        let rx = rep["accounting"]["received"].as_u64().unwrap_or(0);
+        let irqs = rep["host"]["queues"][0]["device"]["wakeups"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{what}: no interrupt count: {rep}"));
+        assert!(rx > n as u64, "{what}: received {rx}");
+        if suspend == Some("0") {
+            assert!(
+                irqs * 10 >= rx * 9,
+                "{what}: {irqs} interrupts for {rx} datagrams"
+            );
+        } else {
+            assert!(
+                irqs * 4 < rx,
+                "{what}: {irqs} interrupts for {rx} datagrams"
+            );
+        }
+    }
+}

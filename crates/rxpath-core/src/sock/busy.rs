@@ -188,6 +188,9 @@ pub struct SharedNapi {
     /// The NAPI thread sleeps with no deadline (idle): a busy poller that
     /// leaves a deferral or a timer must wake it ([`Self::watch`]).
     watcher_asleep: std::sync::atomic::AtomicBool,
+    /// Threads asleep on the device's own descriptor while the interrupt
+    /// is deferred ([`Self::sleep_on_device`]).
+    device_sleepers: std::sync::atomic::AtomicU32,
 }
 
 impl fmt::Debug for SharedNapi {
@@ -217,6 +220,7 @@ impl SharedNapi {
             defer_until: AtomicU64::new(0),
             timer_at: AtomicU64::new(0),
             watcher_asleep: std::sync::atomic::AtomicBool::new(false),
+            device_sleepers: std::sync::atomic::AtomicU32::new(0),
         })
     }
 
@@ -290,6 +294,27 @@ impl SharedNapi {
     /// The prefer-busy-poll deferral, ns (0: off).
     pub fn prefer_busy_poll(&self) -> u64 {
         self.defer_ns.load(Ordering::Relaxed)
+    }
+
+    /// A thread goes to sleep on the device's descriptor while the
+    /// interrupt is deferred: packets wake it and it polls the NAPI. When
+    /// it wakes (for any reason) it calls [`Self::wake_from_device`] and
+    /// then polls the NAPI once (a busy poll, which defers the interrupt
+    /// anew), so the NAPI is never left masked with nobody to poll it.
+    pub fn sleep_on_device(&self) {
+        self.device_sleepers.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The thread of [`Self::sleep_on_device`] woke.
+    pub fn wake_from_device(&self) {
+        self.device_sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// A thread sleeps on the device: at the end of a deferral the NAPI
+    /// thread leaves the interrupt to it instead of taking the NAPI back
+    /// and re-arming (which would wake two threads for the next packet).
+    pub fn has_device_sleepers(&self) -> bool {
+        self.device_sleepers.load(Ordering::SeqCst) > 0
     }
 
     /// The NAPI thread took a deferred NAPI back (it owns it now).

@@ -80,6 +80,10 @@ impl NapiSet for Shared<'_> {
         self.napis[i].clear_deferral();
     }
 
+    fn device_sleepers(&self, i: usize) -> bool {
+        self.napis[i].has_device_sleepers()
+    }
+
     fn returning(&self, i: usize) -> bool {
         // A device that ran out of buffers raises no interrupt: frames
         // coming home from sockets need the owner.
