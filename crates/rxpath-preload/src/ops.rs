@@ -541,6 +541,28 @@ pub(crate) fn send_seg(
     }
 }
 
+/// Datagrams of one `sendmmsg` (`run`: no segmentation, a source the
+/// socket may use, each with its destination) handed to the TX port at
+/// once, so the batch costs one kick of the TX ring. Returns how many left
+/// (one the full TX ring dropped counts as sent, as [`send`] counts it)
+/// and, if the one after them failed, where it goes: the kernel socket
+/// behind the fd (no route here, too long for rxpath), or an errno.
+pub(crate) fn send_run(a: &Accel, run: &[(&[u8], SocketAddr)]) -> (usize, Option<Route<usize>>) {
+    if a.shut.load(Ordering::Relaxed) & crate::sock::SHUT_WRITE != 0 {
+        return (0, Some(Route::Done(Err(libc::EPIPE))));
+    }
+    match a.sock.send_batch_until(run) {
+        // Fewer without an error: the ring was full for datagram `n`
+        // (dropped, counted); those after it were not tried.
+        (n, None) => ((n + 1).min(run.len()), None),
+        (n, Some(SockError::NoRoute(_) | SockError::NoNeighbor(_) | SockError::NoSource(_))) => {
+            (n, Some(Route::Kernel))
+        }
+        (n, Some(SockError::MessageTooLong { .. })) => (n, Some(Route::Kernel)),
+        (n, Some(e)) => (n, Some(Route::Done(Err(sock_errno(e))))),
+    }
+}
+
 /// The errno a socket error reads as.
 pub(crate) fn sock_errno(e: SockError) -> Errno {
     match e {

@@ -481,6 +481,46 @@ fn send_builds_frames_from_learned_neighbours() {
     all_home(&h.shutdown());
 }
 
+/// `sendmmsg`: the datagrams of a batch reach the TX port in one send (one
+/// kick of a TX ring); the batch stops at the first that cannot leave and
+/// says why, so the caller can hand that one elsewhere (the preload: to
+/// the kernel socket) and go on with the rest.
+#[test]
+fn a_batch_leaves_in_one_send_and_stops_where_a_datagram_cannot() {
+    let h = host(1, 1);
+    let tx = CaptureTx::default();
+    h.sockets().set_tx(Box::new(tx.clone()));
+    let s = h.udp_bind(sa("0.0.0.0", 7001)).unwrap();
+    inject(&h, sa(PEER4, 9), sa(HOST4, 7001), b"ping");
+    let (_, peer) = recv_str(&s);
+    let sock = s.socket();
+    let batch: Vec<(&[u8], SocketAddr)> = vec![(b"one", peer), (b"two", peer), (b"three", peer)];
+    assert_eq!(sock.send_batch_until(&batch), (3, None));
+    assert_eq!(*tx.batches.lock().unwrap(), vec![3]);
+    // The second has no neighbour: the first leaves, the third is not
+    // tried, and the caller learns why.
+    let unknown = sa("198.18.0.77", 9);
+    let stops: Vec<(&[u8], SocketAddr)> = vec![(b"four", peer), (b"five", unknown), (b"six", peer)];
+    let (sent, why) = sock.send_batch_until(&stops);
+    assert_eq!(sent, 1);
+    assert!(matches!(why, Some(SockError::NoNeighbor(_))), "{why:?}");
+    assert_eq!(*tx.batches.lock().unwrap(), vec![3, 1]);
+    let payloads: Vec<Vec<u8>> = tx
+        .frames
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let hd = rxpath_wire::parse(f).expect("valid frame");
+            let p = hd.payload_offset as usize;
+            f[p..p + hd.payload_len as usize].to_vec()
+        })
+        .collect();
+    assert_eq!(payloads, [&b"one"[..], b"two", b"three", b"four"]);
+    assert_eq!(h.sockets().stats().out_datagrams, 4);
+    all_home(&h.shutdown());
+}
+
 /// A host on the simulated NIC sends through the NIC's TX ring (256
 /// frames of its own): replies reach the wire; when the ring stops
 /// completing (the fault), sends are refused and counted `SndbufErrors`

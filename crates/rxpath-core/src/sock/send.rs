@@ -45,6 +45,14 @@ impl Socket {
     /// retries it counts it again, as with the kernel's `sendmmsg`).
     /// Nothing here ends a server.
     pub fn send_batch(&self, msgs: &[(&[u8], SocketAddr)]) -> Result<usize, SockError> {
+        let (sent, err) = self.send_batch_until(msgs);
+        done(sent, err)
+    }
+
+    /// [`Self::send_batch`], saying why the datagram after those sent
+    /// failed (`None`: all were sent), for a caller that hands that one
+    /// elsewhere (the preload's `sendmmsg`, to the kernel socket).
+    pub fn send_batch_until(&self, msgs: &[(&[u8], SocketAddr)]) -> (usize, Option<SockError>) {
         // A datagram that fits the MTU carries DF, as the kernel's default
         // `IP_PMTUDISC_WANT` sets it; a longer one leaves in fragments
         // (`ip_fragment`), unless `IP_PMTUDISC_DO`/`PROBE` refuses it.
@@ -86,7 +94,8 @@ impl Socket {
         // the whole buffer fits the MTU (a GSO send's segments go without).
         let hdrs = if dst.is_ipv4() { 28 } else { 48 };
         let df = self.pmtudisc_do() || contents.len() + hdrs <= self.host.cfg.mtu;
-        self.send_msgs(&msgs, ecn & 3, df, false)
+        let (sent, err) = self.send_msgs(&msgs, ecn & 3, df, false);
+        done(sent, err)
     }
 
     /// `IP_MTU_DISCOVER` = `IP_PMTUDISC_PROBE` (true) or the default
@@ -107,7 +116,7 @@ impl Socket {
         tos: u8,
         df: bool,
         frag: bool,
-    ) -> Result<usize, SockError> {
+    ) -> (usize, Option<SockError>) {
         use super::tx::{frames_for, Frames, TX_BATCH};
         let local = self.local_addr();
         let mut sent = 0;
@@ -120,7 +129,7 @@ impl Socket {
                 let (n, all, err) = self.hand_over(&frames, &built);
                 sent += n;
                 if !all {
-                    return done(sent, err);
+                    return (sent, err);
                 }
                 frames = Frames::new();
                 built.clear();
@@ -134,12 +143,12 @@ impl Socket {
                         _ => self.host.count_send(dst.is_ipv6(), 0, 1),
                     }
                     let (n, _, _) = self.hand_over(&frames, &built);
-                    return done(sent + n, Some(e));
+                    return (sent + n, Some(e));
                 }
             }
         }
         let (n, _, err) = self.hand_over(&frames, &built);
-        done(sent + n, err)
+        (sent + n, err)
     }
 
     /// Hand the frames built to the TX port. A datagram whose frames it

@@ -47,10 +47,13 @@ pub trait TxPort: Send + std::fmt::Debug {
 pub struct CaptureTx {
     /// The frames sent so far.
     pub frames: Arc<Mutex<Vec<Vec<u8>>>>,
+    /// How many frames each send handed over (one kick of a TX ring each).
+    pub batches: Arc<Mutex<Vec<usize>>>,
 }
 
 impl TxPort for CaptureTx {
     fn send(&mut self, frames: &[&[u8]]) -> std::io::Result<usize> {
+        lock(&self.batches).push(frames.len());
         lock(&self.frames).extend(frames.iter().map(|f| f.to_vec()));
         Ok(frames.len())
     }

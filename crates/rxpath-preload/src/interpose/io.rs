@@ -449,15 +449,36 @@ pub extern "C" fn sendmmsg(fd: c_int, v: *mut mmsghdr, vlen: c_uint, flags: c_in
     // SAFETY: the program passed `vlen` mmsghdrs at `v`.
     let msgs = unsafe { std::slice::from_raw_parts_mut(v, vlen as usize) };
     let mut n = 0;
-    for m in msgs.iter_mut() {
-        let r = match sendmsg_one(&a, &m.msg_hdr) {
-            Some(r) => r,
-            // SAFETY: the C library's sendmsg of this one message.
-            None => match unsafe { real::sendmsg()(fd, &m.msg_hdr, flags) } {
-                k if k >= 0 => Ok(k as usize),
-                _ => Err(std::io::Error::last_os_error()
-                    .raw_os_error()
-                    .unwrap_or(libc::EIO)),
+    while n < msgs.len() {
+        // A run of plain datagrams leaves in one batch (one kick of the
+        // TX ring); the datagram after a run goes alone, as `sendmsg`.
+        let (sent, next, lens) = {
+            let run = plain_run(&a, &msgs[n..]);
+            let lens: Vec<usize> = run.iter().map(|(d, _)| d.len()).collect();
+            let r: Vec<(&[u8], std::net::SocketAddr)> =
+                run.iter().map(|(d, to)| (&d[..], *to)).collect();
+            match r.len() {
+                0 => (0, None, lens),
+                _ => {
+                    let (sent, next) = ops::send_run(&a, &r);
+                    (sent, next, lens)
+                }
+            }
+        };
+        for (m, len) in msgs[n..].iter_mut().zip(&lens).take(sent) {
+            m.msg_len = *len as c_uint;
+        }
+        n += sent;
+        if n == msgs.len() || (sent == lens.len() && sent > 0) {
+            continue;
+        }
+        let m = &mut msgs[n];
+        let r = match next {
+            Some(Route::Done(r)) => r,
+            Some(Route::Kernel) => kernel_sendmsg(fd, &m.msg_hdr, flags),
+            None => match sendmsg_one(&a, &m.msg_hdr) {
+                Some(r) => r,
+                None => kernel_sendmsg(fd, &m.msg_hdr, flags),
             },
         };
         match r {
@@ -469,5 +490,44 @@ pub extern "C" fn sendmmsg(fd: c_int, v: *mut mmsghdr, vlen: c_uint, flags: c_in
             Err(_) => break,
         }
     }
-    n
+    n as c_int
+}
+
+/// One message through the kernel socket behind the fd.
+fn kernel_sendmsg(fd: c_int, m: &msghdr, flags: c_int) -> Result<usize, i32> {
+    // SAFETY: the C library's sendmsg of this one message.
+    match unsafe { real::sendmsg()(fd, m, flags) } {
+        k if k >= 0 => Ok(k as usize),
+        _ => Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)),
+    }
+}
+
+/// The datagrams at the head of `msgs` that can leave in one batch: no
+/// control message but a source the socket may use, no segmentation, a
+/// destination (given, or the peer); at most 64.
+fn plain_run<'a>(
+    a: &crate::sock::Accel,
+    msgs: &'a [mmsghdr],
+) -> Vec<(std::borrow::Cow<'a, [u8]>, std::net::SocketAddr)> {
+    let seg = a.segment.load(std::sync::atomic::Ordering::Relaxed) as usize;
+    let mut run = Vec::new();
+    for m in msgs.iter().take(64) {
+        let h = &m.msg_hdr;
+        match send_source(h) {
+            Ok((src, None)) if src.is_none_or(|s| ops::pktinfo_source_ok(a, s)) => {}
+            _ => break,
+        }
+        let Some(to) = addr_in(h.msg_name.cast(), h.msg_namelen).or_else(|| a.sock.peer_addr())
+        else {
+            break;
+        };
+        let data = gather(iovs(h.msg_iov, h.msg_iovlen));
+        if seg > 0 && data.len() > seg {
+            break;
+        }
+        run.push((data, to));
+    }
+    run
 }
