@@ -537,50 +537,49 @@ impl Socket {
         if bufs.is_empty() {
             return Ok(0);
         }
-        let mut taken: [Option<Dgram>; 32] = Default::default();
-        let want = bufs.len().min(taken.len());
-        let n = {
+        // Only as many slots as datagrams taken are touched (a read of one
+        // datagram is the common case: no array to fill and drop).
+        let mut taken = arrayvec::ArrayVec::<Dgram, 32>::new();
+        let want = bufs.len().min(taken.capacity());
+        {
             let mut q = lock(&self.inner.q);
             if q.dgrams.is_empty() && q.closed {
                 return Err(SockError::Closed);
             }
-            let mut n = 0;
-            while n < want {
+            while taken.len() < want {
                 match q.dgrams.pop_front() {
                     Some(d) => {
                         q.bytes = q.bytes.saturating_sub(d.truesize());
-                        taken[n] = Some(d);
-                        n += 1;
+                        taken.push(d);
                     }
                     None => break,
                 }
             }
             self.inner.qlen.store(q.dgrams.len(), Ordering::Release);
-            n
-        };
+        }
+        let n = taken.len();
         if n == 0 {
             return Ok(0);
         }
         // Frames of the first datagram's queue go home under one lock.
-        let first_q = taken[0].as_ref().map(|d| d.queue);
-        let mut home: [Option<Frame>; 32] = Default::default();
-        for (i, slot) in taken.iter_mut().take(n).enumerate() {
-            let Some(d) = slot.take() else { continue };
+        let first_q = taken[0].queue;
+        let mut home = arrayvec::ArrayVec::<Frame, 32>::new();
+        for (i, d) in taken.into_iter().enumerate() {
             let Some(p) = self.host.port(d.queue) else {
                 continue;
             };
             let buf = bufs[i].as_mut();
             let len = d.copy_to(&p.umem, buf);
             meta(i, d.meta(len));
-            let same = Some(d.queue) == first_q;
+            let same = d.queue == first_q;
             match d.into_single() {
-                Ok(f) if same => home[i] = Some(f),
+                Ok(f) if same => home.push(f),
                 Ok(f) => p.ret.put(f),
                 Err(d) => p.ret.put_all(d.into_frames()),
             }
         }
-        if let Some(p) = first_q.and_then(|q| self.host.port(q)) {
-            p.ret.put_all(home.iter_mut().filter_map(Option::take));
+        if let Some(p) = self.host.port(first_q) {
+            p.ret.put_all(home);
         }
         self.after_read(n);
         Ok(n)
