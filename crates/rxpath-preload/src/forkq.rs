@@ -6,7 +6,11 @@
 //! reads it; a pre-forking server's children read what arrived before they
 //! were made. The parent keeps serving the port (new datagrams are its);
 //! the child's copies of its sockets are the kernel's once what they
-//! inherited is read.
+//! inherited is read. A child that reads or waits on a socket that held
+//! nothing at the fork is one of its readers (a pre-forking server's
+//! worker): the port goes back to the kernel for every process
+//! ([`child_uses`]), so nothing the child should read stays in a queue
+//! of the parent's that nobody reads.
 //!
 //! A region is written whole in the parent's `fork` prepare handler before
 //! the child exists; after that only its per-datagram state words change,
@@ -255,14 +259,57 @@ pub(crate) struct Inherited {
     pub(crate) cmsgs: u16,
     /// The socket is IPv6 (`IPV6_PKTINFO` for IPv4 senders too).
     pub(crate) v6: bool,
+    /// The UDP port the parent serves it on.
+    pub(crate) port: u16,
+    /// Its queue held nothing at the fork.
+    pub(crate) fresh: bool,
+    /// [`child_uses`] gave its port back.
+    pub(crate) released: AtomicBool,
 }
 
-/// Staged by the parent just before a fork: each socket with datagrams
-/// held, and its fds.
+/// The descriptor of the host's XDP port map (-1: none), which a forked
+/// child keeps open to give a port back.
+static PORT_MAP: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// The host started with this port map (or none).
+pub(crate) fn set_port_map(fd: Option<RawFd>) {
+    PORT_MAP.store(fd.unwrap_or(-1), Ordering::Relaxed);
+}
+
+/// The port map's descriptor, if the host has one.
+pub(crate) fn port_map() -> Option<RawFd> {
+    Some(PORT_MAP.load(Ordering::Relaxed)).filter(|&fd| fd >= 0)
+}
+
+/// In a forked child, the program reads or waits on `fd`: if it is an
+/// inherited socket that held nothing at the fork, the child is one of
+/// its readers, and its port goes back to the kernel for every process
+/// (the XDP program stops taking it; the parent, whose rxpath queue then
+/// stays empty, reads the kernel socket behind its fd as it reads a
+/// datagram that came over loopback). Said once per port.
+pub(crate) fn child_uses(fd: RawFd) {
+    let Some(inh) = inherited(fd) else { return };
+    if !inh.fresh || inh.released.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let Some(map) = port_map() else { return };
+    let port = inh.port;
+    match rxpath_dev::sys::xdp::release_port(map, libc::IPPROTO_UDP as u8, port) {
+        Ok(()) => crate::config::say(&format!(
+            "a forked child reads port {port}: it goes back to the kernel, for the parent too"
+        )),
+        Err(e) => crate::config::say(&format!(
+            "a forked child reads port {port}, which stays rxpath's: {e}"
+        )),
+    }
+}
+
+/// Staged by the parent just before a fork: each served socket (with the
+/// datagrams it holds, if any) and its fds.
 static AT_FORK: Mutex<Vec<(Vec<RawFd>, Arc<Inherited>)>> = Mutex::new(Vec::new());
 
 /// In the parent's `fork` prepare handler: what the child inherits, each
-/// socket holding datagrams with its fds.
+/// served socket with its fds.
 pub(crate) fn stage(staged: Vec<(Vec<RawFd>, Arc<Inherited>)>) {
     *lock(&AT_FORK) = staged;
 }
@@ -273,8 +320,8 @@ fn child_map() -> &'static Mutex<HashMap<RawFd, Arc<Inherited>>> {
     M.get_or_init(Default::default)
 }
 
-/// In the child, just after the fork: the fds whose sockets hold
-/// datagrams the parent held (`try_lock`: a lock another thread of the
+/// In the child, just after the fork: the fds of the sockets the parent
+/// served (`try_lock`: a lock another thread of the
 /// parent held at the fork is never taken). Returns those fds.
 pub(crate) fn in_child() -> Vec<RawFd> {
     let Ok(mut staged) = AT_FORK.try_lock() else {

@@ -397,6 +397,7 @@ impl Global {
                     None
                 }
             };
+        crate::forkq::set_port_map(host.port_map_fd());
         Ok(Running {
             metrics,
             control,

@@ -39,13 +39,15 @@
 //! After `fork` the child's copies of rxpath sockets are the kernel's (the
 //! parent keeps serving; the child lets go of the parent's XDP program),
 //! and what the parent's queues held at the fork either may read (the
-//! `forkq` module); after `exec` the new image starts fresh.
+//! `forkq` module); a child that reads a socket which held nothing (a
+//! pre-forking server's worker) gives its port back to the kernel for
+//! every process. After `exec` the new image starts fresh.
 //!
 //! A datagram that reaches the kernel socket behind a served fd (loopback,
 //! another interface) is read too (the `kside` module).
 //!
 //! Not built yet (said in the README and the guide): a forked child
-//! serving a port itself.
+//! serving a port on rxpath itself.
 
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]

@@ -426,6 +426,7 @@ impl Rx {
                 if let Some(g) = take_held(&i.held, buf, flags) {
                     return Ok(g);
                 }
+                crate::forkq::child_uses(*fd);
                 table::remove(*fd);
                 Err(KERNEL_NOW)
             }

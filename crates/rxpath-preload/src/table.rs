@@ -130,30 +130,28 @@ fn sockets() -> Vec<(Vec<RawFd>, Arc<Accel>)> {
 }
 
 /// In the parent's `fork` prepare handler: what each socket's queue holds
-/// moves into memory the child shares ([`crate::forkq`]), and the sockets
-/// holding any are staged for the child.
+/// moves into memory the child shares ([`crate::forkq`]), and every
+/// served socket is staged for the child, with what it holds.
 pub(crate) fn before_fork() {
     let mut staged = Vec::new();
     for (fds, a) in sockets() {
         if let Some(r) = crate::forkq::Region::from_queue(&a.sock) {
             a.held.push(r);
         }
-        if !a.held.any() {
-            continue;
-        }
+        let local = a.sock.local_addr();
         let inh = crate::forkq::Inherited {
             held: a.held.share(),
             cmsgs: a.cmsgs.load(Ordering::Relaxed),
-            v6: a.sock.local_addr().is_ipv6(),
+            v6: local.is_ipv6(),
+            port: local.port(),
+            fresh: !a.held.any(),
+            released: std::sync::atomic::AtomicBool::new(false),
         };
         staged.push((fds, Arc::new(inh)));
     }
     crate::forkq::stage(staged);
 }
 
-/// Every fd is the kernel's again (a forked child: the sockets' rxpath
-/// halves are the parent's). Touches no lock: another thread of the parent
-/// may have held one when it forked.
 pub(crate) fn forget_all() {
     for k in KIND.iter() {
         k.store(KERNEL, Ordering::Relaxed);

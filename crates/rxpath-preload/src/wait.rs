@@ -137,7 +137,13 @@ fn poll_scan(
     if !kernel.is_empty() {
         let mut k: Vec<libc::pollfd> = kernel.iter().map(|&i| fds[i]).collect();
         // A forked child's socket holding what its parent held is
-        // readable before its kernel socket is.
+        // readable before its kernel socket is; one that held nothing is
+        // the child's to read from the kernel ([`crate::forkq::child_uses`]).
+        for &i in kernel {
+            if table::kind(fds[i].fd) == table::FORKED {
+                crate::forkq::child_uses(fds[i].fd);
+            }
+        }
         let held: Vec<bool> = kernel.iter().map(|&i| inherited_ready(fds[i].fd)).collect();
         let t = if held.contains(&true) { 0 } else { timeout };
         sys::kpoll(&mut k, t).map_err(errno)?;

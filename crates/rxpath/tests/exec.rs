@@ -593,6 +593,44 @@ fn a_daemon_child_serves_on_the_kernel_once_the_parent_is_gone() {
     assert_eq!(c["bye"], true, "{c}");
 }
 
+/// A pre-forking server (two workers forked before any traffic read the
+/// socket, the parent never does): the first worker that reads gives the
+/// port back to the kernel, for the parent too (said), so every datagram
+/// reaches a worker, as on the kernel, instead of waiting in the parent's
+/// queue.
+#[test]
+fn pre_forked_workers_reading_a_socket_get_every_datagram() {
+    let Some(p) = pair("xq", &[]) else { return };
+    let prog = ["python3", ECHO, "--port", "5320", "--mux", "prefork"];
+    let mut k = server(&p, None, &prog);
+    wait_ready(&mut k);
+    let on_kernel = client(&p, 5320, 30);
+    let (st, _, err) = finish(k);
+    assert!(st.success(), "on the kernel: {err}");
+    let mut r = server(&p, Some(&[]), &prog);
+    wait_ready(&mut r);
+    // The workers are reading before the first datagram leaves.
+    std::thread::sleep(Duration::from_millis(300));
+    let once = ["--no-quit", "--tries", "1", "--wait", "2"];
+    let port = "5320".to_string();
+    let mut args = vec![CLIENT, SRV, &port, "30"];
+    args.extend(once);
+    let first_try = python_client(&p, &args);
+    let on_rxpath = client(&p, 5320, 30);
+    let (st, out, err) = finish(r);
+    assert!(st.success(), "under exec: {err}\n{out}");
+    assert_eq!(on_kernel["missing"], 0, "{on_kernel}");
+    assert_eq!(first_try["missing"], 0, "no retries: {first_try}\n{err}");
+    assert_eq!(on_rxpath["answers"], on_kernel["answers"], "byte for byte");
+    assert_eq!(on_rxpath["bye"], true, "{on_rxpath}");
+    assert!(out.contains("sockets on rxpath 1 "), "{out}");
+    assert!(!out.contains("MISMATCH"), "{out}");
+    assert!(
+        err.contains("a forked child reads port 5320: it goes back to the kernel"),
+        "said: {err}"
+    );
+}
+
 /// Send `sig` (`-TERM`, ...) to every process whose command line matches
 /// `pattern` (`pgrep -f`).
 fn signal_all(pattern: &str, sig: &str) {

@@ -414,7 +414,9 @@ extern "C" fn at_exit() {
 extern "C" fn in_fork_child() {
     crate::host::set_fork_child();
     crate::table::forget_all();
-    crate::sys::close_host_fds();
+    // The port map stays open: a child that reads a socket it inherited
+    // gives its port back with it.
+    crate::sys::close_host_fds(crate::forkq::port_map());
     // What the parent's queues held at the fork, this child may read
     // (`socat UDP-RECVFROM:P,fork`: the child reads what the parent
     // peeked at).

@@ -115,8 +115,9 @@ pub(crate) fn restart_after_signal() -> bool {
 /// In a forked child: close the fds of the parent's host that keep its XDP
 /// program and AF_XDP sockets alive (BPF objects, AF_XDP sockets), so that
 /// when the parent ends the interface's traffic goes back to the kernel
-/// even while the child lives (`daemon()`: the parent exits at once).
-pub(crate) fn close_host_fds() {
+/// even while the child lives (`daemon()`: the parent exits at once). The
+/// port map `keep` stays (it attaches nothing).
+pub(crate) fn close_host_fds(keep: Option<RawFd>) {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
         return;
     };
@@ -125,6 +126,9 @@ pub(crate) fn close_host_fds() {
         let Some(fd) = e.file_name().to_str().and_then(|s| s.parse::<RawFd>().ok()) else {
             continue;
         };
+        if Some(fd) == keep {
+            continue;
+        }
         let link = std::fs::read_link(e.path()).unwrap_or_default();
         let l = link.to_string_lossy();
         if l.starts_with("anon_inode:bpf")

@@ -634,6 +634,12 @@ impl Host {
         }
     }
 
+    /// The XDP program's port map descriptor, if it has one (a forked
+    /// child of the process keeps it to give a port back).
+    pub fn port_map_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.xdp.as_ref().and_then(|p| p.port_map_fd())
+    }
+
     /// [`Self::udp_bind`] for a port the caller already holds in the
     /// kernel (a preloaded program's own UDP socket, bound to `addr` behind
     /// the same fd): no guard socket of the host's.

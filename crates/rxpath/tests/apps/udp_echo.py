@@ -2,7 +2,7 @@
 preload tests: it answers every datagram with its bytes until one reads
 "quit", answers that "bye" and exits 0.
 
-    udp_echo.py --port P --mux block|select|poll|epoll|epoll-et|asyncio|fork|daemon|dup|pktinfo|peek|gso|cmsg|shutdown|tstamp
+    udp_echo.py --port P --mux block|select|poll|epoll|epoll-et|asyncio|fork|daemon|prefork|dup|pktinfo|peek|gso|cmsg|shutdown|tstamp
                 [--bind ADDR] [--opt-before-bind] [--opt-after-bind] [--second-port Q]
 
 --mux picks how it waits: a blocking recvfrom, select(), poll(), epoll
@@ -10,7 +10,8 @@ preload tests: it answers every datagram with its bytes until one reads
 endpoint (epoll with its self-pipe beside the socket); `fork` reads each
 datagram and forks a child that answers it through the inherited socket
 (as `socat UDP-RECVFROM:P,fork` does); `daemon` forks once and the parent
-exits, leaving the child to serve (as `daemon()` does); `dup` serves on
+exits, leaving the child to serve (as `daemon()` does); `prefork` forks two
+workers that read the socket while the parent only waits (as NSD does); `dup` serves on
 a `dup` of the socket after closing the first number; `pktinfo` reads
 with IP_PKTINFO, checks the destination (--expect-dst) and answers from
 it with IP_PKTINFO on sendmsg, as DNS servers bound to the wildcard do;
@@ -34,6 +35,7 @@ import asyncio
 import errno
 import os
 import select
+import signal
 import socket
 import struct
 import sys
@@ -128,6 +130,24 @@ def serve_fork(s):
         os.waitpid(pid, 0)
         if d == b"quit":
             return
+
+
+def serve_prefork(s):
+    # As pre-forking servers (NSD) do: workers forked before any traffic
+    # read the socket; the parent only waits. The worker that reads "quit"
+    # answers and exits; the parent then stops the other.
+    kids = []
+    for _ in range(2):
+        pid = os.fork()
+        if pid == 0:
+            serve_block(s)
+            os._exit(0)
+        kids.append(pid)
+    done, _ = os.wait()
+    for k in kids:
+        if k != done:
+            os.kill(k, signal.SIGTERM)
+            os.waitpid(k, 0)
 
 
 def serve_daemon(s):
@@ -363,6 +383,8 @@ def main():
         serve_fork(s)
     elif mux == "daemon":
         serve_daemon(s)
+    elif mux == "prefork":
+        serve_prefork(s)
     elif mux == "gso":
         serve_gso(s)
     elif mux == "peek":

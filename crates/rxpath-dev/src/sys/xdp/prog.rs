@@ -5,7 +5,7 @@
 
 use super::super::af_packet::ifindex;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
@@ -365,6 +365,20 @@ fn put32(attr: &mut [u64; 16], byte_off: usize, v: u32) {
     *w = (*w & !(0xffff_ffffu64 << shift)) | (v as u64) << shift;
 }
 
+/// Give destination port `port` of protocol `proto` back to the kernel in
+/// the port map `map` (an XDP program's, by its descriptor: a forked
+/// child's copy of its parent's). A port not in the map is no error.
+pub fn release_port(map: RawFd, proto: u8, port: u16) -> io::Result<()> {
+    let key = port_key(proto, port);
+    let mut a = [0u64; 16];
+    put32(&mut a, 0, map as u32);
+    a[1] = key.as_ptr() as u64;
+    match bpf_raw(BPF_MAP_DELETE_ELEM, &mut a) {
+        Err(e) if e.raw_os_error() != Some(libc::ENOENT) => Err(ctx(e, "removing a port")),
+        _ => Ok(()),
+    }
+}
+
 /// How the XDP program ended up attached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum XdpMode {
@@ -408,28 +422,28 @@ impl XdpProgram {
                 "this XDP program takes no port map",
             ));
         };
+        if !on {
+            return release_port(ports.as_raw_fd(), proto, port);
+        }
         let key = port_key(proto, port);
         let value = 1u8;
         let mut a = [0u64; 16];
         put32(&mut a, 0, ports.as_raw_fd() as u32);
         a[1] = key.as_ptr() as u64;
-        if on {
-            a[2] = &value as *const u8 as u64;
-            bpf_raw(BPF_MAP_UPDATE_ELEM, &mut a).map_err(|e| ctx(e, "adding a port"))?;
-        } else {
-            match bpf_raw(BPF_MAP_DELETE_ELEM, &mut a) {
-                Err(e) if e.raw_os_error() != Some(libc::ENOENT) => {
-                    return Err(ctx(e, "removing a port"))
-                }
-                _ => {}
-            }
-        }
+        a[2] = &value as *const u8 as u64;
+        bpf_raw(BPF_MAP_UPDATE_ELEM, &mut a).map_err(|e| ctx(e, "adding a port"))?;
         Ok(())
     }
 
     /// The program takes ports by its port map.
     pub fn has_port_map(&self) -> bool {
         self.ports.is_some()
+    }
+
+    /// The port map's descriptor (a forked child keeps it, to give a
+    /// port back with [`release_port`]).
+    pub fn port_map_fd(&self) -> Option<RawFd> {
+        self.ports.as_ref().map(|f| f.as_raw_fd())
     }
 
     /// Load `insns` as an XDP program and attach it to `ifidx` with a BPF
