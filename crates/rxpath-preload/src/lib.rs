@@ -11,8 +11,8 @@
 //!     │
 //!  interpose        the exported symbols: raw pointers to slices, errno
 //!     │             (unsafe: here and in sys only)
-//!  ops              what each call means for a socket rxpath serves
-//!     │
+//!  ops, send        what each call means for a socket rxpath serves
+//!     │             (send: sendto, sendmsg, sendmmsg's batches)
 //!  wait             poll/select and blocking reads over rxpath sockets
 //!     │             and kernel fds
 //!  host             one rxpath Host per process on RXPATH_IFACE, started at
@@ -63,6 +63,7 @@ mod interpose;
 mod kside;
 mod mcast;
 mod ops;
+mod send;
 mod sock;
 #[allow(unsafe_code)]
 mod sys;

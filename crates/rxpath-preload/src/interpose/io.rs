@@ -361,7 +361,7 @@ pub extern "C" fn sendto(
     tolen: socklen_t,
 ) -> ssize_t {
     if let Some(a) = table::socket(fd) {
-        if let Route::Done(r) = ops::send(&a, buf(b, n), addr_in(to, tolen)) {
+        if let Route::Done(r) = crate::send::send(&a, buf(b, n), addr_in(to, tolen)) {
             return ret(r);
         }
     }
@@ -372,7 +372,7 @@ pub extern "C" fn sendto(
 #[no_mangle]
 pub extern "C" fn send(fd: c_int, b: *const c_void, n: size_t, flags: c_int) -> ssize_t {
     if let Some(a) = table::socket(fd) {
-        if let Route::Done(r) = ops::send(&a, buf(b, n), None) {
+        if let Route::Done(r) = crate::send::send(&a, buf(b, n), None) {
             return ret(r);
         }
     }
@@ -383,7 +383,7 @@ pub extern "C" fn send(fd: c_int, b: *const c_void, n: size_t, flags: c_int) -> 
 #[no_mangle]
 pub extern "C" fn write(fd: c_int, b: *const c_void, n: size_t) -> ssize_t {
     if let Some(a) = table::socket(fd) {
-        if let Route::Done(r) = ops::send(&a, buf(b, n), None) {
+        if let Route::Done(r) = crate::send::send(&a, buf(b, n), None) {
             return ret(r);
         }
     }
@@ -395,7 +395,7 @@ pub extern "C" fn write(fd: c_int, b: *const c_void, n: size_t) -> ssize_t {
 pub extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
     if let Some(a) = table::socket(fd) {
         let data = gather(iovs(iov, cnt.max(0) as usize));
-        if let Route::Done(r) = ops::send(&a, &data, None) {
+        if let Route::Done(r) = crate::send::send(&a, &data, None) {
             return ret(r);
         }
     }
@@ -406,7 +406,7 @@ pub extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
 /// `sendmsg` of `m` on an rxpath socket; `None`: the kernel's.
 fn sendmsg_one(a: &crate::sock::Accel, m: &msghdr) -> Option<Result<usize, i32>> {
     let segment = match send_source(m) {
-        Ok((Some(src), _)) if !ops::pktinfo_source_ok(a, src) => {
+        Ok((Some(src), _)) if !crate::send::pktinfo_source_ok(a, src) => {
             let what = "sendmsg from another source address (IP_PKTINFO)";
             crate::host::global().unsupported(what);
             return Some(Err(libc::EOPNOTSUPP));
@@ -419,7 +419,7 @@ fn sendmsg_one(a: &crate::sock::Accel, m: &msghdr) -> Option<Result<usize, i32>>
     };
     let data = gather(iovs(m.msg_iov, m.msg_iovlen));
     let to = addr_in(m.msg_name.cast(), m.msg_namelen);
-    match ops::send_seg(a, &data, to, segment) {
+    match crate::send::send_seg(a, &data, to, segment) {
         Route::Done(r) => Some(r),
         Route::Kernel => None,
     }
@@ -454,16 +454,11 @@ pub extern "C" fn sendmmsg(fd: c_int, v: *mut mmsghdr, vlen: c_uint, flags: c_in
         // TX ring); the datagram after a run goes alone, as `sendmsg`.
         let (sent, next, lens) = {
             let run = plain_run(&a, &msgs[n..]);
-            let lens: Vec<usize> = run.iter().map(|(d, _)| d.len()).collect();
             let r: Vec<(&[u8], std::net::SocketAddr)> =
                 run.iter().map(|(d, to)| (&d[..], *to)).collect();
-            match r.len() {
-                0 => (0, None, lens),
-                _ => {
-                    let (sent, next) = ops::send_run(&a, &r);
-                    (sent, next, lens)
-                }
-            }
+            let (sent, next) = crate::send::send_run(&a, &r);
+            let lens: Vec<usize> = r.iter().map(|(d, _)| d.len()).collect();
+            (sent, next, lens)
         };
         for (m, len) in msgs[n..].iter_mut().zip(&lens).take(sent) {
             m.msg_len = *len as c_uint;
@@ -516,7 +511,7 @@ fn plain_run<'a>(
     for m in msgs.iter().take(64) {
         let h = &m.msg_hdr;
         match send_source(h) {
-            Ok((src, None)) if src.is_none_or(|s| ops::pktinfo_source_ok(a, s)) => {}
+            Ok((src, None)) if src.is_none_or(|s| crate::send::pktinfo_source_ok(a, s)) => {}
             _ => break,
         }
         let Some(to) = addr_in(h.msg_name.cast(), h.msg_namelen).or_else(|| a.sock.peer_addr())
