@@ -9,10 +9,13 @@ use rxpath_core::filter::{Filter, FilterHandle, FilterMode};
 use rxpath_core::stats::DropReason;
 use rxpath_dev::sim::{Coalesce, SimConfig};
 use rxpath_runtime::{Host, HostConfig, HostDevice};
-use rxpath_wire::build::{self, Spec};
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
+
+mod common;
+
+use common::{inject_on as inject, sa};
 
 const RULES: &str =
     "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:peers - [0:0]\n\
@@ -25,10 +28,6 @@ const RULES: &str =
 COMMIT\n";
 
 const RULES6: &str = "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -s 2001:2::66/128 -j DROP\nCOMMIT\n";
-
-fn sa(ip: &str, port: u16) -> SocketAddr {
-    SocketAddr::new(ip.parse::<IpAddr>().unwrap(), port)
-}
 
 fn load(texts: &[&str]) -> Filter {
     let t: Vec<(String, String)> = texts
@@ -52,16 +51,6 @@ fn host(filter: Arc<FilterHandle>) -> Host {
         ..Default::default()
     };
     Host::start(cfg, HostDevice::Sim(sim)).expect("sim host")
-}
-
-fn inject(h: &Host, src: SocketAddr, dst: SocketAddr, payload: &[u8], hash: u32) {
-    let f = build::udp(
-        &Spec::new(src.ip(), dst.ip(), src.port(), dst.port()),
-        payload,
-    );
-    let mut p = h.sim_port().unwrap();
-    p.inject(&f, hash).expect("device took the frame");
-    p.flush(rxpath_dev::mono_ns());
 }
 
 fn counts(h: &FilterHandle, v6: bool) -> Vec<(String, Option<usize>, u64, u64)> {
