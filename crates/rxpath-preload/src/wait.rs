@@ -54,24 +54,27 @@ pub(crate) fn wait_readable(a: &Arc<Accel>, until: Option<Instant>) -> Result<()
         let dev = crate::device::sleep_devices(&one);
         let r = with_poll_efd(|efd| {
             a.watch.arm(efd);
-            let r = if readable(a) {
-                Ok(0)
-            } else {
-                let mut p = vec![libc::pollfd {
-                    fd: efd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                }];
-                p.extend(dev.fds.iter().map(|&fd| libc::pollfd {
+            let mut p: Vec<libc::pollfd> = std::iter::once(efd)
+                .chain(dev.fds.iter().copied())
+                .map(|fd| libc::pollfd {
                     fd,
                     events: libc::POLLIN,
                     revents: 0,
-                }));
+                })
+                .collect();
+            let r = if readable(a) {
+                Ok(0)
+            } else {
                 a.sock.count_sleep();
                 sys::kpoll(&mut p, left_ms(until)).map_err(errno)
             };
             a.watch.disarm(efd);
-            sys::eventfd_drain(efd);
+            // Only a signalled eventfd is read (a read of an empty one
+            // is a system call per wakeup for nothing); one signalled
+            // after the poll returned wakes the next sleep, which reads it.
+            if p.first().is_some_and(|e| e.revents & libc::POLLIN != 0) {
+                sys::eventfd_drain(efd);
+            }
             r
         })?;
         // Awake: the devices slept on are polled once.
@@ -187,6 +190,7 @@ fn poll_sleep(
     for a in socks {
         a.watch.arm(efd);
     }
+    let signalled = std::cell::Cell::new(false);
     let r = (|| {
         let n = poll_scan(fds, accel, kernel, 0)?;
         if n > 0 {
@@ -200,13 +204,18 @@ fn poll_sleep(
                 revents: 0,
             });
         }
-        sys::kpoll(&mut k, left_ms(until)).map_err(errno)?;
+        let r = sys::kpoll(&mut k, left_ms(until)).map_err(errno);
+        // Read the eventfd only if signalled (see `wait_readable`).
+        signalled.set(k[kernel.len()].revents & libc::POLLIN != 0);
+        r?;
         Ok(0)
     })();
     for a in socks {
         a.watch.disarm(efd);
     }
-    sys::eventfd_drain(efd);
+    if signalled.get() {
+        sys::eventfd_drain(efd);
+    }
     match r {
         Ok(0) => poll_scan(fds, accel, kernel, 0),
         r => r,
