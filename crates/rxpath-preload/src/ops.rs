@@ -377,6 +377,32 @@ fn take(a: &Accel, buf: &mut [u8], flags: i32) -> Result<Option<Got>, Errno> {
     Ok(Some(g))
 }
 
+/// Up to `bufs.len()` queued datagrams at once (`recvmmsg` after its
+/// first): one lock of the socket's queue, one return of their frames.
+/// Only for plain reads (no `MSG_PEEK`, no `MSG_TRUNC`, nothing held since
+/// a fork); anything else, or an empty queue, gives 0 and the caller reads
+/// one at a time. `out` gets each datagram's index and what it read.
+pub(crate) fn take_many(
+    a: &Accel,
+    bufs: &mut [&mut [u8]],
+    flags: i32,
+    out: &mut dyn FnMut(usize, Got),
+) -> usize {
+    if flags & !RECV_FLAGS != 0
+        || flags & (libc::MSG_PEEK | libc::MSG_TRUNC) != 0
+        || a.held.any()
+        || a.sock.socket().queued() == 0
+    {
+        return 0;
+    }
+    let mut put = |i, m| {
+        if let Ok(g) = done(1, Some(m)) {
+            out(i, g);
+        }
+    };
+    a.sock.socket().try_recv_batch(bufs, &mut put).unwrap_or(0)
+}
+
 /// A datagram held since a `fork` ([`crate::forkq`]), as [`take`] reads.
 fn take_held(h: &crate::forkq::Held, buf: &mut [u8], flags: i32) -> Option<Got> {
     let (whole, m) = h.take(buf, flags & libc::MSG_PEEK != 0)?;

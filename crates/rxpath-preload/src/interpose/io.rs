@@ -322,7 +322,17 @@ pub extern "C" fn recvmmsg(
             )
     });
     let mut n = 0;
-    for m in msgs.iter_mut() {
+    while n < msgs.len() {
+        // What is queued goes in one batch; one at a time otherwise.
+        let k = recv_batch(&a, &mut msgs[n..], flags);
+        if k > 0 {
+            n += k;
+            if end.is_some_and(|e| std::time::Instant::now() >= e) {
+                break;
+            }
+            continue;
+        }
+        let m = &mut msgs[n];
         // After the first: MSG_WAITFORONE takes only what is queued.
         let f = if n > 0 && flags & libc::MSG_WAITFORONE != 0 {
             flags | libc::MSG_DONTWAIT
@@ -348,7 +358,40 @@ pub extern "C" fn recvmmsg(
             break;
         }
     }
-    n
+    n as c_int
+}
+
+/// The longest batch [`recv_batch`] takes.
+const RECV_BATCH: usize = 32;
+
+/// The datagrams queued on `a`, read into `msgs` in one batch
+/// ([`ops::take_many`]): only on an rxpath socket, and only into messages
+/// of one buffer each. Returns how many (0: read one at a time instead).
+fn recv_batch(a: &ops::Rx, msgs: &mut [mmsghdr], flags: c_int) -> usize {
+    let ops::Rx::Sock(s) = a else { return 0 };
+    let mut bufs = arrayvec::ArrayVec::<&mut [u8], RECV_BATCH>::new();
+    for m in msgs.iter().take(RECV_BATCH) {
+        match iovs(m.msg_hdr.msg_iov, m.msg_hdr.msg_iovlen) {
+            [one] => bufs.push(buf_mut(one.iov_base, one.iov_len)),
+            _ => break,
+        }
+    }
+    if bufs.is_empty() {
+        return 0;
+    }
+    let want = a.cmsgs();
+    ops::take_many(s, &mut bufs, flags, &mut |i, g| {
+        let m = &mut msgs[i];
+        m.msg_len = g.len as c_uint;
+        let h = &mut m.msg_hdr;
+        addr_out(g.src, h.msg_name.cast(), &mut h.msg_namelen);
+        h.msg_flags = if g.truncated { libc::MSG_TRUNC } else { 0 };
+        let mut used = 0;
+        if want != 0 {
+            control(a, h, &g, want, &mut used);
+        }
+        h.msg_controllen = used as _;
+    })
 }
 
 #[no_mangle]
