@@ -30,7 +30,11 @@
 use crate::packet::{Frag, Packet, RxCtx};
 use crate::snmp::IpMib;
 use crate::stats::DropReason;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+// Keyed by what senders choose: seeded per process (as the kernel's jhash
+// with its boot secret), and fast (SipHash was a sixth of a fragment's
+// cost in `bench reasm`), as the socket table's.
+use foldhash::HashMap;
 use std::net::IpAddr;
 
 /// What `sizeof(struct ipq)` adds to a table's memory per queue.
@@ -183,9 +187,9 @@ impl Table {
     pub(crate) fn new(cfg: DefragConfig) -> Self {
         Table {
             cfg,
-            queues: HashMap::new(),
+            queues: HashMap::default(),
             timers: BTreeMap::new(),
-            peers: HashMap::new(),
+            peers: HashMap::default(),
             mem: 0,
             frames: 0,
             gen: 0,

@@ -21,9 +21,8 @@ use super::defrag::{self, Defrag, Reassembled};
 use super::{CsumStatus, IpConfig, LocalIn};
 use crate::filter::{FilterHandle, InputHook};
 use crate::packet::{Packet, PollEnd, RxCtx, Stack};
-use crate::snmp::{IpMib, Snmp};
+use crate::snmp::IpMib;
 use crate::stats::{DropReason, LatencyHist};
-use rxpath_wire::ethernet::ethertype;
 use rxpath_wire::{Headers, L4};
 use std::sync::Arc;
 
@@ -364,12 +363,15 @@ fn fragment<S: Stack, H: Hook>(
     pkt: Packet,
     ctx: &mut RxCtx<'_>,
 ) {
-    let bytes = ctx.data(&pkt);
-    let l2 = super::l2_rcv(bytes, cfg, &mut Snmp::default());
-    let Ok((etype, l3)) = l2 else {
-        return ctx.drop(pkt, DropReason::Malformed);
+    // IP input took it as a fragment: its link header was taken off
+    // (`l2_rcv`) where the parsed headers say.
+    let h = &pkt.meta.headers;
+    let (v6, l3) = match h.l3 {
+        rxpath_wire::L3::Ipv4 => (false, h.l3_offset as usize),
+        rxpath_wire::L3::Ipv6 => (true, h.l3_offset as usize),
+        _ => return ctx.drop(pkt, DropReason::Malformed),
     };
-    let v6 = etype == ethertype::IPV6;
+    let bytes = ctx.data(&pkt);
     let Some(f) = defrag::parse(bytes, l3, v6, pkt.frame.umem_id()) else {
         return ctx.drop(pkt, DropReason::Malformed);
     };
@@ -424,11 +426,16 @@ fn reassembled<S: Stack, H: Hook>(
         ecn,
     } = r;
     rewrite_head(&mut pkt, l3 as usize, data as usize, len as usize, ecn, ctx);
+    // The rest of the chain is summed for UDP's checksum, unless the
+    // policy trusts checksums (then its bytes are not touched).
+    let summed = cfg.csum != super::CsumPolicy::Trust;
     let (mut more, mut sum) = (0usize, 0u64);
     for f in pkt.frags.iter() {
         let b = ctx.frag_data(f);
         more += b.len();
-        sum += rxpath_wire::checksum::sum(b) as u64;
+        if summed {
+            sum += rxpath_wire::checksum::sum(b) as u64;
+        }
     }
     let rest_sum = rxpath_wire::checksum::fold((sum & 0xffff_ffff) as u32 + (sum >> 32) as u32);
     let umem = ctx.umem;
