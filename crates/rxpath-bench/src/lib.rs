@@ -15,6 +15,7 @@ mod harness;
 mod iface;
 mod plot;
 mod quic;
+mod reasm;
 mod rfs;
 mod rr;
 mod rxdrop;
@@ -26,6 +27,7 @@ pub use filter::FilterBenchArgs;
 pub use gro::GroBenchArgs;
 pub use iface::RxIfaceArgs;
 pub use quic::QuicBenchArgs;
+pub use reasm::ReasmArgs;
 pub use rfs::RfsBenchArgs;
 pub use rr::RrArgs;
 pub use rxdrop::RxdropArgs;
@@ -92,6 +94,10 @@ pub enum BenchCmd {
     /// mode; loss-free queries/s (kxdpgun), server CPU per query, p50/p99
     /// (dnsperf).
     Dns(DnsArgs),
+    /// IP reassembly against DPDK's librte_ip_frag (dpdk-dev): IPv4
+    /// datagrams cut into fragments, replayed from memory into one queue;
+    /// datagrams reassembled per second on one core.
+    Reasm(ReasmArgs),
 }
 
 /// Run the bench `a` names.
@@ -108,6 +114,7 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
         BenchCmd::Quic(_) => "quic",
         BenchCmd::Apps(_) => "apps",
         BenchCmd::Dns(_) => "dns",
+        BenchCmd::Reasm(_) => "reasm",
     };
     let mut rep = plot::ReportDir::open(a.report.as_deref(), name)?;
     let code = match a.cmd {
@@ -121,6 +128,7 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
         BenchCmd::Quic(a) => quic::quic(a, &mut rep),
         BenchCmd::Apps(a) => apps::apps(a, &mut rep),
         BenchCmd::Dns(a) => dns::dns(a, &mut rep),
+        BenchCmd::Reasm(a) => reasm::reasm(a, &mut rep),
     }?;
     let missing = harness::take_unmeasured();
     if let Some(r) = rep {
