@@ -377,8 +377,8 @@ fn take(a: &Accel, buf: &mut [u8], flags: i32) -> Result<Option<Got>, Errno> {
     Ok(Some(g))
 }
 
-/// Up to `bufs.len()` queued datagrams at once (`recvmmsg` after its
-/// first): one lock of the socket's queue, one return of their frames.
+/// Up to `bufs.len()` queued datagrams at once (`recvmmsg`): one lock of
+/// the socket's queue, one return of their frames.
 /// Only for plain reads (no `MSG_PEEK`, no `MSG_TRUNC`, nothing held since
 /// a fork); anything else, or an empty queue, gives 0 and the caller reads
 /// one at a time. `out` gets each datagram's index and what it read.
