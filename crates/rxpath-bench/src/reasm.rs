@@ -48,8 +48,9 @@ pub struct ReasmArgs {
     /// Fragments a datagram is cut into (2 to 8).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(2..=8))]
     pub fragments: u32,
-    /// Datagrams in the capture (each its own IP id), replayed in a loop.
-    #[arg(long, default_value_t = 1024)]
+    /// Datagrams in the capture (each its own IPv4 id, 1 to 65535),
+    /// replayed in a loop.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=65535))]
     pub datagrams: u32,
     /// Skip DPDK even if installed.
     #[arg(long)]
