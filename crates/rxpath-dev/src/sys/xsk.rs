@@ -330,6 +330,11 @@ impl<T: Copy> Ring<T> {
 
     // ---- producer side (fill, TX) ----
 
+    /// Entries produced that the kernel has not consumed yet.
+    pub fn unconsumed(&self) -> u32 {
+        self.size() - self.free()
+    }
+
     /// Slots free to produce into now.
     pub fn free(&self) -> u32 {
         let cons = self.cons().load(Ordering::Acquire);

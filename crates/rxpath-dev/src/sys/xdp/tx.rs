@@ -84,9 +84,9 @@ impl XdpTx {
 
 /// The TX side of an RX queue's AF_XDP socket (its TX and completion
 /// rings and a share of its UMEM): replies leave through the same socket
-/// the requests came in on, one `sendto` kick per batch (what the kernel's
-/// own `sendmsg` costs), no AF_PACKET socket and no trip through the
-/// kernel's stack. Used from any thread, one at a time (the host's TX
+/// the requests came in on, one `sendto` kick per 32 frames of a batch
+/// (what the kernel's own `sendmsg` costs), no AF_PACKET socket and no
+/// trip through the kernel's stack. Used from any thread, one at a time (the host's TX
 /// lock, as the kernel's TX queue lock).
 pub struct XskTx {
     // The socket (a dup of the queue's) and rings first, the region last.
@@ -175,17 +175,30 @@ impl XskTx {
         });
     }
 
+    /// Make the kernel send what the TX ring holds. In copy mode one
+    /// `sendto` sends at most `TX_BATCH_SIZE` (32) frames and says `EAGAIN`
+    /// when more wait (net/xdp/xsk.c, `__xsk_generic_xmit`): kick again
+    /// while that is so and the kernel takes some, so nothing posted waits
+    /// for a later send.
     fn kick(&mut self) {
-        self.counters.kicks += 1;
-        // No buffer is passed; the call only drives the TX ring.
-        let _ = syscall!(sendto(
-            self.fd.as_raw_fd(),
-            std::ptr::null(),
-            0,
-            libc::MSG_DONTWAIT,
-            std::ptr::null(),
-            0
-        ));
+        for _ in 0..=self.tx.size() / 32 {
+            self.counters.kicks += 1;
+            let before = self.tx.unconsumed();
+            // No buffer is passed; the call only drives the TX ring.
+            let r = syscall!(sendto(
+                self.fd.as_raw_fd(),
+                std::ptr::null(),
+                0,
+                libc::MSG_DONTWAIT,
+                std::ptr::null(),
+                0
+            ));
+            let again = matches!(&r, Err(e) if e.raw_os_error() == Some(libc::EAGAIN));
+            let left = self.tx.unconsumed();
+            if !again || left == 0 || left == before {
+                break;
+            }
+        }
     }
 
     /// Copy whole Ethernet frames into TX frames and post them; returns
