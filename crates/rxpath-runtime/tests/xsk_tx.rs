@@ -76,7 +76,7 @@ fn a_batch_past_one_sendto_leaves_whole() {
     let payloads: Vec<[u8; 32]> = (0..N).map(|i| [i as u8; 32]).collect();
     let msgs: Vec<(&[u8], SocketAddr)> = payloads.iter().map(|p| (&p[..], dst)).collect();
     assert_eq!(s.send_batch(&msgs).expect("one batch"), N);
-    let mut got = vec![false; N];
+    let mut got = [false; N];
     let mut buf = [0u8; 64];
     while let Ok((n, src)) = rx.recv_from(&mut buf) {
         assert_eq!((n, src), (32, from));
