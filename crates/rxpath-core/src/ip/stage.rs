@@ -366,11 +366,12 @@ fn fragment<S: Stack, H: Hook>(
     // IP input took it as a fragment: its link header was taken off
     // (`l2_rcv`) where the parsed headers say.
     let h = &pkt.meta.headers;
-    let (v6, l3) = match h.l3 {
-        rxpath_wire::L3::Ipv4 => (false, h.l3_offset as usize),
-        rxpath_wire::L3::Ipv6 => (true, h.l3_offset as usize),
+    let v6 = match h.l3 {
+        rxpath_wire::L3::Ipv4 => false,
+        rxpath_wire::L3::Ipv6 => true,
         _ => return ctx.drop(pkt, DropReason::Malformed),
     };
+    let l3 = h.l3_offset as usize;
     let bytes = ctx.data(&pkt);
     let Some(f) = defrag::parse(bytes, l3, v6, pkt.frame.umem_id()) else {
         return ctx.drop(pkt, DropReason::Malformed);

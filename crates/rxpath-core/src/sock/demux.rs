@@ -142,12 +142,12 @@ impl Sockets {
     }
 }
 
-/// The table's maps: every datagram is looked up (twice with UDP GRO on:
-/// GRO asks whether its socket wants merged datagrams), so they hash
-/// with foldhash (hashbrown's own default; seeded per process, so no one
-/// outside picks the collisions) instead of SipHash, which a profile of
-/// a QUIC upload showed at 2 % of the server's CPU.
-type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+// The table's maps: every datagram is looked up (twice with UDP GRO on:
+// GRO asks whether its socket wants merged datagrams), so they hash with
+// foldhash (hashbrown's own default; seeded per process, so no one outside
+// picks the collisions) instead of SipHash, which a profile of a QUIC
+// upload showed at 2 % of the server's CPU.
+use foldhash::HashMap;
 
 /// Where a socket sits in the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

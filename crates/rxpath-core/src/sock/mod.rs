@@ -61,6 +61,9 @@ use crate::napi::NapiId;
 use rxpath_dev::Umem;
 use rxpath_wire::ethernet::Mac;
 use serde::Serialize;
+// The NAPI and neighbour tables are read on every busy poll and every
+// send: foldhash, seeded per process, as the socket table's (`demux`).
+use foldhash::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
@@ -260,11 +263,6 @@ pub struct SockStats {
     /// Busy-poll iterations that found the NAPI owned by someone else.
     pub busy_poll_contended: u64,
 }
-
-/// The NAPI and neighbour tables, read on every busy poll and every send:
-/// foldhash, seeded per process, as the socket table ([`demux`]) instead
-/// of SipHash.
-type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// One host's socket layer. Shared (`Arc`) by the NAPI stages, the sockets
 /// and the application.

@@ -86,8 +86,8 @@ impl XdpTx {
 /// rings and a share of its UMEM): replies leave through the same socket
 /// the requests came in on, one `sendto` kick per 32 frames of a batch
 /// (what the kernel's own `sendmsg` costs), no AF_PACKET socket and no
-/// trip through the kernel's stack. Used from any thread, one at a time (the host's TX
-/// lock, as the kernel's TX queue lock).
+/// trip through the kernel's stack. Used from any thread, one at a time
+/// (the host's TX lock, as the kernel's TX queue lock).
 pub struct XskTx {
     // The socket (a dup of the queue's) and rings first, the region last.
     fd: OwnedFd,
