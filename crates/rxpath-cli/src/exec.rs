@@ -220,5 +220,48 @@ fn print_report(
         n("frames_total"),
         verdict(n("frames_home") == n("frames_total")),
     );
+    if let Some(line) = device_line(v) {
+        println!("{line}");
+    }
     held
+}
+
+/// What the device itself did with the frames offered to the host's
+/// queues, summed over them, in `rxpath run`'s words: a frame the device
+/// dropped (its RX ring full, no free frame to fill) never reached the
+/// path's accounting above, so it is said here. `None` without a host.
+fn device_line(v: &serde_json::Value) -> Option<String> {
+    let queues = v["host"]["queues"].as_array()?;
+    let sum = |k: &str| -> u64 {
+        queues
+            .iter()
+            .map(|q| q["device"][k].as_u64().unwrap_or(0))
+            .sum()
+    };
+    Some(format!(
+        "device: offered={} rx_ring={} rx_missed={} rx_no_buffer={} rx_too_long={}",
+        sum("offered"),
+        sum("rx_ring"),
+        sum("rx_missed"),
+        sum("rx_no_buffer"),
+        sum("rx_too_long"),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::device_line;
+
+    #[test]
+    fn the_device_line_sums_the_drops_of_every_queue() {
+        let v = serde_json::json!({"host": {"queues": [
+            {"device": {"offered": 100, "rx_ring": 90, "rx_missed": 7, "rx_no_buffer": 3, "rx_too_long": 0}},
+            {"device": {"offered": 50, "rx_ring": 49, "rx_missed": 1, "rx_no_buffer": 0, "rx_too_long": 0}},
+        ]}});
+        assert_eq!(
+            device_line(&v).as_deref(),
+            Some("device: offered=150 rx_ring=139 rx_missed=8 rx_no_buffer=3 rx_too_long=0")
+        );
+        assert_eq!(device_line(&serde_json::json!({"accelerated": 0})), None);
+    }
 }

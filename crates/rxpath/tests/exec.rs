@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::exec::{finish, kernel_reads, python_client, received, server, wait_ready};
+use common::exec::{device, finish, kernel_reads, python_client, received, server, wait_ready};
 use common::Pair;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -80,6 +80,12 @@ fn same_answers(p: &Pair, port: u16, mux: &str, exec_args: &[&str]) {
     // Every datagram of the client reached the program through rxpath.
     let rx = received(&out);
     assert!(rx >= 41, "{mux}: rxpath received {rx}: {out}");
+    // The device's own drops are said too: here none, every frame it was
+    // offered went up the path.
+    let dev = |k| device(&out, k).unwrap_or_else(|| panic!("{mux}: no device {k}: {out}"));
+    assert_eq!(dev("rx_missed") + dev("rx_no_buffer"), 0, "{mux}: {out}");
+    assert_eq!(dev("offered"), dev("rx_ring"), "{mux}: {out}");
+    assert_eq!(dev("rx_ring"), rx, "{mux}: {out}");
 }
 
 #[test]

@@ -86,6 +86,16 @@ pub fn received(out: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// exec's `device:` line: the figure after `key=` (`offered`, `rx_ring`,
+/// `rx_missed`, `rx_no_buffer`, `rx_too_long`); `None` without the line.
+pub fn device(out: &str, key: &str) -> Option<u64> {
+    let line = out.lines().find(|l| l.starts_with("device: "))?;
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))?
+        .parse()
+        .ok()
+}
+
 /// What exec's report says was read from the kernel sockets behind the
 /// served fds.
 pub fn kernel_reads(out: &str) -> u64 {
