@@ -23,6 +23,17 @@ fn live() -> std::sync::MutexGuard<'static, Vec<Made>> {
     LIVE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Held while a namespace or topology is being made, and by
+/// [`cleanup_all`]: a signal that comes in the middle of `ip netns add`
+/// or [`Topology::up`] waits for it to end, then removes what it made
+/// (removing first would race the `ip` still running, which would then
+/// leave a namespace behind).
+static BUILDING: Mutex<()> = Mutex::new(());
+
+fn building() -> std::sync::MutexGuard<'static, ()> {
+    BUILDING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn forget(m: &Made) {
     let mut l = live();
     if let Some(i) = l.iter().position(|x| x == m) {
@@ -35,6 +46,7 @@ fn forget(m: &Made) {
 /// those namespaces (peers, generators) are killed first. Returns the names
 /// removed.
 pub fn cleanup_all() -> Vec<String> {
+    let _building = building();
     let made = std::mem::take(&mut *live());
     let mut gone = Vec::new();
     for m in made {
@@ -123,8 +135,11 @@ impl VethLab {
                 "tag too long for an interface name",
             ));
         }
-        sh("ip", &["netns", "add", &lab.ns])?;
-        live().push(Made::Ns(lab.ns.clone()));
+        {
+            let _building = building();
+            sh("ip", &["netns", "add", &lab.ns])?;
+            live().push(Made::Ns(lab.ns.clone()));
+        }
         // From here on, Drop removes the namespace (and the veth in it).
         let (ma, mb) = (mac(MAC_A), mac(MAC_B));
         let q = queues.to_string();
@@ -279,6 +294,7 @@ impl Drop for LabGuard {
 impl Topology {
     /// Bring the topology up for the life of the returned guard.
     pub fn up_scoped(self) -> io::Result<LabGuard> {
+        let _building = building();
         live().push(Made::Topology(self.clone()));
         let g = LabGuard(self);
         g.0.up()?;
