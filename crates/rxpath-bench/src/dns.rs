@@ -13,7 +13,10 @@
 //! - latency: `dnsperf -v` at a fixed rate below every mode's limit (it
 //!   tops out near 110-135 k/s here), p50/p99 from each query's time.
 //!
-//! Ratios are taken within a round, then the median over rounds.
+//! Ratios are taken within a round, then the median over rounds. Each
+//! mode's round also says how much of the machine's CPU time the
+//! hypervisor stole while its rates ran (`/proc/stat`): on a virtual
+//! machine a round with much stolen time measured a slower machine.
 
 use crate::figure::{
     self, column, in_turn, median_ratio as ratio, ratio_cell, target, Bound, Verdict,
@@ -323,6 +326,9 @@ struct Row {
     cpu_us: Option<f64>,
     p50_us: Option<f64>,
     p99_us: Option<f64>,
+    /// The share of the machine's CPU time the hypervisor took while the
+    /// rates ran, %: a round measured with much stolen is worth less.
+    steal_pct: Option<f64>,
 }
 
 fn measure(
@@ -341,6 +347,7 @@ fn measure(
     }
     row.loss_free = Some(0);
     let secs = a.duration.as_secs().max(1) as f64;
+    let stolen = crate::harness::steal_ticks();
     for &rate in &a.rates {
         r.peer.check_alive()?;
         let before = cpu_secs(r.peer.id());
@@ -374,6 +381,7 @@ fn measure(
         row.loss_free = Some(rate);
         row.cpu_us = Some(used * 1e6 / answered.max(1) as f64);
     }
+    row.steal_pct = crate::harness::steal_pct(stolen, crate::harness::steal_ticks());
     if let Some((p50, p99)) = latency(t, f, a, ccpu)? {
         (row.p50_us, row.p99_us) = (Some(p50), Some(p99));
     }
@@ -477,13 +485,14 @@ pub fn dns(a: DnsArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
 
 fn round_line(round: usize, m: Mode, r: &Row) -> String {
     format!(
-        "  round {round}: {:34} loss-free {:>7}/s  peak {:>9}/s  CPU/query {} µs  p50 {} µs  p99 {} µs",
+        "  round {round}: {:34} loss-free {:>7}/s  peak {:>9}/s  CPU/query {} µs  p50 {} µs  p99 {} µs  steal {} %",
         m.name(),
         figure::cell(r.loss_free.map(|v| v as f64), 1.0, 0),
         figure::cell(r.peak, 1.0, 0),
         figure::cell(r.cpu_us, 1.0, 2),
         figure::cell(r.p50_us, 1.0, 1),
         figure::cell(r.p99_us, 1.0, 1),
+        figure::cell(r.steal_pct, 1.0, 1),
     )
 }
 
@@ -502,7 +511,7 @@ fn print_table(rows: &[Vec<Row>], order: &[Mode]) {
         (!v.is_empty()).then(|| median(v))
     };
     println!(
-        "\n{:34} {:>10} {:>10} {:>9} {:>8} {:>8} {:>9} {:>9}",
+        "\n{:34} {:>10} {:>10} {:>9} {:>8} {:>8} {:>9} {:>9} {:>8}",
         "median over rounds",
         "loss-free",
         "peak q/s",
@@ -510,7 +519,8 @@ fn print_table(rows: &[Vec<Row>], order: &[Mode]) {
         "p50 µs",
         "p99 µs",
         "x kernel",
-        "x knotxdp"
+        "x knotxdp",
+        "steal %"
     );
     for &m in order {
         let i = at(m);
@@ -520,7 +530,7 @@ fn print_table(rows: &[Vec<Row>], order: &[Mode]) {
             continue;
         }
         println!(
-            "{:34} {:>10} {:>10} {:>9} {:>8} {:>8} {:>9} {:>9}",
+            "{:34} {:>10} {:>10} {:>9} {:>8} {:>8} {:>9} {:>9} {:>8}",
             m.name(),
             figure::cell(med(i, &loss_free), 1.0, 0),
             figure::cell(med(i, &|r| r.peak), 1.0, 0),
@@ -529,6 +539,7 @@ fn print_table(rows: &[Vec<Row>], order: &[Mode]) {
             figure::cell(med(i, &|r| r.p99_us), 1.0, 1),
             ratio_cell(ratio(rows, i, k, &loss_free), 2),
             ratio_cell(ratio(rows, i, x, &loss_free), 2),
+            figure::cell(med(i, &|r| r.steal_pct), 1.0, 1),
         );
     }
 }
@@ -582,6 +593,7 @@ fn report(
                         "server_cpu_us_per_query": r.cpu_us,
                         "p50_us": r.p50_us,
                         "p99_us": r.p99_us,
+                        "steal_pct": r.steal_pct,
                     })
                 }).collect::<Vec<_>>(),
             })

@@ -340,6 +340,33 @@ pub(crate) fn which(name: &str) -> Option<std::path::PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// The machine's CPU time so far from `/proc/stat`'s `cpu` line, in
+/// ticks: (stolen by the hypervisor, all). Two readings give the share of
+/// a stretch a virtual machine's CPUs were taken away, which a figure
+/// measured then carries (`None` where the line cannot be read).
+pub(crate) fn steal_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    steal_of(stat.lines().find(|l| l.starts_with("cpu "))?)
+}
+
+/// [`steal_ticks`] of one `cpu` line: user nice system idle iowait irq
+/// softirq steal (guest time is inside user and nice, not added again).
+fn steal_of(line: &str) -> Option<(u64, u64)> {
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    (f.len() == 8).then(|| (f[7], f.iter().sum()))
+}
+
+/// The share of CPU time stolen between two [`steal_ticks`] readings, %.
+pub(crate) fn steal_pct(before: Option<(u64, u64)>, after: Option<(u64, u64)>) -> Option<f64> {
+    let ((s0, t0), (s1, t1)) = (before?, after?);
+    (t1 > t0).then(|| s1.saturating_sub(s0) as f64 * 100.0 / (t1 - t0) as f64)
+}
+
 /// utime + stime of `pid` and of its children (the program under
 /// `rxpath exec`, `sockperf` under `taskset`), in seconds.
 pub(crate) fn cpu_secs(pid: u32) -> f64 {
@@ -418,5 +445,15 @@ mod tests {
         assert!(median(vec![]).is_nan());
         assert!(median(vec![f64::NAN]).is_nan());
         assert_eq!(median(vec![3.0, f64::NAN, 1.0]), 2.0);
+    }
+
+    #[test]
+    fn steal_is_read_from_the_eighth_figure_of_the_cpu_line() {
+        let l = "cpu  1224422 0 283426 1166381 5122 0 123521 9786 0 0";
+        assert_eq!(steal_of(l), Some((9786, 2812658)));
+        assert_eq!(steal_of("cpu  1 2 3"), None);
+        assert_eq!(steal_pct(Some((10, 1000)), Some((60, 2000))), Some(5.0));
+        assert_eq!(steal_pct(Some((10, 1000)), Some((10, 1000))), None);
+        assert_eq!(steal_pct(None, Some((10, 1000))), None);
     }
 }
