@@ -238,14 +238,13 @@ fn device_line(v: &serde_json::Value) -> Option<String> {
             .map(|q| q["device"][k].as_u64().unwrap_or(0))
             .sum()
     };
-    Some(format!(
-        "device: offered={} rx_ring={} rx_missed={} rx_no_buffer={} rx_too_long={}",
+    Some(crate::report::device_line([
         sum("offered"),
         sum("rx_ring"),
         sum("rx_missed"),
         sum("rx_no_buffer"),
         sum("rx_too_long"),
-    ))
+    ]))
 }
 
 #[cfg(test)]

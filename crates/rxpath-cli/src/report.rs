@@ -169,10 +169,14 @@ pub fn summary(r: &Report) -> String {
     if !any {
         s += " none";
     }
-    s += &format!(
-        "\ndevice: offered={} rx_ring={} rx_missed={} rx_no_buffer={} rx_too_long={}",
-        d.offered, d.rx_ring, d.rx_missed, d.rx_no_buffer, d.rx_too_long
-    );
+    s += "\n";
+    s += &device_line([
+        d.offered,
+        d.rx_ring,
+        d.rx_missed,
+        d.rx_no_buffer,
+        d.rx_too_long,
+    ]);
     if let Some(g) = r.gro_total() {
         use rxpath_core::gro::FlushReason;
         s += &format!(
@@ -369,4 +373,12 @@ pub(crate) fn napi_json(napi: &rxpath_core::stats::NapiStats) -> serde_json::Val
         "wakeups": napi.wakeups,
         "irq_deferrals": napi.irq_deferrals,
     })
+}
+
+/// The device's line of a report (`rxpath run`'s and `rxpath exec`'s):
+/// offered, rx_ring, rx_missed, rx_no_buffer, rx_too_long.
+pub(crate) fn device_line([offered, ring, missed, no_buffer, too_long]: [u64; 5]) -> String {
+    format!(
+        "device: offered={offered} rx_ring={ring} rx_missed={missed} rx_no_buffer={no_buffer} rx_too_long={too_long}"
+    )
 }
