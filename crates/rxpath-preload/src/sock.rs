@@ -177,13 +177,13 @@ pub(crate) fn busy_wait(socks: &[&Arc<Accel>]) -> bool {
         return false;
     };
     let us = socks.iter().map(|a| a.sock.busy_poll()).max().unwrap_or(0);
-    let mut ids: Vec<NapiId> = socks
-        .iter()
-        .map(|a| a.sock.napi_id())
-        .filter(|i| i.0 != 0)
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
+    // The distinct NAPIs, as many as a busy-poll session takes.
+    let mut ids = arrayvec::ArrayVec::<NapiId, { rxpath_runtime::sock::SESSION_NAPIS }>::new();
+    for id in socks.iter().map(|a| a.sock.napi_id()) {
+        if id.0 != 0 && !ids.contains(&id) && ids.try_push(id).is_err() {
+            break;
+        }
+    }
     let host = first.sock.host();
     let suspends = || {
         ids.iter()

@@ -497,10 +497,10 @@ pub extern "C" fn sendmmsg(fd: c_int, v: *mut mmsghdr, vlen: c_uint, flags: c_in
         // TX ring); the datagram after a run goes alone, as `sendmsg`.
         let (sent, next, lens) = {
             let run = plain_run(&a, &msgs[n..]);
-            let r: Vec<(&[u8], std::net::SocketAddr)> =
+            let r: RunOf<(&[u8], std::net::SocketAddr)> =
                 run.iter().map(|(d, to)| (&d[..], *to)).collect();
             let (sent, next) = crate::send::send_run(&a, &r);
-            let lens: Vec<usize> = r.iter().map(|(d, _)| d.len()).collect();
+            let lens: RunOf<usize> = r.iter().map(|(d, _)| d.len()).collect();
             (sent, next, lens)
         };
         for (m, len) in msgs[n..].iter_mut().zip(&lens).take(sent) {
@@ -542,16 +542,23 @@ fn kernel_sendmsg(fd: c_int, m: &msghdr, flags: c_int) -> Result<usize, i32> {
     }
 }
 
+/// Most datagrams one `sendmmsg` run takes to the TX ring at once.
+const RUN: usize = 64;
+
+/// A run's worth of something, on the stack (a `sendmmsg` allocates
+/// nothing for its run).
+type RunOf<T> = arrayvec::ArrayVec<T, RUN>;
+
 /// The datagrams at the head of `msgs` that can leave in one batch: no
 /// control message but a source the socket may use, no segmentation, a
-/// destination (given, or the peer); at most 64.
+/// destination (given, or the peer); at most [`RUN`].
 fn plain_run<'a>(
     a: &crate::sock::Accel,
     msgs: &'a [mmsghdr],
-) -> Vec<(std::borrow::Cow<'a, [u8]>, std::net::SocketAddr)> {
+) -> RunOf<(std::borrow::Cow<'a, [u8]>, std::net::SocketAddr)> {
     let seg = a.segment.load(std::sync::atomic::Ordering::Relaxed) as usize;
-    let mut run = Vec::new();
-    for m in msgs.iter().take(64) {
+    let mut run = RunOf::new();
+    for m in msgs.iter().take(RUN) {
         let h = &m.msg_hdr;
         match send_source(h) {
             Ok((src, None)) if src.is_none_or(|s| crate::send::pktinfo_source_ok(a, s)) => {}

@@ -6,15 +6,18 @@ use rxpath_core::sock::{BusySession, SharedNapi, SockError, Sockets};
 use rxpath_core::NapiId;
 use std::sync::Arc;
 
+/// NAPIs one busy-poll session polls, at most (the first of `ids`).
+pub const SESSION_NAPIS: usize = 8;
+
 /// `napi_busy_loop()`: own the NAPIs in `ids` in turn and poll each with
 /// [`rxpath_core::sock::BUSY_POLL_BUDGET`] until `ready()` or `us` µs have
 /// passed (`us` = 0: one round). A NAPI someone else owns is skipped (the
 /// caller just watches its queue, as the kernel's socket does). The session
 /// is counted in the host's socket counters.
 pub fn busy_loop(socks: &Sockets, ids: &[NapiId], us: u32, ready: &dyn Fn() -> bool) {
-    // Up to 8 NAPIs per session, without allocating (a `recv` passes
-    // one; an epoll set the distinct NAPIs of its sockets).
-    let mut slots: [Option<Arc<SharedNapi>>; 8] = Default::default();
+    // Up to SESSION_NAPIS per session, without allocating (a `recv`
+    // passes one; an epoll set the distinct NAPIs of its sockets).
+    let mut slots: [Option<Arc<SharedNapi>>; SESSION_NAPIS] = Default::default();
     let mut k = 0;
     for id in ids {
         if let (Some(n), Some(slot)) = (socks.napi_by_id(*id), slots.get_mut(k)) {
