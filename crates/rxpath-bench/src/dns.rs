@@ -10,6 +10,10 @@
 //!   highest offered rate answered with under `--loss` lost, the peak
 //!   answered queries/s, and the server process's CPU (utime + stime of it
 //!   and its threads) per answered query at the highest loss-free rate;
+//!   and where the rate that ended the round lost its queries, from the
+//!   server's own counters read around it ([`crate::losses`]: rxpath's
+//!   metrics under exec, the kernel's UDP counters on its socket; Knot's
+//!   XDP mode keeps its own);
 //! - latency: `dnsperf -v` at a fixed rate below every mode's limit (it
 //!   tops out near 110-135 k/s here), p50/p99 from each query's time.
 //!
@@ -22,6 +26,7 @@ use crate::figure::{
     self, column, in_turn, median_ratio as ratio, ratio_cell, target, Bound, Verdict,
 };
 use crate::harness::{cpu_secs, median, Peer};
+use crate::losses::Probe;
 use crate::plot::{progress, say, ReportDir};
 use anyhow::{bail, Context, Result};
 use rxpath_runtime::lab::{Topology, HOST_ADDR};
@@ -158,6 +163,8 @@ struct Running {
     mode: Mode,
     peer: Peer,
     out: Option<std::process::ChildStdout>,
+    /// The server's counters, read around each rate.
+    probe: Probe,
 }
 
 fn start(m: Mode, t: &Topology, f: &Files, a: &DnsArgs, cpu: Option<usize>) -> Result<Running> {
@@ -171,7 +178,15 @@ fn start(m: Mode, t: &Topology, f: &Files, a: &DnsArgs, cpu: Option<usize>) -> R
         }
         None => Command::new("env"),
     };
+    let mut probe = match m {
+        Mode::Kernel => Probe::Kernel {
+            iface: t.host_if.clone(),
+        },
+        _ => Probe::Opaque,
+    };
     if matches!(m, Mode::Exec | Mode::ExecBusy) {
+        let metrics = crate::losses::free_loopback()?;
+        probe = Probe::Rxpath(metrics);
         let (busy, prefer) = if m == Mode::ExecBusy {
             (a.busy_poll, a.prefer_busy_poll)
         } else {
@@ -181,12 +196,18 @@ fn start(m: Mode, t: &Topology, f: &Files, a: &DnsArgs, cpu: Option<usize>) -> R
         cmd.arg(exe)
             .args(["exec", "--iface", &t.host_if, "--mode", "xdp"])
             .args(["--busy-poll", &busy.to_string()])
-            .args(["--prefer-busy-poll", &prefer.to_string(), "--"]);
+            .args(["--prefer-busy-poll", &prefer.to_string()])
+            .args(["--metrics", &metrics.to_string(), "--"]);
     }
     cmd.args(["knotd", "-c", &conf]);
     let mut peer = Peer::spawn("knotd", cmd)?;
     let out = peer.stdout();
-    Ok(Running { mode: m, peer, out })
+    Ok(Running {
+        mode: m,
+        peer,
+        out,
+        probe,
+    })
 }
 
 /// Stop the server; under exec its accounting must hold. Knot's XDP
@@ -315,7 +336,7 @@ fn latency(t: &Topology, f: &Files, a: &DnsArgs, cpu: Option<usize>) -> Result<O
 }
 
 /// One mode's figures in one round.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct Row {
     /// The highest offered rate lost under `--loss` (`Some(0)`: even the
     /// lowest lost more).
@@ -329,6 +350,11 @@ struct Row {
     /// The share of the machine's CPU time the hypervisor took while the
     /// rates ran, %: a round measured with much stolen is worth less.
     steal_pct: Option<f64>,
+    /// The rate that lost `--loss` or more and ended the round.
+    end_rate: Option<u64>,
+    /// Where that rate's queries were lost, from the server's counters
+    /// (`None`: the server's counters are its own).
+    end_losses: Option<Vec<(String, u64)>>,
 }
 
 fn measure(
@@ -350,6 +376,7 @@ fn measure(
     let stolen = crate::harness::steal_ticks();
     for &rate in &a.rates {
         r.peer.check_alive()?;
+        let counted = r.probe.read()?;
         let before = cpu_secs(r.peer.id());
         let (sent, answered) = match offer(t, f, a, rate, ccpu) {
             Ok(x) => x,
@@ -376,6 +403,15 @@ fn measure(
             ),
         );
         if lost >= a.loss {
+            row.end_rate = Some(rate);
+            row.end_losses = match (counted, r.probe.read()?) {
+                (Some(b), Some(e)) => Some(crate::losses::place(sent, answered, &b, &e)),
+                _ => None,
+            };
+            say(
+                pb,
+                &format!("    {:34} {rate:>7}/s: {}", m.name(), end_line(&row)),
+            );
             break;
         }
         row.loss_free = Some(rate);
@@ -496,6 +532,14 @@ fn round_line(round: usize, m: Mode, r: &Row) -> String {
     )
 }
 
+/// Where the rate that ended a round lost its queries.
+fn end_line(r: &Row) -> String {
+    match &r.end_losses {
+        Some(p) => format!("lost at: {}", crate::losses::line(p)),
+        None => "lost at: not known (the server's counters are its own)".into(),
+    }
+}
+
 fn at(m: Mode) -> usize {
     Mode::ALL.iter().position(|&x| x == m).unwrap_or(0)
 }
@@ -594,6 +638,11 @@ fn report(
                         "p50_us": r.p50_us,
                         "p99_us": r.p99_us,
                         "steal_pct": r.steal_pct,
+                        "end_rate": r.end_rate,
+                        "end_losses": r.end_losses.as_ref().map(|p| {
+                            p.iter().map(|(w, n)| (w.clone(), serde_json::json!(n)))
+                                .collect::<serde_json::Map<_, _>>()
+                        }),
                     })
                 }).collect::<Vec<_>>(),
             })

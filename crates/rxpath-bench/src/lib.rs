@@ -13,6 +13,7 @@ mod filter;
 mod gro;
 mod harness;
 mod iface;
+mod losses;
 mod plot;
 mod quic;
 mod reasm;
