@@ -31,7 +31,7 @@ pub struct ExecArgs {
     /// queue once and keeps the interrupt suspended up to NS; asleep, it
     /// waits on the device itself: one wakeup per burst instead of the
     /// interrupt thread's and then its own (0 = off).
-    #[arg(long, default_value_t = 1_000_000, value_name = "NS")]
+    #[arg(long, default_value_t = 20_000_000, value_name = "NS")]
     pub irq_suspend_timeout: u64,
     /// NAPI threads.
     #[arg(long, default_value_t = 1)]

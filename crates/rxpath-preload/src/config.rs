@@ -7,7 +7,7 @@
 //! | `RXPATH_MODE` | `xdp`, `packet` or `auto` (AF_XDP, else AF_PACKET) | `auto` |
 //! | `RXPATH_BUSY_POLL` | `SO_BUSY_POLL` for every socket, µs (`net.core.busy_read`) | 0: readers sleep |
 //! | `RXPATH_PREFER_BUSY_POLL` | keep the queue's interrupt masked after a busy poll, ns | 0 |
-//! | `RXPATH_IRQ_SUSPEND_TIMEOUT` | a thread that waits on a socket polls its queue first and keeps the interrupt suspended up to this long, ns; asleep, it waits on the device itself (0: the interrupt thread wakes it) | 1000000 |
+//! | `RXPATH_IRQ_SUSPEND_TIMEOUT` | a thread that waits on a socket polls its queue first and keeps the interrupt suspended up to this long, ns; asleep, it waits on the device itself (0: the interrupt thread wakes it) | 20000000 |
 //! | `RXPATH_NAPI_THREADS` | NAPI threads | 1 |
 //! | `RXPATH_GRO_FLUSH_TIMEOUT` | `gro_flush_timeout`, ns | 0 |
 //! | `RXPATH_NAPI_DEFER_HARD_IRQS` | `napi_defer_hard_irqs` | 0 |
@@ -36,11 +36,15 @@ pub enum Profile {
 pub const LATENCY_BUSY_POLL_US: u32 = 50;
 
 /// The default interrupt suspension while threads wait, ns: long against
-/// a request's turnaround (the NAPI thread checks back once per period
-/// while a program keeps reading), short enough that a queue whose
-/// readers all went off to other work is polled again within a
-/// millisecond.
-pub const IRQ_SUSPEND_TIMEOUT_NS: u64 = 1_000_000;
+/// a request's turnaround and against the pauses a program's thread takes
+/// when the scheduler puts something else on its core (the NAPI thread
+/// checks back once per period while a program keeps reading). While the
+/// program is away its datagrams wait in the device's RX ring, thousands
+/// deep, instead of being moved into a socket buffer that holds a few
+/// hundred: at 1 ms a pause of a few ms moved a burst into knotd's
+/// socket and overflowed it (`bench dns`), at 20 ms it stayed in the ring
+/// and was read when the program came back.
+pub const IRQ_SUSPEND_TIMEOUT_NS: u64 = 20_000_000;
 
 /// A rule for which sockets rxpath takes, by the address and port they
 /// are bound to.
