@@ -23,6 +23,11 @@ pub struct ExecArgs {
     /// every socket; 0 = readers sleep).
     #[arg(long, default_value_t = 0, value_name = "US")]
     pub busy_poll: u32,
+    /// Packets one poll of a reading or waiting thread takes from its queue
+    /// (SO_BUSY_POLL_BUDGET for every socket unless it sets its own; the
+    /// kernel's default is 8).
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    pub busy_poll_budget: u16,
     /// Prefer busy polling: keep the queue's interrupt masked NS after a
     /// busy poll.
     #[arg(long, default_value_t = 0, value_name = "NS")]
@@ -118,6 +123,7 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
         .env("RXPATH_IFACE", &a.iface)
         .env("RXPATH_MODE", &a.mode)
         .env("RXPATH_BUSY_POLL", a.busy_poll.to_string())
+        .env("RXPATH_BUSY_POLL_BUDGET", a.busy_poll_budget.to_string())
         .env("RXPATH_PREFER_BUSY_POLL", a.prefer_busy_poll.to_string())
         .env(
             "RXPATH_IRQ_SUSPEND_TIMEOUT",

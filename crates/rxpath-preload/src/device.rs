@@ -57,7 +57,9 @@ impl Drop for DeviceSleep<'_> {
         let socks = self.socks;
         if let Some(first) = socks.first() {
             let ready = || socks.iter().any(|a| readable(a));
-            rxpath_runtime::sock::busy_loop(first.sock.host(), &ids, 0, &ready);
+            let budget = socks.iter().map(|a| a.sock.busy_poll_budget()).max();
+            let budget = budget.unwrap_or(rxpath_core::sock::BUSY_POLL_BUDGET);
+            rxpath_runtime::sock::busy_loop(first.sock.host(), &ids, 0, budget, &ready);
         }
     }
 }

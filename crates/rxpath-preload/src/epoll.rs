@@ -2,7 +2,7 @@
 //! program's epoll fd, with its kernel fds) and the rxpath sockets in it,
 //! level- and edge-triggered, `EPOLLONESHOT`.
 
-use crate::sock::{busy_wait, deadline, errno, left_ms, lock, readable, Accel};
+use crate::sock::{busy_wait_with, deadline, errno, left_ms, lock, readable, Accel, BusyParams};
 use crate::sys;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -55,6 +55,8 @@ pub(crate) struct EpSet {
     /// them, removed when one does not (no `epoll_ctl` per sleep while a
     /// program keeps waiting on the same devices).
     devices: Mutex<Vec<RawFd>>,
+    /// `EPIOCSPARAMS`: the set's busy-poll parameters.
+    params: Mutex<BusyParams>,
 }
 
 impl EpSet {
@@ -66,7 +68,13 @@ impl EpSet {
             kernel_fds: AtomicUsize::new(0),
             efd: Mutex::new(None),
             devices: Mutex::default(),
+            params: Mutex::default(),
         }
+    }
+
+    /// `EPIOCSPARAMS` (after the kernel took them, so they are valid).
+    pub(crate) fn set_params(&self, p: BusyParams) {
+        *lock(&self.params) = p;
     }
 
     /// `epoll_ctl` for an rxpath socket.
@@ -183,7 +191,7 @@ impl EpSet {
                 let socks: Vec<Arc<Accel>> =
                     lock(&self.members).iter().map(|m| m.sock.clone()).collect();
                 let refs: Vec<&Arc<Accel>> = socks.iter().collect();
-                if busy_wait(&refs) {
+                if busy_wait_with(&refs, *lock(&self.params)) {
                     continue;
                 }
             }

@@ -313,6 +313,7 @@ impl Global {
         if self.cfg.busy_poll_us > 0 {
             sock.set_busy_poll(self.cfg.busy_poll_us);
         }
+        sock.set_busy_poll_budget(self.cfg.busy_poll_budget);
         s.accelerated += 1;
         Ok(sock)
     }

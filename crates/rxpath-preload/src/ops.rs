@@ -70,6 +70,9 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
     if let Some(us) = p.busy_poll {
         sock.set_busy_poll(us);
     }
+    if let Some(b) = p.busy_budget {
+        sock.set_busy_poll_budget(b);
+    }
     if let Some(b) = p.rcvbuf {
         sock.set_rcvbuf(b);
     }
@@ -547,6 +550,18 @@ pub(crate) fn sock_errno(e: SockError) -> Errno {
     }
 }
 
+/// `ioctl(EPIOCSPARAMS)` on an epoll set the kernel accepted: the set's
+/// busy polling uses them (`ep_busy_loop`).
+pub(crate) fn epoll_params(fd: RawFd, us: u32, budget: u16, prefer: u8) {
+    if let Some(Entry::Epoll(set)) = table::get(fd) {
+        set.set_params(crate::sock::BusyParams {
+            us,
+            budget,
+            prefer: prefer != 0,
+        });
+    }
+}
+
 /// `fcntl(F_SETFL)` or `ioctl(FIONBIO)`: the non-blocking flag.
 pub(crate) fn set_nonblock(fd: RawFd, on: bool) {
     match table::get(fd) {
@@ -591,6 +606,17 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
         (libc::SOL_SOCKET, libc::SO_BUSY_POLL, OptVal::Int(us)) => {
             let us = us.max(0) as u32;
             apply(&e, |a| a.sock.set_busy_poll(us), |p| p.busy_poll = Some(us));
+            return Ok(());
+        }
+        (libc::SOL_SOCKET, libc::SO_BUSY_POLL_BUDGET, OptVal::Int(b)) => {
+            // The kernel refused what it refuses (over U16_MAX; a raise
+            // without CAP_NET_ADMIN) before this.
+            let b = b.clamp(0, u16::MAX as i32) as u16;
+            apply(
+                &e,
+                |a| a.sock.set_busy_poll_budget(b),
+                |p| p.busy_budget = Some(b),
+            );
             return Ok(());
         }
         (libc::SOL_SOCKET, libc::SO_RCVBUF | libc::SO_RCVBUFFORCE, OptVal::Int(b)) => {
@@ -824,7 +850,6 @@ const HARMLESS_SOCKET: &[i32] = &[
     libc::SO_KEEPALIVE,
     libc::SO_BROADCAST,
     libc::SO_PREFER_BUSY_POLL,
-    libc::SO_BUSY_POLL_BUDGET,
 ];
 const HARMLESS_IP: &[i32] = &[
     libc::IP_TTL,

@@ -25,6 +25,8 @@ pub(crate) struct Pending {
     pub(crate) nonblock: bool,
     pub(crate) rcvtimeo: Option<Duration>,
     pub(crate) busy_poll: Option<u32>,
+    /// `SO_BUSY_POLL_BUDGET`.
+    pub(crate) busy_budget: Option<u16>,
     pub(crate) rcvbuf: Option<usize>,
     pub(crate) v6only: bool,
     /// The control messages a read hands back ([`PKTINFO4`], ...).
@@ -173,10 +175,36 @@ pub(crate) fn readable(a: &Accel) -> bool {
 /// that follows waits on the device ([`crate::device`]). False if nothing
 /// was polled.
 pub(crate) fn busy_wait(socks: &[&Arc<Accel>]) -> bool {
+    busy_wait_with(socks, BusyParams::default())
+}
+
+/// An epoll set's own busy-poll parameters (`EPIOCSPARAMS`): what is set
+/// (non-zero) overrides what its sockets say.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BusyParams {
+    /// `busy_poll_usecs`.
+    pub(crate) us: u32,
+    /// `busy_poll_budget`.
+    pub(crate) budget: u16,
+    /// `prefer_busy_poll` (kept for `EPIOCGPARAMS`; rxpath's interrupt
+    /// deferral is the host's, `RXPATH_PREFER_BUSY_POLL`).
+    pub(crate) prefer: bool,
+}
+
+/// [`busy_wait`] with an epoll set's parameters.
+pub(crate) fn busy_wait_with(socks: &[&Arc<Accel>], set: BusyParams) -> bool {
     let Some(first) = socks.first() else {
         return false;
     };
-    let us = socks.iter().map(|a| a.sock.busy_poll()).max().unwrap_or(0);
+    let us = match set.us {
+        0 => socks.iter().map(|a| a.sock.busy_poll()).max().unwrap_or(0),
+        us => us,
+    };
+    let budget = match set.budget {
+        0 => socks.iter().map(|a| a.sock.busy_poll_budget()).max(),
+        b => Some(b as usize),
+    };
+    let budget = budget.unwrap_or(rxpath_core::sock::BUSY_POLL_BUDGET);
     // The distinct NAPIs, as many as a busy-poll session takes.
     let mut ids = arrayvec::ArrayVec::<NapiId, { rxpath_runtime::sock::SESSION_NAPIS }>::new();
     for id in socks.iter().map(|a| a.sock.napi_id()) {
@@ -193,7 +221,9 @@ pub(crate) fn busy_wait(socks: &[&Arc<Accel>]) -> bool {
         return false;
     }
     first.sock.count_busy_poll();
-    rxpath_runtime::sock::busy_loop(host, &ids, us, &|| socks.iter().any(|a| readable(a)));
+    rxpath_runtime::sock::busy_loop(host, &ids, us, budget, &|| {
+        socks.iter().any(|a| readable(a))
+    });
     // A deferred interrupt stays deferred: the caller polls again soon, or
     // sleeps and then either waits on the device or raises it
     // ([`crate::device::sleep_devices`]).

@@ -276,6 +276,42 @@ fn busy_polling_receives_with_the_napi_thread_stopped() {
 }
 
 #[test]
+fn a_busy_poll_takes_the_sockets_budget() {
+    let mut h = host(1, 1);
+    let s = h.udp_bind(sa(HOST4, 7000)).unwrap();
+    inject(&h, sa(PEER4, 5), sa(HOST4, 7000), b"first");
+    assert_eq!(recv_str(&s).0, "first");
+    h.stop_napi_threads();
+    s.set_busy_poll(50_000);
+    for i in 0..100 {
+        let p = format!("d{i}");
+        inject(&h, sa(PEER4, 5), sa(HOST4, 7000), p.as_bytes());
+    }
+    let mut next = 0;
+    // Each read on an empty queue makes one poll of the budget in effect:
+    // the kernel's 8 unset, SO_BUSY_POLL_BUDGET when set, 8 again at 0.
+    for (set, takes) in [(None, 8), (Some(32), 32), (Some(0), 8), (Some(1), 1)] {
+        if let Some(b) = set {
+            s.set_busy_poll_budget(b);
+        }
+        assert_eq!(s.busy_poll_budget(), takes);
+        let before = h.sockets().stats().busy_poll_packets;
+        assert_eq!(recv_str(&s).0, format!("d{next}"));
+        next += 1;
+        let st = h.sockets().stats();
+        assert_eq!(st.busy_poll_packets - before, takes as u64, "{st:?}");
+        assert_eq!(s.queued(), takes - 1);
+        // Read what that poll queued without polling again.
+        for _ in 1..takes {
+            assert_eq!(recv_str(&s).0, format!("d{next}"));
+            next += 1;
+        }
+        assert_eq!(h.sockets().stats().busy_poll_packets - before, takes as u64);
+    }
+    all_home(&h.shutdown());
+}
+
+#[test]
 fn two_busy_pollers_and_the_napi_thread_see_every_packet_once() {
     const N: u32 = 20_000;
     let h = Arc::new(host(1, 1));

@@ -724,11 +724,10 @@ fn metrics_and_live_knobs_are_served_from_inside_the_program() {
     assert!(out.contains("sockets on rxpath 1 "), "{out}");
 }
 
-#[test]
-fn a_c_server_with_recvmmsg_sendmmsg_epoll_pwait2_and_pselect_answers_as_on_the_kernel() {
-    let Some(p) = pair("xc", &["cc"]) else { return };
-    // Built here from its source: a program nobody linked against rxpath.
-    let bin = std::env::temp_dir().join(format!("rxpath-mmsg-echo-{}", std::process::id()));
+/// `tests/apps/mmsg_echo.c`, built here from its source (a program nobody
+/// linked against rxpath) as a temporary file named by `tag`.
+fn mmsg_echo(tag: &str) -> std::path::PathBuf {
+    let bin = std::env::temp_dir().join(format!("rxpath-mmsg-{tag}-{}", std::process::id()));
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/mmsg_echo.c");
     let st = Command::new("cc")
         .args(["-O2", "-o"])
@@ -737,6 +736,24 @@ fn a_c_server_with_recvmmsg_sendmmsg_epoll_pwait2_and_pselect_answers_as_on_the_
         .status()
         .expect("cc");
     assert!(st.success(), "compiling {src}");
+    bin
+}
+
+/// The JSON report `rxpath exec --json` printed among the program's output.
+fn json_report(out: &str, what: &str) -> serde_json::Value {
+    out.lines()
+        .find_map(|l| {
+            serde_json::from_str(l)
+                .ok()
+                .filter(|v: &serde_json::Value| v["accounting"].is_object())
+        })
+        .unwrap_or_else(|| panic!("{what}: no JSON report: {out}"))
+}
+
+#[test]
+fn a_c_server_with_recvmmsg_sendmmsg_epoll_pwait2_and_pselect_answers_as_on_the_kernel() {
+    let Some(p) = pair("xc", &["cc"]) else { return };
+    let bin = mmsg_echo("echo");
     let prog = [bin.to_str().unwrap(), "5311"];
     let mut k = server(&p, None, &prog);
     wait_ready(&mut k);
@@ -759,6 +776,43 @@ fn a_c_server_with_recvmmsg_sendmmsg_epoll_pwait2_and_pselect_answers_as_on_the_
         assert_eq!(on_rxpath["answers"], on_kernel["answers"], "byte for byte");
         assert!(out.contains("sockets on rxpath 1 "), "{out}\n{err}");
         assert!(!out.contains("MISMATCH"), "{out}");
+    }
+    let _ = std::fs::remove_file(&bin);
+}
+
+/// An epoll set's own busy-poll parameters (`EPIOCSPARAMS`, which servers
+/// that suspend interrupts set) make its waits busy-poll, with exec's
+/// busy polling and interrupt suspension both off; without them nothing
+/// busy-polls. The answers are the kernel's either way.
+#[test]
+fn an_epoll_sets_busy_poll_parameters_are_honoured() {
+    let Some(p) = pair("xe", &["cc"]) else { return };
+    let bin = mmsg_echo("busy");
+    let bin = bin.to_str().unwrap().to_string();
+    let off = ["--busy-poll", "0", "--irq-suspend-timeout", "0", "--json"];
+    for (mode, busy) in [("epoll-busy", true), ("", false)] {
+        let mut prog = vec![bin.as_str(), "5321"];
+        if !mode.is_empty() {
+            prog.push(mode);
+        }
+        let mut s = server(&p, Some(&off), &prog);
+        wait_ready(&mut s);
+        let c = client(&p, 5321, 40);
+        let (st, out, err) = finish(s);
+        assert!(st.success(), "{mode:?}: {err}\n{out}");
+        assert_eq!(c["missing"], 0, "{mode:?}: {c}");
+        let rep = json_report(&out, &format!("{mode:?}"));
+        let sock = &rep["host"]["sock"];
+        let polls = sock["busy_polls"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{mode:?}: no busy-poll count: {rep}"));
+        if busy {
+            // A wait busy-polls before it sleeps: nearly every read here.
+            assert!(polls >= 20, "{mode:?}: {polls} busy polls: {sock}");
+            assert!(sock["busy_poll_ns"].as_u64() > Some(0), "{sock}");
+        } else {
+            assert_eq!(polls, 0, "{mode:?}: busy polling is off");
+        }
     }
     let _ = std::fs::remove_file(&bin);
 }
@@ -794,14 +848,7 @@ fn a_sleeping_reader_waits_on_the_device_itself() {
         let what = format!("{mux}, suspension {suspend:?}");
         assert!(st.success(), "{what}: {err}");
         assert_eq!(c["missing"], 0, "{what}: {c}");
-        let rep: serde_json::Value = out
-            .lines()
-            .find_map(|l| {
-                serde_json::from_str(l)
-                    .ok()
-                    .filter(|v: &serde_json::Value| v["accounting"].is_object())
-            })
-            .unwrap_or_else(|| panic!("{what}: no JSON report: {out}"));
+        let rep = json_report(&out, &what);
         let rx = rep["accounting"]["received"].as_u64().unwrap_or(0);
         let irqs = rep["host"]["queues"][0]["device"]["wakeups"]
             .as_u64()

@@ -384,12 +384,13 @@ impl fmt::Debug for BusyPoll<'_> {
 }
 
 impl BusyPoll<'_> {
-    /// Poll once with [`BUSY_POLL_BUDGET`] at `now_ns`; the packets taken,
-    /// or `None` once the NAPI is gone (shutdown).
-    pub fn poll(&mut self, now_ns: u64) -> Option<usize> {
+    /// Poll once at `now_ns`, taking up to `budget` packets (a socket's
+    /// [`super::Socket::busy_poll_budget`], [`BUSY_POLL_BUDGET`] unless
+    /// set); the packets taken, or `None` once the NAPI is gone (shutdown).
+    pub fn poll(&mut self, budget: usize, now_ns: u64) -> Option<usize> {
         self.now = now_ns;
         let cell = self.cell.as_mut()?;
-        Some(cell.poll_busy(BUSY_POLL_BUDGET, now_ns))
+        Some(cell.poll_busy(budget.max(1), now_ns))
     }
 }
 

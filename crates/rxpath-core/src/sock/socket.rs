@@ -72,6 +72,9 @@ pub(crate) struct SockInner {
     pub(crate) rxhash: AtomicU32,
     /// Busy-poll µs (`SO_BUSY_POLL`); `u32::MAX` = the host's busy_read.
     busy_poll_us: AtomicU32,
+    /// Packets a busy poll may take (`SO_BUSY_POLL_BUDGET`); 0 = the
+    /// kernel's `BUSY_POLL_BUDGET`.
+    busy_budget: AtomicU16,
     pub(crate) rcvbuf: AtomicUsize,
     /// Receive timeout in ns (`SO_RCVTIMEO`); 0 = none.
     timeout_ns: AtomicU64,
@@ -223,6 +226,7 @@ impl Socket {
                 napi_id: AtomicU32::new(0),
                 rxhash: AtomicU32::new(0),
                 busy_poll_us: AtomicU32::new(u32::MAX),
+                busy_budget: AtomicU16::new(0),
                 rcvbuf: AtomicUsize::new(host.cfg.rcvbuf),
                 timeout_ns: AtomicU64::new(0),
                 ip_id: AtomicU16::new(0),
@@ -357,6 +361,21 @@ impl Socket {
         match self.inner.busy_poll_us.load(Ordering::Relaxed) {
             u32::MAX => self.host.busy_read(),
             us => us,
+        }
+    }
+
+    /// `SO_BUSY_POLL_BUDGET`: the packets one busy poll of this socket's
+    /// NAPI may take; 0 = [`super::BUSY_POLL_BUDGET`] (`sk_busy_loop`'s
+    /// `READ_ONCE(sk->sk_busy_poll_budget) ?: BUSY_POLL_BUDGET`).
+    pub fn set_busy_poll_budget(&self, budget: u16) {
+        self.inner.busy_budget.store(budget, Ordering::Relaxed);
+    }
+
+    /// The busy-poll budget in effect, packets.
+    pub fn busy_poll_budget(&self) -> usize {
+        match self.inner.busy_budget.load(Ordering::Relaxed) {
+            0 => super::BUSY_POLL_BUDGET,
+            b => b as usize,
         }
     }
 

@@ -9,12 +9,19 @@ use std::sync::Arc;
 /// NAPIs one busy-poll session polls, at most (the first of `ids`).
 pub const SESSION_NAPIS: usize = 8;
 
-/// `napi_busy_loop()`: own the NAPIs in `ids` in turn and poll each with
-/// [`rxpath_core::sock::BUSY_POLL_BUDGET`] until `ready()` or `us` µs have
-/// passed (`us` = 0: one round). A NAPI someone else owns is skipped (the
+/// `napi_busy_loop()`: own the NAPIs in `ids` in turn and poll each,
+/// `budget` packets a poll (`SO_BUSY_POLL_BUDGET`, or
+/// [`rxpath_core::sock::BUSY_POLL_BUDGET`]), until `ready()` or `us` µs
+/// have passed (`us` = 0: one round). A NAPI someone else owns is skipped (the
 /// caller just watches its queue, as the kernel's socket does). The session
 /// is counted in the host's socket counters.
-pub fn busy_loop(socks: &Sockets, ids: &[NapiId], us: u32, ready: &dyn Fn() -> bool) {
+pub fn busy_loop(
+    socks: &Sockets,
+    ids: &[NapiId],
+    us: u32,
+    budget: usize,
+    ready: &dyn Fn() -> bool,
+) {
     // Up to SESSION_NAPIS per session, without allocating (a `recv`
     // passes one; an epoll set the distinct NAPIs of its sockets).
     let mut slots: [Option<Arc<SharedNapi>>; SESSION_NAPIS] = Default::default();
@@ -40,7 +47,7 @@ pub fn busy_loop(socks: &Sockets, ids: &[NapiId], us: u32, ready: &dyn Fn() -> b
             match n.busy_begin() {
                 Some(mut session) => {
                     let mut t = rxpath_dev::mono_ns();
-                    while let Some(p) = session.poll(t) {
+                    while let Some(p) = session.poll(budget, t) {
                         s.loops += 1;
                         s.packets += p as u64;
                         if ready() || t >= end {
@@ -87,7 +94,9 @@ impl UdpSocket {
             return Ok(0);
         };
         self.count_busy_poll();
-        busy_loop(self.host(), &[napi], 0, &|| self.queued() > 0);
+        busy_loop(self.host(), &[napi], 0, self.busy_poll_budget(), &|| {
+            self.queued() > 0
+        });
         self.take(bufs, meta)
     }
 

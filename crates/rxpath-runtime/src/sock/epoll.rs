@@ -28,6 +28,7 @@ pub struct Epoll {
     socks: Vec<(usize, UdpSocket)>,
     host: Arc<Sockets>,
     busy_poll_us: u32,
+    busy_poll_budget: usize,
 }
 
 impl Epoll {
@@ -38,6 +39,7 @@ impl Epoll {
             socks: Vec::new(),
             host: host.clone(),
             busy_poll_us: 0,
+            busy_poll_budget: rxpath_core::sock::BUSY_POLL_BUDGET,
         }
     }
 
@@ -52,6 +54,15 @@ impl Epoll {
     /// kernel's `EPIOCSPARAMS busy_poll_usecs`); 0 = off.
     pub fn set_busy_poll(&mut self, us: u32) {
         self.busy_poll_us = us;
+    }
+
+    /// The packets one busy poll may take (`EPIOCSPARAMS busy_poll_budget`;
+    /// 0 = the kernel's `BUSY_POLL_BUDGET`).
+    pub fn set_busy_poll_budget(&mut self, budget: u16) {
+        self.busy_poll_budget = match budget {
+            0 => rxpath_core::sock::BUSY_POLL_BUDGET,
+            b => b as usize,
+        };
     }
 
     fn scan(&self, ready: &mut Vec<usize>) -> usize {
@@ -76,9 +87,13 @@ impl Epoll {
             ids.sort_unstable();
             ids.dedup();
             let socks = &self.socks;
-            busy_loop(&self.host, &ids, self.busy_poll_us, &|| {
-                socks.iter().any(|(_, s)| s.queued() > 0)
-            });
+            busy_loop(
+                &self.host,
+                &ids,
+                self.busy_poll_us,
+                self.busy_poll_budget,
+                &|| socks.iter().any(|(_, s)| s.queued() > 0),
+            );
             if self.scan(ready) > 0 {
                 return ready.len();
             }

@@ -82,9 +82,13 @@ impl UdpSocket {
         }
         if let Some(napi) = self.busy_napi() {
             self.count_busy_poll();
-            busy_loop(self.host(), &[napi], self.busy_poll(), &|| {
-                self.queued() > 0
-            });
+            busy_loop(
+                self.host(),
+                &[napi],
+                self.busy_poll(),
+                self.busy_poll_budget(),
+                &|| self.queued() > 0,
+            );
             if self.queued() > 0 {
                 return Ok(());
             }
