@@ -70,6 +70,15 @@ pub(super) fn ifindex_u32(iface: &str) -> io::Result<u32> {
     ifindex(iface).map(|i| i as u32)
 }
 
+/// The RX ring of a queue with `frames` frames: half of them, a power of
+/// two, at least 2048 (what a 4096-frame queue has): the rest stay in the
+/// fill ring and in the sockets' queues. A deeper ring holds a longer
+/// burst while the program is away (the ring is where a queue's backlog
+/// waits under interrupt suspension).
+fn rx_ring_size(frames: usize) -> u32 {
+    ((frames / 2).max(2048) as u32).next_power_of_two()
+}
+
 /// What binding one RX queue's socket needs.
 struct Bind<'a> {
     iface: &'a str,
@@ -106,7 +115,9 @@ impl Bind<'_> {
         } else {
             libc::XDP_COPY
         };
-        let rx = sock.rx_ring(2048).map_err(|e| ctx(e, "RX ring"))?;
+        let rx = sock
+            .rx_ring(rx_ring_size(free.len()))
+            .map_err(|e| ctx(e, "RX ring"))?;
         // The TX ring must exist before bind; its frames are the last
         // `tx_frames` of this queue's share.
         let tx_frames = tx_frames.min(free.len() / 2);
