@@ -186,8 +186,9 @@ pub(crate) struct BusyParams {
     pub(crate) us: u32,
     /// `busy_poll_budget`.
     pub(crate) budget: u16,
-    /// `prefer_busy_poll` (kept for `EPIOCGPARAMS`; rxpath's interrupt
-    /// deferral is the host's, `RXPATH_PREFER_BUSY_POLL`).
+    /// `prefer_busy_poll`: recorded, not acted on (the kernel set keeps it
+    /// and answers `EPIOCGPARAMS`; rxpath's interrupt deferral is the
+    /// host's, `RXPATH_PREFER_BUSY_POLL`).
     pub(crate) prefer: bool,
 }
 
