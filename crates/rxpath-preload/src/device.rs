@@ -57,8 +57,7 @@ impl Drop for DeviceSleep<'_> {
         let socks = self.socks;
         if let Some(first) = socks.first() {
             let ready = || socks.iter().any(|a| readable(a));
-            let budget = socks.iter().map(|a| a.sock.busy_poll_budget()).max();
-            let budget = budget.unwrap_or(rxpath_core::sock::BUSY_POLL_BUDGET);
+            let budget = crate::sock::budget_of(socks);
             rxpath_runtime::sock::busy_loop(first.sock.host(), &ids, 0, budget, &ready);
         }
     }

@@ -552,13 +552,9 @@ pub(crate) fn sock_errno(e: SockError) -> Errno {
 
 /// `ioctl(EPIOCSPARAMS)` on an epoll set the kernel accepted: the set's
 /// busy polling uses them (`ep_busy_loop`).
-pub(crate) fn epoll_params(fd: RawFd, us: u32, budget: u16, prefer: u8) {
+pub(crate) fn epoll_params(fd: RawFd, us: u32, budget: u16) {
     if let Some(Entry::Epoll(set)) = table::get(fd) {
-        set.set_params(crate::sock::BusyParams {
-            us,
-            budget,
-            prefer: prefer != 0,
-        });
+        set.set_params(crate::sock::BusyParams { us, budget });
     }
 }
 

@@ -186,10 +186,15 @@ pub(crate) struct BusyParams {
     pub(crate) us: u32,
     /// `busy_poll_budget`.
     pub(crate) budget: u16,
-    /// `prefer_busy_poll`: recorded, not acted on (the kernel set keeps it
-    /// and answers `EPIOCGPARAMS`; rxpath's interrupt deferral is the
-    /// host's, `RXPATH_PREFER_BUSY_POLL`).
-    pub(crate) prefer: bool,
+    // `prefer_busy_poll` is not kept: rxpath's interrupt deferral is the
+    // host's (`RXPATH_PREFER_BUSY_POLL`); the kernel set keeps all three
+    // and answers `EPIOCGPARAMS`.
+}
+
+/// The busy-poll budget of a wait over `socks`: the largest of theirs.
+pub(crate) fn budget_of(socks: &[&Arc<Accel>]) -> usize {
+    let b = socks.iter().map(|a| a.sock.busy_poll_budget()).max();
+    b.unwrap_or(rxpath_core::sock::BUSY_POLL_BUDGET)
 }
 
 /// [`busy_wait`] with an epoll set's parameters.
@@ -202,10 +207,9 @@ pub(crate) fn busy_wait_with(socks: &[&Arc<Accel>], set: BusyParams) -> bool {
         us => us,
     };
     let budget = match set.budget {
-        0 => socks.iter().map(|a| a.sock.busy_poll_budget()).max(),
-        b => Some(b as usize),
+        0 => budget_of(socks),
+        b => b as usize,
     };
-    let budget = budget.unwrap_or(rxpath_core::sock::BUSY_POLL_BUDGET);
     // The distinct NAPIs, as many as a busy-poll session takes.
     let mut ids = arrayvec::ArrayVec::<NapiId, { rxpath_runtime::sock::SESSION_NAPIS }>::new();
     for id in socks.iter().map(|a| a.sock.napi_id()) {

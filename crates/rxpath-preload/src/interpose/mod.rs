@@ -361,12 +361,7 @@ pub extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: c_ulong) -> c_int {
     if r == 0 && req == libc::EPIOCSPARAMS as c_ulong && arg != 0 {
         // SAFETY: the kernel just read a `struct epoll_params` from `arg`.
         let p = unsafe { std::ptr::read_unaligned(arg as *const libc::epoll_params) };
-        ops::epoll_params(
-            fd,
-            p.busy_poll_usecs,
-            p.busy_poll_budget,
-            p.prefer_busy_poll,
-        );
+        ops::epoll_params(fd, p.busy_poll_usecs, p.busy_poll_budget);
     }
     r
 }
