@@ -32,10 +32,12 @@ pub struct ExecArgs {
     /// busy poll.
     #[arg(long, default_value_t = 0, value_name = "NS")]
     pub prefer_busy_poll: u64,
-    /// A thread that waits on a socket (without busy polling) polls its
-    /// queue once and keeps the interrupt suspended up to NS; asleep, it
-    /// waits on the device itself: one wakeup per burst instead of the
-    /// interrupt thread's and then its own (0 = off).
+    /// IRQ suspension: a thread that waits on a socket (without busy
+    /// polling) polls its queue once and keeps the interrupt suspended up
+    /// to NS; asleep, it waits on the device itself: one wakeup per burst
+    /// instead of the interrupt thread's and then its own. An epoll wait
+    /// that hands over events keeps the suspension for NS from then, with
+    /// or without busy polling (0 = off).
     #[arg(long, default_value_t = 20_000_000, value_name = "NS")]
     pub irq_suspend_timeout: u64,
     /// NAPI threads.

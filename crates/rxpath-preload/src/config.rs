@@ -8,7 +8,7 @@
 //! | `RXPATH_BUSY_POLL` | `SO_BUSY_POLL` for every socket, µs (`net.core.busy_read`) | 0: readers sleep |
 //! | `RXPATH_BUSY_POLL_BUDGET` | `SO_BUSY_POLL_BUDGET` for every socket: the packets one poll of a reading or waiting thread takes from its queue (a socket's own setting wins) | 64 |
 //! | `RXPATH_PREFER_BUSY_POLL` | keep the queue's interrupt masked after a busy poll, ns | 0 |
-//! | `RXPATH_IRQ_SUSPEND_TIMEOUT` | a thread that waits on a socket polls its queue first and keeps the interrupt suspended up to this long, ns; asleep, it waits on the device itself (0: the interrupt thread wakes it) | 20000000 |
+//! | `RXPATH_IRQ_SUSPEND_TIMEOUT` | a thread that waits on a socket polls its queue first and keeps the interrupt suspended up to this long, ns; asleep, it waits on the device itself (0: the interrupt thread wakes it); an epoll wait that hands over events keeps it suspended this long from then | 20000000 |
 //! | `RXPATH_NAPI_THREADS` | NAPI threads | 1 |
 //! | `RXPATH_GRO_FLUSH_TIMEOUT` | `gro_flush_timeout`, ns | 0 |
 //! | `RXPATH_NAPI_DEFER_HARD_IRQS` | `napi_defer_hard_irqs` | 0 |

@@ -4,6 +4,7 @@
 
 use crate::sock::{busy_wait_with, deadline, errno, left_ms, lock, readable, Accel, BusyParams};
 use crate::sys;
+use rxpath_core::NapiId;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -237,7 +238,12 @@ impl EpSet {
         Ok(n)
     }
 
+    /// The rxpath members' events into `out`. Handing events over is
+    /// `ep_suspend_napi_irqs()`: their NAPIs stay deferred for the IRQ
+    /// suspension timeout, as the caller is busy with them now.
     fn scan_members(&self, out: &mut [libc::epoll_event]) -> usize {
+        let mut ids = arrayvec::ArrayVec::<NapiId, { rxpath_runtime::sock::SESSION_NAPIS }>::new();
+        let mut host = None;
         let mut m = lock(&self.members);
         let mut n = 0;
         for x in m.iter_mut() {
@@ -257,7 +263,15 @@ impl EpSet {
                 if x.events & libc::EPOLLONESHOT as u32 != 0 {
                     x.disabled = true;
                 }
+                let id = x.sock.sock.napi_id();
+                if id.0 != 0 && !ids.contains(&id) && ids.try_push(id).is_ok() {
+                    host.get_or_insert_with(|| x.sock.sock.host().clone());
+                }
             }
+        }
+        drop(m);
+        if let Some(h) = host {
+            rxpath_runtime::sock::suspend_irqs(&h, &ids);
         }
         n
     }

@@ -355,6 +355,8 @@ impl Global {
                 0 => c.irq_suspend_timeout_ns,
                 ns => ns,
             },
+            // And while a thread is being handed events, the suspension.
+            irq_suspend_timeout_ns: c.irq_suspend_timeout_ns,
             gro_flush_timeout_ns: c.gro_flush_timeout_ns,
             defer_hard_irqs: c.defer_hard_irqs,
             frames_per_queue: FRAMES_PER_QUEUE,

@@ -465,11 +465,13 @@ fn epoll_reports_the_ready_socket_and_rfs_records_the_reader() {
     all_home(&h.shutdown());
 }
 
-#[test]
-fn prefer_busy_poll_defers_the_interrupt_until_the_socket_sleeps() {
+/// A host on the simulated NIC (an interrupt per frame) with these
+/// prefer-busy-poll deferral and IRQ suspension timeouts, and a socket on
+/// port 7000 that has read a first datagram.
+fn deferring_host(prefer_ns: u64, suspend_ns: u64) -> (Arc<Host>, UdpSocket) {
     let mut cfg = HostConfig {
-        // Deferral far longer than the test: only resume_irqs can end it.
-        prefer_busy_poll_ns: 60_000_000_000,
+        prefer_busy_poll_ns: prefer_ns,
+        irq_suspend_timeout_ns: suspend_ns,
         ..Default::default()
     };
     cfg.sock.local_addrs = vec![HOST4.parse().unwrap()];
@@ -481,23 +483,68 @@ fn prefer_busy_poll_defers_the_interrupt_until_the_socket_sleeps() {
     let s = h.udp_bind(sa(HOST4, 7000)).unwrap();
     inject(&h, sa(PEER4, 5), sa(HOST4, 7000), b"learn");
     assert_eq!(recv_str(&s).0, "learn");
+    (h, s)
+}
+
+/// Send "busy" to port 7000 once a busy poller owns the NAPI and has
+/// masked the queue's interrupt (`busy_start`), so that busy polling finds
+/// it: on a loaded machine the NAPI thread may still be finishing the
+/// previous poll, and a packet it takes by interrupt defers nothing.
+fn inject_once_busy_polled(h: &Arc<Host>) -> thread::JoinHandle<()> {
+    let h = h.clone();
+    thread::spawn(move || {
+        let give_up = Instant::now() + Duration::from_secs(1);
+        let n = &h.napis()[0];
+        let masked = || n.state.in_busy_poll() && !n.irq.as_ref().unwrap().is_armed();
+        while !masked() && Instant::now() < give_up {
+            thread::yield_now();
+        }
+        inject(&h, sa(PEER4, 5), sa(HOST4, 7000), b"busy");
+    })
+}
+
+/// An epoll set busy-polls a host whose prefer-busy-poll deferral is
+/// 200 µs and whose IRQ suspension timeout is `suspend_ns`, and is handed
+/// one datagram found by that busy poll. Returns whether the interrupt is
+/// still deferred 50 ms later (the waiter is busy with what it was handed
+/// and has not polled again).
+fn deferred_after_handing_over(suspend_ns: u64) -> bool {
+    let (h, s) = deferring_host(200_000, suspend_ns);
+    let mut ep = Epoll::new(h.sockets());
+    ep.add(&s, 1);
+    ep.set_busy_poll(2_000_000);
+    let t = inject_once_busy_polled(&h);
+    let mut ready = Vec::new();
+    assert_eq!(ep.wait(&mut ready, Some(Duration::from_secs(5))), 1);
+    t.join().unwrap();
+    assert!(h.napis()[0].deferred_until() != 0, "interrupt deferred");
+    // Busy with the datagram, far longer than the 200 µs deferral.
+    thread::sleep(Duration::from_millis(50));
+    let deferred = h.napis()[0].deferred_until() != 0;
+    assert_eq!(recv_str(&s).0, "busy");
+    drop((ep, s));
+    all_home(&Arc::into_inner(h).unwrap().shutdown());
+    deferred
+}
+
+#[test]
+fn an_epoll_wait_that_hands_over_events_suspends_the_interrupt() {
+    // `ep_suspend_napi_irqs()`: the deferral runs on for the suspension
+    // timeout (60 s here) from the hand-over...
+    assert!(deferred_after_handing_over(60_000_000_000));
+    // ...and without one the NAPI thread takes the queue back when the
+    // 200 µs deferral lapses.
+    assert!(!deferred_after_handing_over(0));
+}
+
+#[test]
+fn prefer_busy_poll_defers_the_interrupt_until_the_socket_sleeps() {
+    // Deferral far longer than the test: only resume_irqs can end it.
+    let (h, s) = deferring_host(60_000_000_000, 0);
     // Found by busy polling (a busy poll long enough for any scheduling);
     // the interrupt stays masked afterwards.
     s.set_busy_poll(2_000_000);
-    // Inject only once the socket owns the NAPI in busy poll and has masked
-    // the queue's interrupt (`busy_start`): on a loaded machine the
-    // NAPI thread may still be finishing the previous poll, and a packet
-    // it takes by interrupt defers nothing.
-    let h2 = h.clone();
-    let t = thread::spawn(move || {
-        let give_up = std::time::Instant::now() + Duration::from_secs(1);
-        let n = &h2.napis()[0];
-        let masked = || n.state.in_busy_poll() && !n.irq.as_ref().unwrap().is_armed();
-        while !masked() && std::time::Instant::now() < give_up {
-            thread::yield_now();
-        }
-        inject(&h2, sa(PEER4, 5), sa(HOST4, 7000), b"busy");
-    });
+    let t = inject_once_busy_polled(&h);
     assert_eq!(recv_str(&s).0, "busy");
     t.join().unwrap();
     assert!(h.napis()[0].deferred_until() != 0, "interrupt deferred");

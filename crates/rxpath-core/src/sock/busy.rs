@@ -182,6 +182,9 @@ pub struct SharedNapi {
     defer_ns: AtomicU64,
     /// While deferred: when the NAPI thread must take the NAPI back.
     defer_until: AtomicU64,
+    /// IRQ suspension (`irq_suspend_timeout`, ns; 0 = off): how long a
+    /// deferral lasts once a waiter was handed events ([`Self::suspend_irqs`]).
+    suspend_ns: AtomicU64,
     /// The NAPI timer's deadline as its last poller left it (0: none), for
     /// the NAPI thread to watch without the cell's lock.
     timer_at: AtomicU64,
@@ -218,6 +221,7 @@ impl SharedNapi {
             cell: Mutex::new(Some(Box::new(NapiCell { napi, stack }))),
             defer_ns: AtomicU64::new(0),
             defer_until: AtomicU64::new(0),
+            suspend_ns: AtomicU64::new(0),
             timer_at: AtomicU64::new(0),
             watcher_asleep: std::sync::atomic::AtomicBool::new(false),
             device_sleepers: std::sync::atomic::AtomicU32::new(0),
@@ -234,6 +238,50 @@ impl SharedNapi {
     /// off: the interrupt is re-armed at once.
     pub fn set_prefer_busy_poll(&self, ns: u64) {
         self.defer_ns.store(ns, Ordering::Relaxed);
+    }
+
+    /// The IRQ suspension timeout (`irq_suspend_timeout`, Linux 6.13), ns:
+    /// while a waiter is being handed events, a deferred interrupt stays
+    /// deferred this long from each hand-over ([`Self::suspend_irqs`]),
+    /// however short the prefer-busy-poll deferral. 0 = off.
+    pub fn set_irq_suspend_timeout(&self, ns: u64) {
+        self.suspend_ns.store(ns, Ordering::Relaxed);
+    }
+
+    /// The IRQ suspension timeout, ns (0: off).
+    pub fn irq_suspend_timeout(&self) -> u64 {
+        self.suspend_ns.load(Ordering::Relaxed)
+    }
+
+    /// `napi_suspend_irqs()`, as `ep_poll` calls it when it hands events to
+    /// the application with prefer busy polling: the application is busy
+    /// with them and polls again when done, so a deferred interrupt stays
+    /// deferred for the suspension timeout from `now_ns` (never shortened).
+    /// Without it, an application that takes longer than the short
+    /// prefer-busy-poll deferral over what it was given loses its queue to
+    /// the NAPI thread, which then moves the ring's backlog into its socket
+    /// buffer. A NAPI that is not deferred (its thread took it back) is
+    /// left alone, as is every NAPI when the timeout is 0.
+    pub fn suspend_irqs(&self, now_ns: u64) {
+        let ns = self.suspend_ns.load(Ordering::Relaxed);
+        if ns == 0 {
+            return;
+        }
+        let until = now_ns.saturating_add(ns);
+        let mut cur = self.defer_until.load(Ordering::Acquire);
+        // Only a live deferral is extended: a 0 stored by the NAPI thread
+        // (it owns the NAPI now) wins over this.
+        while cur != 0 && cur < until {
+            match self.defer_until.compare_exchange_weak(
+                cur,
+                until,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
     }
 
     /// The NAPI timer's deadline (0: none), as the last poll left it.

@@ -640,6 +640,27 @@ impl Sockets {
         }
     }
 
+    /// `napi_suspend_irqs()` on these NAPIs at `now_ns`
+    /// ([`super::SharedNapi::suspend_irqs`]): a waiter was handed events.
+    pub fn suspend_irqs(&self, ids: &[NapiId], now_ns: u64) {
+        let m = read(&self.napis);
+        for id in ids {
+            if let Some(n) = m.get(id) {
+                n.suspend_irqs(now_ns);
+            }
+        }
+    }
+
+    /// True if any of these NAPIs is deferred and has an IRQ suspension
+    /// timeout (the clock is worth reading for [`Self::suspend_irqs`]).
+    pub fn suspends(&self, ids: &[NapiId]) -> bool {
+        let m = read(&self.napis);
+        ids.iter().any(|id| {
+            m.get(id)
+                .is_some_and(|n| n.irq_suspend_timeout() > 0 && n.deferred_until() != 0)
+        })
+    }
+
     /// Add one busy-poll session's figures to the counters.
     pub fn count_busy_session(&self, s: BusySession) {
         let c = &self.counters;

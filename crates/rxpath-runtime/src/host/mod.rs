@@ -88,6 +88,10 @@ pub struct HostConfig {
     /// Prefer busy polling: after a busy poll keep the queue's interrupt
     /// masked this long, ns ([`SharedNapi::set_prefer_busy_poll`]); 0 = off.
     pub prefer_busy_poll_ns: u64,
+    /// IRQ suspension (`irq_suspend_timeout`): while an epoll waiter is
+    /// handed events, a deferred interrupt stays deferred this long, ns
+    /// ([`SharedNapi::set_irq_suspend_timeout`]); 0 = off.
+    pub irq_suspend_timeout_ns: u64,
     /// Interfaces: run a NAPI in the context that takes its interrupt (the
     /// queue's IRQ thread), as the kernel runs NAPI in softirq right after
     /// the hard IRQ, instead of waking a NAPI thread (the kernel's threaded
@@ -138,6 +142,7 @@ impl Default for HostConfig {
             pin_napi: false,
             frames_per_queue: 4096,
             prefer_busy_poll_ns: 0,
+            irq_suspend_timeout_ns: 0,
             napi_in_irq: true,
             sock: SockConfig::default(),
             steer: rxpath_core::steer::SteerConfig::default(),
@@ -227,6 +232,7 @@ fn share_napi<Q: RxQueue + Send + 'static>(
         None => SharedNapi::new(napi, sockets.stage(qi)),
     };
     shared.set_prefer_busy_poll(cfg.prefer_busy_poll_ns);
+    shared.set_irq_suspend_timeout(cfg.irq_suspend_timeout_ns);
     if irq_context {
         if let Some(irq) = &shared.irq {
             let weak = Arc::downgrade(&shared);

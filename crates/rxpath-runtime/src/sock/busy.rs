@@ -9,6 +9,16 @@ use std::sync::Arc;
 /// NAPIs one busy-poll session polls, at most (the first of `ids`).
 pub const SESSION_NAPIS: usize = 8;
 
+/// `ep_suspend_napi_irqs()`: a waiter on these NAPIs' sockets is handed
+/// events; each deferred NAPI with an IRQ suspension timeout stays
+/// deferred that long from now ([`SharedNapi::suspend_irqs`]). The clock
+/// is read only if one does.
+pub fn suspend_irqs(socks: &Sockets, ids: &[NapiId]) {
+    if socks.suspends(ids) {
+        socks.suspend_irqs(ids, rxpath_dev::mono_ns());
+    }
+}
+
 /// `napi_busy_loop()`: own the NAPIs in `ids` in turn and poll each,
 /// `budget` packets a poll (`SO_BUSY_POLL_BUDGET`, or
 /// [`rxpath_core::sock::BUSY_POLL_BUDGET`]), until `ready()` or `us` µs

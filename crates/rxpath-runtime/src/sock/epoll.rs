@@ -78,6 +78,24 @@ impl Epoll {
     /// Fill `ready` with the tokens of sockets that have datagrams (or are
     /// closed), waiting up to `timeout` (`None` = forever). Returns how many.
     pub fn wait(&self, ready: &mut Vec<usize>, timeout: Option<Duration>) -> usize {
+        let n = self.wait_for(ready, timeout);
+        self.suspend_ready(ready);
+        n
+    }
+
+    /// `ep_suspend_napi_irqs()`: the ready sockets' NAPIs stay deferred for
+    /// their IRQ suspension timeout, as this thread is now busy with what
+    /// it was handed ([`crate::sock::suspend_irqs`]).
+    fn suspend_ready(&self, ready: &[usize]) {
+        for (_, s) in self.socks.iter().filter(|(t, _)| ready.contains(t)) {
+            let id = s.napi_id();
+            if id.0 != 0 {
+                super::busy::suspend_irqs(&self.host, &[id]);
+            }
+        }
+    }
+
+    fn wait_for(&self, ready: &mut Vec<usize>, timeout: Option<Duration>) -> usize {
         if self.scan(ready) > 0 {
             return ready.len();
         }

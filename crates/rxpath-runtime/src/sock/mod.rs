@@ -24,7 +24,7 @@ mod poll;
 mod serve;
 mod wait;
 
-pub use busy::{busy_loop, SESSION_NAPIS};
+pub use busy::{busy_loop, suspend_irqs, SESSION_NAPIS};
 pub use epoll::Epoll;
 
 /// Who watches a socket's readiness from outside its reads: an [`Epoll`]
