@@ -243,7 +243,6 @@ impl EpSet {
     /// suspension timeout, as the caller is busy with them now.
     fn scan_members(&self, out: &mut [libc::epoll_event]) -> usize {
         let mut ids = arrayvec::ArrayVec::<NapiId, { rxpath_runtime::sock::SESSION_NAPIS }>::new();
-        let mut host = None;
         let mut m = lock(&self.members);
         let mut n = 0;
         for x in m.iter_mut() {
@@ -264,14 +263,13 @@ impl EpSet {
                     x.disabled = true;
                 }
                 let id = x.sock.sock.napi_id();
-                if id.0 != 0 && !ids.contains(&id) && ids.try_push(id).is_ok() {
-                    host.get_or_insert_with(|| x.sock.sock.host().clone());
+                if id.0 != 0 && !ids.contains(&id) {
+                    let _ = ids.try_push(id);
                 }
             }
         }
-        drop(m);
-        if let Some(h) = host {
-            rxpath_runtime::sock::suspend_irqs(&h, &ids);
+        if let Some(first) = m.first().filter(|_| !ids.is_empty()) {
+            rxpath_runtime::sock::suspend_irqs(first.sock.sock.host(), &ids);
         }
         n
     }

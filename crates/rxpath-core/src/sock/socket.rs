@@ -640,25 +640,22 @@ impl Sockets {
         }
     }
 
-    /// `napi_suspend_irqs()` on these NAPIs at `now_ns`
+    /// `napi_suspend_irqs()` on these NAPIs
     /// ([`super::SharedNapi::suspend_irqs`]): a waiter was handed events.
-    pub fn suspend_irqs(&self, ids: &[NapiId], now_ns: u64) {
+    /// `now` is read once, and only if one of them is deferred with an IRQ
+    /// suspension timeout.
+    pub fn suspend_irqs(&self, ids: &[NapiId], now: impl FnOnce() -> u64) {
         let m = read(&self.napis);
-        for id in ids {
-            if let Some(n) = m.get(id) {
-                n.suspend_irqs(now_ns);
+        let mut now = Some(now);
+        let mut t = 0;
+        for n in ids.iter().filter_map(|id| m.get(id)) {
+            if n.irq_suspend_timeout() > 0 && n.deferred_until() != 0 {
+                if let Some(f) = now.take() {
+                    t = f();
+                }
+                n.suspend_irqs(t);
             }
         }
-    }
-
-    /// True if any of these NAPIs is deferred and has an IRQ suspension
-    /// timeout (the clock is worth reading for [`Self::suspend_irqs`]).
-    pub fn suspends(&self, ids: &[NapiId]) -> bool {
-        let m = read(&self.napis);
-        ids.iter().any(|id| {
-            m.get(id)
-                .is_some_and(|n| n.irq_suspend_timeout() > 0 && n.deferred_until() != 0)
-        })
     }
 
     /// Add one busy-poll session's figures to the counters.

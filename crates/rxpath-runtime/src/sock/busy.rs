@@ -14,9 +14,7 @@ pub const SESSION_NAPIS: usize = 8;
 /// deferred that long from now ([`SharedNapi::suspend_irqs`]). The clock
 /// is read only if one does.
 pub fn suspend_irqs(socks: &Sockets, ids: &[NapiId]) {
-    if socks.suspends(ids) {
-        socks.suspend_irqs(ids, rxpath_dev::mono_ns());
-    }
+    socks.suspend_irqs(ids, rxpath_dev::mono_ns);
 }
 
 /// `napi_busy_loop()`: own the NAPIs in `ids` in turn and poll each,
