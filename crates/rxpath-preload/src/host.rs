@@ -228,6 +228,15 @@ impl Global {
         }
     }
 
+    /// The kernel receives the interface's frames too (AF_PACKET): a
+    /// kernel socket behind a served fd must leave them to rxpath.
+    pub(crate) fn kernel_sees_frames(&self) -> bool {
+        self.state()
+            .running
+            .as_ref()
+            .is_some_and(|r| r.host.kernel_sees_frames())
+    }
+
     /// The interface is configured: sockets may be accelerated.
     pub(crate) fn enabled(&self) -> bool {
         self.cfg.iface.is_some() && !is_fork_child()

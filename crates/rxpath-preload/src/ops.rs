@@ -67,6 +67,18 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
             return g.fallback(why, &detail);
         }
     };
+    if g.kernel_sees_frames() {
+        // AF_PACKET reads a copy: the kernel socket behind the fd keeps
+        // only what came another way (loopback, another interface).
+        if let Err(e) = crate::sys::drop_from_iface(fd, g.ifindex()) {
+            drop(sock);
+            table::remove(fd);
+            g.release(addr.port());
+            let why =
+                format!("{addr}: filtering the interface's copies off its kernel socket: {e}");
+            return g.fallback(Fallback::HostFailed, &why);
+        }
+    }
     if let Some(us) = p.busy_poll {
         sock.set_busy_poll(us);
     }

@@ -21,7 +21,9 @@ fn pair(tag: &str) -> Option<Pair> {
 fn blast(ns: &str, port: u16, n: usize, quit: bool, tag: &str) -> serde_json::Value {
     let (port, n) = (port.to_string(), n.to_string());
     let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns, "python3", BLAST, SRV, &port, &n, "--tag", tag]);
+    c.args([
+        "netns", "exec", ns, "python3", BLAST, SRV, &port, &n, "--tag", tag,
+    ]);
     if !quit {
         c.arg("--no-quit");
     }
@@ -32,6 +34,23 @@ fn blast(ns: &str, port: u16, n: usize, quit: bool, tag: &str) -> serde_json::Va
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("blast json")
+}
+
+/// Wait for `ready` on `c`'s stdout; what it prints after, on a thread
+/// (for a second server beside the one [`wait_ready`] follows).
+fn ready_then_rest(c: &mut std::process::Child) -> std::thread::JoinHandle<String> {
+    use std::io::{BufRead, Read};
+    let mut r = std::io::BufReader::new(c.stdout.take().unwrap());
+    let mut l = String::new();
+    while l.trim() != "ready" {
+        l.clear();
+        assert!(r.read_line(&mut l).unwrap() > 0, "ended before ready");
+    }
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = r.read_to_string(&mut s);
+        s
+    })
 }
 
 /// The sink's JSON line in what the server printed after `ready`.
@@ -74,4 +93,31 @@ fn af_packet_delivers_each_datagram_once() {
     assert_eq!(r, k, "AF_PACKET reads as the kernel does: {out}\n{err}");
     assert!(out.contains("sockets on rxpath 1 "), "{out}");
     assert!(!out.contains("MISMATCH"), "{out}");
+}
+
+/// A second exec on an interface whose XDP slot the first one holds: it
+/// falls back to AF_PACKET, says why, and both programs read each of
+/// their datagrams once.
+#[test]
+fn a_second_exec_on_the_interface_falls_back_and_says_why() {
+    let Some(p) = pair("e2") else { return };
+    let first = ["python3", SINK, "--port", "5402"];
+    let mut a = server(&p, Some(&[]), &first);
+    let rest_a = ready_then_rest(&mut a);
+    let (r, out, err) = sink_run(&p, Some(&[]));
+    assert_eq!(r["read"], 320, "the second exec: {out}\n{err}");
+    assert_eq!(r["distinct"], 320, "the second exec: {out}\n{err}");
+    assert!(out.contains("AF_PACKET on"), "{out}");
+    assert!(out.contains("AF_XDP failed"), "says why: {out}\n{err}");
+    // The first still serves its port, once each.
+    blast(&p.cli, 5402, 100, true, "first");
+    let st = a.wait().unwrap();
+    let out1 = rest_a.join().unwrap();
+    let mut err1 = String::new();
+    let _ = std::io::Read::read_to_string(&mut a.stderr.take().unwrap(), &mut err1);
+    assert!(st.success(), "{err1}");
+    let r1 = sink_line(&out1);
+    assert_eq!(r1["read"], 100, "the first exec: {out1}\n{err1}");
+    assert_eq!(r1["distinct"], 100, "{out1}");
+    assert!(out1.contains("AF_XDP"), "{out1}");
 }

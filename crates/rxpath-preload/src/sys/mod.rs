@@ -333,3 +333,61 @@ pub(crate) fn sockaddr(a: std::net::SocketAddr) -> (libc::sockaddr_storage, usiz
     };
     (st, size)
 }
+
+/// A classic BPF socket filter on `fd` that drops what arrived on
+/// interface `ifindex` and keeps the rest (loopback, other interfaces):
+/// the kernel socket behind a served fd on AF_PACKET, where rxpath reads
+/// the interface's copy of each datagram. The kernel counts what the
+/// filter drops (`Udp: InErrors`, drop reason `SOCKET_FILTER`).
+pub(crate) fn drop_from_iface(fd: RawFd, ifindex: u32) -> io::Result<()> {
+    const SKF_AD_OFF: u32 = (-0x1000i32) as u32;
+    const SKF_AD_IFINDEX: u32 = 8;
+    let mut prog = [
+        // A = skb->dev->ifindex
+        libc::sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: SKF_AD_OFF + SKF_AD_IFINDEX,
+        },
+        // if A == ifindex: drop, else keep
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: ifindex,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: u32::MAX,
+        },
+    ];
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_mut_ptr(),
+    };
+    // SAFETY: `fprog` points at `prog`, both live across the call; the
+    // kernel copies the program.
+    let r = unsafe {
+        real::setsockopt()(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}

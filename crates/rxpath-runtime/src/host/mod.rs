@@ -450,7 +450,10 @@ impl Host {
             Ok(x) => x,
             Err(e) if fallback => {
                 log::warn!("AF_XDP on {iface} failed ({e}); using AF_PACKET instead");
-                return Self::start(cfg, HostDevice::Packet { iface });
+                let mut h = Self::start(cfg, HostDevice::Packet { iface })?;
+                // The backend says why, wherever it is printed.
+                h.backend.push_str(&format!(" (AF_XDP failed: {e})"));
+                return Ok(h);
             }
             Err(e) => return Err(RunError::Device(format!("AF_XDP on {iface}: {e}"))),
         };
@@ -600,6 +603,14 @@ impl Host {
     /// What the host runs on (backend, XDP mode, queues).
     pub fn backend(&self) -> &str {
         &self.backend
+    }
+
+    /// The kernel receives every frame this host reads, too: AF_PACKET
+    /// taps a copy where AF_XDP's program takes the frame. A program
+    /// that reads a kernel socket on a port rxpath serves must then
+    /// leave the interface's datagrams to rxpath, or read them twice.
+    pub fn kernel_sees_frames(&self) -> bool {
+        self.guards.is_some() && self.xdp.is_none()
     }
 
     /// The socket layer.
