@@ -33,6 +33,9 @@ pub enum Fallback {
     BindRefused,
     /// An option set before `bind` that rxpath cannot honour.
     Option,
+    /// An option set after `bind` that rxpath cannot honour: the socket
+    /// was handed back to the kernel.
+    OptionAfterBind,
     /// Duplicated (`dup`) before `bind`.
     Dup,
     /// `RXPATH_PORTS` / `RXPATH_KERNEL_PORTS` leave the port to the kernel.

@@ -122,6 +122,7 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
         ktoken: crate::kside::token(),
         shut: 0.into(),
         held: Default::default(),
+        kernel_only: false.into(),
     };
     let a = Arc::new(a);
     crate::kside::watch(&a, fd);
@@ -159,7 +160,10 @@ pub(crate) fn on_close(fd: RawFd) {
         forget_in_sets(fd);
         if a.fds.fetch_sub(1, Ordering::AcqRel) == 1 {
             crate::kside::forget(&a);
-            global().release(a.sock.local_addr().port());
+            // A socket handed back gave its port back then.
+            if !a.kernel_only.load(Ordering::SeqCst) {
+                global().release(a.sock.local_addr().port());
+            }
         }
     }
 }
@@ -304,6 +308,9 @@ pub(crate) const FROM_KERNEL: Errno = -1;
 /// `recvfrom()`/`recvmsg()`/`read()` of one datagram into `buf`:
 /// `MSG_PEEK` leaves it queued, `MSG_TRUNC` returns its whole length.
 pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, Errno> {
+    if a.kernel_only.load(Ordering::Relaxed) && !a.held.any() && a.sock.socket().queued() == 0 {
+        return Err(KERNEL_NOW);
+    }
     if flags & !RECV_FLAGS != 0 {
         global().unsupported(&flag_name(flags & !RECV_FLAGS));
         return Err(libc::EOPNOTSUPP);
@@ -805,8 +812,10 @@ fn set_timestamp(e: &Entry, n: i32, on: bool) {
     }
 }
 
-/// An option rxpath does not honour: a candidate stays the kernel's at
-/// `bind`; an rxpath socket answers `EOPNOTSUPP` (counted).
+/// An option rxpath does not honour (the kernel socket behind the fd took
+/// it): a candidate stays the kernel's at `bind`; an rxpath socket is
+/// handed back to the kernel (said, counted), so a program that works on
+/// the kernel keeps working.
 fn refuse(e: &Entry, what: &str) -> Result<(), Errno> {
     match e {
         Entry::Candidate(p) => {
@@ -815,11 +824,35 @@ fn refuse(e: &Entry, what: &str) -> Result<(), Errno> {
             ));
             Ok(())
         }
-        _ => {
+        Entry::Socket(a) => {
+            hand_back(a, what);
+            Ok(())
+        }
+        Entry::Epoll(_) => {
             global().unsupported(what);
             Err(libc::EOPNOTSUPP)
         }
     }
+}
+
+/// Hand a served socket back to the kernel: its port leaves the XDP
+/// program's map (unless another rxpath socket shares it), so what comes
+/// next reaches the kernel socket behind the fd; what rxpath's queue
+/// holds is read first ([`recv`]), and sends go to the kernel.
+fn hand_back(a: &Accel, what: &str) {
+    if a.kernel_only.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let g = global();
+    g.release(a.sock.local_addr().port());
+    g.fallback(
+        Fallback::OptionAfterBind,
+        &format!(
+            "{what} after bind on {}: rxpath does not honour it, so the socket is handed back to the kernel",
+            a.sock.local_addr()
+        ),
+    );
+    a.watch.ready();
 }
 
 fn set_cmsg(e: &Entry, bit: u16, on: bool) {

@@ -25,6 +25,9 @@ pub(crate) fn send_seg(
     dst: Option<SocketAddr>,
     segment: Option<u16>,
 ) -> Route<usize> {
+    if a.kernel_only.load(Ordering::Relaxed) {
+        return Route::Kernel;
+    }
     if shut(a) {
         return Route::Done(Err(libc::EPIPE));
     }
@@ -56,6 +59,9 @@ pub(crate) fn send_seg(
 /// (one the full TX ring dropped counts as sent, as [`send`] counts it)
 /// and, if the one after them failed, where it goes, as [`send`] says.
 pub(crate) fn send_run(a: &Accel, run: &[(&[u8], SocketAddr)]) -> (usize, Option<Route<usize>>) {
+    if a.kernel_only.load(Ordering::Relaxed) {
+        return (0, Some(Route::Kernel));
+    }
     if shut(a) {
         return (0, Some(Route::Done(Err(libc::EPIPE))));
     }

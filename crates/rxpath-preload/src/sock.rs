@@ -75,6 +75,11 @@ pub(crate) struct Accel {
     /// What the queue held at a `fork`, shared with the child and read
     /// before the queue ([`crate::forkq`]).
     pub(crate) held: crate::forkq::Held,
+    /// Handed back to the kernel (an option set after `bind` that rxpath
+    /// does not honour): its port left the XDP program's map; what
+    /// rxpath's queue still holds is read first, then every read and
+    /// send is the kernel socket's.
+    pub(crate) kernel_only: AtomicBool,
 }
 
 /// Shut down for reading: an empty queue reads as the end (0 bytes).
