@@ -121,3 +121,39 @@ fn a_second_exec_on_the_interface_falls_back_and_says_why() {
     assert_eq!(r1["distinct"], 100, "{out1}");
     assert!(out1.contains("AF_XDP"), "{out1}");
 }
+
+const TWO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/two_sockets.py");
+const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/udp_client.py");
+
+/// `udp_client.py` in the client namespace with `args` after the address.
+fn client(p: &Pair, args: &[&str]) -> serde_json::Value {
+    common::exec::python_client(p, &[&[CLIENT, SRV][..], args].concat())
+}
+
+/// Finding 8: once an rxpath socket has read a datagram through the
+/// kernel socket behind it (one that came in fragments), `poll`,
+/// `select` and `epoll` must still report another kernel socket of the
+/// program readable.
+#[test]
+fn readiness_of_kernel_fds_survives_a_read_through_the_kernel_side() {
+    let Some(p) = pair("e8") else { return };
+    let muxes = ["poll", "select", "epoll"];
+    for (mux, blocking) in muxes.iter().flat_map(|m| [(*m, false), (*m, true)]) {
+        for exec in [None, Some(&["--kernel-ports", "5406"][..])] {
+            let mut prog = vec!["python3", TWO, "--port", "5405", "--other", "5406"];
+            prog.extend(["--mux", mux]);
+            if blocking {
+                prog.push("--blocking");
+            }
+            let mut s = server(&p, exec, &prog);
+            wait_ready(&mut s);
+            let big = client(&p, &["5405", "1", "--no-quit", "--big", "3000"]);
+            assert_eq!(big["missing"], 0, "{mux} {exec:?}: the fragmented one: {big}");
+            let other = client(&p, &["5406", "3", "--tries", "4"]);
+            let (st, out, err) = finish(s);
+            assert!(st.success(), "{mux} {exec:?}: {err}\n{out}");
+            assert_eq!(other["missing"], 0, "{mux} {exec:?}: {other}\n{out}\n{err}");
+            assert_eq!(other["bye"], true, "{mux} {exec:?}: {other}");
+        }
+    }
+}
