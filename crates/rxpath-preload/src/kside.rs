@@ -119,9 +119,15 @@ pub(crate) fn take_hint(a: &Accel) -> bool {
     a.kernel_ready.swap(false, Ordering::SeqCst)
 }
 
-/// A read got a datagram from the kernel socket: count it, and look there
-/// again next time (more may wait).
-pub(crate) fn got_one(a: &Accel) {
+/// A read got a datagram from the kernel socket `fd`: count it, and mark
+/// the socket again if more wait there. The mark is exact, never a guess:
+/// a wait that reports the socket readable on a stale mark sends the
+/// program into a blocking read that sleeps while its other fds have
+/// data. One that arrives after the look marks it through the watch
+/// (the read cleared the mark before it read).
+pub(crate) fn got_one(a: &Accel, fd: RawFd) {
     READS.fetch_add(1, Ordering::Relaxed);
-    a.kernel_ready.store(true, Ordering::SeqCst);
+    if sys::readable_now(fd) {
+        a.kernel_ready.store(true, Ordering::SeqCst);
+    }
 }

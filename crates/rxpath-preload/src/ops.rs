@@ -497,10 +497,10 @@ impl Rx {
         }
     }
 
-    /// A read went to the kernel socket behind the fd and got a datagram.
-    pub(crate) fn got_kernel(&self) {
+    /// A read went to the kernel socket behind `fd` and got a datagram.
+    pub(crate) fn got_kernel(&self, fd: RawFd) {
         if let Rx::Sock(a) = self {
-            crate::kside::got_one(a);
+            crate::kside::got_one(a, fd);
         }
     }
 }

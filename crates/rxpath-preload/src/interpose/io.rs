@@ -32,7 +32,7 @@ pub extern "C" fn recvfrom(
     };
     // SAFETY: the C library's recvfrom with the program's arguments.
     let kernel = |f| unsafe { real::recvfrom()(fd, b, n, flags | f, from, fromlen) };
-    read_either(&a, rx, kernel)
+    read_either(fd, &a, rx, kernel)
 }
 
 /// A read of `a` with `rx`; when rxpath's queue is empty and the kernel
@@ -41,6 +41,7 @@ pub extern "C" fn recvfrom(
 /// flag `MSG_DONTWAIT`. A stale mark (`EAGAIN`) goes back to `rx`. An fd
 /// that is the kernel's now ([`ops::KERNEL_NOW`]) gets the call as it is.
 fn read_either(
+    fd: c_int,
     a: &ops::Rx,
     mut rx: impl FnMut() -> Result<usize, i32>,
     mut kernel: impl FnMut(c_int) -> ssize_t,
@@ -51,7 +52,7 @@ fn read_either(
             Err(ops::FROM_KERNEL) => {
                 let r = kernel(libc::MSG_DONTWAIT);
                 if r >= 0 {
-                    a.got_kernel();
+                    a.got_kernel(fd);
                     return r;
                 }
                 let e = std::io::Error::last_os_error().raw_os_error();
@@ -73,7 +74,7 @@ pub extern "C" fn recv(fd: c_int, b: *mut c_void, n: size_t, flags: c_int) -> ss
     let rx = || a.recv(buf_mut(b, n), flags).map(|g| g.len);
     // SAFETY: the C library's recv with the program's arguments.
     let kernel = |f| unsafe { real::recv()(fd, b, n, flags | f) };
-    read_either(&a, rx, kernel)
+    read_either(fd, &a, rx, kernel)
 }
 
 #[no_mangle]
@@ -85,7 +86,7 @@ pub extern "C" fn read(fd: c_int, b: *mut c_void, n: size_t) -> ssize_t {
     let rx = || a.recv(buf_mut(b, n), 0).map(|g| g.len);
     // SAFETY: the C library's recv with the program's buffer.
     let kernel = |f| unsafe { real::recv()(fd, b, n, f) };
-    read_either(&a, rx, kernel)
+    read_either(fd, &a, rx, kernel)
 }
 
 #[no_mangle]
@@ -103,7 +104,7 @@ pub extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
         // SAFETY: the C library's recvmsg over the program's iovecs.
         unsafe { real::recvmsg()(fd, &mut m, f) }
     };
-    read_either(&a, rx, kernel)
+    read_either(fd, &a, rx, kernel)
 }
 
 /// `recvmsg` into `m` for an rxpath socket, with the control messages
@@ -292,7 +293,7 @@ pub extern "C" fn recvmsg(fd: c_int, m: *mut msghdr, flags: c_int) -> ssize_t {
     let rx = || recvmsg_one(&a, unsafe { &mut *m }, flags);
     // SAFETY: the C library's recvmsg with the program's arguments.
     let kernel = |f| unsafe { real::recvmsg()(fd, m, flags | f) };
-    read_either(&a, rx, kernel)
+    read_either(fd, &a, rx, kernel)
 }
 
 #[no_mangle]
@@ -345,7 +346,7 @@ pub extern "C" fn recvmmsg(
         let kf = f & !libc::MSG_WAITFORONE;
         // SAFETY: the C library's recvmsg with the program's msghdr.
         let kernel = |x| unsafe { real::recvmsg()(fd, h, kf | x) };
-        let r = read_either(&a, rx, kernel);
+        let r = read_either(fd, &a, rx, kernel);
         if r >= 0 {
             m.msg_len = r as c_uint;
             n += 1;

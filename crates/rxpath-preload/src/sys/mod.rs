@@ -46,6 +46,17 @@ pub(crate) fn kpoll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usi
     Ok(r as usize)
 }
 
+/// Does the kernel have something to read on `fd` now (a `poll` that
+/// does not wait)?
+pub(crate) fn readable_now(fd: RawFd) -> bool {
+    let mut p = [libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    kpoll(&mut p, 0).is_ok_and(|n| n > 0 && p[0].revents & libc::POLLIN != 0)
+}
+
 /// A new kernel epoll set (close-on-exec).
 pub(crate) fn kepoll_create() -> io::Result<OwnedFd> {
     // SAFETY: the C library's epoll_create1 with a flag; a new fd or -1.
