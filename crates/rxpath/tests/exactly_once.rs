@@ -148,7 +148,10 @@ fn readiness_of_kernel_fds_survives_a_read_through_the_kernel_side() {
             let mut s = server(&p, exec, &prog);
             wait_ready(&mut s);
             let big = client(&p, &["5405", "1", "--no-quit", "--big", "3000"]);
-            assert_eq!(big["missing"], 0, "{mux} {exec:?}: the fragmented one: {big}");
+            assert_eq!(
+                big["missing"], 0,
+                "{mux} {exec:?}: the fragmented one: {big}"
+            );
             let other = client(&p, &["5406", "3", "--tries", "4"]);
             let (st, out, err) = finish(s);
             assert!(st.success(), "{mux} {exec:?}: {err}\n{out}");
@@ -156,4 +159,29 @@ fn readiness_of_kernel_fds_survives_a_read_through_the_kernel_side() {
             assert_eq!(other["bye"], true, "{mux} {exec:?}: {other}");
         }
     }
+}
+
+const CLOSE_BLOCKED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/close_blocked.py");
+
+/// Finding 5: `close()` while another thread is blocked in `recvfrom` on
+/// the socket. The kernel keeps the open file with the blocked call: the
+/// port stays bound (`EADDRINUSE` for a new bind) and the call returns
+/// the next datagram. The kernel run is the oracle.
+#[test]
+fn close_while_a_read_is_blocked_keeps_the_file_as_the_kernel_does() {
+    let Some(p) = pair("e5") else { return };
+    let prog = ["python3", CLOSE_BLOCKED, "--port", "5407"];
+    let mut said = Vec::new();
+    for exec in [None, Some(&[][..])] {
+        let mut s = server(&p, exec, &prog);
+        let before = wait_ready(&mut s);
+        let c = client(&p, &["5407", "1", "--no-quit", "--tries", "8"]);
+        let (st, out, err) = finish(s);
+        assert!(st.success(), "{exec:?}: {before:?}\n{out}\n{err}");
+        assert_eq!(c["missing"], 0, "{exec:?}: {c}\n{out}\n{err}");
+        assert!(out.contains("blocked read returned"), "{exec:?}: {out}");
+        said.push(before);
+    }
+    assert_eq!(said[0], ["rebind: EADDRINUSE"], "the kernel");
+    assert_eq!(said[1], said[0], "exec as the kernel");
 }
