@@ -123,6 +123,8 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
         shut: 0.into(),
         held: Default::default(),
         kernel_only: false.into(),
+        readers: 0.into(),
+        parked: Mutex::new(None),
     };
     let a = Arc::new(a);
     crate::kside::watch(&a, fd);
@@ -153,18 +155,43 @@ pub(crate) fn on_connect(fd: RawFd, peer: Option<SocketAddr>) -> Result<(), Errn
     }
 }
 
-/// `close()`: `fd` is the kernel's again (its rxpath socket closes with
-/// the last handle).
+/// `close()` (before the kernel's): `fd` is the kernel's again. The
+/// rxpath socket closes with its last fd, unless a read is blocked on it:
+/// then, as the kernel's blocked call holds the open file, the kernel
+/// socket is kept open (the port held) and the read may still return a
+/// datagram; the last such read to return closes it ([`crate::sock::Reading`]).
 pub(crate) fn on_close(fd: RawFd) {
-    if let Some(Entry::Socket(a)) = table::remove(fd) {
-        forget_in_sets(fd);
-        if a.fds.fetch_sub(1, Ordering::AcqRel) == 1 {
-            crate::kside::forget(&a);
-            // A socket handed back gave its port back then.
-            if !a.kernel_only.load(Ordering::SeqCst) {
-                global().release(a.sock.local_addr().port());
+    let Some(Entry::Socket(a)) = table::remove(fd) else {
+        return;
+    };
+    forget_in_sets(fd);
+    if a.fds.fetch_sub(1, Ordering::AcqRel) != 1 {
+        return;
+    }
+    {
+        let mut parked = crate::sock::lock(&a.parked);
+        if a.readers.load(Ordering::SeqCst) > 0 {
+            match crate::sys::dup_cloexec(fd) {
+                Ok(k) => {
+                    *parked = Some(k);
+                    return;
+                }
+                Err(e) => crate::config::say(&format!(
+                    "keeping fd {fd}'s socket for the read blocked on it: {e}"
+                )),
             }
         }
+    }
+    closed(&a);
+}
+
+/// The rxpath socket `a` closed for good: it leaves the kernel-side
+/// watch, and its port the XDP program's map (unless it was handed back
+/// to the kernel, which gave the port back then).
+pub(crate) fn closed(a: &Accel) {
+    crate::kside::forget(a);
+    if !a.kernel_only.load(Ordering::SeqCst) {
+        global().release(a.sock.local_addr().port());
     }
 }
 
@@ -316,13 +343,17 @@ pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, Er
         return Err(libc::EOPNOTSUPP);
     }
     let nonblock = a.nonblock.load(Ordering::Relaxed) || flags & libc::MSG_DONTWAIT != 0;
+    // A blocking read holds the socket against a `close` meanwhile.
+    let _reading = (!nonblock).then(|| crate::sock::Reading::enter(a));
     let until = a.sock.read_timeout().map(|t| std::time::Instant::now() + t);
     let mut busy_round = nonblock;
     loop {
         if let Some(g) = take(a, buf, flags)? {
             return Ok(g);
         }
-        if crate::kside::take_hint(a) {
+        // (Not once its fds are closed: the number may name another
+        // file now.)
+        if a.fds.load(Ordering::Relaxed) > 0 && crate::kside::take_hint(a) {
             return Err(FROM_KERNEL);
         }
         if a.shut.load(Ordering::Relaxed) & crate::sock::SHUT_READ != 0 {

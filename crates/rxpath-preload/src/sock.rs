@@ -80,6 +80,36 @@ pub(crate) struct Accel {
     /// rxpath's queue still holds is read first, then every read and
     /// send is the kernel socket's.
     pub(crate) kernel_only: AtomicBool,
+    /// Threads inside a blocking read of this socket ([`Reading`]).
+    pub(crate) readers: AtomicUsize,
+    /// Its last fd closed while a read was blocked on it: the kernel
+    /// socket, kept open (the port held) until that read returns, as the
+    /// kernel's blocked call holds the open file.
+    pub(crate) parked: Mutex<Option<std::os::fd::OwnedFd>>,
+}
+
+/// A thread inside a blocking read of a socket: while one is, a `close`
+/// of the socket's last fd keeps it ([`Accel::parked`]); the last reader
+/// out lets it go.
+pub(crate) struct Reading<'a>(&'a Accel);
+
+impl<'a> Reading<'a> {
+    pub(crate) fn enter(a: &'a Accel) -> Reading<'a> {
+        a.readers.fetch_add(1, Ordering::SeqCst);
+        Reading(a)
+    }
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        let a = self.0;
+        if a.readers.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let kept = lock(&a.parked).take();
+            if kept.is_some() {
+                crate::ops::closed(a);
+            }
+        }
+    }
 }
 
 /// Shut down for reading: an empty queue reads as the end (0 bytes).

@@ -57,6 +57,18 @@ pub(crate) fn readable_now(fd: RawFd) -> bool {
     kpoll(&mut p, 0).is_ok_and(|n| n > 0 && p[0].revents & libc::POLLIN != 0)
 }
 
+/// Another fd for what `fd` names (close-on-exec), as `dup` makes.
+pub(crate) fn dup_cloexec(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: the C library's fcntl(F_DUPFD_CLOEXEC) on the caller's fd;
+    // a new fd or -1.
+    let r = unsafe { real::fcntl()(fd, libc::F_DUPFD_CLOEXEC, 0 as libc::c_ulong) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `r` is a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(r) })
+}
+
 /// A new kernel epoll set (close-on-exec).
 pub(crate) fn kepoll_create() -> io::Result<OwnedFd> {
     // SAFETY: the C library's epoll_create1 with a flag; a new fd or -1.
