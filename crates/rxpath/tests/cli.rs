@@ -778,3 +778,58 @@ fn rps_flow_cnt_changes_through_ctl_while_packets_flow() {
         assert_eq!(v["frames_home"], v["frames_total"]);
     }
 }
+
+/// `rxpath ARGS` under `prlimit --as` (a runaway allocation aborts
+/// instead of taking the machine's memory), killed after `secs` (a hang
+/// fails the test instead of stopping it).
+fn rxpath_bounded(args: &[&str], secs: u64) -> std::process::Output {
+    use std::process::Stdio;
+    let mut child = Command::new("prlimit")
+        .arg("--as=2147483648")
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_rxpath"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("prlimit rxpath");
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("rxpath {args:?} still ran after {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// A config file is a regular file of at most 1 MiB: `/dev/zero` (which
+/// never ends), a FIFO (whose open waits for a writer) and a 2 MiB file
+/// are refused in one line, not read until memory runs out or forever.
+#[test]
+fn a_config_file_must_be_a_small_regular_file() {
+    let dir = std::env::temp_dir().join(format!("rxpath-cfg-odd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("fifo.toml");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let big = dir.join("big.toml");
+    let comment = format!("# {}\n", "x".repeat(1000));
+    std::fs::write(&big, comment.repeat(2100) + "queues = 1\n").unwrap();
+    let cases = [
+        ("/dev/zero".to_string(), "not a regular file"),
+        (fifo.display().to_string(), "not a regular file"),
+        (big.display().to_string(), "larger than 1 MiB"),
+    ];
+    for (file, want) in &cases {
+        let o = rxpath_bounded(&["run", "--config", file, "--duration", "1"], 20);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{file}: {:?} {err}", o.status);
+        assert_eq!(err.trim_end().lines().count(), 1, "{file}: {err}");
+        assert!(err.starts_with("rxpath: error: --config"), "{file}: {err}");
+        assert!(err.contains(want), "{file}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
