@@ -167,8 +167,8 @@ impl Config {
     pub fn from_env() -> Result<Config, String> {
         let file = match std::env::var("RXPATH_CONFIG") {
             Ok(p) if !p.is_empty() => {
-                let text =
-                    std::fs::read_to_string(&p).map_err(|e| format!("RXPATH_CONFIG={p:?}: {e}"))?;
+                let text = read_config_file(std::path::Path::new(&p))
+                    .map_err(|e| format!("RXPATH_CONFIG={p:?}: {e}"))?;
                 file_vars(&text).map_err(|e| format!("RXPATH_CONFIG={p:?}: {e}"))?
             }
             _ => HashMap::new(),
@@ -313,6 +313,39 @@ impl Config {
         }
         v
     }
+}
+
+/// The most a config file holds (`RXPATH_CONFIG`, `rxpath --config`).
+pub const CONFIG_MAX_BYTES: u64 = 1 << 20;
+
+/// A config file's text: a regular file of at most [`CONFIG_MAX_BYTES`],
+/// opened without waiting (a FIFO's open waits for a writer) and read
+/// with that bound (`/dev/zero` never ends; a file that grows meanwhile is
+/// refused too). The error is one line.
+pub fn read_config_file(path: &std::path::Path) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = f.metadata().map_err(|e| e.to_string())?;
+    let too_big = || format!("larger than 1 MiB ({CONFIG_MAX_BYTES} bytes)");
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.len() > CONFIG_MAX_BYTES {
+        return Err(too_big());
+    }
+    let mut text = String::new();
+    f.take(CONFIG_MAX_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    if text.len() as u64 > CONFIG_MAX_BYTES {
+        return Err(too_big());
+    }
+    Ok(text)
 }
 
 /// The settings of a TOML file, as the variables they stand for: keys are
