@@ -185,3 +185,35 @@ fn close_while_a_read_is_blocked_keeps_the_file_as_the_kernel_does() {
     assert_eq!(said[0], ["rebind: EADDRINUSE"], "the kernel");
     assert_eq!(said[1], said[0], "exec as the kernel");
 }
+
+const ECHO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/udp_echo.py");
+
+/// Finding 2: a socket served by forked workers, children or grandchildren
+/// of the process that bound it (NSD's shape), answers every datagram at
+/// the first try, as on the kernel, on AF_XDP and AF_PACKET.
+#[test]
+fn forked_workers_and_grandchildren_answer_every_datagram() {
+    let Some(p) = pair("e2f") else { return };
+    for mux in ["prefork", "grandchild"] {
+        let prog = ["python3", ECHO, "--port", "5408", "--mux", mux];
+        let mut k = server(&p, None, &prog);
+        wait_ready(&mut k);
+        let on_kernel = client(&p, &["5408", "20"]);
+        let (st, _, err) = finish(k);
+        assert!(st.success(), "{mux} on the kernel: {err}");
+        assert_eq!(on_kernel["missing"], 0, "{mux}: {on_kernel}");
+        for mode in ["xdp", "packet"] {
+            let mut r = server(&p, Some(&["--mode", mode]), &prog);
+            wait_ready(&mut r);
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let first = client(&p, &["5408", "20", "--no-quit", "--tries", "1", "--wait", "2"]);
+            let on_rxpath = client(&p, &["5408", "20"]);
+            let (st, out, err) = finish(r);
+            assert!(st.success(), "{mux} {mode}: {err}\n{out}");
+            assert_eq!(first["missing"], 0, "{mux} {mode}: at the first try: {first}\n{err}");
+            assert_eq!(on_rxpath["answers"], on_kernel["answers"], "{mux} {mode}");
+            assert_eq!(on_rxpath["bye"], true, "{mux} {mode}: {on_rxpath}");
+            assert!(!out.contains("MISMATCH"), "{out}");
+        }
+    }
+}

@@ -2,7 +2,7 @@
 preload tests: it answers every datagram with its bytes until one reads
 "quit", answers that "bye" and exits 0.
 
-    udp_echo.py --port P --mux block|select|poll|epoll|epoll-et|asyncio|fork|daemon|prefork|dup|pktinfo|peek|gso|cmsg|shutdown|tstamp
+    udp_echo.py --port P --mux block|select|poll|epoll|epoll-et|asyncio|fork|daemon|prefork|grandchild|dup|pktinfo|peek|gso|cmsg|shutdown|tstamp
                 [--bind ADDR] [--opt-before-bind] [--opt-after-bind] [--second-port Q]
 
 --mux picks how it waits: a blocking recvfrom, select(), poll(), epoll
@@ -11,7 +11,9 @@ endpoint (epoll with its self-pipe beside the socket); `fork` reads each
 datagram and forks a child that answers it through the inherited socket
 (as `socat UDP-RECVFROM:P,fork` does); `daemon` forks once and the parent
 exits, leaving the child to serve (as `daemon()` does); `prefork` forks two
-workers that read the socket while the parent only waits (as NSD does); `dup` serves on
+workers that read the socket while the parent only waits; `grandchild`
+forks a child that does the same (the workers are grandchildren of the
+process that bound, as NSD's); `dup` serves on
 a `dup` of the socket after closing the first number; `pktinfo` reads
 with IP_PKTINFO, checks the destination (--expect-dst) and answers from
 it with IP_PKTINFO on sendmsg, as DNS servers bound to the wildcard do;
@@ -148,6 +150,17 @@ def serve_prefork(s):
         if k != done:
             os.kill(k, signal.SIGTERM)
             os.waitpid(k, 0)
+
+
+def serve_grandchild(s):
+    # As NSD does: the process that bound forks a child that carries on as
+    # the server's main process, which forks the workers that read: the
+    # socket is served by grandchildren of the process that bound it.
+    pid = os.fork()
+    if pid == 0:
+        serve_prefork(s)
+        os._exit(0)
+    os.waitpid(pid, 0)
 
 
 def serve_daemon(s):
@@ -385,6 +398,8 @@ def main():
         serve_daemon(s)
     elif mux == "prefork":
         serve_prefork(s)
+    elif mux == "grandchild":
+        serve_grandchild(s)
     elif mux == "gso":
         serve_gso(s)
     elif mux == "peek":
