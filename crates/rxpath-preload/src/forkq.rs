@@ -265,6 +265,9 @@ pub(crate) struct Inherited {
     pub(crate) fresh: bool,
     /// [`child_uses`] gave its port back.
     pub(crate) released: AtomicBool,
+    /// Shared with the parent ([`crate::sock::Accel::fork_word`]): set
+    /// when a child took the socket's reading without a port map.
+    pub(crate) parent_word: Option<Arc<crate::sys::Shared>>,
 }
 
 /// The descriptor of the host's XDP port map (-1: none), which a forked
@@ -284,16 +287,37 @@ pub(crate) fn port_map() -> Option<RawFd> {
 /// In a forked child, the program reads or waits on `fd`: if it is an
 /// inherited socket that held nothing at the fork, the child is one of
 /// its readers, and its port goes back to the kernel for every process
-/// (the XDP program stops taking it; the parent, whose rxpath queue then
-/// stays empty, reads the kernel socket behind its fd as it reads a
-/// datagram that came over loopback). Said once per port.
+/// (the XDP program stops taking it, or on AF_PACKET the kernel socket's
+/// filter comes off; the parent, told through the word they share, stops
+/// taking the port and reads and sends through the kernel socket behind
+/// its fd). Done and said once per port, by the first child to read.
 pub(crate) fn child_uses(fd: RawFd) {
     let Some(inh) = inherited(fd) else { return };
     if !inh.fresh || inh.released.swap(true, Ordering::AcqRel) {
         return;
     }
-    let Some(map) = port_map() else { return };
     let port = inh.port;
+    // The word shared with the parent and every child of the fork: the
+    // first child to read gives the port back, and the parent stops
+    // taking it; the others find it done.
+    if let Some(w) = &inh.parent_word {
+        if w.word(0).swap(1, Ordering::AcqRel) != 0 {
+            return;
+        }
+    }
+    let Some(map) = port_map() else {
+        // AF_PACKET: the kernel socket (one for every process) takes the
+        // interface's datagrams again.
+        match crate::sys::detach_filter(fd) {
+            Ok(()) => crate::config::say(&format!(
+                "a forked child reads port {port}: it goes back to the kernel, for the parent too"
+            )),
+            Err(e) => crate::config::say(&format!(
+                "a forked child reads port {port}, whose kernel socket still leaves the interface's datagrams to rxpath: {e}"
+            )),
+        }
+        return;
+    };
     match rxpath_dev::sys::xdp::release_port(map, libc::IPPROTO_UDP as u8, port) {
         Ok(()) => crate::config::say(&format!(
             "a forked child reads port {port}: it goes back to the kernel, for the parent too"
@@ -339,6 +363,26 @@ pub(crate) fn in_child() -> Vec<RawFd> {
         }
     }
     fds
+}
+
+/// Before a fork in a process that is itself a forked child: the sockets
+/// it inherited and has not let go of are staged for its child too, so a
+/// grandchild of the process that bound them (NSD's workers, forked by a
+/// child that carries on as the main process) reads what they hold and
+/// gives their port back when it reads them, as a child does.
+pub(crate) fn restage_inherited() {
+    let Ok(m) = child_map().try_lock() else {
+        return;
+    };
+    if m.is_empty() {
+        return;
+    }
+    let mut staged = lock(&AT_FORK);
+    for (fd, inh) in m.iter() {
+        if crate::table::kind(*fd) == crate::table::FORKED {
+            staged.push((vec![*fd], inh.clone()));
+        }
+    }
 }
 
 /// In the parent after the fork: nothing stays staged.

@@ -77,11 +77,25 @@ fn run(s: &KernelSide) {
                 .get(&token)
                 .and_then(Weak::upgrade);
             if let Some(a) = a {
+                if a.child_took_it() {
+                    child_took(&a);
+                }
                 a.kernel_ready.store(true, Ordering::SeqCst);
                 a.watch.ready();
             }
         }
     }
+}
+
+/// A forked child took the reading of `a` (AF_PACKET, where the kernel
+/// socket now takes the interface's datagrams again): this process stops
+/// taking rxpath's copies too, and reads and sends through the kernel
+/// socket once its queue is read, as after a hand-back.
+fn child_took(a: &Accel) {
+    if a.kernel_only.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    a.sock.stop_receiving();
 }
 
 /// A token for a socket about to be watched.

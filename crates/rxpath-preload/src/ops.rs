@@ -125,6 +125,7 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
         kernel_only: false.into(),
         readers: 0.into(),
         parked: Mutex::new(None),
+        fork_word: Default::default(),
     };
     let a = Arc::new(a);
     crate::kside::watch(&a, fd);
@@ -702,7 +703,7 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
                 _ if v == 0 => {}
                 // Before bind the option has nowhere to go yet: the
                 // socket stays the kernel's (rare: set after bind).
-                _ => return refuse(&e, "setsockopt(UDP_SEGMENT) before bind"),
+                _ => return refuse(&e, fd, "setsockopt(UDP_SEGMENT) before bind"),
             }
             return Ok(());
         }
@@ -777,7 +778,7 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
             return Ok(())
         }
         (_, n, OptVal::Bytes(b)) if crate::mcast::is_membership(level, n) => {
-            return membership(&e, level, n, &b);
+            return membership(&e, fd, level, n, &b);
         }
         (libc::IPPROTO_IP, crate::mcast::IP_MULTICAST_ALL, OptVal::Int(on))
         | (libc::IPPROTO_IPV6, crate::mcast::IPV6_MULTICAST_ALL, OptVal::Int(on)) => {
@@ -797,17 +798,18 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
         _ if off => return Ok(()),
         _ => format!("setsockopt(level {level}, option {name})"),
     };
-    refuse(&e, &what)
+    refuse(&e, fd, &what)
 }
 
 /// A multicast membership change the kernel made on `fd`'s socket: one
 /// on the interface rxpath serves is made in rxpath's table too (or
 /// kept for `bind`); one on another interface is the kernel socket's
 /// alone (what arrives there, it reads).
-fn membership(e: &Entry, level: i32, name: i32, b: &[u8]) -> Result<(), Errno> {
+fn membership(e: &Entry, fd: RawFd, level: i32, name: i32, b: &[u8]) -> Result<(), Errno> {
     let Some(r) = crate::mcast::parse(level, name, b) else {
         return refuse(
             e,
+            fd,
             &format!("setsockopt(level {level}, option {name}): unreadable"),
         );
     };
@@ -847,7 +849,7 @@ fn set_timestamp(e: &Entry, n: i32, on: bool) {
 /// it): a candidate stays the kernel's at `bind`; an rxpath socket is
 /// handed back to the kernel (said, counted), so a program that works on
 /// the kernel keeps working.
-fn refuse(e: &Entry, what: &str) -> Result<(), Errno> {
+fn refuse(e: &Entry, fd: RawFd, what: &str) -> Result<(), Errno> {
     match e {
         Entry::Candidate(p) => {
             p.lock().unwrap_or_else(|e| e.into_inner()).refuse = Some(format!(
@@ -856,7 +858,7 @@ fn refuse(e: &Entry, what: &str) -> Result<(), Errno> {
             Ok(())
         }
         Entry::Socket(a) => {
-            hand_back(a, what);
+            hand_back(a, fd, what);
             Ok(())
         }
         Entry::Epoll(_) => {
@@ -868,14 +870,22 @@ fn refuse(e: &Entry, what: &str) -> Result<(), Errno> {
 
 /// Hand a served socket back to the kernel: its port leaves the XDP
 /// program's map (unless another rxpath socket shares it), so what comes
-/// next reaches the kernel socket behind the fd; what rxpath's queue
-/// holds is read first ([`recv`]), and sends go to the kernel.
-fn hand_back(a: &Accel, what: &str) {
+/// next reaches the kernel socket behind the fd; on AF_PACKET the kernel
+/// socket takes the interface's datagrams again and rxpath's socket stops
+/// taking its copies. What rxpath's queue holds is read first ([`recv`]),
+/// and sends go to the kernel.
+fn hand_back(a: &Accel, fd: RawFd, what: &str) {
     if a.kernel_only.swap(true, Ordering::SeqCst) {
         return;
     }
     let g = global();
     g.release(a.sock.local_addr().port());
+    if g.kernel_sees_frames() {
+        if let Err(e) = crate::sys::detach_filter(fd) {
+            crate::config::say(&format!("fd {fd}: the kernel socket keeps its filter: {e}"));
+        }
+        a.sock.stop_receiving();
+    }
     g.fallback(
         Fallback::OptionAfterBind,
         &format!(

@@ -86,6 +86,29 @@ pub(crate) struct Accel {
     /// socket, kept open (the port held) until that read returns, as the
     /// kernel's blocked call holds the open file.
     pub(crate) parked: Mutex<Option<std::os::fd::OwnedFd>>,
+    /// A word shared with the children forked while it was served: one
+    /// that reads the socket sets it ([`crate::forkq::child_uses`]) where
+    /// there is no port map to take the port out of (AF_PACKET), and this
+    /// process then stops taking the interface's copies.
+    pub(crate) fork_word: std::sync::OnceLock<Arc<sys::Shared>>,
+}
+
+impl Accel {
+    /// The word shared with children forked now ([`Accel::fork_word`]).
+    pub(crate) fn fork_word(&self) -> Option<Arc<sys::Shared>> {
+        if let Some(w) = self.fork_word.get() {
+            return Some(w.clone());
+        }
+        let w = Arc::new(sys::Shared::new(4).ok()?);
+        Some(self.fork_word.get_or_init(|| w).clone())
+    }
+
+    /// A forked child took this socket's reading (AF_PACKET).
+    pub(crate) fn child_took_it(&self) -> bool {
+        self.fork_word
+            .get()
+            .is_some_and(|w| w.word(0).load(Ordering::Acquire) != 0)
+    }
 }
 
 /// A thread inside a blocking read of a socket: while one is, a `close`

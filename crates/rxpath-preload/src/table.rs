@@ -146,6 +146,7 @@ pub(crate) fn before_fork() {
             port: local.port(),
             fresh: !a.held.any(),
             released: std::sync::atomic::AtomicBool::new(false),
+            parent_word: a.fork_word(),
         };
         staged.push((fds, Arc::new(inh)));
     }

@@ -498,6 +498,16 @@ impl Socket {
         self.inner.ready.set(r).is_ok()
     }
 
+    /// Stop receiving: the socket leaves the demux table and its
+    /// `SO_REUSEPORT` group, so nothing more is queued on it (what comes
+    /// for its address is another socket's, or a counted `no_socket`
+    /// drop); what it holds stays readable. For a socket handed to
+    /// another path (the kernel socket behind a preloaded program's fd).
+    pub fn stop_receiving(&self) {
+        self.host.unbind(&self.inner);
+        self.host.groups.leave_all(self.inner.id);
+    }
+
     /// The socket is closed (its host stopped, or it was dropped).
     pub fn is_closed(&self) -> bool {
         lock(&self.inner.q).closed

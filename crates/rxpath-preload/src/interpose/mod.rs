@@ -438,6 +438,7 @@ extern "C" fn before_fork() {
     if crate::host::started().is_some() {
         crate::table::before_fork();
     }
+    crate::forkq::restage_inherited();
 }
 
 extern "C" fn after_fork_parent() {

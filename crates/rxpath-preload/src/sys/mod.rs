@@ -414,3 +414,24 @@ pub(crate) fn drop_from_iface(fd: RawFd, ifindex: u32) -> io::Result<()> {
         Err(io::Error::last_os_error())
     }
 }
+
+/// Take the socket filter off `fd` ([`drop_from_iface`]'s): its kernel
+/// socket receives the interface's datagrams again.
+pub(crate) fn detach_filter(fd: RawFd) -> io::Result<()> {
+    let zero: libc::c_int = 0;
+    // SAFETY: an int option read by the kernel during the call.
+    let r = unsafe {
+        real::setsockopt()(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_DETACH_FILTER,
+            (&zero as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
