@@ -206,11 +206,17 @@ fn forked_workers_and_grandchildren_answer_every_datagram() {
             let mut r = server(&p, Some(&["--mode", mode]), &prog);
             wait_ready(&mut r);
             std::thread::sleep(std::time::Duration::from_millis(300));
-            let first = client(&p, &["5408", "20", "--no-quit", "--tries", "1", "--wait", "2"]);
+            let first = client(
+                &p,
+                &["5408", "20", "--no-quit", "--tries", "1", "--wait", "2"],
+            );
             let on_rxpath = client(&p, &["5408", "20"]);
             let (st, out, err) = finish(r);
             assert!(st.success(), "{mux} {mode}: {err}\n{out}");
-            assert_eq!(first["missing"], 0, "{mux} {mode}: at the first try: {first}\n{err}");
+            assert_eq!(
+                first["missing"], 0,
+                "{mux} {mode}: at the first try: {first}\n{err}"
+            );
             assert_eq!(on_rxpath["answers"], on_kernel["answers"], "{mux} {mode}");
             assert_eq!(on_rxpath["bye"], true, "{mux} {mode}: {on_rxpath}");
             assert!(!out.contains("MISMATCH"), "{out}");
