@@ -271,6 +271,10 @@ pub struct Sockets {
     cfg: SockConfig,
     ports: Vec<Port>,
     demux: RwLock<demux::Demux>,
+    /// Sockets that stopped receiving ([`Socket::stop_receiving`]) while
+    /// still open: out of the table, but closed with the rest at
+    /// [`Sockets::close_all`], so what they hold goes home.
+    stopped: Mutex<Vec<Arc<socket::SockInner>>>,
     napis: RwLock<HashMap<NapiId, Arc<SharedNapi>>>,
     neighbors: RwLock<HashMap<IpAddr, Mac>>,
     tx: Mutex<Option<Box<dyn TxPort>>>,
@@ -353,6 +357,7 @@ impl Sockets {
             cfg,
             ports,
             demux: RwLock::default(),
+            stopped: Mutex::default(),
             napis: RwLock::default(),
             neighbors: RwLock::default(),
             tx: Mutex::new(None),
@@ -511,7 +516,8 @@ impl Sockets {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .take_all();
-        for s in socks {
+        let stopped = std::mem::take(&mut *self.stopped.lock().unwrap_or_else(|e| e.into_inner()));
+        for s in socks.into_iter().chain(stopped) {
             s.close(self);
         }
     }

@@ -197,6 +197,7 @@ impl Drop for CloseOnDrop {
         if self.inner.gro.swap(false, Ordering::Relaxed) {
             self.host.gro_socks.fetch_sub(1, Ordering::Relaxed);
         }
+        lock(&self.host.stopped).retain(|s| !Arc::ptr_eq(s, &self.inner));
         self.inner.close(&self.host);
     }
 }
@@ -506,6 +507,10 @@ impl Socket {
     pub fn stop_receiving(&self) {
         self.host.unbind(&self.inner);
         self.host.groups.leave_all(self.inner.id);
+        let mut stopped = lock(&self.host.stopped);
+        if !stopped.iter().any(|s| Arc::ptr_eq(s, &self.inner)) {
+            stopped.push(self.inner.clone());
+        }
     }
 
     /// The socket is closed (its host stopped, or it was dropped).
