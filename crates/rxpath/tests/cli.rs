@@ -833,3 +833,52 @@ fn a_config_file_must_be_a_small_regular_file() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A numeric knob out of the range that can work is refused before the
+/// run starts, in one line that gives the range: a budget of 2^64-1 was
+/// a budget of -1 (every net_rx_action a time_squeeze), a time of 2^64-1
+/// overflowed a deadline (a NAPI thread panicked), a table of 2^64-1
+/// entries aborted the allocation, a reader that moves every 2^64-1 ms
+/// kept the run from ending.
+#[test]
+fn numeric_knobs_out_of_range_are_refused_with_their_range() {
+    const MAX: &str = "18446744073709551615";
+    for (args, range) in [
+        (&["--netdev-budget", MAX][..], "1..=2147483647"),
+        (&["--netdev-budget", "0"], "1..=2147483647"),
+        (&["--netdev-budget-usecs", MAX], "1..=2147483647"),
+        (&["--gro-flush-timeout", MAX], "0..=1000000000"),
+        (&["--gro-adaptive", MAX], "0..=1000000000"),
+        (&["--xdp-busy-poll", "4294967295"], "0..=2147483647"),
+        (
+            &["--steer", "rfs", "--rps-sock-flow-entries", MAX],
+            "0..=536870912",
+        ),
+        (&["--steer", "rfs", "--rps-flow-cnt", MAX], "0..=1048576"),
+        (&["--steer", "rps", "--netdev-max-backlog", MAX], "1..=1048576"),
+        (&["--steer", "spread", "--reorder-window", MAX], "1..=1048576"),
+        (
+            &[
+                "--steer",
+                "rfs",
+                "--rfs-readers",
+                "0",
+                "--rfs-migrate-ms",
+                MAX,
+            ],
+            "1..=86400000",
+        ),
+    ] {
+        let o = rxpath_bounded(
+            &[&["run", "--duration", "1", "--no-pin"][..], args].concat(),
+            20,
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {:?} {err}", o.status);
+        assert!(o.stdout.is_empty(), "{args:?}: the run started");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("rxpath: error:"), "{args:?}: {err}");
+        assert!(err.contains(args[args.len() - 2]), "{args:?}: {err}");
+        assert!(err.contains(range), "{args:?}: want {range}: {err}");
+    }
+}
