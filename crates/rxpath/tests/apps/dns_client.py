@@ -4,7 +4,10 @@ exist) and a large one (a TXT set of about 3 KB: with EDNS 4096 it comes
 back in IP fragments, with EDNS 1232 truncated). Each query has its own
 id; every answer is kept whole, so two runs compare byte for byte.
 
-    dns_client.py SERVER4 SERVER6 PORT ROUNDS
+    dns_client.py SERVER4 SERVER6 PORT ROUNDS [--sorted]
+
+--sorted: each answer's records in sorted order (a server that shuffles
+its RRsets, as pdns_recursor does, then answers the same bytes).
 
 It first waits (10 s at most) until the server answers on both addresses.
 
@@ -35,6 +38,40 @@ def query(qid, name, qtype, edns):
     if edns:
         q += b"\x00" + struct.pack(">HHIH", 41, edns, 0, 0)
     return q
+
+
+def skip_name(m, i):
+    """The offset after the (possibly compressed) name at `i`."""
+    while True:
+        n = m[i]
+        if n == 0:
+            return i + 1
+        if n & 0xC0 == 0xC0:
+            return i + 2
+        i += 1 + n
+
+
+def sorted_sections(m):
+    """`m` with the records of each section sorted (their bytes are
+    position-independent when their names point into the question, as
+    a server's answers do); `m` as it is if it does not parse."""
+    try:
+        qd, an, ns, ar = struct.unpack(">HHHH", m[4:12])
+        i = 12
+        for _ in range(qd):
+            i = skip_name(m, i) + 4
+        out = bytearray(m[:i])
+        for count in (an, ns, ar):
+            rrs = []
+            for _ in range(count):
+                j = skip_name(m, i)
+                rdlen = struct.unpack(">H", m[j + 8 : j + 10])[0]
+                rrs.append(m[i : j + 10 + rdlen])
+                i = j + 10 + rdlen
+            out += b"".join(sorted(rrs))
+        return bytes(out + m[i:])
+    except (IndexError, struct.error):
+        return m
 
 
 def wait_up(fam, srv, port):
@@ -79,6 +116,8 @@ def main():
                 if got is None:
                     missing += 1
                 else:
+                    if "--sorted" in sys.argv:
+                        got = sorted_sections(got)
                     answers[qid] = got.hex()
                     if len(got) > 1472:
                         large += 1
