@@ -75,20 +75,24 @@ impl Knobs for RunKnobSet {
                 k.rps_cpus.store(v, Ordering::Relaxed)
             }
             // Rounded up to a power of two, as the kernel stores it.
-            "rps_flow_cnt" if (1..=1 << 20).contains(&v) => k.rps_flow_cnt.store(
-                v.max(rxpath_core::steer::DEV_FLOW_WAYS as u64)
-                    .next_power_of_two(),
-                Ordering::Relaxed,
-            ),
+            "rps_flow_cnt" if v >= 1 && crate::steer::RPS_FLOW_CNT.contains(&v) => {
+                k.rps_flow_cnt.store(
+                    v.max(rxpath_core::steer::DEV_FLOW_WAYS as u64)
+                        .next_power_of_two(),
+                    Ordering::Relaxed,
+                )
+            }
             "filter_reloads" => match (&self.1, v) {
                 (Some((hup, _)), 1) => hup.store(true, Ordering::Release),
                 _ => return Err("set 1 to reload the rule files".into()),
             },
-            "gro_flush_timeout" if v <= 1_000_000_000 => k.gro_flush_timeout.set(v),
-            "net.core.netdev_budget" if (1..=1_000_000).contains(&v) => {
+            "gro_flush_timeout" if crate::run::GRO_FLUSH_TIMEOUT_NS.contains(&v) => {
+                k.gro_flush_timeout.set(v)
+            }
+            "net.core.netdev_budget" if crate::run::NETDEV_BUDGET.contains(&v) => {
                 k.netdev_budget.store(v as usize, Ordering::Relaxed)
             }
-            "net.core.netdev_budget_usecs" if (1..=1_000_000).contains(&v) => {
+            "net.core.netdev_budget_usecs" if crate::run::NETDEV_BUDGET.contains(&v) => {
                 k.netdev_budget_usecs.store(v, Ordering::Relaxed)
             }
             _ => return Err(format!("{v} is out of range")),

@@ -16,6 +16,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// `net.core.netdev_budget` and `net.core.netdev_budget_usecs` (the
+/// flags and `rxpath ctl set`): the kernel's ints, from 1 (0 polls
+/// nothing, or makes every net_rx_action a time_squeeze).
+pub const NETDEV_BUDGET: std::ops::RangeInclusive<u64> = 1..=i32::MAX as u64;
+
+/// `gro_flush_timeout`, ns (the flag, `--gro-adaptive`'s maximum and
+/// `rxpath ctl set`): up to a second; past that it is not a flush
+/// timeout, and near 2^64 its deadline overflows.
+pub const GRO_FLUSH_TIMEOUT_NS: std::ops::RangeInclusive<u64> = 0..=1_000_000_000;
+
+/// A busy-poll time, µs: `SO_BUSY_POLL` and `net.core.busy_read` are
+/// ints of 0 or more.
+pub const BUSY_POLL_US: std::ops::RangeInclusive<u64> = 0..=i32::MAX as u64;
+
 /// Options shared by `run` and the benchmarks.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
@@ -58,10 +72,11 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 64)]
     pub weight: usize,
     /// net.core.netdev_budget: packets per net_rx_action.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 300,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(NETDEV_BUDGET))]
     pub netdev_budget: usize,
     /// net.core.netdev_budget_usecs: time per net_rx_action.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(NETDEV_BUDGET))]
     pub netdev_budget_usecs: u64,
     /// NAPI: interrupt (sleep until woken) or poll (never sleep).
     #[arg(long, value_enum, default_value_t = ModeArg::Interrupt)]
@@ -88,7 +103,8 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = XdpTake::Ip)]
     pub xdp_take: XdpTake,
     /// AF_XDP: let the kernel busy-poll each queue for US µs (SO_PREFER_BUSY_POLL, SO_BUSY_POLL).
-    #[arg(long, value_name = "US", default_value_t = 0)]
+    #[arg(long, value_name = "US", default_value_t = 0,
+          value_parser = clap::builder::RangedU64ValueParser::<u32>::new().range(BUSY_POLL_US))]
     pub xdp_busy_poll: u32,
     /// Backend for --iface: xdp (AF_XDP), packet (AF_PACKET), or auto.
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
@@ -158,10 +174,10 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub gro: OnOff,
     /// gro_flush_timeout in ns: keep GRO packets across polls while traffic flows.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(GRO_FLUSH_TIMEOUT_NS))]
     pub gro_flush_timeout: u64,
     /// Adaptive flush timeout: use up to NS for bulk traffic, 0 for request/response.
-    #[arg(long, value_name = "NS")]
+    #[arg(long, value_name = "NS", value_parser = clap::value_parser!(u64).range(GRO_FLUSH_TIMEOUT_NS))]
     pub gro_adaptive: Option<u64>,
     /// Print the final report as JSON on stdout (per-second lines go to stderr).
     #[arg(long)]

@@ -6,6 +6,26 @@ use clap::Args;
 use rxpath_core::steer::{SpreadPick, SteerConfig, SteerMode, Worker};
 use std::time::Duration;
 
+/// `net.core.rps_sock_flow_entries`: the kernel's limit (`1 << 29`).
+pub const RPS_SOCK_FLOW_ENTRIES: std::ops::RangeInclusive<u64> = 0..=1 << 29;
+
+/// `rps_flow_cnt` (the flag and `rxpath ctl set`): up to 2^20 entries
+/// per RX queue (the kernel's limit, 2^32 on 64 bits, is a table of
+/// 32 GiB per queue).
+pub const RPS_FLOW_CNT: std::ops::RangeInclusive<u64> = 0..=1 << 20;
+
+/// `net.core.netdev_max_backlog`: a worker's backlog is allocated up
+/// front, so up to 2^20 packets (the kernel's default is 1000).
+pub const NETDEV_MAX_BACKLOG: std::ops::RangeInclusive<u64> = 1..=1 << 20;
+
+/// `--reorder-window`: its slots are allocated up front.
+pub const REORDER_WINDOW: std::ops::RangeInclusive<u64> = 1..=1 << 20;
+
+/// A `usize` flag within `r`; the error gives the range.
+fn ranged(r: std::ops::RangeInclusive<u64>) -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(r)
+}
+
 /// Flow steering between GRO and the rest of the path.
 #[derive(Debug, Clone, Args)]
 pub struct SteerArgs {
@@ -22,13 +42,13 @@ pub struct SteerArgs {
     #[arg(long, value_name = "LIST")]
     pub rps_cpus: Option<String>,
     /// net.core.rps_sock_flow_entries (RFS).
-    #[arg(long, default_value_t = 32768)]
+    #[arg(long, default_value_t = 32768, value_parser = ranged(RPS_SOCK_FLOW_ENTRIES))]
     pub rps_sock_flow_entries: usize,
     /// rps_flow_cnt of every RX queue (RFS).
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, value_parser = ranged(RPS_FLOW_CNT))]
     pub rps_flow_cnt: usize,
     /// net.core.netdev_max_backlog: packets a worker's backlog holds.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = ranged(NETDEV_MAX_BACKLOG))]
     pub netdev_max_backlog: usize,
     /// Flow limit with this flow_limit_table_len (0: off): a backlog at
     /// least half full drops the flow that sent over half of its last 128
@@ -40,7 +60,7 @@ pub struct SteerArgs {
     pub spread_pick: SpreadPick,
     /// spread: sequence numbers in flight at most (more: dropped as
     /// reorder_full).
-    #[arg(long, default_value_t = 8192)]
+    #[arg(long, default_value_t = 8192, value_parser = ranged(REORDER_WINDOW))]
     pub reorder_window: usize,
     /// rfs: accelerated RFS on the simulated NIC (ntuple rules put a flow
     /// on the RX queue whose NAPI thread is its reader's worker).
@@ -53,7 +73,7 @@ pub struct SteerArgs {
     pub rfs_readers: Option<String>,
     /// With --rfs-readers: every MS milliseconds one random flow's reader
     /// moves to another worker of the list.
-    #[arg(long, value_name = "MS")]
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub rfs_migrate_ms: Option<u64>,
     /// Take worker W offline after T (W@T, e.g. 1@2s): it finishes its
     /// queue and takes nothing new, as a CPU going down.
@@ -202,8 +222,18 @@ impl Readers {
                 Some(std::thread::spawn(move || {
                     let mut x = 0x2545_f491u32;
                     let mut moves = 0;
-                    while !s.load(Ordering::Relaxed) {
-                        std::thread::sleep(std::time::Duration::from_millis(ms));
+                    let every = std::time::Duration::from_millis(ms);
+                    loop {
+                        // Parked, not asleep: `finish` wakes it at once.
+                        let due = std::time::Instant::now() + every;
+                        while !s.load(Ordering::Relaxed) && std::time::Instant::now() < due {
+                            std::thread::park_timeout(
+                                due.saturating_duration_since(std::time::Instant::now()),
+                            );
+                        }
+                        if s.load(Ordering::Relaxed) {
+                            break;
+                        }
                         x ^= x << 13;
                         x ^= x >> 17;
                         x ^= x << 5;
@@ -222,6 +252,8 @@ impl Readers {
     /// Stop moving readers; returns how many moves there were.
     pub fn finish(mut self) -> u64 {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.mover.take().and_then(|m| m.join().ok()).unwrap_or(0)
+        let Some(m) = self.mover.take() else { return 0 };
+        m.thread().unpark();
+        m.join().unwrap_or(0)
     }
 }

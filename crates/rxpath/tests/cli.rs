@@ -855,8 +855,14 @@ fn numeric_knobs_out_of_range_are_refused_with_their_range() {
             "0..=536870912",
         ),
         (&["--steer", "rfs", "--rps-flow-cnt", MAX], "0..=1048576"),
-        (&["--steer", "rps", "--netdev-max-backlog", MAX], "1..=1048576"),
-        (&["--steer", "spread", "--reorder-window", MAX], "1..=1048576"),
+        (
+            &["--steer", "rps", "--netdev-max-backlog", MAX],
+            "1..=1048576",
+        ),
+        (
+            &["--steer", "spread", "--reorder-window", MAX],
+            "1..=1048576",
+        ),
         (
             &[
                 "--steer",
