@@ -888,3 +888,39 @@ fn numeric_knobs_out_of_range_are_refused_with_their_range() {
         assert!(err.contains(range), "{args:?}: want {range}: {err}");
     }
 }
+
+/// `rxpath ARGS` in a network namespace of its own with its loopback up:
+/// what it does to `lo` there touches no one else's.
+fn rxpath_in_netns(args: &[&str]) -> std::process::Output {
+    Command::new("unshare")
+        .args(["-n", "sh", "-c", "ip link set lo up && exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_rxpath"))
+        .args(args)
+        .output()
+        .expect("unshare -n rxpath")
+}
+
+/// The loopback interface is refused: XDP on `lo` takes the host's own
+/// traffic away from the kernel (loopback goes dark while rxpath runs),
+/// and `exec` would start the program with its sockets there. Tried in a
+/// network namespace of its own, so a failure blackholes nothing else.
+#[test]
+fn the_loopback_interface_is_refused() {
+    let mark = std::env::temp_dir().join(format!("rxpath-lo-ran-{}", std::process::id()));
+    let _ = std::fs::remove_file(&mark);
+    let mark_s = mark.display().to_string();
+    for args in [
+        &["run", "--mode", "xdp", "--iface", "lo", "--duration", "1"][..],
+        &["run", "--mode", "packet", "--iface", "lo", "--duration", "1"],
+        &["run", "--iface", "lo", "--queues", "1", "--duration", "1"],
+        &["exec", "--iface", "lo", "--", "touch", &mark_s],
+    ] {
+        let o = rxpath_in_netns(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("rxpath: error:"), "{args:?}: {err}");
+        assert!(err.contains("loopback"), "{args:?}: {err}");
+    }
+    assert!(!mark.exists(), "exec started the program on lo");
+}
