@@ -99,6 +99,7 @@ pub fn find_preload() -> anyhow::Result<PathBuf> {
 
 /// `rxpath exec`: run the program on rxpath, wait for it, report.
 pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
+    rxpath_runtime::run::check_not_loopback(&a.iface)?;
     let lib = match &a.preload {
         Some(p) => p.clone(),
         None => find_preload()?,

@@ -911,7 +911,15 @@ fn the_loopback_interface_is_refused() {
     let mark_s = mark.display().to_string();
     for args in [
         &["run", "--mode", "xdp", "--iface", "lo", "--duration", "1"][..],
-        &["run", "--mode", "packet", "--iface", "lo", "--duration", "1"],
+        &[
+            "run",
+            "--mode",
+            "packet",
+            "--iface",
+            "lo",
+            "--duration",
+            "1",
+        ],
         &["run", "--iface", "lo", "--queues", "1", "--duration", "1"],
         &["exec", "--iface", "lo", "--", "touch", &mark_s],
     ] {

@@ -745,6 +745,18 @@ impl FdWaiter {
 /// Whether interface `name` (in the calling thread's network namespace) is
 /// administratively up: `Ok(None)` if it does not exist.
 pub fn iface_up(name: &str) -> io::Result<Option<bool>> {
+    Ok(iface_flags(name)?.map(|f| f & libc::IFF_UP != 0))
+}
+
+/// Whether interface `name` is a loopback device (`IFF_LOOPBACK`, as `lo`
+/// is): `Ok(None)` if it does not exist.
+pub fn iface_loopback(name: &str) -> io::Result<Option<bool>> {
+    Ok(iface_flags(name)?.map(|f| f & libc::IFF_LOOPBACK != 0))
+}
+
+/// Interface `name`'s flags (`SIOCGIFFLAGS`): `Ok(None)` if it does not
+/// exist.
+fn iface_flags(name: &str) -> io::Result<Option<i32>> {
     if ifindex(name).is_err() {
         return Ok(None);
     }
@@ -772,7 +784,7 @@ pub fn iface_up(name: &str) -> io::Result<Option<bool>> {
     ))?;
     // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
     let flags = unsafe { ifr.ifr_ifru.ifru_flags };
-    Ok(Some(flags as i32 & libc::IFF_UP != 0))
+    Ok(Some(flags as i32))
 }
 
 /// Interface `name`'s MAC address (from sysfs) and IP addresses (from

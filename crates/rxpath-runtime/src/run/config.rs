@@ -115,13 +115,32 @@ pub fn check_iface(iface: &str) -> Result<(), RunError> {
             )))
         }
         Ok(Some(false)) => {
+            check_not_loopback(iface)?;
             return Err(RunError::Device(format!("interface {iface} is down: run `ip link set {iface} up`")))
         }
         _ => {}
     }
+    check_not_loopback(iface)?;
     if !rxpath_dev::sys::sched::is_root() {
         return Err(RunError::Device(format!(
             "opening {iface} needs CAP_NET_RAW: run as root, or `setcap cap_net_raw,cap_net_admin+ep $(which rxpath)`"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuse the loopback interface (`IFF_LOOPBACK`, or the name `lo`):
+/// rxpath takes a device's packets from the kernel, and on loopback those
+/// are the host's own traffic, which would go dark while it runs.
+pub fn check_not_loopback(iface: &str) -> Result<(), RunError> {
+    let flagged = rxpath_dev::sys::af_packet::iface_loopback(iface)
+        .ok()
+        .flatten()
+        .unwrap_or(false);
+    if flagged || iface == "lo" {
+        return Err(RunError::Device(format!(
+            "{iface} is the loopback interface: rxpath would take the host's own traffic \
+             from the kernel; use a NIC or a veth pair (`rxpath lab up` makes rxp0/rxp1)"
         )));
     }
     Ok(())
