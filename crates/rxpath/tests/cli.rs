@@ -932,3 +932,34 @@ fn the_loopback_interface_is_refused() {
     }
     assert!(!mark.exists(), "exec started the program on lo");
 }
+
+/// `rxpath ARGS` in a network namespace of its own with a veth pair,
+/// rxv0 (up) and rxv1: an interface to name that is nobody's.
+fn rxpath_in_netns_with_veth(args: &[&str]) -> std::process::Output {
+    Command::new("unshare")
+        .args([
+            "-n",
+            "sh",
+            "-c",
+            "ip link set lo up && ip link add rxv0 type veth peer name rxv1 && \
+             ip link set rxv0 up && ip link set rxv1 up && exec \"$0\" \"$@\"",
+        ])
+        .arg(env!("CARGO_BIN_EXE_rxpath"))
+        .args(args)
+        .output()
+        .expect("unshare -n rxpath")
+}
+
+/// A program that binds no socket leaves no report, as nothing was
+/// served: exec says so and exits with the program's own status, not 1
+/// with "left no report" as if it had been killed.
+#[test]
+fn exec_of_a_program_that_serves_no_socket_exits_with_its_status() {
+    for (prog, code) in [(&["true"][..], 0), (&["sh", "-c", "exit 3"], 3)] {
+        let o = rxpath_in_netns_with_veth(&[&["exec", "--iface", "rxv0", "--"][..], prog].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{prog:?}: {err}");
+        assert!(err.contains("no socket was served"), "{prog:?}: {err}");
+        assert!(!err.contains("left no report"), "{prog:?}: {err}");
+    }
+}
