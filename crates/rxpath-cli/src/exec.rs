@@ -166,6 +166,16 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
     let _ = std::fs::remove_file(&report);
     let code = status.code().map_or(128 + status_signal(&status), |c| c);
     let Ok(text) = text else {
+        if let Some(c) = status.code() {
+            // The preload writes its report at exit once a socket made
+            // its host start: a program that ended by itself without one
+            // served nothing, and its status is its own.
+            eprintln!(
+                "rxpath exec: {prog} {status}; no socket was served (it bound no UDP socket \
+                 rxpath takes, or it never loaded {PRELOAD_LIB}: a static binary?)"
+            );
+            return Ok(ExitCode::from(c.clamp(0, 255) as u8));
+        }
         eprintln!(
             "rxpath exec: {prog} {status}; it left no report (killed before exit, or it never \
              loaded {PRELOAD_LIB}: a static binary?)"
