@@ -963,3 +963,50 @@ fn exec_of_a_program_that_serves_no_socket_exits_with_its_status() {
         assert!(!err.contains("left no report"), "{prog:?}: {err}");
     }
 }
+
+/// Every value exec hands the preload is checked with the preload's own
+/// parsers before the program starts: a bad one was found by the
+/// preload inside the program, which ran on the kernel's sockets and
+/// exited 1. So is what a RXPATH_CONFIG file in the environment gives
+/// for the flags left unset.
+#[test]
+fn exec_checks_what_the_preload_would_parse_before_the_program_starts() {
+    let dir = std::env::temp_dir().join(format!("rxpath-exec-vals-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mark = dir.join("ran");
+    let mark_s = mark.display().to_string();
+    let cfg = dir.join("bad.toml");
+    std::fs::write(&cfg, "rules = \"garbage\"\n").unwrap();
+    for (env, args, want) in [
+        (None, &["--ports", "70000"][..], "--ports"),
+        (None, &["--ports", "abc"], "--ports"),
+        (None, &["--kernel-ports", "1-"], "--kernel-ports"),
+        (None, &["--rules", "garbage"], "--rules"),
+        (None, &["--rules", "kernel *:70000"], "--rules"),
+        (Some(&cfg), &[], "RXPATH_CONFIG"),
+    ] {
+        let mut cmd = Command::new("unshare");
+        cmd.args([
+            "-n",
+            "sh",
+            "-c",
+            "ip link add rxv0 type veth peer name rxv1 && ip link set rxv0 up && \
+             ip link set rxv1 up && exec \"$0\" \"$@\"",
+        ])
+        .arg(env!("CARGO_BIN_EXE_rxpath"))
+        .args(["exec", "--iface", "rxv0"])
+        .args(args)
+        .args(["--", "touch", &mark_s]);
+        if let Some(c) = env {
+            cmd.env("RXPATH_CONFIG", c);
+        }
+        let o = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("rxpath: error:"), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!mark.exists(), "{args:?}: the program ran");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
