@@ -100,6 +100,8 @@ pub fn find_preload() -> anyhow::Result<PathBuf> {
 /// `rxpath exec`: run the program on rxpath, wait for it, report.
 pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
     rxpath_runtime::run::check_not_loopback(&a.iface)?;
+    let vars = preload_vars(&a);
+    check_vars(&vars)?;
     let lib = match &a.preload {
         Some(p) => p.clone(),
         None => find_preload()?,
@@ -123,30 +125,8 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
     let mut child = Command::new(prog)
         .args(args)
         .env("LD_PRELOAD", preload)
-        .env("RXPATH_IFACE", &a.iface)
-        .env("RXPATH_MODE", &a.mode)
-        .env("RXPATH_BUSY_POLL", a.busy_poll.to_string())
-        .env("RXPATH_BUSY_POLL_BUDGET", a.busy_poll_budget.to_string())
-        .env("RXPATH_PREFER_BUSY_POLL", a.prefer_busy_poll.to_string())
-        .env(
-            "RXPATH_IRQ_SUSPEND_TIMEOUT",
-            a.irq_suspend_timeout.to_string(),
-        )
-        .env("RXPATH_NAPI_THREADS", a.napi_threads.to_string())
-        .env("RXPATH_GRO_FLUSH_TIMEOUT", a.gro_flush_timeout.to_string())
-        .env("RXPATH_NAPI_DEFER_HARD_IRQS", a.defer_hard_irqs.to_string())
+        .envs(vars.iter().map(|(k, _, v)| (k, v)))
         .env("RXPATH_REPORT", &report)
-        .env("RXPATH_PORTS", a.ports.clone().unwrap_or_default())
-        .env(
-            "RXPATH_KERNEL_PORTS",
-            a.kernel_ports.clone().unwrap_or_default(),
-        )
-        .env(
-            "RXPATH_METRICS",
-            a.metrics.map(|m| m.to_string()).unwrap_or_default(),
-        )
-        .env("RXPATH_RULES", a.rules.clone().unwrap_or_default())
-        .env("RXPATH_PROFILE", a.profile.clone().unwrap_or_default())
         .spawn()
         .with_context(|| format!("running {prog}"))?;
     let pid = child.id();
@@ -189,6 +169,100 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
         (0, false) => ExitCode::FAILURE,
         (c, _) => ExitCode::from(c.clamp(0, 255) as u8),
     })
+}
+
+/// The variables exec hands the preload, each with the flag that gives
+/// it (`RXPATH_REPORT` aside).
+fn preload_vars(a: &ExecArgs) -> Vec<(&'static str, &'static str, String)> {
+    let opt = |o: &Option<String>| o.clone().unwrap_or_default();
+    vec![
+        ("RXPATH_IFACE", "--iface", a.iface.clone()),
+        ("RXPATH_MODE", "--mode", a.mode.clone()),
+        ("RXPATH_BUSY_POLL", "--busy-poll", a.busy_poll.to_string()),
+        (
+            "RXPATH_BUSY_POLL_BUDGET",
+            "--busy-poll-budget",
+            a.busy_poll_budget.to_string(),
+        ),
+        (
+            "RXPATH_PREFER_BUSY_POLL",
+            "--prefer-busy-poll",
+            a.prefer_busy_poll.to_string(),
+        ),
+        (
+            "RXPATH_IRQ_SUSPEND_TIMEOUT",
+            "--irq-suspend-timeout",
+            a.irq_suspend_timeout.to_string(),
+        ),
+        (
+            "RXPATH_NAPI_THREADS",
+            "--napi-threads",
+            a.napi_threads.to_string(),
+        ),
+        (
+            "RXPATH_GRO_FLUSH_TIMEOUT",
+            "--gro-flush-timeout",
+            a.gro_flush_timeout.to_string(),
+        ),
+        (
+            "RXPATH_NAPI_DEFER_HARD_IRQS",
+            "--defer-hard-irqs",
+            a.defer_hard_irqs.to_string(),
+        ),
+        ("RXPATH_PORTS", "--ports", opt(&a.ports)),
+        (
+            "RXPATH_KERNEL_PORTS",
+            "--kernel-ports",
+            opt(&a.kernel_ports),
+        ),
+        (
+            "RXPATH_METRICS",
+            "--metrics",
+            a.metrics.map(|m| m.to_string()).unwrap_or_default(),
+        ),
+        ("RXPATH_RULES", "--rules", opt(&a.rules)),
+        ("RXPATH_PROFILE", "--profile", opt(&a.profile)),
+    ]
+}
+
+/// Parse `vars` as the preload will, before the program starts: a value
+/// it refuses would leave the program on the kernel's sockets. A
+/// `RXPATH_CONFIG` file in the environment fills the variables left
+/// empty, so it is read too. The error is one line naming the flag.
+fn check_vars(vars: &[(&'static str, &'static str, String)]) -> anyhow::Result<()> {
+    use crate::preload_config::Config;
+    let one_line = |e: &str| e.split_whitespace().collect::<Vec<_>>().join(" ");
+    let get = |k: &str| {
+        vars.iter()
+            .find(|(v, _, _)| *v == k)
+            .map(|(_, _, x)| x.clone())
+    };
+    Config::from_vars(get).map_err(|e| {
+        // The preload names its variable; the user gave a flag.
+        let flag = vars
+            .iter()
+            .find_map(|(v, f, _)| Some((*f, e.strip_prefix(v)?.strip_prefix('=')?)));
+        match flag {
+            Some((f, rest)) => anyhow::anyhow!("{f} {}", one_line(rest)),
+            None => anyhow::anyhow!("{}", one_line(&e)),
+        }
+    })?;
+    if let Some(p) = std::env::var("RXPATH_CONFIG")
+        .ok()
+        .filter(|p| !p.is_empty())
+    {
+        let env = |k: &str| match k {
+            "RXPATH_CONFIG" => Some(p.clone()),
+            k => get(k),
+        };
+        Config::from_env_with(env).map_err(|e| {
+            anyhow::anyhow!(
+                "{} (RXPATH_CONFIG={p:?} gives the program what exec leaves unset)",
+                one_line(&e)
+            )
+        })?;
+    }
+    Ok(())
 }
 
 fn status_signal(s: &std::process::ExitStatus) -> i32 {

@@ -165,8 +165,14 @@ impl Config {
     /// The configuration the process's environment gives: the variables,
     /// and for those not set the file `RXPATH_CONFIG` names.
     pub fn from_env() -> Result<Config, String> {
-        let file = match std::env::var("RXPATH_CONFIG") {
-            Ok(p) if !p.is_empty() => {
+        Self::from_env_with(|k| std::env::var(k).ok())
+    }
+
+    /// [`Self::from_env`] with the environment `env` gives (`rxpath exec`
+    /// checks what the program's will be before it starts it).
+    pub fn from_env_with(env: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
+        let file = match env("RXPATH_CONFIG") {
+            Some(p) if !p.is_empty() => {
                 let text = read_config_file(std::path::Path::new(&p))
                     .map_err(|e| format!("RXPATH_CONFIG={p:?}: {e}"))?;
                 file_vars(&text).map_err(|e| format!("RXPATH_CONFIG={p:?}: {e}"))?
@@ -174,8 +180,7 @@ impl Config {
             _ => HashMap::new(),
         };
         Self::from_vars(|k| {
-            std::env::var(k)
-                .ok()
+            env(k)
                 .filter(|s| !s.is_empty())
                 .or_else(|| file.get(k).cloned())
         })
