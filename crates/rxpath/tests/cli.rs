@@ -783,12 +783,22 @@ fn rps_flow_cnt_changes_through_ctl_while_packets_flow() {
 /// instead of taking the machine's memory), killed after `secs` (a hang
 /// fails the test instead of stopping it).
 fn rxpath_bounded(args: &[&str], secs: u64) -> std::process::Output {
+    rxpath_bounded_env(args, &[], secs)
+}
+
+/// [`rxpath_bounded`] with variables set.
+fn rxpath_bounded_env(
+    args: &[&str],
+    env: &[(&str, &std::path::Path)],
+    secs: u64,
+) -> std::process::Output {
     use std::process::Stdio;
     let mut child = Command::new("prlimit")
         .arg("--as=2147483648")
         .arg("--")
         .arg(env!("CARGO_BIN_EXE_rxpath"))
         .args(args)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -1009,4 +1019,81 @@ fn exec_checks_what_the_preload_would_parse_before_the_program_starts() {
         assert!(!mark.exists(), "{args:?}: the program ran");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What answers on a control socket is checked against the protocol
+/// (`show`: NAME VALUE lines, `get`: a number, `set`: ok): anything else
+/// (another program's socket, a stale path reused) is an error, exit 2,
+/// not printed as if it were the answer. A socket that never answers, or
+/// never stops, is not waited for or read without end.
+#[test]
+fn ctl_refuses_an_answer_that_is_not_the_protocol() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixListener;
+    let pid = std::process::id().to_string();
+    let serve = |tag: &str, answer: &'static str| -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("rxpath-ctl-fake-{pid}-{tag}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let l = UnixListener::bind(dir.join(format!("rxpath-{pid}.sock"))).unwrap();
+        std::thread::spawn(move || {
+            for s in l.incoming().flatten() {
+                let mut line = String::new();
+                let _ = BufReader::new(&s).read_line(&mut line);
+                let mut w = &s;
+                match answer {
+                    "<silent>" => std::thread::sleep(std::time::Duration::from_secs(30)),
+                    "<endless>" => {
+                        let chunk = vec![b'x'; 1 << 20];
+                        while w.write_all(&chunk).is_ok() {}
+                    }
+                    a => {
+                        let _ = w.write_all(a.as_bytes());
+                    }
+                }
+            }
+        });
+        dir
+    };
+    let good = serve("good", "net.core.netdev_budget 300\ngro_flush_timeout 0\n");
+    let o = rxpath_bounded_env(
+        &["ctl", "--pid", &pid, "show"],
+        &[("XDG_RUNTIME_DIR", &good)],
+        20,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "net.core.netdev_budget 300\ngro_flush_timeout 0\n"
+    );
+    for (tag, answer, req) in [
+        ("http", "HTTP/1.1 400 Bad Request\r\n\r\n", &["show"][..]),
+        ("empty", "", &["show"]),
+        ("word", "ok\n", &["get", "net.core.netdev_budget"]),
+        ("number", "42\n", &["set", "net.core.netdev_budget", "42"]),
+        ("lines", "300\n301\n", &["get", "net.core.netdev_budget"]),
+        ("silent", "<silent>", &["show"]),
+        ("endless", "<endless>", &["show"]),
+    ] {
+        let dir = serve(tag, answer);
+        let args = [&["ctl", "--pid", &pid][..], req].concat();
+        let t = std::time::Instant::now();
+        let o = rxpath_bounded_env(&args, &[("XDG_RUNTIME_DIR", &dir)], 20);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{tag}: {:?} {err}", o.status);
+        assert!(
+            o.stdout.is_empty(),
+            "{tag}: printed {:?}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "{tag}: {err}");
+        assert!(err.starts_with("rxpath: error:"), "{tag}: {err}");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "{tag}: took {:?}",
+            t.elapsed()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let _ = std::fs::remove_dir_all(&good);
 }
