@@ -19,7 +19,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use rxpath_runtime::run::RunKnobs;
-use std::io::{BufReader, Write};
+use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -168,31 +168,110 @@ pub fn ctl(a: CtlArgs) -> Result<ExitCode> {
         }
     };
     let mut s = UnixStream::connect(&path).with_context(|| format!("{}", path.display()))?;
+    // Whatever listens there may never answer, or never stop.
+    s.set_read_timeout(Some(REPLY_TIMEOUT))?;
+    s.set_write_timeout(Some(REPLY_TIMEOUT))?;
     let req = match &a.what {
         CtlCmd::Show => "show".to_string(),
         CtlCmd::Get { name } => format!("get {name}"),
         CtlCmd::Set { name, value } => format!("set {name} {value}"),
     };
-    writeln!(s, "{req}")?;
-    let mut out = String::new();
-    BufReader::new(s).read_to_string_lossy(&mut out)?;
+    writeln!(s, "{req}").with_context(|| format!("{}", path.display()))?;
+    let mut b = Vec::new();
+    std::io::Read::take(s, REPLY_MAX as u64 + 1)
+        .read_to_end(&mut b)
+        .with_context(|| format!("{}: waiting for the answer", path.display()))?;
+    if b.len() > REPLY_MAX {
+        bail!(
+            "{}: the answer runs past {REPLY_MAX} bytes: not an rxpath control socket",
+            path.display()
+        );
+    }
+    let out = String::from_utf8_lossy(&b);
     let out = out.trim_end();
     if let Some(e) = out.strip_prefix("error: ") {
-        bail!("{e}");
+        if !e.contains('\n') {
+            bail!("{e}");
+        }
     }
+    check_reply(&a.what, out).map_err(|e| {
+        let mut seen: String = out.chars().take(60).collect();
+        if seen.len() < out.len() {
+            seen.push_str("...");
+        }
+        anyhow::anyhow!(
+            "{}: {e}, not an rxpath control socket's: {seen:?}",
+            path.display()
+        )
+    })?;
     println!("{out}");
     Ok(ExitCode::SUCCESS)
 }
 
-trait ReadAll {
-    fn read_to_string_lossy(&mut self, out: &mut String) -> std::io::Result<usize>;
+/// How long `ctl` waits for the answer (a run answers at once).
+const REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The longest answer `ctl` reads (`show` lists a few knobs).
+const REPLY_MAX: usize = 64 << 10;
+
+/// Whether `reply` (its trailing newline trimmed) is what the protocol
+/// answers to `req`: `show`, lines of a knob's name and a number; `get`,
+/// a number; `set`, `ok`.
+pub fn check_reply(req: &CtlCmd, reply: &str) -> Result<(), String> {
+    let number = |v: &str| v.parse::<u64>().is_ok();
+    let name = |n: &str| {
+        !n.is_empty()
+            && n.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.')
+    };
+    let ok = match req {
+        CtlCmd::Show => !reply.is_empty()
+            && reply.split('\n').all(
+                |l| matches!(l.split(' ').collect::<Vec<_>>()[..], [n, v] if name(n) && number(v)),
+            ),
+        CtlCmd::Get { .. } => number(reply),
+        CtlCmd::Set { .. } => reply == "ok",
+    };
+    if ok {
+        return Ok(());
+    }
+    Err(match req {
+        CtlCmd::Show => "the answer to show is not lines of NAME VALUE",
+        CtlCmd::Get { .. } => "the answer to get is not a number",
+        CtlCmd::Set { .. } => "the answer to set is not ok",
+    }
+    .into())
 }
 
-impl<R: std::io::Read> ReadAll for BufReader<R> {
-    fn read_to_string_lossy(&mut self, out: &mut String) -> std::io::Result<usize> {
-        let mut b = Vec::new();
-        let n = std::io::Read::read_to_end(self, &mut b)?;
-        out.push_str(&String::from_utf8_lossy(&b));
-        Ok(n)
+#[cfg(test)]
+mod tests {
+    use super::{check_reply, CtlCmd};
+
+    #[test]
+    fn replies_are_checked_against_the_request() {
+        let get = CtlCmd::Get { name: "x".into() };
+        let set = CtlCmd::Set {
+            name: "x".into(),
+            value: "1".into(),
+        };
+        assert!(check_reply(&CtlCmd::Show, "net.core.netdev_budget 300\nrps_cpus 3").is_ok());
+        assert!(check_reply(&get, "300").is_ok());
+        assert!(check_reply(&set, "ok").is_ok());
+        for bad in [
+            "",
+            "ok",
+            "a b c",
+            "net.core.netdev_budget -1",
+            "x 1\n",
+            "HTTP/1.1 200 OK",
+        ] {
+            assert!(check_reply(&CtlCmd::Show, bad).is_err(), "show {bad:?}");
+        }
+        for bad in ["", "ok", "1 2", "300\n301", "-1"] {
+            assert!(check_reply(&get, bad).is_err(), "get {bad:?}");
+        }
+        for bad in ["", "OK", "42", "ok\nok"] {
+            assert!(check_reply(&set, bad).is_err(), "set {bad:?}");
+        }
     }
 }
