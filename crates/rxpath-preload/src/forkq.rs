@@ -261,6 +261,8 @@ pub(crate) struct Inherited {
     pub(crate) v6: bool,
     /// The UDP port the parent serves it on.
     pub(crate) port: u16,
+    /// The destinations the XDP program takes for it.
+    pub(crate) keys: Vec<rxpath_dev::sys::xdp::PortKey>,
     /// Its queue held nothing at the fork.
     pub(crate) fresh: bool,
     /// [`child_uses`] gave its port back.
@@ -318,7 +320,11 @@ pub(crate) fn child_uses(fd: RawFd) {
         }
         return;
     };
-    match rxpath_dev::sys::xdp::release_port(map, libc::IPPROTO_UDP as u8, port) {
+    let released = inh
+        .keys
+        .iter()
+        .try_for_each(|k| rxpath_dev::sys::xdp::release_port(map, *k));
+    match released {
         Ok(()) => crate::config::say(&format!(
             "a forked child reads port {port}: it goes back to the kernel, for the parent too"
         )),

@@ -9,7 +9,7 @@
 //! with the process, however it ends (a BPF link held by an fd).
 
 use crate::config::{Config, Mode};
-use rxpath_dev::sys::xdp::XdpFilter;
+use rxpath_dev::sys::xdp::{PortKey, XdpFilter};
 use rxpath_runtime::{Host, HostConfig, HostDevice, HostReport, UdpSocket};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -82,6 +82,30 @@ pub struct Accounting {
     pub frames_home: usize,
 }
 
+/// The destinations the XDP program takes for a UDP socket bound to
+/// `addr`, keyed as the kernel keys sockets: its address (or its family's
+/// wildcard) and port; an IPv6 wildcard socket without `IPV6_V6ONLY`
+/// takes IPv4 too (as `::ffff:a.b.c.d`), so the IPv4 wildcard as well.
+pub(crate) fn map_keys(addr: SocketAddr, v6only: bool) -> Vec<PortKey> {
+    let udp = |addr| PortKey {
+        proto: libc::IPPROTO_UDP as u8,
+        addr,
+    };
+    let mut keys = vec![udp(addr)];
+    match addr.ip() {
+        IpAddr::V6(a) if a.is_unspecified() && !v6only => {
+            keys.push(udp(SocketAddr::new([0, 0, 0, 0].into(), addr.port())));
+        }
+        IpAddr::V6(a) => {
+            if let Some(v4) = a.to_ipv4_mapped() {
+                keys = vec![udp(SocketAddr::new(v4.into(), addr.port()))];
+            }
+        }
+        IpAddr::V4(_) => {}
+    }
+    keys
+}
+
 /// Frames per queue of a program's host (2048 bytes each: 32 MiB a queue),
 /// four times a `Host`'s default: the AF_XDP RX ring is half of them, 8192
 /// deep, about 40 ms of 200 k datagrams/s. A served program is away from
@@ -115,8 +139,8 @@ struct Running {
     /// The control socket `rxpath ctl --pid PID` talks to.
     control: Option<rxpath_runtime::ctl::Control>,
     host: Host,
-    /// Sockets per port the XDP program takes.
-    ports: BTreeMap<u16, usize>,
+    /// Sockets per destination the XDP program takes.
+    ports: BTreeMap<PortKey, usize>,
 }
 
 struct State {
@@ -268,12 +292,14 @@ impl Global {
     }
 
     /// An rxpath socket for `addr`, which the caller's kernel socket has
-    /// just bound (the port is held in the kernel), or why not.
+    /// just bound (the port is held in the kernel), with the destinations
+    /// the XDP program now takes for it ([`map_keys`]), or why not.
     pub(crate) fn bind(
         &self,
         addr: SocketAddr,
         opts: rxpath_core::sock::BindOptions,
-    ) -> Result<UdpSocket, (Fallback, String)> {
+        v6only: bool,
+    ) -> Result<(UdpSocket, Vec<PortKey>), (Fallback, String)> {
         let Some(iface) = self.cfg.iface.clone() else {
             return Err((Fallback::NoIface, "no RXPATH_IFACE".into()));
         };
@@ -321,37 +347,47 @@ impl Global {
             .host
             .udp_bind_held_with(addr, opts)
             .map_err(|e| (Fallback::BindRefused, format!("{addr}: {e}")))?;
-        let port = addr.port();
-        if !r.ports.contains_key(&port) {
-            if let Err(e) = r.host.take_port(libc::IPPROTO_UDP as u8, port, true) {
+        let keys = map_keys(addr, v6only);
+        for (i, k) in keys.iter().enumerate() {
+            if r.ports.contains_key(k) {
+                continue;
+            }
+            if let Err(e) = r.host.take_port(*k, true) {
+                for k in keys[..i].iter().filter(|k| !r.ports.contains_key(k)) {
+                    let _ = r.host.take_port(*k, false);
+                }
                 return Err((
                     Fallback::PortMapFull,
                     format!("{addr}: the XDP program's port map: {e}"),
                 ));
             }
         }
-        *r.ports.entry(port).or_default() += 1;
+        for k in &keys {
+            *r.ports.entry(*k).or_default() += 1;
+        }
         if self.cfg.busy_poll_us > 0 {
             sock.set_busy_poll(self.cfg.busy_poll_us);
         }
         sock.set_busy_poll_budget(self.cfg.busy_poll_budget);
         s.accelerated += 1;
-        Ok(sock)
+        Ok((sock, keys))
     }
 
-    /// An rxpath socket on `port` closed: the last one gives the port back
-    /// to the kernel.
-    pub(crate) fn release(&self, port: u16) {
+    /// An rxpath socket that took `keys` closed (or went back to the
+    /// kernel): the last one on each gives it back to the kernel.
+    pub(crate) fn release(&self, keys: &[PortKey]) {
         let mut s = self.state();
         let Some(r) = s.running.as_mut() else { return };
-        let Some(n) = r.ports.get_mut(&port) else {
-            return;
-        };
-        *n -= 1;
-        if *n == 0 {
-            r.ports.remove(&port);
-            if let Err(e) = r.host.take_port(libc::IPPROTO_UDP as u8, port, false) {
-                say(&format!("giving port {port} back to the kernel: {e}"));
+        for k in keys {
+            let Some(n) = r.ports.get_mut(k) else {
+                continue;
+            };
+            *n -= 1;
+            if *n == 0 {
+                r.ports.remove(k);
+                if let Err(e) = r.host.take_port(*k, false) {
+                    say(&format!("giving {} back to the kernel: {e}", k.addr));
+                }
             }
         }
     }

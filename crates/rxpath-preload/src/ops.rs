@@ -60,7 +60,7 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
         reuseport: p.reuseport,
         reuseaddr: p.reuseaddr,
     };
-    let sock = match g.bind(addr, opts) {
+    let (sock, keys) = match g.bind(addr, opts, p.v6only) {
         Ok(s) => s,
         Err((why, detail)) => {
             table::remove(fd);
@@ -73,7 +73,7 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
         if let Err(e) = crate::sys::drop_from_iface(fd, g.ifindex()) {
             drop(sock);
             table::remove(fd);
-            g.release(addr.port());
+            g.release(&keys);
             let why =
                 format!("{addr}: filtering the interface's copies off its kernel socket: {e}");
             return g.fallback(Fallback::HostFailed, &why);
@@ -126,6 +126,7 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
         readers: 0.into(),
         parked: Mutex::new(None),
         fork_word: Default::default(),
+        keys,
     };
     let a = Arc::new(a);
     crate::kside::watch(&a, fd);
@@ -192,7 +193,7 @@ pub(crate) fn on_close(fd: RawFd) {
 pub(crate) fn closed(a: &Accel) {
     crate::kside::forget(a);
     if !a.kernel_only.load(Ordering::SeqCst) {
-        global().release(a.sock.local_addr().port());
+        global().release(&a.keys);
     }
 }
 
@@ -879,7 +880,7 @@ fn hand_back(a: &Accel, fd: RawFd, what: &str) {
         return;
     }
     let g = global();
-    g.release(a.sock.local_addr().port());
+    g.release(&a.keys);
     if g.kernel_sees_frames() {
         if let Err(e) = crate::sys::detach_filter(fd) {
             crate::config::say(&format!("fd {fd}: the kernel socket keeps its filter: {e}"));

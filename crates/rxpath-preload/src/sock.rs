@@ -91,6 +91,9 @@ pub(crate) struct Accel {
     /// there is no port map to take the port out of (AF_PACKET), and this
     /// process then stops taking the interface's copies.
     pub(crate) fork_word: std::sync::OnceLock<Arc<sys::Shared>>,
+    /// The destinations the XDP program takes for it
+    /// ([`crate::host::map_keys`]).
+    pub(crate) keys: Vec<rxpath_dev::sys::xdp::PortKey>,
 }
 
 impl Accel {

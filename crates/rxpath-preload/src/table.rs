@@ -144,6 +144,7 @@ pub(crate) fn before_fork() {
             cmsgs: a.cmsgs.load(Ordering::Relaxed),
             v6: local.is_ipv6(),
             port: local.port(),
+            keys: a.keys.clone(),
             fresh: !a.held.any(),
             released: std::sync::atomic::AtomicBool::new(false),
             parent_word: a.fork_word(),

@@ -210,7 +210,8 @@ fn unbound(tag: &str) -> Server {
         argv: ["unbound", "-d", "-c", &conf].map(String::from).to_vec(),
         tools: &["unbound", "nsd"],
         upstream: true,
-        shuffles: false,
+        // rrset-roundrobin: each answer's records in a new order.
+        shuffles: true,
         quit: None,
         _dir: d,
     }

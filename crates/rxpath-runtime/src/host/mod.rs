@@ -639,14 +639,15 @@ impl Host {
         Ok(sock)
     }
 
-    /// Take (`on`) the frames for destination port `port` of protocol
-    /// `proto` into rxpath, or give them back to the kernel, through the XDP
-    /// program's port map (a filter with `port_map`). `Ok(false)` for a host
-    /// that takes what its filter says whatever the port (a fixed port, or
-    /// AF_PACKET, which sees every frame).
-    pub fn take_port(&self, proto: u8, port: u16, on: bool) -> std::io::Result<bool> {
+    /// Take (`on`) the frames for destination `key` (protocol, address or
+    /// its family's wildcard, port) into rxpath, or give them back to the
+    /// kernel, through the XDP program's port map (a filter with
+    /// `port_map`). `Ok(false)` for a host that takes what its filter says
+    /// whatever the port (a fixed port, or AF_PACKET, which sees every
+    /// frame).
+    pub fn take_port(&self, key: rxpath_dev::sys::xdp::PortKey, on: bool) -> std::io::Result<bool> {
         match &self.xdp {
-            Some(p) if p.has_port_map() => p.take_port(proto, port, on).map(|()| true),
+            Some(p) if p.has_port_map() => p.take_port(key, on).map(|()| true),
             _ => Ok(false),
         }
     }

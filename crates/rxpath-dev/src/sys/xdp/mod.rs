@@ -19,7 +19,7 @@ use super::umem::{Frame, FramePool, Umem};
 use super::xsk::{Ring, XskSocket};
 use crate::{DeviceQueueStats, IrqLine, RxQueue};
 pub(super) use prog::ctx;
-pub use prog::{release_port, XdpFilter, XdpMode, XdpProgram, PORT_MAP_ENTRIES};
+pub use prog::{release_port, PortKey, XdpFilter, XdpMode, XdpProgram, PORT_MAP_ENTRIES};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;

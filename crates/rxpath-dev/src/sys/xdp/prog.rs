@@ -52,8 +52,8 @@ pub struct XdpFilter {
     /// must carry it directly.
     pub protocol: Option<u8>,
     /// With `protocol` UDP or TCP: take only this destination port (IPv4
-    /// without options and not a fragment; IPv6 after up to four
-    /// hop-by-hop, routing or destination-options headers, walked as
+    /// without options and not a fragment; IPv6 after its hop-by-hop,
+    /// routing and destination-options headers, however many, walked as
     /// `ipv6_rcv` does; the rest goes to the kernel, which reassembles
     /// fragments).
     pub dst_port: Option<u16>,
@@ -61,8 +61,9 @@ pub struct XdpFilter {
     /// the kernel sees nothing on this interface. For tests that compare
     /// rxpath's input counters with the kernel's.
     pub all: bool,
-    /// With `protocol` UDP or TCP: take only the destination ports in the
-    /// program's port map ([`XdpProgram::take_port`]), which starts empty
+    /// With `protocol` UDP or TCP: take only the destinations in the
+    /// program's port map ([`XdpProgram::take_port`]: family, address or
+    /// wildcard, and port, as the kernel keys sockets), which starts empty
     /// and changes while the program runs (a socket bound or closed);
     /// `dst_port` is then not used.
     pub port_map: bool,
@@ -253,7 +254,7 @@ impl Built {
         // one it never looks in it (the verifier knows), so it is tiny.
         let mut a = [0u64; 16];
         put32(&mut a, 0, BPF_MAP_TYPE_HASH);
-        put32(&mut a, 4, 4);
+        put32(&mut a, 4, PORT_KEY_LEN);
         put32(&mut a, 8, 1);
         put32(&mut a, 12, if port_map { PORT_MAP_ENTRIES } else { 1 });
         let ports = bpf(BPF_MAP_CREATE, &mut a).map_err(|e| ctx(e, "creating the port map"))?;
@@ -336,10 +337,42 @@ fn verifier_log(mut attr: [u64; 16]) -> String {
 /// The port map's key for `proto` and `port`, as the program builds it: the
 /// port's two bytes in network order read as a little-endian u16, shifted
 /// up a byte, or the protocol, stored as a u32 in memory order.
-fn port_key(proto: u8, port: u16) -> [u8; 4] {
-    let loaded = u16::from_le_bytes(port.to_be_bytes()) as u32;
-    ((loaded << 8) | proto as u32).to_le_bytes()
+/// A destination the port map takes, keyed as the kernel keys sockets:
+/// the protocol, an address (the family's wildcard for a socket bound to
+/// it) and a port. A frame is taken when its destination address and port
+/// are in the map, or its family's wildcard and the port are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PortKey {
+    /// The IP protocol (17 UDP, 6 TCP).
+    pub proto: u8,
+    /// The destination address and port (`0.0.0.0` or `::`: the family's
+    /// wildcard).
+    pub addr: std::net::SocketAddr,
 }
+
+impl PortKey {
+    /// The program's `struct port_key`: family, protocol, port in network
+    /// order, the address in 16 bytes (IPv4's in the first four).
+    fn bytes(&self) -> [u8; 20] {
+        let mut k = [0u8; 20];
+        k[1] = self.proto;
+        k[2..4].copy_from_slice(&self.addr.port().to_be_bytes());
+        match self.addr.ip() {
+            std::net::IpAddr::V4(a) => {
+                k[0] = 4;
+                k[4..8].copy_from_slice(&a.octets());
+            }
+            std::net::IpAddr::V6(a) => {
+                k[0] = 6;
+                k[4..20].copy_from_slice(&a.octets());
+            }
+        }
+        k
+    }
+}
+
+/// The port map's key size (`struct port_key`).
+const PORT_KEY_LEN: u32 = 20;
 
 fn bpf_raw(cmd: libc::c_long, attr: &mut [u64; 16]) -> io::Result<libc::c_long> {
     // The attribute block is a live, zero-padded 128-byte buffer, larger
@@ -365,11 +398,11 @@ fn put32(attr: &mut [u64; 16], byte_off: usize, v: u32) {
     *w = (*w & !(0xffff_ffffu64 << shift)) | (v as u64) << shift;
 }
 
-/// Give destination port `port` of protocol `proto` back to the kernel in
-/// the port map `map` (an XDP program's, by its descriptor: a forked
-/// child's copy of its parent's). A port not in the map is no error.
-pub fn release_port(map: RawFd, proto: u8, port: u16) -> io::Result<()> {
-    let key = port_key(proto, port);
+/// Give destination `key` back to the kernel in the port map `map` (an
+/// XDP program's, by its descriptor: a forked child's copy of its
+/// parent's). A key not in the map is no error.
+pub fn release_port(map: RawFd, key: PortKey) -> io::Result<()> {
+    let key = key.bytes();
     let mut a = [0u64; 16];
     put32(&mut a, 0, map as u32);
     a[1] = key.as_ptr() as u64;
@@ -413,9 +446,9 @@ impl XdpProgram {
     }
 
     /// Take (`on`) or give back to the kernel the frames for destination
-    /// port `port` of protocol `proto`. An error if the program has no
-    /// port map, or the map is full ([`PORT_MAP_ENTRIES`]).
-    pub fn take_port(&self, proto: u8, port: u16, on: bool) -> io::Result<()> {
+    /// `key`. An error if the program has no port map, or the map is full
+    /// ([`PORT_MAP_ENTRIES`]).
+    pub fn take_port(&self, key: PortKey, on: bool) -> io::Result<()> {
         let Some(ports) = &self.ports else {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -423,9 +456,9 @@ impl XdpProgram {
             ));
         };
         if !on {
-            return release_port(ports.as_raw_fd(), proto, port);
+            return release_port(ports.as_raw_fd(), key);
         }
-        let key = port_key(proto, port);
+        let key = key.bytes();
         let value = 1u8;
         let mut a = [0u64; 16];
         put32(&mut a, 0, ports.as_raw_fd() as u32);
@@ -529,11 +562,29 @@ mod tests {
 
     #[test]
     fn the_port_key_is_what_the_program_builds() {
-        // Port 53 arrives as bytes 00 35; loaded little endian, 0x3500;
-        // shifted a byte and or'ed with UDP: 0x350011, stored as a u32.
-        assert_eq!(port_key(17, 53), [0x11, 0x00, 0x35, 0x00]);
-        assert_ne!(port_key(17, 53), port_key(6, 53));
-        assert_ne!(port_key(17, 53), port_key(17, 13568));
+        // struct port_key: family, protocol, the port as it arrives
+        // (network order), the address in 16 bytes.
+        let k = |a: &str| {
+            PortKey {
+                proto: 17,
+                addr: a.parse().unwrap(),
+            }
+            .bytes()
+        };
+        let v4 = k("198.18.0.1:53");
+        assert_eq!(v4[..8], [4, 17, 0x00, 0x35, 198, 18, 0, 1]);
+        assert_eq!(v4[8..], [0; 12]);
+        let v6 = k("[2001:2::1]:53");
+        assert_eq!(v6[..6], [6, 17, 0x00, 0x35, 0x20, 0x01]);
+        assert_eq!(v6[19], 1);
+        // The wildcards are the families' zero addresses, told apart.
+        assert_eq!(k("0.0.0.0:53")[4..], [0; 16]);
+        assert_ne!(k("0.0.0.0:53"), k("[::]:53"));
+        let tcp = PortKey {
+            proto: 6,
+            addr: "198.18.0.1:53".parse().unwrap(),
+        };
+        assert_ne!(tcp.bytes(), v4);
     }
 
     #[test]
@@ -565,9 +616,10 @@ mod tests {
             };
             assert_eq!((p[at].regs >> 4, p[at].imm), (src, fd), "load at {at}");
         }
-        // One port-map lookup per family; a redirect.
+        // Two port-map lookups per family (the address, then the
+        // family's wildcard); a redirect.
         let calls = |n| p.iter().filter(|i| i.code == 0x85 && i.imm == n).count();
-        assert_eq!(calls(BPF_FUNC_MAP_LOOKUP_ELEM), 2);
+        assert_eq!(calls(BPF_FUNC_MAP_LOOKUP_ELEM), 4);
         assert!(calls(BPF_FUNC_REDIRECT_MAP) >= 1);
         // IPv4 fragments go to the kernel: MF and the offset are tested.
         assert!(p.iter().any(|i| i.code == 0x57 && i.imm == 0xff3f));

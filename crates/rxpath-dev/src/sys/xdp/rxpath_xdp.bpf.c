@@ -7,9 +7,8 @@
 // arrived on (XDP_PASS when that queue has none); everything else goes to
 // the kernel: ARP and ND, what the configuration does not ask for, and
 // whatever this program cannot judge by itself (IPv4 options and
-// fragments, IPv6 fragment, AH and ESP headers, a header chain longer
-// than it walks), which the kernel then handles as it always does
-// (reassembly included).
+// fragments, IPv6 fragment, AH and ESP headers), which the kernel then
+// handles as it always does (reassembly included).
 //
 // The loader (prog.rs) makes the maps and fills in `cfg` before loading;
 // `cfg` is frozen read-only, so the verifier knows it and prunes the paths
@@ -32,9 +31,11 @@ typedef unsigned long long u64;
 #define IP4_HLEN 20
 #define IP6_HLEN 40
 // Extension headers the IPv6 walk steps over, at most (ipv6_rcv's
-// hop-by-hop, routing and destination options); a longer chain is the
-// kernel's.
-#define V6_EXT_MAX 4
+// hop-by-hop, routing and destination options, each at least 8 bytes):
+// more than a 9000-byte frame can hold, so every chain a frame carries is
+// walked to its end.
+#define V6_EXT_MAX 1200
+#define V6_OFF_MAX 9216
 
 struct xdp_md {
 	u32 data;
@@ -50,8 +51,8 @@ static long (*bpf_redirect_map)(void *map, u64 key, u64 flags) = (void *)51;
 
 // The maps: made by the loader, which puts their descriptors where these
 // names are used. `xsks`: the XSKMAP, a socket per queue. `ports`: the
-// ports taken, keyed by port_key() below (a hash map the loader updates as
-// sockets are bound and closed).
+// destinations taken, keyed as the kernel keys sockets by struct port_key
+// below (a hash map the loader updates as sockets are bound and closed).
 char xsks[4] SEC("maps");
 char ports[4] SEC("maps");
 
@@ -73,21 +74,37 @@ static __attribute__((always_inline)) u16 load16(const u8 *p)
 	return *(const u16 *)p;
 }
 
-// The port map's key: the destination port's two bytes as loaded (little
-// endian), shifted up a byte, or'ed with the protocol.
-static __attribute__((always_inline)) u32 port_key(u16 loaded, u8 proto)
-{
-	return ((u32)loaded << 8) | proto;
-}
+// The port map's key: a destination as the kernel keys sockets, by
+// family, protocol, address and port; a socket bound to its family's
+// wildcard is the key with an all-zero address (prog.rs: PortKey).
+struct port_key {
+	u8 family; // 4 or 6
+	u8 proto;
+	u16 port;  // in network order
+	u8 addr[16];
+};
 
-// Is the destination port at `l4 + 2` one this program takes?
-static __attribute__((always_inline)) int port_taken(const u8 *l4, u8 proto)
+// Is the destination at `l4 + 2` (the port) and `daddr` (`alen` bytes of
+// address, 4 or 16) one this program takes? The bound address first, then
+// the wildcard, as the kernel's socket lookup falls back to it.
+static __attribute__((always_inline)) int port_taken(const u8 *l4, u8 proto, u8 family,
+						     const u8 *daddr)
 {
 	u16 dport = load16(l4 + 2);
 
 	if (cfg.port_map) {
-		u32 key = port_key(dport, proto);
+		struct port_key key = {};
 
+		key.family = family;
+		key.proto = proto;
+		key.port = dport;
+		if (family == 4)
+			__builtin_memcpy(key.addr, daddr, 4);
+		else
+			__builtin_memcpy(key.addr, daddr, 16);
+		if (bpf_map_lookup_elem(ports, &key))
+			return 1;
+		__builtin_memset(key.addr, 0, 16);
 		return bpf_map_lookup_elem(ports, &key) != 0;
 	}
 	return !cfg.has_port || dport == cfg.port;
@@ -118,12 +135,12 @@ static __attribute__((always_inline)) int take_v4(const u8 *data, const u8 *end)
 		return 0;
 	if (l4 + 4 > end)
 		return 0;
-	return port_taken(l4, cfg.protocol);
+	return port_taken(l4, cfg.protocol, 4, data + ETH_HLEN + 16);
 }
 
 // The IPv6 header chain, walked as ipv6_rcv and ip6_protocol_deliver_rcu
 // do: hop-by-hop (0), routing (43) and destination options (60) headers,
-// each (hdr_ext_len + 1) * 8 bytes, up to V6_EXT_MAX of them.
+// each (hdr_ext_len + 1) * 8 bytes, to the end of the chain.
 static __attribute__((always_inline)) int take_v6(const u8 *data, const u8 *end)
 {
 	u8 next = data[ETH_HLEN + 6];
@@ -134,9 +151,15 @@ static __attribute__((always_inline)) int take_v6(const u8 *data, const u8 *end)
 		return 1;
 	if (!by_port())
 		return next == cfg.protocol;
-#pragma unroll
+	if (data + ETH_HLEN + IP6_HLEN > end)
+		return 0;
 	for (int i = 0; i < V6_EXT_MAX; i++) {
-		const u8 *h = data + off;
+		const u8 *h;
+
+		// Past any frame (the verifier needs the bound to add it).
+		if (off > V6_OFF_MAX)
+			return 0;
+		h = data + off;
 
 		if (next == cfg.protocol)
 			break;
@@ -147,12 +170,12 @@ static __attribute__((always_inline)) int take_v6(const u8 *data, const u8 *end)
 		next = h[0];
 		off += ((u32)h[1] + 1) * 8;
 	}
-	if (next != cfg.protocol)
+	if (next != cfg.protocol || off > V6_OFF_MAX)
 		return 0;
 	l4 = data + off;
 	if (l4 + 4 > end)
 		return 0;
-	return port_taken(l4, cfg.protocol);
+	return port_taken(l4, cfg.protocol, 6, data + ETH_HLEN + 24);
 }
 
 SEC("xdp")
