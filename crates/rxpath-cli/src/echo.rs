@@ -484,12 +484,7 @@ fn print_report(r: &EchoReport, json: bool) {
 
 /// `rxpath echo`: run an echo server until stopped or `--duration` passes.
 pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
-    if !rxpath_dev::sys::sched::is_root() {
-        anyhow::bail!(
-            "echo opens AF_XDP/AF_PACKET sockets on {}: run it as root (CAP_NET_RAW, CAP_BPF)",
-            a.iface
-        );
-    }
+    rxpath_runtime::run::check_caps(&a.iface, a.mode == BackendArg::Xdp)?;
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();

@@ -102,6 +102,7 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
     rxpath_runtime::run::check_not_loopback(&a.iface)?;
     let vars = preload_vars(&a);
     check_vars(&vars)?;
+    check_caps_reach_the_program(&a.iface, &a.mode)?;
     let lib = match &a.preload {
         Some(p) => p.clone(),
         None => find_preload()?,
@@ -169,6 +170,31 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
         (0, false) => ExitCode::FAILURE,
         (c, _) => ExitCode::from(c.clamp(0, 255) as u8),
     })
+}
+
+/// The program opens the interface (the preload, inside it), so the
+/// capabilities must reach it: a child of root keeps root's bounding set;
+/// anyone else's program gets only the ambient set (capabilities of this
+/// binary, given with `setcap`, stay here).
+fn check_caps_reach_the_program(iface: &str, mode: &str) -> anyhow::Result<()> {
+    use rxpath_dev::sys::sched;
+    let reach = match sched::is_root() {
+        true => sched::cap_set("CapBnd"),
+        false => sched::cap_set("CapAmb"),
+    };
+    let Some(missing) = rxpath_runtime::run::missing_caps(reach, mode == "xdp") else {
+        return Ok(());
+    };
+    let caps = sched::net_caps()
+        .iter()
+        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
+        .collect::<Vec<_>>()
+        .join(",");
+    bail!(
+        "the program opens {iface} and {missing} in what reaches it: run exec as root, or \
+         pass them on as ambient capabilities: `sudo setpriv --reuid $(id -u) --regid $(id -g) \
+         --init-groups --inh-caps {caps} --ambient-caps {caps} rxpath exec ...`"
+    )
 }
 
 /// The variables exec hands the preload, each with the flag that gives

@@ -101,11 +101,8 @@ fn start_host(a: &QuicArgs, iface: &str) -> anyhow::Result<Option<Host>> {
     Ok(match a.socket {
         QuicSocket::Kernel => None,
         QuicSocket::Rxpath => {
-            if !rxpath_dev::sys::sched::is_root() {
-                anyhow::bail!(
-                    "quic opens AF_XDP/AF_PACKET sockets on {iface}: run it as root (CAP_NET_RAW, CAP_BPF), or use --socket kernel"
-                );
-            }
+            rxpath_runtime::run::check_caps(iface, a.mode == BackendArg::Xdp)
+                .map_err(|e| anyhow::anyhow!("{e} (or use --socket kernel)"))?;
             let cfg = HostConfig {
                 queues: 0,
                 napi_threads: a.napi_threads,

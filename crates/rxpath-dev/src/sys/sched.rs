@@ -100,6 +100,62 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// The capabilities opening an interface takes, by number: an AF_XDP or
+/// AF_PACKET socket (`CAP_NET_RAW`), loading and attaching the XDP
+/// program (`CAP_BPF`, `CAP_NET_ADMIN`), locking the UMEM past
+/// `RLIMIT_MEMLOCK` (`CAP_IPC_LOCK`).
+pub const NET_CAPS: [(u32, &str); 4] = [
+    (12, "CAP_NET_ADMIN"),
+    (13, "CAP_NET_RAW"),
+    (CAP_BPF, "CAP_BPF"),
+    (14, "CAP_IPC_LOCK"),
+];
+
+const CAP_BPF: u32 = 39;
+const CAP_SYS_ADMIN: u32 = 21;
+
+/// The capabilities of [`NET_CAPS`] that capability mask `set` (as
+/// `/proc/PID/status` shows `CapEff`) lacks, by name. On a kernel older
+/// than `CAP_BPF` (5.8: `last_cap`, `/proc/sys/kernel/cap_last_cap`, below
+/// 39) `CAP_SYS_ADMIN` stands for it.
+pub fn missing_caps(set: u64, last_cap: u32) -> Vec<&'static str> {
+    NET_CAPS
+        .iter()
+        .map(|&(n, name)| match n {
+            CAP_BPF if last_cap < CAP_BPF => (CAP_SYS_ADMIN, "CAP_SYS_ADMIN"),
+            _ => (n, name),
+        })
+        .filter(|&(n, _)| set & (1 << n) == 0)
+        .map(|(_, name)| name)
+        .collect()
+}
+
+/// The names of [`NET_CAPS`] on this kernel (`CAP_SYS_ADMIN` for
+/// `CAP_BPF` before 5.8).
+pub fn net_caps() -> Vec<&'static str> {
+    missing_caps(0, cap_last_cap())
+}
+
+/// This process's capability set `field` of `/proc/self/status`
+/// (`CapEff`, `CapAmb`, `CapBnd`, ...); 0 if it cannot be read.
+pub fn cap_set(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0)
+}
+
+/// The highest capability this kernel knows
+/// (`/proc/sys/kernel/cap_last_cap`); 40 if it cannot be read.
+pub fn cap_last_cap() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(40)
+}
+
 /// Send signal `sig` to process `pid` (`kill(2)`).
 pub fn signal(pid: u32, sig: i32) -> io::Result<()> {
     let pid =
@@ -242,4 +298,23 @@ pub fn recvmmsg_until(
         }
     }
     Ok((pkts, bytes))
+}
+
+#[cfg(test)]
+mod cap_tests {
+    use super::missing_caps;
+
+    #[test]
+    fn the_missing_capabilities_are_named_from_a_mask() {
+        // Root's CapEff; the four alone (setpriv --ambient-caps).
+        assert!(missing_caps(0x0000_01ff_feff_ffff, 40).is_empty());
+        assert!(missing_caps(0x0000_0080_0000_7000, 40).is_empty());
+        assert_eq!(
+            missing_caps(1 << 13, 40),
+            ["CAP_NET_ADMIN", "CAP_BPF", "CAP_IPC_LOCK"]
+        );
+        // Before 5.8 (no CAP_BPF) CAP_SYS_ADMIN loads BPF programs.
+        assert_eq!(missing_caps(0x7000, 38), ["CAP_SYS_ADMIN"]);
+        assert!(missing_caps(0x7000 | 1 << 21, 38).is_empty());
+    }
 }

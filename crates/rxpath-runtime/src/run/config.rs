@@ -121,12 +121,50 @@ pub fn check_iface(iface: &str) -> Result<(), RunError> {
         _ => {}
     }
     check_not_loopback(iface)?;
-    if !rxpath_dev::sys::sched::is_root() {
-        return Err(RunError::Device(format!(
-            "opening {iface} needs CAP_NET_RAW: run as root, or `setcap cap_net_raw,cap_net_admin+ep $(which rxpath)`"
-        )));
+    check_caps(iface, false)
+}
+
+/// What capability mask `set` (as `/proc/PID/status` shows it) lacks to
+/// open an interface: `None` if it has what the backend needs
+/// (`CAP_NET_RAW`; for AF_XDP only, `xdp`, also `CAP_BPF` and
+/// `CAP_NET_ADMIN`); else what is needed and every one of
+/// [`rxpath_dev::sys::sched::NET_CAPS`] it lacks, in words.
+pub fn missing_caps(set: u64, xdp: bool) -> Option<String> {
+    use rxpath_dev::sys::sched;
+    let missing = sched::missing_caps(set, sched::cap_last_cap());
+    let [admin, raw, bpf, ipc] = <[&str; 4]>::try_from(sched::net_caps()).ok()?;
+    let needed: &[&str] = if xdp { &[admin, raw, bpf] } else { &[raw] };
+    if !needed.iter().any(|n| missing.contains(n)) {
+        return None;
     }
-    Ok(())
+    Some(format!(
+        "needs {raw}, and for AF_XDP {bpf} + {admin}, with {ipc} unless RLIMIT_MEMLOCK \
+         holds the UMEM; missing {}",
+        missing.join(", ")
+    ))
+}
+
+/// Check that this process has the capabilities opening `iface` takes
+/// (with `xdp`, AF_XDP's, not just AF_PACKET's), in its effective set:
+/// root, or a binary given them with `setcap`. The error names the
+/// missing ones and how to give them.
+pub fn check_caps(iface: &str, xdp: bool) -> Result<(), RunError> {
+    use rxpath_dev::sys::sched;
+    let Some(missing) = missing_caps(sched::cap_set("CapEff"), xdp) else {
+        return Ok(());
+    };
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "$(command -v rxpath)".into());
+    let caps = sched::net_caps()
+        .iter()
+        .map(|c| c.to_lowercase())
+        .collect::<Vec<_>>()
+        .join(",");
+    Err(RunError::Device(format!(
+        "opening {iface} {missing}: run as root, or give the binary them: \
+         `sudo setcap {caps}+ep {exe}`"
+    )))
 }
 
 /// Refuse the loopback interface (`IFF_LOOPBACK`, or the name `lo`):

@@ -129,6 +129,10 @@ fn run_xdp(
 ) -> Result<Report, RunError> {
     let name = iface.as_str();
     check_iface(name)?;
+    if !fallback {
+        // --mode xdp: what AF_XDP takes besides; auto falls back instead.
+        config::check_caps(name, true)?;
+    }
     let nq = cfg.sim.queues;
     let opened = XdpProgram::attach(name, nq as u32, cfg.xdp_filter).and_then(|prog| {
         let prog = Arc::new(prog);
