@@ -1177,3 +1177,41 @@ fn capabilities_not_the_uid_decide_and_the_missing_are_named() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "exec as nobody with {ALL}: {err}");
 }
+
+/// AF_XDP takes CAP_PERFMON too: without it the verifier refuses the XDP
+/// program's packet pointer arithmetic ("prohibited for !root"), so
+/// nobody with CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF and CAP_IPC_LOCK got a
+/// verifier dump (--mode xdp), or a fallback to AF_PACKET that said so in
+/// as many lines (auto). Checked first, it is one line naming it.
+#[test]
+fn af_xdp_needs_cap_perfmon_and_says_so_in_one_line() {
+    const FOUR: &str = "+net_admin,+net_raw,+bpf,+ipc_lock";
+    let run = [
+        "run",
+        "--iface",
+        "rxv0",
+        "--queues",
+        "1",
+        "--duration",
+        "1",
+        "--no-pin",
+    ];
+    let o = rxpath_as_nobody(FOUR, &[&run[..], &["--mode", "xdp"]].concat());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("missing CAP_PERFMON"), "{err}");
+
+    let o = rxpath_as_nobody(FOUR, &run);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "auto falls back to AF_PACKET: {err}");
+    let warned: Vec<&str> = err.lines().filter(|l| l.contains("AF_PACKET")).collect();
+    assert_eq!(warned.len(), 1, "{err}");
+    assert!(warned[0].contains("missing CAP_PERFMON"), "{err}");
+    assert!(!err.contains("verifier"), "{err}");
+
+    let five = format!("{FOUR},+perfmon");
+    let o = rxpath_as_nobody(&five, &[&run[..], &["--mode", "xdp"]].concat());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{five}: {err}");
+}
