@@ -106,6 +106,11 @@ pub(crate) fn map_keys(addr: SocketAddr, v6only: bool) -> Vec<PortKey> {
     keys
 }
 
+/// The largest MTU whose frames an AF_PACKET ring slot and a frame of the
+/// pool (2048 bytes) carry whole: the slot's header (TPACKET_V2, about 80
+/// bytes), the Ethernet header and a VLAN tag come first.
+const PACKET_MAX_MTU: u32 = 1900;
+
 /// Frames per queue of a program's host (2048 bytes each: 32 MiB a queue),
 /// four times a `Host`'s default: the AF_XDP RX ring is half of them, 8192
 /// deep, about 40 ms of 200 k datagrams/s. A served program is away from
@@ -427,6 +432,20 @@ impl Global {
             },
         };
         let host = Host::start(cfg, dev).map_err(|e| e.to_string())?;
+        if host.kernel_sees_frames() {
+            // AF_PACKET: a frame longer than a ring slot and a frame of
+            // ours arrives cut (rx_too_long) while the kernel socket behind
+            // the fd leaves the interface's datagrams to rxpath: it would
+            // be lost. Such an interface stays the kernel's.
+            let mtu = rxpath_dev::sys::iface::LinkState::of(iface).map_or(0, |l| l.mtu);
+            if mtu > PACKET_MAX_MTU {
+                let _ = as_library(|| host.shutdown());
+                return Err(format!(
+                    "MTU {mtu}: AF_PACKET's 2048-byte slots carry frames of an MTU up to \
+                     {PACKET_MAX_MTU}; every socket stays the kernel's"
+                ));
+            }
+        }
         say(&format!(
             "UDP on {iface} through rxpath ({})",
             host.backend()

@@ -178,3 +178,101 @@ pub fn default_routes(name: &str) -> [bool; 2] {
         });
     [v4, v6]
 }
+
+/// An interface's state as the kernel has it now: its index, whether it
+/// is up, its MTU (`/sys/class/net/IF`); `None` if there is no such
+/// interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkState {
+    /// Its index (a new one if it was deleted and made again).
+    pub ifindex: u32,
+    /// `IFF_UP`.
+    pub up: bool,
+    /// Its MTU.
+    pub mtu: u32,
+}
+
+impl LinkState {
+    /// `name`'s state now, or `None` if it does not exist.
+    pub fn of(name: &str) -> Option<LinkState> {
+        let read = |f: &str| std::fs::read_to_string(format!("/sys/class/net/{name}/{f}")).ok();
+        let num = |f: &str| read(f)?.trim().parse::<u32>().ok();
+        let flags = read("flags")?;
+        let flags = u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16).ok()?;
+        Some(LinkState {
+            ifindex: num("ifindex")?,
+            up: flags & libc::IFF_UP as u32 != 0,
+            mtu: num("mtu")?,
+        })
+    }
+}
+
+/// The kernel's link notifications (`RTMGRP_LINK` on a `NETLINK_ROUTE`
+/// socket): an interface made, deleted, set up or down, or its MTU
+/// changed, in this network namespace.
+#[derive(Debug)]
+pub struct LinkEvents {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl LinkEvents {
+    /// Subscribe.
+    pub fn open() -> io::Result<LinkEvents> {
+        use std::os::fd::FromRawFd;
+        let fd = syscall!(socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            libc::NETLINK_ROUTE
+        ))?;
+        // SAFETY: socket() returned a new descriptor nothing else owns.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        // SAFETY: all-zero bytes are a valid sockaddr_nl.
+        let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        sa.nl_family = libc::AF_NETLINK as u16;
+        sa.nl_groups = libc::RTMGRP_LINK as u32;
+        // `sa` lives across the call, its size given.
+        syscall!(bind(
+            fd.as_raw_fd(),
+            &sa as *const libc::sockaddr_nl as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t
+        ))?;
+        Ok(LinkEvents { fd })
+    }
+
+    /// Wait up to `timeout` for notifications; true if any came (all read).
+    pub fn wait(&self, timeout: std::time::Duration) -> io::Result<bool> {
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // `p` is one live pollfd.
+        let n = match syscall!(poll(&mut p, 1, ms)) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            return Ok(false);
+        }
+        let mut buf = [0u8; 8192];
+        // Each read takes one message batch; a full buffer (ENOBUFS) still
+        // means something changed.
+        loop {
+            let r = syscall!(recv(
+                self.fd.as_raw_fd(),
+                buf.as_mut_ptr() as *mut libc::c_void,
+                buf.len(),
+                0
+            ));
+            match r {
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}

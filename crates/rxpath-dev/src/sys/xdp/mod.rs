@@ -566,16 +566,19 @@ impl RxQueue for XdpQueue {
     }
     fn device_stats(&self) -> DeviceQueueStats {
         // XDP_STATISTICS: rx_dropped includes the drops for an empty fill
-        // ring (also counted in rx_fill_ring_empty_descs); rx_ring_full is
+        // ring (also counted in rx_fill_ring_empty_descs) and those of a
+        // frame longer than a UMEM frame holds (`xsk_rcv_check`'s length
+        // check: the XDP program passes those to the kernel, so only a
+        // program of another's would let one through); rx_ring_full is
         // separate.
         let st = self.sock.statistics().unwrap_or_default();
         let no_buffer = st.rx_fill_ring_empty.min(st.rx_dropped);
         DeviceQueueStats {
             offered: self.received + st.rx_dropped + st.rx_ring_full,
             rx_ring: self.received,
-            rx_missed: st.rx_ring_full + st.rx_dropped - no_buffer,
+            rx_missed: st.rx_ring_full,
             rx_no_buffer: no_buffer,
-            rx_too_long: 0,
+            rx_too_long: st.rx_dropped - no_buffer,
             wakeups: self.irq.wakeups(),
         }
     }

@@ -96,9 +96,19 @@ const PSEUDO_MAP_FD: u8 = 1;
 /// map's value (the program's `.rodata`).
 const PSEUDO_MAP_VALUE: u8 = 2;
 
+/// The longest frame the program hands to an AF_XDP socket: what one of
+/// its 2048-byte frames holds after the kernel's `XDP_PACKET_HEADROOM`
+/// (256 bytes). A longer frame (a jumbo frame) goes to the kernel, which
+/// would otherwise drop it on the way to the socket.
+pub const MAX_FRAME_LEN: u16 = 2048 - 256;
+
+/// The size of `struct rxpath_cfg`.
+const CFG_LEN: usize = 10;
+
 /// The program's configuration as its `struct rxpath_cfg` lays it out.
-fn cfg_bytes(f: XdpFilter, port_map: bool) -> [u8; 8] {
+fn cfg_bytes(f: XdpFilter, port_map: bool) -> [u8; CFG_LEN] {
     let port = f.dst_port.unwrap_or(0).to_be_bytes();
+    let max = MAX_FRAME_LEN.to_ne_bytes();
     [
         f.all as u8,
         f.ipv4 as u8,
@@ -108,6 +118,8 @@ fn cfg_bytes(f: XdpFilter, port_map: bool) -> [u8; 8] {
         f.dst_port.is_some() as u8,
         port[0],
         port[1],
+        max[0],
+        max[1],
     ]
 }
 
@@ -260,7 +272,7 @@ impl Built {
         let ports = bpf(BPF_MAP_CREATE, &mut a).map_err(|e| ctx(e, "creating the port map"))?;
         let obj = Object::parse(OBJECT)?;
         let mut rodata = obj.rodata.clone();
-        rodata[obj.cfg..obj.cfg + 8].copy_from_slice(&cfg_bytes(filter, port_map));
+        rodata[obj.cfg..obj.cfg + CFG_LEN].copy_from_slice(&cfg_bytes(filter, port_map));
         let ro = rodata_map(&rodata)?;
         let insns = obj.linked(xsks.as_raw_fd(), ports.as_raw_fd(), ro.as_raw_fd());
         Ok(Built {
@@ -606,7 +618,7 @@ mod tests {
         let has = |t: Target| obj.relocs.iter().any(|r| r.1 == t);
         assert!(has(Target::Xsks) && has(Target::Ports));
         assert!(obj.relocs.iter().any(|r| matches!(r.1, Target::Rodata(_))));
-        assert_eq!(obj.rodata.len(), obj.cfg + 8, "cfg is all of .rodata");
+        assert_eq!(obj.rodata.len(), obj.cfg + CFG_LEN, "cfg is all of .rodata");
         let p = obj.linked(3, 4, 5);
         for &(at, t) in &obj.relocs {
             let (src, fd) = match t {
@@ -688,7 +700,11 @@ mod tests {
             ipv6: false,
             ..XdpFilter::default()
         };
-        assert_eq!(cfg_bytes(f, false), [0, 1, 0, 17, 0, 1, 0x00, 0x35]);
+        let max = MAX_FRAME_LEN.to_ne_bytes();
+        assert_eq!(
+            cfg_bytes(f, false),
+            [0, 1, 0, 17, 0, 1, 0x00, 0x35, max[0], max[1]]
+        );
         let all = XdpFilter {
             all: true,
             ..XdpFilter::default()

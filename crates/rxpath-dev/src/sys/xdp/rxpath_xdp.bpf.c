@@ -8,7 +8,9 @@
 // the kernel: ARP and ND, what the configuration does not ask for, and
 // whatever this program cannot judge by itself (IPv4 options and
 // fragments, IPv6 fragment, AH and ESP headers), which the kernel then
-// handles as it always does (reassembly included).
+// handles as it always does (reassembly included), and frames longer
+// than an AF_XDP frame holds (jumbo frames), which the kernel would drop
+// on the way to the socket.
 //
 // The loader (prog.rs) makes the maps and fills in `cfg` before loading;
 // `cfg` is frozen read-only, so the verifier knows it and prunes the paths
@@ -65,6 +67,7 @@ struct rxpath_cfg {
 	u8 port_map; // only destination ports in `ports` (UDP or TCP)
 	u8 has_port; // only destination port `port`
 	u16 port;    // in network order
+	u16 max_len; // longer frames are the kernel's (an AF_XDP frame cannot hold them)
 };
 
 static volatile const struct rxpath_cfg cfg SEC(".rodata") = {};
@@ -185,6 +188,8 @@ int rxpath_xdp(struct xdp_md *ctx)
 	const u8 *end = (const u8 *)(long)ctx->data_end;
 	int take = 0;
 
+	if (cfg.max_len && data + cfg.max_len < end)
+		return XDP_PASS;
 	if (cfg.all)
 		return bpf_redirect_map(xsks, ctx->rx_queue_index, XDP_PASS);
 	// Ethernet and the fixed part of an IPv4 header, at least.
