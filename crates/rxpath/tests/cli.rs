@@ -1141,7 +1141,7 @@ fn rxpath_as_nobody(caps: &str, args: &[&str]) -> std::process::Output {
 /// opens the interface, so exec asks that they reach it (ambient).
 #[test]
 fn capabilities_not_the_uid_decide_and_the_missing_are_named() {
-    const ALL: &str = "+net_admin,+net_raw,+bpf,+ipc_lock";
+    const ALL: &str = "+net_admin,+net_raw,+bpf,+perfmon,+ipc_lock";
     let run = ["run", "--iface", "rxv0", "--queues", "1", "--duration", "1"];
     let o = rxpath_as_nobody(ALL, &[&run[..], &["--no-pin"]].concat());
     let err = String::from_utf8_lossy(&o.stderr);
@@ -1155,7 +1155,7 @@ fn capabilities_not_the_uid_decide_and_the_missing_are_named() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(
-        err.contains("missing CAP_NET_ADMIN, CAP_BPF, CAP_IPC_LOCK"),
+        err.contains("missing CAP_NET_ADMIN, CAP_BPF, CAP_PERFMON, CAP_IPC_LOCK"),
         "{err}"
     );
     assert!(err.contains("setcap"), "{err}");
@@ -1167,7 +1167,7 @@ fn capabilities_not_the_uid_decide_and_the_missing_are_named() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(
-        err.contains("missing CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF, CAP_IPC_LOCK"),
+        err.contains("missing CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF, CAP_PERFMON, CAP_IPC_LOCK"),
         "{err}"
     );
     assert!(err.contains("--ambient-caps"), "{err}");

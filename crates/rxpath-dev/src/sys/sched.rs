@@ -102,36 +102,42 @@ pub fn is_root() -> bool {
 
 /// The capabilities opening an interface takes, by number: an AF_XDP or
 /// AF_PACKET socket (`CAP_NET_RAW`), loading and attaching the XDP
-/// program (`CAP_BPF`, `CAP_NET_ADMIN`), locking the UMEM past
-/// `RLIMIT_MEMLOCK` (`CAP_IPC_LOCK`).
-pub const NET_CAPS: [(u32, &str); 4] = [
+/// program (`CAP_BPF`, `CAP_NET_ADMIN`, and `CAP_PERFMON`: without it the
+/// verifier refuses the program's packet pointer arithmetic), locking the
+/// UMEM past `RLIMIT_MEMLOCK` (`CAP_IPC_LOCK`).
+pub const NET_CAPS: [(u32, &str); 5] = [
     (12, "CAP_NET_ADMIN"),
     (13, "CAP_NET_RAW"),
     (CAP_BPF, "CAP_BPF"),
+    (CAP_PERFMON, "CAP_PERFMON"),
     (14, "CAP_IPC_LOCK"),
 ];
 
+const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 const CAP_SYS_ADMIN: u32 = 21;
 
 /// The capabilities of [`NET_CAPS`] that capability mask `set` (as
 /// `/proc/PID/status` shows `CapEff`) lacks, by name. On a kernel older
-/// than `CAP_BPF` (5.8: `last_cap`, `/proc/sys/kernel/cap_last_cap`, below
-/// 39) `CAP_SYS_ADMIN` stands for it.
+/// than `CAP_BPF` and `CAP_PERFMON` (5.8: `last_cap`,
+/// `/proc/sys/kernel/cap_last_cap`, below 39) `CAP_SYS_ADMIN` stands for
+/// them (named once).
 pub fn missing_caps(set: u64, last_cap: u32) -> Vec<&'static str> {
-    NET_CAPS
-        .iter()
-        .map(|&(n, name)| match n {
-            CAP_BPF if last_cap < CAP_BPF => (CAP_SYS_ADMIN, "CAP_SYS_ADMIN"),
+    let mut out: Vec<&'static str> = Vec::new();
+    for &(n, name) in &NET_CAPS {
+        let (n, name) = match n {
+            CAP_BPF | CAP_PERFMON if last_cap < CAP_BPF => (CAP_SYS_ADMIN, "CAP_SYS_ADMIN"),
             _ => (n, name),
-        })
-        .filter(|&(n, _)| set & (1 << n) == 0)
-        .map(|(_, name)| name)
-        .collect()
+        };
+        if set & (1 << n) == 0 && !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    out
 }
 
 /// The names of [`NET_CAPS`] on this kernel (`CAP_SYS_ADMIN` for
-/// `CAP_BPF` before 5.8).
+/// `CAP_BPF` and `CAP_PERFMON` before 5.8, named once).
 pub fn net_caps() -> Vec<&'static str> {
     missing_caps(0, cap_last_cap())
 }
@@ -306,15 +312,15 @@ mod cap_tests {
 
     #[test]
     fn the_missing_capabilities_are_named_from_a_mask() {
-        // Root's CapEff; the four alone (setpriv --ambient-caps).
+        // Root's CapEff; the five alone (setpriv --ambient-caps).
         assert!(missing_caps(0x0000_01ff_feff_ffff, 40).is_empty());
-        assert!(missing_caps(0x0000_0080_0000_7000, 40).is_empty());
+        assert!(missing_caps(0x0000_00c0_0000_7000, 40).is_empty());
         assert_eq!(
             missing_caps(1 << 13, 40),
-            ["CAP_NET_ADMIN", "CAP_BPF", "CAP_IPC_LOCK"]
+            ["CAP_NET_ADMIN", "CAP_BPF", "CAP_PERFMON", "CAP_IPC_LOCK"]
         );
-        // Before 5.8 (no CAP_BPF) CAP_SYS_ADMIN loads BPF programs.
-        assert_eq!(missing_caps(0x7000, 38), ["CAP_SYS_ADMIN"]);
-        assert!(missing_caps(0x7000 | 1 << 21, 38).is_empty());
+        // Before 5.8 (no CAP_BPF, CAP_PERFMON) CAP_SYS_ADMIN does both.
+        assert_eq!(missing_caps(0x7000, 37), ["CAP_SYS_ADMIN"]);
+        assert!(missing_caps(0x7000 | 1 << 21, 37).is_empty());
     }
 }

@@ -126,20 +126,32 @@ pub fn check_iface(iface: &str) -> Result<(), RunError> {
 
 /// What capability mask `set` (as `/proc/PID/status` shows it) lacks to
 /// open an interface: `None` if it has what the backend needs
-/// (`CAP_NET_RAW`; for AF_XDP only, `xdp`, also `CAP_BPF` and
-/// `CAP_NET_ADMIN`); else what is needed and every one of
-/// [`rxpath_dev::sys::sched::NET_CAPS`] it lacks, in words.
+/// (`CAP_NET_RAW`; for AF_XDP only, `xdp`, also `CAP_BPF`,
+/// `CAP_NET_ADMIN` and `CAP_PERFMON`); else what is needed and every one
+/// of [`rxpath_dev::sys::sched::NET_CAPS`] it lacks, in words.
 pub fn missing_caps(set: u64, xdp: bool) -> Option<String> {
     use rxpath_dev::sys::sched;
-    let missing = sched::missing_caps(set, sched::cap_last_cap());
-    let [admin, raw, bpf, ipc] = <[&str; 4]>::try_from(sched::net_caps()).ok()?;
-    let needed: &[&str] = if xdp { &[admin, raw, bpf] } else { &[raw] };
+    let last = sched::cap_last_cap();
+    let missing = sched::missing_caps(set, last);
+    let all = sched::net_caps();
+    let raw = "CAP_NET_RAW";
+    let ipc = "CAP_IPC_LOCK";
+    let xdp_caps: Vec<&str> = all.iter().copied().filter(|&c| c != ipc).collect();
+    let needed: &[&str] = if xdp { &xdp_caps } else { &[raw] };
     if !needed.iter().any(|n| missing.contains(n)) {
         return None;
     }
+    let mut xdp_more: Vec<&str> = xdp_caps.iter().copied().filter(|&c| c != raw).collect();
+    // As the kernel's own hint puts it: CAP_BPF + CAP_NET_ADMIN, then the rest.
+    xdp_more.sort_by_key(|&c| match c {
+        "CAP_BPF" => 0,
+        "CAP_NET_ADMIN" => 1,
+        _ => 2,
+    });
     Some(format!(
-        "needs {raw}, and for AF_XDP {bpf} + {admin}, with {ipc} unless RLIMIT_MEMLOCK \
-         holds the UMEM; missing {}",
+        "needs {raw}, and for AF_XDP {}, with {ipc} unless RLIMIT_MEMLOCK holds the UMEM; \
+         missing {}",
+        xdp_more.join(" + "),
         missing.join(", ")
     ))
 }

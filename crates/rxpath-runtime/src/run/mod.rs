@@ -129,9 +129,20 @@ fn run_xdp(
 ) -> Result<Report, RunError> {
     let name = iface.as_str();
     check_iface(name)?;
-    if !fallback {
-        // --mode xdp: what AF_XDP takes besides; auto falls back instead.
-        config::check_caps(name, true)?;
+    // What AF_XDP takes besides: --mode xdp stops, auto falls back at
+    // once (trying would cost a verifier dump to say the same).
+    if let Err(e) = config::check_caps(name, true) {
+        if !fallback {
+            return Err(e);
+        }
+        let missing = config::missing_caps(rxpath_dev::sys::sched::cap_set("CapEff"), true);
+        log::warn!(
+            "AF_XDP on {name} {}; using AF_PACKET instead",
+            missing.unwrap_or_default()
+        );
+        let mut c = cfg.clone();
+        c.producer = Producer::Packet { iface: *iface };
+        return run_packet(&c, name, ctx);
     }
     let nq = cfg.sim.queues;
     let opened = XdpProgram::attach(name, nq as u32, cfg.xdp_filter).and_then(|prog| {
