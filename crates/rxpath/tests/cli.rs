@@ -1103,6 +1103,11 @@ fn ctl_refuses_an_answer_that_is_not_the_protocol() {
 /// namespace of its own with a veth pair rxv0/rxv1, its control socket
 /// in a directory nobody may write.
 fn rxpath_as_nobody(caps: &str, args: &[&str]) -> std::process::Output {
+    rxpath_as_nobody_under(&[], caps, args)
+}
+
+/// [`rxpath_as_nobody`] with `wrap` (`prlimit ...`) around setpriv.
+fn rxpath_as_nobody_under(wrap: &[&str], caps: &str, args: &[&str]) -> std::process::Output {
     let dir = std::env::temp_dir().join(format!("rxpath-nobody-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     use std::os::unix::fs::PermissionsExt;
@@ -1116,6 +1121,7 @@ fn rxpath_as_nobody(caps: &str, args: &[&str]) -> std::process::Output {
             "ip link set lo up && ip link add rxv0 type veth peer name rxv1 && \
              ip link set rxv0 up && ip link set rxv1 up && exec \"$0\" \"$@\"",
         ])
+        .args(wrap)
         .args([
             "setpriv",
             "--reuid",
@@ -1214,4 +1220,44 @@ fn af_xdp_needs_cap_perfmon_and_says_so_in_one_line() {
     let o = rxpath_as_nobody(&five, &[&run[..], &["--mode", "xdp"]].concat());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{five}: {err}");
+}
+
+/// A memlock limit too low for the rings, without CAP_IPC_LOCK: AF_XDP
+/// and AF_PACKET each say the limit is the cause, what it is, and what
+/// to raise (AF_PACKET said "Resource temporarily unavailable" alone).
+#[test]
+fn a_low_memlock_limit_is_named_with_its_value_and_the_fix() {
+    const CAPS: &str = "+net_admin,+net_raw,+bpf,+perfmon";
+    let low = ["prlimit", "--memlock=65536"];
+    let run = [
+        "run",
+        "--iface",
+        "rxv0",
+        "--queues",
+        "1",
+        "--duration",
+        "1",
+        "--no-pin",
+    ];
+    let says = |l: &str| {
+        l.contains("RLIMIT_MEMLOCK is 64 KiB")
+            && l.contains("ulimit -l")
+            && l.contains("CAP_IPC_LOCK")
+    };
+    for mode in ["xdp", "packet"] {
+        let o = rxpath_as_nobody_under(&low, CAPS, &[&run[..], &["--mode", mode]].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{mode}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{mode}: {err}");
+        assert!(err.starts_with("rxpath: error:"), "{mode}: {err}");
+        assert!(says(&err), "{mode}: {err}");
+    }
+    // auto: AF_XDP's reason in the warning, AF_PACKET's in the error.
+    let o = rxpath_as_nobody_under(&low, CAPS, &run);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let lines: Vec<&str> = err.trim_end().lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(lines[0].contains("AF_XDP") && says(lines[0]), "{err}");
+    assert!(lines[1].contains("AF_PACKET") && says(lines[1]), "{err}");
 }
