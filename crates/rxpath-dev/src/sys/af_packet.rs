@@ -400,7 +400,18 @@ impl PacketRing {
             )
         };
         if map == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EAGAIN) {
+                // MAP_LOCKED past RLIMIT_MEMLOCK.
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!(
+                        "locking the packet ring in memory: {e} ({})",
+                        super::sched::memlock_hint(map_len)
+                    ),
+                ));
+            }
+            return Err(e);
         }
         // SAFETY: all-zero is a valid sockaddr_ll.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };

@@ -162,6 +162,37 @@ pub fn cap_last_cap() -> u32 {
         .unwrap_or(40)
 }
 
+/// This process's `RLIMIT_MEMLOCK` (soft), bytes; `None`: unlimited.
+pub fn memlock_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit through a pointer to a live one.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0
+        || r.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    Some(r.rlim_cur)
+}
+
+/// Why pinning `bytes` failed, when the memlock limit is the cause: the
+/// limit, the size, and what to raise, as one parenthesis-free clause.
+pub fn memlock_hint(bytes: usize) -> String {
+    let size = |b: u64| match b {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
+        b if b >= 1 << 20 => format!("{} MiB", b.div_ceil(1 << 20)),
+        b => format!("{} KiB", b.div_ceil(1 << 10)),
+    };
+    let limit = memlock_limit().map_or("unlimited".to_string(), size);
+    format!(
+        "RLIMIT_MEMLOCK is {limit} and this pins {}: raise it with `ulimit -l` or \
+         `prlimit --memlock`, LimitMEMLOCK= in a systemd unit, or grant CAP_IPC_LOCK",
+        size(bytes as u64)
+    )
+}
+
 /// Send signal `sig` to process `pid` (`kill(2)`).
 pub fn signal(pid: u32, sig: i32) -> io::Result<()> {
     let pid =

@@ -47,7 +47,17 @@ impl Xsk {
         // (an Arc the queue holds, dropped after the socket) for as long as
         // the kernel may use it; the kernel only touches frames we posted.
         sock.register_umem(base, len, crate::DEFAULT_FRAME_SIZE as u32)
-            .map_err(|e| ctx(e, "registering the UMEM"))?;
+            .map_err(|e| match e.raw_os_error() {
+                // xdp_umem_account_pages: past RLIMIT_MEMLOCK.
+                Some(libc::ENOBUFS) => io::Error::new(
+                    e.kind(),
+                    format!(
+                        "registering the UMEM: {e} ({})",
+                        crate::sys::sched::memlock_hint(len)
+                    ),
+                ),
+                _ => ctx(e, "registering the UMEM"),
+            })?;
         let (fill, comp) = sock
             .fill_completion(fill_size, complete_size)
             .map_err(|e| ctx(e, "fill/completion rings"))?;
