@@ -273,3 +273,31 @@ fn jumbo_frames_are_answered_as_on_the_kernel() {
         }
     }
 }
+
+/// Finding 3: the interface deleted and made again under a running exec
+/// (same name, same addresses, a new index): exec notices, says so on
+/// stderr and in its report, hands the sockets back to the kernel, and
+/// the program answers what comes after as it would on the kernel.
+#[test]
+fn an_interface_deleted_and_made_again_is_noticed_and_survived() {
+    let Some(p) = pair("e3") else { return };
+    let prog = ["python3", ECHO, "--port", "5410"];
+    for mode in ["xdp", "packet"] {
+        let mut r = server(&p, Some(&["--mode", mode]), &prog);
+        wait_ready(&mut r);
+        let before = client(&p, &["5410", "10", "--no-quit"]);
+        assert_eq!(before["missing"], 0, "{mode}: before: {before}");
+        common::sh(&["ip", "-n", &p.srv, "link", "del", &p.srv_if]);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        p.make_link(true);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let after = client(&p, &["5410", "10", "--tries", "8"]);
+        let (st, out, err) = finish(r);
+        assert!(st.success(), "{mode}: {err}\n{out}");
+        assert_eq!(after["missing"], 0, "{mode}: after: {after}\n{out}\n{err}");
+        assert_eq!(after["bye"], true, "{mode}: {after}");
+        assert!(err.contains("was deleted"), "{mode}: said: {err}");
+        assert!(out.contains("was deleted"), "{mode}: reported: {out}");
+        assert!(!out.contains("MISMATCH"), "{mode}: {out}");
+    }
+}

@@ -85,6 +85,15 @@ impl Pair {
             let _ = Command::new("ip").args(["netns", "del", ns]).output();
             sh(&["ip", "netns", "add", ns]);
         }
+        p.make_link(client_addrs);
+        std::thread::sleep(Duration::from_millis(300));
+        Some(p)
+    }
+
+    /// The veth pair between the namespaces, its addresses, up. (Also
+    /// to make it again after a test deleted it.)
+    pub fn make_link(&self, client_addrs: bool) {
+        let p = self;
         sh(&[
             "ip", "link", "add", &p.srv_if, "netns", &p.srv, "address", SRV_MAC, "type", "veth",
             "peer", "name", &p.cli_if, "netns", &p.cli, "address", CLI_MAC,
@@ -170,8 +179,6 @@ impl Pair {
         s(&["ip", "link", "set", &p.srv_if, "up"]);
         c(&["ip", "link", "set", &p.cli_if, "up"]);
         s(&["ip", "link", "set", "lo", "up"]);
-        std::thread::sleep(Duration::from_millis(300));
-        Some(p)
     }
 
     pub fn exec(&self, ns: &str, args: &[&str]) -> Command {
