@@ -1261,3 +1261,24 @@ fn a_low_memlock_limit_is_named_with_its_value_and_the_fix() {
     assert!(lines[0].contains("AF_XDP") && says(lines[0]), "{err}");
     assert!(lines[1].contains("AF_PACKET") && says(lines[1]), "{err}");
 }
+
+/// A missing required argument is named: the error was "the following
+/// required arguments were not provided:" and then nothing, clap's list
+/// being on the lines the one-line error leaves out.
+#[test]
+fn a_missing_argument_is_named() {
+    for (args, want) in [
+        (
+            &["exec", "--iface", "rxv0"][..],
+            "a program to run is missing: rxpath exec --iface IF -- PROGRAM ARGS",
+        ),
+        (&["exec", "--", "true"], "--iface"),
+        (&["ctl", "set", "gro_flush_timeout"], "<VALUE>"),
+    ] {
+        let o = rxpath(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: want {want}: {err}");
+    }
+}
