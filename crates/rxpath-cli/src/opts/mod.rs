@@ -34,6 +34,26 @@ pub fn exit_on_clap_error(e: clap::Error) -> ExitCode {
             let _ = e.print();
             ExitCode::SUCCESS
         }
+        ErrorKind::MissingRequiredArgument => {
+            // clap lists them on lines of their own: name them here.
+            use clap::error::{ContextKind, ContextValue};
+            let missing: Vec<String> = match e.get(ContextKind::InvalidArg) {
+                Some(ContextValue::Strings(v)) => v.clone(),
+                Some(ContextValue::String(s)) => vec![s.clone()],
+                _ => Vec::new(),
+            };
+            if missing.iter().any(|m| m.contains("<PROGRAM>")) {
+                eprintln!(
+                    "rxpath: error: a program to run is missing: rxpath exec --iface IF -- PROGRAM ARGS"
+                );
+            } else {
+                eprintln!(
+                    "rxpath: error: missing {} (see rxpath --help)",
+                    missing.join(", ")
+                );
+            }
+            ExitCode::from(2)
+        }
         _ => {
             let text = e.render().to_string();
             let first = text
