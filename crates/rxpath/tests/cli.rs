@@ -1282,3 +1282,26 @@ fn a_missing_argument_is_named() {
         assert!(err.contains(want), "{args:?}: want {want}: {err}");
     }
 }
+
+/// A bad --threads is refused as --threads: it was "--workers 1000: must
+/// be 1..=256", a flag the user never typed (the workers default to the
+/// NAPI threads).
+#[test]
+fn a_bad_thread_count_is_refused_by_its_own_name() {
+    for args in [
+        &["run", "--threads", "1000"][..],
+        &["run", "--threads", "1000", "--steer", "rps"],
+        &["run", "--threads", "0"],
+    ] {
+        let o = rxpath(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("--threads {}", args[2])),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("--workers"), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?}: the run started");
+    }
+}
