@@ -321,6 +321,9 @@ fn print_report(
         v["unsupported"],
         v["kernel_reads"].as_u64().unwrap_or(0),
     );
+    for e in v["link_events"].as_array().into_iter().flatten() {
+        println!("interface: {}", e.as_str().unwrap_or_default());
+    }
     if acc.is_null() {
         return true;
     }

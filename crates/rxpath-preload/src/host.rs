@@ -40,6 +40,10 @@ pub enum Fallback {
     Dup,
     /// `RXPATH_PORTS` / `RXPATH_KERNEL_PORTS` leave the port to the kernel.
     Rule,
+    /// The interface was deleted or made again (or its MTU outgrew what
+    /// the backend carries) while the program ran: the socket went back
+    /// to the kernel, or was bound after and stayed there.
+    IfaceGone,
 }
 
 /// What the preloaded process's path did, written at exit.
@@ -63,6 +67,9 @@ pub struct PreloadReport {
     /// loopback or another interface, or before the XDP program took the
     /// port): the kernel's path, not counted in `accounting`.
     pub kernel_reads: u64,
+    /// What happened to the interface while the program ran (deleted,
+    /// made again, down, up, its MTU), and what rxpath did, in order.
+    pub link_events: Vec<String>,
 }
 
 /// `received = delivered + dropped` over every NAPI, and the frames.
@@ -109,7 +116,7 @@ pub(crate) fn map_keys(addr: SocketAddr, v6only: bool) -> Vec<PortKey> {
 /// The largest MTU whose frames an AF_PACKET ring slot and a frame of the
 /// pool (2048 bytes) carry whole: the slot's header (TPACKET_V2, about 80
 /// bytes), the Ethernet header and a VLAN tag come first.
-const PACKET_MAX_MTU: u32 = 1900;
+pub(crate) const PACKET_MAX_MTU: u32 = 1900;
 
 /// Frames per queue of a program's host (2048 bytes each: 32 MiB a queue),
 /// four times a `Host`'s default: the AF_XDP RX ring is half of them, 8192
@@ -155,6 +162,10 @@ struct State {
     fallbacks: BTreeMap<Fallback, u64>,
     unsupported: BTreeMap<String, u64>,
     told: std::collections::BTreeSet<String>,
+    /// What the interface watch saw ([`PreloadReport::link_events`]).
+    link_events: Vec<String>,
+    /// The interface went away: nothing more is served.
+    gone: Option<String>,
 }
 
 /// The process's preload state.
@@ -202,6 +213,8 @@ pub(crate) fn global() -> &'static Global {
                 fallbacks: BTreeMap::new(),
                 unsupported: BTreeMap::new(),
                 told: Default::default(),
+                link_events: Vec::new(),
+                gone: None,
             }),
         }
     })
@@ -269,6 +282,27 @@ impl Global {
             .is_some_and(|r| r.host.kernel_sees_frames())
     }
 
+    /// The interface watch saw `what` ([`crate::linkwatch`]): said, and
+    /// kept for the report. With `gone`, rxpath's device went with it:
+    /// every served socket goes back to the kernel, and nothing bound
+    /// later is served.
+    pub(crate) fn link_event(&self, what: &str, gone: bool) {
+        say(what);
+        {
+            let mut s = self.state();
+            s.link_events.push(what.to_string());
+            if !gone || s.gone.is_some() {
+                return;
+            }
+            s.gone = Some(what.to_string());
+        }
+        for (fds, a) in crate::table::sockets() {
+            let Some(&fd) = fds.first() else { continue };
+            let detail = format!("{}: {what}", a.sock.local_addr());
+            crate::ops::hand_back(&a, fd, Fallback::IfaceGone, &detail);
+        }
+    }
+
     /// The interface is configured: sockets may be accelerated.
     pub(crate) fn enabled(&self) -> bool {
         self.cfg.iface.is_some() && !is_fork_child()
@@ -318,6 +352,9 @@ impl Global {
             ));
         }
         let mut s = self.state();
+        if let Some(why) = &s.gone {
+            return Err((Fallback::IfaceGone, format!("{addr}: {why}")));
+        }
         if s.running.is_none() {
             if s.failed {
                 return Err((
@@ -478,6 +515,7 @@ impl Global {
                 }
             };
         crate::forkq::set_port_map(host.port_map_fd());
+        crate::linkwatch::start(iface, host.kernel_sees_frames());
         Ok(Running {
             metrics,
             control,
@@ -505,6 +543,7 @@ impl Global {
             fallbacks: s.fallbacks.clone(),
             unsupported: s.unsupported.clone(),
             kernel_reads: crate::kside::READS.load(std::sync::atomic::Ordering::Relaxed),
+            link_events: s.link_events.clone(),
         };
         drop(s);
         if let Some(path) = &self.cfg.report {

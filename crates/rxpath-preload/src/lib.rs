@@ -19,6 +19,8 @@
 //!     │             the first bind it serves, shut down at exit
 //!  kside            the kernel socket behind each served fd: marked when
 //!     │             a datagram reaches it (loopback, another interface)
+//!  linkwatch        the interface deleted, made again, down, up, its MTU:
+//!     │             said; gone, every socket goes back to the kernel
 //!  table            fd → candidate | rxpath socket | epoll set | inherited
 //!  epoll            epoll sets holding rxpath sockets and kernel fds
 //!  sock             a served socket, one not bound yet, who sleeps on them
@@ -61,6 +63,7 @@ pub mod host;
 #[allow(unsafe_code)]
 mod interpose;
 mod kside;
+mod linkwatch;
 mod mcast;
 mod ops;
 mod send;

@@ -859,7 +859,11 @@ fn refuse(e: &Entry, fd: RawFd, what: &str) -> Result<(), Errno> {
             Ok(())
         }
         Entry::Socket(a) => {
-            hand_back(a, fd, what);
+            let why = format!(
+                "{what} after bind on {}: rxpath does not honour it, so the socket is handed back to the kernel",
+                a.sock.local_addr()
+            );
+            hand_back(a, fd, Fallback::OptionAfterBind, &why);
             Ok(())
         }
         Entry::Epoll(_) => {
@@ -875,7 +879,8 @@ fn refuse(e: &Entry, fd: RawFd, what: &str) -> Result<(), Errno> {
 /// socket takes the interface's datagrams again and rxpath's socket stops
 /// taking its copies. What rxpath's queue holds is read first ([`recv`]),
 /// and sends go to the kernel.
-fn hand_back(a: &Accel, fd: RawFd, what: &str) {
+/// `why` counts it; `detail` is said (once per reason).
+pub(crate) fn hand_back(a: &Accel, fd: RawFd, why: Fallback, detail: &str) {
     if a.kernel_only.swap(true, Ordering::SeqCst) {
         return;
     }
@@ -887,13 +892,7 @@ fn hand_back(a: &Accel, fd: RawFd, what: &str) {
         }
         a.sock.stop_receiving();
     }
-    g.fallback(
-        Fallback::OptionAfterBind,
-        &format!(
-            "{what} after bind on {}: rxpath does not honour it, so the socket is handed back to the kernel",
-            a.sock.local_addr()
-        ),
-    );
+    g.fallback(why, detail);
     a.watch.ready();
 }
 

@@ -115,7 +115,7 @@ pub(crate) fn remove(fd: RawFd) -> Option<Entry> {
 }
 
 /// Every rxpath socket with the fds that name it.
-fn sockets() -> Vec<(Vec<RawFd>, Arc<Accel>)> {
+pub(crate) fn sockets() -> Vec<(Vec<RawFd>, Arc<Accel>)> {
     let m = map().read().unwrap_or_else(|e| e.into_inner());
     let mut out: Vec<(Vec<RawFd>, Arc<Accel>)> = Vec::new();
     for (fd, e) in m.iter() {

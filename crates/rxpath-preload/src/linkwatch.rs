@@ -1,0 +1,84 @@
+//! The interface under a running program, watched from the kernel's link
+//! notifications (netlink `RTMGRP_LINK`, and a look every second besides):
+//! deleted, made again (a new index), set down or up, its MTU changed.
+//! Each is said on stderr and kept for the report. An interface deleted or
+//! made again takes rxpath's device with it (the AF_XDP or AF_PACKET
+//! socket is bound to the old index): every served socket goes back to
+//! the kernel socket behind its fd, which the new interface reaches, and
+//! sockets bound later stay the kernel's. Down and up again, rxpath
+//! carries on (its XDP program and sockets stay bound). On AF_PACKET an
+//! MTU its ring slots cannot carry sends the sockets back too; on AF_XDP
+//! the XDP program passes frames too long for its frames to the kernel
+//! socket behind the fd.
+
+use rxpath_dev::sys::iface::{LinkEvents, LinkState};
+use std::time::{Duration, Instant};
+
+/// Watch `iface` (whose device rxpath just opened) on a thread of its own.
+pub(crate) fn start(iface: &str, packet: bool) {
+    let Some(first) = LinkState::of(iface) else {
+        return;
+    };
+    let name = iface.to_string();
+    let r = std::thread::Builder::new()
+        .name("rxpath-link".into())
+        .spawn(move || watch(&name, first, packet));
+    if let Err(e) = r {
+        crate::config::say(&format!(
+            "the interface watch did not start ({e}): a deleted {iface} would go unnoticed"
+        ));
+    }
+}
+
+fn watch(name: &str, first: LinkState, packet: bool) {
+    let events = LinkEvents::open()
+        .inspect_err(|e| {
+            crate::config::say(&format!(
+                "no link notifications ({e}): {name} is looked at every second"
+            ))
+        })
+        .ok();
+    let start = Instant::now();
+    let mut was = first;
+    loop {
+        match &events {
+            Some(ev) => {
+                let _ = ev.wait(Duration::from_secs(1));
+            }
+            None => std::thread::sleep(Duration::from_secs(1)),
+        }
+        let now = LinkState::of(name);
+        let at = format!("{:.2}s into the run", start.elapsed().as_secs_f64());
+        let g = crate::host::global();
+        let Some(now) = now.filter(|n| n.ifindex == first.ifindex) else {
+            let what = match now {
+                None => format!("interface {name} was deleted {at}"),
+                Some(n) => format!(
+                    "interface {name} was deleted {at} and made again (index {} is now {})",
+                    first.ifindex, n.ifindex
+                ),
+            };
+            return g.link_event(&format!("{what}: its sockets go back to the kernel"), true);
+        };
+        if now.up != was.up {
+            let what = if now.up { "came back up" } else { "went down" };
+            g.link_event(&format!("interface {name} {what} {at}"), false);
+        }
+        if now.mtu != was.mtu {
+            let what = format!(
+                "interface {name}'s MTU went from {} to {} {at}",
+                was.mtu, now.mtu
+            );
+            if packet && now.mtu > crate::host::PACKET_MAX_MTU {
+                return g.link_event(
+                    &format!(
+                        "{what}, more than AF_PACKET carries: its sockets go back to the kernel"
+                    ),
+                    true,
+                );
+            }
+            g.link_event(&what, false);
+        }
+        was = now;
+    }
+}
