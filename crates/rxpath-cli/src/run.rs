@@ -233,6 +233,15 @@ impl RunArgs {
             }
             (None, None) => 2,
         };
+        // Before the steering config, whose workers default to the
+        // threads: a bad count is the --threads the user typed.
+        if self.threads == 0 || self.threads > queues {
+            bail!(
+                "--threads {}: must be 1..={queues} (a NAPI thread polls one RX queue or more, \
+                 and there are {queues})",
+                self.threads
+            );
+        }
         let sim = SimConfig {
             queues,
             ring_size: self.ring,
