@@ -1305,3 +1305,38 @@ fn a_bad_thread_count_is_refused_by_its_own_name() {
         assert!(o.stdout.is_empty(), "{args:?}: the run started");
     }
 }
+
+/// One duration parser for every command: `echo --duration 1s` and
+/// `quic --duration 500ms` were "invalid float literal" where `run`
+/// takes them; a bad one is the same one-line error everywhere.
+#[test]
+fn every_command_takes_durations_as_run_does() {
+    let t = std::time::Instant::now();
+    let o = rxpath_in_netns_with_veth(&["echo", "--iface", "rxv0", "--duration", "1s"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "echo --duration 1s: {err}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(20));
+    let o = rxpath_in_netns_with_veth(&[
+        "quic",
+        "--iface",
+        "rxv0",
+        "--socket",
+        "kernel",
+        "--port",
+        "4433",
+        "--duration",
+        "500ms",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "quic --duration 500ms: {err}");
+    for cmd in ["run", "echo", "quic"] {
+        let o = rxpath(&[cmd, "--iface", "rxv0", "--duration", "soon"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{cmd}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{cmd}: {err}");
+        assert!(
+            err.contains("'soon' is not a duration (try 5, 5s, 500ms or 1m)"),
+            "{cmd}: {err}"
+        );
+    }
+}
