@@ -119,9 +119,9 @@ pub struct EchoArgs {
     /// frame).
     #[arg(long, value_enum, default_value_t = EchoTake::Port)]
     pub xdp_take: EchoTake,
-    /// Stop after this many seconds (default: run until Ctrl-C).
-    #[arg(long, value_name = "SECS")]
-    pub duration: Option<f64>,
+    /// Stop after this long: 5, 5s, 500ms, 1m (default: run until Ctrl-C).
+    #[arg(long, value_name = "DURATION", value_parser = crate::parse::parse_duration)]
+    pub duration: Option<Duration>,
     /// How replies leave on AF_XDP: `ring`, the TX ring of queue 0's own
     /// socket (no trip through the kernel's stack), or `packet`, an
     /// AF_PACKET socket on the interface (what AF_PACKET mode always uses).
@@ -502,9 +502,7 @@ pub fn echo(a: EchoArgs) -> anyhow::Result<ExitCode> {
         control.path().display()
     );
     let start = Instant::now();
-    let end = a
-        .duration
-        .map(|d| start + Duration::from_secs_f64(d.max(0.0)));
+    let end = a.duration.map(|d| start + d);
     let metrics = crate::report::start_metrics(a.metrics)?;
     while !stop.load(Ordering::Acquire) && end.is_none_or(|e| Instant::now() < e) {
         thread::sleep(Duration::from_millis(20));

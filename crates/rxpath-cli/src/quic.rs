@@ -82,9 +82,9 @@ pub struct QuicArgs {
     /// nothing; what arrives meanwhile is taken, and read, in one go.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub defer_hard_irqs: u32,
-    /// Stop after this many seconds (default: run until Ctrl-C).
-    #[arg(long, value_name = "SECS")]
-    pub duration: Option<f64>,
+    /// Stop after this long: 5, 5s, 500ms, 1m (default: run until Ctrl-C).
+    #[arg(long, value_name = "DURATION", value_parser = crate::parse::parse_duration)]
+    pub duration: Option<Duration>,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -245,9 +245,7 @@ pub fn quic(a: QuicArgs) -> anyhow::Result<ExitCode> {
         }
     );
     let start = Instant::now();
-    let end = a
-        .duration
-        .map(|d| start + Duration::from_secs_f64(d.max(0.0)));
+    let end = a.duration.map(|d| start + d);
     rt.spawn(perf::serve(endpoint.clone(), stats.clone()));
     let _ = match end {
         Some(e) => stopped.recv_timeout(e.saturating_duration_since(Instant::now())),

@@ -946,12 +946,16 @@ fn the_loopback_interface_is_refused() {
 /// `rxpath ARGS` in a network namespace of its own with a veth pair,
 /// rxv0 (up) and rxv1: an interface to name that is nobody's.
 fn rxpath_in_netns_with_veth(args: &[&str]) -> std::process::Output {
+    // A mount namespace too, with the namespace's own /sys (as `ip netns
+    // exec` does): an interface's sysfs files are read there.
     Command::new("unshare")
         .args([
             "-n",
+            "-m",
             "sh",
             "-c",
-            "ip link set lo up && ip link add rxv0 type veth peer name rxv1 && \
+            "mount -t sysfs sysfs /sys && \
+             ip link set lo up && ip link add rxv0 type veth peer name rxv1 && \
              ip link set rxv0 up && ip link set rxv1 up && exec \"$0\" \"$@\"",
         ])
         .arg(env!("CARGO_BIN_EXE_rxpath"))
