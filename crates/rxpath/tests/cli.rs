@@ -1344,3 +1344,44 @@ fn every_command_takes_durations_as_run_does() {
         );
     }
 }
+
+/// A program under exec killed by a signal cannot remove its control
+/// socket (the preload does at exit): exec removes its child's after it
+/// is gone, so no dead pid's socket is left in the directory.
+#[test]
+fn exec_removes_the_control_socket_of_a_program_killed_by_a_signal() {
+    let dir = std::env::temp_dir().join(format!("rxpath-exec-ctl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prog = "import os, socket\n\
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+                s.bind(('0.0.0.0', 5555))\n\
+                os.kill(os.getpid(), 9)\n";
+    let o = Command::new("unshare")
+        .args([
+            "-n",
+            "-m",
+            "sh",
+            "-c",
+            "mount -t sysfs sysfs /sys && ip link set lo up && \
+             ip link add rxv0 type veth peer name rxv1 && ip addr add 198.18.0.1/24 dev rxv0 && \
+             ip link set rxv0 up && ip link set rxv1 up && exec \"$0\" \"$@\"",
+        ])
+        .arg(env!("CARGO_BIN_EXE_rxpath"))
+        .args(["exec", "--iface", "rxv0", "--", "python3", "-c", prog])
+        .env("XDG_RUNTIME_DIR", &dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(o.status.code(), Some(128 + 9), "{err}");
+    assert!(
+        err.contains("live knobs"),
+        "the program served a socket: {err}"
+    );
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
