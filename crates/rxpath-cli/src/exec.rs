@@ -143,6 +143,10 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
     handle.close();
     let _ = forward.join();
     let status = status?;
+    // The preload removes its control socket at exit; a program killed by
+    // a signal never got there, and its pid is gone now: the socket is
+    // stale.
+    let _ = std::fs::remove_file(rxpath_runtime::ctl::path_of(pid));
     let text = std::fs::read_to_string(&report);
     let _ = std::fs::remove_file(&report);
     let code = status.code().map_or(128 + status_signal(&status), |c| c);
