@@ -157,7 +157,8 @@ struct Running {
 
 struct State {
     running: Option<Running>,
-    failed: bool,
+    /// The host could not start: why (said to each bind after).
+    failed: Option<String>,
     accelerated: u64,
     fallbacks: BTreeMap<Fallback, u64>,
     unsupported: BTreeMap<String, u64>,
@@ -208,7 +209,7 @@ pub(crate) fn global() -> &'static Global {
             ifindex: OnceLock::new(),
             state: Mutex::new(State {
                 running: None,
-                failed: false,
+                failed: None,
                 accelerated: 0,
                 fallbacks: BTreeMap::new(),
                 unsupported: BTreeMap::new(),
@@ -218,6 +219,37 @@ pub(crate) fn global() -> &'static Global {
             }),
         }
     })
+}
+
+/// The process is about to give up privileges (`capset`, `setuid` and
+/// their kin): open the device now, while it still may. A daemon that
+/// drops them before it binds (named keeps only `CAP_NET_BIND_SERVICE`
+/// from its first moments; NSD, unbound, knotd and pdns change user)
+/// could not open it at its first bind. Started here, it is said as at a
+/// bind; a failure is kept and said to each bind after.
+pub(crate) fn before_privileges_drop() {
+    let Some(g) = GLOBAL.get() else {
+        // The first call into the library: its state is made now.
+        return before_privileges_drop_with(global());
+    };
+    before_privileges_drop_with(g);
+}
+
+fn before_privileges_drop_with(g: &Global) {
+    let Some(iface) = g.cfg.iface.clone() else {
+        return;
+    };
+    if !g.enabled() || inside() {
+        return;
+    }
+    let mut s = g.state();
+    if s.running.is_some() || s.failed.is_some() {
+        return;
+    }
+    if let Err(e) = g.ensure_running(&mut s, &iface) {
+        drop(s);
+        say(&format!("{e}; every socket stays the kernel's"));
+    }
 }
 
 /// The global state if it was ever made (the exit handler must not make it).
@@ -303,6 +335,28 @@ impl Global {
         }
     }
 
+    /// Start the host on `iface` unless it runs or could not start (then
+    /// why).
+    fn ensure_running(&self, s: &mut State, iface: &str) -> Result<(), String> {
+        if s.running.is_some() {
+            return Ok(());
+        }
+        if let Some(why) = &s.failed {
+            return Err(why.clone());
+        }
+        match as_library(|| self.start(iface)) {
+            Ok(h) => {
+                s.running = Some(h);
+                Ok(())
+            }
+            Err(e) => {
+                let why = format!("rxpath on {iface}: {e}");
+                s.failed = Some(why.clone());
+                Err(why)
+            }
+        }
+    }
+
     /// The interface is configured: sockets may be accelerated.
     pub(crate) fn enabled(&self) -> bool {
         self.cfg.iface.is_some() && !is_fork_child()
@@ -355,20 +409,8 @@ impl Global {
         if let Some(why) = &s.gone {
             return Err((Fallback::IfaceGone, format!("{addr}: {why}")));
         }
-        if s.running.is_none() {
-            if s.failed {
-                return Err((
-                    Fallback::HostFailed,
-                    format!("rxpath could not start on {iface}"),
-                ));
-            }
-            match as_library(|| self.start(&iface)) {
-                Ok(h) => s.running = Some(h),
-                Err(e) => {
-                    s.failed = true;
-                    return Err((Fallback::HostFailed, format!("rxpath on {iface}: {e}")));
-                }
-            }
+        if let Err(e) = self.ensure_running(&mut s, &iface) {
+            return Err((Fallback::HostFailed, e));
         }
         let Some(r) = s.running.as_mut() else {
             return Err((Fallback::HostFailed, "no host".into()));

@@ -32,15 +32,19 @@ pub(crate) fn on_socket(fd: RawFd, domain: i32, ty: i32, proto: i32) {
     let udp = (domain == libc::AF_INET || domain == libc::AF_INET6)
         && ty & 0xf == libc::SOCK_DGRAM
         && (proto == 0 || proto == libc::IPPROTO_UDP);
+    if table::kind(fd) != table::KERNEL {
+        // A number the kernel reuses is the kernel's, whatever it was: a
+        // close rxpath did not see (a system call made past the C
+        // library) is done now.
+        on_close(fd);
+        table::remove(fd);
+    }
     if udp && !crate::host::inside() && global().enabled() {
         let p = Pending {
             nonblock: ty & libc::SOCK_NONBLOCK != 0,
             ..Pending::default()
         };
         table::set(fd, Entry::Candidate(Arc::new(Mutex::new(p))));
-    } else {
-        // A number the kernel reuses is the kernel's, whatever it was.
-        table::remove(fd);
     }
 }
 

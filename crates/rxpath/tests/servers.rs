@@ -179,7 +179,8 @@ fn named(tag: &str) -> Server {
             .to_vec(),
         tools: &["named"],
         upstream: false,
-        shuffles: false,
+        // rrset-order: each answer's records in a new order.
+        shuffles: true,
         quit: None,
         _dir: d,
     }

@@ -196,6 +196,85 @@ pub extern "C" fn close(fd: c_int) -> c_int {
     unsafe { real::close()(fd) }
 }
 
+/// `syscall()` on an fd rxpath serves: libuv (named's network manager,
+/// ...) closes its fds and moves its UDP batches this way, past the C
+/// library's `close()`, `recvmmsg()` and `sendmmsg()`; rxpath answers them
+/// as those. Declared with six integer arguments: on x86-64 and
+/// AArch64 Linux a variadic caller passes integer arguments in the same
+/// registers, and a system call's arguments are integers or pointers.
+/// Every call goes on to the C library's `syscall` as it came.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[no_mangle]
+pub extern "C" fn syscall(
+    n: libc::c_long,
+    a1: libc::c_long,
+    a2: libc::c_long,
+    a3: libc::c_long,
+    a4: libc::c_long,
+    a5: libc::c_long,
+    a6: libc::c_long,
+) -> libc::c_long {
+    if matches!(
+        n,
+        libc::SYS_capset | libc::SYS_setuid | libc::SYS_setreuid | libc::SYS_setresuid
+    ) {
+        // libcap's cap_set_proc makes its capset through here.
+        crate::host::before_privileges_drop();
+    }
+    let fd = a1 as c_int;
+    if table::kind(fd) != table::KERNEL {
+        // libuv (1.44, Debian 12's) reads and writes its UDP batches with
+        // syscall(__NR_recvmmsg / __NR_sendmmsg): the same calls as the C
+        // library's, answered the same way.
+        match n {
+            libc::SYS_close => ops::on_close(fd),
+            libc::SYS_recvmmsg => {
+                let t = a5 as *mut libc::timespec;
+                return io::recvmmsg(fd, a2 as *mut _, a3 as libc::c_uint, a4 as c_int, t) as _;
+            }
+            libc::SYS_sendmmsg => {
+                return io::sendmmsg(fd, a2 as *mut _, a3 as libc::c_uint, a4 as c_int) as _;
+            }
+            libc::SYS_recvmsg => return io::recvmsg(fd, a2 as *mut _, a3 as c_int) as _,
+            libc::SYS_sendmsg => return io::sendmsg(fd, a2 as *const _, a3 as c_int) as _,
+            libc::SYS_recvfrom => {
+                let (from, len) = (a5 as *mut sockaddr, a6 as *mut socklen_t);
+                return io::recvfrom(fd, a2 as *mut _, a3 as size_t, a4 as c_int, from, len) as _;
+            }
+            libc::SYS_sendto => {
+                let (to, len) = (a5 as *const sockaddr, a6 as socklen_t);
+                return io::sendto(fd, a2 as *const _, a3 as size_t, a4 as c_int, to, len) as _;
+            }
+            _ => {}
+        }
+    }
+    // SAFETY: the C library's syscall with the caller's arguments (the
+    // unused ones are whatever the caller's registers held, which the
+    // kernel ignores for a call that takes fewer).
+    unsafe { real::syscall()(n, a1, a2, a3, a4, a5, a6) }
+}
+
+/// `setuid()` and its kin, `capset()`: the process gives up privileges;
+/// rxpath opens its device first ([`crate::host::before_privileges_drop`]).
+macro_rules! drops_privileges {
+    ($($name:ident($($a:ident: $t:ty),*);)*) => {$(
+        #[no_mangle]
+        pub extern "C" fn $name($($a: $t),*) -> c_int {
+            crate::host::before_privileges_drop();
+            // SAFETY: the C library's function with the caller's arguments.
+            unsafe { real::$name()($($a),*) }
+        }
+    )*};
+}
+
+drops_privileges! {
+    setuid(uid: libc::uid_t);
+    seteuid(uid: libc::uid_t);
+    setreuid(r: libc::uid_t, e: libc::uid_t);
+    setresuid(r: libc::uid_t, e: libc::uid_t, s: libc::uid_t);
+    capset(hdr: *mut c_void, data: *const c_void);
+}
+
 #[no_mangle]
 pub extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
     // SAFETY: the C library's shutdown with the program's arguments.

@@ -60,6 +60,7 @@ macro_rules! real_variadic {
 }
 
 real_variadic! {
+    syscall: fn(libc::c_long) -> libc::c_long;
     ioctl: fn(c_int, c_ulong) -> c_int;
     fcntl: fn(c_int, c_int) -> c_int;
     fcntl64: fn(c_int, c_int) -> c_int;
@@ -87,6 +88,11 @@ real! {
     readv: fn(c_int, *const iovec, c_int) -> ssize_t;
     writev: fn(c_int, *const iovec, c_int) -> ssize_t;
     setsockopt: fn(c_int, c_int, c_int, *const c_void, socklen_t) -> c_int;
+    setuid: fn(libc::uid_t) -> c_int;
+    seteuid: fn(libc::uid_t) -> c_int;
+    setreuid: fn(libc::uid_t, libc::uid_t) -> c_int;
+    setresuid: fn(libc::uid_t, libc::uid_t, libc::uid_t) -> c_int;
+    capset: fn(*mut c_void, *const c_void) -> c_int;
     poll: fn(*mut pollfd, nfds_t, c_int) -> c_int;
     ppoll: fn(*mut pollfd, nfds_t, *const timespec, *const sigset_t) -> c_int;
     select: fn(c_int, *mut fd_set, *mut fd_set, *mut fd_set, *mut timeval) -> c_int;
