@@ -463,3 +463,36 @@ fn echo_knobs_change_live_through_rxpath_ctl() {
         assert_eq!(v["frames_home"], v["frames_total"], "{v}");
     }
 }
+
+/// `rxpath echo` answers whole datagrams up to the largest UDP carries
+/// (65507 bytes), reassembled from IP fragments by rxpath (AF_PACKET),
+/// not cut to a buffer of its own.
+#[test]
+fn large_datagrams_come_back_whole() {
+    let Some(lab) = lab() else { return };
+    let child = echo(&lab, &["--port", "7779", "--mode", "packet", "--duration", "6"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let script = r#"
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(('198.18.0.1', 0))
+s.settimeout(0.5)
+ok = []
+for size in (3000, 8000, 65507):
+    m = bytes((i * 7 + size) % 251 for i in range(size))
+    got = None
+    for attempt in range(6):
+        s.sendto(m, ('198.18.0.2', 7779))
+        try:
+            d, a = s.recvfrom(65535)
+        except socket.timeout:
+            continue
+        got = len(d) if d == m else -len(d)
+        break
+    ok.append(got)
+print(ok)
+"#;
+    let out = lab.exec(&["python3", "-c", script]).expect("python3 client");
+    let _ = report(child);
+    assert_eq!(out.trim(), "[3000, 8000, 65507]", "each whole, byte for byte");
+}
