@@ -574,7 +574,9 @@ fn serve(
     echoed: &AtomicU64,
 ) -> anyhow::Result<()> {
     const B: usize = 16;
-    let mut bufs = vec![[0u8; 2048]; B];
+    // Whole datagrams, up to the largest UDP carries (reassembled from
+    // fragments, or GRO'd): a buffer of a frame's size would cut them.
+    let mut bufs = vec![vec![0u8; 65535]; B];
     let mut meta = [(0usize, SocketAddr::from(([0, 0, 0, 0], 0))); B];
     while !stop.load(Ordering::Acquire) {
         let n = match sock.recv_batch(&mut bufs, |i, m| meta[i] = (m.len, m.src)) {

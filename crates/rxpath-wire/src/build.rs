@@ -213,7 +213,10 @@ pub fn write_udp_fragment(
     let fh = if v6 { 8 } else { 0 };
     let l4 = udp::HEADER_LEN + payload.len();
     let total = spec.l3_header_end() + fh + f.len;
-    if buf.len() < total || f.off + f.len > l4 || l4 > u16::MAX as usize - 48 {
+    // The largest datagram: IPv4's total length (20 bytes of header in
+    // it), IPv6's payload length (the fragment header in it).
+    let max_l4 = u16::MAX as usize - if v6 { fh } else { ipv4::HEADER_LEN };
+    if buf.len() < total || f.off + f.len > l4 || l4 > max_l4 {
         return Err(TooSmall);
     }
     let mut s = *spec;

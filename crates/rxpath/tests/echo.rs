@@ -470,7 +470,10 @@ fn echo_knobs_change_live_through_rxpath_ctl() {
 #[test]
 fn large_datagrams_come_back_whole() {
     let Some(lab) = lab() else { return };
-    let child = echo(&lab, &["--port", "7779", "--mode", "packet", "--duration", "6"]);
+    let child = echo(
+        &lab,
+        &["--port", "7779", "--mode", "packet", "--duration", "6"],
+    );
     std::thread::sleep(Duration::from_millis(1500));
     let script = r#"
 import socket
@@ -492,7 +495,13 @@ for size in (3000, 8000, 65507):
     ok.append(got)
 print(ok)
 "#;
-    let out = lab.exec(&["python3", "-c", script]).expect("python3 client");
-    let _ = report(child);
-    assert_eq!(out.trim(), "[3000, 8000, 65507]", "each whole, byte for byte");
+    let out = lab
+        .exec(&["python3", "-c", script])
+        .expect("python3 client");
+    let r = report(child);
+    assert_eq!(
+        out.trim(),
+        "[3000, 8000, 65507]",
+        "each whole, byte for byte: {r}"
+    );
 }
