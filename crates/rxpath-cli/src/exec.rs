@@ -328,6 +328,9 @@ fn print_report(
     for e in v["link_events"].as_array().into_iter().flatten() {
         println!("interface: {}", e.as_str().unwrap_or_default());
     }
+    if let Some(line) = sockets_line(v) {
+        println!("{line}");
+    }
     if acc.is_null() {
         return true;
     }
@@ -350,6 +353,33 @@ fn print_report(
         println!("{line}");
     }
     held
+}
+
+/// Which path served the sockets rxpath took, the same ones counted once:
+/// `sockets: 198.18.0.1:53 rxpath x2; 0.0.0.0:5353 kernel (a forked child
+/// reads it)`. `None` without any.
+fn sockets_line(v: &serde_json::Value) -> Option<String> {
+    let list = v["sockets"].as_array().filter(|l| !l.is_empty())?;
+    let mut seen: Vec<(String, usize)> = Vec::new();
+    for s in list {
+        let mut d = format!(
+            "{} {}",
+            s["addr"].as_str().unwrap_or("?"),
+            s["path"].as_str().unwrap_or("?")
+        );
+        if let Some(w) = s["why"].as_str() {
+            d.push_str(&format!(" ({w})"));
+        }
+        match seen.iter_mut().find(|(x, _)| *x == d) {
+            Some((_, n)) => *n += 1,
+            None => seen.push((d, 1)),
+        }
+    }
+    let parts: Vec<String> = seen
+        .into_iter()
+        .map(|(d, n)| if n > 1 { format!("{d} x{n}") } else { d })
+        .collect();
+    Some(format!("sockets: {}", parts.join("; ")))
 }
 
 /// What the device itself did with the frames offered to the host's

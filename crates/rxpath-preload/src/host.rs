@@ -70,6 +70,23 @@ pub struct PreloadReport {
     /// What happened to the interface while the program ran (deleted,
     /// made again, down, up, its MTU), and what rxpath did, in order.
     pub link_events: Vec<String>,
+    /// Which path served each socket rxpath took: its address and
+    /// `rxpath`, or `kernel` with why it went back (an option after
+    /// `bind`, a forked child that reads it, the interface gone), in the
+    /// order they were bound; sockets still open at exit and those closed.
+    pub sockets: Vec<SocketPath>,
+}
+
+/// Which path served one socket ([`PreloadReport::sockets`]).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SocketPath {
+    /// The address it was bound to.
+    pub addr: SocketAddr,
+    /// `rxpath`, or `kernel`.
+    pub path: &'static str,
+    /// Why it went back to the kernel.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 /// `received = delivered + dropped` over every NAPI, and the frames.
@@ -165,6 +182,9 @@ struct State {
     told: std::collections::BTreeSet<String>,
     /// What the interface watch saw ([`PreloadReport::link_events`]).
     link_events: Vec<String>,
+    /// Each socket rxpath took ([`PreloadReport::sockets`]), by the id
+    /// its [`crate::sock::Accel`] keeps.
+    sockets: Vec<SocketPath>,
     /// The interface went away: nothing more is served.
     gone: Option<String>,
 }
@@ -215,6 +235,7 @@ pub(crate) fn global() -> &'static Global {
                 unsupported: BTreeMap::new(),
                 told: Default::default(),
                 link_events: Vec::new(),
+                sockets: Vec::new(),
                 gone: None,
             }),
         }
@@ -354,6 +375,25 @@ impl Global {
                 s.failed = Some(why.clone());
                 Err(why)
             }
+        }
+    }
+
+    /// A socket on `addr` is served: its index in the report's list.
+    pub(crate) fn served(&self, addr: SocketAddr) -> usize {
+        let mut s = self.state();
+        s.sockets.push(SocketPath {
+            addr,
+            path: "rxpath",
+            why: None,
+        });
+        s.sockets.len() - 1
+    }
+
+    /// Socket `id` ([`Global::served`]) went back to the kernel: `why`.
+    pub(crate) fn went_to_kernel(&self, id: usize, why: &str) {
+        if let Some(p) = self.state().sockets.get_mut(id) {
+            p.path = "kernel";
+            p.why = Some(why.to_string());
         }
     }
 
@@ -586,6 +626,7 @@ impl Global {
             unsupported: s.unsupported.clone(),
             kernel_reads: crate::kside::READS.load(std::sync::atomic::Ordering::Relaxed),
             link_events: s.link_events.clone(),
+            sockets: s.sockets.clone(),
         };
         drop(s);
         if let Some(path) = &self.cfg.report {

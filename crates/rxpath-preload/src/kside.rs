@@ -96,6 +96,7 @@ fn child_took(a: &Accel) {
         return;
     }
     a.sock.stop_receiving();
+    crate::host::global().went_to_kernel(a.report_id, "a forked child reads it");
 }
 
 /// A token for a socket about to be watched.

@@ -74,4 +74,4 @@ mod table;
 mod wait;
 
 pub use config::Config;
-pub use host::{Accounting, Fallback, PreloadReport};
+pub use host::{Accounting, Fallback, PreloadReport, SocketPath};

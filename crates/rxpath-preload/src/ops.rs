@@ -130,6 +130,7 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
         readers: 0.into(),
         parked: Mutex::new(None),
         fork_word: Default::default(),
+        report_id: g.served(addr),
         keys,
     };
     let a = Arc::new(a);
@@ -896,6 +897,7 @@ pub(crate) fn hand_back(a: &Accel, fd: RawFd, why: Fallback, detail: &str) {
         }
         a.sock.stop_receiving();
     }
+    g.went_to_kernel(a.report_id, detail);
     g.fallback(why, detail);
     a.watch.ready();
 }

@@ -94,6 +94,8 @@ pub(crate) struct Accel {
     /// The destinations the XDP program takes for it
     /// ([`crate::host::map_keys`]).
     pub(crate) keys: Vec<rxpath_dev::sys::xdp::PortKey>,
+    /// Its line in the report's list of sockets ([`crate::host::Global::served`]).
+    pub(crate) report_id: usize,
 }
 
 impl Accel {
