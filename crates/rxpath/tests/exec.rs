@@ -310,7 +310,9 @@ fn iperf3_udp_test_runs_as_on_the_kernel() {
         assert!(out.status.success(), "iperf3 -s: {text}\n{err}");
         (report.expect("the iperf3 client never ran"), text)
     };
-    for exec in [None, Some(&[][..])] {
+    // On the kernel, then under exec on AF_XDP and on AF_PACKET.
+    let modes: [&[&str]; 2] = [&["--mode", "xdp"], &["--mode", "packet"]];
+    for exec in std::iter::once(None).chain(modes.map(Some)) {
         let (j, text) = run(exec);
         let sum = &j["end"]["sum"];
         let sent = sum["packets"].as_u64().unwrap_or(0);
@@ -355,15 +357,20 @@ fn socat_forking_a_child_per_datagram_answers_as_on_the_kernel() {
         (c, report)
     };
     let (on_kernel, _) = run(None);
-    let (on_rxpath, report) = run(Some(&[]));
     assert_eq!(on_kernel["missing"], 0, "on the kernel: {on_kernel}");
-    assert_eq!(on_rxpath["missing"], 0, "under exec: {on_rxpath}\n{report}");
-    assert_eq!(on_rxpath["wrong"], 0, "under exec: {on_rxpath}");
-    assert_eq!(on_rxpath["answers"], on_kernel["answers"], "byte for byte");
-    assert!(report.contains("sockets on rxpath 1 "), "{report}");
-    assert!(!report.contains("MISMATCH"), "{report}");
-    let rx = received(&report);
-    assert!(rx >= 12, "rxpath received {rx}: {report}");
+    for mode in ["xdp", "packet"] {
+        let (on_rxpath, report) = run(Some(&["--mode", mode]));
+        assert_eq!(on_rxpath["missing"], 0, "{mode}: {on_rxpath}\n{report}");
+        assert_eq!(on_rxpath["wrong"], 0, "{mode}: {on_rxpath}");
+        assert_eq!(
+            on_rxpath["answers"], on_kernel["answers"],
+            "{mode}: byte for byte"
+        );
+        assert!(report.contains("sockets on rxpath 1 "), "{mode}: {report}");
+        assert!(!report.contains("MISMATCH"), "{mode}: {report}");
+        let rx = received(&report);
+        assert!(rx >= 12, "{mode}: rxpath received {rx}: {report}");
+    }
 }
 
 /// Four sockets on one port with `SO_REUSEPORT`, a thread each, on the
