@@ -117,6 +117,14 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
         _ => lib.display().to_string(),
     };
     let (prog, args) = a.program.split_first().context("no program given")?;
+    if let Some(path) = on_path(prog).filter(|p| rxpath_dev::sys::sched::starts_privileged(p)) {
+        eprintln!(
+            "rxpath exec: {} is setuid, setgid or has file capabilities: the dynamic linker \
+             starts it without LD_PRELOAD, so its sockets stay the kernel's (run it as root \
+             without those bits instead)",
+            path.display()
+        );
+    }
     // As `system()` does, the wrapper waits out SIGINT and SIGQUIT (the
     // terminal sends them to the program too) and passes SIGTERM and
     // SIGHUP on, so the report is printed however the program ends.
@@ -147,10 +155,9 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
     // a signal never got there, and its pid is gone now: the socket is
     // stale.
     let _ = std::fs::remove_file(rxpath_runtime::ctl::path_of(pid));
-    let text = std::fs::read_to_string(&report);
-    let _ = std::fs::remove_file(&report);
+    let reports = read_reports(&report);
     let code = status.code().map_or(128 + status_signal(&status), |c| c);
-    let Ok(text) = text else {
+    let Some(v) = reports else {
         if let Some(c) = status.code() {
             // The preload writes its report at exit once a socket made
             // its host start: a program that ended by itself without one
@@ -167,13 +174,119 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::from(code.clamp(1, 255) as u8));
     };
-    let v: serde_json::Value =
-        serde_json::from_str(&text).context("reading the preload's report")?;
+    let v = v?;
     let ok = print_report(prog, &status, &v, a.json);
     Ok(match (code, ok) {
         (0, false) => ExitCode::FAILURE,
         (c, _) => ExitCode::from(c.clamp(0, 255) as u8),
     })
+}
+
+/// Where `prog` is: itself if it names a path, else the first match on
+/// `PATH`, as `execvp` looks.
+fn on_path(prog: &str) -> Option<std::path::PathBuf> {
+    if prog.contains('/') {
+        return Some(prog.into());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(prog))
+        .find(|p| p.is_file())
+}
+
+/// The reports the program's processes left: `path` and `path.PID` (a
+/// process it started with `exec` that served sockets too), removed once
+/// read, summed into one ([`merge_reports`]). `None` if there is none.
+fn read_reports(path: &std::path::Path) -> Option<anyhow::Result<serde_json::Value>> {
+    let dir = path.parent()?;
+    let name = path.file_name()?.to_string_lossy().into_owned();
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .map(|f| f.to_string_lossy())
+                .is_some_and(|f| f == name || f.starts_with(&format!("{name}.")))
+        })
+        .collect();
+    files.sort();
+    let mut all = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f);
+        let _ = std::fs::remove_file(f);
+        let v = text
+            .map_err(anyhow::Error::from)
+            .and_then(|t| Ok(serde_json::from_str::<serde_json::Value>(&t)?))
+            .with_context(|| format!("reading the preload's report {}", f.display()));
+        match v {
+            Ok(v) => all.push(v),
+            Err(e) => return Some(Err(e)),
+        }
+    }
+    (!all.is_empty()).then(|| Ok(merge_reports(all)))
+}
+
+/// The reports of several processes as one: counts summed, maps summed key
+/// by key, lists joined, the device's queues side by side, and
+/// `processes` how many there were.
+fn merge_reports(mut all: Vec<serde_json::Value>) -> serde_json::Value {
+    use serde_json::Value;
+    fn add(a: &mut Value, b: &Value) {
+        match (a, b) {
+            (Value::Number(x), Value::Number(y)) => {
+                if let (Some(x1), Some(y1)) = (x.as_u64(), y.as_u64()) {
+                    *x = (x1 + y1).into();
+                }
+            }
+            (Value::Object(x), Value::Object(y)) => {
+                for (k, v) in y {
+                    match x.get_mut(k) {
+                        Some(a) => add(a, v),
+                        None => {
+                            x.insert(k.clone(), v.clone());
+                        }
+                    }
+                }
+            }
+            (Value::Array(x), Value::Array(y)) => x.extend(y.iter().cloned()),
+            (a @ Value::Null, b) => *a = b.clone(),
+            _ => {}
+        }
+    }
+    let n = all.len();
+    let mut first = all.remove(0);
+    for v in &all {
+        for k in [
+            "accelerated",
+            "fallbacks",
+            "unsupported",
+            "kernel_reads",
+            "accounting",
+            "link_events",
+            "sockets",
+        ] {
+            match first.get_mut(k) {
+                Some(a) => add(a, &v[k]),
+                None => {
+                    first[k] = v[k].clone();
+                }
+            }
+        }
+        if first["backend"].is_null() {
+            first["backend"] = v["backend"].clone();
+        }
+        match (
+            first["host"]["queues"].as_array_mut(),
+            v["host"]["queues"].as_array(),
+        ) {
+            (Some(a), Some(b)) => a.extend(b.iter().cloned()),
+            (None, Some(_)) => first["host"] = v["host"].clone(),
+            _ => {}
+        }
+    }
+    first["processes"] = n.into();
+    first
 }
 
 /// The program opens the interface (the preload, inside it), so the
@@ -325,6 +438,9 @@ fn print_report(
         v["unsupported"],
         v["kernel_reads"].as_u64().unwrap_or(0),
     );
+    if let Some(n) = v["processes"].as_u64().filter(|&n| n > 1) {
+        println!("processes with a host: {n} (their reports summed)");
+    }
     for e in v["link_events"].as_array().into_iter().flatten() {
         println!("interface: {}", e.as_str().unwrap_or_default());
     }

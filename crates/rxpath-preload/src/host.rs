@@ -130,6 +130,24 @@ pub(crate) fn map_keys(addr: SocketAddr, v6only: bool) -> Vec<PortKey> {
     keys
 }
 
+/// Write a report at `path`, or, when another process of the program (one
+/// it started with `exec`) wrote one there first, at `path.PID`: each
+/// process's report is kept, and `rxpath exec` sums them.
+fn write_report(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    let mut f = match o.open(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let mut p = path.as_os_str().to_owned();
+            p.push(format!(".{}", std::process::id()));
+            o.open(p)?
+        }
+        r => r?,
+    };
+    f.write_all(text.as_bytes())
+}
+
 /// The largest MTU whose frames an AF_PACKET ring slot and a frame of the
 /// pool (2048 bytes) carry whole: the slot's header (TPACKET_V2, about 80
 /// bytes), the Ethernet header and a VLAN tag come first.
@@ -631,7 +649,7 @@ impl Global {
         drop(s);
         if let Some(path) = &self.cfg.report {
             let text = serde_json::to_string_pretty(&rep).unwrap_or_default();
-            if let Err(e) = std::fs::write(path, text) {
+            if let Err(e) = write_report(path, &text) {
                 say(&format!("writing the report to {}: {e}", path.display()));
             }
         }

@@ -301,3 +301,27 @@ fn an_interface_deleted_and_made_again_is_noticed_and_survived() {
         assert!(!out.contains("MISMATCH"), "{mode}: {out}");
     }
 }
+
+const TWO_PROCESSES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/two_processes.py");
+
+/// A program that starts another (fork and exec) which serves a socket of
+/// its own: both are answered, each process's report is kept and exec's
+/// summary is their sum.
+#[test]
+fn each_process_report_is_kept_and_summed() {
+    let Some(p) = pair("e9") else { return };
+    let prog = ["python3", TWO_PROCESSES, "--port", "5411"];
+    let mut s = server(&p, Some(&[]), &prog);
+    wait_ready(&mut s);
+    let child = client(&p, &["5412", "5"]);
+    let parent = client(&p, &["5411", "5"]);
+    let (st, out, err) = finish(s);
+    assert!(st.success(), "{err}\n{out}");
+    assert_eq!(child["missing"], 0, "the child: {child}\n{err}");
+    assert_eq!(parent["missing"], 0, "the parent: {parent}\n{err}");
+    assert!(out.contains("processes with a host: 2"), "{out}\n{err}");
+    assert!(out.contains("sockets on rxpath 2 "), "{out}");
+    assert!(out.contains("0.0.0.0:5411 rxpath"), "{out}");
+    assert!(out.contains("0.0.0.0:5412 rxpath"), "{out}");
+    assert!(!out.contains("MISMATCH"), "{out}");
+}
