@@ -1385,3 +1385,26 @@ fn exec_removes_the_control_socket_of_a_program_killed_by_a_signal() {
     );
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// A setuid program runs without `LD_PRELOAD` (the dynamic linker's
+/// secure-execution mode): exec says its sockets stay the kernel's
+/// instead of leaving it there silently.
+#[test]
+fn exec_says_a_setuid_program_is_not_reached() {
+    if !rxpath_testkit::can_run(&[rxpath_testkit::Need::Root]) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("rxpath-suid-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prog = dir.join("true");
+    std::fs::copy("/bin/true", &prog).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let p = prog.display().to_string();
+    let o = rxpath_in_netns_with_veth(&["exec", "--iface", "rxv0", "--", &p]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("is setuid"), "{err}");
+    assert!(err.contains("stay the kernel's"), "{err}");
+}

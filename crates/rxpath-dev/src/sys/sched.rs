@@ -355,3 +355,25 @@ mod cap_tests {
         assert!(missing_caps(0x7000 | 1 << 21, 37).is_empty());
     }
 }
+
+/// Does the executable at `path` start with privileges of its own (setuid
+/// or setgid, or file capabilities, `security.capability`)? The dynamic
+/// linker then runs it without `LD_PRELOAD` (secure-execution mode).
+pub fn starts_privileged(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(m) = std::fs::metadata(path) else {
+        return false;
+    };
+    if m.permissions().mode() & 0o6000 != 0 {
+        return true;
+    }
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // The attribute's size only (a null buffer of length 0).
+    let name = c"security.capability";
+    matches!(
+        syscall!(getxattr(c.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0)),
+        Ok(n) if n > 0
+    )
+}
