@@ -31,8 +31,9 @@ pub enum EchoTx {
 /// What the XDP program of `rxpath echo` takes from the interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum EchoTake {
-    /// UDP to the echo port (IPv4 without options, IPv6 without extension
-    /// headers, untagged); everything else goes to the kernel.
+    /// UDP to the echo port (IPv4 without options, IPv6 after its
+    /// extension headers, untagged) and UDP fragments, which echo
+    /// reassembles; everything else goes to the kernel.
     Port,
     /// Every frame: the kernel sees nothing on the interface (no ARP, no
     /// ND: use static neighbour entries on the peer).
@@ -281,9 +282,13 @@ impl EchoServer {
             a.csum
         };
         let filter = match a.xdp_take {
+            // And UDP fragments, whatever their port (a later fragment
+            // carries none): echo has no kernel socket behind its own,
+            // so it reassembles them itself.
             EchoTake::Port => XdpFilter {
                 protocol: Some(17),
                 dst_port: Some(a.port),
+                fragments: true,
                 ..XdpFilter::default()
             },
             EchoTake::All => XdpFilter {

@@ -67,6 +67,12 @@ pub struct XdpFilter {
     /// and changes while the program runs (a socket bound or closed);
     /// `dst_port` is then not used.
     pub port_map: bool,
+    /// With a port to match (`dst_port` or `port_map`): take IPv4 and
+    /// IPv6 fragments of `protocol` too, whatever their port, for a host
+    /// that reassembles what reaches it and has no kernel socket behind
+    /// its sockets (`rxpath echo`); the kernel then sees no fragment of
+    /// that protocol on the interface. Off: fragments go to the kernel.
+    pub fragments: bool,
 }
 
 impl Default for XdpFilter {
@@ -78,6 +84,7 @@ impl Default for XdpFilter {
             dst_port: None,
             all: false,
             port_map: false,
+            fragments: false,
         }
     }
 }
@@ -102,8 +109,8 @@ const PSEUDO_MAP_VALUE: u8 = 2;
 /// would otherwise drop it on the way to the socket.
 pub const MAX_FRAME_LEN: u16 = 2048 - 256;
 
-/// The size of `struct rxpath_cfg`.
-const CFG_LEN: usize = 10;
+/// The size of `struct rxpath_cfg` (a byte of padding at its end).
+const CFG_LEN: usize = 12;
 
 /// The program's configuration as its `struct rxpath_cfg` lays it out.
 fn cfg_bytes(f: XdpFilter, port_map: bool) -> [u8; CFG_LEN] {
@@ -120,6 +127,8 @@ fn cfg_bytes(f: XdpFilter, port_map: bool) -> [u8; CFG_LEN] {
         port[1],
         max[0],
         max[1],
+        f.fragments as u8,
+        0,
     ]
 }
 
@@ -703,8 +712,13 @@ mod tests {
         let max = MAX_FRAME_LEN.to_ne_bytes();
         assert_eq!(
             cfg_bytes(f, false),
-            [0, 1, 0, 17, 0, 1, 0x00, 0x35, max[0], max[1]]
+            [0, 1, 0, 17, 0, 1, 0x00, 0x35, max[0], max[1], 0, 0]
         );
+        let frags = XdpFilter {
+            fragments: true,
+            ..f
+        };
+        assert_eq!(cfg_bytes(frags, false)[10], 1);
         let all = XdpFilter {
             all: true,
             ..XdpFilter::default()

@@ -68,6 +68,7 @@ struct rxpath_cfg {
 	u8 has_port; // only destination port `port`
 	u16 port;    // in network order
 	u16 max_len; // longer frames are the kernel's (an AF_XDP frame cannot hold them)
+	u8 frags;    // with a port filter: take IP fragments too (rxpath reassembles)
 };
 
 static volatile const struct rxpath_cfg cfg SEC(".rodata") = {};
@@ -133,9 +134,10 @@ static __attribute__((always_inline)) int take_v4(const u8 *data, const u8 *end)
 	if (data[ETH_HLEN] != 0x45)
 		return 0;
 	// A fragment (MF or an offset): its ports are not where ports are,
-	// or not there at all; the kernel reassembles it.
+	// or not there at all; the kernel reassembles it, unless this host
+	// reassembles what reaches it (a host with no kernel socket behind).
 	if (load16(data + ETH_HLEN + 6) & __builtin_bswap16(0x3fff))
-		return 0;
+		return cfg.frags;
 	if (l4 + 4 > end)
 		return 0;
 	return port_taken(l4, cfg.protocol, 4, data + ETH_HLEN + 16);
@@ -166,6 +168,9 @@ static __attribute__((always_inline)) int take_v6(const u8 *data, const u8 *end)
 
 		if (next == cfg.protocol)
 			break;
+		// A fragment header: as IPv4's fragments.
+		if (next == 44)
+			return cfg.frags;
 		if (next != 0 && next != 43 && next != 60)
 			return 0;
 		if (h + 2 > end)
