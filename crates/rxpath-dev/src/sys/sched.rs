@@ -337,25 +337,6 @@ pub fn recvmmsg_until(
     Ok((pkts, bytes))
 }
 
-#[cfg(test)]
-mod cap_tests {
-    use super::missing_caps;
-
-    #[test]
-    fn the_missing_capabilities_are_named_from_a_mask() {
-        // Root's CapEff; the five alone (setpriv --ambient-caps).
-        assert!(missing_caps(0x0000_01ff_feff_ffff, 40).is_empty());
-        assert!(missing_caps(0x0000_00c0_0000_7000, 40).is_empty());
-        assert_eq!(
-            missing_caps(1 << 13, 40),
-            ["CAP_NET_ADMIN", "CAP_BPF", "CAP_PERFMON", "CAP_IPC_LOCK"]
-        );
-        // Before 5.8 (no CAP_BPF, CAP_PERFMON) CAP_SYS_ADMIN does both.
-        assert_eq!(missing_caps(0x7000, 37), ["CAP_SYS_ADMIN"]);
-        assert!(missing_caps(0x7000 | 1 << 21, 37).is_empty());
-    }
-}
-
 /// Does the executable at `path` start with privileges of its own (setuid
 /// or setgid, or file capabilities, `security.capability`)? The dynamic
 /// linker then runs it without `LD_PRELOAD` (secure-execution mode).
@@ -376,4 +357,23 @@ pub fn starts_privileged(path: &std::path::Path) -> bool {
         syscall!(getxattr(c.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0)),
         Ok(n) if n > 0
     )
+}
+
+#[cfg(test)]
+mod cap_tests {
+    use super::missing_caps;
+
+    #[test]
+    fn the_missing_capabilities_are_named_from_a_mask() {
+        // Root's CapEff; the five alone (setpriv --ambient-caps).
+        assert!(missing_caps(0x0000_01ff_feff_ffff, 40).is_empty());
+        assert!(missing_caps(0x0000_00c0_0000_7000, 40).is_empty());
+        assert_eq!(
+            missing_caps(1 << 13, 40),
+            ["CAP_NET_ADMIN", "CAP_BPF", "CAP_PERFMON", "CAP_IPC_LOCK"]
+        );
+        // Before 5.8 (no CAP_BPF, CAP_PERFMON) CAP_SYS_ADMIN does both.
+        assert_eq!(missing_caps(0x7000, 37), ["CAP_SYS_ADMIN"]);
+        assert!(missing_caps(0x7000 | 1 << 21, 37).is_empty());
+    }
 }
