@@ -6,8 +6,8 @@
 // A frame it takes is redirected to the AF_XDP socket of the queue it
 // arrived on (XDP_PASS when that queue has none); everything else goes to
 // the kernel: ARP and ND, what the configuration does not ask for, and
-// whatever this program cannot judge by itself (IPv4 options and
-// fragments, IPv6 fragment, AH and ESP headers), which the kernel then
+// whatever this program cannot judge by itself (IP fragments, IPv6 AH
+// and ESP headers, VLAN tags with an ID), which the kernel then
 // handles as it always does (reassembly included), and frames longer
 // than an AF_XDP frame holds (jumbo frames), which the kernel would drop
 // on the way to the socket.
@@ -120,43 +120,50 @@ static __attribute__((always_inline)) int by_port(void)
 	       (cfg.protocol == IPPROTO_UDP || cfg.protocol == IPPROTO_TCP);
 }
 
-static __attribute__((always_inline)) int take_v4(const u8 *data, const u8 *end)
+// `l3` is the IP header (after the Ethernet header and any priority
+// tags), `end` the frame's end; the caller checked IP4_HLEN bytes there.
+static __attribute__((always_inline)) int take_v4(const u8 *l3, const u8 *end)
 {
-	const u8 *l4 = data + ETH_HLEN + IP4_HLEN;
+	const u8 *l4;
+	u32 ihl = l3[0] & 0x0f;
 
 	if (!cfg.protocol)
 		return 1;
-	if (data[ETH_HLEN + 9] != cfg.protocol)
+	if (l3[9] != cfg.protocol)
 		return 0;
 	if (!by_port())
 		return 1;
-	// Options: the ports are elsewhere; the kernel's.
-	if (data[ETH_HLEN] != 0x45)
+	// Not IPv4, or a header shorter than its fixed part: the kernel's,
+	// which counts it.
+	if ((l3[0] >> 4) != 4 || ihl < 5)
 		return 0;
 	// A fragment (MF or an offset): its ports are not where ports are,
 	// or not there at all; the kernel reassembles it, unless this host
 	// reassembles what reaches it (a host with no kernel socket behind).
-	if (load16(data + ETH_HLEN + 6) & __builtin_bswap16(0x3fff))
+	if (load16(l3 + 6) & __builtin_bswap16(0x3fff))
 		return cfg.frags;
+	// Options or not, the ports follow the header (ihl words).
+	l4 = l3 + ihl * 4;
 	if (l4 + 4 > end)
 		return 0;
-	return port_taken(l4, cfg.protocol, 4, data + ETH_HLEN + 16);
+	return port_taken(l4, cfg.protocol, 4, l3 + 16);
 }
 
 // The IPv6 header chain, walked as ipv6_rcv and ip6_protocol_deliver_rcu
 // do: hop-by-hop (0), routing (43) and destination options (60) headers,
-// each (hdr_ext_len + 1) * 8 bytes, to the end of the chain.
-static __attribute__((always_inline)) int take_v6(const u8 *data, const u8 *end)
+// each (hdr_ext_len + 1) * 8 bytes, to the end of the chain. `l3` is the
+// IPv6 header.
+static __attribute__((always_inline)) int take_v6(const u8 *l3, const u8 *end)
 {
-	u8 next = data[ETH_HLEN + 6];
-	u32 off = ETH_HLEN + IP6_HLEN;
+	u8 next = l3[6];
+	u32 off = IP6_HLEN;
 	const u8 *l4;
 
 	if (!cfg.protocol)
 		return 1;
 	if (!by_port())
 		return next == cfg.protocol;
-	if (data + ETH_HLEN + IP6_HLEN > end)
+	if (l3 + IP6_HLEN > end)
 		return 0;
 	for (int i = 0; i < V6_EXT_MAX; i++) {
 		const u8 *h;
@@ -164,7 +171,7 @@ static __attribute__((always_inline)) int take_v6(const u8 *data, const u8 *end)
 		// Past any frame (the verifier needs the bound to add it).
 		if (off > V6_OFF_MAX)
 			return 0;
-		h = data + off;
+		h = l3 + off;
 
 		if (next == cfg.protocol)
 			break;
@@ -180,10 +187,10 @@ static __attribute__((always_inline)) int take_v6(const u8 *data, const u8 *end)
 	}
 	if (next != cfg.protocol || off > V6_OFF_MAX)
 		return 0;
-	l4 = data + off;
+	l4 = l3 + off;
 	if (l4 + 4 > end)
 		return 0;
-	return port_taken(l4, cfg.protocol, 6, data + ETH_HLEN + 24);
+	return port_taken(l4, cfg.protocol, 6, l3 + 24);
 }
 
 SEC("xdp")
@@ -191,21 +198,40 @@ int rxpath_xdp(struct xdp_md *ctx)
 {
 	const u8 *data = (const u8 *)(long)ctx->data;
 	const u8 *end = (const u8 *)(long)ctx->data_end;
+	const u8 *l3 = data + ETH_HLEN;
+	u16 proto;
 	int take = 0;
 
 	if (cfg.max_len && data + cfg.max_len < end)
 		return XDP_PASS;
 	if (cfg.all)
 		return bpf_redirect_map(xsks, ctx->rx_queue_index, XDP_PASS);
-	// Ethernet and the fixed part of an IPv4 header, at least.
-	if (data + ETH_HLEN + IP4_HLEN > end)
+	if (data + ETH_HLEN > end)
 		return XDP_PASS;
-	switch (load16(data + 12)) {
+	proto = load16(data + 12);
+	// Up to two priority tags (802.1Q or 802.1ad with VLAN ID 0), which
+	// the kernel takes as untagged on this device (vlan_do_receive); a
+	// tag with an ID is a VLAN device's, the kernel's.
+#pragma unroll
+	for (int i = 0; i < 2; i++) {
+		if (proto != __builtin_bswap16(0x8100) && proto != __builtin_bswap16(0x88a8))
+			break;
+		if (l3 + 4 > end)
+			return XDP_PASS;
+		if (load16(l3) & __builtin_bswap16(0x0fff))
+			return XDP_PASS;
+		proto = load16(l3 + 2);
+		l3 += 4;
+	}
+	// The fixed part of an IPv4 header, at least.
+	if (l3 + IP4_HLEN > end)
+		return XDP_PASS;
+	switch (proto) {
 	case __builtin_bswap16(0x0800):
-		take = cfg.ipv4 && take_v4(data, end);
+		take = cfg.ipv4 && take_v4(l3, end);
 		break;
 	case __builtin_bswap16(0x86dd):
-		take = cfg.ipv6 && take_v6(data, end);
+		take = cfg.ipv6 && take_v6(l3, end);
 		break;
 	}
 	if (!take)
