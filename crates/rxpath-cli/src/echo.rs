@@ -31,9 +31,10 @@ pub enum EchoTx {
 /// What the XDP program of `rxpath echo` takes from the interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum EchoTake {
-    /// UDP to the echo port (IPv4 without options, IPv6 after its
-    /// extension headers, untagged) and UDP fragments, which echo
-    /// reassembles; everything else goes to the kernel.
+    /// UDP to the echo port (IPv4 with or without options, IPv6 after
+    /// its extension headers, untagged or priority-tagged) and UDP
+    /// fragments, which echo reassembles; everything else goes to the
+    /// kernel.
     Port,
     /// Every frame: the kernel sees nothing on the interface (no ARP, no
     /// ND: use static neighbour entries on the peer).

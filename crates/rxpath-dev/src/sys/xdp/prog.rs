@@ -52,10 +52,11 @@ pub struct XdpFilter {
     /// must carry it directly.
     pub protocol: Option<u8>,
     /// With `protocol` UDP or TCP: take only this destination port (IPv4
-    /// without options and not a fragment; IPv6 after its hop-by-hop,
-    /// routing and destination-options headers, however many, walked as
-    /// `ipv6_rcv` does; the rest goes to the kernel, which reassembles
-    /// fragments).
+    /// not a fragment, with or without options; IPv6 after its
+    /// hop-by-hop, routing and destination-options headers, however
+    /// many, walked as `ipv6_rcv` does; untagged or behind up to two VLAN
+    /// priority tags; the rest goes to the kernel, which reassembles
+    /// fragments unless `fragments` is set).
     pub dst_port: Option<u16>,
     /// Take every frame, whatever it is (ARP, VLAN-tagged, truncated):
     /// the kernel sees nothing on this interface. For tests that compare
