@@ -468,6 +468,9 @@ fn print_report(
     if let Some(line) = device_line(v) {
         println!("{line}");
     }
+    if let Some(line) = tx_line(v) {
+        println!("{line}");
+    }
     held
 }
 
@@ -519,9 +522,38 @@ fn device_line(v: &serde_json::Value) -> Option<String> {
     ]))
 }
 
+/// What the AF_XDP TX ring took and what the device completed: a frame
+/// posted that never completed (a device gone, or one that stopped
+/// completing) is a reply counted in `out_datagrams` that did not leave,
+/// said here. `None` without a TX ring (AF_PACKET's sends are the
+/// kernel's, which took them).
+fn tx_line(v: &serde_json::Value) -> Option<String> {
+    let tx = &v["host"]["tx"];
+    let sent = tx["xsk_tx_sent"].as_u64()?;
+    let done = tx["xsk_tx_completed"].as_u64().unwrap_or(0);
+    let mut l = format!("tx ring: posted={sent} completed={done}");
+    if sent > done {
+        l.push_str(&format!(
+            "; {} never completed: replies counted in out_datagrams that did not leave",
+            sent - done
+        ));
+    }
+    Some(l)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::device_line;
+    use super::{device_line, tx_line};
+
+    #[test]
+    fn frames_the_device_never_completed_are_said() {
+        let v = serde_json::json!({"host": {"tx": {"xsk_tx_sent": 10, "xsk_tx_completed": 7}}});
+        let l = tx_line(&v).unwrap();
+        assert!(l.starts_with("tx ring: posted=10 completed=7; 3 never completed"), "{l}");
+        let ok = serde_json::json!({"host": {"tx": {"xsk_tx_sent": 5, "xsk_tx_completed": 5}}});
+        assert_eq!(tx_line(&ok).as_deref(), Some("tx ring: posted=5 completed=5"));
+        assert_eq!(tx_line(&serde_json::json!({"host": {"tx": {}}})), None);
+    }
 
     #[test]
     fn the_device_line_sums_the_drops_of_every_queue() {

@@ -369,8 +369,7 @@ impl Global {
         }
         for (fds, a) in crate::table::sockets() {
             let Some(&fd) = fds.first() else { continue };
-            let detail = format!("{}: {what}", a.sock.local_addr());
-            crate::ops::hand_back(&a, fd, Fallback::IfaceGone, &detail);
+            crate::ops::hand_back(&a, fd, Fallback::IfaceGone, what);
         }
     }
 
