@@ -538,13 +538,11 @@ impl Global {
         let mut cfg = HostConfig {
             queues: 0,
             napi_threads: c.napi_threads,
-            // One deferral per NAPI: prefer busy polling's if set, else
-            // the suspension while threads wait.
-            prefer_busy_poll_ns: match c.prefer_busy_poll_ns {
-                0 => c.irq_suspend_timeout_ns,
-                ns => ns,
-            },
-            // And while a thread is being handed events, the suspension.
+            // Prefer busy polling's deferral as asked; without one, a
+            // thread that polls before it sleeps defers by the IRQ
+            // suspension, which also holds while a thread is being handed
+            // events.
+            prefer_busy_poll_ns: c.prefer_busy_poll_ns,
             irq_suspend_timeout_ns: c.irq_suspend_timeout_ns,
             gro_flush_timeout_ns: c.gro_flush_timeout_ns,
             defer_hard_irqs: c.defer_hard_irqs,

@@ -282,8 +282,10 @@ pub(crate) fn busy_wait_with(socks: &[&Arc<Accel>], set: BusyParams) -> bool {
     }
     let host = first.sock.host();
     let suspends = || {
-        ids.iter()
-            .any(|&i| host.napi_by_id(i).is_some_and(|n| n.prefer_busy_poll() > 0))
+        ids.iter().any(|&i| {
+            host.napi_by_id(i)
+                .is_some_and(|n| n.prefer_busy_poll() > 0 || n.irq_suspend_timeout() > 0)
+        })
     };
     if ids.is_empty() || (us == 0 && !suspends()) {
         return false;

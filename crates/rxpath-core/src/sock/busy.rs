@@ -450,7 +450,14 @@ impl Drop for BusyPoll<'_> {
     fn drop(&mut self) {
         let napi = self.napi;
         let now = self.now;
-        let defer = napi.defer_ns.load(Ordering::Relaxed);
+        // The prefer-busy-poll deferral; without one, the IRQ suspension
+        // (rxpath suspends the interrupt for a thread that polls before it
+        // sleeps, busy-polling or not: `irq_suspend_timeout` alone asks
+        // for it).
+        let defer = match napi.defer_ns.load(Ordering::Relaxed) {
+            0 => napi.suspend_ns.load(Ordering::Relaxed),
+            ns => ns,
+        };
         if defer > 0 {
             // Masked until the deadline; the NAPI thread watches it. Set
             // before ownership is given back, so the thread cannot miss it.
