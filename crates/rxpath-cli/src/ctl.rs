@@ -86,13 +86,13 @@ impl Knobs for RunKnobSet {
                 (Some((hup, _)), 1) => hup.store(true, Ordering::Release),
                 _ => return Err("set 1 to reload the rule files".into()),
             },
-            "gro_flush_timeout" if crate::run::GRO_FLUSH_TIMEOUT_NS.contains(&v) => {
+            "gro_flush_timeout" if crate::limits::GRO_FLUSH_TIMEOUT_NS.contains(&v) => {
                 k.gro_flush_timeout.set(v)
             }
-            "net.core.netdev_budget" if crate::run::NETDEV_BUDGET.contains(&v) => {
+            "net.core.netdev_budget" if crate::limits::NETDEV_BUDGET.contains(&v) => {
                 k.netdev_budget.store(v as usize, Ordering::Relaxed)
             }
-            "net.core.netdev_budget_usecs" if crate::run::NETDEV_BUDGET.contains(&v) => {
+            "net.core.netdev_budget_usecs" if crate::limits::NETDEV_BUDGET.contains(&v) => {
                 k.netdev_budget_usecs.store(v, Ordering::Relaxed)
             }
             _ => return Err(format!("{v} is out of range")),

@@ -549,9 +549,15 @@ mod tests {
     fn frames_the_device_never_completed_are_said() {
         let v = serde_json::json!({"host": {"tx": {"xsk_tx_sent": 10, "xsk_tx_completed": 7}}});
         let l = tx_line(&v).unwrap();
-        assert!(l.starts_with("tx ring: posted=10 completed=7; 3 never completed"), "{l}");
+        assert!(
+            l.starts_with("tx ring: posted=10 completed=7; 3 never completed"),
+            "{l}"
+        );
         let ok = serde_json::json!({"host": {"tx": {"xsk_tx_sent": 5, "xsk_tx_completed": 5}}});
-        assert_eq!(tx_line(&ok).as_deref(), Some("tx ring: posted=5 completed=5"));
+        assert_eq!(
+            tx_line(&ok).as_deref(),
+            Some("tx ring: posted=5 completed=5")
+        );
         assert_eq!(tx_line(&serde_json::json!({"host": {"tx": {}}})), None);
     }
 

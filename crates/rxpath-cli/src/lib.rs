@@ -12,6 +12,7 @@ pub mod exec;
 pub mod filter;
 pub mod gen;
 pub mod lab;
+pub mod limits;
 pub mod logger;
 pub mod opts;
 pub mod parse;

@@ -376,7 +376,8 @@ pub(crate) fn in_child() -> Vec<RawFd> {
 /// grandchild of the process that bound them (NSD's workers, forked by a
 /// child that carries on as the main process) reads what they hold and
 /// gives their port back when it reads them, as a child does.
-pub(crate) fn restage_inherited() {
+/// `still_forked`: the fd is still one (the table's word for it).
+pub(crate) fn restage_inherited(still_forked: impl Fn(RawFd) -> bool) {
     let Ok(m) = child_map().try_lock() else {
         return;
     };
@@ -385,7 +386,7 @@ pub(crate) fn restage_inherited() {
     }
     let mut staged = lock(&AT_FORK);
     for (fd, inh) in m.iter() {
-        if crate::table::kind(*fd) == crate::table::FORKED {
+        if still_forked(*fd) {
             staged.push((vec![*fd], inh.clone()));
         }
     }

@@ -151,7 +151,7 @@ fn write_report(path: &std::path::Path, text: &str) -> std::io::Result<()> {
 /// The largest MTU whose frames an AF_PACKET ring slot and a frame of the
 /// pool (2048 bytes) carry whole: the slot's header (TPACKET_V2, about 80
 /// bytes), the Ethernet header and a VLAN tag come first.
-pub(crate) const PACKET_MAX_MTU: u32 = 1900;
+const PACKET_MAX_MTU: u32 = 1900;
 
 /// Frames per queue of a program's host (2048 bytes each: 32 MiB a queue),
 /// four times a `Host`'s default: the AF_XDP RX ring is half of them, 8192
@@ -258,6 +258,22 @@ pub(crate) fn global() -> &'static Global {
             }),
         }
     })
+}
+
+/// What hands every served socket back to the kernel when the interface
+/// goes ([`Global::link_event`]): the socket layer's, set at load
+/// ([`set_hand_all_back`]), so that this layer calls up through it
+/// without naming it.
+static HAND_ALL_BACK: OnceLock<fn(&str)> = OnceLock::new();
+
+/// Set [`HAND_ALL_BACK`] (once, at load).
+pub(crate) fn set_hand_all_back(f: fn(&str)) {
+    let _ = HAND_ALL_BACK.set(f);
+}
+
+/// The interface watch's report ([`crate::linkwatch`]).
+fn on_link_event(what: &str, gone: bool) {
+    global().link_event(what, gone);
 }
 
 /// The process is about to give up privileges (`capset`, `setuid` and
@@ -367,9 +383,8 @@ impl Global {
             }
             s.gone = Some(what.to_string());
         }
-        for (fds, a) in crate::table::sockets() {
-            let Some(&fd) = fds.first() else { continue };
-            crate::ops::hand_back(&a, fd, Fallback::IfaceGone, what);
+        if let Some(hand_all_back) = HAND_ALL_BACK.get() {
+            hand_all_back(what);
         }
     }
 
@@ -612,7 +627,8 @@ impl Global {
                 }
             };
         crate::forkq::set_port_map(host.port_map_fd());
-        crate::linkwatch::start(iface, host.kernel_sees_frames());
+        let max_mtu = host.kernel_sees_frames().then_some(PACKET_MAX_MTU);
+        crate::linkwatch::start(iface, max_mtu, on_link_event);
         Ok(Running {
             metrics,
             control,
@@ -639,7 +655,7 @@ impl Global {
             accelerated: s.accelerated,
             fallbacks: s.fallbacks.clone(),
             unsupported: s.unsupported.clone(),
-            kernel_reads: crate::kside::READS.load(std::sync::atomic::Ordering::Relaxed),
+            kernel_reads: crate::sock::KERNEL_READS.load(std::sync::atomic::Ordering::Relaxed),
             link_events: s.link_events.clone(),
             sockets: s.sockets.clone(),
         };

@@ -23,9 +23,6 @@ struct KernelSide {
 static SIDE: OnceLock<Option<KernelSide>> = OnceLock::new();
 static NEXT: AtomicU64 = AtomicU64::new(1);
 
-/// Datagrams read from the kernel sockets behind served fds.
-pub(crate) static READS: AtomicU64 = AtomicU64::new(0);
-
 fn side() -> Option<&'static KernelSide> {
     SIDE.get_or_init(|| {
         let epfd = match sys::kepoll_create() {
@@ -141,7 +138,7 @@ pub(crate) fn take_hint(a: &Accel) -> bool {
 /// data. One that arrives after the look marks it through the watch
 /// (the read cleared the mark before it read).
 pub(crate) fn got_one(a: &Accel, fd: RawFd) {
-    READS.fetch_add(1, Ordering::Relaxed);
+    crate::sock::KERNEL_READS.fetch_add(1, Ordering::Relaxed);
     if sys::readable_now(fd) {
         a.kernel_ready.store(true, Ordering::SeqCst);
     }

@@ -14,15 +14,21 @@
 use rxpath_dev::sys::iface::{LinkEvents, LinkState};
 use std::time::{Duration, Instant};
 
-/// Watch `iface` (whose device rxpath just opened) on a thread of its own.
-pub(crate) fn start(iface: &str, packet: bool) {
+/// What the watch saw: said and kept by the caller; `gone` when rxpath's
+/// device went with it and every socket must go back to the kernel.
+pub(crate) type OnEvent = fn(what: &str, gone: bool);
+
+/// Watch `iface` (whose device rxpath just opened) on a thread of its own,
+/// telling `on_event`; `max_mtu`: the largest MTU the device carries
+/// (AF_PACKET's slots), `None` for any.
+pub(crate) fn start(iface: &str, max_mtu: Option<u32>, on_event: OnEvent) {
     let Some(first) = LinkState::of(iface) else {
         return;
     };
     let name = iface.to_string();
     let r = std::thread::Builder::new()
         .name("rxpath-link".into())
-        .spawn(move || watch(&name, first, packet));
+        .spawn(move || watch(&name, first, max_mtu, on_event));
     if let Err(e) = r {
         crate::config::say(&format!(
             "the interface watch did not start ({e}): a deleted {iface} would go unnoticed"
@@ -30,7 +36,7 @@ pub(crate) fn start(iface: &str, packet: bool) {
     }
 }
 
-fn watch(name: &str, first: LinkState, packet: bool) {
+fn watch(name: &str, first: LinkState, max_mtu: Option<u32>, on_event: OnEvent) {
     let events = LinkEvents::open()
         .inspect_err(|e| {
             crate::config::say(&format!(
@@ -49,7 +55,6 @@ fn watch(name: &str, first: LinkState, packet: bool) {
         }
         let now = LinkState::of(name);
         let at = format!("{:.2}s into the run", start.elapsed().as_secs_f64());
-        let g = crate::host::global();
         let Some(now) = now.filter(|n| n.ifindex == first.ifindex) else {
             let what = match now {
                 None => format!("interface {name} was deleted {at}"),
@@ -58,26 +63,26 @@ fn watch(name: &str, first: LinkState, packet: bool) {
                     first.ifindex, n.ifindex
                 ),
             };
-            return g.link_event(&format!("{what}: its sockets go back to the kernel"), true);
+            return on_event(&format!("{what}: its sockets go back to the kernel"), true);
         };
         if now.up != was.up {
             let what = if now.up { "came back up" } else { "went down" };
-            g.link_event(&format!("interface {name} {what} {at}"), false);
+            on_event(&format!("interface {name} {what} {at}"), false);
         }
         if now.mtu != was.mtu {
             let what = format!(
                 "interface {name}'s MTU went from {} to {} {at}",
                 was.mtu, now.mtu
             );
-            if packet && now.mtu > crate::host::PACKET_MAX_MTU {
-                return g.link_event(
+            if max_mtu.is_some_and(|m| now.mtu > m) {
+                return on_event(
                     &format!(
                         "{what}, more than AF_PACKET carries: its sockets go back to the kernel"
                     ),
                     true,
                 );
             }
-            g.link_event(&what, false);
+            on_event(&what, false);
         }
         was = now;
     }

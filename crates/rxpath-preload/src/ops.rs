@@ -166,7 +166,7 @@ pub(crate) fn on_connect(fd: RawFd, peer: Option<SocketAddr>) -> Result<(), Errn
 /// rxpath socket closes with its last fd, unless a read is blocked on it:
 /// then, as the kernel's blocked call holds the open file, the kernel
 /// socket is kept open (the port held) and the read may still return a
-/// datagram; the last such read to return closes it ([`crate::sock::Reading`]).
+/// datagram; the last such read to return closes it ([`Reading`]).
 pub(crate) fn on_close(fd: RawFd) {
     let Some(Entry::Socket(a)) = table::remove(fd) else {
         return;
@@ -190,6 +190,30 @@ pub(crate) fn on_close(fd: RawFd) {
         }
     }
     closed(&a);
+}
+
+/// A thread inside a blocking read of a socket: while one is, a `close`
+/// of the socket's last fd keeps it ([`Accel::parked`]); the last reader
+/// out lets it go.
+pub(crate) struct Reading<'a>(&'a Accel);
+
+impl<'a> Reading<'a> {
+    pub(crate) fn enter(a: &'a Accel) -> Reading<'a> {
+        a.readers.fetch_add(1, Ordering::SeqCst);
+        Reading(a)
+    }
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        let a = self.0;
+        if a.readers.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let kept = crate::sock::lock(&a.parked).take();
+            if kept.is_some() {
+                closed(a);
+            }
+        }
+    }
 }
 
 /// The rxpath socket `a` closed for good: it leaves the kernel-side
@@ -351,7 +375,7 @@ pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, Er
     }
     let nonblock = a.nonblock.load(Ordering::Relaxed) || flags & libc::MSG_DONTWAIT != 0;
     // A blocking read holds the socket against a `close` meanwhile.
-    let _reading = (!nonblock).then(|| crate::sock::Reading::enter(a));
+    let _reading = (!nonblock).then(|| Reading::enter(a));
     let until = a.sock.read_timeout().map(|t| std::time::Instant::now() + t);
     let mut busy_round = nonblock;
     loop {
@@ -884,6 +908,15 @@ fn refuse(e: &Entry, fd: RawFd, what: &str) -> Result<(), Errno> {
 /// socket takes the interface's datagrams again and rxpath's socket stops
 /// taking its copies. What rxpath's queue holds is read first ([`recv`]),
 /// and sends go to the kernel.
+/// Every served socket back to the kernel: the interface went (`what`),
+/// and rxpath's device with it ([`crate::host::Global::link_event`]).
+pub(crate) fn hand_all_back(what: &str) {
+    for (fds, a) in table::sockets() {
+        let Some(&fd) = fds.first() else { continue };
+        hand_back(&a, fd, Fallback::IfaceGone, what);
+    }
+}
+
 /// `why` counts it; `detail` is said (once per reason).
 pub(crate) fn hand_back(a: &Accel, fd: RawFd, why: Fallback, detail: &str) {
     if a.kernel_only.swap(true, Ordering::SeqCst) {

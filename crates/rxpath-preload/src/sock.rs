@@ -14,6 +14,10 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Datagrams read from the kernel sockets behind served fds
+/// ([`crate::kside`]): the kernel's path, counted apart in the report.
+pub(crate) static KERNEL_READS: AtomicU64 = AtomicU64::new(0);
+
 /// A UDP socket before `bind`: what was asked of it so far.
 /// `SO_ATTACH_REUSEPORT_CBPF` (asm-generic/socket.h).
 pub(crate) const SO_ATTACH_REUSEPORT_CBPF: i32 = 51;
@@ -80,7 +84,8 @@ pub(crate) struct Accel {
     /// rxpath's queue still holds is read first, then every read and
     /// send is the kernel socket's.
     pub(crate) kernel_only: AtomicBool,
-    /// Threads inside a blocking read of this socket ([`Reading`]).
+    /// Threads inside a blocking read of this socket
+    /// ([`crate::ops::Reading`]).
     pub(crate) readers: AtomicUsize,
     /// Its last fd closed while a read was blocked on it: the kernel
     /// socket, kept open (the port held) until that read returns, as the
@@ -113,30 +118,6 @@ impl Accel {
         self.fork_word
             .get()
             .is_some_and(|w| w.word(0).load(Ordering::Acquire) != 0)
-    }
-}
-
-/// A thread inside a blocking read of a socket: while one is, a `close`
-/// of the socket's last fd keeps it ([`Accel::parked`]); the last reader
-/// out lets it go.
-pub(crate) struct Reading<'a>(&'a Accel);
-
-impl<'a> Reading<'a> {
-    pub(crate) fn enter(a: &'a Accel) -> Reading<'a> {
-        a.readers.fetch_add(1, Ordering::SeqCst);
-        Reading(a)
-    }
-}
-
-impl Drop for Reading<'_> {
-    fn drop(&mut self) {
-        let a = self.0;
-        if a.readers.fetch_sub(1, Ordering::SeqCst) == 1 {
-            let kept = lock(&a.parked).take();
-            if kept.is_some() {
-                crate::ops::closed(a);
-            }
-        }
     }
 }
 

@@ -517,7 +517,7 @@ extern "C" fn before_fork() {
     if crate::host::started().is_some() {
         crate::table::before_fork();
     }
-    crate::forkq::restage_inherited();
+    crate::forkq::restage_inherited(|fd| table::kind(fd) == table::FORKED);
 }
 
 extern "C" fn after_fork_parent() {
@@ -525,6 +525,7 @@ extern "C" fn after_fork_parent() {
 }
 
 extern "C" fn init() {
+    crate::host::set_hand_all_back(ops::hand_all_back);
     // SAFETY: registers functions with C linkage that take nothing.
     unsafe {
         libc::atexit(at_exit);
