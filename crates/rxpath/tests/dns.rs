@@ -12,7 +12,6 @@ mod common;
 
 use common::Pair;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 const SRV4: &str = "198.18.9.6";
 const SRV6: &str = "2001:2:0:9::6";
@@ -66,17 +65,7 @@ fn stop(c: Child) -> (String, String) {
     let _ = Command::new("kill")
         .args(["-TERM", &c.id().to_string()])
         .status();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut c = c;
-    while c.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "knotd did not stop");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = c.wait_with_output().unwrap();
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::wait_out(c, "knotd")
 }
 
 fn ask(p: &Pair, rounds: usize) -> serde_json::Value {

@@ -16,7 +16,6 @@ mod common;
 use common::Pair;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 const SRV4: &str = "198.18.9.6";
 const SRV6: &str = "2001:2:0:9::6";
@@ -315,20 +314,7 @@ fn stop(c: Child, name: &str, quit: Option<(&Pair, &[String])>) -> (String, Stri
                 .status();
         }
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut c = c;
-    while c.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = c.kill();
-            panic!("{name} did not stop");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = c.wait_with_output().unwrap();
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::wait_out(c, name)
 }
 
 /// The client's answers; on a failure, the server's output with it.

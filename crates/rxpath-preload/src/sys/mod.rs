@@ -397,15 +397,23 @@ pub(crate) fn drop_from_iface(fd: RawFd, ifindex: u32) -> io::Result<()> {
         len: prog.len() as u16,
         filter: prog.as_mut_ptr(),
     };
-    // SAFETY: `fprog` points at `prog`, both live across the call; the
-    // kernel copies the program.
+    // `fprog` points at `prog`, both live across the call; the kernel
+    // copies the program.
+    socket_option(fd, libc::SO_ATTACH_FILTER, &fprog)
+}
+
+/// `setsockopt(fd, SOL_SOCKET, name, v)` with the C library's own call.
+fn socket_option<T>(fd: RawFd, name: libc::c_int, v: &T) -> io::Result<()> {
+    // SAFETY: `v` is a live value of the size passed, read by the kernel
+    // during the call (what it points to, if anything, the caller keeps
+    // alive across it).
     let r = unsafe {
         real::setsockopt()(
             fd,
             libc::SOL_SOCKET,
-            libc::SO_ATTACH_FILTER,
-            (&fprog as *const libc::sock_fprog).cast(),
-            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+            name,
+            (v as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
         )
     };
     if r == 0 {
@@ -418,20 +426,5 @@ pub(crate) fn drop_from_iface(fd: RawFd, ifindex: u32) -> io::Result<()> {
 /// Take the socket filter off `fd` ([`drop_from_iface`]'s): its kernel
 /// socket receives the interface's datagrams again.
 pub(crate) fn detach_filter(fd: RawFd) -> io::Result<()> {
-    let zero: libc::c_int = 0;
-    // SAFETY: an int option read by the kernel during the call.
-    let r = unsafe {
-        real::setsockopt()(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_DETACH_FILTER,
-            (&zero as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    socket_option(fd, libc::SO_DETACH_FILTER, &(0 as libc::c_int))
 }

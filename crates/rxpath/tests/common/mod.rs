@@ -23,6 +23,25 @@ pub const SRV_MAC: &str = "02:00:00:00:09:06";
 pub const CLI_MAC: &str = "02:00:00:00:09:05";
 pub const PORT: u16 = 7;
 
+/// Wait (20 s at most, then kill it and fail) for `c` to exit after it
+/// was told to; its stdout and stderr.
+pub fn wait_out(c: Child, name: &str) -> (String, String) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut c = c;
+    while c.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = c.kill();
+            panic!("{name} did not stop");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = c.wait_with_output().unwrap();
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 pub fn sh(args: &[&str]) -> String {
     let out = Command::new(args[0])
         .args(&args[1..])
