@@ -215,6 +215,11 @@ fn read_reports(path: &std::path::Path) -> Option<anyhow::Result<serde_json::Val
     for f in &files {
         let text = std::fs::read_to_string(f);
         let _ = std::fs::remove_file(f);
+        // Made when its process's host started, written at its exit: empty
+        // if it never exited (killed by a signal).
+        if text.as_ref().is_ok_and(|t| t.is_empty()) {
+            continue;
+        }
         let v = text
             .map_err(anyhow::Error::from)
             .and_then(|t| Ok(serde_json::from_str::<serde_json::Value>(&t)?))

@@ -130,22 +130,22 @@ pub(crate) fn map_keys(addr: SocketAddr, v6only: bool) -> Vec<PortKey> {
     keys
 }
 
-/// Write a report at `path`, or, when another process of the program (one
-/// it started with `exec`) wrote one there first, at `path.PID`: each
-/// process's report is kept, and `rxpath exec` sums them.
-fn write_report(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
+/// The file this process's report goes to, made when its host starts (a
+/// daemon may chroot or drop privileges before it exits): at `path`, or,
+/// when another process of the program (one it started with `exec`) made
+/// one there first, at `path.PID`. Each process's report is kept, and
+/// `rxpath exec` sums them (an empty one: a process that never exited).
+fn report_file(path: &std::path::Path) -> std::io::Result<std::fs::File> {
     let mut o = std::fs::OpenOptions::new();
     o.write(true).create_new(true);
-    let mut f = match o.open(path) {
+    match o.open(path) {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             let mut p = path.as_os_str().to_owned();
             p.push(format!(".{}", std::process::id()));
-            o.open(p)?
+            o.open(p)
         }
-        r => r?,
-    };
-    f.write_all(text.as_bytes())
+        r => r,
+    }
 }
 
 /// The largest MTU whose frames an AF_PACKET ring slot and a frame of the
@@ -205,6 +205,8 @@ struct State {
     sockets: Vec<SocketPath>,
     /// The interface went away: nothing more is served.
     gone: Option<String>,
+    /// Where the report goes ([`report_file`]), opened as the host started.
+    report: Option<std::fs::File>,
 }
 
 /// The process's preload state.
@@ -255,6 +257,7 @@ pub(crate) fn global() -> &'static Global {
                 link_events: Vec::new(),
                 sockets: Vec::new(),
                 gone: None,
+                report: None,
             }),
         }
     })
@@ -400,6 +403,12 @@ impl Global {
         match as_library(|| self.start(iface)) {
             Ok(h) => {
                 s.running = Some(h);
+                if let Some(path) = &self.cfg.report {
+                    match report_file(path) {
+                        Ok(f) => s.report = Some(f),
+                        Err(e) => say(&format!("the report at {}: {e}", path.display())),
+                    }
+                }
                 Ok(())
             }
             Err(e) => {
@@ -531,9 +540,14 @@ impl Global {
 
     /// An rxpath socket that took `keys` closed (or went back to the
     /// kernel): the last one on each gives it back to the kernel.
-    pub(crate) fn release(&self, keys: &[PortKey]) {
+    /// True if another rxpath socket still takes one of them (a
+    /// `SO_REUSEPORT` sibling): its datagrams still come to rxpath.
+    pub(crate) fn release(&self, keys: &[PortKey]) -> bool {
         let mut s = self.state();
-        let Some(r) = s.running.as_mut() else { return };
+        let Some(r) = s.running.as_mut() else {
+            return false;
+        };
+        let mut shared = false;
         for k in keys {
             let Some(n) = r.ports.get_mut(k) else {
                 continue;
@@ -544,8 +558,11 @@ impl Global {
                 if let Err(e) = r.host.take_port(*k, false) {
                     say(&format!("giving {} back to the kernel: {e}", k.addr));
                 }
+            } else {
+                shared = true;
             }
         }
+        shared
     }
 
     fn start(&self, iface: &str) -> Result<Running, String> {
@@ -662,7 +679,13 @@ impl Global {
         drop(s);
         if let Some(path) = &self.cfg.report {
             let text = serde_json::to_string_pretty(&rep).unwrap_or_default();
-            if let Err(e) = write_report(path, &text) {
+            let file = self
+                .state()
+                .report
+                .take()
+                .map_or_else(|| report_file(path), Ok);
+            let written = file.and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()));
+            if let Err(e) = written {
                 say(&format!("writing the report to {}: {e}", path.display()));
             }
         }

@@ -88,10 +88,11 @@ fn run(s: &KernelSide) {
 /// socket now takes the interface's datagrams again): this process stops
 /// taking rxpath's copies too, and reads and sends through the kernel
 /// socket once its queue is read, as after a hand-back.
-fn child_took(a: &Accel) {
+pub(crate) fn child_took(a: &Accel) {
     if a.kernel_only.swap(true, Ordering::SeqCst) {
         return;
     }
+    crate::host::global().release(&a.keys);
     a.sock.stop_receiving();
     crate::host::global().went_to_kernel(a.report_id, "a forked child reads it");
 }

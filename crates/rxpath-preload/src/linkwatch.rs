@@ -1,5 +1,7 @@
 //! The interface under a running program, watched from the kernel's link
-//! notifications (netlink `RTMGRP_LINK`, and a look every second besides):
+//! notifications (netlink `RTMGRP_LINK`, and a look every second besides,
+//! asked of the kernel by ioctl rather than read from `/sys`, which a
+//! daemon that chroots no longer sees):
 //! deleted, made again (a new index), set down or up, its MTU changed.
 //! Each is said on stderr and kept for the report. An interface deleted or
 //! made again takes rxpath's device with it (the AF_XDP or AF_PACKET
@@ -22,13 +24,21 @@ pub(crate) type OnEvent = fn(what: &str, gone: bool);
 /// telling `on_event`; `max_mtu`: the largest MTU the device carries
 /// (AF_PACKET's slots), `None` for any.
 pub(crate) fn start(iface: &str, max_mtu: Option<u32>, on_event: OnEvent) {
-    let Some(first) = LinkState::of(iface) else {
+    let events = match LinkEvents::open() {
+        Ok(ev) => ev,
+        Err(e) => {
+            return crate::config::say(&format!(
+                "no link notifications ({e}): a deleted {iface} would go unnoticed"
+            ))
+        }
+    };
+    let Ok(Some(first)) = events.state(iface) else {
         return;
     };
     let name = iface.to_string();
     let r = std::thread::Builder::new()
         .name("rxpath-link".into())
-        .spawn(move || watch(&name, first, max_mtu, on_event));
+        .spawn(move || watch(events, &name, first, max_mtu, on_event));
     if let Err(e) = r {
         crate::config::say(&format!(
             "the interface watch did not start ({e}): a deleted {iface} would go unnoticed"
@@ -36,24 +46,22 @@ pub(crate) fn start(iface: &str, max_mtu: Option<u32>, on_event: OnEvent) {
     }
 }
 
-fn watch(name: &str, first: LinkState, max_mtu: Option<u32>, on_event: OnEvent) {
-    let events = LinkEvents::open()
-        .inspect_err(|e| {
-            crate::config::say(&format!(
-                "no link notifications ({e}): {name} is looked at every second"
-            ))
-        })
-        .ok();
+fn watch(
+    events: LinkEvents,
+    name: &str,
+    first: LinkState,
+    max_mtu: Option<u32>,
+    on_event: OnEvent,
+) {
     let start = Instant::now();
     let mut was = first;
     loop {
-        match &events {
-            Some(ev) => {
-                let _ = ev.wait(Duration::from_secs(1));
-            }
-            None => std::thread::sleep(Duration::from_secs(1)),
-        }
-        let now = LinkState::of(name);
+        let _ = events.wait(Duration::from_secs(1));
+        // Asked of the kernel, not read from /sys: a daemon that chrooted
+        // still sees its interface. An error is no news.
+        let Ok(now) = events.state(name) else {
+            continue;
+        };
         let at = format!("{:.2}s into the run", start.elapsed().as_secs_f64());
         let Some(now) = now.filter(|n| n.ifindex == first.ifindex) else {
             let what = match now {

@@ -36,7 +36,7 @@ pub(crate) fn on_socket(fd: RawFd, domain: i32, ty: i32, proto: i32) {
         // A number the kernel reuses is the kernel's, whatever it was: a
         // close rxpath did not see (a system call made past the C
         // library) is done now.
-        on_close(fd);
+        forget_fd(fd);
         table::remove(fd);
     }
     if udp && !crate::host::inside() && global().enabled() {
@@ -64,7 +64,12 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
         reuseport: p.reuseport,
         reuseaddr: p.reuseaddr,
     };
-    let (sock, keys) = match g.bind(addr, opts, p.v6only) {
+    // IPV6_V6ONLY as the kernel socket has it: set by the program, or
+    // net.ipv6.bindv6only's default.
+    let v6only = p.v6only
+        || (addr.is_ipv6()
+            && crate::sys::sockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) == Some(1));
+    let (sock, keys) = match g.bind(addr, opts, v6only) {
         Ok(s) => s,
         Err((why, detail)) => {
             table::remove(fd);
@@ -96,7 +101,7 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
     sock.set_udp_gro(p.gro);
     sock.socket()
         .set_rxq_ovfl(p.cmsgs & crate::sock::RXQ_OVFL != 0);
-    sock.set_only_v6(p.v6only);
+    sock.set_only_v6(v6only);
     sock.socket().set_pmtudisc_do(p.pmtudisc_do);
     if let Some(prog) = p.cbpf {
         // Set before bind with SO_REUSEPORT (else the kernel refused it).
@@ -168,6 +173,18 @@ pub(crate) fn on_connect(fd: RawFd, peer: Option<SocketAddr>) -> Result<(), Errn
 /// socket is kept open (the port held) and the read may still return a
 /// datagram; the last such read to return closes it ([`Reading`]).
 pub(crate) fn on_close(fd: RawFd) {
+    close_fd(fd, true);
+}
+
+/// `fd` names another file now (the kernel reused the number, or `dup2`
+/// put another there): forget what rxpath had of it, as a close, but keep
+/// nothing open for a blocked read (the file under the number is not the
+/// socket's any more).
+fn forget_fd(fd: RawFd) {
+    close_fd(fd, false);
+}
+
+fn close_fd(fd: RawFd, park: bool) {
     let Some(Entry::Socket(a)) = table::remove(fd) else {
         return;
     };
@@ -175,7 +192,7 @@ pub(crate) fn on_close(fd: RawFd) {
     if a.fds.fetch_sub(1, Ordering::AcqRel) != 1 {
         return;
     }
-    {
+    if park {
         let mut parked = crate::sock::lock(&a.parked);
         if a.readers.load(Ordering::SeqCst) > 0 {
             match crate::sys::dup_cloexec(fd) {
@@ -250,7 +267,7 @@ pub(crate) fn on_dup(old: RawFd, new: RawFd) {
     if new == old {
         return;
     }
-    on_close(new);
+    forget_fd(new);
     match table::get(old) {
         Some(Entry::Socket(a)) => {
             a.fds.fetch_add(1, Ordering::AcqRel);
@@ -366,6 +383,11 @@ pub(crate) const FROM_KERNEL: Errno = -1;
 /// `recvfrom()`/`recvmsg()`/`read()` of one datagram into `buf`:
 /// `MSG_PEEK` leaves it queued, `MSG_TRUNC` returns its whole length.
 pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, Errno> {
+    if a.child_took_it() {
+        // A forked child took the reading (AF_PACKET), and the kernel
+        // side's watch may not have seen it yet.
+        crate::kside::child_took(a);
+    }
     if a.kernel_only.load(Ordering::Relaxed) && !a.held.any() && a.sock.socket().queued() == 0 {
         return Err(KERNEL_NOW);
     }
@@ -923,11 +945,16 @@ pub(crate) fn hand_back(a: &Accel, fd: RawFd, why: Fallback, detail: &str) {
         return;
     }
     let g = global();
-    g.release(&a.keys);
+    let shared = g.release(&a.keys);
     if g.kernel_sees_frames() {
         if let Err(e) = crate::sys::detach_filter(fd) {
             crate::config::say(&format!("fd {fd}: the kernel socket keeps its filter: {e}"));
         }
+        a.sock.stop_receiving();
+    } else if shared {
+        // A sibling keeps the port in the XDP program's map: rxpath's
+        // group must stop giving this socket its share, which its reads
+        // (the kernel socket's now) would never see.
         a.sock.stop_receiving();
     }
     g.went_to_kernel(a.report_id, detail);

@@ -325,3 +325,26 @@ fn each_process_report_is_kept_and_summed() {
     assert!(out.contains("0.0.0.0:5412 rxpath"), "{out}");
     assert!(!out.contains("MISMATCH"), "{out}");
 }
+
+/// A daemon that chroots after it binds (NSD, `named -t`) no longer sees
+/// /sys: the interface watch must not take that for the interface gone
+/// and send every socket back to the kernel.
+#[test]
+fn a_chrooted_server_keeps_its_sockets_on_rxpath() {
+    let Some(p) = pair("ec") else { return };
+    let dir = std::env::temp_dir().join(format!("rxpath-chroot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.display().to_string();
+    let prog = ["python3", ECHO, "--port", "5413", "--chroot", &d];
+    let mut s = server(&p, Some(&[]), &prog);
+    wait_ready(&mut s);
+    // The watch looks every second.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let c = client(&p, &["5413", "10"]);
+    let (st, out, err) = finish(s);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(st.success(), "{err}\n{out}");
+    assert_eq!(c["missing"], 0, "{c}\n{err}");
+    assert!(!err.contains("was deleted"), "{err}");
+    assert!(out.contains("0.0.0.0:5413 rxpath"), "{out}");
+}

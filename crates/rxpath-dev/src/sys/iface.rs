@@ -239,6 +239,55 @@ impl LinkEvents {
         Ok(LinkEvents { fd })
     }
 
+    /// `name`'s state now, asked of the kernel through this socket
+    /// (`SIOCGIFINDEX`, `SIOCGIFFLAGS`, `SIOCGIFMTU`: no file is read, so a
+    /// process that chrooted, or a `/sys` of another namespace, still
+    /// sees its interface). `Ok(None)`: there is no such interface.
+    pub fn state(&self, name: &str) -> io::Result<Option<LinkState>> {
+        if name.len() >= libc::IFNAMSIZ {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "name too long"));
+        }
+        let ask = |req: libc::c_ulong| -> io::Result<Option<libc::ifreq>> {
+            // SAFETY: all-zero bytes are a valid ifreq.
+            let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+            for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes()) {
+                *d = s as libc::c_char;
+            }
+            // `ifr` is a live ifreq the kernel fills.
+            match syscall!(ioctl(
+                self.fd.as_raw_fd(),
+                req as _,
+                &mut ifr as *mut libc::ifreq
+            )) {
+                Ok(_) => Ok(Some(ifr)),
+                Err(e) if e.raw_os_error() == Some(libc::ENODEV) => Ok(None),
+                Err(e) => Err(e),
+            }
+        };
+        let Some(i) = ask(libc::SIOCGIFINDEX)? else {
+            return Ok(None);
+        };
+        let Some(f) = ask(libc::SIOCGIFFLAGS)? else {
+            return Ok(None);
+        };
+        let Some(m) = ask(libc::SIOCGIFMTU)? else {
+            return Ok(None);
+        };
+        // SAFETY: each ioctl filled the union member it names.
+        let (ifindex, flags, mtu) = unsafe {
+            (
+                i.ifr_ifru.ifru_ifindex,
+                f.ifr_ifru.ifru_flags,
+                m.ifr_ifru.ifru_mtu,
+            )
+        };
+        Ok(Some(LinkState {
+            ifindex: ifindex as u32,
+            up: flags as i32 & libc::IFF_UP != 0,
+            mtu: mtu as u32,
+        }))
+    }
+
     /// Wait up to `timeout` for notifications; true if any came (all read).
     pub fn wait(&self, timeout: std::time::Duration) -> io::Result<bool> {
         let mut p = libc::pollfd {

@@ -354,6 +354,7 @@ def main():
     ap.add_argument("--expect-dst", default="198.18.9.6")
     ap.add_argument("--device", help="SO_BINDTODEVICE before bind")
     ap.add_argument("--freebind", action="store_true", help="IP_FREEBIND before bind")
+    ap.add_argument("--chroot", help="chroot here after bind (as NSD and named -t do)")
     a = ap.parse_args()
     fam = socket.AF_INET6 if ":" in a.bind else socket.AF_INET
     s = socket.socket(fam, socket.SOCK_DGRAM)
@@ -374,6 +375,9 @@ def main():
             print("setsockopt after bind: ok", flush=True)
         except OSError as e:
             print("setsockopt after bind: %s" % errno.errorcode.get(e.errno, e.errno), flush=True)
+    if a.chroot:
+        os.chroot(a.chroot)
+        os.chdir("/")
     if a.second_port:
         s2 = socket.socket(fam, socket.SOCK_DGRAM)
         s2.bind((a.bind, a.second_port))
