@@ -147,18 +147,32 @@ impl Bind<'_> {
         } else {
             mode | libc::XDP_USE_NEED_WAKEUP
         };
-        sock.bind(ifindex_u32(iface)?, index as u32, flags, shared)
-            .map_err(|e| {
-                ctx(
-                    e,
-                    match (zero_copy, shared.is_some()) {
-                        (true, false) => "binding in zero-copy mode",
-                        (false, false) => "binding in copy mode",
-                        (true, true) => "binding to a shared UMEM in zero-copy mode",
-                        (false, true) => "binding to a shared UMEM in copy mode",
-                    },
-                )
-            })?;
+        let ifindex = ifindex_u32(iface)?;
+        // A queue whose last AF_XDP socket was just closed (a run that has
+        // just ended) is freed by the kernel a moment later (the socket's
+        // release is deferred): a bind in between is refused with EBUSY.
+        // Try again for up to a second before saying so.
+        let mut tries = 0;
+        let bound = loop {
+            match sock.bind(ifindex, index as u32, flags, shared) {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tries < 20 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                r => break r,
+            }
+        };
+        bound.map_err(|e| {
+            ctx(
+                e,
+                match (zero_copy, shared.is_some()) {
+                    (true, false) => "binding in zero-copy mode",
+                    (false, false) => "binding in copy mode",
+                    (true, true) => "binding to a shared UMEM in zero-copy mode",
+                    (false, true) => "binding to a shared UMEM in copy mode",
+                },
+            )
+        })?;
         prog.set(index as u32, sock.as_raw_fd())?;
         let tx_home = Arc::new(std::sync::Mutex::new(Vec::new()));
         let (comp, tx) = match tx_ring {
