@@ -340,8 +340,16 @@ fn socat_forking_a_child_per_datagram_answers_as_on_the_kernel() {
     };
     let run = |exec: Option<&[&str]>| {
         let listen = format!("UDP4-RECVFROM:5314,bind={SRV},fork");
-        let s = server(&p, exec, &["socat", &listen, "EXEC:cat"]);
-        std::thread::sleep(Duration::from_millis(700));
+        let mut s = server(&p, exec, &["socat", &listen, "EXEC:cat"]);
+        // Under exec, wait for the host: a datagram before it reaches the
+        // kernel socket, and the child that reads it then gives the port
+        // back (all on the kernel's path after). On the kernel, a moment.
+        let err = exec.map(|_| common::exec::wait_host(&mut s));
+        std::thread::sleep(Duration::from_millis(if exec.is_some() {
+            200
+        } else {
+            700
+        }));
         let once = ["--no-quit", "--tries", "1", "--wait", "3"];
         let mut args = vec![CLIENT, SRV, "5314", "12"];
         args.extend(once);
@@ -349,8 +357,9 @@ fn socat_forking_a_child_per_datagram_answers_as_on_the_kernel() {
         std::thread::sleep(Duration::from_millis(700));
         signal_all("^socat UDP4-RECVFROM:5314", "-TERM");
         let o = s.wait_with_output().expect("socat");
+        let err = err.map(|h| h.join().unwrap()).unwrap_or_default();
         let report = format!(
-            "{}\n{}",
+            "{}\n{}{err}",
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
         );

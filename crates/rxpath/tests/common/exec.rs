@@ -120,3 +120,30 @@ pub fn python_client(p: &Pair, args: &[&str]) -> serde_json::Value {
     );
     serde_json::from_slice(&out.stdout).expect("client json")
 }
+
+/// Under exec: read `c`'s stderr until the preload says its host runs
+/// (`through rxpath`), so that what is sent next finds the XDP program
+/// taking the port (a datagram that comes before reaches the kernel
+/// socket behind the fd, which is right, but not what a test of rxpath's
+/// path wants). The rest of stderr is read on a thread.
+pub fn wait_host(c: &mut Child) -> std::thread::JoinHandle<String> {
+    let err = c.stderr.take().expect("stderr");
+    let mut r = BufReader::new(err);
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut l = String::new();
+        if r.read_line(&mut l).unwrap_or(0) == 0 || Instant::now() > deadline {
+            panic!("the host never said it runs: {seen}");
+        }
+        seen.push_str(&l);
+        if l.contains("through rxpath") {
+            break;
+        }
+    }
+    std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut r, &mut rest);
+        seen + &rest
+    })
+}
