@@ -131,7 +131,7 @@ fn af_xdp_and_af_packet_receive_exact_counts_and_leave_nothing_attached() {
                 "--count",
                 "3000",
                 "--pps",
-                "200000",
+                "50000",
                 "--dst-mac",
                 &mac,
                 "--src-ip",
