@@ -1,0 +1,316 @@
+//! A served socket's life: `socket`, `bind` (rxpath's, or the kernel's,
+//! said and counted), `connect`, `close` (kept for a read blocked on it),
+//! `dup`, `shutdown`, the non-blocking flag, and the hand-back of a socket
+//! to the kernel socket behind its fd.
+
+use super::*;
+use crate::host::{global, Fallback};
+use crate::sock::{Accel, Pending, Watchers};
+use crate::table::{self, Entry};
+use rxpath_runtime::sock::Watch;
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+/// `socket()` made `fd`: a UDP socket of an IP family may become rxpath's
+/// at `bind`.
+pub(crate) fn on_socket(fd: RawFd, domain: i32, ty: i32, proto: i32) {
+    let udp = (domain == libc::AF_INET || domain == libc::AF_INET6)
+        && ty & 0xf == libc::SOCK_DGRAM
+        && (proto == 0 || proto == libc::IPPROTO_UDP);
+    if table::kind(fd) != table::KERNEL {
+        // A number the kernel reuses is the kernel's, whatever it was: a
+        // close rxpath did not see (a system call made past the C
+        // library) is done now.
+        forget_fd(fd);
+        table::remove(fd);
+    }
+    if udp && !crate::host::inside() && global().enabled() {
+        let p = Pending {
+            nonblock: ty & libc::SOCK_NONBLOCK != 0,
+            ..Pending::default()
+        };
+        table::set(fd, Entry::Candidate(Arc::new(Mutex::new(p))));
+    }
+}
+
+/// The kernel bound candidate `fd` to `addr`: serve it with rxpath if the
+/// host takes it, else it stays the kernel's (counted, said once).
+pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
+    let Some(Entry::Candidate(p)) = table::get(fd) else {
+        return;
+    };
+    let p = p.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let g = global();
+    if let Some(why) = &p.refuse {
+        table::remove(fd);
+        return g.fallback(Fallback::Option, why);
+    }
+    let opts = rxpath_core::sock::BindOptions {
+        reuseport: p.reuseport,
+        reuseaddr: p.reuseaddr,
+    };
+    // IPV6_V6ONLY as the kernel socket has it: set by the program, or
+    // net.ipv6.bindv6only's default.
+    let v6only = p.v6only
+        || (addr.is_ipv6()
+            && crate::sys::sockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) == Some(1));
+    let (sock, keys) = match g.bind(addr, opts, v6only) {
+        Ok(s) => s,
+        Err((why, detail)) => {
+            table::remove(fd);
+            return g.fallback(why, &detail);
+        }
+    };
+    if g.kernel_sees_frames() {
+        // AF_PACKET reads a copy: the kernel socket behind the fd keeps
+        // only what came another way (loopback, another interface).
+        if let Err(e) = crate::sys::drop_from_iface(fd, g.ifindex()) {
+            drop(sock);
+            table::remove(fd);
+            g.release(&keys);
+            let why =
+                format!("{addr}: filtering the interface's copies off its kernel socket: {e}");
+            return g.fallback(Fallback::HostFailed, &why);
+        }
+    }
+    if let Some(us) = p.busy_poll {
+        sock.set_busy_poll(us);
+    }
+    if let Some(b) = p.busy_budget {
+        sock.set_busy_poll_budget(b);
+    }
+    if let Some(b) = p.rcvbuf {
+        sock.set_rcvbuf(b);
+    }
+    sock.set_read_timeout(p.rcvtimeo);
+    sock.set_udp_gro(p.gro);
+    sock.socket()
+        .set_rxq_ovfl(p.cmsgs & crate::sock::RXQ_OVFL != 0);
+    sock.set_only_v6(v6only);
+    sock.socket().set_pmtudisc_do(p.pmtudisc_do);
+    if let Some(prog) = p.cbpf {
+        // Set before bind with SO_REUSEPORT (else the kernel refused it).
+        let _ = sock.socket().attach_reuseport_cbpf(Some(prog));
+    }
+    for (v6, on) in p.mc_all.iter().enumerate() {
+        if let Some(on) = *on {
+            sock.socket().set_multicast_all(v6 == 0, on);
+        }
+    }
+    for r in p.mcast.iter().filter(|r| g.serves_membership(r)) {
+        // The kernel took each in turn; rxpath's table agrees.
+        let _ = sock.socket().change_membership(r.group, r.change);
+    }
+    let watch = Arc::new(Watchers::default());
+    let w: Arc<dyn Watch> = watch.clone();
+    sock.set_watch(Arc::downgrade(&w));
+    drop(w);
+    let a = Accel {
+        sock,
+        nonblock: p.nonblock.into(),
+        watch,
+        fds: 1.into(),
+        cmsgs: p.cmsgs.into(),
+        segment: 0.into(),
+        kernel_ready: false.into(),
+        ktoken: crate::kside::token(),
+        shut: 0.into(),
+        held: Default::default(),
+        kernel_only: false.into(),
+        readers: 0.into(),
+        parked: Mutex::new(None),
+        fork_word: Default::default(),
+        report_id: g.served(addr),
+        keys,
+    };
+    let a = Arc::new(a);
+    crate::kside::watch(&a, fd);
+    table::set(fd, Entry::Socket(a));
+}
+
+/// `connect()` on `fd` (the kernel's call succeeded): an rxpath socket
+/// takes the peer too; a candidate connected before `bind` is a client
+/// on an ephemeral port and stays the kernel's.
+pub(crate) fn on_connect(fd: RawFd, peer: Option<SocketAddr>) -> Result<(), Errno> {
+    match table::get(fd) {
+        Some(Entry::Socket(a)) => match peer {
+            Some(p) => a.sock.connect(p).map_err(sock_errno),
+            None => {
+                global().unsupported("connect(AF_UNSPEC) (disconnect)");
+                Err(libc::EOPNOTSUPP)
+            }
+        },
+        Some(Entry::Candidate(_)) => {
+            table::remove(fd);
+            global().fallback(
+                Fallback::EphemeralPort,
+                "connected before bind: a client socket",
+            );
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `close()` (before the kernel's): `fd` is the kernel's again. The
+/// rxpath socket closes with its last fd, unless a read is blocked on it:
+/// then, as the kernel's blocked call holds the open file, the kernel
+/// socket is kept open (the port held) and the read may still return a
+/// datagram; the last such read to return closes it ([`Reading`]).
+pub(crate) fn on_close(fd: RawFd) {
+    close_fd(fd, true);
+}
+
+/// `fd` names another file now (the kernel reused the number, or `dup2`
+/// put another there): forget what rxpath had of it, as a close, but keep
+/// nothing open for a blocked read (the file under the number is not the
+/// socket's any more).
+fn forget_fd(fd: RawFd) {
+    close_fd(fd, false);
+}
+
+fn close_fd(fd: RawFd, park: bool) {
+    let Some(Entry::Socket(a)) = table::remove(fd) else {
+        return;
+    };
+    forget_in_sets(fd);
+    if a.fds.fetch_sub(1, Ordering::AcqRel) != 1 {
+        return;
+    }
+    if park {
+        let mut parked = crate::sock::lock(&a.parked);
+        if a.readers.load(Ordering::SeqCst) > 0 {
+            match crate::sys::dup_cloexec(fd) {
+                Ok(k) => {
+                    *parked = Some(k);
+                    return;
+                }
+                Err(e) => crate::config::say(&format!(
+                    "keeping fd {fd}'s socket for the read blocked on it: {e}"
+                )),
+            }
+        }
+    }
+    closed(&a);
+}
+
+/// A thread inside a blocking read of a socket: while one is, a `close`
+/// of the socket's last fd keeps it ([`Accel::parked`]); the last reader
+/// out lets it go.
+pub(crate) struct Reading<'a>(&'a Accel);
+
+impl<'a> Reading<'a> {
+    pub(crate) fn enter(a: &'a Accel) -> Reading<'a> {
+        a.readers.fetch_add(1, Ordering::SeqCst);
+        Reading(a)
+    }
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        let a = self.0;
+        if a.readers.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let kept = crate::sock::lock(&a.parked).take();
+            if kept.is_some() {
+                closed(a);
+            }
+        }
+    }
+}
+
+/// The rxpath socket `a` closed for good: it leaves the kernel-side
+/// watch, and its port the XDP program's map (unless it was handed back
+/// to the kernel, which gave the port back then).
+pub(crate) fn closed(a: &Accel) {
+    crate::kside::forget(a);
+    if !a.kernel_only.load(Ordering::SeqCst) {
+        global().release(&a.keys);
+    }
+}
+
+/// `shutdown(fd, how)` (the kernel's call shut its socket down, or said
+/// `ENOTCONN` for an unconnected one and shut it anyway, as
+/// `inet_shutdown` does): reads of an empty queue end, sends fail, and
+/// sleepers wake.
+pub(crate) fn on_shutdown(fd: RawFd, how: i32) {
+    let Some(a) = table::socket(fd) else { return };
+    let bits = match how {
+        libc::SHUT_RD => crate::sock::SHUT_READ,
+        libc::SHUT_WR => crate::sock::SHUT_WRITE,
+        libc::SHUT_RDWR => crate::sock::SHUT_READ | crate::sock::SHUT_WRITE,
+        _ => return,
+    };
+    a.shut.fetch_or(bits, Ordering::SeqCst);
+    a.watch.ready();
+}
+
+/// `dup`/`dup2`/`dup3`/`F_DUPFD` made `new` name what `old` names (the
+/// kernel closed whatever `new` was first). An rxpath socket gets another
+/// fd; a candidate duplicated before `bind` stays the kernel's under
+/// both numbers (counted).
+pub(crate) fn on_dup(old: RawFd, new: RawFd) {
+    if new == old {
+        return;
+    }
+    forget_fd(new);
+    match table::get(old) {
+        Some(Entry::Socket(a)) => {
+            a.fds.fetch_add(1, Ordering::AcqRel);
+            table::set(new, Entry::Socket(a));
+        }
+        Some(Entry::Candidate(_)) => {
+            table::remove(old);
+            global().fallback(Fallback::Dup, "duplicated before bind");
+        }
+        _ => {}
+    }
+}
+
+/// `fcntl(F_SETFL)` or `ioctl(FIONBIO)`: the non-blocking flag.
+pub(crate) fn set_nonblock(fd: RawFd, on: bool) {
+    match table::get(fd) {
+        Some(Entry::Socket(a)) => a.nonblock.store(on, Ordering::Relaxed),
+        Some(Entry::Candidate(p)) => p.lock().unwrap_or_else(|e| e.into_inner()).nonblock = on,
+        _ => {}
+    }
+}
+
+/// Hand a served socket back to the kernel: its port leaves the XDP
+/// program's map (unless another rxpath socket shares it), so what comes
+/// next reaches the kernel socket behind the fd; on AF_PACKET the kernel
+/// socket takes the interface's datagrams again and rxpath's socket stops
+/// taking its copies. What rxpath's queue holds is read first ([`recv`]),
+/// and sends go to the kernel.
+/// Every served socket back to the kernel: the interface went (`what`),
+/// and rxpath's device with it ([`crate::host::Global::link_event`]).
+pub(crate) fn hand_all_back(what: &str) {
+    for (fds, a) in table::sockets() {
+        let Some(&fd) = fds.first() else { continue };
+        hand_back(&a, fd, Fallback::IfaceGone, what);
+    }
+}
+
+/// `why` counts it; `detail` is said (once per reason).
+pub(crate) fn hand_back(a: &Accel, fd: RawFd, why: Fallback, detail: &str) {
+    if a.kernel_only.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let g = global();
+    let shared = g.release(&a.keys);
+    if g.kernel_sees_frames() {
+        if let Err(e) = crate::sys::detach_filter(fd) {
+            crate::config::say(&format!("fd {fd}: the kernel socket keeps its filter: {e}"));
+        }
+        a.sock.stop_receiving();
+    } else if shared {
+        // A sibling keeps the port in the XDP program's map: rxpath's
+        // group must stop giving this socket its share, which its reads
+        // (the kernel socket's now) would never see.
+        a.sock.stop_receiving();
+    }
+    g.went_to_kernel(a.report_id, detail);
+    g.fallback(why, detail);
+    a.watch.ready();
+}

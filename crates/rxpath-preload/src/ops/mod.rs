@@ -1,0 +1,55 @@
+//! What each socket call means for an fd rxpath may serve, on safe types:
+//! the interposition layer (`sys`) turns the C arguments into these and
+//! the results back. `Ok(None)` (or [`Route::Kernel`]) means "the kernel's
+//! call, untouched".
+
+use rxpath_runtime::sock::SockError;
+
+mod epoll_calls;
+mod lifecycle;
+mod options;
+mod recv;
+
+pub(crate) use epoll_calls::*;
+pub(crate) use lifecycle::*;
+pub(crate) use options::*;
+pub(crate) use recv::*;
+
+/// An errno.
+pub(crate) type Errno = i32;
+
+/// Where a call goes.
+#[derive(Debug)]
+pub(crate) enum Route<T> {
+    /// To the kernel, as if the library were not there.
+    Kernel,
+    /// Answered by rxpath.
+    Done(Result<T, Errno>),
+}
+
+/// The errno a socket error reads as.
+pub(crate) fn sock_errno(e: SockError) -> Errno {
+    match e {
+        SockError::AddrInUse(_) => libc::EADDRINUSE,
+        SockError::NoPorts => libc::EAGAIN,
+        SockError::WouldBlock | SockError::TimedOut => libc::EAGAIN,
+        SockError::Closed => libc::EBADF,
+        SockError::NotConnected => libc::EDESTADDRREQ,
+        SockError::MessageTooLong { .. } => libc::EMSGSIZE,
+        SockError::TooManySegments { .. } => libc::EINVAL,
+        SockError::Family(_) => libc::EAFNOSUPPORT,
+        SockError::NoRoute(_) => libc::ENETUNREACH,
+        SockError::NoNeighbor(_) | SockError::NoSource(_) => libc::EHOSTUNREACH,
+        SockError::NoTx | SockError::Tx(_) => libc::ENOBUFS,
+        SockError::Invalid(_) => libc::EINVAL,
+        SockError::Mcast(e) => {
+            use rxpath_core::ip::mcast::McastError;
+            match e {
+                McastError::Invalid => libc::EINVAL,
+                McastError::Joined => libc::EADDRINUSE,
+                McastError::NotJoined => libc::EADDRNOTAVAIL,
+                McastError::TooMany => libc::ENOBUFS,
+            }
+        }
+    }
+}
