@@ -825,12 +825,15 @@ fn an_epoll_sets_busy_poll_parameters_are_honoured() {
         let polls = sock["busy_polls"]
             .as_u64()
             .unwrap_or_else(|| panic!("{mode:?}: no busy-poll count: {rep}"));
+        // A busy poll that found the NAPI owned (its thread polling it,
+        // more often on a loaded machine) counts as contended.
+        let tried = polls + sock["busy_poll_contended"].as_u64().unwrap_or(0);
         if busy {
             // A wait busy-polls before it sleeps: nearly every read here.
-            assert!(polls >= 20, "{mode:?}: {polls} busy polls: {sock}");
+            assert!(tried >= 20, "{mode:?}: {tried} busy polls tried: {sock}");
             assert!(sock["busy_poll_ns"].as_u64() > Some(0), "{sock}");
         } else {
-            assert_eq!(polls, 0, "{mode:?}: busy polling is off");
+            assert_eq!(tried, 0, "{mode:?}: busy polling is off: {sock}");
         }
     }
     let _ = std::fs::remove_file(&bin);
