@@ -107,6 +107,12 @@ impl PacketQueue {
         })
     }
 
+    /// Run the BPF socket filter `prog` on the ring's socket
+    /// ([`crate::sys::tap::TapProgram::filter_fd`]).
+    pub fn attach_filter(&self, prog: std::os::fd::RawFd) -> io::Result<()> {
+        self.ring.socket().attach_bpf(prog)
+    }
+
     /// Stop the interrupt thread and give back the pool (all frames must have
     /// been recycled).
     pub fn into_pool(mut self) -> FramePool {

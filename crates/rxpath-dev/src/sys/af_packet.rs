@@ -7,7 +7,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 /// `PACKET_QDISC_BYPASS` (linux/if_packet.h).
@@ -99,6 +99,22 @@ impl RawSocket {
             libc::PACKET_IGNORE_OUTGOING,
             // Points to a live c_int of the size passed.
             &one as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t
+        ))?;
+        Ok(())
+    }
+
+    /// Run the BPF socket filter program `prog` on each frame before it
+    /// is queued (`SO_ATTACH_BPF`): what it keeps, and how much.
+    pub fn attach_bpf(&self, prog: RawFd) -> io::Result<()> {
+        const SO_ATTACH_BPF: libc::c_int = 50;
+        let fd: libc::c_int = prog;
+        syscall!(setsockopt(
+            self.fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_ATTACH_BPF,
+            // Points to a live c_int of the size passed.
+            &fd as *const libc::c_int as *const libc::c_void,
             std::mem::size_of::<libc::c_int>() as libc::socklen_t
         ))?;
         Ok(())

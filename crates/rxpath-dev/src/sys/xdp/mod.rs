@@ -10,7 +10,7 @@
 //! (`XdpProgram::take_port`); everything else (ARP, LLDP, ...) is passed to
 //! the kernel, as is any frame for a queue without a socket.
 
-mod prog;
+pub(in crate::sys) mod prog;
 mod tx;
 
 use super::af_packet::{ifindex, FdWaiter};

@@ -4,40 +4,18 @@
 //! loading and attaching with the `bpf()` system call.
 
 use super::super::af_packet::ifindex;
+pub(in crate::sys) use crate::sys::bpf::with_hint as ctx;
+use crate::sys::bpf::{self, bpf, insn, put32, Insn, Object, BPF_LINK_CREATE, BPF_MAP_TYPE_HASH};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-const BPF_MAP_CREATE: libc::c_long = 0;
-const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
-const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
-const BPF_MAP_TYPE_HASH: u32 = 1;
 /// Ports the port map holds at most.
 pub const PORT_MAP_ENTRIES: u32 = 1024;
-const BPF_PROG_LOAD: libc::c_long = 5;
-const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 const BPF_PROG_TYPE_XDP: u32 = 6;
 const BPF_XDP: u32 = 37;
 const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
 const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
-
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct Insn {
-    code: u8,
-    regs: u8,
-    off: i16,
-    imm: i32,
-}
-
-const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-    Insn {
-        code,
-        regs: dst | (src << 4),
-        off,
-        imm,
-    }
-}
 
 /// What the XDP program takes into the AF_XDP sockets; everything else goes
 /// to the kernel (`XDP_PASS`): ARP, LLDP, and whatever the filter excludes.
@@ -98,12 +76,6 @@ const OBJECT: &[u8] = &Aligned(*include_bytes!("rxpath_xdp.bpf.o")).0;
 #[repr(C, align(8))]
 struct Aligned<B: ?Sized>(B);
 
-/// `BPF_PSEUDO_MAP_FD`: a 64-bit immediate load of a map.
-const PSEUDO_MAP_FD: u8 = 1;
-/// `BPF_PSEUDO_MAP_VALUE`: a 64-bit immediate load of an address in a
-/// map's value (the program's `.rodata`).
-const PSEUDO_MAP_VALUE: u8 = 2;
-
 /// The longest frame the program hands to an AF_XDP socket: what one of
 /// its 2048-byte frames holds after the kernel's `XDP_PACKET_HEADROOM`
 /// (256 bytes). A longer frame (a jumbo frame) goes to the kernel, which
@@ -111,10 +83,10 @@ const PSEUDO_MAP_VALUE: u8 = 2;
 pub const MAX_FRAME_LEN: u16 = 2048 - 256;
 
 /// The size of `struct rxpath_cfg` (a byte of padding at its end).
-const CFG_LEN: usize = 12;
+pub(in crate::sys) const CFG_LEN: usize = 12;
 
 /// The program's configuration as its `struct rxpath_cfg` lays it out.
-fn cfg_bytes(f: XdpFilter, port_map: bool) -> [u8; CFG_LEN] {
+pub(in crate::sys) fn cfg_bytes(f: XdpFilter, port_map: bool) -> [u8; CFG_LEN] {
     let port = f.dst_port.unwrap_or(0).to_be_bytes();
     let max = MAX_FRAME_LEN.to_ne_bytes();
     [
@@ -133,116 +105,6 @@ fn cfg_bytes(f: XdpFilter, port_map: bool) -> [u8; CFG_LEN] {
     ]
 }
 
-/// The program in the object: its instructions, its `.rodata` (with the
-/// configuration at `cfg`), and the loads its relocations patch.
-#[derive(Debug)]
-struct Object {
-    insns: Vec<Insn>,
-    rodata: Vec<u8>,
-    /// `cfg`'s offset in `.rodata`.
-    cfg: usize,
-    /// Each 64-bit immediate load to patch: its index and what it loads.
-    relocs: Vec<(usize, Target)>,
-}
-
-/// What a relocated load names.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Target {
-    /// The XSKMAP.
-    Xsks,
-    /// The port map.
-    Ports,
-    /// An address in `.rodata`, this many bytes in.
-    Rodata(u32),
-}
-
-fn bad(what: impl std::fmt::Display) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("the XDP object: {what}"),
-    )
-}
-
-impl Object {
-    /// Read the checked-in object: section `xdp`, `.rodata`, and the
-    /// relocations of `xdp` against the maps and `.rodata`.
-    fn parse(bytes: &[u8]) -> io::Result<Object> {
-        use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
-        let f = object::File::parse(bytes).map_err(bad)?;
-        let text = f
-            .section_by_name("xdp")
-            .ok_or_else(|| bad("no section xdp"))?;
-        let code = text.data().map_err(bad)?;
-        let insns = code
-            .chunks_exact(8)
-            .map(|c| Insn {
-                code: c[0],
-                regs: c[1],
-                off: i16::from_le_bytes([c[2], c[3]]),
-                imm: i32::from_le_bytes([c[4], c[5], c[6], c[7]]),
-            })
-            .collect::<Vec<_>>();
-        let ro = f
-            .section_by_name(".rodata")
-            .ok_or_else(|| bad("no .rodata"))?;
-        let rodata = ro.data().map_err(bad)?.to_vec();
-        let cfg = f
-            .symbols()
-            .find(|s| s.name() == Ok("cfg"))
-            .ok_or_else(|| bad("no symbol cfg"))?
-            .address() as usize;
-        if cfg + 8 > rodata.len() {
-            return Err(bad("cfg is not in .rodata"));
-        }
-        let mut relocs = Vec::new();
-        for (off, r) in text.relocations() {
-            let object::RelocationTarget::Symbol(si) = r.target() else {
-                return Err(bad("a relocation not against a symbol"));
-            };
-            let sym = f.symbol_by_index(si).map_err(bad)?;
-            let at = off as usize / 8;
-            let target = match sym.name().map_err(bad)? {
-                "xsks" => Target::Xsks,
-                "ports" => Target::Ports,
-                _ if sym.section_index() == Some(ro.index()) => {
-                    let imm = insns
-                        .get(at)
-                        .ok_or_else(|| bad("a relocation past the code"))?
-                        .imm;
-                    Target::Rodata(sym.address() as u32 + imm as u32)
-                }
-                other => return Err(bad(format!("a relocation against {other}"))),
-            };
-            if insns.get(at).map(|i| i.code) != Some(0x18) || at + 1 >= insns.len() {
-                return Err(bad("a relocation not on a 64-bit immediate load"));
-            }
-            relocs.push((at, target));
-        }
-        Ok(Object {
-            insns,
-            rodata,
-            cfg,
-            relocs,
-        })
-    }
-
-    /// The instructions with the maps' descriptors in their loads.
-    fn linked(&self, xsks: i32, ports: i32, rodata: i32) -> Vec<Insn> {
-        let mut p = self.insns.clone();
-        for &(at, t) in &self.relocs {
-            let (src, fd, off) = match t {
-                Target::Xsks => (PSEUDO_MAP_FD, xsks, 0),
-                Target::Ports => (PSEUDO_MAP_FD, ports, 0),
-                Target::Rodata(off) => (PSEUDO_MAP_VALUE, rodata, off as i32),
-            };
-            p[at].regs = (p[at].regs & 0x0f) | (src << 4);
-            p[at].imm = fd;
-            p[at + 1].imm = off;
-        }
-        p
-    }
-}
-
 /// The program linked to new maps for `queues` queues and `filter`.
 struct Built {
     xsks: OwnedFd,
@@ -256,12 +118,8 @@ struct Built {
 
 impl Built {
     fn new(queues: u32, filter: XdpFilter) -> io::Result<Built> {
-        let mut a = [0u64; 16];
-        put32(&mut a, 0, BPF_MAP_TYPE_XSKMAP);
-        put32(&mut a, 4, 4);
-        put32(&mut a, 8, 4);
-        put32(&mut a, 12, queues.max(1));
-        let xsks = bpf(BPF_MAP_CREATE, &mut a).map_err(|e| ctx(e, "creating the XSKMAP"))?;
+        let xsks = bpf::map(BPF_MAP_TYPE_XSKMAP, 4, 4, queues.max(1))
+            .map_err(|e| ctx(e, "creating the XSKMAP"))?;
         let port_map = match (filter.port_map, filter.protocol) {
             (true, Some(6 | 17)) => true,
             (true, _) => {
@@ -274,17 +132,10 @@ impl Built {
         };
         // The program names the port map whatever it is asked: without
         // one it never looks in it (the verifier knows), so it is tiny.
-        let mut a = [0u64; 16];
-        put32(&mut a, 0, BPF_MAP_TYPE_HASH);
-        put32(&mut a, 4, PORT_KEY_LEN);
-        put32(&mut a, 8, 1);
-        put32(&mut a, 12, if port_map { PORT_MAP_ENTRIES } else { 1 });
-        let ports = bpf(BPF_MAP_CREATE, &mut a).map_err(|e| ctx(e, "creating the port map"))?;
-        let obj = Object::parse(OBJECT)?;
-        let mut rodata = obj.rodata.clone();
-        rodata[obj.cfg..obj.cfg + CFG_LEN].copy_from_slice(&cfg_bytes(filter, port_map));
-        let ro = rodata_map(&rodata)?;
-        let insns = obj.linked(xsks.as_raw_fd(), ports.as_raw_fd(), ro.as_raw_fd());
+        let ports = port_map_new(if port_map { PORT_MAP_ENTRIES } else { 1 })?;
+        let obj = Object::parse(OBJECT, "xdp", &MAPS)?;
+        let ro = cfg_map(&obj, cfg_bytes(filter, port_map))?;
+        let insns = obj.linked(&[xsks.as_raw_fd(), ports.as_raw_fd()], ro.as_raw_fd());
         Ok(Built {
             xsks,
             ports,
@@ -292,67 +143,6 @@ impl Built {
             _rodata: ro,
             insns,
         })
-    }
-}
-
-/// Load `insns` as an XDP program; when the kernel refuses it, the error
-/// carries what its verifier said.
-fn load(insns: &[Insn]) -> io::Result<OwnedFd> {
-    let license = b"GPL\0";
-    let mut a = [0u64; 16];
-    put32(&mut a, 0, BPF_PROG_TYPE_XDP);
-    put32(&mut a, 4, insns.len() as u32);
-    a[1] = insns.as_ptr() as u64;
-    a[2] = license.as_ptr() as u64;
-    put32(&mut a, 68, BPF_XDP);
-    bpf(BPF_PROG_LOAD, &mut a)
-        .map_err(|e| ctx(e, &format!("loading the XDP program{}", verifier_log(a))))
-}
-
-/// A frozen one-entry array map holding `value`, which programs may only
-/// read (`BPF_F_RDONLY_PROG`): the verifier then knows its bytes.
-fn rodata_map(value: &[u8]) -> io::Result<OwnedFd> {
-    const BPF_MAP_TYPE_ARRAY: u32 = 2;
-    const BPF_F_RDONLY_PROG: u32 = 1 << 7;
-    const BPF_MAP_FREEZE: libc::c_long = 22;
-    let mut a = [0u64; 16];
-    put32(&mut a, 0, BPF_MAP_TYPE_ARRAY);
-    put32(&mut a, 4, 4);
-    put32(&mut a, 8, value.len() as u32);
-    put32(&mut a, 12, 1);
-    put32(&mut a, 16, BPF_F_RDONLY_PROG);
-    let map = bpf(BPF_MAP_CREATE, &mut a).map_err(|e| ctx(e, "creating the .rodata map"))?;
-    let key = 0u32;
-    let mut a = [0u64; 16];
-    put32(&mut a, 0, map.as_raw_fd() as u32);
-    a[1] = &key as *const u32 as u64;
-    a[2] = value.as_ptr() as u64;
-    bpf_raw(BPF_MAP_UPDATE_ELEM, &mut a).map_err(|e| ctx(e, "filling the .rodata map"))?;
-    let mut a = [0u64; 16];
-    put32(&mut a, 0, map.as_raw_fd() as u32);
-    bpf_raw(BPF_MAP_FREEZE, &mut a).map_err(|e| ctx(e, "freezing the .rodata map"))?;
-    Ok(map)
-}
-
-/// Load the program described by `attr` again with the verifier's log on,
-/// for the error: what the verifier said (its last lines), or nothing.
-fn verifier_log(mut attr: [u64; 16]) -> String {
-    let mut log = vec![0u8; 1 << 16];
-    put32(&mut attr, 24, 1); // log_level
-    put32(&mut attr, 28, log.len() as u32); // log_size
-    attr[4] = log.as_mut_ptr() as u64; // log_buf
-    if let Ok(fd) = bpf(BPF_PROG_LOAD, &mut attr) {
-        drop(fd);
-        return String::new();
-    }
-    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-    let text = String::from_utf8_lossy(&log[..end]);
-    let lines: Vec<&str> = text.lines().collect();
-    let tail = lines[lines.len().saturating_sub(12)..].join("\n  ");
-    if tail.is_empty() {
-        String::new()
-    } else {
-        format!("; the verifier says:\n  {tail}")
     }
 }
 
@@ -375,7 +165,7 @@ pub struct PortKey {
 impl PortKey {
     /// The program's `struct port_key`: family, protocol, port in network
     /// order, the address in 16 bytes (IPv4's in the first four).
-    fn bytes(&self) -> [u8; 20] {
+    pub(in crate::sys) fn bytes(&self) -> [u8; 20] {
         let mut k = [0u8; 20];
         k[1] = self.proto;
         k[2..4].copy_from_slice(&self.addr.port().to_be_bytes());
@@ -396,42 +186,43 @@ impl PortKey {
 /// The port map's key size (`struct port_key`).
 const PORT_KEY_LEN: u32 = 20;
 
-fn bpf_raw(cmd: libc::c_long, attr: &mut [u64; 16]) -> io::Result<libc::c_long> {
-    // The attribute block is a live, zero-padded 128-byte buffer, larger
-    // than every bpf_attr variant used here.
-    syscall!(syscall(
-        libc::SYS_bpf,
-        cmd,
-        attr.as_mut_ptr() as *mut libc::c_void,
-        128usize
-    ))
+/// The maps the XDP program names, in the order [`Object::linked`] takes
+/// their descriptors.
+const MAPS: [&str; 2] = ["xsks", "ports"];
+
+/// A new port map of `entries` destinations (a hash map of
+/// `struct port_key`).
+pub(in crate::sys) fn port_map_new(entries: u32) -> io::Result<OwnedFd> {
+    bpf::map(BPF_MAP_TYPE_HASH, PORT_KEY_LEN, 1, entries)
+        .map_err(|e| ctx(e, "creating the port map"))
 }
 
-/// A `bpf()` command that returns a new descriptor.
-fn bpf(cmd: libc::c_long, attr: &mut [u64; 16]) -> io::Result<OwnedFd> {
-    let fd = bpf_raw(cmd, attr)?;
-    // SAFETY: these commands return a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+/// `obj`'s `.rodata` with `cfg` in place of its configuration, as a
+/// frozen map.
+pub(in crate::sys) fn cfg_map(obj: &Object, cfg: [u8; CFG_LEN]) -> io::Result<OwnedFd> {
+    let mut rodata = obj.rodata.clone();
+    rodata[obj.cfg..obj.cfg + CFG_LEN].copy_from_slice(&cfg);
+    bpf::rodata_map(&rodata)
 }
 
-fn put32(attr: &mut [u64; 16], byte_off: usize, v: u32) {
-    let w = &mut attr[byte_off / 8];
-    let shift = (byte_off % 8) * 8;
-    *w = (*w & !(0xffff_ffffu64 << shift)) | (v as u64) << shift;
+/// Take (`on`) or give back destination `key` in the port map `map`.
+pub(in crate::sys) fn take_in(map: RawFd, key: PortKey, on: bool) -> io::Result<()> {
+    if !on {
+        return release_port(map, key);
+    }
+    bpf::update(map, &key.bytes(), &[1]).map_err(|e| ctx(e, "adding a port"))
 }
 
 /// Give destination `key` back to the kernel in the port map `map` (an
 /// XDP program's, by its descriptor: a forked child's copy of its
 /// parent's). A key not in the map is no error.
 pub fn release_port(map: RawFd, key: PortKey) -> io::Result<()> {
-    let key = key.bytes();
-    let mut a = [0u64; 16];
-    put32(&mut a, 0, map as u32);
-    a[1] = key.as_ptr() as u64;
-    match bpf_raw(BPF_MAP_DELETE_ELEM, &mut a) {
-        Err(e) if e.raw_os_error() != Some(libc::ENOENT) => Err(ctx(e, "removing a port")),
-        _ => Ok(()),
-    }
+    bpf::delete(map, &key.bytes()).map_err(|e| ctx(e, "removing a port"))
+}
+
+/// Load `insns` as an XDP program.
+fn load(insns: &[Insn]) -> io::Result<OwnedFd> {
+    bpf::load(BPF_PROG_TYPE_XDP, BPF_XDP, insns, "the XDP program")
 }
 
 /// How the XDP program ended up attached.
@@ -477,17 +268,7 @@ impl XdpProgram {
                 "this XDP program takes no port map",
             ));
         };
-        if !on {
-            return release_port(ports.as_raw_fd(), key);
-        }
-        let key = key.bytes();
-        let value = 1u8;
-        let mut a = [0u64; 16];
-        put32(&mut a, 0, ports.as_raw_fd() as u32);
-        a[1] = key.as_ptr() as u64;
-        a[2] = &value as *const u8 as u64;
-        bpf_raw(BPF_MAP_UPDATE_ELEM, &mut a).map_err(|e| ctx(e, "adding a port"))?;
-        Ok(())
+        take_in(ports.as_raw_fd(), key, on)
     }
 
     /// The program takes ports by its port map.
@@ -534,50 +315,28 @@ impl XdpProgram {
     /// (`XDP_DROP`), natively if possible.
     pub fn attach_drop(iface: &str) -> io::Result<XdpProgram> {
         let ifidx = ifindex(iface)?;
-        let mut a = [0u64; 16];
-        put32(&mut a, 0, 2); // BPF_MAP_TYPE_ARRAY: the map only keeps the struct shape
-        put32(&mut a, 4, 4);
-        put32(&mut a, 8, 4);
-        put32(&mut a, 12, 1);
-        let map = bpf(BPF_MAP_CREATE, &mut a).map_err(|e| ctx(e, "creating a map"))?;
+        // An array map: it only keeps the struct's shape.
+        let map =
+            bpf::map(bpf::BPF_MAP_TYPE_ARRAY, 4, 4, 1).map_err(|e| ctx(e, "creating a map"))?;
         let prog = [insn(0xb7, 0, 0, 0, 1), insn(0x95, 0, 0, 0, 0)]; // r0 = XDP_DROP; exit
         Self::load_and_link(ifidx, &prog, map)
     }
 
     /// Point queue `queue`'s map slot at the socket `fd`.
     pub(super) fn set(&self, queue: u32, fd: i32) -> io::Result<()> {
-        let (key, value) = (queue, fd as u32);
-        let mut a = [0u64; 16];
-        put32(&mut a, 0, self.map.as_raw_fd() as u32);
-        a[1] = &key as *const u32 as u64;
-        a[2] = &value as *const u32 as u64;
-        bpf_raw(BPF_MAP_UPDATE_ELEM, &mut a)
-            .map(drop)
-            .map_err(|e| ctx(e, "adding the socket to the XSKMAP"))
+        bpf::update(
+            self.map.as_raw_fd(),
+            &queue.to_ne_bytes(),
+            &(fd as u32).to_ne_bytes(),
+        )
+        .map_err(|e| ctx(e, "adding the socket to the XSKMAP"))
     }
-}
-
-pub(in crate::sys) fn ctx(e: io::Error, what: &str) -> io::Error {
-    let hint = match e.raw_os_error() {
-        Some(libc::EPERM) => " (needs root or CAP_BPF + CAP_NET_ADMIN)",
-        Some(libc::EBUSY) | Some(libc::EEXIST) => {
-            " (the interface or queue is held by another XDP program or AF_XDP socket, \
-             perhaps another rxpath: `ip link show IF` names the program; a BPF link goes \
-             with its process, `ip link set dev IF xdp off` removes a plain attachment)"
-        }
-        Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
-            " (RLIMIT_MEMLOCK too low to pin the frame region: raise it with `ulimit -l`, \
-             LimitMEMLOCK= in a systemd unit, or grant CAP_IPC_LOCK)"
-        }
-        Some(libc::EOPNOTSUPP) => " (XDP not supported on this device)",
-        _ => "",
-    };
-    io::Error::new(e.kind(), format!("{what}: {e}{hint}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sys::bpf::{Target, PSEUDO_MAP_FD, PSEUDO_MAP_VALUE};
 
     const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
     const BPF_FUNC_REDIRECT_MAP: i32 = 51;
@@ -624,16 +383,15 @@ mod tests {
 
     #[test]
     fn the_object_links_its_maps_and_configuration() {
-        let obj = Object::parse(OBJECT).unwrap();
+        let obj = Object::parse(OBJECT, "xdp", &MAPS).unwrap();
         let has = |t: Target| obj.relocs.iter().any(|r| r.1 == t);
-        assert!(has(Target::Xsks) && has(Target::Ports));
+        assert!(has(Target::Map(0)) && has(Target::Map(1)));
         assert!(obj.relocs.iter().any(|r| matches!(r.1, Target::Rodata(_))));
         assert_eq!(obj.rodata.len(), obj.cfg + CFG_LEN, "cfg is all of .rodata");
-        let p = obj.linked(3, 4, 5);
+        let p = obj.linked(&[3, 4], 5);
         for &(at, t) in &obj.relocs {
             let (src, fd) = match t {
-                Target::Xsks => (PSEUDO_MAP_FD, 3),
-                Target::Ports => (PSEUDO_MAP_FD, 4),
+                Target::Map(i) => (PSEUDO_MAP_FD, 3 + i as i32),
                 Target::Rodata(_) => (PSEUDO_MAP_VALUE, 5),
             };
             assert_eq!((p[at].regs >> 4, p[at].imm), (src, fd), "load at {at}");
