@@ -413,6 +413,7 @@ pub(crate) fn device(iface: &str, mode: BackendArg, filter: XdpFilter, busy_us: 
     match mode {
         BackendArg::Packet => HostDevice::Packet {
             iface: iface.to_string(),
+            filter: None,
         },
         m => HostDevice::Xdp {
             iface: iface.to_string(),

@@ -102,7 +102,7 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
     rxpath_runtime::run::check_not_loopback(&a.iface)?;
     let vars = preload_vars(&a);
     check_vars(&vars)?;
-    check_caps_reach_the_program(&a.iface, &a.mode)?;
+    check_caps_reach_the_program(&a.iface)?;
     let lib = match &a.preload {
         Some(p) => p.clone(),
         None => find_preload()?,
@@ -298,13 +298,15 @@ fn merge_reports(mut all: Vec<serde_json::Value>) -> serde_json::Value {
 /// capabilities must reach it: a child of root keeps root's bounding set;
 /// anyone else's program gets only the ambient set (capabilities of this
 /// binary, given with `setcap`, stay here).
-fn check_caps_reach_the_program(iface: &str, mode: &str) -> anyhow::Result<()> {
+/// AF_PACKET under exec steers with BPF programs (a tap filter, tcx
+/// ingress), so every mode needs what AF_XDP needs.
+fn check_caps_reach_the_program(iface: &str) -> anyhow::Result<()> {
     use rxpath_dev::sys::sched;
     let reach = match sched::is_root() {
         true => sched::cap_set("CapBnd"),
         false => sched::cap_set("CapAmb"),
     };
-    let Some(missing) = rxpath_runtime::run::missing_caps(reach, mode == "xdp") else {
+    let Some(missing) = rxpath_runtime::run::missing_caps(reach, true) else {
         return Ok(());
     };
     let caps = sched::net_caps()

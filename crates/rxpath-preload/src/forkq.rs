@@ -268,7 +268,7 @@ pub(crate) struct Inherited {
     /// [`child_uses`] gave its port back.
     pub(crate) released: AtomicBool,
     /// Shared with the parent ([`crate::sock::Accel::fork_word`]): set
-    /// when a child took the socket's reading without a port map.
+    /// when a child took the socket's reading.
     pub(crate) parent_word: Option<Arc<crate::sys::Shared>>,
 }
 
@@ -289,10 +289,9 @@ pub(crate) fn port_map() -> Option<RawFd> {
 /// In a forked child, the program reads or waits on `fd`: if it is an
 /// inherited socket that held nothing at the fork, the child is one of
 /// its readers, and its port goes back to the kernel for every process
-/// (the XDP program stops taking it, or on AF_PACKET the kernel socket's
-/// filter comes off; the parent, told through the word they share, stops
-/// taking the port and reads and sends through the kernel socket behind
-/// its fd). Done and said once per port, by the first child to read.
+/// (the port map, the XDP program's or AF_PACKET's tap filter's, stops
+/// taking it; the parent, told through the word they share, stops taking
+/// the port and reads and sends through the kernel socket behind its fd). Done and said once per port, by the first child to read.
 pub(crate) fn child_uses(fd: RawFd) {
     let Some(inh) = inherited(fd) else { return };
     if !inh.fresh || inh.released.swap(true, Ordering::AcqRel) {
@@ -308,16 +307,6 @@ pub(crate) fn child_uses(fd: RawFd) {
         }
     }
     let Some(map) = port_map() else {
-        // AF_PACKET: the kernel socket (one for every process) takes the
-        // interface's datagrams again.
-        match crate::sys::detach_filter(fd) {
-            Ok(()) => crate::config::say(&format!(
-                "a forked child reads port {port}: it goes back to the kernel, for the parent too"
-            )),
-            Err(e) => crate::config::say(&format!(
-                "a forked child reads port {port}, whose kernel socket still leaves the interface's datagrams to rxpath: {e}"
-            )),
-        }
         return;
     };
     let released = inh

@@ -148,11 +148,6 @@ fn report_file(path: &std::path::Path) -> std::io::Result<std::fs::File> {
     }
 }
 
-/// The largest MTU whose frames an AF_PACKET ring slot and a frame of the
-/// pool (2048 bytes) carry whole: the slot's header (TPACKET_V2, about 80
-/// bytes), the Ethernet header and a VLAN tag come first.
-const PACKET_MAX_MTU: u32 = 1900;
-
 /// Frames per queue of a program's host (2048 bytes each: 32 MiB a queue),
 /// four times a `Host`'s default: the AF_XDP RX ring is half of them, 8192
 /// deep, about 40 ms of 200 k datagrams/s. A served program is away from
@@ -361,15 +356,6 @@ impl Global {
             Iface::Addr(a) => addrs.contains(&a),
             Iface::Route => crate::sys::route_source(r.group).is_some_and(|a| addrs.contains(&a)),
         }
-    }
-
-    /// The kernel receives the interface's frames too (AF_PACKET): a
-    /// kernel socket behind a served fd must leave them to rxpath.
-    pub(crate) fn kernel_sees_frames(&self) -> bool {
-        self.state()
-            .running
-            .as_ref()
-            .is_some_and(|r| r.host.kernel_sees_frames())
     }
 
     /// The interface watch saw `what` ([`crate::linkwatch`]): said, and
@@ -582,36 +568,24 @@ impl Global {
             ..HostConfig::default()
         };
         cfg.sock.busy_read_us = c.busy_poll_us;
+        let filter = XdpFilter {
+            protocol: Some(17),
+            port_map: true,
+            ..XdpFilter::default()
+        };
         let dev = match c.mode {
             Mode::Packet => HostDevice::Packet {
                 iface: iface.to_string(),
+                filter: Some(filter),
             },
             m => HostDevice::Xdp {
                 iface: iface.to_string(),
-                filter: XdpFilter {
-                    protocol: Some(17),
-                    port_map: true,
-                    ..XdpFilter::default()
-                },
+                filter,
                 fallback: m == Mode::Auto,
                 xsk_busy_poll_us: 0,
             },
         };
         let host = Host::start(cfg, dev).map_err(|e| e.to_string())?;
-        if host.kernel_sees_frames() {
-            // AF_PACKET: a frame longer than a ring slot and a frame of
-            // ours arrives cut (rx_too_long) while the kernel socket behind
-            // the fd leaves the interface's datagrams to rxpath: it would
-            // be lost. Such an interface stays the kernel's.
-            let mtu = rxpath_dev::sys::iface::LinkState::of(iface).map_or(0, |l| l.mtu);
-            if mtu > PACKET_MAX_MTU {
-                let _ = as_library(|| host.shutdown());
-                return Err(format!(
-                    "MTU {mtu}: AF_PACKET's 2048-byte slots carry frames of an MTU up to \
-                     {PACKET_MAX_MTU}; every socket stays the kernel's"
-                ));
-            }
-        }
         say(&format!(
             "UDP on {iface} through rxpath ({})",
             host.backend()
@@ -644,8 +618,7 @@ impl Global {
                 }
             };
         crate::forkq::set_port_map(host.port_map_fd());
-        let max_mtu = host.kernel_sees_frames().then_some(PACKET_MAX_MTU);
-        crate::linkwatch::start(iface, max_mtu, on_link_event);
+        crate::linkwatch::start(iface, on_link_event);
         Ok(Running {
             metrics,
             control,

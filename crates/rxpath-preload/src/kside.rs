@@ -84,10 +84,10 @@ fn run(s: &KernelSide) {
     }
 }
 
-/// A forked child took the reading of `a` (AF_PACKET, where the kernel
-/// socket now takes the interface's datagrams again): this process stops
-/// taking rxpath's copies too, and reads and sends through the kernel
-/// socket once its queue is read, as after a hand-back.
+/// A forked child took the reading of `a` (the port map no longer takes
+/// its port): this process stops receiving on rxpath's socket too, and
+/// reads and sends through the kernel socket once its queue is read, as
+/// after a hand-back.
 pub(crate) fn child_took(a: &Accel) {
     if a.kernel_only.swap(true, Ordering::SeqCst) {
         return;

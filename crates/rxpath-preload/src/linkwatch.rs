@@ -21,9 +21,8 @@ use std::time::{Duration, Instant};
 pub(crate) type OnEvent = fn(what: &str, gone: bool);
 
 /// Watch `iface` (whose device rxpath just opened) on a thread of its own,
-/// telling `on_event`; `max_mtu`: the largest MTU the device carries
-/// (AF_PACKET's slots), `None` for any.
-pub(crate) fn start(iface: &str, max_mtu: Option<u32>, on_event: OnEvent) {
+/// telling `on_event`.
+pub(crate) fn start(iface: &str, on_event: OnEvent) {
     let events = match LinkEvents::open() {
         Ok(ev) => ev,
         Err(e) => {
@@ -38,7 +37,7 @@ pub(crate) fn start(iface: &str, max_mtu: Option<u32>, on_event: OnEvent) {
     let name = iface.to_string();
     let r = std::thread::Builder::new()
         .name("rxpath-link".into())
-        .spawn(move || watch(events, &name, first, max_mtu, on_event));
+        .spawn(move || watch(events, &name, first, on_event));
     if let Err(e) = r {
         crate::config::say(&format!(
             "the interface watch did not start ({e}): a deleted {iface} would go unnoticed"
@@ -46,13 +45,7 @@ pub(crate) fn start(iface: &str, max_mtu: Option<u32>, on_event: OnEvent) {
     }
 }
 
-fn watch(
-    events: LinkEvents,
-    name: &str,
-    first: LinkState,
-    max_mtu: Option<u32>,
-    on_event: OnEvent,
-) {
+fn watch(events: LinkEvents, name: &str, first: LinkState, on_event: OnEvent) {
     let start = Instant::now();
     let mut was = first;
     loop {
@@ -82,14 +75,6 @@ fn watch(
                 "interface {name}'s MTU went from {} to {} {at}",
                 was.mtu, now.mtu
             );
-            if max_mtu.is_some_and(|m| now.mtu > m) {
-                return on_event(
-                    &format!(
-                        "{what}, more than AF_PACKET carries: its sockets go back to the kernel"
-                    ),
-                    true,
-                );
-            }
             on_event(&what, false);
         }
         was = now;

@@ -92,9 +92,9 @@ pub(crate) struct Accel {
     /// kernel's blocked call holds the open file.
     pub(crate) parked: Mutex<Option<std::os::fd::OwnedFd>>,
     /// A word shared with the children forked while it was served: one
-    /// that reads the socket sets it ([`crate::forkq::child_uses`]) where
-    /// there is no port map to take the port out of (AF_PACKET), and this
-    /// process then stops taking the interface's copies.
+    /// that reads the socket sets it ([`crate::forkq::child_uses`]) as it
+    /// takes the port out of the port map, and this process then reads
+    /// and sends through the kernel socket too.
     pub(crate) fork_word: std::sync::OnceLock<Arc<sys::Shared>>,
     /// The destinations the XDP program takes for it
     /// ([`crate::host::map_keys`]).
@@ -113,7 +113,7 @@ impl Accel {
         Some(self.fork_word.get_or_init(|| w).clone())
     }
 
-    /// A forked child took this socket's reading (AF_PACKET).
+    /// A forked child took this socket's reading.
     pub(crate) fn child_took_it(&self) -> bool {
         self.fork_word
             .get()

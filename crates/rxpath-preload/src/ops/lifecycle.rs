@@ -63,18 +63,6 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
             return g.fallback(why, &detail);
         }
     };
-    if g.kernel_sees_frames() {
-        // AF_PACKET reads a copy: the kernel socket behind the fd keeps
-        // only what came another way (loopback, another interface).
-        if let Err(e) = crate::sys::drop_from_iface(fd, g.ifindex()) {
-            drop(sock);
-            table::remove(fd);
-            g.release(&keys);
-            let why =
-                format!("{addr}: filtering the interface's copies off its kernel socket: {e}");
-            return g.fallback(Fallback::HostFailed, &why);
-        }
-    }
     if let Some(us) = p.busy_poll {
         sock.set_busy_poll(us);
     }
@@ -277,34 +265,27 @@ pub(crate) fn set_nonblock(fd: RawFd, on: bool) {
     }
 }
 
-/// Hand a served socket back to the kernel: its port leaves the XDP
-/// program's map (unless another rxpath socket shares it), so what comes
-/// next reaches the kernel socket behind the fd; on AF_PACKET the kernel
-/// socket takes the interface's datagrams again and rxpath's socket stops
-/// taking its copies. What rxpath's queue holds is read first ([`recv`]),
-/// and sends go to the kernel.
 /// Every served socket back to the kernel: the interface went (`what`),
 /// and rxpath's device with it ([`crate::host::Global::link_event`]).
 pub(crate) fn hand_all_back(what: &str) {
-    for (fds, a) in table::sockets() {
-        let Some(&fd) = fds.first() else { continue };
-        hand_back(&a, fd, Fallback::IfaceGone, what);
+    for (_, a) in table::sockets() {
+        hand_back(&a, Fallback::IfaceGone, what);
     }
 }
 
-/// `why` counts it; `detail` is said (once per reason).
-pub(crate) fn hand_back(a: &Accel, fd: RawFd, why: Fallback, detail: &str) {
+/// Hand a served socket back to the kernel: its destinations leave the
+/// port map (the XDP program's or AF_PACKET's tap filter's), unless
+/// another rxpath socket shares them, so from the next frame on the
+/// kernel socket behind the fd receives what comes. What rxpath's queue
+/// holds is read first ([`recv`]), and sends go to the kernel. `why`
+/// counts it; `detail` is said (once per reason).
+pub(crate) fn hand_back(a: &Accel, why: Fallback, detail: &str) {
     if a.kernel_only.swap(true, Ordering::SeqCst) {
         return;
     }
     let g = global();
     let shared = g.release(&a.keys);
-    if g.kernel_sees_frames() {
-        if let Err(e) = crate::sys::detach_filter(fd) {
-            crate::config::say(&format!("fd {fd}: the kernel socket keeps its filter: {e}"));
-        }
-        a.sock.stop_receiving();
-    } else if shared {
+    if shared {
         // A sibling keeps the port in the XDP program's map: rxpath's
         // group must stop giving this socket its share, which its reads
         // (the kernel socket's now) would never see.

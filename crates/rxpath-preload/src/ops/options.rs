@@ -39,14 +39,14 @@ pub(crate) fn setsockopt(fd: RawFd, level: i32, name: i32, v: OptVal) -> Result<
     if let Some(r) = reading_option(&e, fd, level, name, &v) {
         return r;
     }
-    let what = match path_option(&e, fd, level, name, v) {
+    let what = match path_option(&e, level, name, v) {
         Ok(r) => return r,
         Err(Some(what)) => what,
         // Turning a feature off that is off asks nothing.
         Err(None) if off => return Ok(()),
         Err(None) => format!("setsockopt(level {level}, option {name})"),
     };
-    refuse(&e, fd, &what)
+    refuse(&e, &what)
 }
 
 /// The options of a socket's reads: timeouts, busy polling, the buffer,
@@ -125,7 +125,6 @@ fn reading_option(
 /// one it knows.
 fn path_option(
     e: &Entry,
-    fd: RawFd,
     level: i32,
     name: i32,
     v: OptVal,
@@ -139,7 +138,7 @@ fn path_option(
                 _ if v == 0 => {}
                 // Before bind the option has nowhere to go yet: the
                 // socket stays the kernel's (rare: set after bind).
-                _ => return Ok(refuse(&e, fd, "setsockopt(UDP_SEGMENT) before bind")),
+                _ => return Ok(refuse(&e, "setsockopt(UDP_SEGMENT) before bind")),
             }
             return Ok(Ok(()));
         }
@@ -200,7 +199,7 @@ fn path_option(
             return Ok(Ok(()))
         }
         (_, n, OptVal::Bytes(b)) if crate::mcast::is_membership(level, n) => {
-            return Ok(membership(&e, fd, level, n, &b));
+            return Ok(membership(&e, level, n, &b));
         }
         (libc::IPPROTO_IP, crate::mcast::IP_MULTICAST_ALL, OptVal::Int(on))
         | (libc::IPPROTO_IPV6, crate::mcast::IPV6_MULTICAST_ALL, OptVal::Int(on)) => {
@@ -225,11 +224,10 @@ fn path_option(
 /// on the interface rxpath serves is made in rxpath's table too (or
 /// kept for `bind`); one on another interface is the kernel socket's
 /// alone (what arrives there, it reads).
-fn membership(e: &Entry, fd: RawFd, level: i32, name: i32, b: &[u8]) -> Result<(), Errno> {
+fn membership(e: &Entry, level: i32, name: i32, b: &[u8]) -> Result<(), Errno> {
     let Some(r) = crate::mcast::parse(level, name, b) else {
         return refuse(
             e,
-            fd,
             &format!("setsockopt(level {level}, option {name}): unreadable"),
         );
     };
@@ -269,7 +267,7 @@ fn set_timestamp(e: &Entry, n: i32, on: bool) {
 /// it): a candidate stays the kernel's at `bind`; an rxpath socket is
 /// handed back to the kernel (said, counted), so a program that works on
 /// the kernel keeps working.
-pub(super) fn refuse(e: &Entry, fd: RawFd, what: &str) -> Result<(), Errno> {
+pub(super) fn refuse(e: &Entry, what: &str) -> Result<(), Errno> {
     match e {
         Entry::Candidate(p) => {
             p.lock().unwrap_or_else(|e| e.into_inner()).refuse = Some(format!(
@@ -282,7 +280,7 @@ pub(super) fn refuse(e: &Entry, fd: RawFd, what: &str) -> Result<(), Errno> {
                 "{what} after bind on {}: rxpath does not honour it, so the socket is handed back to the kernel",
                 a.sock.local_addr()
             );
-            hand_back(a, fd, Fallback::OptionAfterBind, &why);
+            hand_back(a, Fallback::OptionAfterBind, &why);
             Ok(())
         }
         Entry::Epoll(_) => {

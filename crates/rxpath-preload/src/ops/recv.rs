@@ -50,8 +50,8 @@ pub(crate) const FROM_KERNEL: Errno = -1;
 /// `MSG_PEEK` leaves it queued, `MSG_TRUNC` returns its whole length.
 pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, Errno> {
     if a.child_took_it() {
-        // A forked child took the reading (AF_PACKET), and the kernel
-        // side's watch may not have seen it yet.
+        // A forked child took the reading, and the kernel side's watch
+        // may not have seen it yet.
         crate::kside::child_took(a);
     }
     if a.kernel_only.load(Ordering::Relaxed) && !a.held.any() && a.sock.socket().queued() == 0 {

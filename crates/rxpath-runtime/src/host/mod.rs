@@ -33,6 +33,7 @@ use rxpath_dev::packet::PacketQueue;
 use rxpath_dev::sim::{self, SimConfig, SimPort, SimRxQueue};
 use rxpath_dev::sys::af_packet::RawSocket;
 use rxpath_dev::sys::iface::KernelPortGuard;
+use rxpath_dev::sys::tap::TapProgram;
 use rxpath_dev::sys::xdp::{XdpFilter, XdpProgram, XdpQueue};
 use rxpath_dev::{FramePool, RxQueue};
 use std::any::Any;
@@ -64,6 +65,12 @@ pub enum HostDevice {
     Packet {
         /// Interface.
         iface: String,
+        /// With a port map (`port_map`, UDP or TCP): the destinations in
+        /// it are rxpath's and the kernel never sees their frames (a tap
+        /// filter and a tcx ingress program decide once per frame,
+        /// [`rxpath_dev::sys::tap`]); the rest are the kernel's. `None`:
+        /// every frame is tapped, and the kernel sees them all too.
+        filter: Option<XdpFilter>,
     },
 }
 
@@ -174,6 +181,8 @@ pub struct Host {
     guards: Option<Mutex<Vec<KernelPortGuard>>>,
     /// On AF_XDP: the XDP program (its port map, if any).
     xdp: Option<Arc<XdpProgram>>,
+    /// On AF_PACKET with a port map: the tap filter and ingress program.
+    tap: Option<TapProgram>,
     /// Steering on: the workers and their threads.
     workers: Option<Arc<Workers>>,
     worker_threads: Vec<(Worker, JoinHandle<crate::steer::WorkerCounters>)>,
@@ -380,7 +389,7 @@ impl Host {
                 fallback,
                 xsk_busy_poll_us,
             } => Self::start_xdp(cfg, iface, filter, fallback, xsk_busy_poll_us),
-            HostDevice::Packet { iface } => Self::start_packet(cfg, iface),
+            HostDevice::Packet { iface, filter } => Self::start_packet(cfg, iface, filter),
         }
     }
 
@@ -450,7 +459,8 @@ impl Host {
             Ok(x) => x,
             Err(e) if fallback => {
                 log::warn!("AF_XDP on {iface} failed ({e}); using AF_PACKET instead");
-                let mut h = Self::start(cfg, HostDevice::Packet { iface })?;
+                let filter = filter.port_map.then_some(filter);
+                let mut h = Self::start(cfg, HostDevice::Packet { iface, filter })?;
                 // The backend says why, wherever it is printed.
                 h.backend.push_str(&format!(" (AF_XDP failed: {e})"));
                 return Ok(h);
@@ -478,10 +488,19 @@ impl Host {
         Ok(h)
     }
 
-    /// On an interface through AF_PACKET.
-    fn start_packet(mut cfg: HostConfig, iface: String) -> Result<Host, RunError> {
+    /// On an interface through AF_PACKET, steered by `filter`'s port map
+    /// if it has one.
+    fn start_packet(
+        mut cfg: HostConfig,
+        iface: String,
+        filter: Option<XdpFilter>,
+    ) -> Result<Host, RunError> {
         check_iface(&iface)?;
         fill_from_iface(&mut cfg, &iface)?;
+        let tap = filter
+            .map(|f| TapProgram::attach(&iface, f))
+            .transpose()
+            .map_err(|e| RunError::Device(format!("AF_PACKET's steering on {iface}: {e}")))?;
         let nq = cfg.queues;
         let group = (std::process::id() & 0xffff) as u16;
         let mut qs = Vec::with_capacity(nq);
@@ -498,16 +517,29 @@ impl Host {
                 .map_err(|e| RunError::Device(format!("AF_PACKET on {iface}: {e}")))?,
             );
         }
+        if let Some(t) = &tap {
+            for q in &qs {
+                q.attach_filter(t.filter_fd()).map_err(|e| {
+                    RunError::Device(format!("AF_PACKET on {iface}: the tap filter: {e}"))
+                })?;
+            }
+        }
+        let steered = if tap.is_some() {
+            ", steered by a tap filter and tcx ingress"
+        } else {
+            ""
+        };
         let finish: Finish =
             Box::new(|cells, _| into_pools::<PacketQueue>(cells, PacketQueue::into_pool));
-        let h = Self::with_queues(
+        let mut h = Self::with_queues(
             &cfg,
             qs,
             finish,
-            format!("AF_PACKET on {iface}, {nq} queue(s)"),
+            format!("AF_PACKET on {iface}, {nq} queue(s){steered}"),
             cfg.napi_in_irq,
         )?
         .on_iface();
+        h.tap = tap;
         h.open_tx(&iface)?;
         Ok(h)
     }
@@ -584,6 +616,7 @@ impl Host {
             backend,
             guards: None,
             xdp: None,
+            tap: None,
             workers,
             worker_threads,
             server,
@@ -606,11 +639,12 @@ impl Host {
     }
 
     /// The kernel receives every frame this host reads, too: AF_PACKET
-    /// taps a copy where AF_XDP's program takes the frame. A program
+    /// without a port map taps a copy where AF_XDP's program (or
+    /// AF_PACKET's steering) takes the frame. A program
     /// that reads a kernel socket on a port rxpath serves must then
     /// leave the interface's datagrams to rxpath, or read them twice.
     pub fn kernel_sees_frames(&self) -> bool {
-        self.guards.is_some() && self.xdp.is_none()
+        self.guards.is_some() && self.xdp.is_none() && self.tap.is_none()
     }
 
     /// The socket layer.
@@ -646,8 +680,9 @@ impl Host {
     /// whatever the port (a fixed port, or AF_PACKET, which sees every
     /// frame).
     pub fn take_port(&self, key: rxpath_dev::sys::xdp::PortKey, on: bool) -> std::io::Result<bool> {
-        match &self.xdp {
-            Some(p) if p.has_port_map() => p.take_port(key, on).map(|()| true),
+        match (&self.xdp, &self.tap) {
+            (Some(p), _) if p.has_port_map() => p.take_port(key, on).map(|()| true),
+            (_, Some(t)) => t.take_port(key, on).map(|()| true),
             _ => Ok(false),
         }
     }
@@ -655,7 +690,10 @@ impl Host {
     /// The XDP program's port map descriptor, if it has one (a forked
     /// child of the process keeps it to give a port back).
     pub fn port_map_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.xdp.as_ref().and_then(|p| p.port_map_fd())
+        match &self.tap {
+            Some(t) => Some(t.port_map_fd()),
+            None => self.xdp.as_ref().and_then(|p| p.port_map_fd()),
+        }
     }
 
     /// [`Self::udp_bind`] for a port the caller already holds in the

@@ -2,7 +2,9 @@
 veth and a sleeping reader keep up), then "quit" until the sink answers
 "bye"; print one JSON line: what was sent and whether the sink said bye.
 
-    udp_blast.py ADDR PORT COUNT [--tag TEXT]
+    udp_blast.py ADDR PORT COUNT [--tag TEXT] [--burst N]
+
+--burst: the pause comes every N datagrams (20 by default).
 """
 
 import json
@@ -14,11 +16,12 @@ import time
 def main():
     addr, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     tag = sys.argv[sys.argv.index("--tag") + 1] if "--tag" in sys.argv else "d"
+    burst = int(sys.argv[sys.argv.index("--burst") + 1]) if "--burst" in sys.argv else 20
     fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
     s = socket.socket(fam, socket.SOCK_DGRAM)
     for i in range(count):
         s.sendto(("%s %d" % (tag, i)).encode(), (addr, port))
-        if i % 20 == 19:
+        if i % burst == burst - 1:
             time.sleep(0.002)
     bye = False
     if "--no-quit" not in sys.argv:
