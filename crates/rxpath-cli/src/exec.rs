@@ -529,19 +529,22 @@ fn device_line(v: &serde_json::Value) -> Option<String> {
     ]))
 }
 
-/// What the AF_XDP TX ring took and what the device completed: a frame
+/// What the AF_XDP TX ring took and what the device completed: frames
 /// posted that never completed (a device gone, or one that stopped
-/// completing) is a reply counted in `out_datagrams` that did not leave,
-/// said here. `None` without a TX ring (AF_PACKET's sends are the
-/// kernel's, which took them).
+/// completing) are replies that did not leave, not counted in
+/// `out_datagrams` but in `tx_unfinished` (by datagram), said here.
+/// `None` without a TX ring (AF_PACKET's sends are the kernel's, which
+/// took them).
 fn tx_line(v: &serde_json::Value) -> Option<String> {
     let tx = &v["host"]["tx"];
     let sent = tx["xsk_tx_sent"].as_u64()?;
     let done = tx["xsk_tx_completed"].as_u64().unwrap_or(0);
     let mut l = format!("tx ring: posted={sent} completed={done}");
     if sent > done {
+        let lost = v["host"]["sock"]["tx_unfinished"].as_u64().unwrap_or(0);
         l.push_str(&format!(
-            "; {} never completed: replies counted in out_datagrams that did not leave",
+            "; {} frames never completed: {lost} replies did not leave \
+             (tx_unfinished, not in out_datagrams)",
             sent - done
         ));
     }
@@ -554,10 +557,13 @@ mod tests {
 
     #[test]
     fn frames_the_device_never_completed_are_said() {
-        let v = serde_json::json!({"host": {"tx": {"xsk_tx_sent": 10, "xsk_tx_completed": 7}}});
+        let v = serde_json::json!({"host": {
+            "tx": {"xsk_tx_sent": 10, "xsk_tx_completed": 7},
+            "sock": {"tx_unfinished": 2},
+        }});
         let l = tx_line(&v).unwrap();
         assert!(
-            l.starts_with("tx ring: posted=10 completed=7; 3 never completed"),
+            l.starts_with("tx ring: posted=10 completed=7; 3 frames never completed: 2 replies"),
             "{l}"
         );
         let ok = serde_json::json!({"host": {"tx": {"xsk_tx_sent": 5, "xsk_tx_completed": 5}}});

@@ -138,3 +138,53 @@ fn the_sim_tx_ring_sends_and_a_ring_that_stops_completing_is_counted() {
     assert_eq!(r.tx["sim_tx_busy"], 300 - 255);
     all_home(&r);
 }
+
+/// A TX port that takes every frame and, when the host stops, says the
+/// newest `unfinished` never completed (a TX ring whose interface went
+/// with frames in flight).
+#[derive(Debug)]
+struct NeverCompletes {
+    inner: CaptureTx,
+    unfinished: u64,
+}
+
+impl rxpath_core::sock::TxPort for NeverCompletes {
+    fn send(&mut self, frames: &[&[u8]]) -> std::io::Result<usize> {
+        self.inner.send(frames)
+    }
+
+    fn unfinished(&self) -> u64 {
+        self.unfinished
+    }
+}
+
+/// `OutDatagrams` counts what the device took: a datagram whose frames a
+/// TX ring never completed is taken out of it when the host stops, and
+/// counted `tx_unfinished`, by datagram (a fragmented one with any frame
+/// left counts once), in its family.
+#[test]
+fn datagrams_a_tx_ring_never_completed_are_not_counted_sent() {
+    let h = host(1, 1);
+    h.sockets().set_tx(Box::new(NeverCompletes {
+        inner: CaptureTx::default(),
+        unfinished: 2,
+    }));
+    let s = h.udp_bind(sa("0.0.0.0", 7002)).unwrap();
+    inject(&h, sa(PEER4, 9), sa(HOST4, 7002), b"ping");
+    let (_, peer) = recv_str(&s);
+    for _ in 0..3 {
+        s.send_to(b"small", peer).unwrap();
+    }
+    // Three fragments, then one frame: the last two frames are the big
+    // one's last fragment and the small one after it.
+    s.send_to(&[7u8; 3000], peer).unwrap();
+    s.send_to(b"last", peer).unwrap();
+    assert_eq!(h.sockets().stats().out_datagrams, 5, "posted, counted");
+    drop(s);
+    let r = h.shutdown();
+    assert_eq!(r.snmp.udp.out_datagrams, 3, "{:?}", r.sock);
+    assert_eq!(r.sock.out_datagrams, 3);
+    assert_eq!(r.sock.tx_unfinished, 2);
+    assert_eq!(r.snmp.udp6.out_datagrams, 0);
+    all_home(&r);
+}

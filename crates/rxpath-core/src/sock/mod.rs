@@ -225,6 +225,7 @@ struct Counters {
     csum_errors: AtomicU64,
     ignored_multi: AtomicU64,
     out_datagrams: AtomicU64,
+    tx_unfinished: AtomicU64,
     busy_polls: AtomicU64,
     busy_poll_loops: AtomicU64,
     busy_poll_packets: AtomicU64,
@@ -249,8 +250,14 @@ pub struct SockStats {
     pub csum_errors: u64,
     /// Multicast and broadcast datagrams no socket took (`IgnoredMulti`).
     pub ignored_multi: u64,
-    /// Datagrams sent (`OutDatagrams`).
+    /// Datagrams sent (`OutDatagrams`): the device took them (a TX
+    /// ring's completion, once the host has stopped; while it runs, those
+    /// posted to the ring count too).
     pub out_datagrams: u64,
+    /// Datagrams posted to a TX ring whose frames the device never
+    /// completed (the interface went, a device that stopped): not in
+    /// `out_datagrams`. Known when the host stops.
+    pub tx_unfinished: u64,
     /// Busy-poll sessions (a `recv` or `Epoll::wait` that busy-polled).
     pub busy_polls: u64,
     /// NAPI polls run by busy pollers (`napi_busy_loop` iterations that
@@ -278,6 +285,9 @@ pub struct Sockets {
     napis: RwLock<HashMap<NapiId, Arc<SharedNapi>>>,
     neighbors: RwLock<HashMap<IpAddr, Mac>>,
     tx: Mutex<Option<Box<dyn TxPort>>>,
+    /// The frames and family of the last datagrams handed to `tx`, to
+    /// tell which a TX ring never completed ([`Sockets::finish_tx`]).
+    sent: Mutex<tx::SentLog>,
     flows: Arc<SockFlowTable>,
     busy_read: AtomicU32,
     next_port: AtomicU16,
@@ -361,6 +371,7 @@ impl Sockets {
             napis: RwLock::default(),
             neighbors: RwLock::default(),
             tx: Mutex::new(None),
+            sent: Mutex::default(),
             next_port: AtomicU16::new(0),
             counters: Counters::default(),
             groups: Arc::default(),
@@ -406,6 +417,17 @@ impl Sockets {
     /// `ENOBUFS`; rxpath counts every failed datagram here.
     pub(crate) fn count_no_route(&self, v6: bool) {
         self.counters.no_routes[v6 as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The datagrams of `lost` (per family) counted sent were not: the
+    /// device never completed them.
+    fn uncount_sent(&self, lost: [u64; 2]) {
+        let c = &self.counters;
+        for (v6, n) in lost.into_iter().enumerate() {
+            c.out[v6].fetch_sub(n, Ordering::Relaxed);
+            c.out_datagrams.fetch_sub(n, Ordering::Relaxed);
+            c.tx_unfinished.fetch_add(n, Ordering::Relaxed);
+        }
     }
 
     /// Count sent and failed datagrams of a family.
@@ -500,6 +522,7 @@ impl Sockets {
             ignored_multi: g(&c.ignored_multi),
             csum_errors: g(&c.csum_errors),
             out_datagrams: g(&c.out_datagrams),
+            tx_unfinished: g(&c.tx_unfinished),
             busy_polls: g(&c.busy_polls),
             busy_poll_loops: g(&c.busy_poll_loops),
             busy_poll_packets: g(&c.busy_poll_packets),

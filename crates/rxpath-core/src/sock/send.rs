@@ -164,7 +164,7 @@ impl Socket {
         if frames.is_empty() {
             return (0, true, None);
         }
-        let (taken, err) = match self.host.transmit(frames) {
+        let (taken, err) = match self.host.transmit(frames, built) {
             Ok(n) => (n, None),
             Err(e) => (0, Some(e)),
         };

@@ -40,6 +40,52 @@ pub trait TxPort: Send + std::fmt::Debug {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+    /// After [`finish`](Self::finish): the frames it took that the device
+    /// never completed (the newest ones: a TX ring completes in order).
+    /// A port whose sends are done when taken has none.
+    fn unfinished(&self) -> u64 {
+        0
+    }
+}
+
+/// The last datagrams handed to the TX port: how many frames each took
+/// and whether it was IPv6, newest last. As long as a TX ring holds
+/// frames in flight, so that what it never completed can be told apart
+/// by datagram.
+#[derive(Debug, Default)]
+pub(crate) struct SentLog {
+    /// Frames, IPv6, counted sent (a datagram the port took only some
+    /// frames of failed, but those frames are in the ring).
+    ring: std::collections::VecDeque<(u16, bool, bool)>,
+}
+
+/// Datagrams [`SentLog`] remembers (more than any TX ring holds frames).
+const SENT_LOG: usize = 16_384;
+
+impl SentLog {
+    /// `frames` frames of one datagram were taken (all of them if
+    /// `counted`).
+    pub(crate) fn push(&mut self, frames: usize, v6: bool, counted: bool) {
+        if self.ring.len() == SENT_LOG {
+            self.ring.pop_front();
+        }
+        let k = frames.min(u16::MAX as usize) as u16;
+        self.ring.push_back((k, v6, counted));
+    }
+
+    /// The datagrams counted sent (per family: v4, v6) with a frame
+    /// among the newest `frames` frames: those not all completed.
+    pub(crate) fn newest(&self, mut frames: u64) -> [u64; 2] {
+        let mut lost = [0; 2];
+        for &(k, v6, counted) in self.ring.iter().rev() {
+            if frames == 0 {
+                break;
+            }
+            frames = frames.saturating_sub(k as u64);
+            lost[v6 as usize] += counted as u64;
+        }
+        lost
+    }
 }
 
 /// A TX port that keeps what it is given (tests, the simulated NIC).
@@ -210,6 +256,8 @@ impl Sockets {
         match lock(&self.tx).take() {
             Some(mut port) => {
                 let frames = port.finish();
+                let lost = lock(&self.sent).newest(port.unfinished());
+                self.uncount_sent(lost);
                 (port.counters(), frames)
             }
             None => (Vec::new(), (0, 0)),
@@ -217,17 +265,35 @@ impl Sockets {
     }
 
     /// Hand the datagrams to the TX port, which writes their frames where
-    /// they go (in place in an AF_XDP TX ring: no copy through a buffer).
-    pub(crate) fn transmit(&self, f: &Frames<'_>) -> Result<usize, SockError> {
+    /// they go (in place in an AF_XDP TX ring: no copy through a buffer);
+    /// `built`: each datagram's frames and family, in order. Returns the
+    /// frames taken. What was taken is logged in the order the port took
+    /// it ([`SentLog`]).
+    pub(crate) fn transmit(
+        &self,
+        f: &Frames<'_>,
+        built: &[(usize, bool)],
+    ) -> Result<usize, SockError> {
         let mut tx = lock(&self.tx);
         let port = tx.as_mut().ok_or(SockError::NoTx)?;
-        port.send_with(f.len(), &mut |i, buf| {
-            let (spec, payload, frag) = f.specs.get(i)?;
-            match frag {
-                None => write_udp(buf, spec, payload).ok(),
-                Some(fr) => write_udp_fragment(buf, spec, payload, *fr).ok(),
+        let taken = port
+            .send_with(f.len(), &mut |i, buf| {
+                let (spec, payload, frag) = f.specs.get(i)?;
+                match frag {
+                    None => write_udp(buf, spec, payload).ok(),
+                    Some(fr) => write_udp_fragment(buf, spec, payload, *fr).ok(),
+                }
+            })
+            .map_err(|e| SockError::Tx(e.to_string()))?;
+        let mut log = lock(&self.sent);
+        let mut at = 0;
+        for &(k, v6) in built {
+            if at >= taken {
+                break;
             }
-        })
-        .map_err(|e| SockError::Tx(e.to_string()))
+            log.push(k.min(taken - at), v6, at + k <= taken);
+            at += k;
+        }
+        Ok(taken)
     }
 }

@@ -58,6 +58,16 @@ impl TxPort for XskTxPort {
             ("xsk_tx_kicks", c.kicks),
         ]
     }
+
+    /// Frames posted that never came back through the completion ring
+    /// (the interface went with them in flight).
+    fn unfinished(&self) -> u64 {
+        let c = match &self.0 {
+            Some(tx) => tx.counters,
+            None => self.1,
+        };
+        c.sent.saturating_sub(c.completed)
+    }
 }
 
 /// The simulated NIC's TX ring, as the sockets' TX port.
