@@ -31,10 +31,23 @@ fn blast_in_bursts(
     tag: &str,
     burst: usize,
 ) -> serde_json::Value {
+    blast_to(ns, SRV, port, n, quit, tag, burst)
+}
+
+/// `udp_blast.py` in namespace `ns` to `dst:port`, a pause every `burst`.
+fn blast_to(
+    ns: &str,
+    dst: &str,
+    port: u16,
+    n: usize,
+    quit: bool,
+    tag: &str,
+    burst: usize,
+) -> serde_json::Value {
     let (port, n, burst) = (port.to_string(), n.to_string(), burst.to_string());
     let mut c = Command::new("ip");
     c.args([
-        "netns", "exec", ns, "python3", BLAST, SRV, &port, &n, "--tag", tag, "--burst", &burst,
+        "netns", "exec", ns, "python3", BLAST, dst, &port, &n, "--tag", tag, "--burst", &burst,
     ]);
     if !quit {
         c.arg("--no-quit");
@@ -171,6 +184,55 @@ fn a_hand_back_under_a_stream_reads_each_datagram_once() {
             );
             assert!(err.contains("handed back to the kernel"), "{mode}: {err}");
         }
+    }
+}
+
+/// An address added to the interface while the program runs (a VIP): a
+/// socket bound to the wildcard gets its datagrams, as on the kernel,
+/// beside those for the address it had.
+#[test]
+fn an_address_added_under_a_running_exec_is_served() {
+    let Some(p) = pair("ea") else { return };
+    const VIP: &str = "198.18.9.16";
+    let run = |exec: Option<&[&str]>| {
+        let prog = ["python3", SINK, "--port", "5410"];
+        let mut s = server(&p, exec, &prog);
+        wait_ready(&mut s);
+        common::sh(&[
+            "ip",
+            "-n",
+            &p.srv,
+            "addr",
+            "add",
+            &format!("{VIP}/24"),
+            "dev",
+            &p.srv_if,
+        ]);
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        blast_to(&p.cli, VIP, 5410, 100, false, "vip", 20);
+        blast(&p.cli, 5410, 100, false, "old");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert_eq!(blast(&p.cli, 5410, 0, true, "quit")["bye"], true);
+        let (st, out, err) = finish(s);
+        common::sh(&[
+            "ip",
+            "-n",
+            &p.srv,
+            "addr",
+            "del",
+            &format!("{VIP}/24"),
+            "dev",
+            &p.srv_if,
+        ]);
+        assert!(st.success(), "{exec:?}: {err}\n{out}");
+        (sink_line(&out), out, err)
+    };
+    let (k, _, _) = run(None);
+    assert_eq!(k["read"], 200, "the kernel: {k}");
+    for mode in ["xdp", "packet"] {
+        let (r, out, err) = run(Some(&["--mode", mode]));
+        assert_eq!(r, k, "{mode}: {out}\n{err}");
+        assert!(out.contains("sockets on rxpath 1 "), "{mode}: {out}");
     }
 }
 
