@@ -274,6 +274,10 @@ fn on_link_event(what: &str, gone: bool) {
     global().link_event(what, gone);
 }
 
+fn on_address(a: std::net::IpAddr) {
+    global().address(a);
+}
+
 /// The process is about to give up privileges (`capset`, `setuid` and
 /// their kin): open the device now, while it still may. A daemon that
 /// drops them before it binds (named keeps only `CAP_NET_BIND_SERVICE`
@@ -362,6 +366,20 @@ impl Global {
     /// kept for the report. With `gone`, rxpath's device went with it:
     /// every served socket goes back to the kernel, and nothing bound
     /// later is served.
+    /// The interface has address `a` ([`crate::linkwatch`]): a new one
+    /// is rxpath's IP input's too from now on, said and kept for the
+    /// report.
+    pub(crate) fn address(&self, a: std::net::IpAddr) {
+        let mut s = self.state();
+        let Some(r) = &s.running else { return };
+        if !r.host.sockets().add_local_addr(a) {
+            return;
+        }
+        let what = format!("address {a} added to the interface: served as its others");
+        say(&what);
+        s.link_events.push(what);
+    }
+
     pub(crate) fn link_event(&self, what: &str, gone: bool) {
         say(what);
         {
@@ -618,7 +636,7 @@ impl Global {
                 }
             };
         crate::forkq::set_port_map(host.port_map_fd());
-        crate::linkwatch::start(iface, on_link_event);
+        crate::linkwatch::start(iface, on_link_event, on_address);
         Ok(Running {
             metrics,
             control,

@@ -2,27 +2,33 @@
 //! notifications (netlink `RTMGRP_LINK`, and a look every second besides,
 //! asked of the kernel by ioctl rather than read from `/sys`, which a
 //! daemon that chroots no longer sees):
-//! deleted, made again (a new index), set down or up, its MTU changed.
-//! Each is said on stderr and kept for the report. An interface deleted or
+//! deleted, made again (a new index), set down or up, its MTU changed, an
+//! address added (`RTMGRP_IPV4_IFADDR`, `RTMGRP_IPV6_IFADDR`: a VIP,
+//! which rxpath's IP input then takes as the kernel's does). Each is said
+//! on stderr and kept for the report. An interface deleted or
 //! made again takes rxpath's device with it (the AF_XDP or AF_PACKET
 //! socket is bound to the old index): every served socket goes back to
 //! the kernel socket behind its fd, which the new interface reaches, and
 //! sockets bound later stay the kernel's. Down and up again, rxpath
-//! carries on (its XDP program and sockets stay bound). On AF_PACKET an
-//! MTU its ring slots cannot carry sends the sockets back too; on AF_XDP
-//! the XDP program passes frames too long for its frames to the kernel
-//! socket behind the fd.
+//! carries on (its XDP program and sockets stay bound). Frames longer
+//! than rxpath's frames hold go to the kernel socket behind the fd (the
+//! XDP program and AF_PACKET's tap filter leave them to it).
 
 use rxpath_dev::sys::iface::{LinkEvents, LinkState};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 /// What the watch saw: said and kept by the caller; `gone` when rxpath's
 /// device went with it and every socket must go back to the kernel.
 pub(crate) type OnEvent = fn(what: &str, gone: bool);
 
+/// The interface has address `a` (one it had when rxpath started, or a
+/// new one): the caller makes it rxpath's too, and says a new one.
+pub(crate) type OnAddress = fn(a: IpAddr);
+
 /// Watch `iface` (whose device rxpath just opened) on a thread of its own,
 /// telling `on_event`.
-pub(crate) fn start(iface: &str, on_event: OnEvent) {
+pub(crate) fn start(iface: &str, on_event: OnEvent, on_addr: OnAddress) {
     let events = match LinkEvents::open() {
         Ok(ev) => ev,
         Err(e) => {
@@ -37,7 +43,7 @@ pub(crate) fn start(iface: &str, on_event: OnEvent) {
     let name = iface.to_string();
     let r = std::thread::Builder::new()
         .name("rxpath-link".into())
-        .spawn(move || watch(events, &name, first, on_event));
+        .spawn(move || watch(events, &name, first, (on_event, on_addr)));
     if let Err(e) = r {
         crate::config::say(&format!(
             "the interface watch did not start ({e}): a deleted {iface} would go unnoticed"
@@ -45,10 +51,18 @@ pub(crate) fn start(iface: &str, on_event: OnEvent) {
     }
 }
 
-fn watch(events: LinkEvents, name: &str, first: LinkState, on_event: OnEvent) {
+fn watch(
+    events: LinkEvents,
+    name: &str,
+    first: LinkState,
+    (on_event, on_addr): (OnEvent, OnAddress),
+) {
     let start = Instant::now();
     let mut was = first;
     loop {
+        for (a, _) in rxpath_dev::sys::iface::prefixes(name).unwrap_or_default() {
+            on_addr(a);
+        }
         let _ = events.wait(Duration::from_secs(1));
         // Asked of the kernel, not read from /sys: a daemon that chrooted
         // still sees its interface. An error is no news.

@@ -213,6 +213,7 @@ fn ip_input_and_the_parsed_headers_key_the_cache_alike() {
         local_routes: Vec::new(),
         reasm: Default::default(),
         groups: Default::default(),
+        added: Default::default(),
     };
     for (fam, seed) in [(Family::V4, 11), (Family::V4, 12), (Family::V6, 13)] {
         let g = generate(Shape::Fw, fam, 300, 400, 0.8, seed);

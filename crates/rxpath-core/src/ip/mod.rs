@@ -141,6 +141,36 @@ pub struct IpConfig {
     /// The multicast groups the interface is in (shared with the sockets
     /// that join them): a datagram to another group is not ours.
     pub groups: std::sync::Arc<mcast::Memberships>,
+    /// Addresses the interface gained while the host runs (a VIP added
+    /// with `ip addr add`), shared with whoever watches the interface:
+    /// ours too, as `addrs`.
+    pub added: std::sync::Arc<AddedAddrs>,
+}
+
+/// Addresses added to the interface while the host runs, as the kernel's
+/// `RTM_NEWADDR` tells them. Read only for a destination not in
+/// [`IpConfig::addrs`], so the common case never takes its lock.
+#[derive(Debug, Default)]
+pub struct AddedAddrs(std::sync::RwLock<Vec<IpAddr>>);
+
+impl AddedAddrs {
+    /// `a` is ours from now on; false if it already was.
+    pub fn add(&self, a: IpAddr) -> bool {
+        let mut v = self.0.write().unwrap_or_else(|e| e.into_inner());
+        if v.contains(&a) {
+            return false;
+        }
+        v.push(a);
+        true
+    }
+
+    /// `a` was added.
+    pub fn contains(&self, a: IpAddr) -> bool {
+        self.0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&a)
+    }
 }
 
 /// IP reassembly's settings, per family (`net.ipv4.ipfrag_*`,
@@ -230,7 +260,7 @@ impl IpConfig {
                 }
             }
         }
-        !any
+        !any || self.added.contains(a)
     }
 
     /// A broadcast address for us: the limited broadcast, or the
@@ -240,7 +270,7 @@ impl IpConfig {
     }
 
     fn has_addr(&self, a: IpAddr) -> bool {
-        self.addrs.contains(&a)
+        self.addrs.contains(&a) || self.added.contains(a)
     }
 
     /// A route to `a`: on a connected prefix, through a default route, or

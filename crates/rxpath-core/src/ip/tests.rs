@@ -23,6 +23,7 @@ fn cfg() -> IpConfig {
         local_routes: Vec::new(),
         reasm: Default::default(),
         groups: Default::default(),
+        added: Default::default(),
     }
 }
 
@@ -96,6 +97,27 @@ fn padding_trimmed_and_truncation_counted() {
     let f = v6(b"abcdef");
     let (_, s) = run(&f[..f.len() - 1]);
     assert_eq!(s.ip6.in_truncated_pkts, 1);
+}
+
+/// An address the interface gains while the host runs (a VIP): not ours
+/// before, ours from then on, as the kernel's `RTM_NEWADDR`.
+#[test]
+fn an_address_added_while_running_is_ours() {
+    let c = cfg();
+    let vip = "198.18.9.16".parse().unwrap();
+    let f = build::udp(
+        &Spec::new("198.18.9.5".parse().unwrap(), vip, 4000, 7),
+        b"x",
+    );
+    let mut s = Snmp::default();
+    assert_eq!(
+        input(&f, CsumStatus::None, &c, &mut s),
+        Err(DropReason::NotForUs)
+    );
+    assert!(c.added.add(vip));
+    assert!(!c.added.add(vip), "once");
+    let d = input(&f, CsumStatus::None, &c, &mut s).expect("ours now");
+    assert_eq!(d.dst.ip(), vip);
 }
 
 #[test]

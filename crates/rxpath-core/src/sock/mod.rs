@@ -300,6 +300,9 @@ pub struct Sockets {
     gro_gen: std::sync::atomic::AtomicU64,
     /// The multicast groups its sockets joined (IP input reads them).
     groups: Arc<crate::ip::mcast::Memberships>,
+    /// Addresses the interface gained while the host runs (every NAPI's
+    /// IP input shares it).
+    added: Arc<crate::ip::AddedAddrs>,
 }
 
 impl crate::gro::UdpGroPolicy for Sockets {
@@ -375,6 +378,7 @@ impl Sockets {
             next_port: AtomicU16::new(0),
             counters: Counters::default(),
             groups: Arc::default(),
+            added: Arc::default(),
         })
     }
 
@@ -397,6 +401,7 @@ impl Sockets {
             local_routes: Vec::new(),
             reasm: self.cfg.reasm,
             groups: self.groups.clone(),
+            added: self.added.clone(),
         }
     }
 
@@ -428,6 +433,13 @@ impl Sockets {
             c.out_datagrams.fetch_sub(n, Ordering::Relaxed);
             c.tx_unfinished.fetch_add(n, Ordering::Relaxed);
         }
+    }
+
+    /// The interface gained address `a` (`RTM_NEWADDR`): IP input takes
+    /// datagrams for it from the next one on. False if it was ours
+    /// already.
+    pub fn add_local_addr(&self, a: IpAddr) -> bool {
+        !self.cfg.local_addrs.contains(&a) && self.added.add(a)
     }
 
     /// Count sent and failed datagrams of a family.

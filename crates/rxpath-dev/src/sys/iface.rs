@@ -207,9 +207,10 @@ impl LinkState {
     }
 }
 
-/// The kernel's link notifications (`RTMGRP_LINK` on a `NETLINK_ROUTE`
-/// socket): an interface made, deleted, set up or down, or its MTU
-/// changed, in this network namespace.
+/// The kernel's link and address notifications (`RTMGRP_LINK`,
+/// `RTMGRP_IPV4_IFADDR` and `RTMGRP_IPV6_IFADDR` on a `NETLINK_ROUTE`
+/// socket): an interface made, deleted, set up or down, its MTU changed,
+/// an address added or removed, in this network namespace.
 #[derive(Debug)]
 pub struct LinkEvents {
     fd: std::os::fd::OwnedFd,
@@ -229,7 +230,8 @@ impl LinkEvents {
         // SAFETY: all-zero bytes are a valid sockaddr_nl.
         let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
         sa.nl_family = libc::AF_NETLINK as u16;
-        sa.nl_groups = libc::RTMGRP_LINK as u32;
+        sa.nl_groups =
+            (libc::RTMGRP_LINK | libc::RTMGRP_IPV4_IFADDR | libc::RTMGRP_IPV6_IFADDR) as u32;
         // `sa` lives across the call, its size given.
         syscall!(bind(
             fd.as_raw_fd(),
