@@ -236,6 +236,55 @@ fn an_address_added_under_a_running_exec_is_served() {
     }
 }
 
+const WILD: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/apps/wild_and_specific.py"
+);
+
+/// A socket on a specific address beside a wildcard socket on the same
+/// port, the specific one the kernel's (an option before `bind`, or one
+/// after it that hands it back) while the wildcard one is rxpath's: the
+/// kernel gives the address's datagrams to the specific socket, and so
+/// must rxpath (the port map's exact key says the kernel's, before its
+/// wildcard key).
+#[test]
+fn a_specific_socket_on_the_kernel_keeps_its_datagrams_beside_a_wildcard() {
+    let Some(p) = pair("ew") else { return };
+    for how in ["--kernel", "--handback"] {
+        specific_beside_wildcard(&p, how);
+    }
+}
+
+fn specific_beside_wildcard(p: &Pair, how: &str) {
+    let run = |exec: Option<&[&str]>| {
+        let prog = ["python3", WILD, "--port", "5411", "--addr", SRV, how];
+        let mut s = server(p, exec, &prog);
+        wait_ready(&mut s);
+        blast(&p.cli, 5411, 100, false, "to-addr");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert_eq!(blast(&p.cli, 5411, 0, true, "quit")["bye"], true);
+        let (st, out, err) = finish(s);
+        assert!(st.success(), "{exec:?}: {err}\n{out}");
+        let l = out
+            .lines()
+            .find(|l| l.starts_with('{'))
+            .expect("a JSON line");
+        (
+            serde_json::from_str::<serde_json::Value>(l).unwrap(),
+            out,
+            err,
+        )
+    };
+    let (k, _, _) = run(None);
+    assert_eq!(k["specific"], 100, "the kernel: {k}");
+    assert_eq!(k["wildcard"], 0, "the kernel: {k}");
+    for mode in ["xdp", "packet"] {
+        let (r, out, err) = run(Some(&["--mode", mode]));
+        assert_eq!(r, k, "{how} {mode}: {out}\n{err}");
+        assert!(out.contains("sockets on rxpath "), "{how} {mode}: {out}");
+    }
+}
+
 const TWO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/two_sockets.py");
 const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/udp_client.py");
 
