@@ -202,6 +202,9 @@ struct State {
     gone: Option<String>,
     /// Where the report goes ([`report_file`]), opened as the host started.
     report: Option<std::fs::File>,
+    /// Specific addresses whose socket is the kernel's: the port map says
+    /// so ([`Global::kernel_keeps`]) unless an rxpath socket takes them.
+    kernel_keys: std::collections::BTreeSet<PortKey>,
 }
 
 /// The process's preload state.
@@ -243,6 +246,7 @@ pub(crate) fn global() -> &'static Global {
             cfg,
             ifindex: OnceLock::new(),
             state: Mutex::new(State {
+                kernel_keys: Default::default(),
                 running: None,
                 failed: None,
                 accelerated: 0,
@@ -270,6 +274,16 @@ pub(crate) fn set_hand_all_back(f: fn(&str)) {
 }
 
 /// The interface watch's report ([`crate::linkwatch`]).
+/// [`Host::leave_port`], a failure said.
+fn leave(host: &Host, k: PortKey) {
+    if let Err(e) = host.leave_port(k) {
+        say(&format!(
+            "leaving {} to the kernel in the port map: {e}",
+            k.addr
+        ));
+    }
+}
+
 fn on_link_event(what: &str, gone: bool) {
     global().link_event(what, gone);
 }
@@ -406,6 +420,9 @@ impl Global {
         }
         match as_library(|| self.start(iface)) {
             Ok(h) => {
+                for k in &s.kernel_keys {
+                    leave(&h.host, *k);
+                }
                 s.running = Some(h);
                 if let Some(path) = &self.cfg.report {
                     match report_file(path) {
@@ -548,7 +565,12 @@ impl Global {
     /// `SO_REUSEPORT` sibling): its datagrams still come to rxpath.
     pub(crate) fn release(&self, keys: &[PortKey]) -> bool {
         let mut s = self.state();
-        let Some(r) = s.running.as_mut() else {
+        let State {
+            running,
+            kernel_keys,
+            ..
+        } = &mut *s;
+        let Some(r) = running.as_mut() else {
             return false;
         };
         let mut shared = false;
@@ -559,7 +581,9 @@ impl Global {
             *n -= 1;
             if *n == 0 {
                 r.ports.remove(k);
-                if let Err(e) = r.host.take_port(*k, false) {
+                if kernel_keys.contains(k) {
+                    leave(&r.host, *k);
+                } else if let Err(e) = r.host.take_port(*k, false) {
                     say(&format!("giving {} back to the kernel: {e}", k.addr));
                 }
             } else {
@@ -567,6 +591,28 @@ impl Global {
             }
         }
         shared
+    }
+
+    /// A socket bound to `addr` is the kernel's (it stayed there at
+    /// `bind`, or was handed back): if `addr` is a specific address, the
+    /// port map leaves it to the kernel even where an rxpath socket takes
+    /// the port's wildcard, as the kernel's lookup prefers the bound
+    /// address. Kept until the process exits: should that socket close,
+    /// the kernel gives what comes to its wildcard socket, the one behind
+    /// rxpath's fd, which the program reads all the same.
+    pub(crate) fn kernel_keeps(&self, addr: SocketAddr, v6only: bool) {
+        if addr.port() == 0 {
+            return;
+        }
+        let mut s = self.state();
+        for k in map_keys(addr, v6only) {
+            if k.addr.ip().is_unspecified() || !s.kernel_keys.insert(k) {
+                continue;
+            }
+            if let Some(r) = s.running.as_ref().filter(|r| !r.ports.contains_key(&k)) {
+                leave(&r.host, k);
+            }
+        }
     }
 
     fn start(&self, iface: &str) -> Result<Running, String> {

@@ -45,6 +45,7 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
     let g = global();
     if let Some(why) = &p.refuse {
         table::remove(fd);
+        g.kernel_keeps(addr, p.v6only);
         return g.fallback(Fallback::Option, why);
     }
     let opts = rxpath_core::sock::BindOptions {
@@ -60,6 +61,7 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
         Ok(s) => s,
         Err((why, detail)) => {
             table::remove(fd);
+            g.kernel_keeps(addr, v6only);
             return g.fallback(why, &detail);
         }
     };
@@ -285,6 +287,7 @@ pub(crate) fn hand_back(a: &Accel, why: Fallback, detail: &str) {
     }
     let g = global();
     let shared = g.release(&a.keys);
+    g.kernel_keeps(a.sock.local_addr(), a.sock.socket().only_v6());
     if shared {
         // A sibling keeps the port in the XDP program's map: rxpath's
         // group must stop giving this socket its share, which its reads

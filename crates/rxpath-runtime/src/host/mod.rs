@@ -687,6 +687,18 @@ impl Host {
         }
     }
 
+    /// Leave destination `key` (a specific address, whose socket is the
+    /// kernel's) to the kernel even where the port map takes its port's
+    /// wildcard, as the kernel's lookup prefers the bound address.
+    /// `Ok(false)` for a host without a port map.
+    pub fn leave_port(&self, key: rxpath_dev::sys::xdp::PortKey) -> std::io::Result<bool> {
+        match (&self.xdp, &self.tap) {
+            (Some(p), _) if p.has_port_map() => p.leave_port(key).map(|()| true),
+            (_, Some(t)) => t.leave_port(key).map(|()| true),
+            _ => Ok(false),
+        }
+    }
+
     /// The XDP program's port map descriptor, if it has one (a forked
     /// child of the process keeps it to give a port back).
     pub fn port_map_fd(&self) -> Option<std::os::fd::RawFd> {

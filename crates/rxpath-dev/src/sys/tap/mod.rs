@@ -9,7 +9,7 @@
 //! dying) detaches both.
 
 use super::bpf::{self, Object, BPF_LINK_CREATE, BPF_MAP_TYPE_PERCPU_ARRAY};
-use super::xdp::prog::{cfg_bytes, cfg_map, port_map_new, take_in};
+use super::xdp::prog::{cfg_bytes, cfg_map, leave_in, port_map_new, take_in};
 use super::xdp::{ctx, PortKey, XdpFilter, PORT_MAP_ENTRIES};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -86,6 +86,12 @@ impl TapProgram {
     /// to the kernel, from the next frame on.
     pub fn take_port(&self, key: PortKey, on: bool) -> io::Result<()> {
         take_in(self.ports.as_raw_fd(), key, on)
+    }
+
+    /// Leave destination `key` (a specific address) to the kernel even
+    /// where its port's wildcard is taken.
+    pub fn leave_port(&self, key: PortKey) -> io::Result<()> {
+        leave_in(self.ports.as_raw_fd(), key)
     }
 
     /// The port map's descriptor (a forked child keeps it, to give a port

@@ -92,12 +92,20 @@ struct port_key {
 	u8 addr[16];
 };
 
+// The values, as in rxpath_xdp.bpf.c: rxpath's, or the kernel's (an
+// address whose socket is the kernel's, before a wildcard one).
+#define TAKE 1
+#define KERNEL 2
+
 static __attribute__((always_inline)) int taken(struct port_key *key)
 {
-	if (bpf_map_lookup_elem(ports, key))
-		return 1;
+	u8 *v = bpf_map_lookup_elem(ports, key);
+
+	if (v)
+		return *v == TAKE;
 	__builtin_memset(key->addr, 0, 16);
-	return bpf_map_lookup_elem(ports, key) != 0;
+	v = bpf_map_lookup_elem(ports, key);
+	return v && *v == TAKE;
 }
 
 // IPv4 at `l3`: not a fragment, the port after the header and options.

@@ -205,12 +205,25 @@ pub(in crate::sys) fn cfg_map(obj: &Object, cfg: [u8; CFG_LEN]) -> io::Result<Ow
     bpf::rodata_map(&rodata)
 }
 
+/// A port map value: the destination is rxpath's.
+const TAKE: u8 = 1;
+/// A port map value: the destination's socket is the kernel's, which the
+/// kernel picks before a wildcard socket on the port.
+const KERNEL: u8 = 2;
+
 /// Take (`on`) or give back destination `key` in the port map `map`.
 pub(in crate::sys) fn take_in(map: RawFd, key: PortKey, on: bool) -> io::Result<()> {
     if !on {
         return release_port(map, key);
     }
-    bpf::update(map, &key.bytes(), &[1]).map_err(|e| ctx(e, "adding a port"))
+    bpf::update(map, &key.bytes(), &[TAKE]).map_err(|e| ctx(e, "adding a port"))
+}
+
+/// Mark `key` (a specific address) the kernel's in the port map `map`:
+/// its frames go to the kernel even where rxpath takes the port's
+/// wildcard, as the kernel's lookup prefers the bound address.
+pub(in crate::sys) fn leave_in(map: RawFd, key: PortKey) -> io::Result<()> {
+    bpf::update(map, &key.bytes(), &[KERNEL]).map_err(|e| ctx(e, "marking a port the kernel's"))
 }
 
 /// Give destination `key` back to the kernel in the port map `map` (an
@@ -269,6 +282,19 @@ impl XdpProgram {
             ));
         };
         take_in(ports.as_raw_fd(), key, on)
+    }
+
+    /// Leave destination `key` (a specific address) to the kernel even
+    /// where the program takes its port's wildcard: the kernel has a
+    /// socket bound to it. An error without a port map, or when full.
+    pub fn leave_port(&self, key: PortKey) -> io::Result<()> {
+        match &self.ports {
+            Some(ports) => leave_in(ports.as_raw_fd(), key),
+            None => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "this XDP program takes no port map",
+            )),
+        }
     }
 
     /// The program takes ports by its port map.

@@ -80,7 +80,12 @@ static __attribute__((always_inline)) u16 load16(const u8 *p)
 
 // The port map's key: a destination as the kernel keys sockets, by
 // family, protocol, address and port; a socket bound to its family's
-// wildcard is the key with an all-zero address (prog.rs: PortKey).
+// wildcard is the key with an all-zero address (prog.rs: PortKey). Its
+// value: TAKE (rxpath's), or KERNEL for an address whose socket is the
+// kernel's, which the kernel picks before a wildcard socket on the port
+// (rxpath's or not).
+#define TAKE 1
+#define KERNEL 2
 struct port_key {
 	u8 family; // 4 or 6
 	u8 proto;
@@ -106,10 +111,13 @@ static __attribute__((always_inline)) int port_taken(const u8 *l4, u8 proto, u8 
 			__builtin_memcpy(key.addr, daddr, 4);
 		else
 			__builtin_memcpy(key.addr, daddr, 16);
-		if (bpf_map_lookup_elem(ports, &key))
-			return 1;
+		u8 *v = bpf_map_lookup_elem(ports, &key);
+
+		if (v)
+			return *v == TAKE;
 		__builtin_memset(key.addr, 0, 16);
-		return bpf_map_lookup_elem(ports, &key) != 0;
+		v = bpf_map_lookup_elem(ports, &key);
+		return v && *v == TAKE;
 	}
 	return !cfg.has_port || dport == cfg.port;
 }
