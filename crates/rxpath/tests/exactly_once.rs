@@ -187,6 +187,45 @@ fn a_hand_back_under_a_stream_reads_each_datagram_once() {
     }
 }
 
+/// An anycast address on `lo` (as DNS servers announce theirs) that
+/// queries reach through the interface: the kernel takes them as its own
+/// (any interface's address is the host's), and a wildcard socket on
+/// rxpath gets them too.
+#[test]
+fn an_address_on_lo_reached_through_the_interface_is_served() {
+    let Some(p) = pair("el") else { return };
+    const ANYCAST: &str = "198.18.9.17";
+    common::sh(&[
+        "ip",
+        "-n",
+        &p.srv,
+        "addr",
+        "add",
+        &format!("{ANYCAST}/32"),
+        "dev",
+        "lo",
+    ]);
+    let run = |exec: Option<&[&str]>| {
+        let prog = ["python3", SINK, "--port", "5412"];
+        let mut s = server(&p, exec, &prog);
+        wait_ready(&mut s);
+        blast_to(&p.cli, ANYCAST, 5412, 100, false, "anycast", 20);
+        blast(&p.cli, 5412, 100, false, "unicast");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert_eq!(blast(&p.cli, 5412, 0, true, "quit")["bye"], true);
+        let (st, out, err) = finish(s);
+        assert!(st.success(), "{exec:?}: {err}\n{out}");
+        (sink_line(&out), out, err)
+    };
+    let (k, _, _) = run(None);
+    assert_eq!(k["read"], 200, "the kernel: {k}");
+    for mode in ["xdp", "packet"] {
+        let (r, out, err) = run(Some(&["--mode", mode]));
+        assert_eq!(r, k, "{mode}: {out}\n{err}");
+        assert!(out.contains("sockets on rxpath 1 "), "{mode}: {out}");
+    }
+}
+
 /// An address added to the interface while the program runs (a VIP): a
 /// socket bound to the wildcard gets its datagrams, as on the kernel,
 /// beside those for the address it had.
