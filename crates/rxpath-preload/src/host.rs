@@ -288,8 +288,8 @@ fn on_link_event(what: &str, gone: bool) {
     global().link_event(what, gone);
 }
 
-fn on_address(a: std::net::IpAddr) {
-    global().address(a);
+fn on_address(a: std::net::IpAddr, on: &str, added: bool) {
+    global().address(a, on, added);
 }
 
 /// The process is about to give up privileges (`capset`, `setuid` and
@@ -380,16 +380,17 @@ impl Global {
     /// kept for the report. With `gone`, rxpath's device went with it:
     /// every served socket goes back to the kernel, and nothing bound
     /// later is served.
-    /// The interface has address `a` ([`crate::linkwatch`]): a new one
-    /// is rxpath's IP input's too from now on, said and kept for the
-    /// report.
-    pub(crate) fn address(&self, a: std::net::IpAddr) {
+    /// The host has address `a` on interface `on` ([`crate::linkwatch`]):
+    /// rxpath's IP input takes it too from now on, as the kernel takes
+    /// any interface's address; one `added` while the program runs is
+    /// said and kept for the report.
+    pub(crate) fn address(&self, a: std::net::IpAddr, on: &str, added: bool) {
         let mut s = self.state();
         let Some(r) = &s.running else { return };
-        if !r.host.sockets().add_local_addr(a) {
+        if !r.host.sockets().add_local_addr(a) || !added {
             return;
         }
-        let what = format!("address {a} added to the interface: served as its others");
+        let what = format!("address {a} added on {on}: served as the host's others");
         say(&what);
         s.link_events.push(what);
     }
@@ -650,6 +651,11 @@ impl Global {
             },
         };
         let host = Host::start(cfg, dev).map_err(|e| e.to_string())?;
+        // Every interface's addresses are the host's (the watch adds
+        // those that come later).
+        for (_, a) in crate::linkwatch::host_addresses(iface) {
+            host.sockets().add_local_addr(a);
+        }
         say(&format!(
             "UDP on {iface} through rxpath ({})",
             host.backend()

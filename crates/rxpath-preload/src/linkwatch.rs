@@ -3,9 +3,13 @@
 //! asked of the kernel by ioctl rather than read from `/sys`, which a
 //! daemon that chroots no longer sees):
 //! deleted, made again (a new index), set down or up, its MTU changed, an
-//! address added (`RTMGRP_IPV4_IFADDR`, `RTMGRP_IPV6_IFADDR`: a VIP,
-//! which rxpath's IP input then takes as the kernel's does). Each is said
-//! on stderr and kept for the report. An interface deleted or
+//! address added (`RTMGRP_IPV4_IFADDR`, `RTMGRP_IPV6_IFADDR`: a VIP).
+//! Each is said on stderr and kept for the report. The host's addresses
+//! are every interface's, as the kernel takes a datagram for any of them
+//! on any interface (an anycast address on `lo`): rxpath's IP input takes
+//! them all, those there at the start and those added since; loopback
+//! addresses and other interfaces' IPv6 link-local ones aside, which the
+//! kernel does not take from this interface. An interface deleted or
 //! made again takes rxpath's device with it (the AF_XDP or AF_PACKET
 //! socket is bound to the old index): every served socket goes back to
 //! the kernel socket behind its fd, which the new interface reaches, and
@@ -22,9 +26,9 @@ use std::time::{Duration, Instant};
 /// device went with it and every socket must go back to the kernel.
 pub(crate) type OnEvent = fn(what: &str, gone: bool);
 
-/// The interface has address `a` (one it had when rxpath started, or a
-/// new one): the caller makes it rxpath's too, and says a new one.
-pub(crate) type OnAddress = fn(a: IpAddr);
+/// The host has address `a` on interface `on`: the caller makes it
+/// rxpath's too, and says it if `added` (it came while rxpath ran).
+pub(crate) type OnAddress = fn(a: IpAddr, on: &str, added: bool);
 
 /// Watch `iface` (whose device rxpath just opened) on a thread of its own,
 /// telling `on_event`.
@@ -59,10 +63,15 @@ fn watch(
 ) {
     let start = Instant::now();
     let mut was = first;
+    let mut seen = std::collections::HashSet::new();
+    let mut first_look = true;
     loop {
-        for (a, _) in rxpath_dev::sys::iface::prefixes(name).unwrap_or_default() {
-            on_addr(a);
+        for (on, a) in host_addresses(name) {
+            if seen.insert(a) {
+                on_addr(a, &on, !first_look);
+            }
         }
+        first_look = false;
         let _ = events.wait(Duration::from_secs(1));
         // Asked of the kernel, not read from /sys: a daemon that chrooted
         // still sees its interface. An error is no news.
@@ -93,4 +102,20 @@ fn watch(
         }
         was = now;
     }
+}
+
+/// The host's addresses a datagram arriving on `name` may be for, each
+/// with its interface: every interface's, but loopback addresses (the
+/// kernel drops them from another interface as martians) and other
+/// interfaces' IPv6 link-local ones (scoped to their link).
+pub(crate) fn host_addresses(name: &str) -> Vec<(String, IpAddr)> {
+    let all = rxpath_dev::sys::iface::host_addresses().unwrap_or_default();
+    all.into_iter()
+        .filter(|(on, a)| match a {
+            IpAddr::V4(v4) => !v4.is_loopback(),
+            IpAddr::V6(v6) => {
+                !v6.is_loopback() && (on == name || (v6.segments()[0] & 0xffc0) != 0xfe80)
+            }
+        })
+        .collect()
 }

@@ -113,6 +113,27 @@ impl KernelPortGuard {
 /// (`getifaddrs` netmasks), in the calling thread's network namespace.
 pub fn prefixes(name: &str) -> io::Result<Vec<(std::net::IpAddr, u8)>> {
     let mut out = Vec::new();
+    each_address(|n, a, len| {
+        if n == name.as_bytes() {
+            out.push((a, len));
+        }
+    })?;
+    Ok(out)
+}
+
+/// Every address of every interface in the calling thread's network
+/// namespace, with its interface's name: what the kernel takes as the
+/// host's own (`RTN_LOCAL`), whichever interface a datagram for it comes
+/// in on.
+pub fn host_addresses() -> io::Result<Vec<(String, std::net::IpAddr)>> {
+    let mut out = Vec::new();
+    each_address(|n, a, _| out.push((String::from_utf8_lossy(n).into_owned(), a)))?;
+    Ok(out)
+}
+
+/// Call `f` with each interface address `getifaddrs` lists: the
+/// interface's name, the address, its prefix length.
+fn each_address(mut f: impl FnMut(&[u8], std::net::IpAddr, u8)) -> io::Result<()> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     syscall!(getifaddrs(&mut head as *mut *mut libc::ifaddrs))?;
     let mut p = head;
@@ -125,10 +146,7 @@ pub fn prefixes(name: &str) -> io::Result<Vec<(std::net::IpAddr, u8)>> {
             continue;
         }
         // SAFETY: ifa_name is a NUL-terminated string (checked non-null).
-        let n = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
-        if n.to_bytes() != name.as_bytes() {
-            continue;
-        }
+        let n = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_bytes();
         // SAFETY: both pointers are non-null; sa_family says which sockaddr
         // the address is, and the netmask has the same family.
         unsafe {
@@ -136,18 +154,20 @@ pub fn prefixes(name: &str) -> io::Result<Vec<(std::net::IpAddr, u8)>> {
                 libc::AF_INET => {
                     let a = &*(ifa.ifa_addr as *const libc::sockaddr_in);
                     let m = &*(ifa.ifa_netmask as *const libc::sockaddr_in);
-                    out.push((
+                    f(
+                        n,
                         std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)).into(),
                         u32::from_be(m.sin_addr.s_addr).count_ones() as u8,
-                    ));
+                    );
                 }
                 libc::AF_INET6 => {
                     let a = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
                     let m = &*(ifa.ifa_netmask as *const libc::sockaddr_in6);
-                    out.push((
+                    f(
+                        n,
                         std::net::Ipv6Addr::from(a.sin6_addr.s6_addr).into(),
                         u128::from_be_bytes(m.sin6_addr.s6_addr).count_ones() as u8,
-                    ));
+                    );
                 }
                 _ => {}
             }
@@ -155,7 +175,7 @@ pub fn prefixes(name: &str) -> io::Result<Vec<(std::net::IpAddr, u8)>> {
     }
     // SAFETY: `head` came from getifaddrs and is freed once.
     unsafe { libc::freeifaddrs(head) };
-    Ok(out)
+    Ok(())
 }
 
 /// Whether the kernel has an IPv4 / IPv6 default route through `name`
