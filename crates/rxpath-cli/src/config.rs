@@ -54,7 +54,7 @@ fn flag(key: &str, v: &toml::Value) -> Result<Vec<OsString>> {
 /// also the keys, to name an unknown one.
 pub fn expand(args: Vec<OsString>) -> Result<(Vec<OsString>, Vec<String>)> {
     expand_with(args, |path| {
-        crate::preload_config::read_config_file(path.as_ref())
+        rxpath_contract::config::read_config_file(path.as_ref())
             .map_err(|e| anyhow::anyhow!("--config {}: {e}", path.to_string_lossy()))
     })
 }

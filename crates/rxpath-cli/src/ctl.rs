@@ -26,6 +26,8 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use rxpath_contract::ctl::{Reply, Request, REPLY_MAX};
+
 pub use rxpath_runtime::ctl::{answer, dir, path_of, Control, Knobs};
 
 /// `rxpath run`'s knobs; with `--filter`, also `filter_reloads` (get:
@@ -171,12 +173,8 @@ pub fn ctl(a: CtlArgs) -> Result<ExitCode> {
     // Whatever listens there may never answer, or never stop.
     s.set_read_timeout(Some(REPLY_TIMEOUT))?;
     s.set_write_timeout(Some(REPLY_TIMEOUT))?;
-    let req = match &a.what {
-        CtlCmd::Show => "show".to_string(),
-        CtlCmd::Get { name } => format!("get {name}"),
-        CtlCmd::Set { name, value } => format!("set {name} {value}"),
-    };
-    writeln!(s, "{req}").with_context(|| format!("{}", path.display()))?;
+    let req = request(&a.what)?;
+    writeln!(s, "{}", req.line()).with_context(|| format!("{}", path.display()))?;
     let mut b = Vec::new();
     std::io::Read::take(s, REPLY_MAX as u64 + 1)
         .read_to_end(&mut b)
@@ -189,89 +187,36 @@ pub fn ctl(a: CtlArgs) -> Result<ExitCode> {
     }
     let out = String::from_utf8_lossy(&b);
     let out = out.trim_end();
-    if let Some(e) = out.strip_prefix("error: ") {
-        if !e.contains('\n') {
-            bail!("{e}");
+    match Reply::parse(&req, out) {
+        Ok(Reply::Error(e)) => bail!("{e}"),
+        Ok(_) => println!("{out}"),
+        Err(e) => {
+            let mut seen: String = out.chars().take(60).collect();
+            if seen.len() < out.len() {
+                seen.push_str("...");
+            }
+            bail!(
+                "{}: {e}, not an rxpath control socket's: {seen:?}",
+                path.display()
+            )
         }
     }
-    check_reply(&a.what, out).map_err(|e| {
-        let mut seen: String = out.chars().take(60).collect();
-        if seen.len() < out.len() {
-            seen.push_str("...");
-        }
-        anyhow::anyhow!(
-            "{}: {e}, not an rxpath control socket's: {seen:?}",
-            path.display()
-        )
-    })?;
-    println!("{out}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The request `what` asks for (a value that is not a number is said
+/// here, as the process would).
+fn request(what: &CtlCmd) -> Result<Request> {
+    Ok(match what {
+        CtlCmd::Show => Request::Show,
+        CtlCmd::Get { name } => Request::Get(name.clone()),
+        CtlCmd::Set { name, value } => match Request::parse(&format!("set {name} {value}")) {
+            Ok(r) => r,
+            Err(Reply::Error(e)) => bail!("{e}"),
+            Err(_) => bail!("set NAME VALUE"),
+        },
+    })
 }
 
 /// How long `ctl` waits for the answer (a run answers at once).
 const REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// The longest answer `ctl` reads (`show` lists a few knobs).
-const REPLY_MAX: usize = 64 << 10;
-
-/// Whether `reply` (its trailing newline trimmed) is what the protocol
-/// answers to `req`: `show`, lines of a knob's name and a number; `get`,
-/// a number; `set`, `ok`.
-pub fn check_reply(req: &CtlCmd, reply: &str) -> Result<(), String> {
-    let number = |v: &str| v.parse::<u64>().is_ok();
-    let name = |n: &str| {
-        !n.is_empty()
-            && n.chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.')
-    };
-    let ok = match req {
-        CtlCmd::Show => !reply.is_empty()
-            && reply.split('\n').all(
-                |l| matches!(l.split(' ').collect::<Vec<_>>()[..], [n, v] if name(n) && number(v)),
-            ),
-        CtlCmd::Get { .. } => number(reply),
-        CtlCmd::Set { .. } => reply == "ok",
-    };
-    if ok {
-        return Ok(());
-    }
-    Err(match req {
-        CtlCmd::Show => "the answer to show is not lines of NAME VALUE",
-        CtlCmd::Get { .. } => "the answer to get is not a number",
-        CtlCmd::Set { .. } => "the answer to set is not ok",
-    }
-    .into())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{check_reply, CtlCmd};
-
-    #[test]
-    fn replies_are_checked_against_the_request() {
-        let get = CtlCmd::Get { name: "x".into() };
-        let set = CtlCmd::Set {
-            name: "x".into(),
-            value: "1".into(),
-        };
-        assert!(check_reply(&CtlCmd::Show, "net.core.netdev_budget 300\nrps_cpus 3").is_ok());
-        assert!(check_reply(&get, "300").is_ok());
-        assert!(check_reply(&set, "ok").is_ok());
-        for bad in [
-            "",
-            "ok",
-            "a b c",
-            "net.core.netdev_budget -1",
-            "x 1\n",
-            "HTTP/1.1 200 OK",
-        ] {
-            assert!(check_reply(&CtlCmd::Show, bad).is_err(), "show {bad:?}");
-        }
-        for bad in ["", "ok", "1 2", "300\n301", "-1"] {
-            assert!(check_reply(&get, bad).is_err(), "get {bad:?}");
-        }
-        for bad in ["", "OK", "42", "ok\nok"] {
-            assert!(check_reply(&set, bad).is_err(), "set {bad:?}");
-        }
-    }
-}

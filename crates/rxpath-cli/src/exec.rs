@@ -2,8 +2,11 @@
 //! rxpath (`librxpath_preload.so` through `LD_PRELOAD`), then print the
 //! path's accounting as `echo` does.
 
+use crate::preload_flags::PreloadFlags;
 use anyhow::{bail, Context};
 use clap::Args;
+use rxpath_contract::report::{Path as Served, PreloadReport};
+use rxpath_contract::{Config, OPTIONS};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -13,61 +16,9 @@ pub const PRELOAD_LIB: &str = "librxpath_preload.so";
 /// `rxpath exec` options.
 #[derive(Debug, Args)]
 pub struct ExecArgs {
-    /// The interface whose UDP sockets rxpath takes (`RXPATH_IFACE`).
-    #[arg(long)]
-    pub iface: String,
-    /// AF_XDP, AF_PACKET, or AF_XDP with AF_PACKET if it cannot be set up.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "xdp", "packet"])]
-    pub mode: String,
-    /// Busy-poll for US µs in every read before sleeping (SO_BUSY_POLL for
-    /// every socket; 0 = readers sleep).
-    #[arg(long, default_value_t = 0, value_name = "US")]
-    pub busy_poll: u32,
-    /// Packets one poll of a reading or waiting thread takes from its queue
-    /// (SO_BUSY_POLL_BUDGET for every socket unless it sets its own; the
-    /// kernel's default is 8).
-    #[arg(long, default_value_t = 64, value_name = "N")]
-    pub busy_poll_budget: u16,
-    /// Prefer busy polling: keep the queue's interrupt masked NS after a
-    /// busy poll.
-    #[arg(long, default_value_t = 0, value_name = "NS")]
-    pub prefer_busy_poll: u64,
-    /// IRQ suspension: a thread that waits on a socket (without busy
-    /// polling) polls its queue once and keeps the interrupt suspended up
-    /// to NS; asleep, it waits on the device itself: one wakeup per burst
-    /// instead of the interrupt thread's and then its own. An epoll wait
-    /// that hands over events keeps the suspension for NS from then, with
-    /// or without busy polling (0 = off).
-    #[arg(long, default_value_t = 20_000_000, value_name = "NS")]
-    pub irq_suspend_timeout: u64,
-    /// NAPI threads.
-    #[arg(long, default_value_t = 1)]
-    pub napi_threads: usize,
-    /// gro_flush_timeout, ns.
-    #[arg(long, default_value_t = 0, value_name = "NS")]
-    pub gro_flush_timeout: u64,
-    /// napi_defer_hard_irqs.
-    #[arg(long, default_value_t = 0)]
-    pub defer_hard_irqs: u32,
-    /// Serve Prometheus metrics on ADDR (host:port) while the program's
-    /// host runs (`RXPATH_METRICS`).
-    #[arg(long, value_name = "ADDR")]
-    pub metrics: Option<std::net::SocketAddr>,
-    /// Take only UDP sockets bound to these ports (`53,5000-5100`;
-    /// `RXPATH_PORTS`); the rest stay the kernel's.
-    #[arg(long, value_name = "LIST")]
-    pub ports: Option<String>,
-    /// Leave sockets on these ports to the kernel (`RXPATH_KERNEL_PORTS`).
-    #[arg(long, value_name = "LIST")]
-    pub kernel_ports: Option<String>,
-    /// Rules by bound address and port, first match wins: `kernel
-    /// 198.18.0.1:5000-5100, rxpath *:53` (`RXPATH_RULES`)
-    #[arg(long, value_name = "RULES")]
-    pub rules: Option<String>,
-    /// A tuning profile: `latency` busy-polls 50 µs in every read unless
-    /// --busy-poll says otherwise (`RXPATH_PROFILE`)
-    #[arg(long, value_parser = ["latency"])]
-    pub profile: Option<String>,
+    /// The preload's options, one flag each.
+    #[command(flatten)]
+    pub opts: PreloadFlags,
     /// The preload library (default: librxpath_preload.so beside this
     /// binary).
     #[arg(long, value_name = "FILE")]
@@ -99,10 +50,11 @@ pub fn find_preload() -> anyhow::Result<PathBuf> {
 
 /// `rxpath exec`: run the program on rxpath, wait for it, report.
 pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
-    rxpath_runtime::run::check_not_loopback(&a.iface)?;
-    let vars = preload_vars(&a);
-    check_vars(&vars)?;
-    check_caps_reach_the_program(&a.iface)?;
+    let mut config = a.opts.config();
+    let iface = config.iface.clone().context("no --iface")?;
+    rxpath_runtime::run::check_not_loopback(&iface)?;
+    check_config_file(&config)?;
+    check_caps_reach_the_program(&iface)?;
     let lib = match &a.preload {
         Some(p) => p.clone(),
         None => find_preload()?,
@@ -112,6 +64,7 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("{}", lib.display()))?;
     let report = std::env::temp_dir().join(format!("rxpath-exec-{}.json", std::process::id()));
     let _ = std::fs::remove_file(&report);
+    config.report = Some(report.clone());
     let preload = match std::env::var("LD_PRELOAD") {
         Ok(old) if !old.is_empty() => format!("{} {old}", lib.display()),
         _ => lib.display().to_string(),
@@ -131,11 +84,16 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGQUIT, SIGTERM, SIGHUP])
         .context("installing signal handlers")?;
-    let mut child = Command::new(prog)
+    let mut cmd = Command::new(prog);
+    // The program gets exec's options and no others (a variable of the
+    // caller's own would change what the flags said).
+    for o in OPTIONS {
+        cmd.env_remove(o.var);
+    }
+    let mut child = cmd
         .args(args)
         .env("LD_PRELOAD", preload)
-        .envs(vars.iter().map(|(k, _, v)| (k, v)))
-        .env("RXPATH_REPORT", &report)
+        .envs(config.to_vars())
         .spawn()
         .with_context(|| format!("running {prog}"))?;
     let pid = child.id();
@@ -174,8 +132,8 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::from(code.clamp(1, 255) as u8));
     };
-    let v = v?;
-    let ok = print_report(prog, &status, &v, a.json);
+    let r = v?;
+    let ok = print_report(prog, &status, &r, a.json);
     Ok(match (code, ok) {
         (0, false) => ExitCode::FAILURE,
         (c, _) => ExitCode::from(c.clamp(0, 255) as u8),
@@ -196,8 +154,9 @@ fn on_path(prog: &str) -> Option<std::path::PathBuf> {
 
 /// The reports the program's processes left: `path` and `path.PID` (a
 /// process it started with `exec` that served sockets too), removed once
-/// read, summed into one ([`merge_reports`]). `None` if there is none.
-fn read_reports(path: &std::path::Path) -> Option<anyhow::Result<serde_json::Value>> {
+/// read, summed into one ([`PreloadReport::merge`]). `None` if there is
+/// none.
+fn read_reports(path: &std::path::Path) -> Option<anyhow::Result<PreloadReport>> {
     let dir = path.parent()?;
     let name = path.file_name()?.to_string_lossy().into_owned();
     let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
@@ -220,78 +179,16 @@ fn read_reports(path: &std::path::Path) -> Option<anyhow::Result<serde_json::Val
         if text.as_ref().is_ok_and(|t| t.is_empty()) {
             continue;
         }
-        let v = text
+        let r = text
             .map_err(anyhow::Error::from)
-            .and_then(|t| Ok(serde_json::from_str::<serde_json::Value>(&t)?))
+            .and_then(|t| Ok(serde_json::from_str::<PreloadReport>(&t)?))
             .with_context(|| format!("reading the preload's report {}", f.display()));
-        match v {
-            Ok(v) => all.push(v),
+        match r {
+            Ok(r) => all.push(r),
             Err(e) => return Some(Err(e)),
         }
     }
-    (!all.is_empty()).then(|| Ok(merge_reports(all)))
-}
-
-/// The reports of several processes as one: counts summed, maps summed key
-/// by key, lists joined, the device's queues side by side, and
-/// `processes` how many there were.
-fn merge_reports(mut all: Vec<serde_json::Value>) -> serde_json::Value {
-    use serde_json::Value;
-    fn add(a: &mut Value, b: &Value) {
-        match (a, b) {
-            (Value::Number(x), Value::Number(y)) => {
-                if let (Some(x1), Some(y1)) = (x.as_u64(), y.as_u64()) {
-                    *x = (x1 + y1).into();
-                }
-            }
-            (Value::Object(x), Value::Object(y)) => {
-                for (k, v) in y {
-                    match x.get_mut(k) {
-                        Some(a) => add(a, v),
-                        None => {
-                            x.insert(k.clone(), v.clone());
-                        }
-                    }
-                }
-            }
-            (Value::Array(x), Value::Array(y)) => x.extend(y.iter().cloned()),
-            (a @ Value::Null, b) => *a = b.clone(),
-            _ => {}
-        }
-    }
-    let n = all.len();
-    let mut first = all.remove(0);
-    for v in &all {
-        for k in [
-            "accelerated",
-            "fallbacks",
-            "unsupported",
-            "kernel_reads",
-            "accounting",
-            "link_events",
-            "sockets",
-        ] {
-            match first.get_mut(k) {
-                Some(a) => add(a, &v[k]),
-                None => {
-                    first[k] = v[k].clone();
-                }
-            }
-        }
-        if first["backend"].is_null() {
-            first["backend"] = v["backend"].clone();
-        }
-        match (
-            first["host"]["queues"].as_array_mut(),
-            v["host"]["queues"].as_array(),
-        ) {
-            (Some(a), Some(b)) => a.extend(b.iter().cloned()),
-            (None, Some(_)) => first["host"] = v["host"].clone(),
-            _ => {}
-        }
-    }
-    first["processes"] = n.into();
-    first
+    PreloadReport::merge(all).map(Ok)
 }
 
 /// The program opens the interface (the preload, inside it), so the
@@ -321,97 +218,27 @@ fn check_caps_reach_the_program(iface: &str) -> anyhow::Result<()> {
     )
 }
 
-/// The variables exec hands the preload, each with the flag that gives
-/// it (`RXPATH_REPORT` aside).
-fn preload_vars(a: &ExecArgs) -> Vec<(&'static str, &'static str, String)> {
-    let opt = |o: &Option<String>| o.clone().unwrap_or_default();
-    vec![
-        ("RXPATH_IFACE", "--iface", a.iface.clone()),
-        ("RXPATH_MODE", "--mode", a.mode.clone()),
-        ("RXPATH_BUSY_POLL", "--busy-poll", a.busy_poll.to_string()),
-        (
-            "RXPATH_BUSY_POLL_BUDGET",
-            "--busy-poll-budget",
-            a.busy_poll_budget.to_string(),
-        ),
-        (
-            "RXPATH_PREFER_BUSY_POLL",
-            "--prefer-busy-poll",
-            a.prefer_busy_poll.to_string(),
-        ),
-        (
-            "RXPATH_IRQ_SUSPEND_TIMEOUT",
-            "--irq-suspend-timeout",
-            a.irq_suspend_timeout.to_string(),
-        ),
-        (
-            "RXPATH_NAPI_THREADS",
-            "--napi-threads",
-            a.napi_threads.to_string(),
-        ),
-        (
-            "RXPATH_GRO_FLUSH_TIMEOUT",
-            "--gro-flush-timeout",
-            a.gro_flush_timeout.to_string(),
-        ),
-        (
-            "RXPATH_NAPI_DEFER_HARD_IRQS",
-            "--defer-hard-irqs",
-            a.defer_hard_irqs.to_string(),
-        ),
-        ("RXPATH_PORTS", "--ports", opt(&a.ports)),
-        (
-            "RXPATH_KERNEL_PORTS",
-            "--kernel-ports",
-            opt(&a.kernel_ports),
-        ),
-        (
-            "RXPATH_METRICS",
-            "--metrics",
-            a.metrics.map(|m| m.to_string()).unwrap_or_default(),
-        ),
-        ("RXPATH_RULES", "--rules", opt(&a.rules)),
-        ("RXPATH_PROFILE", "--profile", opt(&a.profile)),
-    ]
-}
-
-/// Parse `vars` as the preload will, before the program starts: a value
-/// it refuses would leave the program on the kernel's sockets. A
-/// `RXPATH_CONFIG` file in the environment fills the variables left
-/// empty, so it is read too. The error is one line naming the flag.
-fn check_vars(vars: &[(&'static str, &'static str, String)]) -> anyhow::Result<()> {
-    use crate::preload_config::Config;
-    let one_line = |e: &str| e.split_whitespace().collect::<Vec<_>>().join(" ");
-    let get = |k: &str| {
-        vars.iter()
-            .find(|(v, _, _)| *v == k)
-            .map(|(_, _, x)| x.clone())
+/// A `RXPATH_CONFIG` file in exec's environment reaches the program
+/// too and fills the options exec's flags leave unset: check it as the
+/// preload will read it, before the program starts. The error is one
+/// line.
+fn check_config_file(config: &Config) -> anyhow::Result<()> {
+    let var = rxpath_contract::config::CONFIG_VAR;
+    let Some(p) = std::env::var(var).ok().filter(|p| !p.is_empty()) else {
+        return Ok(());
     };
-    Config::from_vars(get).map_err(|e| {
-        // The preload names its variable; the user gave a flag.
-        let flag = vars
-            .iter()
-            .find_map(|(v, f, _)| Some((*f, e.strip_prefix(v)?.strip_prefix('=')?)));
-        match flag {
-            Some((f, rest)) => anyhow::anyhow!("{f} {}", one_line(rest)),
-            None => anyhow::anyhow!("{}", one_line(&e)),
-        }
+    let vars = config.to_vars();
+    let env = |k: &str| match k {
+        k if k == var => Some(p.clone()),
+        k => vars.iter().find(|(v, _)| *v == k).map(|(_, x)| x.clone()),
+    };
+    let one_line = |e: &str| e.split_whitespace().collect::<Vec<_>>().join(" ");
+    Config::from_env_with(env).map_err(|e| {
+        anyhow::anyhow!(
+            "{} ({var}={p:?} gives the program what exec leaves unset)",
+            one_line(&e)
+        )
     })?;
-    if let Some(p) = std::env::var("RXPATH_CONFIG")
-        .ok()
-        .filter(|p| !p.is_empty())
-    {
-        let env = |k: &str| match k {
-            "RXPATH_CONFIG" => Some(p.clone()),
-            k => get(k),
-        };
-        Config::from_env_with(env).map_err(|e| {
-            anyhow::anyhow!(
-                "{} (RXPATH_CONFIG={p:?} gives the program what exec leaves unset)",
-                one_line(&e)
-            )
-        })?;
-    }
     Ok(())
 }
 
@@ -424,58 +251,69 @@ fn status_signal(s: &std::process::ExitStatus) -> i32 {
 fn print_report(
     prog: &str,
     status: &std::process::ExitStatus,
-    v: &serde_json::Value,
+    r: &PreloadReport,
     json: bool,
 ) -> bool {
-    let acc = &v["accounting"];
-    let n = |k: &str| acc[k].as_u64().unwrap_or(0);
-    let held = acc.is_null()
-        || (n("received") == n("delivered") + n("dropped")
-            && n("frames_home") == n("frames_total"));
+    let held = r
+        .accounting
+        .as_ref()
+        .is_none_or(|a| a.adds_up() && a.frames_home());
     if json {
-        println!("{v}");
+        println!("{}", serde_json::to_string(r).unwrap_or_default());
         return held;
     }
+    let fallbacks = serde_json::to_string(&r.fallbacks).unwrap_or_default();
+    let unsupported = serde_json::to_string(&r.unsupported).unwrap_or_default();
     println!(
-        "rxpath exec: {prog} {status}; sockets on rxpath {} ({}), left to the kernel {}, refused calls {}; \
-         datagrams read from the kernel sockets behind them {}",
-        v["accelerated"],
-        v["backend"].as_str().unwrap_or("no host started"),
-        v["fallbacks"],
-        v["unsupported"],
-        v["kernel_reads"].as_u64().unwrap_or(0),
+        "rxpath exec: {prog} {status}; sockets on rxpath {} ({}), left to the kernel {fallbacks}, \
+         refused calls {unsupported}; datagrams read from the kernel sockets behind them {}",
+        r.accelerated,
+        r.backend.as_deref().unwrap_or("no host started"),
+        r.kernel_reads,
     );
-    if let Some(n) = v["processes"].as_u64().filter(|&n| n > 1) {
-        println!("processes with a host: {n} (their reports summed)");
+    if r.processes > 1 {
+        println!(
+            "processes with a host: {} (their reports summed)",
+            r.processes
+        );
     }
-    for e in v["link_events"].as_array().into_iter().flatten() {
-        println!("interface: {}", e.as_str().unwrap_or_default());
+    for e in &r.link_events {
+        println!("interface: {e}");
     }
-    if let Some(line) = sockets_line(v) {
+    if let Some(line) = sockets_line(r) {
         println!("{line}");
     }
-    if acc.is_null() {
+    let Some(acc) = &r.accounting else {
         return true;
-    }
+    };
     let verdict = |b: bool| if b { "ok" } else { "MISMATCH" };
     println!(
         "accounting: received {} = delivered {} + dropped {} {}: {}",
-        n("received"),
-        n("delivered"),
-        n("dropped"),
-        acc["drops"],
-        verdict(n("received") == n("delivered") + n("dropped")),
+        acc.received,
+        acc.delivered,
+        acc.dropped,
+        serde_json::to_string(&acc.drops).unwrap_or_default(),
+        verdict(acc.adds_up()),
     );
     println!(
         "frames: {}/{} back in the pool: {}",
-        n("frames_home"),
-        n("frames_total"),
-        verdict(n("frames_home") == n("frames_total")),
+        acc.frames_home,
+        acc.frames_total,
+        verdict(acc.frames_home()),
     );
-    if let Some(line) = device_line(v) {
-        println!("{line}");
+    if let Some(d) = r.device {
+        println!(
+            "{}",
+            crate::report::device_line([
+                d.offered,
+                d.rx_ring,
+                d.rx_missed,
+                d.rx_no_buffer,
+                d.rx_too_long,
+            ])
+        );
     }
-    if let Some(line) = tx_line(v) {
+    if let Some(line) = tx_line(r) {
         println!("{line}");
     }
     held
@@ -484,16 +322,18 @@ fn print_report(
 /// Which path served the sockets rxpath took, the same ones counted once:
 /// `sockets: 198.18.0.1:53 rxpath x2; 0.0.0.0:5353 kernel (a forked child
 /// reads it)`. `None` without any.
-fn sockets_line(v: &serde_json::Value) -> Option<String> {
-    let list = v["sockets"].as_array().filter(|l| !l.is_empty())?;
+fn sockets_line(r: &PreloadReport) -> Option<String> {
+    if r.sockets.is_empty() {
+        return None;
+    }
     let mut seen: Vec<(String, usize)> = Vec::new();
-    for s in list {
-        let mut d = format!(
-            "{} {}",
-            s["addr"].as_str().unwrap_or("?"),
-            s["path"].as_str().unwrap_or("?")
-        );
-        if let Some(w) = s["why"].as_str() {
+    for s in &r.sockets {
+        let path = match s.path {
+            Served::Rxpath => "rxpath",
+            Served::Kernel => "kernel",
+        };
+        let mut d = format!("{} {path}", s.addr);
+        if let Some(w) = &s.why {
             d.push_str(&format!(" ({w})"));
         }
         match seen.iter_mut().find(|(x, _)| *x == d) {
@@ -508,44 +348,21 @@ fn sockets_line(v: &serde_json::Value) -> Option<String> {
     Some(format!("sockets: {}", parts.join("; ")))
 }
 
-/// What the device itself did with the frames offered to the host's
-/// queues, summed over them, in `rxpath run`'s words: a frame the device
-/// dropped (its RX ring full, no free frame to fill) never reached the
-/// path's accounting above, so it is said here. `None` without a host.
-fn device_line(v: &serde_json::Value) -> Option<String> {
-    let queues = v["host"]["queues"].as_array()?;
-    let sum = |k: &str| -> u64 {
-        queues
-            .iter()
-            .map(|q| q["device"][k].as_u64().unwrap_or(0))
-            .sum()
-    };
-    Some(crate::report::device_line([
-        sum("offered"),
-        sum("rx_ring"),
-        sum("rx_missed"),
-        sum("rx_no_buffer"),
-        sum("rx_too_long"),
-    ]))
-}
-
 /// What the AF_XDP TX ring took and what the device completed: frames
 /// posted that never completed (a device gone, or one that stopped
 /// completing) are replies that did not leave, not counted in
 /// `out_datagrams` but in `tx_unfinished` (by datagram), said here.
 /// `None` without a TX ring (AF_PACKET's sends are the kernel's, which
 /// took them).
-fn tx_line(v: &serde_json::Value) -> Option<String> {
-    let tx = &v["host"]["tx"];
-    let sent = tx["xsk_tx_sent"].as_u64()?;
-    let done = tx["xsk_tx_completed"].as_u64().unwrap_or(0);
-    let mut l = format!("tx ring: posted={sent} completed={done}");
-    if sent > done {
-        let lost = v["host"]["sock"]["tx_unfinished"].as_u64().unwrap_or(0);
+fn tx_line(r: &PreloadReport) -> Option<String> {
+    let t = r.tx?;
+    let mut l = format!("tx ring: posted={} completed={}", t.posted, t.completed);
+    if t.posted > t.completed {
         l.push_str(&format!(
-            "; {} frames never completed: {lost} replies did not leave \
+            "; {} frames never completed: {} replies did not leave \
              (tx_unfinished, not in out_datagrams)",
-            sent - done
+            t.posted - t.completed,
+            t.unfinished
         ));
     }
     Some(l)
@@ -553,37 +370,28 @@ fn tx_line(v: &serde_json::Value) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{device_line, tx_line};
+    use super::tx_line;
+    use rxpath_contract::report::{PreloadReport, TxRing};
 
     #[test]
     fn frames_the_device_never_completed_are_said() {
-        let v = serde_json::json!({"host": {
-            "tx": {"xsk_tx_sent": 10, "xsk_tx_completed": 7},
-            "sock": {"tx_unfinished": 2},
-        }});
-        let l = tx_line(&v).unwrap();
+        let r = |posted, completed, unfinished| PreloadReport {
+            tx: Some(TxRing {
+                posted,
+                completed,
+                unfinished,
+            }),
+            ..PreloadReport::default()
+        };
+        let l = tx_line(&r(10, 7, 2)).unwrap();
         assert!(
             l.starts_with("tx ring: posted=10 completed=7; 3 frames never completed: 2 replies"),
             "{l}"
         );
-        let ok = serde_json::json!({"host": {"tx": {"xsk_tx_sent": 5, "xsk_tx_completed": 5}}});
         assert_eq!(
-            tx_line(&ok).as_deref(),
+            tx_line(&r(5, 5, 0)).as_deref(),
             Some("tx ring: posted=5 completed=5")
         );
-        assert_eq!(tx_line(&serde_json::json!({"host": {"tx": {}}})), None);
-    }
-
-    #[test]
-    fn the_device_line_sums_the_drops_of_every_queue() {
-        let v = serde_json::json!({"host": {"queues": [
-            {"device": {"offered": 100, "rx_ring": 90, "rx_missed": 7, "rx_no_buffer": 3, "rx_too_long": 0}},
-            {"device": {"offered": 50, "rx_ring": 49, "rx_missed": 1, "rx_no_buffer": 0, "rx_too_long": 0}},
-        ]}});
-        assert_eq!(
-            device_line(&v).as_deref(),
-            Some("device: offered=150 rx_ring=139 rx_missed=8 rx_no_buffer=3 rx_too_long=0")
-        );
-        assert_eq!(device_line(&serde_json::json!({"accelerated": 0})), None);
+        assert_eq!(tx_line(&PreloadReport::default()), None);
     }
 }

@@ -16,15 +16,7 @@ pub mod limits;
 pub mod logger;
 pub mod opts;
 pub mod parse;
-/// The preload's configuration, its own source
-/// (`crates/rxpath-preload/src/config.rs`): `--config` is read as
-/// `RXPATH_CONFIG` is, and `exec` checks what it hands the program with
-/// the parsers the preload will use. Included, not linked: the preload's
-/// library interposes the C library's socket calls of any program it is
-/// linked into, this one's too.
-#[allow(dead_code)]
-#[path = "../../rxpath-preload/src/config.rs"]
-pub mod preload_config;
+pub mod preload_flags;
 pub mod quic;
 pub mod report;
 pub mod run;

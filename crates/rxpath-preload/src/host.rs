@@ -15,95 +15,49 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-/// Why a socket stays the kernel's (each counted, and said once).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Fallback {
-    /// No `RXPATH_IFACE`, or its value did not parse.
-    NoIface,
-    /// Bound to port 0 (a client's ephemeral port).
-    EphemeralPort,
-    /// Bound to an address that is not the interface's.
-    OtherAddress,
-    /// The XDP program's port map is full.
-    PortMapFull,
-    /// The host could not start on the interface.
-    HostFailed,
-    /// rxpath refused the bind (address in use in rxpath).
-    BindRefused,
-    /// An option set before `bind` that rxpath cannot honour.
-    Option,
-    /// An option set after `bind` that rxpath cannot honour: the socket
-    /// was handed back to the kernel.
-    OptionAfterBind,
-    /// Duplicated (`dup`) before `bind`.
-    Dup,
-    /// `RXPATH_PORTS` / `RXPATH_KERNEL_PORTS` leave the port to the kernel.
-    Rule,
-    /// The interface was deleted or made again (or its MTU outgrew what
-    /// the backend carries) while the program ran: the socket went back
-    /// to the kernel, or was bound after and stayed there.
-    IfaceGone,
+/// The report's parts, as the contract with `rxpath exec` has them.
+pub use rxpath_contract::report::{
+    Accounting, DeviceCounts, Fallback, Path, PreloadReport, SocketPath, TxRing,
+};
+
+/// `received = delivered + dropped` over every NAPI of `h`, and its
+/// frames.
+fn accounting(h: &HostReport) -> Accounting {
+    let t = h.napi_total();
+    Accounting {
+        received: t.received,
+        delivered: t.delivered,
+        dropped: t.dropped.total(),
+        drops: t
+            .dropped
+            .iter()
+            .map(|(r, n)| (r.name().to_string(), n))
+            .collect(),
+        frames_total: h.frames_total,
+        frames_home: h.frames_home,
+    }
 }
 
-/// What the preloaded process's path did, written at exit.
-#[derive(Debug, serde::Serialize)]
-pub struct PreloadReport {
-    /// The configuration it ran with.
-    pub config: Config,
-    /// The host's report; `None` if no socket was accelerated.
-    pub host: Option<HostReport>,
-    /// The backend (`af_xdp`, `af_packet`).
-    pub backend: Option<String>,
-    /// Sockets accelerated.
-    pub accelerated: u64,
-    /// Sockets left to the kernel, by reason.
-    pub fallbacks: BTreeMap<Fallback, u64>,
-    /// Calls refused with `EOPNOTSUPP` on accelerated sockets, by what.
-    pub unsupported: BTreeMap<String, u64>,
-    /// The path's accounting; `None` if no host ran.
-    pub accounting: Option<Accounting>,
-    /// Datagrams read from the kernel socket behind a served fd (sent over
-    /// loopback or another interface, or before the XDP program took the
-    /// port): the kernel's path, not counted in `accounting`.
-    pub kernel_reads: u64,
-    /// What happened to the interface while the program ran (deleted,
-    /// made again, down, up, its MTU), and what rxpath did, in order.
-    pub link_events: Vec<String>,
-    /// Which path served each socket rxpath took: its address and
-    /// `rxpath`, or `kernel` with why it went back (an option after
-    /// `bind`, a forked child that reads it, the interface gone), in the
-    /// order they were bound; sockets still open at exit and those closed.
-    pub sockets: Vec<SocketPath>,
+/// The device's counters of `h`, summed over its queues.
+fn device_counts(h: &HostReport) -> DeviceCounts {
+    let mut d = DeviceCounts::default();
+    for q in &h.queues {
+        d.offered += q.device.offered;
+        d.rx_ring += q.device.rx_ring;
+        d.rx_missed += q.device.rx_missed;
+        d.rx_no_buffer += q.device.rx_no_buffer;
+        d.rx_too_long += q.device.rx_too_long;
+    }
+    d
 }
 
-/// Which path served one socket ([`PreloadReport::sockets`]).
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct SocketPath {
-    /// The address it was bound to.
-    pub addr: SocketAddr,
-    /// `rxpath`, or `kernel`.
-    pub path: &'static str,
-    /// Why it went back to the kernel.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub why: Option<String>,
-}
-
-/// `received = delivered + dropped` over every NAPI, and the frames.
-#[derive(Debug, serde::Serialize)]
-pub struct Accounting {
-    /// Frames the NAPIs took from the device.
-    pub received: u64,
-    /// Delivered to sockets.
-    pub delivered: u64,
-    /// Dropped, each for a counted reason.
-    pub dropped: u64,
-    /// Drops by reason.
-    pub drops: BTreeMap<String, u64>,
-    /// Frames of the device.
-    pub frames_total: usize,
-    /// Frames back in the pool at the end.
-    pub frames_home: usize,
+/// The AF_XDP TX ring's counters of `h`, if it has one.
+fn tx_ring(h: &HostReport) -> Option<TxRing> {
+    Some(TxRing {
+        posted: *h.tx.get("xsk_tx_sent")?,
+        completed: h.tx.get("xsk_tx_completed").copied().unwrap_or(0),
+        unfinished: h.sock.tx_unfinished,
+    })
 }
 
 /// The destinations the XDP program takes for a UDP socket bound to
@@ -156,24 +110,6 @@ fn report_file(path: &std::path::Path) -> std::io::Result<std::fs::File> {
 /// the ring well below the core's limit (`bench dns`: knotd lost at the RX
 /// ring at 200 k/s with its core 80 % busy), at 8192 they did not.
 const FRAMES_PER_QUEUE: usize = 16384;
-
-impl Accounting {
-    fn of(h: &HostReport) -> Accounting {
-        let t = h.napi_total();
-        Accounting {
-            received: t.received,
-            delivered: t.delivered,
-            dropped: t.dropped.total(),
-            drops: t
-                .dropped
-                .iter()
-                .map(|(r, n)| (r.name().to_string(), n))
-                .collect(),
-            frames_total: h.frames_total,
-            frames_home: h.frames_home,
-        }
-    }
-}
 
 struct Running {
     /// The metrics endpoint (`RXPATH_METRICS`), stopped before the host.
@@ -446,7 +382,7 @@ impl Global {
         let mut s = self.state();
         s.sockets.push(SocketPath {
             addr,
-            path: "rxpath",
+            path: Path::Rxpath,
             why: None,
         });
         s.sockets.len() - 1
@@ -455,7 +391,7 @@ impl Global {
     /// Socket `id` ([`Global::served`]) went back to the kernel: `why`.
     pub(crate) fn went_to_kernel(&self, id: usize, why: &str) {
         if let Some(p) = self.state().sockets.get_mut(id) {
-            p.path = "kernel";
+            p.path = Path::Kernel;
             p.why = Some(why.to_string());
         }
     }
@@ -709,8 +645,10 @@ impl Global {
         });
         let rep = PreloadReport {
             config: self.cfg.clone(),
-            accounting: host.as_ref().map(Accounting::of),
-            host,
+            accounting: host.as_ref().map(accounting),
+            device: host.as_ref().map(device_counts),
+            tx: host.as_ref().and_then(tx_ring),
+            host: host.as_ref().and_then(|h| serde_json::to_value(h).ok()),
             backend,
             accelerated: s.accelerated,
             fallbacks: s.fallbacks.clone(),
@@ -718,6 +656,7 @@ impl Global {
             kernel_reads: crate::sock::KERNEL_READS.load(std::sync::atomic::Ordering::Relaxed),
             link_events: s.link_events.clone(),
             sockets: s.sockets.clone(),
+            processes: 1,
         };
         drop(s);
         if let Some(path) = &self.cfg.report {

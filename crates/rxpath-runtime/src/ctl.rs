@@ -33,39 +33,34 @@ pub trait Knobs: Send + Sync + 'static {
 }
 
 /// Answer one request line (`get NAME`, `set NAME VALUE`, `show`): the
-/// reply, never a panic; a bad request changes nothing. `net.core.` may be
-/// left out of a name.
+/// reply ([`rxpath_contract::ctl`]), never a panic; a bad request changes
+/// nothing. `net.core.` may be left out of a name.
 pub fn answer(k: &dyn Knobs, line: &str) -> String {
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let short = |n: &str| n.strip_prefix("net.core.").unwrap_or(n).to_string();
+    use rxpath_contract::ctl::{short, Reply, Request};
     let find = |n: &str| -> Option<(&'static str, u64)> {
         k.values().into_iter().find(|(m, _)| short(m) == short(n))
     };
-    match words.as_slice() {
-        ["show"] => k
-            .values()
-            .iter()
-            .map(|(n, v)| format!("{n} {v}"))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        ["get", n] => match find(n) {
-            Some((_, v)) => v.to_string(),
-            None => format!("error: no knob named {}", short(n)),
+    let reply = match Request::parse(line) {
+        Err(r) => r,
+        Ok(Request::Show) => Reply::Knobs(
+            k.values()
+                .into_iter()
+                .map(|(n, v)| (n.to_string(), v))
+                .collect(),
+        ),
+        Ok(Request::Get(n)) => match find(&n) {
+            Some((_, v)) => Reply::Value(v),
+            None => Reply::Error(format!("no knob named {}", short(&n))),
         },
-        ["set", n, v] => {
-            let Some((name, _)) = find(n) else {
-                return format!("error: no knob named {}", short(n));
-            };
-            let Ok(v) = v.parse::<u64>() else {
-                return format!("error: {}: '{v}' is not a number", short(name));
-            };
-            match k.set(name, v) {
-                Ok(()) => "ok".into(),
-                Err(e) => format!("error: {}: {e}", short(name)),
-            }
-        }
-        _ => "error: show | get NAME | set NAME VALUE".into(),
-    }
+        Ok(Request::Set(n, v)) => match find(&n) {
+            None => Reply::Error(format!("no knob named {}", short(&n))),
+            Some((name, _)) => match k.set(name, v) {
+                Ok(()) => Reply::Done,
+                Err(e) => Reply::Error(format!("{}: {e}", short(name))),
+            },
+        },
+    };
+    reply.text()
 }
 
 /// The control socket of this process; removed on drop.
