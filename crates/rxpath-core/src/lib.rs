@@ -14,19 +14,20 @@
 //!    `napi_complete_done` and `gro_flush_timeout` (seed 004).
 //! 3. [`softnet`]: `net_rx_action`: the poll list, `netdev_budget`,
 //!    `netdev_budget_usecs`, `time_squeeze`.
-//! 3. [`packet`]: what the stack receives: a frame plus metadata
+//! 4. [`packet`]: what the stack receives: a frame plus metadata
 //!    (`napi_id`, RX hash, parsed headers), and the [`packet::Stack`]
 //!    trait each later stage implements (GRO, steering, sockets).
-//! 3. [`steer`]: which worker's backlog a packet goes to (RPS, RFS with the
-//!    in-order rule, `netdev_max_backlog`, `flow_limit`); decisions and
-//!    counters only, the worker threads are not built yet.
-//! 4. [`ip`]: IP and UDP input at the edge as `ip_rcv_core()`/`ipv6_rcv()`
+//! 5. [`steer`]: which worker's backlog a packet goes to (RPS, RFS with the
+//!    in-order rule, `netdev_max_backlog`, `flow_limit`): the decisions and
+//!    counters; the worker threads that drain the backlogs are
+//!    `rxpath_runtime::steer`'s.
+//! 6. [`ip`]: IP and UDP input at the edge as `ip_rcv_core()`/`ipv6_rcv()`
 //!    run them, each drop under its SNMP name (`/proc/net/snmp`).
-//! 5. [`filter`]: the `INPUT` hook: `iptables-save` rule sets judged by a
+//! 7. [`filter`]: the `INPUT` hook: `iptables-save` rule sets judged by a
 //!    linear walk (the reference) or a bit-vector classifier, with the
 //!    kernel's verdicts and per-rule counters (seed 003's expensive stage).
-//! 6. [`sock`]: UDP sockets with busy polling (seed 000).
-//! 7. [`stats`]: per-NAPI and per-queue counters; every packet is accounted
+//! 8. [`sock`]: UDP sockets with busy polling (seed 000).
+//! 9. [`stats`]: per-NAPI and per-queue counters; every packet is accounted
 //!    for: `received = delivered + Σ dropped[reason]`.
 //!
 //! ```

@@ -23,8 +23,11 @@
 //!   `bind`, `connect`, options, `try_recv_batch`, `send`, `send_batch`.
 //!   When a datagram is queued it tells the socket's [`DataReady`].
 //!
-//! This module is sans-I/O: it reads no clock, starts no thread, never
-//! sleeps and makes no system call. The waiting half of a socket (blocking
+//! This module makes no system call: it reads no clock, starts no thread
+//! and never sleeps. It is not sans-I/O in quinn-proto's strict sense
+//! (state in, events out): it takes locks, sends through the TX port
+//! injected into it ([`TxPort`]), and wakes waiters through the
+//! [`DataReady`] each socket is given. The waiting half of a socket (blocking
 //! `recv`, `SO_RCVTIMEO`, the busy-poll loop, epoll, task wakers) is
 //! `rxpath_runtime::sock`, which drives busy polling through
 //! [`SharedNapi::busy_begin`] with its own clock: `napi_busy_loop()` takes

@@ -1,7 +1,9 @@
-//! The only place in rxpath where `unsafe` lives: the frame region, the
+//! The device crate's `unsafe`, all of it: the frame region, the
 //! descriptor rings that move frame ownership between threads, and the
-//! system calls of the real-interface backends. Every `unsafe` block carries
-//! a `// SAFETY:` line; system calls go through `syscall!`.
+//! system calls of the real-interface backends (the preload's
+//! interposition layer has its own, in `rxpath-preload`'s `interpose` and
+//! `sys`). Every `unsafe` block carries a `// SAFETY:` line; system calls
+//! go through `syscall!`.
 
 /// Call a libc function and turn `-1` into the thread's `io::Error`, as mio
 /// does.
