@@ -36,20 +36,21 @@ pub extern "C" fn recvfrom(
 }
 
 /// A read of `a` with `rx`; when rxpath's queue is empty and the kernel
-/// socket behind the fd holds a datagram ([`ops::FROM_KERNEL`]), with
+/// socket behind the fd holds a datagram ([`ops::NotRead::FromKernel`]), with
 /// `kernel` instead: the program's own call on that socket, with the extra
 /// flag `MSG_DONTWAIT`. A stale mark (`EAGAIN`) goes back to `rx`. An fd
-/// that is the kernel's now ([`ops::KERNEL_NOW`]) gets the call as it is.
+/// that is the kernel's now ([`ops::NotRead::KernelNow`]) gets the call as
+/// it is.
 fn read_either(
     fd: c_int,
     a: &ops::Rx,
-    mut rx: impl FnMut() -> Result<usize, i32>,
+    mut rx: impl FnMut() -> Result<usize, ops::NotRead>,
     mut kernel: impl FnMut(c_int) -> ssize_t,
 ) -> ssize_t {
     loop {
         match rx() {
-            Err(ops::KERNEL_NOW) => return kernel(0),
-            Err(ops::FROM_KERNEL) => {
+            Err(ops::NotRead::KernelNow) => return kernel(0),
+            Err(ops::NotRead::FromKernel) => {
                 let r = kernel(libc::MSG_DONTWAIT);
                 if r >= 0 {
                     a.got_kernel(fd);
@@ -60,7 +61,8 @@ fn read_either(
                     return r;
                 }
             }
-            r => return ret(r),
+            Err(ops::NotRead::Errno(e)) => return fail(e),
+            Ok(n) => return n as ssize_t,
         }
     }
 }
@@ -112,7 +114,7 @@ pub extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
 /// `IPV6_RECVPKTINFO`), the TOS byte or traffic class (`IP_RECVTOS`,
 /// `IPV6_RECVTCLASS`) and a GRO packet's segment size (`UDP_GRO`), in the
 /// kernel's order.
-fn recvmsg_one(a: &ops::Rx, m: &mut msghdr, flags: c_int) -> Result<usize, i32> {
+fn recvmsg_one(a: &ops::Rx, m: &mut msghdr, flags: c_int) -> Result<usize, ops::NotRead> {
     let g = recv_iov(a, iovs(m.msg_iov, m.msg_iovlen), flags)?;
     addr_out(g.src, m.msg_name.cast(), &mut m.msg_namelen);
     m.msg_flags = if g.truncated { libc::MSG_TRUNC } else { 0 };

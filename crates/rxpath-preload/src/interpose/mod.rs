@@ -122,7 +122,7 @@ fn iovs<'a>(iov: *const iovec, n: usize) -> &'a [iovec] {
 
 /// Read one datagram into the iovecs: straight into a single buffer, else
 /// through a bounce buffer scattered after.
-fn recv_iov(a: &ops::Rx, v: &[iovec], flags: c_int) -> Result<ops::Got, i32> {
+fn recv_iov(a: &ops::Rx, v: &[iovec], flags: c_int) -> Result<ops::Got, ops::NotRead> {
     if let [one] = v {
         return a.recv(buf_mut(one.iov_base, one.iov_len), flags);
     }

@@ -18,6 +18,26 @@ pub(crate) use recv::*;
 /// An errno.
 pub(crate) type Errno = i32;
 
+/// Why rxpath does not answer a read itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NotRead {
+    /// It fails with this errno, as the kernel's call would.
+    Errno(Errno),
+    /// rxpath's queue is empty and the kernel socket behind the fd holds a
+    /// datagram: the caller reads it with the program's own call, not
+    /// waiting ([`crate::kside`]).
+    FromKernel,
+    /// The fd is the kernel's now (handed back, or in a forked child that
+    /// read all it inherited): the program's own call, as it is.
+    KernelNow,
+}
+
+impl From<Errno> for NotRead {
+    fn from(e: Errno) -> Self {
+        NotRead::Errno(e)
+    }
+}
+
 /// Where a call goes.
 #[derive(Debug)]
 pub(crate) enum Route<T> {

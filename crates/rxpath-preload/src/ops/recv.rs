@@ -41,25 +41,20 @@ const RECV_FLAGS: i32 = libc::MSG_DONTWAIT
     | libc::MSG_PEEK
     | libc::MSG_TRUNC;
 
-/// Not an errno: rxpath's queue is empty and the kernel socket behind the
-/// fd has a datagram; the caller reads it with the program's own call
-/// ([`crate::kside`]).
-pub(crate) const FROM_KERNEL: Errno = -1;
-
 /// `recvfrom()`/`recvmsg()`/`read()` of one datagram into `buf`:
 /// `MSG_PEEK` leaves it queued, `MSG_TRUNC` returns its whole length.
-pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, Errno> {
+pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, NotRead> {
     if a.child_took_it() {
         // A forked child took the reading, and the kernel side's watch
         // may not have seen it yet.
         crate::kside::child_took(a);
     }
     if a.kernel_only.load(Ordering::Relaxed) && !a.held.any() && a.sock.socket().queued() == 0 {
-        return Err(KERNEL_NOW);
+        return Err(NotRead::KernelNow);
     }
     if flags & !RECV_FLAGS != 0 {
         global().unsupported(&flag_name(flags & !RECV_FLAGS));
-        return Err(libc::EOPNOTSUPP);
+        return Err(libc::EOPNOTSUPP.into());
     }
     let nonblock = a.nonblock.load(Ordering::Relaxed) || flags & libc::MSG_DONTWAIT != 0;
     // A blocking read holds the socket against a `close` meanwhile.
@@ -73,7 +68,7 @@ pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, Er
         // (Not once its fds are closed: the number may name another
         // file now.)
         if a.fds.load(Ordering::Relaxed) > 0 && crate::kside::take_hint(a) {
-            return Err(FROM_KERNEL);
+            return Err(NotRead::FromKernel);
         }
         if a.shut.load(Ordering::Relaxed) & crate::sock::SHUT_READ != 0 {
             // `__skb_recv_udp` on `RCV_SHUTDOWN`: 0 bytes, no sender.
@@ -95,12 +90,12 @@ pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, Er
                 crate::sock::busy_wait(&[a]);
                 continue;
             }
-            return Err(libc::EAGAIN);
+            return Err(libc::EAGAIN.into());
         }
         match crate::wait::wait_readable(a, until) {
             Ok(()) => {}
             Err(libc::EINTR) if crate::sys::restart_after_signal() => {}
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -185,10 +180,6 @@ fn take_held(h: &crate::forkq::Held, buf: &mut [u8], flags: i32) -> Option<Got> 
     Some(g)
 }
 
-/// Not an errno: the fd is the kernel's now (a forked child read all it
-/// inherited); the caller makes the program's own call, as it is.
-pub(crate) const KERNEL_NOW: Errno = -2;
-
 /// What a read on an fd is answered from.
 #[derive(Debug, Clone)]
 pub(crate) enum Rx {
@@ -216,8 +207,8 @@ impl Rx {
     }
 
     /// One datagram, as [`recv`]; for an inherited socket, what it holds
-    /// (never waiting) and then [`KERNEL_NOW`].
-    pub(crate) fn recv(&self, buf: &mut [u8], flags: i32) -> Result<Got, Errno> {
+    /// (never waiting) and then [`NotRead::KernelNow`].
+    pub(crate) fn recv(&self, buf: &mut [u8], flags: i32) -> Result<Got, NotRead> {
         match self {
             Rx::Sock(a) => recv(a, buf, flags),
             Rx::Forked(fd, i) => {
@@ -226,7 +217,7 @@ impl Rx {
                 }
                 crate::forkq::child_uses(*fd);
                 table::remove(*fd);
-                Err(KERNEL_NOW)
+                Err(NotRead::KernelNow)
             }
         }
     }
