@@ -104,6 +104,33 @@ pub(crate) struct Accel {
 }
 
 impl Accel {
+    /// A served socket around `sock` with nothing set, as `bind` makes
+    /// one (the unit tests' own, on a simulated NIC's host).
+    #[cfg(test)]
+    pub(crate) fn for_test(sock: UdpSocket) -> Arc<Accel> {
+        let watch = Arc::new(Watchers::default());
+        let w: Arc<dyn rxpath_runtime::sock::Watch> = watch.clone();
+        sock.set_watch(Arc::downgrade(&w));
+        Arc::new(Accel {
+            sock,
+            nonblock: false.into(),
+            watch,
+            fds: 1.into(),
+            cmsgs: 0.into(),
+            segment: 0.into(),
+            kernel_ready: false.into(),
+            ktoken: 0,
+            shut: 0.into(),
+            held: Default::default(),
+            kernel_only: false.into(),
+            readers: 0.into(),
+            parked: Mutex::new(None),
+            fork_word: Default::default(),
+            keys: Vec::new(),
+            report_id: 0,
+        })
+    }
+
     /// The word shared with children forked now ([`Accel::fork_word`]).
     pub(crate) fn fork_word(&self) -> Option<Arc<sys::Shared>> {
         if let Some(w) = self.fork_word.get() {

@@ -175,3 +175,50 @@ pub(crate) fn mark_forked(fd: RawFd) {
 pub(crate) fn served(fd: RawFd) -> bool {
     matches!(kind(fd), SOCKET | FORKED)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidate() -> Entry {
+        Entry::Candidate(Arc::new(Mutex::new(Pending::default())))
+    }
+
+    /// Fds of this test alone (the table is the process's).
+    const FD: RawFd = 61_000;
+
+    #[test]
+    fn an_fd_is_the_kernels_until_set_and_again_once_removed() {
+        assert_eq!(kind(FD), KERNEL);
+        assert!(get(FD).is_none() && remove(FD).is_none());
+        set(FD, candidate());
+        assert_eq!(kind(FD), CANDIDATE);
+        assert!(matches!(get(FD), Some(Entry::Candidate(_))));
+        assert!(socket(FD).is_none(), "a candidate is not a socket");
+        assert!(matches!(remove(FD), Some(Entry::Candidate(_))));
+        assert_eq!(kind(FD), KERNEL);
+        assert!(get(FD).is_none());
+    }
+
+    #[test]
+    fn fds_out_of_range_are_always_the_kernels() {
+        for fd in [-1, MAX_FD as RawFd, RawFd::MAX] {
+            set(fd, candidate());
+            assert_eq!(kind(fd), KERNEL, "{fd}");
+            assert!(get(fd).is_none() && remove(fd).is_none());
+        }
+    }
+
+    #[test]
+    fn a_number_set_again_holds_the_newer_entry() {
+        let fd = FD + 1;
+        let first = Arc::new(Mutex::new(Pending::default()));
+        set(fd, Entry::Candidate(first.clone()));
+        set(fd, candidate());
+        let Some(Entry::Candidate(now)) = get(fd) else {
+            panic!("a candidate")
+        };
+        assert!(!Arc::ptr_eq(&now, &first));
+        remove(fd);
+    }
+}

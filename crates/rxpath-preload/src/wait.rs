@@ -221,3 +221,90 @@ fn poll_sleep(
         r => r,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rxpath_dev::sim::{Coalesce, SimConfig};
+    use rxpath_runtime::{Host, HostConfig, HostDevice};
+    use rxpath_wire::build::{self, Spec};
+
+    const HOST: &str = "198.18.0.2";
+
+    fn sim_host() -> Host {
+        let mut cfg = HostConfig {
+            queues: 1,
+            napi_threads: 1,
+            ..Default::default()
+        };
+        cfg.sock.local_addrs = vec![HOST.parse().unwrap()];
+        let sim = SimConfig {
+            coalesce: Coalesce::EVERY_FRAME,
+            ..Default::default()
+        };
+        Host::start(cfg, HostDevice::Sim(sim)).expect("a simulated NIC's host")
+    }
+
+    fn inject(h: &Host, port: u16, payload: &[u8]) {
+        let spec = Spec::new(
+            "198.18.0.1".parse().unwrap(),
+            HOST.parse().unwrap(),
+            5000,
+            port,
+        );
+        let mut p = h.sim_port().unwrap();
+        p.inject(&build::udp(&spec, payload), 0)
+            .expect("the NIC took it");
+        p.flush(rxpath_dev::mono_ns());
+    }
+
+    /// `poll` on a served socket (and only on it: no kernel fd to ask):
+    /// not readable while its queue is empty, readable when a datagram
+    /// arrives through the simulated NIC while it sleeps, not readable
+    /// once the datagram is read.
+    #[test]
+    fn poll_follows_a_served_sockets_queue_on_the_simulated_nic() {
+        let h = sim_host();
+        let sock = h
+            .udp_bind_held(format!("{HOST}:7000").parse().unwrap())
+            .unwrap();
+        let a = Accel::for_test(sock);
+        let fd = 63_000;
+        table::set(fd, table::Entry::Socket(a.clone()));
+        let pfd = |events| libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
+        let mut fds = [pfd(libc::POLLIN)];
+        assert_eq!(poll(&mut fds, 0), Ok(0), "nothing queued");
+        // The datagram comes while the poll sleeps: the socket's watcher
+        // wakes it.
+        let slept = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                inject(&h, 7000, b"ping");
+            });
+            let t = std::time::Instant::now();
+            assert_eq!(poll(&mut fds, 5000), Ok(1));
+            t.elapsed()
+        });
+        assert_eq!(fds[0].revents, libc::POLLIN);
+        assert!(
+            slept < std::time::Duration::from_secs(4),
+            "woken, not timed out"
+        );
+        // Writable always (a full TX ring is a counted drop).
+        let mut w = [pfd(libc::POLLOUT)];
+        assert_eq!(poll(&mut w, 0), Ok(1));
+        let mut buf = [0u8; 64];
+        let got = crate::ops::recv(&a, &mut buf, libc::MSG_DONTWAIT).expect("the datagram");
+        assert_eq!(&buf[..got.len], b"ping");
+        let mut fds = [pfd(libc::POLLIN)];
+        assert_eq!(poll(&mut fds, 0), Ok(0), "read: empty again");
+        table::remove(fd);
+        drop(a);
+        let r = h.shutdown();
+        assert_eq!(r.frames_home, r.frames_total);
+    }
+}

@@ -341,3 +341,67 @@ const HARMLESS_IPV6: &[i32] = &[
     libc::IPV6_MULTICAST_LOOP,
     libc::IPV6_MULTICAST_IF,
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sock::Pending;
+    use crate::table;
+    use std::sync::{Arc, Mutex};
+
+    /// A candidate at `fd` (the table is the process's: each test its own
+    /// fds), and its pending state.
+    fn candidate(fd: RawFd) -> Arc<Mutex<Pending>> {
+        let p = Arc::new(Mutex::new(Pending::default()));
+        table::set(fd, Entry::Candidate(p.clone()));
+        p
+    }
+
+    fn pending(p: &Arc<Mutex<Pending>>) -> Pending {
+        p.lock().unwrap().clone()
+    }
+
+    #[test]
+    fn options_before_bind_are_kept_for_it() {
+        let fd = 62_000;
+        let p = candidate(fd);
+        let set = |level, name, v| setsockopt(fd, level, name, v);
+        set(libc::SOL_SOCKET, libc::SO_BUSY_POLL, OptVal::Int(50)).unwrap();
+        set(libc::SOL_SOCKET, libc::SO_REUSEPORT, OptVal::Int(1)).unwrap();
+        let t = std::time::Duration::from_millis(250);
+        set(libc::SOL_SOCKET, libc::SO_RCVTIMEO, OptVal::Time(t)).unwrap();
+        set(libc::IPPROTO_IP, libc::IP_PKTINFO, OptVal::Int(1)).unwrap();
+        let got = pending(&p);
+        assert_eq!(got.busy_poll, Some(50));
+        assert!(got.reuseport);
+        assert_eq!(got.rcvtimeo, Some(t));
+        assert_ne!(got.cmsgs & crate::sock::PKTINFO4, 0);
+        assert_eq!(got.refuse, None, "each is one rxpath honours");
+        table::remove(fd);
+    }
+
+    #[test]
+    fn an_option_rxpath_cannot_honour_keeps_the_socket_on_the_kernel() {
+        let fd = 62_001;
+        let p = candidate(fd);
+        // Turning off what is off asks nothing.
+        setsockopt(fd, libc::IPPROTO_IP, libc::IP_RECVTTL, OptVal::Int(0)).unwrap();
+        assert_eq!(pending(&p).refuse, None);
+        // On, it succeeds (the kernel socket took it) and the socket
+        // stays the kernel's at bind, said why.
+        setsockopt(fd, libc::IPPROTO_IP, libc::IP_RECVTTL, OptVal::Int(1)).unwrap();
+        let why = pending(&p).refuse.expect("refused");
+        assert!(why.contains("rxpath does not honour it"), "{why}");
+        table::remove(fd);
+    }
+
+    #[test]
+    fn options_on_kernel_fds_are_not_rxpaths_business() {
+        let fd = 62_002;
+        assert_eq!(
+            setsockopt(fd, libc::IPPROTO_IP, libc::IP_RECVTTL, OptVal::Int(1)),
+            Ok(())
+        );
+        assert_eq!(table::kind(fd), table::KERNEL);
+    }
+}
