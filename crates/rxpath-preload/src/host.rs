@@ -596,18 +596,21 @@ impl Global {
             "UDP on {iface} through rxpath ({})",
             host.backend()
         ));
-        let metrics = c.metrics.and_then(|a| match host.serve_metrics(a) {
-            Ok(m) => {
-                say(&format!("metrics on http://{}/metrics", m.addr));
-                Some(m)
-            }
-            Err(e) => {
-                say(&format!(
-                    "metrics on {a}: {e}; the program runs without them"
-                ));
-                None
-            }
-        });
+        let metrics =
+            c.metrics.and_then(
+                |a| match rxpath_runtime::metrics::Metrics::for_host(&host, a) {
+                    Ok(m) => {
+                        say(&format!("metrics on http://{}/metrics", m.addr));
+                        Some(m)
+                    }
+                    Err(e) => {
+                        say(&format!(
+                            "metrics on {a}: {e}; the program runs without them"
+                        ));
+                        None
+                    }
+                },
+            );
         let control =
             match rxpath_runtime::ctl::Control::start(rxpath_runtime::ctl::HostKnobs::of(&host)) {
                 Ok(c) => {

@@ -38,7 +38,6 @@ pub mod ctl;
 mod engine;
 pub mod gen;
 pub mod host;
-mod host_report;
 pub mod lab;
 pub mod metrics;
 pub mod run;

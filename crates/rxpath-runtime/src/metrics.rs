@@ -1,6 +1,6 @@
 //! Prometheus metrics over HTTP (`GET /metrics`, OpenMetrics text from
 //! `prometheus-client`): `rxpath run --metrics ADDR`, `rxpath echo
-//! --metrics ADDR`, and [`crate::Host::serve_metrics`] for applications.
+//! --metrics ADDR`, and [`Metrics::for_host`] for applications.
 //!
 //! While the run goes, what the per-second line sees: per queue NAPI and
 //! device counters, drops by reason, softnet, SNMP. When it ends, the final
@@ -38,7 +38,7 @@ struct Snapshot {
     /// `rxpath echo`: the socket layer's counters (live), and the host's
     /// report at the end.
     sock: Option<rxpath_core::sock::SockStats>,
-    host: Option<crate::host_report::HostReport>,
+    host: Option<crate::host::HostReport>,
     /// A host's socket layer, read at every scrape while it runs.
     live_sock: Option<Arc<rxpath_core::sock::Sockets>>,
     /// A host's NAPIs, their counters read at every scrape while it runs
@@ -396,6 +396,19 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Serve `host`'s counters for Prometheus on `addr` (port 0: any free
+    /// port, see [`Metrics::addr`]): the socket layer's and every queue's
+    /// NAPI and device counters, read at every scrape
+    /// (`rxpath_socket_*_total`, busy polling, `rxpath_rx_*`). Give it the
+    /// report at the end ([`Metrics::finish_host`]) for the per-queue,
+    /// per-worker and SNMP counters; it serves until dropped.
+    pub fn for_host(host: &crate::host::Host, addr: SocketAddr) -> std::io::Result<Metrics> {
+        let m = Metrics::start(addr)?;
+        m.watch_sockets(host.sockets().clone());
+        m.watch_napis(host.napis().to_vec());
+        Ok(m)
+    }
+
     /// Listen on `addr` (port 0: any free port; see [`Metrics::addr`]).
     pub fn start(addr: SocketAddr) -> std::io::Result<Metrics> {
         let l = TcpListener::bind(addr).map_err(|e| {
@@ -461,7 +474,7 @@ impl Metrics {
     }
 
     /// A host's final report (`rxpath echo`).
-    pub fn finish_host(&self, r: &crate::host_report::HostReport) {
+    pub fn finish_host(&self, r: &crate::host::HostReport) {
         self.snap.lock().unwrap_or_else(|e| e.into_inner()).host = Some(r.clone());
     }
 

@@ -584,14 +584,13 @@ fn sample(text: &str, name: &str) -> Option<u64> {
         .map(|v| v as u64)
 }
 
-/// A host's metrics for an application (`Host::serve_metrics`): the socket
+/// A host's metrics for an application (`Metrics::for_host`): the socket
 /// counters are read at every scrape while it runs, and the final report
 /// adds the per-queue counters, equal to the report's.
 #[test]
 fn a_host_serves_its_counters_for_prometheus() {
     let h = host(1, 1);
-    let m = h
-        .serve_metrics("127.0.0.1:0".parse().unwrap())
+    let m = rxpath_runtime::metrics::Metrics::for_host(&h, "127.0.0.1:0".parse().unwrap())
         .expect("listen on loopback");
     let s = h.udp_bind(sa(HOST4, 7100)).unwrap();
     let before = scrape(m.addr);

@@ -1,5 +1,5 @@
-//! What a [`Host`](crate::Host) did, gathered at shutdown: below both the
-//! host and the metrics exporter, which encodes it.
+//! What a [`Host`](crate::Host) did, gathered at shutdown (the metrics
+//! exporter encodes it too).
 
 use rxpath_core::snmp::Snmp;
 use rxpath_core::sock::SockStats;
