@@ -97,7 +97,7 @@ pub(crate) struct Accel {
     /// and sends through the kernel socket too.
     pub(crate) fork_word: std::sync::OnceLock<Arc<sys::Shared>>,
     /// The destinations the XDP program takes for it
-    /// ([`crate::host::map_keys`]).
+    /// (`host::ports::map_keys`).
     pub(crate) keys: Vec<rxpath_dev::sys::xdp::PortKey>,
     /// Its line in the report's list of sockets ([`crate::host::Global::served`]).
     pub(crate) report_id: usize,

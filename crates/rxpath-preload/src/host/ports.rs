@@ -1,0 +1,174 @@
+//! The port map as the preload keeps it: the destinations a socket takes
+//! (keyed as the kernel keys sockets), taken at `bind` and given back when
+//! the last socket on them closes or goes back to the kernel, and the
+//! specific addresses whose socket is the kernel's.
+
+use super::{say, Fallback, Global, State};
+use rxpath_dev::sys::xdp::PortKey;
+use rxpath_runtime::{Host, UdpSocket};
+use std::net::{IpAddr, SocketAddr};
+
+/// The destinations the XDP program takes for a UDP socket bound to
+/// `addr`, keyed as the kernel keys sockets: its address (or its family's
+/// wildcard) and port; an IPv6 wildcard socket without `IPV6_V6ONLY`
+/// takes IPv4 too (as `::ffff:a.b.c.d`), so the IPv4 wildcard as well.
+pub(crate) fn map_keys(addr: SocketAddr, v6only: bool) -> Vec<PortKey> {
+    let udp = |addr| PortKey {
+        proto: libc::IPPROTO_UDP as u8,
+        addr,
+    };
+    let mut keys = vec![udp(addr)];
+    match addr.ip() {
+        IpAddr::V6(a) if a.is_unspecified() && !v6only => {
+            keys.push(udp(SocketAddr::new([0, 0, 0, 0].into(), addr.port())));
+        }
+        IpAddr::V6(a) => {
+            if let Some(v4) = a.to_ipv4_mapped() {
+                keys = vec![udp(SocketAddr::new(v4.into(), addr.port()))];
+            }
+        }
+        IpAddr::V4(_) => {}
+    }
+    keys
+}
+
+/// [`Host::leave_port`], a failure said.
+pub(super) fn leave(host: &Host, k: PortKey) {
+    if let Err(e) = host.leave_port(k) {
+        say(&format!(
+            "leaving {} to the kernel in the port map: {e}",
+            k.addr
+        ));
+    }
+}
+
+impl Global {
+    /// An rxpath socket for `addr`, which the caller's kernel socket has
+    /// just bound (the port is held in the kernel), with the destinations
+    /// the XDP program now takes for it ([`map_keys`]), or why not.
+    pub(crate) fn bind(
+        &self,
+        addr: SocketAddr,
+        opts: rxpath_core::sock::BindOptions,
+        v6only: bool,
+    ) -> Result<(UdpSocket, Vec<PortKey>), (Fallback, String)> {
+        let Some(iface) = self.cfg.iface.clone() else {
+            return Err((Fallback::NoIface, "no RXPATH_IFACE".into()));
+        };
+        if let Err(why) = self.cfg.allowed(addr) {
+            return Err((Fallback::Rule, why));
+        }
+        if addr.port() == 0 {
+            return Err((
+                Fallback::EphemeralPort,
+                format!("{addr}: an ephemeral port"),
+            ));
+        }
+        let mut s = self.state();
+        if let Some(why) = &s.gone {
+            return Err((Fallback::IfaceGone, format!("{addr}: {why}")));
+        }
+        if let Err(e) = self.ensure_running(&mut s, &iface) {
+            return Err((Fallback::HostFailed, e));
+        }
+        let Some(r) = s.running.as_mut() else {
+            return Err((Fallback::HostFailed, "no host".into()));
+        };
+        // A group or broadcast address takes what is sent to it here.
+        let c = r.host.sockets().config();
+        let ours = addr.ip().is_unspecified()
+            || addr.ip().is_multicast()
+            || c.local_addrs.contains(&addr.ip())
+            || matches!(addr.ip(), IpAddr::V4(a) if rxpath_core::ip::is_broadcast(&c.prefixes, a));
+        if !ours {
+            return Err((
+                Fallback::OtherAddress,
+                format!("{addr} is not an address of {iface}"),
+            ));
+        }
+        let sock = r
+            .host
+            .udp_bind_held_with(addr, opts)
+            .map_err(|e| (Fallback::BindRefused, format!("{addr}: {e}")))?;
+        let keys = map_keys(addr, v6only);
+        for (i, k) in keys.iter().enumerate() {
+            if r.ports.contains_key(k) {
+                continue;
+            }
+            if let Err(e) = r.host.take_port(*k, true) {
+                for k in keys[..i].iter().filter(|k| !r.ports.contains_key(k)) {
+                    let _ = r.host.take_port(*k, false);
+                }
+                return Err((
+                    Fallback::PortMapFull,
+                    format!("{addr}: the XDP program's port map: {e}"),
+                ));
+            }
+        }
+        for k in &keys {
+            *r.ports.entry(*k).or_default() += 1;
+        }
+        if self.cfg.busy_poll_us > 0 {
+            sock.set_busy_poll(self.cfg.busy_poll_us);
+        }
+        sock.set_busy_poll_budget(self.cfg.busy_poll_budget);
+        s.accelerated += 1;
+        Ok((sock, keys))
+    }
+
+    /// An rxpath socket that took `keys` closed (or went back to the
+    /// kernel): the last one on each gives it back to the kernel.
+    /// True if another rxpath socket still takes one of them (a
+    /// `SO_REUSEPORT` sibling): its datagrams still come to rxpath.
+    pub(crate) fn release(&self, keys: &[PortKey]) -> bool {
+        let mut s = self.state();
+        let State {
+            running,
+            kernel_keys,
+            ..
+        } = &mut *s;
+        let Some(r) = running.as_mut() else {
+            return false;
+        };
+        let mut shared = false;
+        for k in keys {
+            let Some(n) = r.ports.get_mut(k) else {
+                continue;
+            };
+            *n -= 1;
+            if *n == 0 {
+                r.ports.remove(k);
+                if kernel_keys.contains(k) {
+                    leave(&r.host, *k);
+                } else if let Err(e) = r.host.take_port(*k, false) {
+                    say(&format!("giving {} back to the kernel: {e}", k.addr));
+                }
+            } else {
+                shared = true;
+            }
+        }
+        shared
+    }
+
+    /// A socket bound to `addr` is the kernel's (it stayed there at
+    /// `bind`, or was handed back): if `addr` is a specific address, the
+    /// port map leaves it to the kernel even where an rxpath socket takes
+    /// the port's wildcard, as the kernel's lookup prefers the bound
+    /// address. Kept until the process exits: should that socket close,
+    /// the kernel gives what comes to its wildcard socket, the one behind
+    /// rxpath's fd, which the program reads all the same.
+    pub(crate) fn kernel_keeps(&self, addr: SocketAddr, v6only: bool) {
+        if addr.port() == 0 {
+            return;
+        }
+        let mut s = self.state();
+        for k in map_keys(addr, v6only) {
+            if k.addr.ip().is_unspecified() || !s.kernel_keys.insert(k) {
+                continue;
+            }
+            if let Some(r) = s.running.as_ref().filter(|r| !r.ports.contains_key(&k)) {
+                leave(&r.host, k);
+            }
+        }
+    }
+}
