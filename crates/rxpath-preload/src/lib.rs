@@ -66,12 +66,12 @@ mod kside;
 mod linkwatch;
 mod mcast;
 mod ops;
+mod readiness;
 mod send;
 mod sock;
 #[allow(unsafe_code)]
 mod sys;
 mod table;
-mod wait;
 
 pub use config::Config;
 pub use host::{Accounting, Fallback, PreloadReport, SocketPath};

@@ -40,9 +40,9 @@ pub mod gen;
 pub mod host;
 pub mod lab;
 pub mod metrics;
+mod path_ends;
 pub mod run;
 pub mod sock;
-mod stages;
 pub mod steer;
 pub mod sysctl;
 

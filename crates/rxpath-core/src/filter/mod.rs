@@ -33,9 +33,9 @@
 mod cache;
 mod compiled;
 pub mod gen;
+mod input_hook;
 mod parse;
 pub mod rule;
-mod stage;
 /// The `INPUT` hook's view of a packet, filled by IP input: what IP input knows of a packet it hands the `INPUT` hook (the skb at
 /// `ip_local_deliver()`): checked headers, no fragment, for this host. A
 /// hook need not find any of it again in the frame.
@@ -59,7 +59,7 @@ pub struct LocalIn {
 #[cfg(test)]
 // Tests may start threads and wait (the lint keeps the core itself sans-I/O).
 #[allow(clippy::disallowed_methods)]
-mod stage_tests;
+mod input_hook_tests;
 #[cfg(test)]
 mod tests;
 mod tree;
@@ -67,9 +67,9 @@ mod walk;
 
 pub use cache::Judge;
 pub use compiled::ChainClassifier;
+pub use input_hook::{InputHook, HOLD_POLLS};
 pub use parse::{parse, parse_family, ParseError, Table};
 pub use rule::{Family, Key, Target, ABSENT};
-pub use stage::{InputHook, HOLD_POLLS};
 
 use crate::stats::DropReason;
 use rxpath_wire::{Headers, IpAddrs, L3, L4};

@@ -33,8 +33,8 @@
 //! property test at the end feeds random and mutated frames).
 
 mod defrag;
+mod input_stage;
 pub mod mcast;
-mod stage;
 mod udp;
 mod v4;
 mod v6;
@@ -42,7 +42,7 @@ mod v6;
 pub use crate::packet::Datagram;
 pub use crate::snmp::{IpMib, RxExt, Snmp, UdpMib};
 pub use defrag::{Defrag, DefragConfig};
-pub use stage::{Hook, IpStage, NoHook};
+pub use input_stage::{Hook, IpStage, NoHook};
 
 use crate::stats::DropReason;
 use rxpath_wire::be16;

@@ -6,7 +6,7 @@
 //! that only the owner takes, so the lock is never contended by design —
 //! the state word decides, as in the kernel.
 
-use super::stage::{SockPath, SockStack};
+use super::sock_stack::{SockPath, SockStack};
 use crate::ip::{Hook, IpStage};
 use crate::napi::{Napi, NapiId, NapiState, PollResult};
 use crate::stats::NapiStats;

@@ -47,16 +47,16 @@ mod demux;
 mod dgram;
 mod flow;
 mod send;
+mod sock_stack;
 mod socket;
-mod stage;
 mod tx;
 
 pub use busy::{BusyPoll, CellStack, NapiCell, PollCell, SharedNapi, BUSY_POLL_BUDGET};
 pub use dgram::RecvMeta;
 pub use flow::SockFlowTable;
 pub use send::UDP_MAX_SEGMENTS;
+pub use sock_stack::{SockPath, SockStack};
 pub use socket::{BindOptions, BusySession, DataReady, SockCounters, Socket};
-pub use stage::{SockPath, SockStack};
 pub use tx::{CaptureTx, TxPort};
 
 use crate::ip::{CsumPolicy, IpConfig, Snmp};

@@ -21,7 +21,7 @@ pub extern "C" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_int {
         // SAFETY: the C library's poll with the program's arguments.
         return unsafe { real::poll()(fds, n, timeout) };
     }
-    ret(crate::wait::poll(set, timeout)) as c_int
+    ret(crate::readiness::poll(set, timeout)) as c_int
 }
 
 #[no_mangle]
@@ -43,7 +43,7 @@ pub extern "C" fn ppoll(
         let t = unsafe { *ts };
         ms(t.tv_sec, t.tv_nsec, 1_000_000)
     };
-    with_mask(mask, || ret(crate::wait::poll(set, timeout)) as c_int)
+    with_mask(mask, || ret(crate::readiness::poll(set, timeout)) as c_int)
 }
 
 /// A C timeout (seconds and a fraction of `per_ms` units a millisecond) in
@@ -153,7 +153,7 @@ fn select_sets(nfds: c_int, [r, w, e]: [*mut fd_set; 3], timeout: c_int) -> c_in
             });
         }
     }
-    if let Err(err) = crate::wait::poll(&mut fds, timeout) {
+    if let Err(err) = crate::readiness::poll(&mut fds, timeout) {
         return fail(err) as c_int;
     }
     for s in [r, w, e] {

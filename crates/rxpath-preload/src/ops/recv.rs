@@ -92,7 +92,7 @@ pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, No
             }
             return Err(libc::EAGAIN.into());
         }
-        match crate::wait::wait_readable(a, until) {
+        match crate::readiness::wait_readable(a, until) {
             Ok(()) => {}
             Err(libc::EINTR) if crate::sys::restart_after_signal() => {}
             Err(e) => return Err(e.into()),

@@ -196,7 +196,7 @@ pub fn check_not_loopback(iface: &str) -> Result<(), RunError> {
     Ok(())
 }
 
-pub use crate::stages::StackKind;
+pub use crate::path_ends::StackKind;
 
 /// Everything `run` needs.
 #[derive(Debug, Clone, Serialize)]

@@ -15,7 +15,7 @@ pub use report::*;
 use drive::{collect, drive, stalls_of, Source};
 use napi_thread::{napi_thread, Live, ThreadOut};
 
-use crate::stages::{PathRest, Sinks, Tap};
+use crate::path_ends::{PathRest, Sinks, Tap};
 use crate::steer::{pure_worker_thread, SteerStage, Workers};
 use rxpath_core::gro::{GroConfig, GroKnob};
 use rxpath_core::ip::IpStage;

@@ -26,11 +26,11 @@
 //! the fill ring.
 
 mod serve;
-mod stage;
+mod steering_stages;
 mod worker;
 
 pub(crate) use serve::{Build, Server};
-pub(crate) use stage::{Collect, Ordered, PerQueue, SteerStage};
+pub(crate) use steering_stages::{Collect, Ordered, PerQueue, SteerStage};
 pub(crate) use worker::{pure_worker_thread, BottomHalf};
 
 use rxpath_core::packet::Packet;
