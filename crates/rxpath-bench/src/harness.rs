@@ -5,6 +5,7 @@
 use anyhow::{Context, Result};
 use rxpath_core::napi::BundleMode;
 use rxpath_dev::sim::{Mix, SimConfig, TrafficConfig};
+use rxpath_dev::sync::lock;
 use rxpath_runtime::{Producer, RunConfig, StackKind};
 use std::process::Command;
 use std::time::Duration;
@@ -13,7 +14,7 @@ static UNMEASURED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::ne
 
 /// What could not be measured so far (taken: the list is emptied).
 pub(crate) fn take_unmeasured() -> Vec<String> {
-    std::mem::take(&mut *UNMEASURED.lock().unwrap_or_else(|e| e.into_inner()))
+    std::mem::take(&mut *lock(&UNMEASURED))
 }
 
 /// SIGINT and SIGTERM stop a bench at once and cleanly: the processes it
@@ -91,10 +92,7 @@ fn kill_descendants() -> usize {
 /// Skips the user asked for (`--no-dpdk`) are not reported here.
 pub(crate) fn peer_not_measured(peer: &str, why: &str) {
     eprintln!("rxpath bench: PEER NOT MEASURED: {peer}: {why}");
-    UNMEASURED
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(format!("{peer}: {why}"));
+    lock(&UNMEASURED).push(format!("{peer}: {why}"));
 }
 
 /// The median of the measured values (the mean of the middle two for an

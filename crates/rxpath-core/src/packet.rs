@@ -11,6 +11,7 @@
 //! frame towards the device's fill ring.
 
 use crate::stats::{DropReason, LatencyHist, NapiStats};
+use rxpath_dev::sync::lock;
 use rxpath_dev::{Frame, Umem};
 use rxpath_wire::Headers;
 use serde::Serialize;
@@ -525,7 +526,7 @@ pub struct FrameReturn {
 impl FrameReturn {
     /// Return one frame.
     pub fn put(&self, f: Frame) {
-        let mut v = lock_frames(&self.frames);
+        let mut v = lock(&self.frames);
         v.push(f);
         // Release pairs with the Acquire in `pending`.
         self.len.store(v.len(), Ordering::Release);
@@ -535,7 +536,7 @@ impl FrameReturn {
 
     /// Return many frames under one lock.
     pub fn put_all(&self, it: impl IntoIterator<Item = Frame>) {
-        let mut v = lock_frames(&self.frames);
+        let mut v = lock(&self.frames);
         v.extend(it);
         self.len.store(v.len(), Ordering::Release);
         drop(v);
@@ -551,7 +552,7 @@ impl FrameReturn {
     /// `at` of the frames the sockets do not hold. The caller looks at
     /// [`Self::pending`] after this and before it parks.
     pub fn wake_on_return(&self, w: std::task::Waker, at: usize) {
-        *lock_frames(&self.waiter) = Some(w);
+        *lock(&self.waiter) = Some(w);
         self.wake_at.store(at.max(1), Ordering::Relaxed);
         self.wake.store(true, Ordering::SeqCst);
     }
@@ -569,7 +570,7 @@ impl FrameReturn {
             && self.len.load(Ordering::Relaxed) >= self.wake_at.load(Ordering::Relaxed)
             && self.wake.swap(false, Ordering::AcqRel)
         {
-            if let Some(w) = lock_frames(&self.waiter).as_ref() {
+            if let Some(w) = lock(&self.waiter).as_ref() {
                 w.wake_by_ref();
             }
         }
@@ -585,14 +586,10 @@ impl FrameReturn {
         if self.pending() == 0 {
             return 0;
         }
-        let mut v = lock_frames(&self.frames);
+        let mut v = lock(&self.frames);
         let n = v.len();
         out.append(&mut v);
         self.len.store(0, Ordering::Release);
         n
     }
-}
-
-fn lock_frames<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -7,6 +7,7 @@
 //! `rx-frames`) decides *when* an armed device raises the line; see
 //! [`crate::sim`].
 
+use crate::sync::lock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::thread::Thread;
@@ -62,18 +63,13 @@ impl IrqLine {
 
     /// Register the thread to unpark when the line is raised.
     pub fn set_waiter(&self, t: Thread) {
-        *self.waiter.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+        *lock(&self.waiter) = Some(t);
     }
 
     /// Unpark the waiter thread without raising the line (a handler that
     /// polled in interrupt context armed a timer the waiter must watch).
     pub fn wake_waiter(&self) {
-        if let Some(t) = self
-            .waiter
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-        {
+        if let Some(t) = lock(&self.waiter).as_ref() {
             t.unpark();
         }
     }
@@ -100,12 +96,7 @@ impl IrqLine {
         if self.handler.get().is_some_and(|h| h()) {
             return true;
         }
-        if let Some(t) = self
-            .waiter
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-        {
+        if let Some(t) = lock(&self.waiter).as_ref() {
             t.unpark();
         }
         true

@@ -43,6 +43,7 @@ pub mod irq;
 pub mod packet;
 pub mod pcap;
 pub mod sim;
+pub mod sync;
 
 pub use irq::IrqLine;
 pub use sys::ring::{desc_flags, Desc};

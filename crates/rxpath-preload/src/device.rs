@@ -11,6 +11,7 @@
 use crate::sock::{readable, Accel};
 use rxpath_core::sock::SharedNapi;
 use rxpath_core::NapiId;
+use rxpath_dev::sync::lock;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
@@ -21,7 +22,7 @@ static DEVICES: Mutex<Option<HashMap<NapiId, OwnedFd>>> = Mutex::new(None);
 
 fn device_fd(a: &Accel) -> Option<RawFd> {
     let id = a.sock.napi_id();
-    let mut g = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+    let mut g = lock(&DEVICES);
     let m = g.get_or_insert_with(HashMap::new);
     if let Some(fd) = m.get(&id) {
         return Some(fd.as_raw_fd());
@@ -101,5 +102,5 @@ pub(crate) fn sleep_devices<'a>(socks: &'a [&'a Arc<Accel>]) -> DeviceSleep<'a> 
 
 /// The host stops: its devices' descriptors go.
 pub(crate) fn forget() {
-    DEVICES.lock().unwrap_or_else(|e| e.into_inner()).take();
+    lock(&DEVICES).take();
 }

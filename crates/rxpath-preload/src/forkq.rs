@@ -34,9 +34,7 @@ const HEAD: usize = 8;
 /// A record's header before the payload.
 const REC: usize = 64;
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+use rxpath_dev::sync::lock;
 
 fn pad8(n: usize) -> usize {
     n.div_ceil(8) * 8

@@ -7,12 +7,10 @@ use rxpath_runtime::sock::Watch;
 use rxpath_runtime::UdpSocket;
 use std::os::fd::RawFd;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub(crate) use rxpath_dev::sync::lock;
 
 /// Datagrams read from the kernel sockets behind served fds
 /// ([`crate::kside`]): the kernel's path, counted apart in the report.

@@ -5,6 +5,7 @@
 
 use crate::epoll::EpSet;
 use crate::sock::{Accel, Pending};
+use rxpath_dev::sync::{read_lock, write_lock};
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -64,11 +65,7 @@ pub(crate) fn get(fd: RawFd) -> Option<Entry> {
     if kind(fd) == KERNEL {
         return None;
     }
-    map()
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&fd)
-        .cloned()
+    read_lock(map()).get(&fd).cloned()
 }
 
 /// The rxpath socket behind `fd`, if it is one.
@@ -90,10 +87,7 @@ pub(crate) fn set(fd: RawFd, e: Entry) {
         return;
     }
     let k = e.kind();
-    map()
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(fd, e);
+    write_lock(map()).insert(fd, e);
     KIND[i].store(k, Ordering::Release);
 }
 
@@ -111,12 +105,12 @@ pub(crate) fn remove(fd: RawFd) -> Option<Entry> {
     if let Ok(i) = usize::try_from(fd) {
         KIND[i].store(KERNEL, Ordering::Release);
     }
-    map().write().unwrap_or_else(|e| e.into_inner()).remove(&fd)
+    write_lock(map()).remove(&fd)
 }
 
 /// Every rxpath socket with the fds that name it.
 pub(crate) fn sockets() -> Vec<(Vec<RawFd>, Arc<Accel>)> {
-    let m = map().read().unwrap_or_else(|e| e.into_inner());
+    let m = read_lock(map());
     let mut out: Vec<(Vec<RawFd>, Arc<Accel>)> = Vec::new();
     for (fd, e) in m.iter() {
         if let Entry::Socket(a) = e {

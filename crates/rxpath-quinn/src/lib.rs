@@ -37,6 +37,7 @@ pub mod perf;
 use quinn::udp::{EcnCodepoint, RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, UdpPoller};
 use rxpath_core::sock::{SockError, UDP_MAX_SEGMENTS};
+use rxpath_dev::sync::lock;
 use rxpath_runtime::UdpSocket;
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
@@ -203,12 +204,7 @@ impl AsyncUdpSocket for RxpathSocket {
         // Once the task waits on the device itself, a deferred interrupt
         // stays deferred while it sleeps: the device's descriptor wakes
         // it (see `poll_recv_batch_device`).
-        let device = self.sock.busy_poll() > 0
-            && self
-                .device
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_some();
+        let device = self.sock.busy_poll() > 0 && lock(&self.device).is_some();
         for _ in 0..4 {
             let r = if std::mem::take(&mut polled) {
                 self.sock
@@ -230,7 +226,7 @@ impl AsyncUdpSocket for RxpathSocket {
             if self.sock.busy_poll() == 0 {
                 return Poll::Pending;
             }
-            let mut dev = self.device.lock().unwrap_or_else(|e| e.into_inner());
+            let mut dev = lock(&self.device);
             if dev.is_none() {
                 if let Some(Ok(fd)) = self.sock.napi_readiness_fd() {
                     *dev = rxpath_dev::sys::reactor::register(fd).ok();

@@ -2,6 +2,7 @@
 //! iproute2 and removed when the guard is dropped (also when a test fails
 //! and unwinds). Addresses come only from 198.18.0.0/15.
 
+use rxpath_dev::sync::lock;
 use std::io;
 use std::process::Command;
 use std::sync::Mutex;
@@ -20,7 +21,7 @@ enum Made {
 }
 
 fn live() -> std::sync::MutexGuard<'static, Vec<Made>> {
-    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+    lock(&LIVE)
 }
 
 /// Held while a namespace or topology is being made, and by
@@ -31,7 +32,7 @@ fn live() -> std::sync::MutexGuard<'static, Vec<Made>> {
 static BUILDING: Mutex<()> = Mutex::new(());
 
 fn building() -> std::sync::MutexGuard<'static, ()> {
-    BUILDING.lock().unwrap_or_else(|e| e.into_inner())
+    lock(&BUILDING)
 }
 
 fn forget(m: &Made) {

@@ -19,6 +19,7 @@ use prometheus_client::registry::Registry;
 use rxpath_core::gro::GroStats;
 use rxpath_core::sock::SockStats;
 use rxpath_core::stats::{DropReason, NapiStats, SoftnetStats};
+use rxpath_dev::sync::lock;
 use rxpath_dev::DeviceQueueStats;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -364,7 +365,7 @@ fn encode_report(enc: &mut DescriptorEncoder<'_>, r: &Report) -> Result<(), std:
 
 impl Collector for Collect {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let s = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let s = lock(&self.0).clone();
         let v = View::of(&s);
         if let Some(k) = &v.sock {
             encode_sock(&mut enc, k)?;
@@ -445,7 +446,7 @@ impl Metrics {
 
     /// The run's counters so far.
     pub fn tick(&self, t: &Tick) {
-        let mut s = self.snap.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = lock(&self.snap);
         s.queues = t.queues.clone();
         s.softnet = t.softnet;
         s.workers = t.workers.clone();
@@ -453,34 +454,28 @@ impl Metrics {
 
     /// Read `sockets`' counters at every scrape (a running host).
     pub fn watch_sockets(&self, sockets: Arc<rxpath_core::sock::Sockets>) {
-        self.snap
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .live_sock = Some(sockets);
+        lock(&self.snap).live_sock = Some(sockets);
     }
 
     /// Read these NAPIs' per-queue counters at every scrape (a running
     /// host).
     pub fn watch_napis(&self, napis: Vec<Arc<rxpath_core::sock::SharedNapi>>) {
-        self.snap
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .live_napis = napis;
+        lock(&self.snap).live_napis = napis;
     }
 
     /// The socket layer's counters so far (`rxpath echo`).
     pub fn sock(&self, k: rxpath_core::sock::SockStats) {
-        self.snap.lock().unwrap_or_else(|e| e.into_inner()).sock = Some(k);
+        lock(&self.snap).sock = Some(k);
     }
 
     /// A host's final report (`rxpath echo`).
     pub fn finish_host(&self, r: &crate::host::HostReport) {
-        self.snap.lock().unwrap_or_else(|e| e.into_inner()).host = Some(r.clone());
+        lock(&self.snap).host = Some(r.clone());
     }
 
     /// The final report.
     pub fn finish(&self, r: &Report) {
-        self.snap.lock().unwrap_or_else(|e| e.into_inner()).report = Some(r.clone());
+        lock(&self.snap).report = Some(r.clone());
     }
 }
 

@@ -3,6 +3,7 @@
 
 use rxpath_core::packet::{LatencySink, RxDrop, Sink, Stack};
 use rxpath_core::stats::LatencyHist;
+use rxpath_dev::sync::lock;
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -83,10 +84,7 @@ impl<S: Stack> Tap<S> {
         parts.extend(pkt.frags.iter().map(|f| ctx.frag_data(f)));
         let ts = Duration::from_nanos(ctx.now_ns);
         // A write error loses the capture, not the packet.
-        let _ = w
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .write(ts, &parts);
+        let _ = lock(w).write(ts, &parts);
     }
 }
 

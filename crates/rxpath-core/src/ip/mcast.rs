@@ -16,6 +16,7 @@
 //! same interface are the kernel's and unknown to rxpath. A join here is
 //! one on the interface rxpath serves.
 
+use rxpath_dev::sync::{read_lock, write_lock};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::RwLock;
@@ -107,7 +108,7 @@ impl Memberships {
         if all_hosts(group) {
             return true;
         }
-        let g = self.groups.read().unwrap_or_else(|e| e.into_inner());
+        let g = read_lock(&self.groups);
         g.get(&group)
             .is_some_and(|fs| src.is_unspecified() || fs.iter().any(|f| f.allows(src)))
     }
@@ -116,7 +117,7 @@ impl Memberships {
     /// (`ip_mc_sf_allow()`, `inet6_mc_check()`)? `all`: its
     /// `IP_MULTICAST_ALL`, which decides for a group it did not join.
     pub fn sock_allows(&self, sock: u64, group: IpAddr, src: IpAddr, all: bool) -> bool {
-        let g = self.groups.read().unwrap_or_else(|e| e.into_inner());
+        let g = read_lock(&self.groups);
         match g
             .get(&group)
             .and_then(|fs| fs.iter().find(|f| f.sock == sock))
@@ -128,7 +129,7 @@ impl Memberships {
 
     /// Groups the interface is in (the all-hosts groups aside).
     pub fn groups(&self) -> Vec<IpAddr> {
-        let g = self.groups.read().unwrap_or_else(|e| e.into_inner());
+        let g = read_lock(&self.groups);
         let mut v: Vec<IpAddr> = g.keys().copied().collect();
         v.sort();
         v
@@ -141,7 +142,7 @@ impl Memberships {
         if !group.is_multicast() {
             return Err(McastError::Invalid);
         }
-        let mut g = self.groups.write().unwrap_or_else(|e| e.into_inner());
+        let mut g = write_lock(&self.groups);
         let joined = g.values().filter(|fs| fs.iter().any(|f| f.sock == sock));
         let full = group.is_ipv4() && joined.count() >= MAX_MEMBERSHIPS;
         let fs = g.entry(group).or_default();
@@ -155,7 +156,7 @@ impl Memberships {
 
     /// Socket `sock` closed: it leaves every group.
     pub fn leave_all(&self, sock: u64) {
-        let mut g = self.groups.write().unwrap_or_else(|e| e.into_inner());
+        let mut g = write_lock(&self.groups);
         g.retain(|_, fs| {
             fs.retain(|f| f.sock != sock);
             !fs.is_empty()

@@ -45,6 +45,7 @@ pub use defrag::{Defrag, DefragConfig};
 pub use input_stage::{Hook, IpStage, NoHook};
 
 use crate::stats::DropReason;
+use rxpath_dev::sync::{read_lock, write_lock};
 use rxpath_wire::be16;
 use rxpath_wire::ethernet::{self, ethertype, Mac};
 use std::net::IpAddr;
@@ -156,7 +157,7 @@ pub struct AddedAddrs(std::sync::RwLock<Vec<IpAddr>>);
 impl AddedAddrs {
     /// `a` is ours from now on; false if it already was.
     pub fn add(&self, a: IpAddr) -> bool {
-        let mut v = self.0.write().unwrap_or_else(|e| e.into_inner());
+        let mut v = write_lock(&self.0);
         if v.contains(&a) {
             return false;
         }
@@ -166,10 +167,7 @@ impl AddedAddrs {
 
     /// `a` was added.
     pub fn contains(&self, a: IpAddr) -> bool {
-        self.0
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&a)
+        read_lock(&self.0).contains(&a)
     }
 }
 

@@ -26,6 +26,7 @@
 use super::cbpf::Cbpf;
 use super::socket::SockInner;
 use super::{lock, SockError, Sockets};
+use rxpath_dev::sync::write_lock;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -37,7 +38,7 @@ const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
 /// when the guard is dropped (the change made, the lock still held).
 fn lock_write(host: &Sockets) -> DemuxWrite<'_> {
     DemuxWrite {
-        guard: host.demux.write().unwrap_or_else(|e| e.into_inner()),
+        guard: write_lock(&host.demux),
         host,
     }
 }
@@ -444,7 +445,7 @@ mod tests {
 
     #[test]
     fn sockets_sharing_an_address_by_reuseaddr_give_unicast_to_the_last() {
-        use super::super::{read, BindOptions, SockConfig, Socket};
+        use super::super::{read_lock, BindOptions, SockConfig, Socket};
         let host = Sockets::new(SockConfig::default(), Vec::new());
         let addr: SocketAddr = "0.0.0.0:5000".parse().unwrap();
         let ra = BindOptions {
@@ -461,14 +462,14 @@ mod tests {
             "198.18.0.1:5000".parse().unwrap(),
             "198.18.0.2:9".parse().unwrap(),
         );
-        let to = || read(&host.demux).lookup(dst, src).map(|s| s.id);
+        let to = || read_lock(&host.demux).lookup(dst, src).map(|s| s.id);
         assert_eq!(to(), Some(b.inner.id), "the socket bound last");
         drop(b);
         assert_eq!(to(), Some(a.inner.id));
         let mut out = Vec::new();
         let c = Socket::bind_with(&host, addr, ra).unwrap();
         let group: SocketAddr = "239.1.1.1:5000".parse().unwrap();
-        read(&host.demux).multi_candidates(group, src, &mut out);
+        read_lock(&host.demux).multi_candidates(group, src, &mut out);
         let ids: Vec<u64> = out.iter().map(|s| s.id).collect();
         assert_eq!(ids, vec![a.inner.id, c.inner.id], "multicast: every one");
     }

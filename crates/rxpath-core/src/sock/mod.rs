@@ -61,6 +61,7 @@ pub use tx::{CaptureTx, TxPort};
 
 use crate::ip::{CsumPolicy, IpConfig, Snmp};
 use crate::napi::NapiId;
+use rxpath_dev::sync::write_lock;
 use rxpath_dev::Umem;
 use rxpath_wire::ethernet::Mac;
 use serde::Serialize;
@@ -69,7 +70,7 @@ use serde::Serialize;
 use foldhash::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// `net.core.rmem_default`: a socket's receive buffer unless set.
 pub const RMEM_DEFAULT: usize = 212_992;
@@ -326,7 +327,7 @@ impl crate::gro::UdpGroPolicy for Sockets {
         if multi {
             return false;
         }
-        read(&self.demux)
+        read_lock(&self.demux)
             .lookup(dst, src)
             .is_some_and(|s| s.gro.load(Ordering::Relaxed))
     }
@@ -344,15 +345,9 @@ impl Sockets {
     }
 }
 
-/// Lock a mutex; a panic elsewhere does not make the data unusable (every
-/// critical section here leaves it consistent).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-pub(crate) fn read<T>(m: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    m.read().unwrap_or_else(|e| e.into_inner())
-}
+/// Every critical section here leaves its data consistent: a panic
+/// elsewhere does not make it unusable ([`rxpath_dev::sync`]).
+pub(crate) use rxpath_dev::sync::{lock, read_lock};
 
 impl Sockets {
     /// A socket layer over a device whose queue `i` keeps its frames in
@@ -475,20 +470,17 @@ impl Sockets {
 
     /// Make a NAPI reachable by id for busy polling (`napi_hash_add`).
     pub fn register_napi(&self, n: Arc<SharedNapi>) {
-        self.napis
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(n.id, n);
+        write_lock(&self.napis).insert(n.id, n);
     }
 
     /// `napi_by_id()`.
     pub fn napi_by_id(&self, id: NapiId) -> Option<Arc<SharedNapi>> {
-        read(&self.napis).get(&id).cloned()
+        read_lock(&self.napis).get(&id).cloned()
     }
 
     /// Forget every NAPI (`napi_hash_del`, at shutdown).
     pub fn unregister_napis(&self) -> Vec<Arc<SharedNapi>> {
-        let mut m = self.napis.write().unwrap_or_else(|e| e.into_inner());
+        let mut m = write_lock(&self.napis);
         m.drain().map(|(_, n)| n).collect()
     }
 
@@ -499,15 +491,12 @@ impl Sockets {
 
     /// Add (or replace) a neighbour entry: the MAC to send to `ip` with.
     pub fn add_neighbor(&self, ip: IpAddr, mac: Mac) {
-        self.neighbors
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(ip, mac);
+        write_lock(&self.neighbors).insert(ip, mac);
     }
 
     /// The MAC known for `ip`.
     pub fn neighbor(&self, ip: IpAddr) -> Option<Mac> {
-        read(&self.neighbors).get(&ip).copied()
+        read_lock(&self.neighbors).get(&ip).copied()
     }
 
     /// `net.core.busy_read` in µs: the busy-poll time of sockets that did
@@ -549,12 +538,8 @@ impl Sockets {
     /// Close every socket: their queued frames go home, and blocked
     /// `recv`s return [`SockError::Closed`]. Used when the host stops.
     pub fn close_all(&self) {
-        let socks = self
-            .demux
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .take_all();
-        let stopped = std::mem::take(&mut *self.stopped.lock().unwrap_or_else(|e| e.into_inner()));
+        let socks = write_lock(&self.demux).take_all();
+        let stopped = std::mem::take(&mut *lock(&self.stopped));
         for s in socks.into_iter().chain(stopped) {
             s.close(self);
         }

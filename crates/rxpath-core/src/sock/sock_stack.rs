@@ -3,7 +3,7 @@
 
 use super::dgram::{Body, Dgram, Shared};
 use super::socket::SockInner;
-use super::{read, Sockets};
+use super::{read_lock, Sockets};
 use crate::filter::InputHook;
 use crate::ip::IpStage;
 use crate::packet::{Datagram, Packet, PollEnd, RxCtx, Stack};
@@ -187,7 +187,7 @@ impl SockStack {
     /// each counting its own queue's drops. None: `IgnoredMulti`.
     fn receive_multi(&mut self, pkt: Packet, d: &Datagram, ctx: &mut RxCtx<'_>) {
         let mut socks = std::mem::take(&mut self.multi);
-        read(&self.host.demux).multi_candidates(d.dst, d.src, &mut socks);
+        read_lock(&self.host.demux).multi_candidates(d.dst, d.src, &mut socks);
         let (group, src) = (d.dst.ip(), d.src.ip());
         if group.is_multicast() {
             let g = &self.host.groups;
@@ -280,7 +280,7 @@ impl Stack for SockStack {
         let more: usize = pkt.frags.iter().map(|f| f.len as usize).sum();
         let cpu = self.host.cfg.current_cpu;
         let run = |p: &super::cbpf::Cbpf| p.run(&bpf_ctx(&pkt, d, more, cpu(), ctx));
-        let sock = match read(&self.host.demux).lookup_with(d.dst, d.src, run) {
+        let sock = match read_lock(&self.host.demux).lookup_with(d.dst, d.src, run) {
             Some(s) => s.clone(),
             None => {
                 self.count(|c| &c.no_ports);

@@ -1,7 +1,7 @@
 //! The application's UDP socket.
 
 use super::dgram::{Dgram, RecvMeta};
-use super::{lock, read, SockError, Sockets};
+use super::{lock, read_lock, SockError, Sockets};
 use crate::ip::mcast::Change;
 use crate::napi::NapiId;
 use rxpath_dev::Frame;
@@ -631,7 +631,7 @@ impl Socket {
         if id == 0 {
             return None;
         }
-        let napi = read(&self.host.napis).get(&NapiId(id))?.clone();
+        let napi = read_lock(&self.host.napis).get(&NapiId(id))?.clone();
         let g = napi.cell();
         g.as_ref()?.readiness_fd()
     }
@@ -647,7 +647,7 @@ impl Socket {
 impl Sockets {
     /// End the interrupt deferral of these NAPIs (a busy poller blocks).
     pub fn resume_irqs(&self, ids: &[NapiId]) {
-        let m = read(&self.napis);
+        let m = read_lock(&self.napis);
         for id in ids {
             if let Some(n) = m.get(id) {
                 n.resume_irqs();
@@ -660,7 +660,7 @@ impl Sockets {
     /// `now` is read once, and only if one of them is deferred with an IRQ
     /// suspension timeout.
     pub fn suspend_irqs(&self, ids: &[NapiId], now: impl FnOnce() -> u64) {
-        let m = read(&self.napis);
+        let m = read_lock(&self.napis);
         let mut now = Some(now);
         let mut t = 0;
         for n in ids.iter().filter_map(|id| m.get(id)) {

@@ -140,9 +140,7 @@ impl<T> Reorder<T> {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+use rxpath_dev::sync::lock;
 
 #[cfg(test)]
 // Tests may start threads and wait (the lint keeps the core itself sans-I/O).

@@ -14,6 +14,7 @@
 //! refused and counted (`busy`); nothing is lost, every frame comes home at
 //! [`SimTx::finish`].
 
+use crate::sync::lock;
 use crate::sys::umem::{Frame, FramePool, UmemError};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -71,7 +72,7 @@ impl SimTx {
         while let Some((f, len)) = self.ring.pop_front() {
             if let Some(w) = &self.wire {
                 let data = self.pool.umem().data(&f)[..len].to_vec();
-                w.lock().unwrap_or_else(|e| e.into_inner()).push(data);
+                lock(w).push(data);
             }
             self.counters.completed += 1;
             self.counters.wire_bytes += len as u64;

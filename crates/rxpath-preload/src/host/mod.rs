@@ -9,6 +9,7 @@
 //! with the process, however it ends (a BPF link held by an fd).
 
 use crate::config::Config;
+use rxpath_dev::sync::lock;
 use rxpath_dev::sys::xdp::PortKey;
 use rxpath_runtime::Host;
 use std::collections::BTreeMap;
@@ -190,7 +191,7 @@ pub(crate) use crate::config::say;
 
 impl Global {
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 
     /// The interface's index (`IP_PKTINFO`'s `ipi_ifindex`).

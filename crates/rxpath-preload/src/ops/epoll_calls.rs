@@ -6,6 +6,7 @@ use super::*;
 use crate::epoll::EpSet;
 use crate::host::global;
 use crate::table::{self, Entry};
+use rxpath_dev::sync::lock;
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -16,7 +17,7 @@ pub(super) fn forget_in_sets(fd: RawFd) {
 }
 
 fn epoll_sets() -> Vec<Arc<EpSet>> {
-    let sets = SETS.lock().unwrap_or_else(|e| e.into_inner());
+    let sets = lock(&SETS);
     sets.iter().filter_map(Weak::upgrade).collect()
 }
 
@@ -28,7 +29,7 @@ pub(crate) fn on_epoll_create(kfd: RawFd) {
         return;
     }
     let set = Arc::new(EpSet::new(kfd));
-    let mut sets = SETS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut sets = lock(&SETS);
     sets.retain(|w| w.strong_count() > 0);
     sets.push(Arc::downgrade(&set));
     drop(sets);

@@ -7,6 +7,7 @@ use super::*;
 use crate::host::{global, Fallback};
 use crate::sock::{Accel, Pending, Watchers};
 use crate::table::{self, Entry};
+use rxpath_dev::sync::lock;
 use rxpath_runtime::sock::Watch;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -41,7 +42,7 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
     let Some(Entry::Candidate(p)) = table::get(fd) else {
         return;
     };
-    let p = p.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let p = lock(&p).clone();
     let g = global();
     if let Some(why) = &p.refuse {
         table::remove(fd);
@@ -262,7 +263,7 @@ pub(crate) fn on_dup(old: RawFd, new: RawFd) {
 pub(crate) fn set_nonblock(fd: RawFd, on: bool) {
     match table::get(fd) {
         Some(Entry::Socket(a)) => a.nonblock.store(on, Ordering::Relaxed),
-        Some(Entry::Candidate(p)) => p.lock().unwrap_or_else(|e| e.into_inner()).nonblock = on,
+        Some(Entry::Candidate(p)) => lock(&p).nonblock = on,
         _ => {}
     }
 }

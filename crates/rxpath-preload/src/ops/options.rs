@@ -6,6 +6,7 @@ use super::*;
 use crate::host::{global, Fallback};
 use crate::sock::{Accel, Pending};
 use crate::table::{self, Entry};
+use rxpath_dev::sync::lock;
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -270,7 +271,7 @@ fn set_timestamp(e: &Entry, n: i32, on: bool) {
 pub(super) fn refuse(e: &Entry, what: &str) -> Result<(), Errno> {
     match e {
         Entry::Candidate(p) => {
-            p.lock().unwrap_or_else(|e| e.into_inner()).refuse = Some(format!(
+            lock(p).refuse = Some(format!(
                 "{what}: rxpath does not honour it, so the socket is the kernel's"
             ));
             Ok(())
@@ -299,7 +300,7 @@ fn set_cmsg(e: &Entry, bit: u16, on: bool) {
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(set(v)));
         }
         Entry::Candidate(p) => {
-            let mut p = p.lock().unwrap_or_else(|e| e.into_inner());
+            let mut p = lock(p);
             p.cmsgs = set(p.cmsgs);
         }
         Entry::Epoll(_) => {}
@@ -309,7 +310,7 @@ fn set_cmsg(e: &Entry, bit: u16, on: bool) {
 fn apply(e: &Entry, on_sock: impl FnOnce(&Accel), on_pending: impl FnOnce(&mut Pending)) {
     match e {
         Entry::Socket(a) => on_sock(a),
-        Entry::Candidate(p) => on_pending(&mut p.lock().unwrap_or_else(|e| e.into_inner())),
+        Entry::Candidate(p) => on_pending(&mut lock(p)),
         Entry::Epoll(_) => {}
     }
 }

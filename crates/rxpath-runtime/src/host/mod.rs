@@ -30,6 +30,7 @@ use rxpath_core::napi::{BundleMode, NAPI_POLL_WEIGHT};
 use rxpath_core::sock::{BindOptions, SharedNapi, SockConfig, SockError, Sockets};
 use rxpath_core::steer::Worker;
 use rxpath_dev::sim::{SimConfig, SimPort};
+use rxpath_dev::sync::lock;
 use rxpath_dev::sys::iface::KernelPortGuard;
 use rxpath_dev::sys::tap::TapProgram;
 use rxpath_dev::sys::xdp::{XdpFilter, XdpProgram};
@@ -273,7 +274,7 @@ impl Host {
         let sock = UdpSocket::bind(&self.sockets, addr, self.server.clone())?;
         if let Some(g) = &self.guards {
             match KernelPortGuard::bind(sock.local_addr()) {
-                Ok(guard) => g.lock().unwrap_or_else(|e| e.into_inner()).push(guard),
+                Ok(guard) => lock(g).push(guard),
                 Err(e) => log::warn!(
                     "could not hold {} in the kernel ({e}): the kernel may answer \
                      datagrams it sees for this port itself",
@@ -344,8 +345,6 @@ impl Host {
 
     /// The simulated NIC's port (with [`HostDevice::Sim`]).
     pub fn sim_port(&self) -> Option<MutexGuard<'_, SimPort>> {
-        self.port
-            .as_ref()
-            .map(|p| p.lock().unwrap_or_else(|e| e.into_inner()))
+        self.port.as_ref().map(|p| lock(p))
     }
 }

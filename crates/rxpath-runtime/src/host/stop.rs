@@ -3,6 +3,7 @@
 
 use super::{Host, HostQueue, HostReport};
 use rxpath_core::ip::Snmp;
+use rxpath_dev::sync::lock;
 use std::sync::atomic::Ordering;
 use std::thread;
 
@@ -90,7 +91,7 @@ impl Host {
         }
         self.sockets.add_send_snmp(&mut snmp);
         if let Some(g) = &self.guards {
-            g.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            lock(g).clear();
         }
         HostReport {
             snmp,

@@ -2,6 +2,7 @@
 //! producer stopped, the threads drained and what they return gathered.
 
 use super::*;
+use rxpath_dev::sync::lock;
 
 /// The stalls the NAPI threads and the pure workers injected.
 pub(super) fn stalls_of<Q: RxQueue>(
@@ -200,7 +201,7 @@ where
         Some(w) => steer_out(w, &outs, pure)?,
         None => SteerOut::default(),
     };
-    let l = live.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let l = lock(&live).clone();
     if let Some(w) = capture.and_then(|c| Arc::try_unwrap(c).ok()) {
         w.into_inner()
             .unwrap_or_else(|e| e.into_inner())
@@ -285,10 +286,7 @@ impl NapiThread {
                     n.set_rx_tap(Some(Box::new(move |bytes: &[u8], now: u64| {
                         let ts = Duration::from_nanos(now);
                         // A write error loses the capture, not the packet.
-                        let _ = w
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .write(ts, &[bytes]);
+                        let _ = lock(&w).write(ts, &[bytes]);
                     })));
                 }
             }
@@ -434,7 +432,7 @@ fn steer_out<Q: RxQueue>(
 }
 
 pub(super) fn tick(live: &Mutex<Live>, start: Instant, workers: Option<&Workers>) -> Tick {
-    let l = live.lock().unwrap_or_else(|e| e.into_inner());
+    let l = lock(live);
     let mut napi = NapiStats::default();
     for (_, n, _) in &l.queues {
         napi.merge(n);

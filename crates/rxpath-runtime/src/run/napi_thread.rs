@@ -11,6 +11,7 @@ use rxpath_core::softnet::{Softnet, SoftnetConfig};
 use rxpath_core::stats::{LatencyHist, NapiStats, SoftnetStats};
 use rxpath_core::time::Clock;
 use rxpath_dev::sim::FaultWindows;
+use rxpath_dev::sync::lock;
 use rxpath_dev::{DeviceQueueStats, RxQueue};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -79,7 +80,7 @@ pub(super) fn napi_thread<Q: RxQueue, S: Stack>(
     let mut loops = 0u64;
     let mut received_at_stop = None;
     let publish = |napis: &Vec<Napi<Q>>, sn: &Softnet| {
-        let mut l = live.lock().unwrap_or_else(|e| e.into_inner());
+        let mut l = lock(live);
         for n in napis {
             let qi = n.queue().queue_index();
             let entry = (qi, *n.stats(), n.queue().device_stats());

@@ -4,6 +4,7 @@
 //! that will never deliver again.
 
 use super::RunConfig;
+use rxpath_dev::sync::lock;
 use rxpath_dev::sys::af_packet::iface_up;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -51,7 +52,7 @@ impl IfaceWatch {
                                 "interface {name} {what} {:.2}s into the run",
                                 start.elapsed().as_secs_f64()
                             );
-                            *r.lock().unwrap_or_else(|e| e.into_inner()) = Some(msg);
+                            *lock(&r) = Some(msg);
                             s.store(true, Ordering::Release);
                             return;
                         }
@@ -80,6 +81,6 @@ impl IfaceWatch {
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
-        self.reason.lock().unwrap_or_else(|e| e.into_inner()).take()
+        lock(&self.reason).take()
     }
 }

@@ -41,7 +41,7 @@ pub use serve::BacklogServer;
 use rxpath_core::sock::{BindOptions, DataReady, Socket, Sockets};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::task::Waker;
 
 /// A UDP socket on an rxpath host, made by [`crate::Host::udp_bind`].
@@ -172,9 +172,7 @@ impl DataReady for SockWait {
 
 /// Lock a mutex; a panic elsewhere does not make the data unusable (every
 /// critical section here leaves it consistent).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub(crate) use rxpath_dev::sync::lock;
 
 /// A waker that unparks `t` (for the core's [`rxpath_core::sock::FrameReturn`]).
 pub(crate) fn unpark_waker(t: std::thread::Thread) -> Waker {

@@ -536,6 +536,4 @@ impl Workers {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+use rxpath_dev::sync::lock;

@@ -4,6 +4,7 @@
 
 pub mod exec;
 
+use rxpath_dev::sync::lock;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -84,7 +85,7 @@ impl Pair {
             return None;
         }
         static TAGS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-        let mut tags = TAGS.lock().unwrap_or_else(|e| e.into_inner());
+        let mut tags = lock(&TAGS);
         // Two tests of one binary with one tag would delete each other's
         // namespaces.
         assert!(

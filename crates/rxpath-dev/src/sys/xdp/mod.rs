@@ -17,6 +17,7 @@ use super::af_packet::{ifindex, FdWaiter};
 use super::ring::Desc;
 use super::umem::{Frame, FramePool, Umem};
 use super::xsk::{Ring, XskSocket};
+use crate::sync::lock;
 use crate::{DeviceQueueStats, IrqLine, RxQueue};
 pub(super) use prog::ctx;
 pub use prog::{release_port, PortKey, XdpFilter, XdpMode, XdpProgram, PORT_MAP_ENTRIES};
@@ -508,7 +509,7 @@ impl XdpQueue {
         if let Some(tx) = self.tx.take() {
             tx.finish(Duration::ZERO);
         }
-        frames.append(&mut self.tx_home.lock().unwrap_or_else(|e| e.into_inner()));
+        frames.append(&mut lock(&self.tx_home));
         FramePool::from_frames(self.umem.clone(), frames)
     }
 }

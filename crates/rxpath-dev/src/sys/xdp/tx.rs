@@ -3,6 +3,7 @@
 //! [`XdpTx`], the same on a socket of its own (`rxpath gen`).
 
 use super::{ctx, ifindex_u32, Xsk};
+use crate::sync::lock;
 use crate::sys::umem::{Frame, FramePool, Umem};
 use crate::sys::xsk::Ring;
 use std::io;
@@ -77,7 +78,7 @@ impl XdpTx {
     pub fn finish(self, timeout: Duration) -> (FramePool, u64) {
         let umem = self.tx.umem.clone();
         let c = self.tx.finish(timeout);
-        let frames = std::mem::take(&mut *self.home.lock().unwrap_or_else(|e| e.into_inner()));
+        let frames = std::mem::take(&mut *lock(&self.home));
         (FramePool::from_frames(umem, frames), c.completed)
     }
 }
@@ -274,10 +275,7 @@ impl XskTx {
         }
         let mut frames = std::mem::take(&mut self.free);
         frames.extend(self.in_flight.iter_mut().filter_map(Option::take));
-        self.home
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .append(&mut frames);
+        lock(&self.home).append(&mut frames);
         self.counters
     }
 }
