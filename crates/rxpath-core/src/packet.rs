@@ -11,8 +11,8 @@
 //! frame towards the device's fill ring.
 
 use crate::stats::{DropReason, LatencyHist, NapiStats};
-use rxpath_dev::sync::lock;
-use rxpath_dev::{Frame, Umem};
+use rxpath_frames::sync::lock;
+use rxpath_frames::{Frame, Umem};
 use rxpath_wire::Headers;
 use serde::Serialize;
 use std::fmt;
@@ -400,7 +400,7 @@ pub trait Stack {
 
 /// The end of the path for latency experiments: delivers like [`Sink`], and
 /// for TCP packets whose payload starts with a send time stamped by the
-/// simulated NIC ([`rxpath_dev::mono_ns`], 8 bytes little endian) records
+/// simulated NIC ([`rxpath_frames::mono_ns`], 8 bytes little endian) records
 /// the time until this stage saw it (the poll's `now`).
 #[derive(Debug, Default, Clone)]
 pub struct LatencySink {

@@ -25,7 +25,7 @@ use crate::napi::Napi;
 use crate::packet::Stack;
 use crate::stats::SoftnetStats;
 use crate::time::Clock;
-use rxpath_dev::RxQueue;
+use rxpath_frames::RxQueue;
 use serde::Serialize;
 use std::collections::VecDeque;
 

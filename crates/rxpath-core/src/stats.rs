@@ -5,7 +5,7 @@
 //! [`NapiStats::accounted`] checks `received = delivered + Σ dropped`, and the
 //! tests assert it under load. Device-level losses (`rx_missed`,
 //! `rx_no_buffer`) happen before NAPI sees a packet and are kept by the device
-//! ([`rxpath_dev::DeviceQueueStats`]).
+//! ([`rxpath_frames::DeviceQueueStats`]).
 
 use serde::Serialize;
 use std::fmt;

@@ -199,8 +199,11 @@ impl RxQueue for PacketQueue {
     fn irq_inline(&mut self) -> bool {
         self.level.as_mut().map(|l| l.make_inline()).is_some()
     }
-    fn inline_irq(&self) -> Option<&crate::irq::LevelIrq> {
-        self.level.as_ref().filter(|l| l.is_inline())
+    fn inline_irq(&self) -> Option<&dyn rxpath_frames::InlineIrq> {
+        self.level
+            .as_ref()
+            .filter(|l| l.is_inline())
+            .map(|l| l as &dyn rxpath_frames::InlineIrq)
     }
     fn has_pending(&mut self) -> bool {
         self.ring.has_pending()

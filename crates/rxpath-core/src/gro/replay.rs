@@ -70,7 +70,7 @@ fn replay_with(frames: &[&[u8]], udp: bool) -> Vec<Boundary> {
             ctx.deliver(p);
         }
     }
-    let Ok(mut pool) = rxpath_dev::FramePool::new(frames.len().max(1), 65536) else {
+    let Ok(mut pool) = rxpath_frames::FramePool::new(frames.len().max(1), 65536) else {
         return Vec::new();
     };
     let umem = pool.umem().clone();

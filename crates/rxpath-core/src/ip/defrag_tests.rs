@@ -8,7 +8,7 @@ use crate::packet::{ChainPool, Datagram, Frags, Meta, Packet, PollEnd, RxCtx, St
 use crate::snmp::Snmp;
 use crate::stats::{DropReason, NapiStats};
 use proptest::prelude::*;
-use rxpath_dev::{Frame, FramePool};
+use rxpath_frames::{Frame, FramePool};
 use rxpath_wire::build::{self, Spec};
 
 const SRV: [u8; 6] = [0x02, 0, 0, 0, 0, 2];

@@ -16,7 +16,7 @@
 //! same interface are the kernel's and unknown to rxpath. A join here is
 //! one on the interface rxpath serves.
 
-use rxpath_dev::sync::{read_lock, write_lock};
+use rxpath_frames::sync::{read_lock, write_lock};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::RwLock;

@@ -45,7 +45,7 @@ pub use defrag::{Defrag, DefragConfig};
 pub use input_stage::{Hook, IpStage, NoHook};
 
 use crate::stats::DropReason;
-use rxpath_dev::sync::{read_lock, write_lock};
+use rxpath_frames::sync::{read_lock, write_lock};
 use rxpath_wire::be16;
 use rxpath_wire::ethernet::{self, ethertype, Mac};
 use std::net::IpAddr;

@@ -60,7 +60,7 @@ use crate::gro::{FlushReason, Gro, GroConfig};
 use crate::ip::CsumPolicy;
 use crate::packet::{Meta, Packet, PollEnd, RxCtx, Stack};
 use crate::stats::NapiStats;
-use rxpath_dev::{desc_flags, Desc, Frame, RxQueue};
+use rxpath_frames::{desc_flags, Desc, Frame, RxQueue};
 use serde::Serialize;
 use std::fmt;
 
@@ -333,7 +333,7 @@ impl<Q: RxQueue> Napi<Q> {
     /// Give frames that come home from elsewhere (the bottom half on other
     /// workers, sockets) back to the device's fill ring.
     /// Calling context: the owner.
-    pub fn recycle_frames(&mut self, frames: &mut Vec<rxpath_dev::Frame>) {
+    pub fn recycle_frames(&mut self, frames: &mut Vec<rxpath_frames::Frame>) {
         if frames.is_empty() {
             return;
         }

@@ -1,7 +1,7 @@
 //! `napi_by_id()`: the table of NAPI instances by id.
 
 use super::{Napi, NapiId, MIN_NAPI_ID};
-use rxpath_dev::RxQueue;
+use rxpath_frames::RxQueue;
 use std::collections::HashMap;
 
 /// `napi_by_id()`: the table of NAPI instances by id. Ids start at

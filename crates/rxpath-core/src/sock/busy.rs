@@ -10,7 +10,7 @@ use super::sock_stack::{SockPath, SockStack};
 use crate::ip::{Hook, IpStage};
 use crate::napi::{Napi, NapiId, NapiState, PollResult};
 use crate::stats::NapiStats;
-use rxpath_dev::{DeviceQueueStats, IrqLine, RxQueue};
+use rxpath_frames::{DeviceQueueStats, IrqLine, RxQueue};
 use std::any::Any;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -26,7 +26,7 @@
 use super::cbpf::Cbpf;
 use super::socket::SockInner;
 use super::{lock, SockError, Sockets};
-use rxpath_dev::sync::write_lock;
+use rxpath_frames::sync::write_lock;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -9,7 +9,7 @@
 //! skb's data with its last clone.
 
 use crate::packet::Frag;
-use rxpath_dev::Frame;
+use rxpath_frames::Frame;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -141,7 +141,7 @@ impl Dgram {
 
     /// Copy the payload into `buf` (as much as fits); returns the bytes
     /// copied.
-    pub(crate) fn copy_to(&self, umem: &rxpath_dev::Umem, buf: &mut [u8]) -> usize {
+    pub(crate) fn copy_to(&self, umem: &rxpath_frames::Umem, buf: &mut [u8]) -> usize {
         let mut at = 0;
         let parts = std::iter::once((self.head(), self.off, self.len))
             .chain(self.frags().iter().map(|f| (&f.frame, f.off, f.len)));
@@ -180,7 +180,7 @@ pub struct RecvMeta {
     /// The IP header's TOS byte (IPv4) or traffic class (IPv6): what
     /// `IP_RECVTOS` / `IPV6_RECVTCLASS` hand back.
     pub tos: u8,
-    /// When the NAPI took it, ns on `rxpath_dev::mono_ns`'s clock (0: not
+    /// When the NAPI took it, ns on `rxpath_frames::mono_ns`'s clock (0: not
     /// known): what `SO_TIMESTAMP`/`SO_TIMESTAMPNS` hand back.
     pub stamp_ns: u64,
     /// The socket's drops when it was queued, with `SO_RXQ_OVFL` on (else

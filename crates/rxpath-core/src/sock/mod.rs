@@ -61,8 +61,8 @@ pub use tx::{CaptureTx, TxPort};
 
 use crate::ip::{CsumPolicy, IpConfig, Snmp};
 use crate::napi::NapiId;
-use rxpath_dev::sync::write_lock;
-use rxpath_dev::Umem;
+use rxpath_frames::sync::write_lock;
+use rxpath_frames::Umem;
 use rxpath_wire::ethernet::Mac;
 use serde::Serialize;
 // The NAPI and neighbour tables are read on every busy poll and every
@@ -346,8 +346,8 @@ impl Sockets {
 }
 
 /// Every critical section here leaves its data consistent: a panic
-/// elsewhere does not make it unusable ([`rxpath_dev::sync`]).
-pub(crate) use rxpath_dev::sync::{lock, read_lock};
+/// elsewhere does not make it unusable ([`rxpath_frames::sync`]).
+pub(crate) use rxpath_frames::sync::{lock, read_lock};
 
 impl Sockets {
     /// A socket layer over a device whose queue `i` keeps its frames in

@@ -315,7 +315,12 @@ fn keep(
     d: &Datagram,
     more: usize,
     ctx: &mut RxCtx<'_>,
-) -> ((u16, u16), u8, rxpath_dev::Frame, Vec<crate::packet::Frag>) {
+) -> (
+    (u16, u16),
+    u8,
+    rxpath_frames::Frame,
+    Vec<crate::packet::Frag>,
+) {
     let head = (
         pkt.off + d.payload_off as u16,
         (d.payload_len - more) as u16,

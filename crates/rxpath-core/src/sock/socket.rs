@@ -4,7 +4,7 @@ use super::dgram::{Dgram, RecvMeta};
 use super::{lock, read_lock, SockError, Sockets};
 use crate::ip::mcast::Change;
 use crate::napi::NapiId;
-use rxpath_dev::Frame;
+use rxpath_frames::Frame;
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};

@@ -140,7 +140,7 @@ impl<T> Reorder<T> {
     }
 }
 
-use rxpath_dev::sync::lock;
+use rxpath_frames::sync::lock;
 
 #[cfg(test)]
 // Tests may start threads and wait (the lint keeps the core itself sans-I/O).

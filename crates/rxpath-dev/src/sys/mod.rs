@@ -23,16 +23,14 @@ macro_rules! syscall {
 }
 
 pub mod af_packet;
+pub use rxpath_frames::sys::{clock, ring, umem};
 mod bpf;
-pub mod clock;
 pub mod iface;
 #[cfg(feature = "tokio")]
 pub mod reactor;
-pub mod ring;
 pub mod sched;
 pub mod tap;
 pub mod udp;
-pub mod umem;
 pub mod uring;
 pub mod xdp;
 pub mod xsk;

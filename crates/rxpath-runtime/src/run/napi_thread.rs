@@ -278,6 +278,7 @@ impl<Q: RxQueue, S: Stack> NapiSet for Owned<'_, Q, S> {
             .napis
             .iter()
             .filter_map(|n| n.queue().inline_irq())
+            .filter_map(|i| i.as_any().downcast_ref::<rxpath_dev::irq::LevelIrq>())
             .collect();
         levels.len() == self.napis.len() && rxpath_dev::irq::LevelIrq::wait_any(&levels, wait)
     }

@@ -578,10 +578,13 @@ impl RxQueue for XdpQueue {
     fn irq_inline(&mut self) -> bool {
         self.level.as_mut().map(|l| l.make_inline()).is_some()
     }
-    fn inline_irq(&self) -> Option<&crate::irq::LevelIrq> {
+    fn inline_irq(&self) -> Option<&dyn rxpath_frames::InlineIrq> {
         // The same wait the interrupt thread makes (xsk_poll also wakes the
         // driver when the fill ring asks for it), on this thread.
-        self.level.as_ref().filter(|l| l.is_inline())
+        self.level
+            .as_ref()
+            .filter(|l| l.is_inline())
+            .map(|l| l as &dyn rxpath_frames::InlineIrq)
     }
     fn has_pending(&mut self) -> bool {
         !self.pending.is_empty() || self.rx.available() > 0
