@@ -426,7 +426,7 @@ fn measure(
 }
 
 fn require_tools() -> Result<()> {
-    if !rxpath_dev::sys::sched::is_root() {
+    if !rxpath_os::sched::is_root() {
         bail!("bench dns needs root (it builds a veth lab and attaches XDP): run it with sudo");
     }
     for (tool, pkg) in [

@@ -541,7 +541,7 @@ fn report(
 fn kernel_rows(rules: &str, d: Duration) -> Result<(f64, f64)> {
     use rxpath_runtime::lab::{VethLab, MAC_B};
     anyhow::ensure!(
-        rxpath_dev::sys::sched::is_root(),
+        rxpath_os::sched::is_root(),
         "needs root (a network namespace and iptables)"
     );
     which("iptables-restore").context("iptables is not installed (apt-get install iptables)")?;

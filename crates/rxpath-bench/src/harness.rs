@@ -180,9 +180,9 @@ pub(crate) fn cpu_name(c: Option<usize>) -> String {
 /// pinned to one core (testpmd's forwarding lcore then never ran).
 pub(crate) fn spawn_unpinned(mut cmd: Command) -> std::io::Result<std::process::Child> {
     // A bench started in the background still stops its peers with SIGINT.
-    rxpath_dev::sys::sched::default_sigint_in_child(&mut cmd);
+    rxpath_os::sched::default_sigint_in_child(&mut cmd);
     std::thread::spawn(move || {
-        rxpath_dev::sys::sched::unpin_current()?;
+        rxpath_os::sched::unpin_current()?;
         cmd.spawn()
     })
     .join()
@@ -387,7 +387,7 @@ pub(crate) fn cpu_secs(pid: u32) -> f64 {
             .filter_map(|k| k.parse().ok())
             .map(one)
             .sum::<u64>();
-    ticks as f64 / rxpath_dev::sys::sched::clock_ticks() as f64
+    ticks as f64 / rxpath_os::sched::clock_ticks() as f64
 }
 
 #[cfg(test)]

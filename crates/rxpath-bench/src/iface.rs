@@ -5,7 +5,8 @@
 use crate::figure::{ratio, ratio_cell};
 use crate::plot::{Bar, ReportDir};
 use anyhow::{bail, Context, Result};
-use rxpath_dev::sys::{sched, xdp::XdpProgram};
+use rxpath_dev::sys::xdp::XdpProgram;
+use rxpath_os::sched;
 use rxpath_runtime::lab::{Topology, HOST_ADDR, PEER_ADDR};
 use rxpath_runtime::{run, GroSettings, IfName, Producer, RunConfig};
 use std::io::{BufRead, BufReader};

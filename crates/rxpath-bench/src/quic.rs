@@ -23,7 +23,7 @@ use crate::iface::machine_busy;
 use crate::plot::ReportDir;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use rxpath_dev::sys::sched;
+use rxpath_os::sched;
 use rxpath_runtime::lab::{Topology, HOST_ADDR};
 use serde_json::Value;
 use std::process::{Child, Command, ExitCode, Stdio};

@@ -18,7 +18,7 @@ use rxpath_cli::echo::EchoArgs;
 use rxpath_cli::echo::EchoServer;
 use rxpath_core::steer::reciprocal_scale;
 use rxpath_core::steer::SteerMode;
-use rxpath_dev::sys::sched;
+use rxpath_os::sched;
 use rxpath_runtime::lab::{Topology, HOST_ADDR, PEER_ADDR};
 use rxpath_wire::{hash::flow_hash, FlowKey};
 use std::net::UdpSocket;

@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use rxpath_cli::echo::EchoArgs;
 use rxpath_cli::echo::EchoServer;
 use rxpath_cli::opts::{BackendArg, ModeArg};
-use rxpath_dev::sys::sched;
+use rxpath_os::sched;
 use rxpath_runtime::lab::{Topology, HOST_ADDR};
 use std::process::{Command, ExitCode, Stdio};
 

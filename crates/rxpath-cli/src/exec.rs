@@ -70,7 +70,7 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
         _ => lib.display().to_string(),
     };
     let (prog, args) = a.program.split_first().context("no program given")?;
-    if let Some(path) = on_path(prog).filter(|p| rxpath_dev::sys::sched::starts_privileged(p)) {
+    if let Some(path) = on_path(prog).filter(|p| rxpath_os::sched::starts_privileged(p)) {
         eprintln!(
             "rxpath exec: {} is setuid, setgid or has file capabilities: the dynamic linker \
              starts it without LD_PRELOAD, so its sockets stay the kernel's (run it as root \
@@ -101,7 +101,7 @@ pub fn exec(a: ExecArgs) -> anyhow::Result<ExitCode> {
     let forward = std::thread::spawn(move || {
         for s in signals.forever() {
             if s == SIGTERM || s == SIGHUP {
-                let _ = rxpath_dev::sys::sched::signal(pid, s);
+                let _ = rxpath_os::sched::signal(pid, s);
             }
         }
     });
@@ -198,7 +198,7 @@ fn read_reports(path: &std::path::Path) -> Option<anyhow::Result<PreloadReport>>
 /// AF_PACKET under exec steers with BPF programs (a tap filter, tcx
 /// ingress), so every mode needs what AF_XDP needs.
 fn check_caps_reach_the_program(iface: &str) -> anyhow::Result<()> {
-    use rxpath_dev::sys::sched;
+    use rxpath_os::sched;
     let reach = match sched::is_root() {
         true => sched::cap_set("CapBnd"),
         false => sched::cap_set("CapAmb"),

@@ -53,7 +53,7 @@ pub fn lab(a: LabArgs) -> anyhow::Result<ExitCode> {
         threaded: a.threaded,
     };
     t.validate()?;
-    if a.action != LabAction::Status && !rxpath_dev::sys::sched::is_root() {
+    if a.action != LabAction::Status && !rxpath_os::sched::is_root() {
         anyhow::bail!(
             "lab {:?} needs root (CAP_NET_ADMIN): run it with sudo",
             a.action

@@ -223,9 +223,9 @@ pub fn quic(a: QuicArgs) -> anyhow::Result<ExitCode> {
             }
             None => {
                 let s = std::net::UdpSocket::bind(addr).context("binding the kernel socket")?;
-                rxpath_dev::sys::sched::set_rcvbuf(&s, RCVBUF)?;
+                rxpath_os::sched::set_rcvbuf(&s, RCVBUF)?;
                 if a.busy_poll > 0 {
-                    rxpath_dev::sys::udp::set_busy_poll(&s, a.busy_poll)?;
+                    rxpath_os::udp::set_busy_poll(&s, a.busy_poll)?;
                 }
                 let ep = quinn::Endpoint::new(
                     quinn::EndpointConfig::default(),

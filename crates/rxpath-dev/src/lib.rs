@@ -36,6 +36,9 @@
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+#[macro_use]
+extern crate rxpath_os;
+
 #[allow(unsafe_code)]
 pub mod sys;
 

@@ -10,7 +10,7 @@
 use rxpath_core::sock::CaptureTx;
 use rxpath_dev::sim::SimConfig;
 use rxpath_dev::sys::af_packet::RawSocket;
-use rxpath_dev::sys::sched;
+use rxpath_os::sched;
 use rxpath_runtime::lab::{VethLab, MAC_A, MAC_B};
 use rxpath_runtime::{Host, HostConfig, HostDevice};
 use rxpath_testkit::{can_run, Need};
@@ -28,7 +28,7 @@ fn kernel(lab: &VethLab, buf: &[u8], seg: u16) -> Vec<Vec<u8>> {
         sched::enter_netns(&path).expect("setns");
         let cap = RawSocket::bind(&b).expect("capture socket on b");
         let s = std::net::UdpSocket::bind(SRC).expect("bind");
-        rxpath_dev::sys::udp::set_udp_segment(&s, seg).expect("UDP_SEGMENT");
+        rxpath_os::udp::set_udp_segment(&s, seg).expect("UDP_SEGMENT");
         s.send_to(&buf, DST).expect("send with UDP_SEGMENT");
         let mut got = Vec::new();
         let mut f = vec![0u8; 70_000];

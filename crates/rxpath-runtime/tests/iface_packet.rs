@@ -6,7 +6,7 @@
 
 use rxpath_core::DropReason;
 use rxpath_dev::sys::af_packet::RawSocket;
-use rxpath_dev::sys::sched;
+use rxpath_os::sched;
 use rxpath_runtime::lab::{VethLab, MAC_A, MAC_B};
 use rxpath_runtime::{run, IfName, Producer, RunConfig};
 use rxpath_testkit::{can_run, Need};
@@ -127,7 +127,7 @@ fn gso_super_frames_on_a_veth_are_counted_too_long_not_passed_up_cut() {
             sched::enter_netns(&path).expect("setns");
             std::thread::sleep(Duration::from_millis(400));
             let gso = UdpSocket::bind("198.18.0.1:0").expect("udp socket");
-            rxpath_dev::sys::udp::set_udp_segment(&gso, 1200).expect("UDP_SEGMENT");
+            rxpath_os::udp::set_udp_segment(&gso, 1200).expect("UDP_SEGMENT");
             let plain = UdpSocket::bind("198.18.0.1:0").expect("udp socket");
             for i in 0..SUPER {
                 gso.send_to(&[i as u8; 12_000], ("198.18.0.2", 9000))

@@ -11,7 +11,7 @@
 
 use rxpath_core::gro::{replay, replay_udp_gro, Boundary};
 use rxpath_dev::sys::af_packet::RawSocket;
-use rxpath_dev::sys::sched;
+use rxpath_os::sched;
 use rxpath_runtime::lab::{VethLab, MAC_A, MAC_B};
 use rxpath_testkit::{can_run, Need};
 use rxpath_wire::build::{self, Spec};
@@ -368,7 +368,7 @@ fn udp_gro_merge_boundaries_match_the_kernel() {
     let holder = std::thread::spawn(move || {
         sched::enter_netns(&path).expect("setns");
         let s = std::net::UdpSocket::bind(("198.18.0.2", UDP_PORT)).expect("bind");
-        rxpath_dev::sys::udp::set_udp_gro(&s, true).expect("UDP_GRO");
+        rxpath_os::udp::set_udp_gro(&s, true).expect("UDP_GRO");
         ready_tx.send(()).unwrap();
         let _ = done_rx.recv();
     });

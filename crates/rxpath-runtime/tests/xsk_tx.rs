@@ -4,8 +4,8 @@
 //! push the rest out. A kernel UDP socket on the veth's other end counts
 //! what arrived.
 
-use rxpath_dev::sys::sched;
 use rxpath_dev::sys::xdp::XdpFilter;
+use rxpath_os::sched;
 use rxpath_runtime::lab::{sh, Topology, HOST_ADDR, PEER_ADDR};
 use rxpath_runtime::{Host, HostConfig, HostDevice};
 use rxpath_testkit::{can_run, Need};

@@ -155,7 +155,7 @@ pub fn verdict(needs: &[Need], require: Require, missing: impl Fn(Need) -> bool)
 /// Whether this machine lacks `n`.
 pub fn is_missing(n: Need) -> bool {
     match n {
-        Need::Root => !rxpath_dev::sys::sched::is_root(),
+        Need::Root => !rxpath_os::sched::is_root(),
         Need::Cores(k) => cores() < k,
         Need::Tool(t) => !on_path(t),
     }

@@ -423,7 +423,7 @@ impl PacketRing {
                     e.kind(),
                     format!(
                         "locking the packet ring in memory: {e} ({})",
-                        super::sched::memlock_hint(map_len)
+                        rxpath_os::sched::memlock_hint(map_len)
                     ),
                 ));
             }

@@ -217,7 +217,7 @@ impl Host {
     /// Start a host on `dev`.
     pub fn start(mut cfg: HostConfig, dev: HostDevice) -> Result<Host, RunError> {
         cfg.sock.reasm = crate::sysctl::reasm_frames(cfg.sock.reasm, cfg.frames_per_queue);
-        cfg.sock.current_cpu = || rxpath_dev::sys::sched::current_cpu().unwrap_or(0) as u32;
+        cfg.sock.current_cpu = || rxpath_os::sched::current_cpu().unwrap_or(0) as u32;
         let iface_default = cfg.queues == 0 && !matches!(dev, HostDevice::Sim(_));
         if !(1..=64).contains(&cfg.queues) && !iface_default {
             return Err(RunError::Config(format!(

@@ -128,9 +128,9 @@ pub fn check_iface(iface: &str) -> Result<(), RunError> {
 /// open an interface: `None` if it has what the backend needs
 /// (`CAP_NET_RAW`; for AF_XDP only, `xdp`, also `CAP_BPF`,
 /// `CAP_NET_ADMIN` and `CAP_PERFMON`); else what is needed and every one
-/// of [`rxpath_dev::sys::sched::NET_CAPS`] it lacks, in words.
+/// of [`rxpath_os::sched::NET_CAPS`] it lacks, in words.
 pub fn missing_caps(set: u64, xdp: bool) -> Option<String> {
-    use rxpath_dev::sys::sched;
+    use rxpath_os::sched;
     let last = sched::cap_last_cap();
     let missing = sched::missing_caps(set, last);
     let all = sched::net_caps();
@@ -161,7 +161,7 @@ pub fn missing_caps(set: u64, xdp: bool) -> Option<String> {
 /// root, or a binary given them with `setcap`. The error names the
 /// missing ones and how to give them.
 pub fn check_caps(iface: &str, xdp: bool) -> Result<(), RunError> {
-    use rxpath_dev::sys::sched;
+    use rxpath_os::sched;
     let Some(missing) = missing_caps(sched::cap_set("CapEff"), xdp) else {
         return Ok(());
     };

@@ -135,7 +135,7 @@ fn run_xdp(
         if !fallback {
             return Err(e);
         }
-        let missing = config::missing_caps(rxpath_dev::sys::sched::cap_set("CapEff"), true);
+        let missing = config::missing_caps(rxpath_os::sched::cap_set("CapEff"), true);
         log::warn!(
             "AF_XDP on {name} {}; using AF_PACKET instead",
             missing.unwrap_or_default()

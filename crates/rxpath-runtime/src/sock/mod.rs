@@ -104,7 +104,7 @@ impl UdpSocket {
         if !self.sock.has_flow() {
             return;
         }
-        if let Some(cpu) = rxpath_dev::sys::sched::current_cpu() {
+        if let Some(cpu) = rxpath_os::sched::current_cpu() {
             self.sock.record_flow(cpu as u32);
         }
     }

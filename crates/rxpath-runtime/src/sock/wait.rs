@@ -142,7 +142,7 @@ impl UdpSocket {
     /// another thread of this socket serves): the caller sleeps as usual.
     fn wait_serving(&self, timeout: Option<Instant>) -> Option<Result<(), SockError>> {
         let srv = self.server.as_ref()?;
-        let cpu = rxpath_dev::sys::sched::current_cpu()?;
+        let cpu = rxpath_os::sched::current_cpu()?;
         let w = &self.wait;
         {
             let mut p = lock(&w.parked);

@@ -154,7 +154,7 @@ mod tests {
     /// Root (CI runs it as root): the kernel's verifier takes both.
     #[test]
     fn the_kernel_loads_both_programs() {
-        if !crate::sys::sched::is_root() {
+        if !rxpath_os::sched::is_root() {
             eprintln!("SKIPPED the_kernel_loads_both_programs: needs root (CAP_BPF)");
             return;
         }

@@ -54,7 +54,7 @@ impl Xsk {
                     e.kind(),
                     format!(
                         "registering the UMEM: {e} ({})",
-                        crate::sys::sched::memlock_hint(len)
+                        rxpath_os::sched::memlock_hint(len)
                     ),
                 ),
                 _ => ctx(e, "registering the UMEM"),

@@ -437,7 +437,7 @@ mod tests {
     /// tools use, and one the verifier refuses comes back with its words.
     #[test]
     fn the_kernel_loads_the_program_and_says_why_when_it_refuses() {
-        if !crate::sys::sched::is_root() {
+        if !rxpath_os::sched::is_root() {
             eprintln!("SKIPPED the_kernel_loads_the_program: needs root (CAP_BPF)");
             return;
         }
