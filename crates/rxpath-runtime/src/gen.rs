@@ -87,10 +87,9 @@ impl Source {
     }
 }
 
-/// Send as configured; `on_tick` gets the report so far once a second.
-pub fn gen(cfg: &GenConfig, mut on_tick: impl FnMut(&GenReport)) -> Result<GenReport, RunError> {
-    crate::run::check_iface(&cfg.iface)?;
-    let mut src = match &cfg.pcap {
+/// What `gen` sends: a capture's packets in a loop, or generated traffic.
+fn source(cfg: &GenConfig) -> Result<Source, RunError> {
+    Ok(match &cfg.pcap {
         Some(p) => {
             let t = Trace::load(p).map_err(|e| RunError::Device(format!("gen: {e}")))?;
             if t.packets.is_empty() {
@@ -105,7 +104,13 @@ pub fn gen(cfg: &GenConfig, mut on_tick: impl FnMut(&GenReport)) -> Result<GenRe
             cfg.traffic.validate().map_err(RunError::Config)?;
             Source::Traffic(Traffic::new(cfg.traffic, &Toeplitz::default()))
         }
-    };
+    })
+}
+
+/// Send as configured; `on_tick` gets the report so far once a second.
+pub fn gen(cfg: &GenConfig, mut on_tick: impl FnMut(&GenReport)) -> Result<GenReport, RunError> {
+    crate::run::check_iface(&cfg.iface)?;
+    let mut src = source(cfg)?;
     let batch = cfg.batch.clamp(1, 1024);
     let limit = cfg.count.unwrap_or(u64::MAX);
     let start = Instant::now();

@@ -200,7 +200,11 @@ fn run_packet(cfg: &RunConfig, name: &str, ctx: &mut Ctx) -> Result<Report, RunE
 
 /// The simulated NIC, fed by a producer thread (generated flows or a pcap
 /// replay).
-fn run_sim(cfg: &RunConfig, mut traffic: Traffic, ctx: &mut Ctx) -> Result<Report, RunError> {
+/// The capture a pcap replay plays, and whether its checksums are partial
+/// ones to trust: a capture taken where the sender offloads checksums
+/// (every TCP/UDP packet carries the pseudo-header sum), with `--csum
+/// auto`, is trusted by value, as for a veth.
+fn load_trace(cfg: &RunConfig) -> Result<(Option<rxpath_dev::pcap::Trace>, bool), RunError> {
     let trace = match &cfg.producer {
         Producer::Pcap { path, .. } => Some(
             rxpath_dev::pcap::Trace::load(path)
@@ -208,10 +212,6 @@ fn run_sim(cfg: &RunConfig, mut traffic: Traffic, ctx: &mut Ctx) -> Result<Repor
         ),
         _ => None,
     };
-    let producer_kind = cfg.producer.clone();
-    // A capture taken where the sender offloads checksums (every
-    // TCP/UDP packet carries the pseudo-header sum): with `auto`,
-    // trust such partial checksums by value, as for a veth.
     let partial = cfg.csum == rxpath_core::ip::CsumPolicy::Auto
         && trace.as_ref().is_some_and(|t| t.partial_checksums());
     if partial {
@@ -220,6 +220,53 @@ fn run_sim(cfg: &RunConfig, mut traffic: Traffic, ctx: &mut Ctx) -> Result<Repor
              checksum offload): --csum auto trusts partial checksums for this replay (--csum verify to check them)"
         );
     }
+    Ok((trace, partial))
+}
+
+/// The simulated NIC's producer thread: the capture replayed (setting
+/// `done` at its end) or the generated traffic, until `stop`; it hands
+/// the port back when it ends.
+fn spawn_producer(
+    mut port: sim::SimPort,
+    kind: Producer,
+    trace: Option<rxpath_dev::pcap::Trace>,
+    mut traffic: Traffic,
+    core: Option<core_affinity::CoreId>,
+    (stop, done): (Arc<AtomicBool>, Arc<AtomicBool>),
+) -> Result<thread::JoinHandle<sim::SimPort>, RunError> {
+    thread::Builder::new()
+        .name("rxpath-nic".into())
+        .spawn(move || {
+            if let Some(c) = core {
+                core_affinity::set_for_current(c);
+            }
+            match (kind, trace) {
+                (
+                    Producer::Pcap {
+                        loops, paced, pps, ..
+                    },
+                    Some(t),
+                ) => {
+                    let pace = match (paced, pps) {
+                        (true, _) => rxpath_dev::pcap::Pace::Recorded,
+                        (false, Some(r)) => rxpath_dev::pcap::Pace::Pps(r),
+                        (false, None) => rxpath_dev::pcap::Pace::Lossless,
+                    };
+                    port.run_trace(&t, loops, pace, &stop);
+                    done.store(true, Ordering::Release);
+                }
+                (Producer::Thread { pps }, _) => {
+                    port.run(&mut traffic, &stop, pps, 64);
+                }
+                _ => {}
+            }
+            port
+        })
+        .map_err(|e| RunError::Thread(e.to_string()))
+}
+
+fn run_sim(cfg: &RunConfig, traffic: Traffic, ctx: &mut Ctx) -> Result<Report, RunError> {
+    let (trace, partial) = load_trace(cfg)?;
     let (mut port, host) = sim::build(&cfg.sim)?;
     // Accelerated RFS: the NIC's ntuple table, filled by the host.
     let rules = cfg.steer.accel_rfs.then(|| {
@@ -246,36 +293,14 @@ fn run_sim(cfg: &RunConfig, mut traffic: Traffic, ctx: &mut Ctx) -> Result<Repor
     } else {
         None
     };
-    let sp = stop_producer.clone();
-    let producer = thread::Builder::new()
-        .name("rxpath-nic".into())
-        .spawn(move || {
-            if let Some(c) = producer_core {
-                core_affinity::set_for_current(c);
-            }
-            match (producer_kind, trace) {
-                (
-                    Producer::Pcap {
-                        loops, paced, pps, ..
-                    },
-                    Some(t),
-                ) => {
-                    let pace = match (paced, pps) {
-                        (true, _) => rxpath_dev::pcap::Pace::Recorded,
-                        (false, Some(r)) => rxpath_dev::pcap::Pace::Pps(r),
-                        (false, None) => rxpath_dev::pcap::Pace::Lossless,
-                    };
-                    port.run_trace(&t, loops, pace, &sp);
-                    done.store(true, Ordering::Release);
-                }
-                (Producer::Thread { pps }, _) => {
-                    port.run(&mut traffic, &sp, pps, 64);
-                }
-                _ => {}
-            }
-            port
-        })
-        .map_err(|e| RunError::Thread(e.to_string()))?;
+    let producer = spawn_producer(
+        port,
+        cfg.producer.clone(),
+        trace,
+        traffic,
+        producer_core,
+        (stop_producer.clone(), done),
+    )?;
     let stop_p = stop_producer.clone();
     let mut c = cfg.clone();
     c.local_traffic = partial;

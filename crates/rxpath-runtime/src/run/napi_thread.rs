@@ -79,22 +79,7 @@ pub(super) fn napi_thread<Q: RxQueue, S: Stack>(
     }
     let mut loops = 0u64;
     let mut received_at_stop = None;
-    let publish = |napis: &Vec<Napi<Q>>, sn: &Softnet| {
-        let mut l = lock(live);
-        for n in napis {
-            let qi = n.queue().queue_index();
-            let entry = (qi, *n.stats(), n.queue().device_stats());
-            match l.queues.iter_mut().find(|e| e.0 == qi) {
-                Some(e) => *e = entry,
-                None => l.queues.push(entry),
-            }
-        }
-        // Threads own disjoint NAPIs; softnet totals are per thread, so
-        // only thread 0 reports them live (the final report has all).
-        if t == 0 {
-            l.softnet = *sn.stats();
-        }
-    };
+    let publish = |napis: &Vec<Napi<Q>>, sn: &Softnet| publish_live(t, napis, sn, live);
     loop {
         if received_at_stop.is_none() && window_over.load(Ordering::Acquire) {
             received_at_stop = Some(napis.iter().map(|n| n.stats().received).sum::<u64>());
@@ -122,15 +107,8 @@ pub(super) fn napi_thread<Q: RxQueue, S: Stack>(
         loops += 1;
         if loops.is_multiple_of(1024) {
             publish(&napis, eng.softnet());
-            // Live budgets (a control socket may have changed them).
             if let Some(k) = &knobs {
-                let c = SoftnetConfig {
-                    netdev_budget: k.netdev_budget.load(Ordering::Relaxed).max(1),
-                    netdev_budget_usecs: k.netdev_budget_usecs.load(Ordering::Relaxed).max(1),
-                };
-                if c != eng.softnet().config() {
-                    eng.softnet().set_config(c);
-                }
+                apply_budgets(&mut eng, k);
             }
         }
         let mut set = Owned {
@@ -158,6 +136,37 @@ pub(super) fn napi_thread<Q: RxQueue, S: Stack>(
         latency: stack.latency().cloned(),
         worker: bh.map(|b| b.counters),
         stalls: (stall.map_or(0, |s| s.count), stalled),
+    }
+}
+
+/// Thread `t`'s queues' counters where the run's live report reads them
+/// (once every 1024 loops, and at the end).
+fn publish_live<Q: RxQueue>(t: usize, napis: &[Napi<Q>], sn: &Softnet, live: &Mutex<Live>) {
+    let mut l = lock(live);
+    for n in napis {
+        let qi = n.queue().queue_index();
+        let entry = (qi, *n.stats(), n.queue().device_stats());
+        match l.queues.iter_mut().find(|e| e.0 == qi) {
+            Some(e) => *e = entry,
+            None => l.queues.push(entry),
+        }
+    }
+    // Threads own disjoint NAPIs; softnet totals are per thread, so only
+    // thread 0 reports them live (the final report has all).
+    if t == 0 {
+        l.softnet = *sn.stats();
+    }
+}
+
+/// The live budgets (a control socket may have changed them), into the
+/// engine's `net_rx_action` if they did.
+fn apply_budgets(eng: &mut Engine, k: &RunKnobs) {
+    let c = SoftnetConfig {
+        netdev_budget: k.netdev_budget.load(Ordering::Relaxed).max(1),
+        netdev_budget_usecs: k.netdev_budget_usecs.load(Ordering::Relaxed).max(1),
+    };
+    if c != eng.softnet().config() {
+        eng.softnet().set_config(c);
     }
 }
 
