@@ -45,7 +45,6 @@ pub use defrag::{Defrag, DefragConfig};
 pub use input_stage::{Hook, IpStage, NoHook};
 
 use crate::stats::DropReason;
-use rxpath_frames::sync::{read_lock, write_lock};
 use rxpath_wire::be16;
 use rxpath_wire::ethernet::{self, ethertype, Mac};
 use std::net::IpAddr;
@@ -149,25 +148,36 @@ pub struct IpConfig {
 }
 
 /// Addresses added to the interface while the host runs, as the kernel's
-/// `RTM_NEWADDR` tells them. Read only for a destination not in
-/// [`IpConfig::addrs`], so the common case never takes its lock.
+/// `RTM_NEWADDR` tells them. Read for every datagram whose source (or
+/// destination) is not in [`IpConfig::addrs`]: a flag, then a lock-free
+/// load of the list (the NAPI threads and busy pollers on other CPUs
+/// share no written cache line); only adding takes a lock.
 #[derive(Debug, Default)]
-pub struct AddedAddrs(std::sync::RwLock<Vec<IpAddr>>);
+pub struct AddedAddrs {
+    any: std::sync::atomic::AtomicBool,
+    list: arc_swap::ArcSwap<Vec<IpAddr>>,
+    adding: std::sync::Mutex<()>,
+}
 
 impl AddedAddrs {
     /// `a` is ours from now on; false if it already was.
     pub fn add(&self, a: IpAddr) -> bool {
-        let mut v = write_lock(&self.0);
-        if v.contains(&a) {
+        let _one_at_a_time = rxpath_frames::sync::lock(&self.adding);
+        let now = self.list.load_full();
+        if now.contains(&a) {
             return false;
         }
+        let mut v = (*now).clone();
         v.push(a);
+        self.list.store(std::sync::Arc::new(v));
+        self.any.store(true, std::sync::atomic::Ordering::Release);
         true
     }
 
     /// `a` was added.
+    #[inline]
     pub fn contains(&self, a: IpAddr) -> bool {
-        read_lock(&self.0).contains(&a)
+        self.any.load(std::sync::atomic::Ordering::Acquire) && self.list.load().contains(&a)
     }
 }
 
