@@ -51,6 +51,7 @@ pub mod desc_flags {
 }
 
 impl Desc {
+    #[inline]
     /// A descriptor for an empty frame (fill and completion rings).
     pub fn empty(frame: Frame) -> Desc {
         Desc {
@@ -193,11 +194,13 @@ impl Producer {
         }
     }
 
+    #[inline]
     /// Slots in the ring.
     pub fn size(&self) -> usize {
         self.shared.mask as usize + 1
     }
 
+    #[inline]
     /// Descriptors pushed but not yet taken by the consumer (approximate
     /// from the producer's side).
     pub fn in_flight(&self) -> usize {
@@ -259,12 +262,14 @@ impl Consumer {
         }
     }
 
+    #[inline]
     /// True when nothing is published and unread (fresh look at the producer).
     pub fn is_empty(&mut self) -> bool {
         self.refresh();
         self.cached_prod == self.local_cons
     }
 
+    #[inline]
     /// Published descriptors not yet popped (fresh look at the producer).
     pub fn len(&mut self) -> usize {
         self.refresh();

@@ -159,21 +159,25 @@ impl Umem {
         Ok((umem, tokens))
     }
 
+    #[inline]
     /// Number of frames.
     pub fn frames(&self) -> usize {
         self.frames as usize
     }
 
+    #[inline]
     /// Bytes per frame.
     pub fn frame_size(&self) -> usize {
         self.frame_size
     }
 
+    #[inline]
     /// Identity used to check that tokens belong to this region.
     pub fn id(&self) -> u32 {
         self.id
     }
 
+    #[inline]
     /// Base address and length of the region (for registering it with the
     /// kernel as an AF_XDP UMEM).
     pub fn region(&self) -> (*mut u8, usize) {
@@ -302,6 +306,7 @@ impl FramePool {
         FramePool { umem, free: frames }
     }
 
+    #[inline]
     /// The region.
     pub fn umem(&self) -> &Arc<Umem> {
         &self.umem
@@ -324,11 +329,13 @@ impl FramePool {
         self.free.push(f);
     }
 
+    #[inline]
     /// Frames currently free.
     pub fn available(&self) -> usize {
         self.free.len()
     }
 
+    #[inline]
     /// True when every frame of the region is back in this pool.
     pub fn is_home(&self) -> bool {
         self.free.len() == self.umem.frames()
