@@ -307,4 +307,47 @@ mod tests {
         let r = h.shutdown();
         assert_eq!(r.frames_home, r.frames_total);
     }
+
+    /// An epoll set holding a served socket, level-triggered: no event
+    /// while its queue is empty, the socket's data (as the program gave
+    /// it) when a datagram arrives while the wait sleeps, and none once
+    /// the datagram is read.
+    #[test]
+    fn epoll_follows_a_served_sockets_queue_on_the_simulated_nic() {
+        let h = sim_host();
+        let sock = h
+            .udp_bind_held(format!("{HOST}:7001").parse().unwrap())
+            .unwrap();
+        let a = Accel::for_test(sock);
+        let kfd = sys::kepoll_create().unwrap();
+        let set = crate::epoll::EpSet::new(kfd.as_raw_fd());
+        let ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: 7,
+        };
+        let fd = 63_001;
+        set.ctl_socket(libc::EPOLL_CTL_ADD, fd, a.clone(), Some(ev))
+            .unwrap();
+        let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
+        assert_eq!(set.wait(&mut out, 0), Ok(0), "nothing queued");
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                inject(&h, 7001, b"pong");
+            });
+            assert_eq!(set.wait(&mut out, 5000), Ok(1));
+        });
+        let (events, data) = (out[0].events, out[0].u64);
+        assert_eq!((events, data), (libc::EPOLLIN as u32, 7));
+        // Level-triggered: still ready until read.
+        assert_eq!(set.wait(&mut out, 0), Ok(1));
+        let mut buf = [0u8; 64];
+        let got = crate::ops::recv(&a, &mut buf, libc::MSG_DONTWAIT).expect("the datagram");
+        assert_eq!(&buf[..got.len], b"pong");
+        assert_eq!(set.wait(&mut out, 0), Ok(0), "read: empty again");
+        set.forget(fd);
+        drop(a);
+        let r = h.shutdown();
+        assert_eq!(r.frames_home, r.frames_total);
+    }
 }
