@@ -12,6 +12,7 @@ pub mod iface;
 #[cfg(feature = "tokio")]
 pub mod reactor;
 pub mod tap;
+mod tpacket;
 pub mod uring;
 pub mod xdp;
 pub mod xsk;
