@@ -102,31 +102,45 @@ pub(crate) struct Accel {
 }
 
 impl Accel {
-    /// A served socket around `sock` with nothing set, as `bind` makes
-    /// one (the unit tests' own, on a simulated NIC's host).
-    #[cfg(test)]
-    pub(crate) fn for_test(sock: UdpSocket) -> Arc<Accel> {
+    /// A served socket around `sock`, as `bind` makes one: its reads'
+    /// non-blocking flag and control messages as the candidate had them,
+    /// its key in the kernel-side watch, its line in the report, the
+    /// destinations the port map takes for it.
+    pub(crate) fn new(
+        sock: UdpSocket,
+        (nonblock, cmsgs): (bool, u16),
+        ktoken: u64,
+        report_id: usize,
+        keys: Vec<rxpath_dev::sys::xdp::PortKey>,
+    ) -> Arc<Accel> {
         let watch = Arc::new(Watchers::default());
         let w: Arc<dyn rxpath_runtime::sock::Watch> = watch.clone();
         sock.set_watch(Arc::downgrade(&w));
         Arc::new(Accel {
             sock,
-            nonblock: false.into(),
+            nonblock: nonblock.into(),
             watch,
             fds: 1.into(),
-            cmsgs: 0.into(),
+            cmsgs: cmsgs.into(),
             segment: 0.into(),
             kernel_ready: false.into(),
-            ktoken: 0,
+            ktoken,
             shut: 0.into(),
             held: Default::default(),
             kernel_only: false.into(),
             readers: 0.into(),
             parked: Mutex::new(None),
             fork_word: Default::default(),
-            keys: Vec::new(),
-            report_id: 0,
+            keys,
+            report_id,
         })
+    }
+
+    /// A served socket around `sock` with nothing set (the unit tests'
+    /// own, on a simulated NIC's host).
+    #[cfg(test)]
+    pub(crate) fn for_test(sock: UdpSocket) -> Arc<Accel> {
+        Accel::new(sock, (false, 0), 0, 0, Vec::new())
     }
 
     /// The word shared with children forked now ([`Accel::fork_word`]).

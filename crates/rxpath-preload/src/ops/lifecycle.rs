@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::host::{global, Fallback};
-use crate::sock::{Accel, Pending, Watchers};
+use crate::sock::{Accel, Pending};
 use crate::table::{self, Entry};
 use rxpath_dev::sync::lock;
 use rxpath_runtime::sock::Watch;
@@ -94,29 +94,8 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
         // The kernel took each in turn; rxpath's table agrees.
         let _ = sock.socket().change_membership(r.group, r.change);
     }
-    let watch = Arc::new(Watchers::default());
-    let w: Arc<dyn Watch> = watch.clone();
-    sock.set_watch(Arc::downgrade(&w));
-    drop(w);
-    let a = Accel {
-        sock,
-        nonblock: p.nonblock.into(),
-        watch,
-        fds: 1.into(),
-        cmsgs: p.cmsgs.into(),
-        segment: 0.into(),
-        kernel_ready: false.into(),
-        ktoken: crate::kside::token(),
-        shut: 0.into(),
-        held: Default::default(),
-        kernel_only: false.into(),
-        readers: 0.into(),
-        parked: Mutex::new(None),
-        fork_word: Default::default(),
-        report_id: g.served(addr),
-        keys,
-    };
-    let a = Arc::new(a);
+    let ktoken = crate::kside::token();
+    let a = Accel::new(sock, (p.nonblock, p.cmsgs), ktoken, g.served(addr), keys);
     crate::kside::watch(&a, fd);
     table::set(fd, Entry::Socket(a));
 }
