@@ -78,6 +78,11 @@ impl EpSet {
         *lock(&self.params) = p;
     }
 
+    /// The rxpath sockets in the set.
+    pub(crate) fn sockets(&self) -> Vec<Arc<Accel>> {
+        lock(&self.members).iter().map(|m| m.sock.clone()).collect()
+    }
+
     /// `epoll_ctl` for an rxpath socket.
     pub(crate) fn ctl_socket(
         &self,

@@ -261,7 +261,8 @@ pub(crate) struct Inherited {
     pub(crate) port: u16,
     /// The destinations the XDP program takes for it.
     pub(crate) keys: Vec<rxpath_dev::sys::xdp::PortKey>,
-    /// Its queue held nothing at the fork.
+    /// Nothing was there to read at the fork (rxpath's queue and the
+    /// kernel socket empty): a child that reads is one of its readers.
     pub(crate) fresh: bool,
     /// [`child_uses`] gave its port back.
     pub(crate) released: AtomicBool,

@@ -12,7 +12,7 @@ use crate::sys;
 use rxpath_runtime::sock::Watch;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 struct KernelSide {
@@ -95,6 +95,50 @@ pub(crate) fn child_took(a: &Accel) {
     crate::host::global().release(&a.keys);
     a.sock.stop_receiving();
     crate::host::global().went_to_kernel(a.report_id, "a forked child reads it");
+}
+
+/// The socket's port was lent to the kernel at a `fork` ([`lend_at_fork`])
+/// and this process reads or waits on it: rxpath takes the port back, unless a forked child took the
+/// reading first ([`crate::forkq::child_uses`]). A child that takes it
+/// while the port is taken back sets the word before it gives the port
+/// back, so one of the two looks sees the other, and the port ends the
+/// kernel's.
+pub(crate) fn take_back_after_fork(a: &Accel) {
+    if !a.lent.load(Ordering::Relaxed) || !a.lent.swap(false, Ordering::AcqRel) {
+        return;
+    }
+    LENT.fetch_sub(1, Ordering::Relaxed);
+    if a.kernel_only.load(Ordering::Relaxed) {
+        return;
+    }
+    if a.child_took_it() {
+        return child_took(a);
+    }
+    crate::host::global().take_back(&a.keys);
+    if a.child_took_it() {
+        return child_took(a);
+    }
+    a.kernel_first.store(true, Ordering::Relaxed);
+}
+
+/// Sockets of this process whose port is lent ([`lend_at_fork`]).
+static LENT: AtomicUsize = AtomicUsize::new(0);
+
+/// In the process that forks, before the child exists: the port of `a`
+/// goes to the kernel socket every process shares, so that whichever
+/// process reads next finds what comes, the parent included
+/// ([`take_back_after_fork`] when it reads or waits on `a`).
+pub(crate) fn lend_at_fork(a: &Accel) {
+    if a.kernel_only.load(Ordering::Relaxed) || a.lent.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    LENT.fetch_add(1, Ordering::Relaxed);
+    crate::host::global().lend(&a.keys);
+}
+
+/// Some socket of this process has its port lent since a `fork`.
+pub(crate) fn any_lent() -> bool {
+    LENT.load(Ordering::Relaxed) > 0
 }
 
 /// A token for a socket about to be watched.

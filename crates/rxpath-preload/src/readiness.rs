@@ -131,6 +131,7 @@ fn poll_scan(
     let mut n = 0;
     for (p, a) in fds.iter_mut().zip(accel) {
         if let Some(a) = a {
+            crate::kside::take_back_after_fork(a);
             p.revents = sock_revents(a, p.events);
             n += usize::from(p.revents != 0);
         } else {

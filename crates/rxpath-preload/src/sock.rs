@@ -94,6 +94,13 @@ pub(crate) struct Accel {
     /// takes the port out of the port map, and this process then reads
     /// and sends through the kernel socket too.
     pub(crate) fork_word: std::sync::OnceLock<Arc<sys::Shared>>,
+    /// Its port went to the kernel at a `fork` ([`crate::table::before_fork`])
+    /// and this process has not read the socket since: the first read
+    /// here takes it back ([`crate::ops::take_back_after_fork`]).
+    pub(crate) lent: AtomicBool,
+    /// Taken back after a fork: what reached the kernel socket while the
+    /// port was lent is older than rxpath's queue, so it is read first.
+    pub(crate) kernel_first: AtomicBool,
     /// The destinations the XDP program takes for it
     /// (`host::ports::map_keys`).
     pub(crate) keys: Vec<rxpath_dev::sys::xdp::PortKey>,
@@ -131,6 +138,8 @@ impl Accel {
             readers: 0.into(),
             parked: Mutex::new(None),
             fork_word: Default::default(),
+            lent: false.into(),
+            kernel_first: false.into(),
             keys,
             report_id,
         })

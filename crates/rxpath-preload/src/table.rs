@@ -123,12 +123,17 @@ pub(crate) fn sockets() -> Vec<(Vec<RawFd>, Arc<Accel>)> {
     out
 }
 
-/// In the parent's `fork` prepare handler: what each socket's queue holds
-/// moves into memory the child shares ([`crate::forkq`]), and every
-/// served socket is staged for the child, with what it holds.
+/// In the parent's `fork` prepare handler: each served socket's port is
+/// lent to the kernel until this process reads it again
+/// ([`crate::kside::lend_at_fork`]), what its queue holds moves into
+/// memory the child shares ([`crate::forkq`]), and it is staged for the
+/// child, with what it holds.
 pub(crate) fn before_fork() {
     let mut staged = Vec::new();
     for (fds, a) in sockets() {
+        // The port goes to the kernel socket every process shares first,
+        // then what rxpath queued moves where the child reads it too.
+        crate::kside::lend_at_fork(&a);
         if let Some(r) = crate::forkq::Region::from_queue(&a.sock) {
             a.held.push(r);
         }
@@ -139,13 +144,31 @@ pub(crate) fn before_fork() {
             v6: local.is_ipv6(),
             port: local.port(),
             keys: a.keys.clone(),
-            fresh: !a.held.any(),
+            // Nothing to read at the fork, in rxpath's queue or the kernel
+            // socket's: a child that reads is one of the socket's readers.
+            fresh: !a.held.any() && !fds.first().is_some_and(|&fd| crate::sys::readable_now(fd)),
             released: std::sync::atomic::AtomicBool::new(false),
             parent_word: a.fork_word(),
         };
         staged.push((fds, Arc::new(inh)));
     }
     crate::forkq::stage(staged);
+}
+
+/// At exit, before the report: a socket whose port a `fork` lent to the
+/// kernel and this process never read again was the kernel's since (its
+/// children's, if they read it).
+pub(crate) fn before_exit() {
+    for (_, a) in sockets() {
+        if a.child_took_it() {
+            crate::host::global().went_to_kernel(a.report_id, "a forked child reads it");
+        } else if a.lent.load(Ordering::Relaxed) {
+            crate::host::global().went_to_kernel(
+                a.report_id,
+                "lent to the kernel at a fork, not read here again",
+            );
+        }
+    }
 }
 
 pub(crate) fn forget_all() {

@@ -150,6 +150,40 @@ impl Global {
         shared
     }
 
+    /// At a `fork`, the destinations `keys` go to the kernel
+    /// ([`Global::take_back`] when this process reads them again): until
+    /// then the kernel socket, which every process shares, queues what
+    /// comes, so a child that reads it finds it whether or not this
+    /// process ever reads again (a pre-forking server's parent does not).
+    pub(crate) fn lend(&self, keys: &[PortKey]) {
+        self.flip(keys, false);
+    }
+
+    /// This process reads a socket whose `keys` it lent at a `fork`:
+    /// rxpath takes them again.
+    pub(crate) fn take_back(&self, keys: &[PortKey]) {
+        self.flip(keys, true);
+    }
+
+    /// The port map takes (`on`) or leaves `keys` that rxpath sockets
+    /// hold, their count unchanged.
+    fn flip(&self, keys: &[PortKey], on: bool) {
+        let mut s = self.state();
+        let Some(r) = s.running.as_mut() else {
+            return;
+        };
+        for k in keys.iter().filter(|k| r.ports.contains_key(k)) {
+            if let Err(e) = r.host.take_port(*k, on) {
+                let what = if on {
+                    "taking back"
+                } else {
+                    "lending the kernel"
+                };
+                say(&format!("{what} {} at a fork: {e}", k.addr));
+            }
+        }
+    }
+
     /// A socket bound to `addr` is the kernel's (it stayed there at
     /// `bind`, or was handed back): if `addr` is a specific address, the
     /// port map leaves it to the kernel even where an rxpath socket takes

@@ -489,6 +489,7 @@ pub extern "C" fn __poll_chk(
 /// constructor registers this).
 extern "C" fn at_exit() {
     if let Some(g) = crate::host::started() {
+        crate::table::before_exit();
         g.finish();
     }
 }

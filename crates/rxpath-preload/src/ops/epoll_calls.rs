@@ -71,7 +71,15 @@ pub(crate) fn epoll_wait(
     timeout_ms: i32,
 ) -> Route<usize> {
     match table::get(epfd) {
-        Some(Entry::Epoll(set)) => Route::Done(set.wait(out, timeout_ms)),
+        Some(Entry::Epoll(set)) => {
+            if crate::kside::any_lent() {
+                // A wait on a socket whose port was lent at a fork.
+                for a in set.sockets() {
+                    crate::kside::take_back_after_fork(&a);
+                }
+            }
+            Route::Done(set.wait(out, timeout_ms))
+        }
         _ => Route::Kernel,
     }
 }

@@ -49,6 +49,7 @@ pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, No
         // may not have seen it yet.
         crate::kside::child_took(a);
     }
+    crate::kside::take_back_after_fork(a);
     if a.kernel_only.load(Ordering::Relaxed) && !a.held.any() && a.sock.socket().queued() == 0 {
         return Err(NotRead::KernelNow);
     }
@@ -62,6 +63,12 @@ pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, No
     let until = a.sock.read_timeout().map(|t| std::time::Instant::now() + t);
     let mut busy_round = nonblock;
     loop {
+        if a.kernel_first.load(Ordering::Relaxed) {
+            if crate::kside::take_hint(a) {
+                return Err(NotRead::FromKernel);
+            }
+            a.kernel_first.store(false, Ordering::Relaxed);
+        }
         if let Some(g) = take(a, buf, flags)? {
             return Ok(g);
         }
@@ -158,6 +165,8 @@ pub(crate) fn take_many(
     if flags & !RECV_FLAGS != 0
         || flags & (libc::MSG_PEEK | libc::MSG_TRUNC) != 0
         || a.held.any()
+        || a.lent.load(Ordering::Relaxed)
+        || a.kernel_first.load(Ordering::Relaxed)
         || a.sock.socket().queued() == 0
     {
         return 0;

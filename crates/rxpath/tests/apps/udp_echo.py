@@ -28,6 +28,9 @@ socket down for reading, which must wake the other reader.
 --opt-before-bind / --opt-after-bind set IP_RECVTTL (a control message
 rxpath does not give) before or after bind; after bind it prints the
 errno the call raised, if any.
+--fork-after S: prefork and grandchild fork their workers S seconds after
+"ready" (what comes meanwhile waits in the socket's queue, as when a
+server starts under traffic).
 --second-port also binds a second socket on Q and answers one datagram on
 it first (a socket bound after the first, on another port).
 """
@@ -134,10 +137,12 @@ def serve_fork(s):
             return
 
 
-def serve_prefork(s):
+def serve_prefork(s, fork_after=0.0):
     # As pre-forking servers (NSD) do: workers forked before any traffic
-    # read the socket; the parent only waits. The worker that reads "quit"
-    # answers and exits; the parent then stops the other.
+    # read the socket (or, with --fork-after, once traffic is queued); the
+    # parent only waits. The worker that reads "quit" answers and exits;
+    # the parent then stops the other.
+    time.sleep(fork_after)
     kids = []
     for _ in range(2):
         pid = os.fork()
@@ -152,13 +157,13 @@ def serve_prefork(s):
             os.waitpid(k, 0)
 
 
-def serve_grandchild(s):
+def serve_grandchild(s, fork_after=0.0):
     # As NSD does: the process that bound forks a child that carries on as
     # the server's main process, which forks the workers that read: the
     # socket is served by grandchildren of the process that bound it.
     pid = os.fork()
     if pid == 0:
-        serve_prefork(s)
+        serve_prefork(s, fork_after)
         os._exit(0)
     os.waitpid(pid, 0)
 
@@ -354,6 +359,9 @@ def main():
     ap.add_argument("--expect-dst", default="198.18.9.6")
     ap.add_argument("--device", help="SO_BINDTODEVICE before bind")
     ap.add_argument("--freebind", action="store_true", help="IP_FREEBIND before bind")
+    ap.add_argument(
+        "--fork-after", type=float, default=0.0, help="prefork/grandchild: seconds before the workers"
+    )
     ap.add_argument("--chroot", help="chroot here after bind (as NSD and named -t do)")
     a = ap.parse_args()
     fam = socket.AF_INET6 if ":" in a.bind else socket.AF_INET
@@ -401,9 +409,9 @@ def main():
     elif mux == "daemon":
         serve_daemon(s)
     elif mux == "prefork":
-        serve_prefork(s)
+        serve_prefork(s, a.fork_after)
     elif mux == "grandchild":
-        serve_grandchild(s)
+        serve_grandchild(s, a.fork_after)
     elif mux == "gso":
         serve_gso(s)
     elif mux == "peek":
