@@ -8,7 +8,7 @@
 //! the deferral, the NAPI thread takes the queue back at its deadline, as
 //! before.
 
-use crate::sock::{readable, Accel};
+use crate::udp::sock::{readable, Accel};
 use rxpath_core::sock::SharedNapi;
 use rxpath_core::NapiId;
 use rxpath_dev::sync::lock;
@@ -58,7 +58,7 @@ impl Drop for DeviceSleep<'_> {
         let socks = self.socks;
         if let Some(first) = socks.first() {
             let ready = || socks.iter().any(|a| readable(a));
-            let budget = crate::sock::budget_of(socks);
+            let budget = crate::udp::sock::budget_of(socks);
             rxpath_runtime::sock::busy_loop(first.sock.host(), &ids, 0, budget, &ready);
         }
     }

@@ -2,9 +2,11 @@
 //! program's epoll fd, with its kernel fds) and the rxpath sockets in it,
 //! level- and edge-triggered, `EPOLLONESHOT`.
 
-use crate::sock::{busy_wait_with, deadline, errno, left_ms, lock, readable, Accel, BusyParams};
 use crate::sys;
+use crate::sys::{deadline, errno, left_ms};
+use crate::udp::sock::{busy_wait_with, readable, Accel, BusyParams};
 use rxpath_core::NapiId;
+use rxpath_dev::sync::lock;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

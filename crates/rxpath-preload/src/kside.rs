@@ -7,8 +7,8 @@
 //! the kernel socket with the program's own call, so nothing sent to the
 //! port is lost, whichever way it came.
 
-use crate::sock::Accel;
 use crate::sys;
+use crate::udp::sock::Accel;
 use rxpath_runtime::sock::Watch;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -70,7 +70,7 @@ fn run(s: &KernelSide) {
         };
         for ev in &evs[..n] {
             let token = ev.u64;
-            let a = crate::sock::lock(&s.socks)
+            let a = rxpath_dev::sync::lock(&s.socks)
                 .get(&token)
                 .and_then(Weak::upgrade);
             if let Some(a) = a {
@@ -99,7 +99,7 @@ pub(crate) fn child_took(a: &Accel) {
 
 /// The socket's port was lent to the kernel at a `fork` ([`lend_at_fork`])
 /// and this process reads or waits on it: rxpath takes the port back, unless a forked child took the
-/// reading first ([`crate::forkq::child_uses`]). A child that takes it
+/// reading first ([`crate::udp::forkq::child_uses`]). A child that takes it
 /// while the port is taken back sets the word before it gives the port
 /// back, so one of the two looks sees the other, and the port ends the
 /// kernel's.
@@ -150,7 +150,7 @@ pub(crate) fn token() -> u64 {
 /// One already holding datagrams is reported at once.
 pub(crate) fn watch(a: &Arc<Accel>, fd: RawFd) {
     let Some(s) = side() else { return };
-    crate::sock::lock(&s.socks).insert(a.ktoken, Arc::downgrade(a));
+    rxpath_dev::sync::lock(&s.socks).insert(a.ktoken, Arc::downgrade(a));
     let ev = libc::epoll_event {
         events: (libc::EPOLLIN | libc::EPOLLET) as u32,
         u64: a.ktoken,
@@ -166,7 +166,7 @@ pub(crate) fn watch(a: &Arc<Accel>, fd: RawFd) {
 /// file).
 pub(crate) fn forget(a: &Accel) {
     if let Some(s) = SIDE.get().and_then(Option::as_ref) {
-        crate::sock::lock(&s.socks).remove(&a.ktoken);
+        rxpath_dev::sync::lock(&s.socks).remove(&a.ktoken);
     }
 }
 
@@ -183,7 +183,7 @@ pub(crate) fn take_hint(a: &Accel) -> bool {
 /// data. One that arrives after the look marks it through the watch
 /// (the read cleared the mark before it read).
 pub(crate) fn got_one(a: &Accel, fd: RawFd) {
-    crate::sock::KERNEL_READS.fetch_add(1, Ordering::Relaxed);
+    crate::udp::sock::KERNEL_READS.fetch_add(1, Ordering::Relaxed);
     if sys::readable_now(fd) {
         a.kernel_ready.store(true, Ordering::SeqCst);
     }

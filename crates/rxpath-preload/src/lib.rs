@@ -11,21 +11,23 @@
 //!     │
 //!  interpose        the exported symbols: raw pointers to slices, errno
 //!     │             (unsafe: here and in sys only)
-//!  ops, send        what each call means for a socket rxpath serves
-//!     │             (send: sendto, sendmsg, sendmmsg's batches)
-//!  wait             poll/select and blocking reads over rxpath sockets
+//!  ops              what each call means for an fd rxpath may serve, by
+//!     │             job: lifecycle, epoll_calls; UDP's udp_recv,
+//!     │             udp_send, udp_options
+//!  readiness        poll/select and blocking reads over rxpath sockets
 //!     │             and kernel fds
-//!  host             one rxpath Host per process on RXPATH_IFACE, started at
-//!     │             the first bind it serves, shut down at exit
-//!  kside            the kernel socket behind each served fd: marked when
-//!     │             a datagram reaches it (loopback, another interface)
-//!  linkwatch        the interface deleted, made again, down, up, its MTU:
-//!     │             said; gone, every socket goes back to the kernel
-//!  table            fd → candidate | rxpath socket | epoll set | inherited
-//!  epoll            epoll sets holding rxpath sockets and kernel fds
-//!  sock             a served socket, one not bound yet, who sleeps on them
+//!  table, kside     fd → candidate | rxpath socket | epoll set | inherited;
+//!     │             the kernel socket behind each served fd (loopback,
+//!     │             another interface, a port lent at a fork)
+//!  epoll, host      epoll sets of rxpath sockets and kernel fds; one rxpath
+//!     │             Host per process on RXPATH_IFACE, started at the
+//!     │             first bind it serves, shut down at exit
+//!  device           the host's device fds a sleeping thread waits on
 //!     │
-//!  forkq            what the queues held at a fork, shared with the child
+//!  udp              UDP's room: a served socket and who sleeps on it
+//!     │             (sock), what its queue held at a fork (forkq), its
+//!     │             multicast memberships (mcast)
+//!  linkwatch        the interface deleted, made again, down, up, its MTU
 //!     │
 //!  sys, config      the C library's real calls and eventfds; RXPATH_*
 //! ```
@@ -41,9 +43,10 @@
 //! After `fork` the child's copies of rxpath sockets are the kernel's (the
 //! parent keeps serving; the child lets go of the parent's XDP program),
 //! and what the parent's queues held at the fork either may read (the
-//! `forkq` module); a child that reads a socket which held nothing (a
-//! pre-forking server's worker) gives its port back to the kernel for
-//! every process. After `exec` the new image starts fresh.
+//! `udp::forkq` module); the port is lent to the kernel until the parent
+//! reads the socket again, and a child that reads a socket which held
+//! nothing (a pre-forking server's worker) keeps it the kernel's for every
+//! process. After `exec` the new image starts fresh.
 //!
 //! A datagram that reaches the kernel socket behind a served fd (loopback,
 //! another interface) is read too (the `kside` module).
@@ -58,20 +61,17 @@
 pub mod config;
 mod device;
 mod epoll;
-mod forkq;
 pub mod host;
 #[allow(unsafe_code)]
 mod interpose;
 mod kside;
 mod linkwatch;
-mod mcast;
 mod ops;
 mod readiness;
-mod send;
-mod sock;
 #[allow(unsafe_code)]
 mod sys;
 mod table;
+mod udp;
 
 pub use config::Config;
 pub use host::{Accounting, Fallback, PreloadReport, SocketPath};

@@ -6,13 +6,14 @@
 //! only if the set has kernel fds), then busy-polls the sockets' NAPIs for
 //! their `busy_poll` window, then sleeps in the kernel (`poll` or the
 //! set's own epoll fd) on the kernel fds and an eventfd that a socket's
-//! [`Watchers`](crate::sock::Watchers) signal when a datagram arrives while someone sleeps: no
+//! [`Watchers`](crate::udp::sock::Watchers) signal when a datagram arrives while someone sleeps: no
 //! system call per datagram unless a waiter is asleep, as the kernel's own
 //! wakeups.
 
-use crate::sock::{busy_wait, deadline, errno, left_ms, readable, Accel};
 use crate::sys;
+use crate::sys::{deadline, errno, left_ms};
 use crate::table;
+use crate::udp::sock::{busy_wait, readable, Accel};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Instant;
@@ -142,10 +143,10 @@ fn poll_scan(
         let mut k: Vec<libc::pollfd> = kernel.iter().map(|&i| fds[i]).collect();
         // A forked child's socket holding what its parent held is
         // readable before its kernel socket is; one that held nothing is
-        // the child's to read from the kernel ([`crate::forkq::child_uses`]).
+        // the child's to read from the kernel ([`crate::udp::forkq::child_uses`]).
         for &i in kernel {
             if table::kind(fds[i].fd) == table::FORKED {
-                crate::forkq::child_uses(fds[i].fd);
+                crate::udp::forkq::child_uses(fds[i].fd);
             }
         }
         let held: Vec<bool> = kernel.iter().map(|&i| inherited_ready(fds[i].fd)).collect();
@@ -163,9 +164,10 @@ fn poll_scan(
 }
 
 /// `fd` is a forked child's socket that still holds a datagram its parent
-/// held ([`crate::forkq`]).
+/// held ([`crate::udp::forkq`]).
 fn inherited_ready(fd: RawFd) -> bool {
-    table::kind(fd) == table::FORKED && crate::forkq::inherited(fd).is_some_and(|i| i.held.any())
+    table::kind(fd) == table::FORKED
+        && crate::udp::forkq::inherited(fd).is_some_and(|i| i.held.any())
 }
 
 fn sock_revents(a: &Accel, events: i16) -> i16 {

@@ -4,7 +4,7 @@
 //! fds that are rxpath's.
 
 use crate::epoll::EpSet;
-use crate::sock::{Accel, Pending};
+use crate::udp::sock::{Accel, Pending};
 use rxpath_dev::sync::{read_lock, write_lock};
 use std::collections::HashMap;
 use std::os::fd::RawFd;
@@ -23,7 +23,7 @@ pub(crate) const SOCKET: u8 = 2;
 /// An epoll set that may hold rxpath sockets.
 pub(crate) const EPOLL: u8 = 3;
 /// In a forked child: a socket its parent served, holding datagrams the
-/// parent held at the fork ([`crate::forkq`]); the kernel's after them.
+/// parent held at the fork ([`crate::udp::forkq`]); the kernel's after them.
 pub(crate) const FORKED: u8 = 4;
 
 static KIND: [AtomicU8; MAX_FD] = [const { AtomicU8::new(KERNEL) }; MAX_FD];
@@ -97,7 +97,7 @@ pub(crate) fn remove(fd: RawFd) -> Option<Entry> {
         KERNEL => return None,
         FORKED => {
             KIND[fd as usize].store(KERNEL, Ordering::Release);
-            crate::forkq::forget(fd);
+            crate::udp::forkq::forget(fd);
             return None;
         }
         _ => {}
@@ -126,7 +126,7 @@ pub(crate) fn sockets() -> Vec<(Vec<RawFd>, Arc<Accel>)> {
 /// In the parent's `fork` prepare handler: each served socket's port is
 /// lent to the kernel until this process reads it again
 /// ([`crate::kside::lend_at_fork`]), what its queue holds moves into
-/// memory the child shares ([`crate::forkq`]), and it is staged for the
+/// memory the child shares ([`crate::udp::forkq`]), and it is staged for the
 /// child, with what it holds.
 pub(crate) fn before_fork() {
     let mut staged = Vec::new();
@@ -134,11 +134,11 @@ pub(crate) fn before_fork() {
         // The port goes to the kernel socket every process shares first,
         // then what rxpath queued moves where the child reads it too.
         crate::kside::lend_at_fork(&a);
-        if let Some(r) = crate::forkq::Region::from_queue(&a.sock) {
+        if let Some(r) = crate::udp::forkq::Region::from_queue(&a.sock) {
             a.held.push(r);
         }
         let local = a.sock.local_addr();
-        let inh = crate::forkq::Inherited {
+        let inh = crate::udp::forkq::Inherited {
             held: a.held.share(),
             cmsgs: a.cmsgs.load(Ordering::Relaxed),
             v6: local.is_ipv6(),
@@ -152,7 +152,7 @@ pub(crate) fn before_fork() {
         };
         staged.push((fds, Arc::new(inh)));
     }
-    crate::forkq::stage(staged);
+    crate::udp::forkq::stage(staged);
 }
 
 /// At exit, before the report: a socket whose port a `fork` lent to the

@@ -49,7 +49,7 @@ struct State {
     /// What the interface watch saw ([`PreloadReport::link_events`]).
     link_events: Vec<String>,
     /// Each socket rxpath took ([`PreloadReport::sockets`]), by the id
-    /// its [`crate::sock::Accel`] keeps.
+    /// its [`crate::udp::sock::Accel`] keeps.
     sockets: Vec<SocketPath>,
     /// The interface went away: nothing more is served.
     gone: Option<String>,
@@ -205,8 +205,8 @@ impl Global {
     /// index or address, or the kernel's route to the group leads there)?
     /// False while no socket is served (the interface's addresses are
     /// known once the host runs).
-    pub(crate) fn serves_membership(&self, r: &crate::mcast::Request) -> bool {
-        use crate::mcast::Iface;
+    pub(crate) fn serves_membership(&self, r: &crate::udp::mcast::Request) -> bool {
+        use crate::udp::mcast::Iface;
         let addrs = match self.state().running.as_ref() {
             Some(h) => h.host.sockets().config().local_addrs.clone(),
             None => return false,

@@ -83,7 +83,7 @@ impl Global {
             accelerated: s.accelerated,
             fallbacks: s.fallbacks.clone(),
             unsupported: s.unsupported.clone(),
-            kernel_reads: crate::sock::KERNEL_READS.load(std::sync::atomic::Ordering::Relaxed),
+            kernel_reads: crate::udp::sock::KERNEL_READS.load(std::sync::atomic::Ordering::Relaxed),
             link_events: s.link_events.clone(),
             sockets: s.sockets.clone(),
             processes: 1,

@@ -92,7 +92,7 @@ impl Global {
                     None
                 }
             };
-        crate::forkq::set_port_map(host.port_map_fd());
+        crate::udp::forkq::set_port_map(host.port_map_fd());
         crate::linkwatch::start(iface, on_link_event, on_address);
         Ok(Running {
             metrics,

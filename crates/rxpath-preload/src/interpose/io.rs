@@ -130,7 +130,7 @@ fn recvmsg_one(a: &ops::Rx, m: &mut msghdr, flags: c_int) -> Result<usize, ops::
 /// The control messages of one read (`udp_cmsg_recv`, then
 /// `ip_cmsg_recv` or `ip6_datagram_recv_ctl`).
 fn control(a: &ops::Rx, m: &mut msghdr, g: &ops::Got, want: u16, used: &mut usize) {
-    use crate::sock::{GRO, PKTINFO4, PKTINFO6, RECVTCLASS, RECVTOS, UDP_GRO};
+    use crate::udp::sock::{GRO, PKTINFO4, PKTINFO6, RECVTCLASS, RECVTOS, UDP_GRO};
     socket_control(m, g, want, used);
     if want & GRO != 0 && g.stride > 0 && g.stride < g.len {
         let seg = g.stride as c_int;
@@ -175,8 +175,8 @@ fn control(a: &ops::Rx, m: &mut msghdr, g: &ops::Got, want: u16, used: &mut usiz
 /// (`SO_TIMESTAMP*`, `CLOCK_REALTIME`), then the socket's drops when it was
 /// queued (`SO_RXQ_OVFL`, only when not 0).
 fn socket_control(m: &mut msghdr, g: &ops::Got, want: u16, used: &mut usize) {
-    use crate::sock::{RXQ_OVFL, SO_TIMESTAMPNS_NEW, SO_TIMESTAMP_NEW};
-    use crate::sock::{TIMESTAMP, TIMESTAMP_NEW, TIMESTAMP_NS};
+    use crate::udp::sock::{RXQ_OVFL, SO_TIMESTAMPNS_NEW, SO_TIMESTAMP_NEW};
+    use crate::udp::sock::{TIMESTAMP, TIMESTAMP_NEW, TIMESTAMP_NS};
     if want & TIMESTAMP != 0 && g.stamp_ns != 0 {
         // The NAPI's monotonic time, moved onto the wall clock.
         let ago = rxpath_dev::mono_ns().saturating_sub(g.stamp_ns);
@@ -271,7 +271,7 @@ fn send_source(m: &msghdr) -> Result<(Option<IpAddr>, Option<u16>), &'static str
                     let i = std::ptr::read_unaligned(data.cast::<In6Pktinfo>());
                     src = Some(IpAddr::V6(Ipv6Addr::from(i.addr)));
                 }
-                (libc::IPPROTO_UDP, crate::sock::UDP_SEGMENT) if n >= 2 => {
+                (libc::IPPROTO_UDP, crate::udp::sock::UDP_SEGMENT) if n >= 2 => {
                     seg = Some(std::ptr::read_unaligned(data.cast::<u16>()));
                 }
                 _ => return Err("sendmsg with control messages other than IP_PKTINFO"),
@@ -407,7 +407,7 @@ pub extern "C" fn sendto(
     tolen: socklen_t,
 ) -> ssize_t {
     if let Some(a) = table::socket(fd) {
-        if let Route::Done(r) = crate::send::send(&a, buf(b, n), addr_in(to, tolen)) {
+        if let Route::Done(r) = crate::ops::udp_send::send(&a, buf(b, n), addr_in(to, tolen)) {
             return ret(r);
         }
     }
@@ -418,7 +418,7 @@ pub extern "C" fn sendto(
 #[no_mangle]
 pub extern "C" fn send(fd: c_int, b: *const c_void, n: size_t, flags: c_int) -> ssize_t {
     if let Some(a) = table::socket(fd) {
-        if let Route::Done(r) = crate::send::send(&a, buf(b, n), None) {
+        if let Route::Done(r) = crate::ops::udp_send::send(&a, buf(b, n), None) {
             return ret(r);
         }
     }
@@ -429,7 +429,7 @@ pub extern "C" fn send(fd: c_int, b: *const c_void, n: size_t, flags: c_int) -> 
 #[no_mangle]
 pub extern "C" fn write(fd: c_int, b: *const c_void, n: size_t) -> ssize_t {
     if let Some(a) = table::socket(fd) {
-        if let Route::Done(r) = crate::send::send(&a, buf(b, n), None) {
+        if let Route::Done(r) = crate::ops::udp_send::send(&a, buf(b, n), None) {
             return ret(r);
         }
     }
@@ -441,7 +441,7 @@ pub extern "C" fn write(fd: c_int, b: *const c_void, n: size_t) -> ssize_t {
 pub extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
     if let Some(a) = table::socket(fd) {
         let data = gather(iovs(iov, cnt.max(0) as usize));
-        if let Route::Done(r) = crate::send::send(&a, &data, None) {
+        if let Route::Done(r) = crate::ops::udp_send::send(&a, &data, None) {
             return ret(r);
         }
     }
@@ -450,9 +450,9 @@ pub extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
 }
 
 /// `sendmsg` of `m` on an rxpath socket; `None`: the kernel's.
-fn sendmsg_one(a: &crate::sock::Accel, m: &msghdr) -> Option<Result<usize, i32>> {
+fn sendmsg_one(a: &crate::udp::sock::Accel, m: &msghdr) -> Option<Result<usize, i32>> {
     let segment = match send_source(m) {
-        Ok((Some(src), _)) if !crate::send::pktinfo_source_ok(a, src) => {
+        Ok((Some(src), _)) if !crate::ops::udp_send::pktinfo_source_ok(a, src) => {
             let what = "sendmsg from another source address (IP_PKTINFO)";
             crate::host::global().unsupported(what);
             return Some(Err(libc::EOPNOTSUPP));
@@ -465,7 +465,7 @@ fn sendmsg_one(a: &crate::sock::Accel, m: &msghdr) -> Option<Result<usize, i32>>
     };
     let data = gather(iovs(m.msg_iov, m.msg_iovlen));
     let to = addr_in(m.msg_name.cast(), m.msg_namelen);
-    match crate::send::send_seg(a, &data, to, segment) {
+    match crate::ops::udp_send::send_seg(a, &data, to, segment) {
         Route::Done(r) => Some(r),
         Route::Kernel => None,
     }
@@ -502,7 +502,7 @@ pub extern "C" fn sendmmsg(fd: c_int, v: *mut mmsghdr, vlen: c_uint, flags: c_in
             let run = plain_run(&a, &msgs[n..]);
             let r: RunOf<(&[u8], std::net::SocketAddr)> =
                 run.iter().map(|(d, to)| (&d[..], *to)).collect();
-            let (sent, next) = crate::send::send_run(&a, &r);
+            let (sent, next) = crate::ops::udp_send::send_run(&a, &r);
             let lens: RunOf<usize> = r.iter().map(|(d, _)| d.len()).collect();
             (sent, next, lens)
         };
@@ -556,7 +556,7 @@ type RunOf<T> = arrayvec::ArrayVec<T, RUN>;
 /// control message but a source the socket may use, no segmentation, a
 /// destination (given, or the peer); at most [`RUN`].
 fn plain_run<'a>(
-    a: &crate::sock::Accel,
+    a: &crate::udp::sock::Accel,
     msgs: &'a [mmsghdr],
 ) -> RunOf<(std::borrow::Cow<'a, [u8]>, std::net::SocketAddr)> {
     let seg = a.segment.load(std::sync::atomic::Ordering::Relaxed) as usize;
@@ -564,7 +564,8 @@ fn plain_run<'a>(
     for m in msgs.iter().take(RUN) {
         let h = &m.msg_hdr;
         match send_source(h) {
-            Ok((src, None)) if src.is_none_or(|s| crate::send::pktinfo_source_ok(a, s)) => {}
+            Ok((src, None))
+                if src.is_none_or(|s| crate::ops::udp_send::pktinfo_source_ok(a, s)) => {}
             _ => break,
         }
         let Some(to) = addr_in(h.msg_name.cast(), h.msg_namelen).or_else(|| a.sock.peer_addr())

@@ -312,7 +312,7 @@ fn opt_val(level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> Opt
         return OptVal::Other;
     }
     if level == libc::SOL_SOCKET
-        && name == crate::sock::SO_ATTACH_REUSEPORT_CBPF
+        && name == crate::udp::sock::SO_ATTACH_REUSEPORT_CBPF
         && len as usize >= std::mem::size_of::<libc::sock_fprog>()
     {
         // SAFETY: the kernel accepted a `sock_fprog` of `len` bytes at `val`.
@@ -331,7 +331,7 @@ fn opt_val(level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> Opt
         return OptVal::Cbpf(insns.collect());
     }
     if (level == libc::SOL_SOCKET && name == libc::SO_BINDTODEVICE)
-        || crate::mcast::is_membership(level, name)
+        || crate::udp::mcast::is_membership(level, name)
     {
         // SAFETY: the kernel accepted `len` bytes at `val`.
         let b = unsafe { std::slice::from_raw_parts(val.cast::<u8>(), len as usize) };
@@ -502,11 +502,11 @@ extern "C" fn in_fork_child() {
     crate::table::forget_all();
     // The port map stays open: a child that reads a socket it inherited
     // gives its port back with it.
-    crate::sys::close_host_fds(crate::forkq::port_map());
+    crate::sys::close_host_fds(crate::udp::forkq::port_map());
     // What the parent's queues held at the fork, this child may read
     // (`socat UDP-RECVFROM:P,fork`: the child reads what the parent
     // peeked at).
-    for fd in crate::forkq::in_child() {
+    for fd in crate::udp::forkq::in_child() {
         crate::table::mark_forked(fd);
     }
 }
@@ -518,11 +518,11 @@ extern "C" fn before_fork() {
     if crate::host::started().is_some() {
         crate::table::before_fork();
     }
-    crate::forkq::restage_inherited(|fd| table::kind(fd) == table::FORKED);
+    crate::udp::forkq::restage_inherited(|fd| table::kind(fd) == table::FORKED);
 }
 
 extern "C" fn after_fork_parent() {
-    crate::forkq::after_fork_parent();
+    crate::udp::forkq::after_fork_parent();
 }
 
 extern "C" fn init() {

@@ -204,7 +204,7 @@ pub extern "C" fn epoll_create1(flags: c_int) -> c_int {
 pub extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut epoll_event) -> c_int {
     if table::kind(fd) == table::FORKED {
         // A forked child waits on a socket it inherited.
-        crate::forkq::child_uses(fd);
+        crate::udp::forkq::child_uses(fd);
     }
     if table::kind(epfd) == table::EPOLL {
         // SAFETY: a non-null event is the program's readable epoll_event.

@@ -88,6 +88,6 @@ pub(crate) fn epoll_wait(
 /// busy polling uses them (`ep_busy_loop`).
 pub(crate) fn epoll_params(fd: RawFd, us: u32, budget: u16) {
     if let Some(Entry::Epoll(set)) = table::get(fd) {
-        set.set_params(crate::sock::BusyParams { us, budget });
+        set.set_params(crate::udp::sock::BusyParams { us, budget });
     }
 }

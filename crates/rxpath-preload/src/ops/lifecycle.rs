@@ -5,8 +5,8 @@
 
 use super::*;
 use crate::host::{global, Fallback};
-use crate::sock::{Accel, Pending};
 use crate::table::{self, Entry};
+use crate::udp::sock::{Accel, Pending};
 use rxpath_dev::sync::lock;
 use rxpath_runtime::sock::Watch;
 use std::net::SocketAddr;
@@ -78,7 +78,7 @@ pub(crate) fn on_bind(fd: RawFd, addr: SocketAddr) {
     sock.set_read_timeout(p.rcvtimeo);
     sock.set_udp_gro(p.gro);
     sock.socket()
-        .set_rxq_ovfl(p.cmsgs & crate::sock::RXQ_OVFL != 0);
+        .set_rxq_ovfl(p.cmsgs & crate::udp::sock::RXQ_OVFL != 0);
     sock.set_only_v6(v6only);
     sock.socket().set_pmtudisc_do(p.pmtudisc_do);
     if let Some(prog) = p.cbpf {
@@ -150,7 +150,7 @@ fn close_fd(fd: RawFd, park: bool) {
         return;
     }
     if park {
-        let mut parked = crate::sock::lock(&a.parked);
+        let mut parked = lock(&a.parked);
         if a.readers.load(Ordering::SeqCst) > 0 {
             match crate::sys::dup_cloexec(fd) {
                 Ok(k) => {
@@ -182,7 +182,7 @@ impl Drop for Reading<'_> {
     fn drop(&mut self) {
         let a = self.0;
         if a.readers.fetch_sub(1, Ordering::SeqCst) == 1 {
-            let kept = crate::sock::lock(&a.parked).take();
+            let kept = lock(&a.parked).take();
             if kept.is_some() {
                 closed(a);
             }
@@ -207,9 +207,9 @@ pub(crate) fn closed(a: &Accel) {
 pub(crate) fn on_shutdown(fd: RawFd, how: i32) {
     let Some(a) = table::socket(fd) else { return };
     let bits = match how {
-        libc::SHUT_RD => crate::sock::SHUT_READ,
-        libc::SHUT_WR => crate::sock::SHUT_WRITE,
-        libc::SHUT_RDWR => crate::sock::SHUT_READ | crate::sock::SHUT_WRITE,
+        libc::SHUT_RD => crate::udp::sock::SHUT_READ,
+        libc::SHUT_WR => crate::udp::sock::SHUT_WRITE,
+        libc::SHUT_RDWR => crate::udp::sock::SHUT_READ | crate::udp::sock::SHUT_WRITE,
         _ => return,
     };
     a.shut.fetch_or(bits, Ordering::SeqCst);

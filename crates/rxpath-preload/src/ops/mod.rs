@@ -1,19 +1,27 @@
 //! What each socket call means for an fd rxpath may serve, on safe types:
-//! the interposition layer (`sys`) turns the C arguments into these and
-//! the results back. `Ok(None)` (or [`Route::Kernel`]) means "the kernel's
-//! call, untouched".
+//! the interposition layer (`interpose`) turns the C arguments into these
+//! and the results back. `Ok(None)` (or [`Route::Kernel`]) means "the
+//! kernel's call, untouched".
+//!
+//! By job, protocol-neutral first: `lifecycle` (socket, bind, connect,
+//! close, dup, shutdown, fork's hand-back), `epoll_calls` (the program's
+//! epoll sets); then UDP's: `udp_recv` (the read family), `udp_send`
+//! (the send family), `udp_options` (`setsockopt`/`getsockopt`, `ioctl`).
+//! A second protocol adds its own `tcp_*` files beside them, on its own
+//! socket type in a room beside `crate::udp`.
 
 use rxpath_runtime::sock::SockError;
 
 mod epoll_calls;
 mod lifecycle;
-mod options;
-mod recv;
+mod udp_options;
+mod udp_recv;
+pub(crate) mod udp_send;
 
 pub(crate) use epoll_calls::*;
 pub(crate) use lifecycle::*;
-pub(crate) use options::*;
-pub(crate) use recv::*;
+pub(crate) use udp_options::*;
+pub(crate) use udp_recv::*;
 
 /// An errno.
 pub(crate) type Errno = i32;

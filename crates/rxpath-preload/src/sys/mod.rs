@@ -8,6 +8,7 @@ pub(crate) mod real;
 
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
 
 /// A new non-blocking, close-on-exec eventfd.
 pub(crate) fn eventfd() -> io::Result<OwnedFd> {
@@ -355,4 +356,27 @@ pub(crate) fn sockaddr(a: std::net::SocketAddr) -> (libc::sockaddr_storage, usiz
         }
     };
     (st, size)
+}
+
+/// Milliseconds left until `deadline` for a kernel wait (`-1`: none).
+pub(crate) fn left_ms(deadline: Option<Instant>) -> i32 {
+    match deadline {
+        None => -1,
+        Some(d) => {
+            let left = d.saturating_duration_since(Instant::now());
+            // Rounded up: a wait never ends before its deadline.
+            left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+        }
+    }
+}
+
+/// The instant a wait of `timeout_ms` ends (`None`: a negative timeout,
+/// no end).
+pub(crate) fn deadline(timeout_ms: i32) -> Option<Instant> {
+    (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64))
+}
+
+/// The errno of an I/O error.
+pub(crate) fn errno(e: std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
 }

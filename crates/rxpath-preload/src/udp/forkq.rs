@@ -266,7 +266,7 @@ pub(crate) struct Inherited {
     pub(crate) fresh: bool,
     /// [`child_uses`] gave its port back.
     pub(crate) released: AtomicBool,
-    /// Shared with the parent ([`crate::sock::Accel::fork_word`]): set
+    /// Shared with the parent ([`crate::udp::sock::Accel::fork_word`]): set
     /// when a child took the socket's reading.
     pub(crate) parent_word: Option<Arc<crate::sys::Shared>>,
 }

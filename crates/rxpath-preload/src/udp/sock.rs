@@ -8,9 +8,9 @@ use rxpath_runtime::UdpSocket;
 use std::os::fd::RawFd;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-pub(crate) use rxpath_dev::sync::lock;
+use rxpath_dev::sync::lock;
 
 /// Datagrams read from the kernel sockets behind served fds
 /// ([`crate::kside`]): the kernel's path, counted apart in the report.
@@ -44,7 +44,7 @@ pub(crate) struct Pending {
     /// `SO_ATTACH_REUSEPORT_CBPF` before `bind`: the group's program.
     pub(crate) cbpf: Option<rxpath_core::sock::cbpf::Cbpf>,
     /// Multicast memberships on the served interface, made before `bind`.
-    pub(crate) mcast: Vec<crate::mcast::Request>,
+    pub(crate) mcast: Vec<crate::udp::mcast::Request>,
     /// `IP_MULTICAST_ALL`, `IPV6_MULTICAST_ALL` (`None`: the default).
     pub(crate) mc_all: [Option<bool>; 2],
     /// An option rxpath cannot honour was set: the socket stays the
@@ -75,8 +75,8 @@ pub(crate) struct Accel {
     /// `shutdown()` so far ([`SHUT_READ`], [`SHUT_WRITE`]).
     pub(crate) shut: AtomicU8,
     /// What the queue held at a `fork`, shared with the child and read
-    /// before the queue ([`crate::forkq`]).
-    pub(crate) held: crate::forkq::Held,
+    /// before the queue ([`crate::udp::forkq`]).
+    pub(crate) held: crate::udp::forkq::Held,
     /// Handed back to the kernel (an option set after `bind` that rxpath
     /// does not honour): its port left the XDP program's map; what
     /// rxpath's queue still holds is read first, then every read and
@@ -90,13 +90,13 @@ pub(crate) struct Accel {
     /// kernel's blocked call holds the open file.
     pub(crate) parked: Mutex<Option<std::os::fd::OwnedFd>>,
     /// A word shared with the children forked while it was served: one
-    /// that reads the socket sets it ([`crate::forkq::child_uses`]) as it
+    /// that reads the socket sets it ([`crate::udp::forkq::child_uses`]) as it
     /// takes the port out of the port map, and this process then reads
     /// and sends through the kernel socket too.
     pub(crate) fork_word: std::sync::OnceLock<Arc<sys::Shared>>,
     /// Its port went to the kernel at a `fork` ([`crate::table::before_fork`])
     /// and this process has not read the socket since: the first read
-    /// here takes it back ([`crate::ops::take_back_after_fork`]).
+    /// here takes it back ([`crate::kside::take_back_after_fork`]).
     pub(crate) lent: AtomicBool,
     /// Taken back after a fork: what reached the kernel socket while the
     /// port was lent is older than rxpath's queue, so it is read first.
@@ -327,25 +327,4 @@ pub(crate) fn busy_wait_with(socks: &[&Arc<Accel>], set: BusyParams) -> bool {
     // sleeps and then either waits on the device or raises it
     // ([`crate::device::sleep_devices`]).
     true
-}
-
-/// Milliseconds left until `deadline` for a kernel wait (`-1`: none).
-pub(crate) fn left_ms(deadline: Option<Instant>) -> i32 {
-    match deadline {
-        None => -1,
-        Some(d) => {
-            let left = d.saturating_duration_since(Instant::now());
-            // Rounded up: a wait never ends before its deadline.
-            left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
-        }
-    }
-}
-
-pub(crate) fn deadline(timeout_ms: i32) -> Option<Instant> {
-    (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64))
-}
-
-/// The errno of an I/O error.
-pub(crate) fn errno(e: std::io::Error) -> i32 {
-    e.raw_os_error().unwrap_or(libc::EIO)
 }

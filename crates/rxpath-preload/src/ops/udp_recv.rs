@@ -5,8 +5,8 @@
 
 use super::*;
 use crate::host::global;
-use crate::sock::Accel;
 use crate::table::{self};
+use crate::udp::sock::Accel;
 use rxpath_runtime::sock::RecvMeta;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -77,7 +77,7 @@ pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, No
         if a.fds.load(Ordering::Relaxed) > 0 && crate::kside::take_hint(a) {
             return Err(NotRead::FromKernel);
         }
-        if a.shut.load(Ordering::Relaxed) & crate::sock::SHUT_READ != 0 {
+        if a.shut.load(Ordering::Relaxed) & crate::udp::sock::SHUT_READ != 0 {
             // `__skb_recv_udp` on `RCV_SHUTDOWN`: 0 bytes, no sender.
             return Ok(Got {
                 len: 0,
@@ -94,7 +94,7 @@ pub(crate) fn recv(a: &Arc<Accel>, buf: &mut [u8], flags: i32) -> Result<Got, No
             // `sk_busy_loop(sk, nonblock)`: one busy-poll round at most.
             if busy_round && a.sock.busy_poll() > 0 {
                 busy_round = false;
-                crate::sock::busy_wait(&[a]);
+                crate::udp::sock::busy_wait(&[a]);
                 continue;
             }
             return Err(libc::EAGAIN.into());
@@ -179,8 +179,8 @@ pub(crate) fn take_many(
     a.sock.socket().try_recv_batch(bufs, &mut put).unwrap_or(0)
 }
 
-/// A datagram held since a `fork` ([`crate::forkq`]), as [`take`] reads.
-fn take_held(h: &crate::forkq::Held, buf: &mut [u8], flags: i32) -> Option<Got> {
+/// A datagram held since a `fork` ([`crate::udp::forkq`]), as [`take`] reads.
+fn take_held(h: &crate::udp::forkq::Held, buf: &mut [u8], flags: i32) -> Option<Got> {
     let (whole, m) = h.take(buf, flags & libc::MSG_PEEK != 0)?;
     let mut g = done(1, Some(m)).ok()?;
     if flags & libc::MSG_TRUNC != 0 {
@@ -195,7 +195,7 @@ pub(crate) enum Rx {
     /// A socket rxpath serves.
     Sock(Arc<Accel>),
     /// In a forked child: a socket holding datagrams its parent held.
-    Forked(RawFd, Arc<crate::forkq::Inherited>),
+    Forked(RawFd, Arc<crate::udp::forkq::Inherited>),
 }
 
 impl Rx {
@@ -204,7 +204,7 @@ impl Rx {
     pub(crate) fn of(fd: RawFd) -> Option<Rx> {
         match table::kind(fd) {
             table::SOCKET => table::socket(fd).map(Rx::Sock),
-            table::FORKED => match crate::forkq::inherited(fd) {
+            table::FORKED => match crate::udp::forkq::inherited(fd) {
                 Some(i) => Some(Rx::Forked(fd, i)),
                 None => {
                     table::remove(fd);
@@ -224,7 +224,7 @@ impl Rx {
                 if let Some(g) = take_held(&i.held, buf, flags) {
                     return Ok(g);
                 }
-                crate::forkq::child_uses(*fd);
+                crate::udp::forkq::child_uses(*fd);
                 table::remove(*fd);
                 Err(NotRead::KernelNow)
             }

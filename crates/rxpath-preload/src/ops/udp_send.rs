@@ -3,7 +3,7 @@
 //! or, where rxpath has no way there, the kernel socket behind the fd.
 
 use crate::ops::{sock_errno, Route};
-use crate::sock::Accel;
+use crate::udp::sock::Accel;
 use rxpath_runtime::sock::SockError;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -88,7 +88,7 @@ fn failed(e: SockError, gso: bool) -> Route<usize> {
 
 /// The socket was shut down for writing.
 fn shut(a: &Accel) -> bool {
-    a.shut.load(Ordering::Relaxed) & crate::sock::SHUT_WRITE != 0
+    a.shut.load(Ordering::Relaxed) & crate::udp::sock::SHUT_WRITE != 0
 }
 
 /// The source address a send's `IP_PKTINFO`/`IPV6_PKTINFO` asks for:

@@ -4,8 +4,8 @@
 
 use super::*;
 use crate::host::{global, Fallback};
-use crate::sock::{Accel, Pending};
 use crate::table::{self, Entry};
+use crate::udp::sock::{Accel, Pending};
 use rxpath_dev::sync::lock;
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
@@ -88,29 +88,29 @@ fn reading_option(
             apply(e, |a| a.sock.set_rcvbuf(b), |p| p.rcvbuf = Some(b));
         }
         (libc::IPPROTO_IP, libc::IP_PKTINFO, OptVal::Int(x)) => {
-            set_cmsg(e, crate::sock::PKTINFO4, on(x))
+            set_cmsg(e, crate::udp::sock::PKTINFO4, on(x))
         }
         (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, OptVal::Int(x)) => {
-            set_cmsg(e, crate::sock::PKTINFO6, on(x))
+            set_cmsg(e, crate::udp::sock::PKTINFO6, on(x))
         }
         (libc::IPPROTO_IP, libc::IP_RECVTOS, OptVal::Int(x)) => {
-            set_cmsg(e, crate::sock::RECVTOS, on(x))
+            set_cmsg(e, crate::udp::sock::RECVTOS, on(x))
         }
         (libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, OptVal::Int(x)) => {
-            set_cmsg(e, crate::sock::RECVTCLASS, on(x))
+            set_cmsg(e, crate::udp::sock::RECVTCLASS, on(x))
         }
-        (libc::IPPROTO_UDP, crate::sock::UDP_GRO, OptVal::Int(x)) => {
-            set_cmsg(e, crate::sock::GRO, on(x));
+        (libc::IPPROTO_UDP, crate::udp::sock::UDP_GRO, OptVal::Int(x)) => {
+            set_cmsg(e, crate::udp::sock::GRO, on(x));
             apply(e, |a| a.sock.set_udp_gro(on(x)), |p| p.gro = on(x));
         }
         (libc::SOL_SOCKET, n @ (libc::SO_TIMESTAMP | libc::SO_TIMESTAMPNS), OptVal::Int(x))
         | (
             libc::SOL_SOCKET,
-            n @ (crate::sock::SO_TIMESTAMP_NEW | crate::sock::SO_TIMESTAMPNS_NEW),
+            n @ (crate::udp::sock::SO_TIMESTAMP_NEW | crate::udp::sock::SO_TIMESTAMPNS_NEW),
             OptVal::Int(x),
         ) => set_timestamp(e, n, on(x)),
         (libc::SOL_SOCKET, libc::SO_RXQ_OVFL, OptVal::Int(x)) => {
-            set_cmsg(e, crate::sock::RXQ_OVFL, on(x));
+            set_cmsg(e, crate::udp::sock::RXQ_OVFL, on(x));
             apply(e, |a| a.sock.socket().set_rxq_ovfl(on(x)), |_| {});
         }
         _ => return None,
@@ -132,7 +132,7 @@ fn path_option(
 ) -> Result<Result<(), Errno>, Option<String>> {
     let e = e.clone();
     let what = match (level, name, v) {
-        (libc::IPPROTO_UDP, crate::sock::UDP_SEGMENT, OptVal::Int(v)) => {
+        (libc::IPPROTO_UDP, crate::udp::sock::UDP_SEGMENT, OptVal::Int(v)) => {
             let v = v.clamp(0, u16::MAX as i32) as u16;
             match &e {
                 Entry::Socket(a) => a.segment.store(v, Ordering::Relaxed),
@@ -143,7 +143,7 @@ fn path_option(
             }
             return Ok(Ok(()));
         }
-        (libc::SOL_SOCKET, crate::sock::SO_ATTACH_REUSEPORT_CBPF, OptVal::Cbpf(insns)) => {
+        (libc::SOL_SOCKET, crate::udp::sock::SO_ATTACH_REUSEPORT_CBPF, OptVal::Cbpf(insns)) => {
             match rxpath_core::sock::cbpf::Cbpf::new(&insns) {
                 Ok(prog) => {
                     let mut r = Ok(());
@@ -155,7 +155,7 @@ fn path_option(
                 Err(why) => format!("setsockopt(SO_ATTACH_REUSEPORT_CBPF): {why}"),
             }
         }
-        (libc::SOL_SOCKET, crate::sock::SO_DETACH_REUSEPORT_BPF, _) => {
+        (libc::SOL_SOCKET, crate::udp::sock::SO_DETACH_REUSEPORT_BPF, _) => {
             let mut r = Ok(());
             let on = |a: &Accel| r = a.sock.socket().attach_reuseport_cbpf(None);
             apply(&e, on, |p| p.cbpf = None);
@@ -199,11 +199,11 @@ fn path_option(
         (libc::IPPROTO_IP, libc::IP_FREEBIND, _) | (libc::IPPROTO_IPV6, IPV6_FREEBIND, _) => {
             return Ok(Ok(()))
         }
-        (_, n, OptVal::Bytes(b)) if crate::mcast::is_membership(level, n) => {
+        (_, n, OptVal::Bytes(b)) if crate::udp::mcast::is_membership(level, n) => {
             return Ok(membership(&e, level, n, &b));
         }
-        (libc::IPPROTO_IP, crate::mcast::IP_MULTICAST_ALL, OptVal::Int(on))
-        | (libc::IPPROTO_IPV6, crate::mcast::IPV6_MULTICAST_ALL, OptVal::Int(on)) => {
+        (libc::IPPROTO_IP, crate::udp::mcast::IP_MULTICAST_ALL, OptVal::Int(on))
+        | (libc::IPPROTO_IPV6, crate::udp::mcast::IPV6_MULTICAST_ALL, OptVal::Int(on)) => {
             let v4 = level == libc::IPPROTO_IP;
             let set = |a: &Accel| a.sock.socket().set_multicast_all(v4, on != 0);
             apply(&e, set, |p| p.mc_all[!v4 as usize] = Some(on != 0));
@@ -226,7 +226,7 @@ fn path_option(
 /// kept for `bind`); one on another interface is the kernel socket's
 /// alone (what arrives there, it reads).
 fn membership(e: &Entry, level: i32, name: i32, b: &[u8]) -> Result<(), Errno> {
-    let Some(r) = crate::mcast::parse(level, name, b) else {
+    let Some(r) = crate::udp::mcast::parse(level, name, b) else {
         return refuse(
             e,
             &format!("setsockopt(level {level}, option {name}): unreadable"),
@@ -246,7 +246,7 @@ fn membership(e: &Entry, level: i32, name: i32, b: &[u8]) -> Result<(), Errno> {
 /// names (a `timeval` or a `timespec`, the old or the `_NEW` message
 /// type), off clears both.
 fn set_timestamp(e: &Entry, n: i32, on: bool) {
-    use crate::sock::{
+    use crate::udp::sock::{
         SO_TIMESTAMPNS_NEW, SO_TIMESTAMP_NEW, TIMESTAMP, TIMESTAMP_NEW, TIMESTAMP_NS,
     };
     set_cmsg(e, TIMESTAMP | TIMESTAMP_NS | TIMESTAMP_NEW, false);
@@ -346,8 +346,8 @@ const HARMLESS_IPV6: &[i32] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sock::Pending;
     use crate::table;
+    use crate::udp::sock::Pending;
     use std::sync::{Arc, Mutex};
 
     /// A candidate at `fd` (the table is the process's: each test its own
@@ -376,7 +376,7 @@ mod tests {
         assert_eq!(got.busy_poll, Some(50));
         assert!(got.reuseport);
         assert_eq!(got.rcvtimeo, Some(t));
-        assert_ne!(got.cmsgs & crate::sock::PKTINFO4, 0);
+        assert_ne!(got.cmsgs & crate::udp::sock::PKTINFO4, 0);
         assert_eq!(got.refuse, None, "each is one rxpath honours");
         table::remove(fd);
     }
