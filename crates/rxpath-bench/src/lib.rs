@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 mod apps;
 mod dns;
+mod dns_cpu;
 mod figure;
 mod filter;
 mod gro;
