@@ -67,6 +67,13 @@ pub struct Pair {
 impl Drop for Pair {
     fn drop(&mut self) {
         for ns in [&self.srv, &self.cli] {
+            // What a failed test left running there (a server that did not
+            // exit, its forked workers) goes with the namespace.
+            if let Ok(o) = Command::new("ip").args(["netns", "pids", ns]).output() {
+                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                    let _ = Command::new("kill").args(["-KILL", pid]).output();
+                }
+            }
             let _ = Command::new("ip").args(["netns", "del", ns]).output();
         }
     }
