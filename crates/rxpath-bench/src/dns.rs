@@ -46,7 +46,7 @@ pub struct DnsArgs {
     pub rounds: usize,
     /// Offered rates, queries/s, tried in rising order until one loses
     /// `--loss` or more (by default 20 k to 100 k in steps of 10 k, then
-    /// steps of 5 k to 400 k: at most 5 % apart where the modes' limits
+    /// steps of 5 k to 600 k: at most 5 % apart where the modes' limits
     /// lie, so that 1.1x is told apart from 1.0x).
     #[arg(long, value_delimiter = ',', default_values_t = default_rates())]
     pub rates: Vec<u64>,
@@ -75,7 +75,7 @@ pub struct DnsArgs {
 fn default_rates() -> Vec<u64> {
     (20_000..100_000)
         .step_by(10_000)
-        .chain((100_000..=400_000).step_by(5_000))
+        .chain((100_000..=600_000).step_by(5_000))
         .collect()
 }
 
