@@ -9,7 +9,8 @@ id; every answer is kept whole, so two runs compare byte for byte.
 --sorted: each answer's records in sorted order (a server that shuffles
 its RRsets, as pdns_recursor does, then answers the same bytes).
 
-It first waits (10 s at most) until the server answers on both addresses.
+It first waits (10 s at most) until the server answers on both addresses
+with no error (a server still loading its zone answers SERVFAIL).
 
 Prints one JSON line: {"answers": {id: hex}, "missing": n, "large": n}.
 """
@@ -18,6 +19,7 @@ import json
 import socket
 import struct
 import sys
+import time
 
 QUERIES = [
     ("www.example.test", 1, None),
@@ -75,16 +77,19 @@ def sorted_sections(m):
 
 
 def wait_up(fam, srv, port):
-    """Until the server answers (it has just been started): 10 s at most."""
+    """Until the server answers with its zone loaded (it has just been
+    started; named answers SERVFAIL while it loads): 10 s at most."""
     s = socket.socket(fam, socket.SOCK_DGRAM)
     s.settimeout(0.2)
     for _ in range(50):
         s.sendto(query(0, "example.test", 6, None), (srv, port))
         try:
-            s.recvfrom(65535)
-            return
+            d = s.recvfrom(65535)[0]
         except OSError:
-            pass
+            continue
+        if len(d) >= 4 and d[:2] == b"\x00\x00" and d[3] & 0x0F == 0:
+            return
+        time.sleep(0.2)
     sys.exit("the server never answered on %s" % srv)
 
 
