@@ -66,10 +66,10 @@ pub struct QuicBenchArgs {
     #[arg(long, default_value_t = 200_000)]
     pub defer_flush_ns: u64,
     /// Rounds per configuration, taken in turns across the servers (one
-    /// round: every server's upload and requests once; every other round
-    /// in the reverse order); the tables give the medians of the uploads
-    /// and of the request p50/p99, and the ratios per round. Downloads:
-    /// the first round only.
+    /// round: every server's upload, download and requests once; every
+    /// other round in the reverse order); the tables give the medians of
+    /// the uploads, the downloads and the request p50/p99, and the ratios
+    /// per round.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub rounds: u32,
 }
@@ -164,6 +164,9 @@ struct Row {
     /// The client process's CPU per GB (on a veth it includes the
     /// receive-side softirq work the kernel runs in the sender's context).
     up_client_s_per_gb: f64,
+    /// Each round's download: Gbit/s, server CPU s/GB; `None` for a
+    /// round that failed.
+    down: Vec<Option<(f64, f64)>>,
     down_gbit: Option<f64>,
     down_cpu_s_per_gb: Option<f64>,
     /// Each round's request p50 and p99, µs; `None` for a round that failed.
@@ -268,9 +271,8 @@ fn stop(c: Child) -> Result<Value> {
     })
 }
 
-/// One server run: an upload and the requests, and in the first round
-/// also a download. Upload and request figures go to `row.up` and
-/// `row.req` (one per round).
+/// One server run: an upload, a download and the requests; their
+/// figures go to `row.up`, `row.down` and `row.req` (one per round).
 fn measure(s: Server, t: &Topology, a: &QuicBenchArgs, first: bool, row: &mut Row) -> Result<()> {
     // The kernel's mitigation is the host veth's, set for its row only
     // (the rxpath rows' XDP runs in that NAPI too) and undone after it,
@@ -287,6 +289,7 @@ fn measure(s: Server, t: &Topology, a: &QuicBenchArgs, first: bool, row: &mut Ro
     // A round's figures count only when the whole round ran: a failure
     // leaves `None` for the round (never a zero).
     row.up.push(None);
+    row.down.push(None);
     row.req.push(None);
     let server = start(s, t, a)?;
     let r = (|| -> Result<()> {
@@ -297,17 +300,18 @@ fn measure(s: Server, t: &Topology, a: &QuicBenchArgs, first: bool, row: &mut Ro
             machine.saturating_sub(own).as_secs_f64() / gb,
             own.as_secs_f64() / gb,
         );
-        if first {
-            let (v, machine, own) = client(t, &["--download".into(), a.bytes.to_string()])?;
-            row.down_gbit = Some(num(&v, &["download", "gbit_s"])?);
-            row.down_cpu_s_per_gb = Some(machine.saturating_sub(own).as_secs_f64() / gb);
-        }
+        let (v, machine, own) = client(t, &["--download".into(), a.bytes.to_string()])?;
+        let down = (
+            num(&v, &["download", "gbit_s"])?,
+            machine.saturating_sub(own).as_secs_f64() / gb,
+        );
         let (v, _, _) = client(t, &["--requests".into(), a.requests.to_string()])?;
         let req = (
             num(&v, &["requests", "p50_us"])?,
             num(&v, &["requests", "p99_us"])?,
         );
         *row.up.last_mut().expect("pushed") = Some(up);
+        *row.down.last_mut().expect("pushed") = Some(down);
         *row.req.last_mut().expect("pushed") = Some(req);
         Ok(())
     })();
@@ -315,7 +319,7 @@ fn measure(s: Server, t: &Topology, a: &QuicBenchArgs, first: bool, row: &mut Ro
     r?;
     let p = &rep["perf"];
     let want_in = a.bytes + 32 * a.requests;
-    let want_out = if first { a.bytes } else { 0 } + 32 * a.requests;
+    let want_out = a.bytes + 32 * a.requests;
     let mut whole = p["bytes_in"].as_u64() == Some(want_in)
         && p["bytes_out"].as_u64() == Some(want_out)
         && p["failed_streams"].as_u64() == Some(0);
@@ -401,6 +405,11 @@ fn measure_rounds(a: &QuicBenchArgs, t: &Topology, gso: &str) -> Vec<(Server, Ro
     for (_, r) in rows.iter_mut() {
         let up: Vec<(f64, f64, f64)> = r.up.iter().flatten().copied().collect();
         let req: Vec<(f64, f64)> = r.req.iter().flatten().copied().collect();
+        let down: Vec<(f64, f64)> = r.down.iter().flatten().copied().collect();
+        if !down.is_empty() {
+            r.down_gbit = Some(median(down.iter().map(|x| x.0).collect()));
+            r.down_cpu_s_per_gb = Some(median(down.iter().map(|x| x.1).collect()));
+        }
         r.up_gbit = median(up.iter().map(|x| x.0).collect());
         r.up_cpu_s_per_gb = median(up.iter().map(|x| x.1).collect());
         r.up_client_s_per_gb = median(up.iter().map(|x| x.2).collect());
@@ -457,6 +466,8 @@ fn print_row(
             "p50_us": r.p50_us, "p99_us": r.p99_us, "datagrams_per_read": r.per_read,
             "upload_rounds": r.up.iter().map(|x| x.map(|x| serde_json::json!({
                 "gbit_s": x.0, "cpu_s_per_gb": x.1, "client_cpu_s_per_gb": x.2}))).collect::<Vec<_>>(),
+            "download_rounds": r.down.iter().map(|x| x.map(|x| serde_json::json!({
+                "gbit_s": x.0, "cpu_s_per_gb": x.1}))).collect::<Vec<_>>(),
             "request_rounds": r.req.iter().map(|x| x.map(|x| serde_json::json!({
                 "p50_us": x.0, "p99_us": x.1}))).collect::<Vec<_>>(),
             "whole": r.whole,
@@ -575,6 +586,31 @@ fn summary(rows: &[(Server, Row)], target: bool) {
         others
             .iter()
             .map(|(s, r)| format!("{} {}", s.short(), list(up_rounds(r, k))))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    let down_rounds = |x: &Row, base: &Row| -> Vec<Option<f64>> {
+        x.down
+            .iter()
+            .zip(&base.down)
+            .map(|(u, b)| ratio(b.map(|b| b.1), u.map(|u| u.1)))
+            .collect()
+    };
+    let down_median = |x: &Row| median(down_rounds(x, k).into_iter().flatten().collect());
+    println!(
+        "download bytes per server CPU-second vs kernel, median of the rounds' ratios{}: {}",
+        if target { " (target >= 1.0x)" } else { "" },
+        others
+            .iter()
+            .map(|(s, r)| format!("{} {}", s.short(), ratio_cell(finite(down_median(r)), 2)))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    println!(
+        "  by round: {}",
+        others
+            .iter()
+            .map(|(s, r)| format!("{} {}", s.short(), list(down_rounds(r, k))))
             .collect::<Vec<_>>()
             .join("; ")
     );
