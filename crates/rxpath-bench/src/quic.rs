@@ -543,7 +543,7 @@ pub fn quic(a: QuicBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The ratios of one GSO setting: uploads per server CPU-second and
+/// The ratios of one GSO setting: uploads and downloads per server CPU-second and
 /// request p99 against the kernel socket's (medians, and round by round
 /// against the same round's kernel figure).
 fn summary(rows: &[(Server, Row)], target: bool) {
@@ -557,63 +557,42 @@ fn summary(rows: &[(Server, Row)], target: bool) {
     };
     // Bytes per server CPU-second: the inverse of CPU seconds per GB.
     let per_cpu = |x: &Row| ratio(Some(1.0), Some(x.up_cpu_s_per_gb));
-    let up_rounds = |x: &Row, base: &Row| -> Vec<Option<f64>> {
-        x.up.iter()
-            .zip(&base.up)
-            .map(|(u, b)| ratio(b.map(|b| b.1), u.map(|u| u.1)))
-            .collect()
+    // Bytes per server CPU-second round by round against `base`'s same
+    // round: the base's CPU per GB over x's.
+    let cpu_rounds = |x: &[Option<f64>], base: &[Option<f64>]| -> Vec<Option<f64>> {
+        x.iter().zip(base).map(|(u, b)| ratio(*b, *u)).collect()
     };
+    let up_cpu = |x: &Row| -> Vec<Option<f64>> { x.up.iter().map(|u| u.map(|u| u.1)).collect() };
+    let down_cpu =
+        |x: &Row| -> Vec<Option<f64>> { x.down.iter().map(|u| u.map(|u| u.1)).collect() };
+    let up_rounds = |x: &Row, base: &Row| cpu_rounds(&up_cpu(x), &up_cpu(base));
+    let down_rounds = |x: &Row, base: &Row| cpu_rounds(&down_cpu(x), &down_cpu(base));
     let others: Vec<(Server, &Row)> = rows
         .iter()
         .filter(|(s, _)| !matches!(s, Server::Kernel | Server::KernelBusy))
         .map(|(s, r)| (*s, r))
         .collect();
+    // Each server's figure, "short figure; ...".
+    let each = |f: &dyn Fn(&Row) -> String| {
+        others
+            .iter()
+            .map(|(s, r)| format!("{} {}", s.short(), f(r)))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
     println!(
         "upload bytes per server CPU-second vs kernel, medians{}: {}",
         if target { " (target >= 1.3x)" } else { "" },
-        others
-            .iter()
-            .map(|(s, r)| format!(
-                "{} {}",
-                s.short(),
-                ratio_cell(ratio(per_cpu(r), per_cpu(k)), 2)
-            ))
-            .collect::<Vec<_>>()
-            .join("; ")
+        each(&|r| ratio_cell(ratio(per_cpu(r), per_cpu(k)), 2))
     );
-    println!(
-        "  by round: {}",
-        others
-            .iter()
-            .map(|(s, r)| format!("{} {}", s.short(), list(up_rounds(r, k))))
-            .collect::<Vec<_>>()
-            .join("; ")
-    );
-    let down_rounds = |x: &Row, base: &Row| -> Vec<Option<f64>> {
-        x.down
-            .iter()
-            .zip(&base.down)
-            .map(|(u, b)| ratio(b.map(|b| b.1), u.map(|u| u.1)))
-            .collect()
-    };
+    println!("  by round: {}", each(&|r| list(up_rounds(r, k))));
     let down_median = |x: &Row| median(down_rounds(x, k).into_iter().flatten().collect());
     println!(
         "download bytes per server CPU-second vs kernel, median of the rounds' ratios{}: {}",
         if target { " (target >= 1.0x)" } else { "" },
-        others
-            .iter()
-            .map(|(s, r)| format!("{} {}", s.short(), ratio_cell(finite(down_median(r)), 2)))
-            .collect::<Vec<_>>()
-            .join("; ")
+        each(&|r| ratio_cell(finite(down_median(r)), 2))
     );
-    println!(
-        "  by round: {}",
-        others
-            .iter()
-            .map(|(s, r)| format!("{} {}", s.short(), list(down_rounds(r, k))))
-            .collect::<Vec<_>>()
-            .join("; ")
-    );
+    println!("  by round: {}", each(&|r| list(down_rounds(r, k))));
     if let (Some(d), Some(kd)) = (get(Server::RxpathDefer), get(Server::KernelDefer)) {
         println!(
             "  interrupts deferred, rxpath vs the kernel with GRO and the same knobs: {} (by round {})",
