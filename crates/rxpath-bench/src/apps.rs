@@ -21,7 +21,8 @@ use crate::figure::{
 };
 use crate::harness::{cpu_secs, median, Peer};
 use crate::plot::{progress, say, ReportDir};
-use crate::rr::{self, client, field, strip_ansi, Measure, PORT};
+use crate::rr;
+use crate::sockperf::{client, field, strip_ansi, Measure, PORT};
 use anyhow::{bail, Context, Result};
 use rxpath_runtime::lab::{Topology, HOST_ADDR};
 use std::process::{Command, ExitCode};

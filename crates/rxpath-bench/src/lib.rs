@@ -21,6 +21,7 @@ mod reasm;
 mod rfs;
 mod rr;
 mod rxdrop;
+mod sockperf;
 mod steer;
 
 pub use apps::AppsArgs;

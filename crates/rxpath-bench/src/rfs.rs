@@ -10,7 +10,8 @@
 use crate::figure::{cell, finite, in_turn, ratio, target, target_in, Bound, Unit, Verdict};
 use crate::harness::median;
 use crate::plot::{progress, say, Bar, ReportDir};
-use crate::rr::{client, read_sysctl, ready, write_sysctl, Measure, PORT};
+use crate::rr::{read_sysctl, write_sysctl};
+use crate::sockperf::{client, ready, Measure, PORT};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use rxpath_cli::echo::sockperf_reply;
