@@ -129,17 +129,9 @@ impl Bind<'_> {
         let rx = sock
             .rx_ring(rx_ring_size(free.len()))
             .map_err(|e| ctx(e, "RX ring"))?;
-        // The TX ring must exist before bind; its frames are the last
-        // `tx_frames` of this queue's share.
+        // The TX side's frames are the last `tx_frames` of this queue's
+        // share.
         let tx_frames = tx_frames.min(free.len() / 2);
-        let tx_ring = if tx_frames > 0 {
-            Some(
-                sock.tx_ring((tx_frames as u32).next_power_of_two())
-                    .map_err(|e| ctx(e, "TX ring"))?,
-            )
-        } else {
-            None
-        };
         // A socket on a shared UMEM takes no flags of its own (the kernel
         // refuses them): copy or zero-copy and need_wakeup come from the
         // UMEM's owner.
@@ -176,17 +168,13 @@ impl Bind<'_> {
         })?;
         prog.set(index as u32, sock.as_raw_fd())?;
         let tx_home = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (comp, tx) = match tx_ring {
-            Some(ring) => {
-                let dup = syscall!(fcntl(sock.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0))?;
-                // SAFETY: fcntl returned a new descriptor (a dup of the live
-                // socket) that nothing else owns.
-                let fd = unsafe { OwnedFd::from_raw_fd(dup) };
-                let frames = free.split_off(free.len() - tx_frames);
-                let tx = XskTx::new(fd, ring, comp, umem.clone(), frames, tx_home.clone());
-                (None, Some(tx))
-            }
-            None => (Some(comp), None),
+        let (comp, tx) = if tx_frames > 0 {
+            let (fd, ring) = tx_socket(&sock, ifindex, index, tx_frames)?;
+            let frames = free.split_off(free.len() - tx_frames);
+            let tx = XskTx::new(fd, ring, comp, umem.clone(), frames, tx_home.clone());
+            (None, Some(tx))
+        } else {
+            (Some(comp), None)
         };
         let irq = Arc::new(IrqLine::default());
         let level = if interrupts {
@@ -222,6 +210,29 @@ impl Bind<'_> {
         q.post();
         Ok(q)
     }
+}
+
+/// The TX side's own socket: a TX ring bound to the same queue on `rx`'s
+/// UMEM (its fill and completion rings are `rx`'s). Not a TX ring on the
+/// RX socket itself: in copy mode every `poll` of a socket with a TX ring
+/// runs that ring under the socket's mutex (`xsk_poll`, net/xdp/xsk.c, the
+/// kernel setting `cached_need_wakeup` for every copy-mode pool), so the
+/// interrupt thread's wait for packets spun on the mutex while a sender
+/// held it through a batch (6.7 % of a QUIC download server's CPU, with
+/// the switches after it); a socket without a TX ring is only looked at.
+fn tx_socket(
+    rx: &XskSocket,
+    ifindex: u32,
+    queue: u16,
+    frames: usize,
+) -> io::Result<(OwnedFd, Ring<libc::xdp_desc>)> {
+    let sock = XskSocket::new().map_err(|e| ctx(e, "TX socket"))?;
+    let ring = sock
+        .tx_ring((frames as u32).next_power_of_two())
+        .map_err(|e| ctx(e, "TX ring"))?;
+    sock.bind(ifindex, queue as u32, 0, Some(rx))
+        .map_err(|e| ctx(e, "binding the TX socket to the queue's UMEM"))?;
+    Ok((sock.into(), ring))
 }
 
 /// One AF_XDP receive queue: its socket and rings, and the frames of the
