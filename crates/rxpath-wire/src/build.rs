@@ -147,6 +147,37 @@ pub fn write_udp(buf: &mut [u8], spec: &Spec, payload: &[u8]) -> Result<usize, T
     Ok(total)
 }
 
+/// The headers of a UDP GSO packet carrying `payload_len` bytes, to be cut
+/// into datagrams by the device or the kernel's software GSO (`SKB_GSO_UDP_L4`):
+/// Ethernet, IP and UDP with the whole packet's lengths, and in the UDP
+/// checksum the pseudo-header sum of the whole length, not complemented,
+/// as `udp4_hwcsum` leaves it for the segmentation to adjust per datagram.
+/// Returns the headers' length.
+pub fn write_udp_gso_headers(
+    buf: &mut [u8],
+    spec: &Spec,
+    payload_len: usize,
+) -> Result<usize, TooSmall> {
+    let l4_len = udp::HEADER_LEN + payload_len;
+    let end = spec.l3_header_end() + udp::HEADER_LEN;
+    // IPv4's total length and IPv6's payload length are 16 bits.
+    let in_length_field = match spec.src {
+        IpAddr::V4(_) => ipv4::HEADER_LEN + l4_len,
+        IpAddr::V6(_) => l4_len,
+    };
+    if buf.len() < end || in_length_field > u16::MAX as usize {
+        return Err(TooSmall);
+    }
+    let off = write_l2_l3(buf, spec, protocol::UDP, l4_len);
+    let mut u = udp::Packet::new_unchecked(&mut buf[off..end]);
+    u.set_src_port(spec.src_port);
+    u.set_dst_port(spec.dst_port);
+    u.set_len(l4_len as u16);
+    let partial = checksum::pseudo_header(spec.src, spec.dst, protocol::UDP, l4_len as u32);
+    u.set_checksum(checksum::fold(partial));
+    Ok(end)
+}
+
 /// One IP fragment of a UDP datagram (`ip_fragment` / `ip6_fragment`):
 /// bytes `off..off + len` of the datagram's UDP header and payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -83,6 +83,13 @@ impl Socket {
                 segment: seg,
             });
         }
+        // `__ip_make_skb()`: DF with `IP_PMTUDISC_DO`/`PROBE`, else only if
+        // the whole buffer fits the MTU (a GSO send's segments go without).
+        let hdrs = if dst.is_ipv4() { 28 } else { 48 };
+        let df = self.pmtudisc_do() || contents.len() + hdrs <= self.host.cfg.mtu;
+        if let Some(n) = self.send_gso(contents, seg, dst, ecn & 3, df) {
+            return Ok(n);
+        }
         let mut msgs = arrayvec::ArrayVec::<(&[u8], SocketAddr), UDP_MAX_SEGMENTS>::new();
         if contents.is_empty() {
             msgs.push((contents, dst));
@@ -90,12 +97,54 @@ impl Socket {
         for c in contents.chunks(seg) {
             msgs.push((c, dst));
         }
-        // `__ip_make_skb()`: DF with `IP_PMTUDISC_DO`/`PROBE`, else only if
-        // the whole buffer fits the MTU (a GSO send's segments go without).
-        let hdrs = if dst.is_ipv4() { 28 } else { 48 };
-        let df = self.pmtudisc_do() || contents.len() + hdrs <= self.host.cfg.mtu;
         let (sent, err) = self.send_msgs(&msgs, ecn & 3, df, false);
         done(sent, err)
+    }
+
+    /// A segmented send as one UDP GSO packet, where the TX port sends
+    /// them (an interface's: the device or the kernel's software GSO cuts
+    /// it, as after the kernel's own `UDP_SEGMENT` send; the payload is
+    /// copied once, by the kernel). `None`: not sent this way (one
+    /// datagram, a segment past the MTU, no such port, a destination that
+    /// does not resolve, or the port's error), and the caller builds each
+    /// datagram itself, which says what failed.
+    fn send_gso(
+        &self,
+        contents: &[u8],
+        seg: usize,
+        dst: SocketAddr,
+        tos: u8,
+        df: bool,
+    ) -> Option<usize> {
+        let n = contents.len().div_ceil(seg);
+        let local = self.local_addr();
+        let (src_ip, dst) = self.route(local, dst).ok()?;
+        let c = &self.host.cfg;
+        if n < 2 || !super::tx::fits_one(c, seg, dst.is_ipv6()) {
+            return None;
+        }
+        if !crate::ip::routable(&c.prefixes, c.default_route, dst.ip()) {
+            return None;
+        }
+        let src = self
+            .host
+            .source_for(SocketAddr::new(src_ip, local.port()), &dst)
+            .ok()?;
+        let mut spec = rxpath_wire::build::Spec::new(src, dst.ip(), local.port(), dst.port());
+        spec.src_mac = c.mac;
+        spec.dst_mac = self.host.neighbor(dst.ip())?;
+        spec.tos = tos;
+        spec.df = df;
+        // Each datagram takes the next identification, as the kernel's
+        // segmentation numbers them.
+        spec.ip_id = self.inner.ip_id.fetch_add(n as u16, Ordering::Relaxed);
+        match self.host.transmit_udp_gso(&spec, contents, seg as u16)? {
+            Ok(()) => {
+                self.host.count_send(dst.is_ipv6(), n as u64, 0);
+                Some(n)
+            }
+            Err(_) => None,
+        }
     }
 
     /// `IP_MTU_DISCOVER` = `IP_PMTUDISC_PROBE` (true) or the default

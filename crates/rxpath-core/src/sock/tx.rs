@@ -2,7 +2,9 @@
 //! socket on the interface; tests a [`CaptureTx`]), and frame building.
 
 use super::{lock, SockConfig, SockError, Sockets};
-use rxpath_wire::build::{udp_fragments, write_udp, write_udp_fragment, Spec, UdpFragment};
+use rxpath_wire::build::{
+    udp_fragments, write_udp, write_udp_fragment, write_udp_gso_headers, Spec, UdpFragment,
+};
 use rxpath_wire::ethernet::Mac;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -29,6 +31,22 @@ pub trait TxPort: Send + std::fmt::Debug {
         write: &mut dyn FnMut(usize, &mut [u8]) -> Option<usize>,
     ) -> std::io::Result<usize> {
         send_via_scratch(self, n, write)
+    }
+    /// Whether the port sends UDP GSO packets ([`Self::send_udp_gso`]).
+    fn udp_gso(&self) -> bool {
+        false
+    }
+    /// One UDP GSO packet: `headers` ([`rxpath_wire::build::write_udp_gso_headers`])
+    /// and `payload`, cut into datagrams of `segment` payload bytes by the
+    /// device or the kernel's software GSO, as the kernel's `UDP_SEGMENT`
+    /// send leaves. All of it is taken, or none (the error).
+    fn send_udp_gso(
+        &mut self,
+        _headers: &[u8],
+        _payload: &[u8],
+        _segment: u16,
+    ) -> std::io::Result<()> {
+        Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
     }
     /// The host stops: give back what the port holds of the device (its
     /// frames), after what is in flight has completed or a short wait.
@@ -132,6 +150,12 @@ pub(crate) struct Frames<'a> {
 fn fits(cfg: &SockConfig, v6: bool) -> usize {
     let l3 = if v6 { 40 } else { 20 };
     cfg.mtu.min(FRAME_MAX - 14).saturating_sub(l3 + 8)
+}
+
+/// Whether a datagram of `len` bytes to an IPv6 (`v6`) or IPv4 address
+/// fits one frame.
+pub(crate) fn fits_one(cfg: &SockConfig, len: usize, v6: bool) -> bool {
+    len <= fits(cfg, v6)
 }
 
 /// Frames a datagram of `len` bytes takes at most (fragments counted as
@@ -262,6 +286,27 @@ impl Sockets {
             }
             None => (Vec::new(), (0, 0)),
         }
+    }
+
+    /// One UDP GSO packet of `payload` in `segment`-byte datagrams with
+    /// `spec`'s headers, if the TX port sends them (`None`: it does not).
+    pub(crate) fn transmit_udp_gso(
+        &self,
+        spec: &Spec,
+        payload: &[u8],
+        segment: u16,
+    ) -> Option<Result<(), SockError>> {
+        let mut tx = lock(&self.tx);
+        let port = tx.as_mut()?;
+        if !port.udp_gso() {
+            return None;
+        }
+        let mut hdr = [0u8; 80];
+        let n = write_udp_gso_headers(&mut hdr, spec, payload.len()).ok()?;
+        Some(
+            port.send_udp_gso(&hdr[..n], payload, segment)
+                .map_err(|e| SockError::Tx(e.to_string())),
+        )
     }
 
     /// Hand the datagrams to the TX port, which writes their frames where

@@ -103,8 +103,7 @@ impl Host {
         match tx {
             Some(tx) => {
                 h.tx_fault = Some(tx.stop_completing.clone());
-                h.sockets
-                    .set_tx(Box::new(XskTxPort(Some(tx), Default::default())));
+                h.sockets.set_tx(Box::new(XskTxPort::new(tx, &iface)));
             }
             None => h.open_tx(&iface)?,
         }

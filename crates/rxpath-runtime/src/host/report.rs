@@ -35,7 +35,8 @@ pub struct HostReport {
     /// Per worker (steering on; empty otherwise).
     pub workers: Vec<crate::steer::WorkerReport>,
     /// The TX port's counters (AF_XDP TX ring: `xsk_tx_sent`,
-    /// `xsk_tx_completed`, `xsk_tx_busy`, `xsk_tx_kicks`; the simulated
+    /// `xsk_tx_completed`, `xsk_tx_busy`, `xsk_tx_kicks`, and its GSO
+    /// socket's `gso_tx_packets`, `gso_tx_payload_bytes`; the simulated
     /// NIC's: `sim_tx_sent`, `sim_tx_completed`, `sim_tx_busy`,
     /// `sim_tx_wire_bytes`).
     pub tx: std::collections::BTreeMap<&'static str, u64>,

@@ -4,16 +4,34 @@
 use rxpath_core::sock::TxPort;
 use rxpath_dev::sys::af_packet::RawSocket;
 
-/// Queue 0's AF_XDP socket's TX side, as the sockets' TX port.
+/// Queue 0's AF_XDP socket's TX side, as the sockets' TX port, and an
+/// AF_PACKET socket for UDP GSO packets (an AF_XDP frame cannot be one).
 #[derive(Debug)]
-pub(super) struct XskTxPort(
-    pub(super) Option<rxpath_dev::sys::xdp::XskTx>,
-    pub(super) rxpath_dev::sys::xdp::XskTxCounters,
-);
+pub(super) struct XskTxPort {
+    pub(super) tx: Option<rxpath_dev::sys::xdp::XskTx>,
+    /// The TX side's counters once it has finished.
+    pub(super) last: rxpath_dev::sys::xdp::XskTxCounters,
+    /// Sends `PACKET_VNET_HDR` GSO packets, if it could be opened.
+    pub(super) gso: Option<RawSocket>,
+    /// GSO packets sent, and the datagrams' bytes in them.
+    pub(super) gso_sent: (u64, u64),
+}
+
+impl XskTxPort {
+    /// The port over `tx`, with a GSO socket on `iface` if one opens.
+    pub(super) fn new(tx: rxpath_dev::sys::xdp::XskTx, iface: &str) -> XskTxPort {
+        XskTxPort {
+            tx: Some(tx),
+            last: Default::default(),
+            gso: RawSocket::bind_gso_tx(iface).ok(),
+            gso_sent: (0, 0),
+        }
+    }
+}
 
 impl TxPort for XskTxPort {
     fn send(&mut self, frames: &[&[u8]]) -> std::io::Result<usize> {
-        match &mut self.0 {
+        match &mut self.tx {
             Some(tx) => Ok(tx.send(frames)),
             None => Err(std::io::Error::other("the TX ring is closed")),
         }
@@ -25,7 +43,7 @@ impl TxPort for XskTxPort {
         n: usize,
         write: &mut dyn FnMut(usize, &mut [u8]) -> Option<usize>,
     ) -> std::io::Result<usize> {
-        let Some(tx) = &mut self.0 else {
+        let Some(tx) = &mut self.tx else {
             return Err(std::io::Error::other("the TX ring is closed"));
         };
         let mut i = 0;
@@ -38,33 +56,58 @@ impl TxPort for XskTxPort {
         Ok(put)
     }
 
+    fn udp_gso(&self) -> bool {
+        self.gso.is_some()
+    }
+
+    /// Through the AF_PACKET socket: the kernel copies the payload into
+    /// its buffer and cuts it (or the device does).
+    fn send_udp_gso(
+        &mut self,
+        headers: &[u8],
+        payload: &[u8],
+        segment: u16,
+    ) -> std::io::Result<()> {
+        let Some(s) = &self.gso else {
+            return Err(std::io::Error::from(std::io::ErrorKind::Unsupported));
+        };
+        // A packet socket takes the packet whole or fails: once it took
+        // it, it is sent (a caller must not send it again another way).
+        s.send_udp_gso(headers, payload, segment)?;
+        self.gso_sent.0 += 1;
+        self.gso_sent.1 += payload.len() as u64;
+        Ok(())
+    }
+
     fn finish(&mut self) -> (usize, usize) {
-        if let Some(tx) = self.0.take() {
-            self.1 = tx.finish(std::time::Duration::from_millis(100));
+        if let Some(tx) = self.tx.take() {
+            self.last = tx.finish(std::time::Duration::from_millis(100));
         }
         // Its frames are queue 0's: they count there.
         (0, 0)
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        let c = match &self.0 {
+        let c = match &self.tx {
             Some(tx) => tx.counters,
-            None => self.1,
+            None => self.last,
         };
         vec![
             ("xsk_tx_sent", c.sent),
             ("xsk_tx_completed", c.completed),
             ("xsk_tx_busy", c.busy),
             ("xsk_tx_kicks", c.kicks),
+            ("gso_tx_packets", self.gso_sent.0),
+            ("gso_tx_payload_bytes", self.gso_sent.1),
         ]
     }
 
     /// Frames posted that never came back through the completion ring
     /// (the interface went with them in flight).
     fn unfinished(&self) -> u64 {
-        let c = match &self.0 {
+        let c = match &self.tx {
             Some(tx) => tx.counters,
-            None => self.1,
+            None => self.last,
         };
         c.sent.saturating_sub(c.completed)
     }
