@@ -30,16 +30,14 @@ fn mac_in(ns: &str, iface: &str) -> [u8; 6] {
     mac
 }
 
-#[test]
-fn a_batch_past_one_sendto_leaves_whole() {
-    if !can_run(&[Need::Root]) {
-        return;
-    }
+/// A veth lab named after `tag` and an AF_XDP host on its host end that
+/// knows the peer's MAC: the lab's guard (it removes the lab), the host.
+fn xdp_host(tag: &str) -> (rxpath_runtime::lab::LabGuard, Host) {
     let id = std::process::id() % 10_000;
     let guard = Topology {
-        ns: format!("rxp-xtx-{id}"),
-        host_if: format!("xtx{id}h"),
-        peer_if: format!("xtx{id}p"),
+        ns: format!("rxp-{tag}-{id}"),
+        host_if: format!("{tag}{id}h"),
+        peer_if: format!("{tag}{id}p"),
         queues: 1,
         gro: false,
         threaded: false,
@@ -47,17 +45,6 @@ fn a_batch_past_one_sendto_leaves_whole() {
     .up_scoped()
     .expect("netns + veth (iproute2)");
     let t = &guard.0;
-    // The kernel's socket on the peer end, in its namespace.
-    let dst: SocketAddr = format!("{PEER_ADDR}:7001").parse().unwrap();
-    let path = format!("/run/netns/{}", t.ns);
-    let rx = std::thread::spawn(move || {
-        sched::enter_netns(&path).expect("setns");
-        UdpSocket::bind(dst).expect("kernel socket on the peer end")
-    })
-    .join()
-    .expect("peer socket");
-    rx.set_read_timeout(Some(Duration::from_millis(500)))
-        .unwrap();
     let dev = HostDevice::Xdp {
         iface: t.host_if.clone(),
         filter: XdpFilter {
@@ -71,6 +58,27 @@ fn a_batch_past_one_sendto_leaves_whole() {
     let h = Host::start(HostConfig::default(), dev).expect("AF_XDP host");
     h.sockets()
         .add_neighbor(PEER_ADDR.parse().unwrap(), mac_in(&t.ns, &t.peer_if));
+    (guard, h)
+}
+
+#[test]
+fn a_batch_past_one_sendto_leaves_whole() {
+    if !can_run(&[Need::Root]) {
+        return;
+    }
+    let (guard, h) = xdp_host("xtx");
+    let t = &guard.0;
+    // The kernel's socket on the peer end, in its namespace.
+    let dst: SocketAddr = format!("{PEER_ADDR}:7001").parse().unwrap();
+    let path = format!("/run/netns/{}", t.ns);
+    let rx = std::thread::spawn(move || {
+        sched::enter_netns(&path).expect("setns");
+        UdpSocket::bind(dst).expect("kernel socket on the peer end")
+    })
+    .join()
+    .expect("peer socket");
+    rx.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
     let from: SocketAddr = format!("{HOST_ADDR}:7000").parse().unwrap();
     let s = h.udp_bind(from).expect("bind");
     let payloads: Vec<[u8; 32]> = (0..N).map(|i| [i as u8; 32]).collect();
@@ -105,17 +113,7 @@ fn a_segmented_send_leaves_as_one_gso_packet() {
     if !can_run(&[Need::Root]) {
         return;
     }
-    let id = std::process::id() % 10_000;
-    let guard = Topology {
-        ns: format!("rxp-xgs-{id}"),
-        host_if: format!("xgs{id}h"),
-        peer_if: format!("xgs{id}p"),
-        queues: 1,
-        gro: false,
-        threaded: false,
-    }
-    .up_scoped()
-    .expect("netns + veth (iproute2)");
+    let (guard, h) = xdp_host("xgs");
     let t = &guard.0;
     let dst: SocketAddr = format!("{PEER_ADDR}:7002").parse().unwrap();
     let (path, peer_if) = (format!("/run/netns/{}", t.ns), t.peer_if.clone());
@@ -128,19 +126,6 @@ fn a_segmented_send_leaves_as_one_gso_packet() {
     .expect("peer sockets");
     rx.set_read_timeout(Some(Duration::from_millis(500)))
         .unwrap();
-    let dev = HostDevice::Xdp {
-        iface: t.host_if.clone(),
-        filter: XdpFilter {
-            protocol: Some(17),
-            port_map: true,
-            ..XdpFilter::default()
-        },
-        fallback: false,
-        xsk_busy_poll_us: 0,
-    };
-    let h = Host::start(HostConfig::default(), dev).expect("AF_XDP host");
-    h.sockets()
-        .add_neighbor(PEER_ADDR.parse().unwrap(), mac_in(&t.ns, &t.peer_if));
     let from: SocketAddr = format!("{HOST_ADDR}:7000").parse().unwrap();
     let s = h.udp_bind(from).expect("bind");
     let (len, seg) = (12_000usize, 1400usize);

@@ -51,15 +51,7 @@ impl RawSocket {
     /// qdisc (`PACKET_QDISC_BYPASS`), as a NIC's own TX ring would.
     pub fn bind_tx(iface: &str) -> io::Result<RawSocket> {
         let s = Self::bind_proto(iface, 0)?;
-        let one: libc::c_int = 1;
-        // Points to a live c_int of the size passed.
-        syscall!(setsockopt(
-            s.fd.as_raw_fd(),
-            libc::SOL_PACKET,
-            PACKET_QDISC_BYPASS,
-            &one as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t
-        ))?;
+        s.set_packet_opt(PACKET_QDISC_BYPASS, 1)?;
         Ok(s)
     }
 
@@ -71,15 +63,7 @@ impl RawSocket {
     /// (`__dev_direct_xmit`) drops a packet the software GSO had to cut.
     pub fn bind_gso_tx(iface: &str) -> io::Result<RawSocket> {
         let s = Self::bind_proto(iface, 0)?;
-        let one: libc::c_int = 1;
-        // Points to a live c_int of the size passed.
-        syscall!(setsockopt(
-            s.fd.as_raw_fd(),
-            libc::SOL_PACKET,
-            libc::PACKET_VNET_HDR,
-            &one as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t
-        ))?;
+        s.set_packet_opt(libc::PACKET_VNET_HDR, 1)?;
         Ok(s)
     }
 
@@ -156,6 +140,19 @@ impl RawSocket {
         Ok(RawSocket { fd, ifindex })
     }
 
+    /// Set a packet-socket option to the int `v`.
+    fn set_packet_opt(&self, opt: libc::c_int, v: libc::c_int) -> io::Result<()> {
+        // Points to a live c_int of the size passed.
+        syscall!(setsockopt(
+            self.fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            opt,
+            &v as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t
+        ))
+        .map(drop)
+    }
+
     /// The interface index.
     pub fn ifindex(&self) -> i32 {
         self.ifindex
@@ -164,16 +161,7 @@ impl RawSocket {
     /// Do not see frames this host sends on the interface
     /// (`PACKET_IGNORE_OUTGOING`).
     pub fn ignore_outgoing(&self) -> io::Result<()> {
-        let one: libc::c_int = 1;
-        syscall!(setsockopt(
-            self.fd.as_raw_fd(),
-            libc::SOL_PACKET,
-            libc::PACKET_IGNORE_OUTGOING,
-            // Points to a live c_int of the size passed.
-            &one as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t
-        ))?;
-        Ok(())
+        self.set_packet_opt(libc::PACKET_IGNORE_OUTGOING, 1)
     }
 
     /// Run the BPF socket filter program `prog` on each frame before it
