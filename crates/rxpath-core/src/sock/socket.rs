@@ -598,7 +598,9 @@ impl Socket {
         // Frames of the first datagram's queue go home under one lock.
         let first_q = taken[0].queue;
         let mut home = arrayvec::ArrayVec::<Frame, 32>::new();
-        for (i, d) in taken.into_iter().enumerate() {
+        // Drained, not moved into an iterator: moving the ArrayVec copies
+        // all its slots (3.5 KiB), more than the datagrams' bytes.
+        for (i, d) in taken.drain(..).enumerate() {
             let Some(p) = self.host.port(d.queue) else {
                 continue;
             };
@@ -613,7 +615,7 @@ impl Socket {
             }
         }
         if let Some(p) = self.host.port(first_q) {
-            p.ret.put_all(home);
+            p.ret.put_all(home.drain(..));
         }
         self.after_read(n);
         Ok(n)
