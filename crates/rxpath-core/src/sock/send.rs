@@ -139,10 +139,17 @@ impl Socket {
         // segmentation numbers them.
         spec.ip_id = self.inner.ip_id.fetch_add(n as u16, Ordering::Relaxed);
         match self.host.transmit_udp_gso(&spec, contents, seg as u16)? {
-            Ok(()) => {
+            Ok(true) => {
                 self.host.count_send(dst.is_ipv6(), n as u64, 0);
                 Some(n)
             }
+            // Some of it left: sent, never again; counted once as the
+            // kernel's `udp_send_skb` counts `ENOBUFS` (`SndbufErrors`).
+            Ok(false) => {
+                self.host.count_send(dst.is_ipv6(), 0, 1);
+                Some(n)
+            }
+            // Nothing left: each datagram is built and sent as without GSO.
             Err(_) => None,
         }
     }

@@ -302,6 +302,9 @@ impl Stack for SockStack {
         if let Some(p) = self.host.port(self.queue) {
             ctx.recycle_from(&p.ret);
         }
+        // A copy-mode TX ring is driven only by kicks: frames a kick left
+        // (the device queue stopped) leave here if no send comes.
+        self.host.flush_tx();
         None
     }
 }

@@ -39,15 +39,23 @@ pub trait TxPort: Send + std::fmt::Debug {
     /// One UDP GSO packet: `headers` ([`rxpath_wire::build::write_udp_gso_headers`])
     /// and `payload`, cut into datagrams of `segment` payload bytes by the
     /// device or the kernel's software GSO, as the kernel's `UDP_SEGMENT`
-    /// send leaves. All of it is taken, or none (the error).
+    /// send leaves. `Ok(true)`: every datagram left; `Ok(false)`: the
+    /// packet was sent but the device dropped some of its datagrams after
+    /// others left (`ENOBUFS`), a send that happened (the kernel's
+    /// `udp_send_skb` counts it once in `SndbufErrors`), never to be sent
+    /// again; an error: nothing left.
     fn send_udp_gso(
         &mut self,
         _headers: &[u8],
         _payload: &[u8],
         _segment: u16,
-    ) -> std::io::Result<()> {
+    ) -> std::io::Result<bool> {
         Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
     }
+    /// Hand the device what an earlier send left waiting (a TX ring whose
+    /// kick found the device queue stopped), if anything: called after
+    /// NAPI polls, when no send may come to do it.
+    fn flush(&mut self) {}
     /// The host stops: give back what the port holds of the device (its
     /// frames), after what is in flight has completed or a short wait.
     /// Returns the frames of its own region, if it has one: (total, home).
@@ -288,14 +296,25 @@ impl Sockets {
         }
     }
 
+    /// [`TxPort::flush`], unless a sender holds the port (it kicks the
+    /// device itself).
+    pub(crate) fn flush_tx(&self) {
+        if let Ok(mut g) = self.tx.try_lock() {
+            if let Some(p) = g.as_mut() {
+                p.flush();
+            }
+        }
+    }
+
     /// One UDP GSO packet of `payload` in `segment`-byte datagrams with
-    /// `spec`'s headers, if the TX port sends them (`None`: it does not).
+    /// `spec`'s headers, if the TX port sends them (`None`: it does not);
+    /// what [`TxPort::send_udp_gso`] says.
     pub(crate) fn transmit_udp_gso(
         &self,
         spec: &Spec,
         payload: &[u8],
         segment: u16,
-    ) -> Option<Result<(), SockError>> {
+    ) -> Option<std::io::Result<bool>> {
         let mut tx = lock(&self.tx);
         let port = tx.as_mut()?;
         if !port.udp_gso() {
@@ -303,10 +322,7 @@ impl Sockets {
         }
         let mut hdr = [0u8; 80];
         let n = write_udp_gso_headers(&mut hdr, spec, payload.len()).ok()?;
-        Some(
-            port.send_udp_gso(&hdr[..n], payload, segment)
-                .map_err(|e| SockError::Tx(e.to_string())),
-        )
+        Some(port.send_udp_gso(&hdr[..n], payload, segment))
     }
 
     /// Hand the datagrams to the TX port, which writes their frames where

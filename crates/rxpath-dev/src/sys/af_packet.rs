@@ -73,23 +73,25 @@ impl RawSocket {
     /// datagrams of `segment` payload bytes (`SKB_GSO_UDP_L4`, as a UDP
     /// socket's `UDP_SEGMENT` send), each one's UDP checksum left to the
     /// device or the software GSO (`VIRTIO_NET_HDR_F_NEEDS_CSUM`). The
-    /// kernel copies the payload once, from here into its buffer. Returns
-    /// the frame's bytes taken (headers and payload).
-    pub fn send_udp_gso(&self, headers: &[u8], payload: &[u8], segment: u16) -> io::Result<usize> {
+    /// kernel copies the payload once, from here into its buffer.
+    /// `Ok(true)`: sent; `Ok(false)`: sent, but the device dropped one of
+    /// the datagrams the software GSO cut, after those before it left
+    /// (`ENOBUFS`); an error (`EAGAIN`, `EINVAL`, `EMSGSIZE`): nothing left.
+    pub fn send_udp_gso(&self, headers: &[u8], payload: &[u8], segment: u16) -> io::Result<bool> {
         const NEEDS_CSUM: u8 = 1; // VIRTIO_NET_HDR_F_NEEDS_CSUM
         const GSO_UDP_L4: u8 = 5; // VIRTIO_NET_HDR_GSO_UDP_L4
         let udp_at = headers.len().checked_sub(8).ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "GSO headers without UDP's")
         })?;
-        // struct virtio_net_hdr, in the host's byte order (a packet
-        // socket's vnet header is little-endian on little-endian hosts).
+        // struct virtio_net_hdr, in the host's byte order (`packet_snd`
+        // reads it with `vio_le()`: the host's own).
         let mut vnet = [0u8; 10];
         vnet[0] = NEEDS_CSUM;
         vnet[1] = GSO_UDP_L4;
-        vnet[2..4].copy_from_slice(&(headers.len() as u16).to_le_bytes());
-        vnet[4..6].copy_from_slice(&segment.to_le_bytes());
-        vnet[6..8].copy_from_slice(&(udp_at as u16).to_le_bytes());
-        vnet[8..10].copy_from_slice(&6u16.to_le_bytes());
+        vnet[2..4].copy_from_slice(&(headers.len() as u16).to_ne_bytes());
+        vnet[4..6].copy_from_slice(&segment.to_ne_bytes());
+        vnet[6..8].copy_from_slice(&(udp_at as u16).to_ne_bytes());
+        vnet[8..10].copy_from_slice(&6u16.to_ne_bytes());
         let iov = [
             libc::iovec {
                 iov_base: vnet.as_ptr() as *mut libc::c_void,
@@ -111,10 +113,20 @@ impl RawSocket {
         m.msg_iovlen = iov.len();
         // `m` points at live iovecs over live buffers for the call; the
         // kernel only reads them.
-        let n = syscall!(sendmsg(self.fd.as_raw_fd(), &m, 0))?;
-        // `packet_snd` takes a message whole or not at all, and counts the
-        // vnet header in it.
-        Ok((n as usize).saturating_sub(vnet.len()))
+        // Never waits for socket memory (the caller holds the host's TX
+        // lock): `EAGAIN` instead, and nothing was sent.
+        match syscall!(sendmsg(self.fd.as_raw_fd(), &m, libc::MSG_DONTWAIT)) {
+            Ok(_) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether an error of [`Self::send_udp_gso`] says that this kernel
+    /// takes no UDP GSO packet from a packet socket
+    /// (`VIRTIO_NET_HDR_GSO_UDP_L4` came with Linux 6.2): `EINVAL`.
+    pub fn gso_refused(e: &io::Error) -> bool {
+        e.raw_os_error() == Some(libc::EINVAL)
     }
 
     fn bind_proto(iface: &str, proto_be: u16) -> io::Result<RawSocket> {

@@ -67,16 +67,29 @@ impl TxPort for XskTxPort {
         headers: &[u8],
         payload: &[u8],
         segment: u16,
-    ) -> std::io::Result<()> {
+    ) -> std::io::Result<bool> {
         let Some(s) = &self.gso else {
             return Err(std::io::Error::from(std::io::ErrorKind::Unsupported));
         };
-        // A packet socket takes the packet whole or fails: once it took
-        // it, it is sent (a caller must not send it again another way).
-        s.send_udp_gso(headers, payload, segment)?;
+        let all = match s.send_udp_gso(headers, payload, segment) {
+            Ok(all) => all,
+            Err(e) => {
+                if RawSocket::gso_refused(&e) {
+                    // This kernel takes none: not again.
+                    self.gso = None;
+                }
+                return Err(e);
+            }
+        };
         self.gso_sent.0 += 1;
         self.gso_sent.1 += payload.len() as u64;
-        Ok(())
+        Ok(all)
+    }
+
+    fn flush(&mut self) {
+        if let Some(tx) = &mut self.tx {
+            tx.flush();
+        }
     }
 
     fn finish(&mut self) -> (usize, usize) {

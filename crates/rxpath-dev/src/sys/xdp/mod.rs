@@ -452,22 +452,28 @@ impl XdpQueue {
     /// (`SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL` µs, `SO_BUSY_POLL_BUDGET`);
     /// `pull` then kicks the queue when the RX ring is empty, which runs the
     /// driver's NAPI in our context instead of waiting for its softirq.
+    /// The TX side's socket (if it has not been taken yet) is set the
+    /// same: a kick busy-polls too, as it did when it was the RX socket.
     pub fn set_busy_poll(&mut self, usecs: u32, budget: u32) -> io::Result<()> {
-        let fd = self.sock.as_raw_fd();
-        let set = |opt: libc::c_int, v: libc::c_int| -> io::Result<()> {
-            // Points to a live c_int of the size passed.
-            syscall!(setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                opt,
-                &v as *const libc::c_int as *const libc::c_void,
-                4
-            ))
-            .map(drop)
-        };
-        set(69, 1).map_err(|e| ctx(e, "SO_PREFER_BUSY_POLL"))?; // SO_PREFER_BUSY_POLL
-        set(libc::SO_BUSY_POLL, usecs as libc::c_int).map_err(|e| ctx(e, "SO_BUSY_POLL"))?;
-        set(70, budget as libc::c_int).map_err(|e| ctx(e, "SO_BUSY_POLL_BUDGET"))?; // SO_BUSY_POLL_BUDGET
+        let mut fds = vec![self.sock.as_raw_fd()];
+        fds.extend(self.tx.as_ref().map(XskTx::raw_fd));
+        for fd in fds {
+            let set = |opt: libc::c_int, v: libc::c_int| -> io::Result<()> {
+                // Points to a live c_int of the size passed.
+                syscall!(setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    opt,
+                    &v as *const libc::c_int as *const libc::c_void,
+                    4
+                ))
+                .map(drop)
+            };
+            set(69, 1).map_err(|e| ctx(e, "SO_PREFER_BUSY_POLL"))?; // SO_PREFER_BUSY_POLL
+            set(libc::SO_BUSY_POLL, usecs as libc::c_int).map_err(|e| ctx(e, "SO_BUSY_POLL"))?;
+            set(70, budget as libc::c_int).map_err(|e| ctx(e, "SO_BUSY_POLL_BUDGET"))?;
+            // SO_BUSY_POLL_BUDGET
+        }
         self.busy_poll = usecs > 0;
         Ok(())
     }

@@ -90,7 +90,7 @@ impl XdpTx {
 /// trip through the kernel's stack. Used from any thread, one at a time
 /// (the host's TX lock, as the kernel's TX queue lock).
 pub struct XskTx {
-    // The socket (a dup of the queue's) and rings first, the region last.
+    // The socket (the queue's TX socket) and rings first, the region last.
     fd: OwnedFd,
     tx: Ring<libc::xdp_desc>,
     comp: Ring<u64>,
@@ -150,6 +150,21 @@ impl XskTx {
             descs: Vec::with_capacity(64),
             stop_completing: Arc::default(),
             counters: XskTxCounters::default(),
+        }
+    }
+
+    /// The TX socket's descriptor (its socket options).
+    pub(super) fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Kick the kernel if the TX ring holds frames it has not taken: a
+    /// kick that found the device queue stopped (`EAGAIN` with no
+    /// progress) left them there, and nothing else drives a copy-mode
+    /// ring. For a thread that polls the device when nothing is sent.
+    pub fn flush(&mut self) {
+        if self.tx.unconsumed() > 0 && self.tx.needs_wakeup() {
+            self.kick();
         }
     }
 
@@ -253,7 +268,10 @@ impl XskTx {
         self.counters.sent += put as u64;
         // Copy mode sends only from `sendto` (the kernel keeps the TX
         // ring's need_wakeup flag set); zero-copy asks when it needs one.
-        if put > 0 && self.tx.needs_wakeup() {
+        // Frames an earlier kick left in the ring (the device queue was
+        // stopped) go with these, or alone when none could be posted: the
+        // ring is on a socket of its own, which no `poll` drives.
+        if self.tx.unconsumed() > 0 && self.tx.needs_wakeup() {
             self.kick();
         }
         put
