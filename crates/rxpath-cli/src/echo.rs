@@ -124,8 +124,8 @@ pub struct EchoArgs {
     /// Stop after this long: 5, 5s, 500ms, 1m (default: run until Ctrl-C).
     #[arg(long, value_name = "DURATION", value_parser = crate::parse::parse_duration)]
     pub duration: Option<Duration>,
-    /// How replies leave on AF_XDP: `ring`, the TX ring of queue 0's own
-    /// socket (no trip through the kernel's stack), or `packet`, an
+    /// How replies leave on AF_XDP: `ring`, an AF_XDP TX ring on queue 0,
+    /// on queue 0's UMEM (no trip through the kernel's stack), or `packet`, an
     /// AF_PACKET socket on the interface (what AF_PACKET mode always uses).
     #[arg(long, value_enum, default_value_t = EchoTx::Ring)]
     pub tx: EchoTx,

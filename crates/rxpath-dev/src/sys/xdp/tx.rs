@@ -83,9 +83,10 @@ impl XdpTx {
     }
 }
 
-/// The TX side of an RX queue's AF_XDP socket (its TX and completion
-/// rings and a share of its UMEM): replies leave through the same socket
-/// the requests came in on, one `sendto` kick per 32 frames of a batch
+/// The TX side of an RX queue (a TX-only AF_XDP socket on the queue's
+/// UMEM, the RX socket's completion ring and a share of its frames):
+/// replies leave on the queue the requests came in on, one `sendto` kick
+/// per 32 frames of a batch
 /// (what the kernel's own `sendmsg` costs), no AF_PACKET socket and no
 /// trip through the kernel's stack. Used from any thread, one at a time
 /// (the host's TX lock, as the kernel's TX queue lock).
