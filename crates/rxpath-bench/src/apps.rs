@@ -213,17 +213,7 @@ fn received(what: Server, text: &str) -> Result<u64> {
 fn probe(t: &Topology, size: usize) -> Result<Option<u64>> {
     let mut sent = 0;
     for _ in 0..8 {
-        let out = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &t.ns,
-                "sockperf",
-                "ping-pong",
-                "-i",
-                HOST_ADDR,
-            ])
-            .args(["-p", &PORT.to_string(), "-t", "1", "-m", &size.to_string()])
+        let out = crate::sockperf::probe_run(t, size)
             .output()
             .context("running the sockperf client")?;
         let text = strip_ansi(&String::from_utf8_lossy(&out.stdout));

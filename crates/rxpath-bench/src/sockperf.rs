@@ -153,22 +153,29 @@ pub(crate) fn cpu_jiffies(cpu: usize) -> Option<(u64, u64)> {
     Some((total - idle, total))
 }
 
+/// One second of `sockperf ping-pong` with `size`-byte messages from the
+/// peer namespace: a probe that the server answers.
+pub(crate) fn probe_run(t: &Topology, size: usize) -> Command {
+    let mut cmd = Command::new("ip");
+    cmd.args([
+        "netns",
+        "exec",
+        &t.ns,
+        "sockperf",
+        "ping-pong",
+        "-i",
+        HOST_ADDR,
+    ])
+    .args(["-p", &PORT.to_string(), "-t", "1", "-m", &size.to_string()]);
+    cmd
+}
+
 /// Wait until the server answers (an XDP attach or a fresh ARP entry takes
 /// a moment), with short client runs: any answer counts (a 1-second run
 /// can end with no observations sockperf calls valid).
 pub(crate) fn ready(t: &Topology, size: usize, from_port: Option<u16>) -> Result<bool> {
     for _ in 0..8 {
-        let mut cmd = Command::new("ip");
-        cmd.args([
-            "netns",
-            "exec",
-            &t.ns,
-            "sockperf",
-            "ping-pong",
-            "-i",
-            HOST_ADDR,
-        ])
-        .args(["-p", &PORT.to_string(), "-t", "1", "-m", &size.to_string()]);
+        let mut cmd = probe_run(t, size);
         if let Some(p) = from_port {
             cmd.args(["--client_port", &p.to_string()]);
         }
