@@ -334,6 +334,21 @@ fn iperf3_udp_test_runs_as_on_the_kernel() {
     }
 }
 
+/// Wait (up to 5 s) until a UDP socket in namespace `ns` is bound to
+/// `port` (`ss`).
+fn wait_bound(ns: &str, port: u16) {
+    for _ in 0..100 {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "ss", "-Hunl"])
+            .arg(format!("sport = :{port}"))
+            .output();
+        if out.is_ok_and(|o| !o.stdout.is_empty()) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// `socat UDP-RECVFROM:P,fork EXEC:cat` (Debian's, unmodified) on the
 /// kernel and under exec: its parent peeks at each datagram, forks, and
 /// the child reads that datagram and answers with what `cat` gives back.
@@ -353,11 +368,12 @@ fn socat_forking_a_child_per_datagram_answers_as_on_the_kernel() {
         // kernel socket, and the child that reads it then gives the port
         // back (all on the kernel's path after). On the kernel, a moment.
         let err = exec.map(|_| common::exec::wait_host(&mut s));
-        std::thread::sleep(Duration::from_millis(if exec.is_some() {
-            200
-        } else {
-            700
-        }));
+        if exec.is_none() {
+            // On the kernel: until socat has bound the port (a fixed wait
+            // lost the first datagram on a loaded machine).
+            wait_bound(&p.srv, 5314);
+        }
+        std::thread::sleep(Duration::from_millis(200));
         let once = ["--no-quit", "--tries", "1", "--wait", "3"];
         let mut args = vec![CLIENT, SRV, "5314", "12"];
         args.extend(once);
