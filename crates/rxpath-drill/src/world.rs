@@ -1,0 +1,634 @@
+//! The world packetdrill drives: rxpath's TCP stack, a file-descriptor
+//! table, and a virtual clock. Safe code only; `abi` turns packetdrill's C
+//! calls into these.
+//!
+//! Time is virtual: it moves when packetdrill sleeps (`usleep`), a little
+//! each time it reads the clock (so its spin-wait ends), and, when it
+//! waits for a packet that nothing would send now, straight to the next
+//! timer's deadline. A script's timing is then exact and never flaky.
+//!
+//! Blocking calls run on packetdrill's system-call thread: they wait on a
+//! condition variable (the thread sleeps, which is how packetdrill sees a
+//! call is blocked) until the stack's state lets them finish.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rxpath_tcp::{Errno, Nanos, SockId, SockOpt, Stack, State, TcpConfig};
+
+/// Where virtual time starts, in µs since the epoch (packetdrill only
+/// subtracts).
+const EPOCH_US: u64 = 1_700_000_000_000_000;
+/// How long `netdev_receive` waits in real time for the system-call thread
+/// before it moves virtual time to the next deadline.
+const SETTLE: Duration = Duration::from_millis(20);
+/// Real time with nothing to send and no timer, after which the run is
+/// ended: packetdrill's `netdev_receive` loop has no timeout in this mode.
+const STALL_REAL: Duration = Duration::from_secs(3);
+
+/// `POLLNVAL`.
+const POLLNVAL: u32 = 0x20;
+
+#[derive(Debug)]
+enum Fd {
+    Tcp {
+        id: SockId,
+        nonblock: bool,
+        connecting: bool,
+    },
+    Epoll {
+        interest: BTreeMap<i32, Interest>,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Interest {
+    events: u32,
+    data: u64,
+    /// For `EPOLLET`: the bits already reported.
+    reported: u32,
+    disabled: bool,
+}
+
+/// The state behind the lock.
+pub struct World {
+    stack: Stack,
+    now: Nanos,
+    fds: BTreeMap<i32, Fd>,
+    outq: VecDeque<(Vec<u8>, Nanos)>,
+}
+
+/// The world and the condition variable blocked calls wait on.
+pub struct Shared {
+    m: Mutex<World>,
+    cv: Condvar,
+}
+
+/// A readiness report: fd or epoll data, and the events.
+pub type Ready = (u64, u32);
+
+impl World {
+    fn flush(&mut self) {
+        while let Some(p) = self.stack.poll_transmit() {
+            self.outq.push_back((p, self.now));
+        }
+    }
+
+    /// Move the clock to `t`, running every timer due on the way.
+    fn advance_to(&mut self, t: Nanos) {
+        while let Some(d) = self.stack.next_deadline().filter(|&d| d <= t) {
+            self.now = self.now.max(d);
+            let now = self.now;
+            self.stack.on_timeout(now);
+            self.flush();
+        }
+        self.now = self.now.max(t);
+    }
+
+    fn tcp(&self, fd: i32) -> Result<(SockId, bool), Errno> {
+        match self.fds.get(&fd) {
+            Some(Fd::Tcp { id, nonblock, .. }) => Ok((*id, *nonblock)),
+            Some(_) => Err(libc::ENOTSOCK),
+            None => Err(libc::EBADF),
+        }
+    }
+
+    fn new_fd(&mut self, f: Fd) -> i32 {
+        let fd = (3..)
+            .find(|n| !self.fds.contains_key(n))
+            .expect("a free descriptor");
+        self.fds.insert(fd, f);
+        fd
+    }
+
+    /// Read the TCP sysctls as the kernel reads them, at use: the scripts
+    /// set them (`defaults.sh`) after the stack was made.
+    fn refresh_sysctls(&mut self) {
+        for name in rxpath_tcp::config::SYSCTLS {
+            let dir = if *name == "somaxconn" { "core" } else { "ipv4" };
+            if let Ok(v) = std::fs::read_to_string(format!("/proc/sys/net/{dir}/{name}")) {
+                let _ = self.stack.cfg.set(name, &v);
+            }
+        }
+    }
+
+    fn events(&self, fd: i32) -> u32 {
+        match self.fds.get(&fd) {
+            Some(Fd::Tcp { id, .. }) => self.stack.events(*id).unwrap_or(POLLNVAL),
+            Some(Fd::Epoll { interest }) => {
+                if interest
+                    .keys()
+                    .any(|&f| self.events(f) & interest[&f].events != 0)
+                {
+                    libc::EPOLLIN as u32
+                } else {
+                    0
+                }
+            }
+            None => POLLNVAL,
+        }
+    }
+}
+
+impl Shared {
+    /// A world whose `connect` calls leave from `local_addrs`.
+    pub fn new(local_addrs: Vec<IpAddr>) -> Self {
+        let mut w = World {
+            stack: Stack::new(TcpConfig::default(), 0x0005_eed0_f7c9, local_addrs),
+            now: 0,
+            fds: BTreeMap::new(),
+            outq: VecDeque::new(),
+        };
+        w.refresh_sysctls();
+        Shared {
+            m: Mutex::new(w),
+            cv: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, World> {
+        self.m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Run `f` and publish what it changed: packets to the outbound
+    /// queue, a wakeup to every blocked call.
+    fn op<T>(&self, f: impl FnOnce(&mut World) -> T) -> T {
+        let mut w = self.lock();
+        let r = f(&mut w);
+        w.flush();
+        self.cv.notify_all();
+        r
+    }
+
+    /// Retry `f` while it says `EAGAIN` and the call may block, until
+    /// `deadline` (virtual) if one is given; `Ok(None)` when it passed.
+    fn block<T>(
+        &self,
+        nonblock: bool,
+        deadline: Option<Nanos>,
+        mut f: impl FnMut(&mut World) -> Result<T, Errno>,
+    ) -> Result<Option<T>, Errno> {
+        let mut w = self.lock();
+        loop {
+            let r = f(&mut w);
+            w.flush();
+            self.cv.notify_all();
+            match r {
+                Err(libc::EAGAIN) if !nonblock => {
+                    if deadline.is_some_and(|d| w.now >= d) {
+                        return Ok(None);
+                    }
+                    w = self.cv.wait(w).unwrap_or_else(|e| e.into_inner());
+                }
+                r => return r.map(Some),
+            }
+        }
+    }
+
+    /// Microseconds of virtual time (each reading moves it 1 µs, so a
+    /// spin on the clock ends).
+    pub fn now_us(&self) -> u64 {
+        self.op(|w| {
+            let t = w.now + 1000;
+            w.advance_to(t);
+            EPOCH_US + w.now / 1000
+        })
+    }
+
+    /// Sleep in virtual time.
+    pub fn usleep(&self, us: u64) {
+        self.op(|w| {
+            let t = w.now + us * 1000;
+            w.advance_to(t);
+        })
+    }
+
+    /// A packet from packetdrill to the stack.
+    pub fn netdev_send(&self, pkt: &[u8]) {
+        self.op(|w| {
+            let now = w.now;
+            w.stack.input(pkt, now)
+        })
+    }
+
+    /// The next packet the stack sent and its virtual time (µs since the
+    /// epoch), moving the clock to the next timer when nothing is queued.
+    pub fn netdev_receive(&self) -> Option<(Vec<u8>, u64)> {
+        let mut w = self.lock();
+        let mut stalled = Duration::ZERO;
+        loop {
+            if let Some((p, t)) = w.outq.pop_front() {
+                return Some((p, EPOCH_US + t / 1000));
+            }
+            let (g, timeout) = self
+                .cv
+                .wait_timeout(w, SETTLE)
+                .unwrap_or_else(|e| e.into_inner());
+            w = g;
+            if !w.outq.is_empty() || !timeout.timed_out() {
+                continue;
+            }
+            match w.stack.next_deadline() {
+                Some(d) => {
+                    w.advance_to(d);
+                    self.cv.notify_all();
+                    stalled = Duration::ZERO;
+                }
+                None => {
+                    stalled += SETTLE;
+                    if stalled >= STALL_REAL {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// `socket`.
+    pub fn socket(&self, domain: i32, ty: i32) -> Result<i32, Errno> {
+        if domain != libc::AF_INET && domain != libc::AF_INET6 {
+            return Err(libc::EAFNOSUPPORT);
+        }
+        if ty & 0xf != libc::SOCK_STREAM {
+            return Err(libc::EPROTONOSUPPORT);
+        }
+        self.op(|w| {
+            w.refresh_sysctls();
+            let id = w.stack.socket(domain == libc::AF_INET6);
+            let nonblock = ty & libc::SOCK_NONBLOCK != 0;
+            Ok(w.new_fd(Fd::Tcp {
+                id,
+                nonblock,
+                connecting: false,
+            }))
+        })
+    }
+
+    /// `bind`.
+    pub fn bind(&self, fd: i32, addr: SocketAddr) -> Result<(), Errno> {
+        self.op(|w| {
+            let (id, _) = w.tcp(fd)?;
+            w.stack.bind(id, addr)
+        })
+    }
+
+    /// `listen`.
+    pub fn listen(&self, fd: i32, backlog: i32) -> Result<(), Errno> {
+        self.op(|w| {
+            let (id, _) = w.tcp(fd)?;
+            w.stack.listen(id, backlog)
+        })
+    }
+
+    /// `accept`.
+    pub fn accept(&self, fd: i32) -> Result<(i32, SocketAddr), Errno> {
+        let (_, nonblock) = self.lock().tcp(fd)?;
+        let r = self.block(nonblock, None, |w| {
+            let (id, _) = w.tcp(fd)?;
+            let (child, peer) = w.stack.accept(id)?;
+            Ok((
+                w.new_fd(Fd::Tcp {
+                    id: child,
+                    nonblock: false,
+                    connecting: false,
+                }),
+                peer,
+            ))
+        })?;
+        Ok(r.expect("no deadline"))
+    }
+
+    /// `connect`.
+    pub fn connect(&self, fd: i32, addr: SocketAddr) -> Result<(), Errno> {
+        let (nonblock, connecting) = {
+            let w = self.lock();
+            let (_, nb) = w.tcp(fd)?;
+            let connecting = matches!(
+                w.fds.get(&fd),
+                Some(Fd::Tcp {
+                    connecting: true,
+                    ..
+                })
+            );
+            (nb, connecting)
+        };
+        if !connecting {
+            self.op(|w| {
+                let (id, _) = w.tcp(fd)?;
+                let now = w.now;
+                w.stack.connect(id, addr, now)?;
+                if let Some(Fd::Tcp { connecting, .. }) = w.fds.get_mut(&fd) {
+                    *connecting = true;
+                }
+                Ok::<(), Errno>(())
+            })?;
+            if nonblock {
+                return Err(libc::EINPROGRESS);
+            }
+        }
+        let r = self.block(nonblock, None, |w| {
+            let (id, _) = w.tcp(fd)?;
+            match w.stack.state(id)? {
+                State::SynSent | State::SynRecv => Err(libc::EAGAIN),
+                State::Closed => Err(w.stack.take_error(id)?.unwrap_or(libc::ECONNREFUSED)),
+                _ => Ok(()),
+            }
+        });
+        let mut w = self.lock();
+        if let Some(Fd::Tcp { connecting, .. }) = w.fds.get_mut(&fd) {
+            if !matches!(r, Err(libc::EAGAIN)) {
+                *connecting = false;
+            }
+        }
+        match r {
+            Err(libc::EAGAIN) => Err(libc::EALREADY),
+            Ok(_) if connecting => Ok(()),
+            r => r.map(|_| ()),
+        }
+    }
+
+    /// `recv` and its family: `peek`, `waitall`, `dontwait` as the flags.
+    pub fn recv(
+        &self,
+        fd: i32,
+        buf: &mut [u8],
+        peek: bool,
+        waitall: bool,
+        dontwait: bool,
+    ) -> Result<usize, Errno> {
+        let (_, nonblock) = self.lock().tcp(fd)?;
+        let nonblock = nonblock || dontwait;
+        let mut got = 0;
+        loop {
+            let r = self.block(nonblock, None, |w| {
+                let (id, _) = w.tcp(fd)?;
+                let now = w.now;
+                w.stack.recv(id, &mut buf[got..], peek, now)
+            });
+            match r {
+                Ok(Some(0)) => return Ok(got),
+                Ok(Some(n)) => {
+                    got += n;
+                    if !waitall || peek || got == buf.len() {
+                        return Ok(got);
+                    }
+                }
+                Ok(None) => unreachable!("no deadline"),
+                Err(e) if got > 0 && e != libc::EBADF => return Ok(got),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// `send` and its family; `more` is `MSG_MORE`. A blocking call
+    /// returns when all is queued.
+    pub fn send(&self, fd: i32, data: &[u8], more: bool, dontwait: bool) -> Result<usize, Errno> {
+        let (_, nonblock) = self.lock().tcp(fd)?;
+        let nonblock = nonblock || dontwait;
+        let mut sent = 0;
+        loop {
+            let r = self.block(nonblock, None, |w| {
+                let (id, _) = w.tcp(fd)?;
+                let now = w.now;
+                w.stack.send(id, &data[sent..], more, now)
+            });
+            match r {
+                Ok(Some(n)) => {
+                    sent += n;
+                    if sent == data.len() || nonblock {
+                        return Ok(sent);
+                    }
+                }
+                Ok(None) => unreachable!("no deadline"),
+                Err(e) if sent > 0 => {
+                    let _ = e;
+                    return Ok(sent);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// `close`.
+    pub fn close(&self, fd: i32) -> Result<(), Errno> {
+        self.op(|w| {
+            let f = w.fds.remove(&fd).ok_or(libc::EBADF)?;
+            for other in w.fds.values_mut() {
+                if let Fd::Epoll { interest } = other {
+                    interest.remove(&fd);
+                }
+            }
+            match f {
+                Fd::Tcp { id, .. } => {
+                    let now = w.now;
+                    w.stack.close(id, now)
+                }
+                Fd::Epoll { .. } => Ok(()),
+            }
+        })
+    }
+
+    /// `shutdown`.
+    pub fn shutdown(&self, fd: i32, how: i32) -> Result<(), Errno> {
+        let (rd, wr) = match how {
+            libc::SHUT_RD => (true, false),
+            libc::SHUT_WR => (false, true),
+            libc::SHUT_RDWR => (true, true),
+            _ => return Err(libc::EINVAL),
+        };
+        self.op(|w| {
+            let (id, _) = w.tcp(fd)?;
+            let now = w.now;
+            w.stack.shutdown(id, rd, wr, now)
+        })
+    }
+
+    /// `fcntl(F_GETFL)` and `fcntl(F_SETFL)`.
+    pub fn fcntl(&self, fd: i32, cmd: i32, arg: i64) -> Result<i32, Errno> {
+        self.op(|w| match (w.fds.get_mut(&fd), cmd) {
+            (None, _) => Err(libc::EBADF),
+            (Some(Fd::Tcp { nonblock, .. }), libc::F_GETFL) => {
+                Ok(libc::O_RDWR | if *nonblock { libc::O_NONBLOCK } else { 0 })
+            }
+            (Some(Fd::Tcp { nonblock, .. }), libc::F_SETFL) => {
+                *nonblock = arg as i32 & libc::O_NONBLOCK != 0;
+                Ok(0)
+            }
+            (Some(_), libc::F_GETFL) => Ok(libc::O_RDWR),
+            (Some(_), libc::F_SETFL) => Ok(0),
+            _ => Err(libc::EINVAL),
+        })
+    }
+
+    /// `ioctl`: `SIOCINQ`, `SIOCOUTQ`, `FIONBIO`.
+    pub fn ioctl(&self, fd: i32, req: u64, arg: i32) -> Result<i32, Errno> {
+        self.op(|w| {
+            let (id, _) = w.tcp(fd)?;
+            let (inq, outq) = w.stack.queues(id)?;
+            match req {
+                r if r == libc::FIONREAD => Ok(inq as i32),
+                r if r == libc::TIOCOUTQ => Ok(outq as i32),
+                r if r == libc::FIONBIO => {
+                    if let Some(Fd::Tcp { nonblock, .. }) = w.fds.get_mut(&fd) {
+                        *nonblock = arg != 0;
+                    }
+                    Ok(0)
+                }
+                _ => Err(libc::ENOTTY),
+            }
+        })
+    }
+
+    /// An integer socket option.
+    pub fn setsockopt(&self, fd: i32, opt: SockOpt, val: i32) -> Result<(), Errno> {
+        self.op(|w| {
+            let (id, _) = w.tcp(fd)?;
+            let now = w.now;
+            w.stack.set_option(id, opt, val, now)
+        })
+    }
+
+    /// Read an integer socket option.
+    pub fn getsockopt(&self, fd: i32, opt: SockOpt) -> Result<i32, Errno> {
+        self.op(|w| {
+            let (id, _) = w.tcp(fd)?;
+            w.stack.option(id, opt)
+        })
+    }
+
+    /// The socket's own address and its peer's.
+    pub fn addrs(&self, fd: i32) -> Result<(Option<SocketAddr>, Option<SocketAddr>), Errno> {
+        let w = self.lock();
+        let (id, _) = w.tcp(fd)?;
+        w.stack.addrs(id)
+    }
+
+    /// `poll`: `fds` as (fd, requested events); the returned events per
+    /// entry, waiting up to `timeout_ms` (virtual; negative: forever).
+    pub fn poll(&self, fds: &[(i32, u32)], timeout_ms: i32) -> Result<Vec<u32>, Errno> {
+        let always = (libc::POLLERR | libc::POLLHUP) as u32 | POLLNVAL;
+        let scan = |w: &World| -> Vec<u32> {
+            fds.iter()
+                .map(|&(fd, ev)| w.events(fd) & (ev | always))
+                .collect()
+        };
+        let deadline = {
+            let w = self.lock();
+            (timeout_ms >= 0).then(|| w.now + timeout_ms as u64 * 1_000_000)
+        };
+        let r = self.block(timeout_ms == 0, deadline, |w| {
+            let r = scan(w);
+            if r.iter().any(|&e| e != 0) {
+                Ok(r)
+            } else {
+                Err(libc::EAGAIN)
+            }
+        });
+        match r {
+            Ok(Some(v)) => Ok(v),
+            Ok(None) | Err(libc::EAGAIN) => Ok(vec![0; fds.len()]),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `epoll_create`.
+    pub fn epoll_create(&self) -> Result<i32, Errno> {
+        self.op(|w| {
+            Ok(w.new_fd(Fd::Epoll {
+                interest: BTreeMap::new(),
+            }))
+        })
+    }
+
+    /// `epoll_ctl`.
+    pub fn epoll_ctl(
+        &self,
+        epfd: i32,
+        op: i32,
+        fd: i32,
+        events: u32,
+        data: u64,
+    ) -> Result<(), Errno> {
+        self.op(|w| {
+            if !w.fds.contains_key(&fd) {
+                return Err(libc::EBADF);
+            }
+            if fd == epfd {
+                return Err(libc::EINVAL);
+            }
+            let Some(Fd::Epoll { interest }) = w.fds.get_mut(&epfd) else {
+                return Err(libc::EINVAL);
+            };
+            let i = Interest {
+                events,
+                data,
+                reported: 0,
+                disabled: false,
+            };
+            match op {
+                libc::EPOLL_CTL_ADD if interest.contains_key(&fd) => Err(libc::EEXIST),
+                libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD
+                    if op == libc::EPOLL_CTL_ADD || interest.contains_key(&fd) =>
+                {
+                    interest.insert(fd, i);
+                    Ok(())
+                }
+                libc::EPOLL_CTL_DEL => interest.remove(&fd).map(|_| ()).ok_or(libc::ENOENT),
+                libc::EPOLL_CTL_MOD => Err(libc::ENOENT),
+                _ => Err(libc::EINVAL),
+            }
+        })
+    }
+
+    /// `epoll_wait`: up to `max` reports, waiting up to `timeout_ms`.
+    pub fn epoll_wait(&self, epfd: i32, max: usize, timeout_ms: i32) -> Result<Vec<Ready>, Errno> {
+        if max == 0 {
+            return Err(libc::EINVAL);
+        }
+        let deadline = {
+            let w = self.lock();
+            (timeout_ms >= 0).then(|| w.now + timeout_ms as u64 * 1_000_000)
+        };
+        let always = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
+        let r = self.block(timeout_ms == 0, deadline, |w| {
+            let ready: Vec<(i32, u32)> = match w.fds.get(&epfd) {
+                Some(Fd::Epoll { interest }) => interest
+                    .iter()
+                    .filter(|(_, i)| !i.disabled)
+                    .map(|(&fd, i)| (fd, w.events(fd) & (i.events | always)))
+                    .collect(),
+                _ => return Err(libc::EINVAL),
+            };
+            let Some(Fd::Epoll { interest }) = w.fds.get_mut(&epfd) else {
+                return Err(libc::EINVAL);
+            };
+            let mut out = Vec::new();
+            for (fd, ev) in ready {
+                let i = interest.get_mut(&fd).expect("listed above");
+                let et = i.events & libc::EPOLLET as u32 != 0;
+                let new = if et { ev & !i.reported } else { ev };
+                i.reported &= ev;
+                if new == 0 || out.len() == max {
+                    continue;
+                }
+                i.reported |= ev;
+                if i.events & libc::EPOLLONESHOT as u32 != 0 {
+                    i.disabled = true;
+                }
+                out.push((i.data, if et { ev } else { new }));
+            }
+            if out.is_empty() {
+                Err(libc::EAGAIN)
+            } else {
+                Ok(out)
+            }
+        });
+        match r {
+            Ok(Some(v)) => Ok(v),
+            Ok(None) | Err(libc::EAGAIN) => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+}

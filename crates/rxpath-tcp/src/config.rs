@@ -1,0 +1,186 @@
+//! The TCP knobs, named and valued as the kernel's sysctls
+//! (`/proc/sys/net/ipv4/tcp_*`, `net.core.somaxconn`).
+//!
+//! The machine never reads a file: whoever drives it (the runtime, the
+//! packetdrill adapter) reads the sysctls or takes its own values and
+//! passes them in with [`TcpConfig::set`].
+
+/// The TCP sysctls rxpath honours, with the kernel's defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpConfig {
+    /// `tcp_rmem`: min, default, max receive buffer in bytes.
+    pub tcp_rmem: [u32; 3],
+    /// `tcp_wmem`: min, default, max send buffer in bytes.
+    pub tcp_wmem: [u32; 3],
+    /// `tcp_timestamps`: offer and accept RFC 7323 timestamps.
+    pub tcp_timestamps: bool,
+    /// `tcp_window_scaling`.
+    pub tcp_window_scaling: bool,
+    /// `tcp_sack`.
+    pub tcp_sack: bool,
+    /// `tcp_dsack`: report duplicate segments in a D-SACK block.
+    pub tcp_dsack: bool,
+    /// `tcp_syn_retries`.
+    pub tcp_syn_retries: u8,
+    /// `tcp_synack_retries`.
+    pub tcp_synack_retries: u8,
+    /// `tcp_retries2`: retransmissions before an established connection
+    /// is given up.
+    pub tcp_retries2: u8,
+    /// `tcp_fin_timeout` in seconds (an orphan's FIN_WAIT2 lifetime).
+    pub tcp_fin_timeout: u32,
+    /// `tcp_keepalive_time`, `tcp_keepalive_intvl` (seconds),
+    /// `tcp_keepalive_probes`.
+    pub tcp_keepalive_time: u32,
+    /// See `tcp_keepalive_time`.
+    pub tcp_keepalive_intvl: u32,
+    /// See `tcp_keepalive_time`.
+    pub tcp_keepalive_probes: u8,
+    /// `tcp_syncookies`: 0 never, 1 when the SYN queue overflows, 2 always.
+    pub tcp_syncookies: u8,
+    /// `tcp_max_syn_backlog`.
+    pub tcp_max_syn_backlog: u32,
+    /// `net.core.somaxconn`: the cap on `listen()`'s backlog.
+    pub somaxconn: u32,
+    /// `tcp_notsent_lowat`.
+    pub tcp_notsent_lowat: u32,
+    /// `tcp_slow_start_after_idle`.
+    pub tcp_slow_start_after_idle: bool,
+    /// The device MTU the connections leave through (the MSS is derived
+    /// from it as `ip_rt_get_mtu` minus headers).
+    pub mtu: u32,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            tcp_rmem: [4096, 131072, 6291456],
+            tcp_wmem: [4096, 16384, 4194304],
+            tcp_timestamps: true,
+            tcp_window_scaling: true,
+            tcp_sack: true,
+            tcp_dsack: true,
+            tcp_syn_retries: 6,
+            tcp_synack_retries: 5,
+            tcp_retries2: 15,
+            tcp_fin_timeout: 60,
+            tcp_keepalive_time: 7200,
+            tcp_keepalive_intvl: 75,
+            tcp_keepalive_probes: 9,
+            tcp_syncookies: 1,
+            tcp_max_syn_backlog: 1024,
+            somaxconn: 4096,
+            tcp_notsent_lowat: u32::MAX,
+            tcp_slow_start_after_idle: true,
+            mtu: 1500,
+        }
+    }
+}
+
+/// The sysctl names [`TcpConfig::set`] knows, without the `net.ipv4.` or
+/// `net.core.` prefix.
+pub const SYSCTLS: &[&str] = &[
+    "tcp_rmem",
+    "tcp_wmem",
+    "tcp_timestamps",
+    "tcp_window_scaling",
+    "tcp_sack",
+    "tcp_dsack",
+    "tcp_syn_retries",
+    "tcp_synack_retries",
+    "tcp_retries2",
+    "tcp_fin_timeout",
+    "tcp_keepalive_time",
+    "tcp_keepalive_intvl",
+    "tcp_keepalive_probes",
+    "tcp_syncookies",
+    "tcp_max_syn_backlog",
+    "somaxconn",
+    "tcp_notsent_lowat",
+    "tcp_slow_start_after_idle",
+];
+
+impl TcpConfig {
+    /// Set one knob from its sysctl text (as `/proc/sys` shows it:
+    /// `"4096 131072 6291456"`, `"1"`). Unknown names and bad values are
+    /// errors that say which.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+        let bad = || format!("{name}: bad value {value:?}");
+        let num = || value.trim().parse::<u64>().map_err(|_| bad());
+        let triple = || -> Result<[u32; 3], String> {
+            let v: Vec<u32> = value
+                .split_whitespace()
+                .map(|s| s.parse::<u32>())
+                .collect::<Result<_, _>>()
+                .map_err(|_| bad())?;
+            <[u32; 3]>::try_from(v).map_err(|_| bad())
+        };
+        let small = |max: u64| -> Result<u64, String> {
+            let n = num()?;
+            if n > max {
+                return Err(bad());
+            }
+            Ok(n)
+        };
+        match name {
+            "tcp_rmem" => self.tcp_rmem = triple()?,
+            "tcp_wmem" => self.tcp_wmem = triple()?,
+            "tcp_timestamps" => self.tcp_timestamps = small(2)? != 0,
+            "tcp_window_scaling" => self.tcp_window_scaling = small(1)? != 0,
+            "tcp_sack" => self.tcp_sack = small(1)? != 0,
+            "tcp_dsack" => self.tcp_dsack = small(1)? != 0,
+            "tcp_syn_retries" => self.tcp_syn_retries = small(127)? as u8,
+            "tcp_synack_retries" => self.tcp_synack_retries = small(255)? as u8,
+            "tcp_retries2" => self.tcp_retries2 = small(255)? as u8,
+            "tcp_fin_timeout" => self.tcp_fin_timeout = small(u32::MAX as u64)? as u32,
+            "tcp_keepalive_time" => self.tcp_keepalive_time = small(u32::MAX as u64)? as u32,
+            "tcp_keepalive_intvl" => self.tcp_keepalive_intvl = small(u32::MAX as u64)? as u32,
+            "tcp_keepalive_probes" => self.tcp_keepalive_probes = small(255)? as u8,
+            "tcp_syncookies" => self.tcp_syncookies = small(2)? as u8,
+            "tcp_max_syn_backlog" => self.tcp_max_syn_backlog = small(u32::MAX as u64)? as u32,
+            "somaxconn" => self.somaxconn = small(u32::MAX as u64)? as u32,
+            "tcp_notsent_lowat" => self.tcp_notsent_lowat = small(u32::MAX as u64)? as u32,
+            "tcp_slow_start_after_idle" => self.tcp_slow_start_after_idle = small(1)? != 0,
+            _ => return Err(format!("{name}: not a TCP knob rxpath knows")),
+        }
+        Ok(())
+    }
+
+    /// The MSS this host advertises (`advmss`): the MTU less the IP and
+    /// TCP headers.
+    pub fn advmss(&self, v6: bool) -> u16 {
+        let hdr = if v6 { 60 } else { 40 };
+        self.mtu.saturating_sub(hdr).clamp(88, 65535) as u16
+    }
+
+    /// The window-scale shift offered in a SYN (`tcp_select_initial_window`):
+    /// enough to cover the largest receive buffer `tcp_rmem[2]` may grow to.
+    pub fn rcv_wscale(&self) -> u8 {
+        if !self.tcp_window_scaling {
+            return 0;
+        }
+        let space = self.tcp_rmem[2].max(212_992);
+        (31 - space.leading_zeros()).saturating_sub(15).min(14) as u8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sysctl_text_sets_the_knob_and_bad_text_says_which() {
+        let mut c = TcpConfig::default();
+        c.set("tcp_rmem", "4096 540000 15728640").unwrap();
+        assert_eq!(c.tcp_rmem, [4096, 540000, 15728640]);
+        // packetdrill's defaults: 15 MiB gives the kernel's wscale 8.
+        assert_eq!(c.rcv_wscale(), 8);
+        c.set("tcp_sack", "0").unwrap();
+        assert!(!c.tcp_sack);
+        assert!(c.set("tcp_rmem", "1 2").unwrap_err().contains("tcp_rmem"));
+        assert!(c.set("tcp_sack", "7").is_err());
+        assert!(c.set("tcp_nonsense", "1").is_err());
+        assert_eq!(c.advmss(false), 1460);
+        assert_eq!(c.advmss(true), 1440);
+    }
+}

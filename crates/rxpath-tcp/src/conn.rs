@@ -1,0 +1,353 @@
+//! One connection's state: the kernel's `tcp_sock` with its
+//! `inet_connection_sock` parts (`icsk_ack`, the retransmission timer).
+//!
+//! The fields carry the kernel's names where there is one (`snd_una`,
+//! `rcv_nxt`, `rcv_wup`, `ts_recent`, `srtt_us`, ...), so `tcp_input.c`
+//! reads beside this code.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+
+use crate::Nanos;
+
+/// Milliseconds in [`Nanos`].
+pub const MS: Nanos = 1_000_000;
+/// `TCP_TIMEOUT_INIT`: the RTO before a round trip was measured.
+pub const TCP_TIMEOUT_INIT: Nanos = 1000 * MS;
+/// `TCP_RTO_MIN`.
+pub const TCP_RTO_MIN: Nanos = 200 * MS;
+/// `TCP_RTO_MAX`.
+pub const TCP_RTO_MAX: Nanos = 120_000 * MS;
+/// `TCP_DELACK_MIN` and `TCP_ATO_MIN`.
+pub const TCP_DELACK_MIN: Nanos = 40 * MS;
+/// `TCP_DELACK_MAX`.
+pub const TCP_DELACK_MAX: Nanos = 200 * MS;
+/// `TCP_TIMEWAIT_LEN`.
+pub const TCP_TIMEWAIT_LEN: Nanos = 60_000 * MS;
+/// `TCP_INIT_CWND`.
+pub const TCP_INIT_CWND: u32 = 10;
+/// `TCP_MAX_QUICKACKS`.
+pub const TCP_MAX_QUICKACKS: u32 = 16;
+/// `TCP_PINGPONG_THRESH`: replies within an ATO that make a connection
+/// interactive (its ACKs delayed to ride on the replies).
+pub const TCP_PINGPONG_THRESH: u32 = 1;
+/// `TCP_MSS_DEFAULT`: the MSS assumed when a SYN carries none.
+pub const TCP_MSS_DEFAULT: u32 = 536;
+/// `TCP_INFINITE_SSTHRESH`.
+pub const TCP_INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
+
+/// The TCP states, as `include/net/tcp_states.h`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// No connection.
+    Closed,
+    /// Waiting for SYNs.
+    Listen,
+    /// SYN sent, waiting for the SYN-ACK.
+    SynSent,
+    /// SYN received and answered, waiting for its ACK.
+    SynRecv,
+    /// Open.
+    Established,
+    /// FIN sent, not acknowledged.
+    FinWait1,
+    /// FIN acknowledged, the peer's not received.
+    FinWait2,
+    /// The peer's FIN received; ours not sent.
+    CloseWait,
+    /// Both FINs sent, ours not acknowledged.
+    Closing,
+    /// The peer closed first; our FIN sent.
+    LastAck,
+    /// Both sides closed; waiting out old duplicates.
+    TimeWait,
+}
+
+impl State {
+    /// The number `struct tcp_info`'s `tcpi_state` and `/proc/net/tcp` use.
+    pub fn kernel_code(self) -> u8 {
+        match self {
+            State::Established => 1,
+            State::SynSent => 2,
+            State::SynRecv => 3,
+            State::FinWait1 => 4,
+            State::FinWait2 => 5,
+            State::TimeWait => 6,
+            State::Closed => 7,
+            State::CloseWait => 8,
+            State::LastAck => 9,
+            State::Listen => 10,
+            State::Closing => 11,
+        }
+    }
+}
+
+/// A segment sent and not yet acknowledged (the retransmission queue's
+/// skb): its sequence range and flags, kept so a retransmission repeats
+/// what was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sent {
+    /// First sequence number.
+    pub seq: u32,
+    /// One past the last (SYN and FIN included).
+    pub end_seq: u32,
+    /// Carries SYN.
+    pub syn: bool,
+    /// Carries FIN.
+    pub fin: bool,
+    /// When it was last sent.
+    pub sent_at: Nanos,
+    /// Retransmitted at least once (no RTT sample from its ACK: Karn).
+    pub retrans: bool,
+    /// SACKed by the peer.
+    pub sacked: bool,
+}
+
+/// The delayed-ACK machine (`icsk_ack`).
+#[derive(Debug, Clone, Default)]
+pub struct AckState {
+    /// An ACK is owed (`ICSK_ACK_SCHED`).
+    pub pending: bool,
+    /// ACK at once, whatever the delayed-ACK rules say (`ICSK_ACK_NOW`).
+    pub force: bool,
+    /// The delayed-ACK timer's deadline (`ICSK_ACK_TIMER`).
+    pub timer: Option<Nanos>,
+    /// Quick ACKs left (`quick`).
+    pub quick: u32,
+    /// Interactive-mode count (`pingpong`).
+    pub pingpong: u32,
+    /// The ACK timeout (`ato`).
+    pub ato: Nanos,
+    /// When data last arrived (`lrcvtime`).
+    pub lrcvtime: Nanos,
+    /// The largest segment received, an estimate of the peer's MSS
+    /// (`rcv_mss`).
+    pub rcv_mss: u32,
+}
+
+/// One TCP connection.
+#[derive(Debug, Clone)]
+pub struct Conn {
+    /// The state.
+    pub state: State,
+    /// This end.
+    pub local: SocketAddr,
+    /// The peer.
+    pub remote: SocketAddr,
+
+    // Send side.
+    /// Initial send sequence.
+    pub iss: u32,
+    /// Oldest unacknowledged.
+    pub snd_una: u32,
+    /// Next to send.
+    pub snd_nxt: u32,
+    /// The sequence after the last byte the application wrote (FIN
+    /// excluded).
+    pub write_seq: u32,
+    /// The peer's window, scaled.
+    pub snd_wnd: u32,
+    /// The segment that last updated the window.
+    pub snd_wl1: u32,
+    /// Largest window the peer offered.
+    pub max_window: u32,
+    /// The peer's window-scale shift.
+    pub snd_wscale: u8,
+    /// Bytes from `snd_una` (SYN excluded) to `write_seq`.
+    pub sndbuf: VecDeque<u8>,
+    /// Sent and unacknowledged segments, oldest first.
+    pub rtx: VecDeque<Sent>,
+    /// The end of the last segment shorter than the MSS (`snd_sml`, for
+    /// Nagle's Minshall rule).
+    pub snd_sml: u32,
+    /// Window scaling agreed on both sides.
+    pub wscale_ok: bool,
+    /// The smallest RTT seen, µs (`tcp_min_rtt`; large before a sample).
+    pub min_rtt_us: u64,
+    /// The application closed its sending side: a FIN follows `write_seq`.
+    pub fin_queued: bool,
+    /// The MSS the peer accepts (its option, or 536), before options.
+    pub mss_clamp: u32,
+    /// The MSS this end advertised.
+    pub advmss: u32,
+    /// Data per segment: the MSS less the options every segment carries
+    /// (`mss_cache`).
+    pub mss_cache: u32,
+    /// `TCP_NODELAY`.
+    pub nodelay: bool,
+    /// `TCP_CORK`.
+    pub cork: bool,
+    /// The send buffer's size (`sk_sndbuf`).
+    pub sk_sndbuf: u32,
+    /// Congestion window in segments.
+    pub snd_cwnd: u32,
+    /// Slow-start threshold.
+    pub snd_ssthresh: u32,
+    /// Additive-increase credit.
+    pub snd_cwnd_cnt: u32,
+    /// Duplicate ACKs in a row.
+    pub dupacks: u32,
+    /// Retransmit everything below this after a timeout (`high_seq` of
+    /// the Loss state), from `retransmit_nxt`.
+    pub high_seq: Option<u32>,
+    /// The next segment a loss recovery retransmits.
+    pub retransmit_nxt: u32,
+
+    // Receive side.
+    /// Initial receive sequence.
+    pub irs: u32,
+    /// Next expected.
+    pub rcv_nxt: u32,
+    /// `rcv_nxt` when the window was last advertised.
+    pub rcv_wup: u32,
+    /// The window last advertised, in bytes.
+    pub rcv_wnd: u32,
+    /// Where the window may grow to (`rcv_ssthresh`).
+    pub rcv_ssthresh: u32,
+    /// The largest window this end will advertise (`window_clamp`).
+    pub window_clamp: u32,
+    /// This end's window-scale shift.
+    pub rcv_wscale: u8,
+    /// In-order data not yet read.
+    pub rcvq: VecDeque<u8>,
+    /// Out-of-order segments, by sequence.
+    pub ofo: Vec<(u32, Vec<u8>)>,
+    /// The receive buffer's size (`sk_rcvbuf`).
+    pub sk_rcvbuf: u32,
+    /// The peer's FIN has been taken in order.
+    pub fin_rcvd: bool,
+
+    // Options.
+    /// Timestamps on.
+    pub ts_ok: bool,
+    /// The last timestamp worth echoing.
+    pub ts_recent: u32,
+    /// When `ts_recent` was stored.
+    pub ts_recent_stamp: Nanos,
+    /// This connection's timestamp offset (`tsoffset`).
+    pub ts_off: u32,
+    /// SACK on.
+    pub sack_ok: bool,
+    /// SACK blocks to report, newest first (`selective_acks`).
+    pub sacks: Vec<(u32, u32)>,
+    /// A D-SACK block to report once (`duplicate_sack`).
+    pub dsack: Option<(u32, u32)>,
+
+    // Timers and round trips.
+    /// Delayed-ACK state.
+    pub ack: AckState,
+    /// Smoothed RTT in µs, shifted left by 3 (`srtt_us`); 0 before the
+    /// first sample.
+    pub srtt_us: u64,
+    /// Mean deviation in µs, shifted left by 2 (`mdev_us`).
+    pub mdev_us: u64,
+    /// Largest `mdev_us` in the current window (`mdev_max_us`).
+    pub mdev_max_us: u64,
+    /// `rttvar_us`.
+    pub rttvar_us: u64,
+    /// `snd_una` when `rttvar_us` was last reset (`rtt_seq`).
+    pub rtt_seq: u32,
+    /// The retransmission timeout before backoff (`icsk_rto`).
+    pub rto: Nanos,
+    /// Exponential backoff count (`icsk_backoff`).
+    pub backoff: u32,
+    /// Retransmissions of the current head (`icsk_retransmits`).
+    pub retransmits: u32,
+    /// Every retransmission of this connection (`total_retrans`).
+    pub total_retrans: u32,
+    /// The retransmission (or SYN) timer.
+    pub rto_at: Option<Nanos>,
+    /// TIME_WAIT's end, or an orphan FIN_WAIT2's.
+    pub close_at: Option<Nanos>,
+    /// When data was last sent (`lsndtime`).
+    pub lsndtime: Nanos,
+
+    // The socket around it.
+    /// A pending error (`sk_err`), taken by the next call.
+    pub err: Option<i32>,
+    /// The reading side was shut down.
+    pub shut_rd: bool,
+    /// The writing side was shut down.
+    pub shut_wr: bool,
+    /// `close()` was called: no one will read again.
+    pub orphan: bool,
+    /// The reset came in or went out (reads see `ECONNRESET` once).
+    pub reset: bool,
+}
+
+impl Conn {
+    /// The send MSS for a peer MSS and the options every segment carries
+    /// (`tcp_sync_mss`).
+    pub fn sync_mss(&mut self) {
+        let mut mss = self.mss_clamp.min(self.advmss);
+        if self.ts_ok {
+            mss -= 12;
+        }
+        self.mss_cache = mss.max(48);
+    }
+
+    /// Bytes in flight: sent, not acknowledged, not SACKed.
+    pub fn packets_out(&self) -> u32 {
+        self.rtx.iter().filter(|s| !s.sacked).count() as u32
+    }
+
+    /// Bytes written and not yet sent.
+    pub fn unsent(&self) -> u32 {
+        self.write_seq.wrapping_sub(self.snd_nxt)
+    }
+
+    /// The receive window's space left (`tcp_receive_window`).
+    pub fn receive_window(&self) -> u32 {
+        let edge = self.rcv_wup.wrapping_add(self.rcv_wnd);
+        (edge.wrapping_sub(self.rcv_nxt) as i32).max(0) as u32
+    }
+
+    /// Data queued for the application to read.
+    pub fn readable(&self) -> usize {
+        self.rcvq.len()
+    }
+
+    /// Whether the connection is synchronized (past the handshake).
+    pub fn synchronized(&self) -> bool {
+        !matches!(
+            self.state,
+            State::Closed | State::Listen | State::SynSent | State::SynRecv
+        )
+    }
+
+    /// The timestamp clock: milliseconds plus the connection's offset
+    /// (`tcp_time_stamp_ts`).
+    pub fn ts_val(&self, now: Nanos) -> u32 {
+        ((now / MS) as u32).wrapping_add(self.ts_off)
+    }
+
+    /// In quick-ACK mode (`tcp_in_quickack_mode`).
+    pub fn in_quickack_mode(&self) -> bool {
+        self.ack.quick > 0 && self.ack.pingpong < TCP_PINGPONG_THRESH
+    }
+
+    /// `tcp_incr_quickack`: allow up to `max` quick ACKs, as many as half
+    /// the window holds segments.
+    pub fn incr_quickack(&mut self, max: u32) {
+        let mut quickacks = self.rcv_wnd / (2 * self.ack.rcv_mss.max(1));
+        if quickacks == 0 {
+            quickacks = 2;
+        }
+        let quickacks = quickacks.min(max);
+        if quickacks > self.ack.quick {
+            self.ack.quick = quickacks;
+        }
+    }
+
+    /// `tcp_enter_quickack_mode`.
+    pub fn enter_quickack_mode(&mut self, max: u32) {
+        self.incr_quickack(max);
+        self.ack.pingpong = 0;
+        self.ack.ato = TCP_DELACK_MIN;
+    }
+
+    /// The retransmission timeout with backoff, capped at `TCP_RTO_MAX`.
+    pub fn rto_backed_off(&self) -> Nanos {
+        (self.rto << self.backoff.min(20)).min(TCP_RTO_MAX)
+    }
+}

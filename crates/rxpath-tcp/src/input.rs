@@ -1,0 +1,641 @@
+//! Receiving: `tcp_input.c`'s `tcp_rcv_state_process` for a connection
+//! past LISTEN — the SYN-SENT handshake, the incoming checks in
+//! `tcp_validate_incoming`'s order (PAWS, sequence, RST, SYN), `tcp_ack`,
+//! and the data path (`tcp_data_queue`, the out-of-order queue, FIN).
+
+use rxpath_wire::tcp::flags::{ACK, FIN, RST, SYN};
+
+use crate::conn::{
+    Conn, Sent, State, TCP_DELACK_MIN, TCP_MAX_QUICKACKS, TCP_MSS_DEFAULT, TCP_TIMEWAIT_LEN,
+};
+use crate::seq::{after, before};
+use crate::wire::SegIn;
+use crate::Ctx;
+
+/// What the socket table has to do after a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Nothing.
+    Keep,
+    /// A SYN_RECV child completed its handshake: queue it for `accept`.
+    Established,
+    /// The connection is gone: free it.
+    Closed,
+    /// A SYN that may reopen this TIME_WAIT pair: free it and give the
+    /// segment to the listener.
+    Reopen,
+}
+
+impl Conn {
+    /// A segment for this connection.
+    pub(crate) fn input(&mut self, ctx: &mut Ctx<'_>, seg: &SegIn<'_>) -> Verdict {
+        match self.state {
+            State::SynSent => self.rcv_synsent(ctx, seg),
+            State::TimeWait => self.rcv_timewait(ctx, seg),
+            State::Closed | State::Listen => Verdict::Keep,
+            _ => self.rcv_state_process(ctx, seg),
+        }
+    }
+
+    /// The options of the peer's SYN or SYN-ACK.
+    pub(crate) fn take_syn_options(&mut self, ctx: &Ctx<'_>, seg: &SegIn<'_>) {
+        self.mss_clamp = seg.opts.mss.map(u32::from).unwrap_or(TCP_MSS_DEFAULT);
+        self.ts_ok = ctx.cfg.tcp_timestamps && seg.opts.ts.is_some();
+        if let Some((v, _)) = seg.opts.ts.filter(|_| self.ts_ok) {
+            self.ts_recent = v;
+            self.ts_recent_stamp = ctx.now;
+        }
+        self.sack_ok = ctx.cfg.tcp_sack && seg.opts.sack_ok;
+        match seg.opts.wscale.filter(|_| ctx.cfg.tcp_window_scaling) {
+            Some(w) => {
+                self.wscale_ok = true;
+                self.snd_wscale = w.min(14);
+            }
+            None => {
+                self.wscale_ok = false;
+                self.snd_wscale = 0;
+                self.rcv_wscale = 0;
+            }
+        }
+        self.irs = seg.seq;
+        self.rcv_nxt = seg.seq.wrapping_add(1);
+        self.rcv_wup = self.rcv_nxt;
+        self.snd_wnd = seg.wnd as u32;
+        self.max_window = self.snd_wnd;
+        self.snd_wl1 = seg.seq;
+        self.sync_mss();
+        self.ack.rcv_mss = self.mss_cache.min(TCP_MSS_DEFAULT).min(self.advmss);
+    }
+
+    /// `tcp_rcv_synsent_state_process`.
+    fn rcv_synsent(&mut self, ctx: &mut Ctx<'_>, seg: &SegIn<'_>) -> Verdict {
+        if seg.has(ACK) && (!after(seg.ack, self.iss) || after(seg.ack, self.snd_nxt)) {
+            if !seg.has(RST) {
+                crate::output::reset_for(ctx, seg);
+            }
+            return Verdict::Keep;
+        }
+        if seg.has(RST) {
+            if seg.has(ACK) {
+                self.err = Some(libc::ECONNREFUSED);
+                ctx.mib.AttemptFails += 1;
+                return self.set_closed();
+            }
+            return Verdict::Keep;
+        }
+        if !seg.has(SYN) {
+            return Verdict::Keep;
+        }
+        self.take_syn_options(ctx, seg);
+        if !seg.has(ACK) {
+            // Simultaneous open.
+            self.state = State::SynRecv;
+            self.send_syn(ctx, true);
+            return Verdict::Keep;
+        }
+        self.ack_rtx(ctx, seg.ack);
+        self.state = State::Established;
+        self.init_transfer(ctx);
+        self.send_ack(ctx);
+        self.write_xmit(ctx, false);
+        Verdict::Keep
+    }
+
+    /// `tcp_init_transfer`: congestion state and the first pacing
+    /// estimate once the handshake is done.
+    pub(crate) fn init_transfer(&mut self, ctx: &Ctx<'_>) {
+        if self.retransmits > 0 || self.rtx.iter().any(|s| s.syn && s.retrans) {
+            // `tcp_init_transfer`: a retransmitted SYN leaves cwnd at 1.
+            self.snd_cwnd = 1;
+        }
+        self.retransmits = 0;
+        self.backoff = 0;
+        self.lsndtime = ctx.now;
+        self.rcv_ssthresh = self.rcv_wnd;
+    }
+
+    /// TIME_WAIT (`tcp_timewait_state_process`).
+    fn rcv_timewait(&mut self, ctx: &mut Ctx<'_>, seg: &SegIn<'_>) -> Verdict {
+        if seg.has(RST) {
+            return self.set_closed();
+        }
+        if seg.has(SYN) && !seg.has(ACK) && after(seg.seq, self.rcv_nxt) {
+            return Verdict::Reopen;
+        }
+        if seg.has(FIN) && seg.end_seq() == self.rcv_nxt {
+            self.close_at = Some(ctx.now + TCP_TIMEWAIT_LEN);
+        }
+        if seg.seq_len() > 0 || seg.has(FIN) {
+            self.send_ack(ctx);
+        }
+        Verdict::Keep
+    }
+
+    fn set_closed(&mut self) -> Verdict {
+        self.state = State::Closed;
+        self.rto_at = None;
+        self.ack.timer = None;
+        self.close_at = None;
+        Verdict::Closed
+    }
+
+    /// A reset came in (`tcp_reset`).
+    pub(crate) fn rcv_reset(&mut self, ctx: &mut Ctx<'_>) -> Verdict {
+        self.err = Some(match self.state {
+            State::SynSent => libc::ECONNREFUSED,
+            State::CloseWait => libc::EPIPE,
+            _ => libc::ECONNRESET,
+        });
+        if matches!(self.state, State::Established | State::CloseWait) {
+            ctx.mib.EstabResets += 1;
+        }
+        if self.state == State::SynRecv {
+            ctx.mib.AttemptFails += 1;
+        }
+        self.reset = true;
+        self.shut_rd = true;
+        self.shut_wr = true;
+        self.set_closed()
+    }
+
+    /// `tcp_send_dupack`: an out-of-window or old segment; D-SACK what was
+    /// a duplicate.
+    fn send_dupack(&mut self, ctx: &mut Ctx<'_>, seg: &SegIn<'_>) {
+        if seg.seq_len() > 0 && before(seg.seq, self.rcv_nxt) {
+            self.enter_quickack_mode(TCP_MAX_QUICKACKS);
+            if self.sack_ok && ctx.cfg.tcp_dsack {
+                let end = if after(seg.end_seq(), self.rcv_nxt) {
+                    self.rcv_nxt
+                } else {
+                    seg.end_seq()
+                };
+                self.dsack = Some((seg.seq, end));
+                ctx.ext.TCPDSACKOldSent += 1;
+            }
+        }
+        self.send_ack(ctx);
+    }
+
+    /// Everything past SYN-SENT and before TIME_WAIT.
+    fn rcv_state_process(&mut self, ctx: &mut Ctx<'_>, seg: &SegIn<'_>) -> Verdict {
+        if self.state == State::SynRecv && seg.has(SYN) && !seg.has(ACK) && seg.seq == self.irs {
+            // The peer did not hear the SYN-ACK: say it again.
+            self.send_syn(ctx, true);
+            return Verdict::Keep;
+        }
+        if !seg.has(RST) && self.paws_discard(ctx, seg) {
+            ctx.ext.PAWSEstab += 1;
+            self.send_dupack(ctx, seg);
+            return Verdict::Keep;
+        }
+        // `tcp_sequence`.
+        let wnd_end = self.rcv_nxt.wrapping_add(self.receive_window());
+        if before(seg.end_seq(), self.rcv_wup) || after(seg.seq, wnd_end) {
+            if !seg.has(RST) {
+                self.send_dupack(ctx, seg);
+            }
+            return Verdict::Keep;
+        }
+        if seg.has(RST) {
+            if seg.seq == self.rcv_nxt {
+                return self.rcv_reset(ctx);
+            }
+            self.challenge_ack(ctx);
+            return Verdict::Keep;
+        }
+        if seg.has(SYN) {
+            self.challenge_ack(ctx);
+            return Verdict::Keep;
+        }
+        if !seg.has(ACK) {
+            return Verdict::Keep;
+        }
+        if let Some((v, _)) = seg.opts.ts.filter(|_| self.ts_ok) {
+            // `tcp_replace_ts_recent`.
+            if !after(seg.seq, self.rcv_wup) {
+                self.ts_recent = v;
+                self.ts_recent_stamp = ctx.now;
+            }
+        }
+        let mut verdict = Verdict::Keep;
+        if self.state == State::SynRecv {
+            if !after(seg.ack, self.snd_una) || after(seg.ack, self.snd_nxt) {
+                crate::output::reset_for(ctx, seg);
+                return Verdict::Keep;
+            }
+            self.state = State::Established;
+            self.snd_wnd = (seg.wnd as u32) << self.snd_wscale;
+            self.snd_wl1 = seg.seq;
+            self.init_transfer(ctx);
+            verdict = Verdict::Established;
+        }
+        if after(seg.ack, self.snd_nxt) {
+            // Acknowledges what was never sent.
+            self.challenge_ack(ctx);
+            return verdict;
+        }
+        self.tcp_ack(ctx, seg);
+        if let Some(v) = self.fin_acked_transition(ctx) {
+            return v;
+        }
+        match self.state {
+            State::CloseWait | State::Closing | State::LastAck
+                if !before(seg.seq, self.rcv_nxt) => {}
+            State::FinWait1 | State::FinWait2
+                if self.shut_rd
+                    && !seg.payload.is_empty()
+                    && after(seg.end_seq() - seg.has(FIN) as u32, self.rcv_nxt) =>
+            {
+                ctx.ext.TCPAbortOnData += 1;
+                self.send_active_reset(ctx);
+                return self.rcv_reset(ctx);
+            }
+            _ => self.data_queue(ctx, seg),
+        }
+        if self.state == State::TimeWait && self.orphan {
+            self.close_at = Some(ctx.now + TCP_TIMEWAIT_LEN);
+        }
+        self.write_xmit(ctx, false);
+        self.ack_snd_check(ctx);
+        verdict
+    }
+
+    /// `tcp_paws_discard`: a timestamp older than the last one echoed.
+    fn paws_discard(&self, ctx: &Ctx<'_>, seg: &SegIn<'_>) -> bool {
+        let Some((v, _)) = seg.opts.ts.filter(|_| self.ts_ok) else {
+            return false;
+        };
+        let stale = ctx.now.saturating_sub(self.ts_recent_stamp) > 24 * 24 * 3600 * 1_000_000_000;
+        (self.ts_recent.wrapping_sub(v) as i32) > 0 && !stale
+    }
+
+    /// `tcp_send_challenge_ack` (RFC 5961).
+    fn challenge_ack(&mut self, ctx: &mut Ctx<'_>) {
+        ctx.ext.TCPChallengeACK += 1;
+        self.send_ack(ctx);
+    }
+
+    /// `tcp_ack`: the window, the retransmission queue, RTT and the
+    /// congestion window.
+    fn tcp_ack(&mut self, ctx: &mut Ctx<'_>, seg: &SegIn<'_>) {
+        if before(seg.ack, self.snd_una) {
+            return;
+        }
+        let nwin = (seg.wnd as u32) << self.snd_wscale;
+        if after(seg.ack, self.snd_una)
+            || after(seg.seq, self.snd_wl1)
+            || (seg.seq == self.snd_wl1 && nwin > self.snd_wnd)
+        {
+            self.snd_wnd = nwin;
+            self.snd_wl1 = seg.seq;
+            self.max_window = self.max_window.max(nwin);
+        }
+        if seg.ack == self.snd_una {
+            if seg.payload.is_empty() && !seg.has(FIN) {
+                ctx.ext.TCPPureAcks += 1;
+            }
+            return;
+        }
+        let acked_pkts = self.ack_rtx(ctx, seg.ack);
+        self.cong_avoid(acked_pkts);
+    }
+
+    /// Drop what `ack` covers from the retransmission queue and the send
+    /// buffer, take an RTT sample (Karn: not from a retransmission), and
+    /// rearm or stop the retransmission timer (`tcp_clean_rtx_queue`).
+    pub(crate) fn ack_rtx(&mut self, ctx: &mut Ctx<'_>, ack: u32) -> u32 {
+        let base = self.data_base();
+        let mut acked = 0;
+        let mut sample: Option<crate::Nanos> = None;
+        while let Some(h) = self.rtx.front().copied() {
+            if after(h.end_seq, ack) {
+                if after(ack, h.seq) {
+                    // A partial ACK of a TSO packet (`tcp_trim_head`).
+                    self.rtx[0] = Sent { seq: ack, ..h };
+                }
+                break;
+            }
+            self.rtx.pop_front();
+            acked += 1;
+            if !h.retrans && sample.is_none() {
+                sample = Some(h.sent_at);
+            }
+        }
+        let data_end = if self.fin_queued && !before(ack, self.write_seq.wrapping_add(1)) {
+            self.write_seq
+        } else {
+            ack
+        };
+        let drop = data_end.wrapping_sub(base) as i32;
+        if drop > 0 {
+            let n = (drop as usize).min(self.sndbuf.len());
+            self.sndbuf.drain(..n);
+        }
+        self.snd_una = ack;
+        if before(self.snd_sml, ack) {
+            self.snd_sml = ack;
+        }
+        if let Some(sent) = sample {
+            self.rtt_estimator(ctx.now.saturating_sub(sent) / 1000);
+        }
+        self.backoff = 0;
+        self.retransmits = 0;
+        self.dupacks = 0;
+        self.rto_at = if self.rtx.is_empty() {
+            None
+        } else {
+            Some(ctx.now + self.rto)
+        };
+        acked
+    }
+
+    /// `tcp_rtt_estimator` and `tcp_set_rto` (µs; `srtt_us` ×8, `mdev_us` ×4).
+    pub(crate) fn rtt_estimator(&mut self, mrtt_us: u64) {
+        let m = mrtt_us.max(1);
+        self.min_rtt_us = self.min_rtt_us.min(m);
+        if self.srtt_us != 0 {
+            let mut m = m as i64;
+            let srtt = self.srtt_us as i64;
+            m -= srtt >> 3;
+            let mut new_srtt = srtt + m;
+            if m < 0 {
+                m = -m;
+                m -= (self.mdev_us >> 2) as i64;
+                if m > 0 {
+                    m >>= 3;
+                }
+            } else {
+                m -= (self.mdev_us >> 2) as i64;
+            }
+            let mdev = self.mdev_us as i64 + m;
+            self.mdev_us = mdev.max(0) as u64;
+            if self.mdev_us > self.mdev_max_us {
+                self.mdev_max_us = self.mdev_us;
+                if self.mdev_max_us > self.rttvar_us {
+                    self.rttvar_us = self.mdev_max_us;
+                }
+            }
+            if after(self.snd_una, self.rtt_seq) {
+                if self.mdev_max_us < self.rttvar_us {
+                    self.rttvar_us -= (self.rttvar_us - self.mdev_max_us) >> 2;
+                }
+                self.rtt_seq = self.snd_nxt;
+                self.mdev_max_us = 200_000;
+            }
+            new_srtt = new_srtt.max(1);
+            self.srtt_us = new_srtt as u64;
+        } else {
+            self.srtt_us = m << 3;
+            self.mdev_us = m << 1;
+            self.mdev_max_us = self.mdev_us.max(200_000);
+            self.rttvar_us = self.mdev_max_us;
+            self.rtt_seq = self.snd_nxt;
+        }
+        // `__tcp_set_rto`: srtt + 4·rttvar, with the 200 ms floor in rttvar.
+        let rto_us = (self.srtt_us >> 3) + self.rttvar_us;
+        self.rto = (rto_us * 1000).min(crate::conn::TCP_RTO_MAX);
+    }
+
+    /// Slow start, then Reno's additive increase (CUBIC is to come).
+    fn cong_avoid(&mut self, acked: u32) {
+        if self.snd_cwnd < self.snd_ssthresh {
+            self.snd_cwnd = (self.snd_cwnd + acked).min(self.snd_ssthresh.max(self.snd_cwnd + 1));
+            return;
+        }
+        self.snd_cwnd_cnt += acked;
+        if self.snd_cwnd_cnt >= self.snd_cwnd {
+            self.snd_cwnd_cnt -= self.snd_cwnd;
+            self.snd_cwnd += 1;
+        }
+    }
+
+    /// The state change when our FIN is acknowledged.
+    fn fin_acked_transition(&mut self, ctx: &mut Ctx<'_>) -> Option<Verdict> {
+        let fin_acked = self.fin_queued && self.snd_una == self.write_seq.wrapping_add(1);
+        if !fin_acked {
+            return None;
+        }
+        match self.state {
+            State::FinWait1 => {
+                self.state = State::FinWait2;
+                self.shut_wr = true;
+                if self.orphan {
+                    self.close_at = Some(ctx.now + ctx.cfg.tcp_fin_timeout as u64 * 1_000_000_000);
+                }
+                None
+            }
+            State::Closing => {
+                self.state = State::TimeWait;
+                self.close_at = Some(ctx.now + TCP_TIMEWAIT_LEN);
+                Some(Verdict::Keep)
+            }
+            State::LastAck => Some(self.set_closed()),
+            _ => None,
+        }
+    }
+
+    /// `tcp_data_queue`.
+    fn data_queue(&mut self, ctx: &mut Ctx<'_>, seg: &SegIn<'_>) {
+        let fin = seg.has(FIN);
+        if seg.payload.is_empty() && !fin {
+            return;
+        }
+        let len = seg.payload.len() as u32;
+        let mut seq = seg.seq;
+        let mut data = seg.payload;
+        if !after(seg.end_seq(), self.rcv_nxt) {
+            // A retransmission of what we have: D-SACK it, ACK at once.
+            if self.sack_ok && ctx.cfg.tcp_dsack && len > 0 {
+                self.dsack = Some((seg.seq, seg.seq.wrapping_add(len)));
+                ctx.ext.TCPDSACKOldSent += 1;
+            }
+            self.enter_quickack_mode(TCP_MAX_QUICKACKS);
+            self.ack.pending = true;
+            self.ack.force = true;
+            return;
+        }
+        if !before(seq, self.rcv_nxt.wrapping_add(self.receive_window())) {
+            self.enter_quickack_mode(TCP_MAX_QUICKACKS);
+            self.ack.pending = true;
+            self.ack.force = true;
+            return;
+        }
+        if before(seq, self.rcv_nxt) {
+            let old = self.rcv_nxt.wrapping_sub(seq);
+            if self.sack_ok && ctx.cfg.tcp_dsack {
+                self.dsack = Some((seq, self.rcv_nxt));
+                ctx.ext.TCPDSACKOldSent += 1;
+            }
+            data = &data[old as usize..];
+            seq = self.rcv_nxt;
+        }
+        if seq != self.rcv_nxt {
+            self.data_queue_ofo(ctx, seq, data, fin);
+            return;
+        }
+        if self.receive_window() == 0 && !data.is_empty() {
+            self.enter_quickack_mode(TCP_MAX_QUICKACKS);
+            self.ack.pending = true;
+            self.ack.force = true;
+            return;
+        }
+        self.ack.pending = true;
+        if !data.is_empty() {
+            self.rcvq.extend(data);
+            self.rcv_nxt = self.rcv_nxt.wrapping_add(data.len() as u32);
+            self.event_data_recv(ctx, data.len() as u32);
+            ctx.ext.TCPHPHits += 1;
+        }
+        if fin {
+            self.rcv_fin(ctx);
+        }
+        if !self.ofo.is_empty() {
+            self.ofo_queue(ctx);
+            if self.ofo.is_empty() {
+                // RFC 5681 4.2: ACK at once when the gap is filled.
+                self.ack.force = true;
+            }
+        }
+    }
+
+    /// `tcp_event_data_recv`: the receiver's MSS estimate and the ACK
+    /// timeout from the arrival gaps.
+    fn event_data_recv(&mut self, ctx: &Ctx<'_>, len: u32) {
+        if len >= self.ack.rcv_mss {
+            self.ack.rcv_mss = len.min(self.advmss);
+        }
+        let now = ctx.now;
+        if self.ack.ato == 0 {
+            self.incr_quickack(TCP_MAX_QUICKACKS);
+            self.ack.ato = TCP_DELACK_MIN;
+        } else {
+            let m = now.saturating_sub(self.ack.lrcvtime);
+            if m <= TCP_DELACK_MIN / 2 {
+                self.ack.ato = (self.ack.ato >> 1) + TCP_DELACK_MIN / 2;
+            } else if m < self.ack.ato {
+                self.ack.ato = (self.ack.ato >> 1) + m;
+                if self.ack.ato > self.rto {
+                    self.ack.ato = self.rto;
+                }
+            } else if m > self.rto {
+                self.incr_quickack(TCP_MAX_QUICKACKS);
+            }
+        }
+        self.ack.lrcvtime = now;
+        // `tcp_grow_window`, simplified: two segments per arrival.
+        if self.rcv_ssthresh < self.window_clamp {
+            self.rcv_ssthresh = (self.rcv_ssthresh + 2 * self.ack.rcv_mss).min(self.window_clamp);
+        }
+    }
+
+    /// `tcp_fin`.
+    fn rcv_fin(&mut self, ctx: &mut Ctx<'_>) {
+        self.rcv_nxt = self.rcv_nxt.wrapping_add(1);
+        self.fin_rcvd = true;
+        self.ack.pending = true;
+        match self.state {
+            State::SynRecv | State::Established => {
+                self.state = State::CloseWait;
+                self.ack.pingpong = 1;
+            }
+            State::FinWait1 => {
+                self.state = State::Closing;
+                self.send_ack(ctx);
+            }
+            State::FinWait2 => {
+                self.send_ack(ctx);
+                self.state = State::TimeWait;
+                self.close_at = Some(ctx.now + TCP_TIMEWAIT_LEN);
+            }
+            _ => {}
+        }
+        // The out-of-order queue is no longer of use (`tcp_fin` purges it).
+        self.ofo.clear();
+        self.sacks.clear();
+    }
+
+    /// `tcp_data_queue_ofo`: keep it, and say so in SACK blocks.
+    fn data_queue_ofo(&mut self, ctx: &mut Ctx<'_>, seq: u32, data: &[u8], _fin: bool) {
+        ctx.ext.TCPOFOQueue += 1;
+        self.ack.pending = true;
+        self.ack.force = true;
+        if data.is_empty() {
+            return;
+        }
+        let end = seq.wrapping_add(data.len() as u32);
+        if self
+            .ofo
+            .iter()
+            .any(|(s, d)| !before(seq, *s) && !after(end, s.wrapping_add(d.len() as u32)))
+        {
+            if self.sack_ok && ctx.cfg.tcp_dsack {
+                self.dsack = Some((seq, end));
+                ctx.ext.TCPDSACKOfoSent += 1;
+            }
+            return;
+        }
+        let at = self
+            .ofo
+            .iter()
+            .position(|(s, _)| after(*s, seq))
+            .unwrap_or(self.ofo.len());
+        self.ofo.insert(at, (seq, data.to_vec()));
+        if self.sack_ok {
+            self.sack_new_ofo(seq, end);
+        }
+    }
+
+    /// `tcp_sack_new_ofo_skb`: the block holding the new segment goes
+    /// first, merged with any it touches.
+    fn sack_new_ofo(&mut self, seq: u32, end: u32) {
+        let (mut s, mut e) = (seq, end);
+        self.sacks.retain(|&(bs, be)| {
+            let touches = !after(bs, e) && !before(be, s);
+            if touches {
+                if before(bs, s) {
+                    s = bs;
+                }
+                if after(be, e) {
+                    e = be;
+                }
+            }
+            !touches
+        });
+        self.sacks.insert(0, (s, e));
+        self.sacks.truncate(4);
+    }
+
+    /// `tcp_ofo_queue`: move what became in-order to the receive queue.
+    fn ofo_queue(&mut self, ctx: &Ctx<'_>) {
+        while let Some((s, _)) = self.ofo.first() {
+            if after(*s, self.rcv_nxt) {
+                break;
+            }
+            let (s, d) = self.ofo.remove(0);
+            let end = s.wrapping_add(d.len() as u32);
+            if after(end, self.rcv_nxt) {
+                let skip = self.rcv_nxt.wrapping_sub(s) as usize;
+                self.rcvq.extend(&d[skip..]);
+                self.rcv_nxt = end;
+                self.event_data_recv(ctx, (d.len() - skip) as u32);
+            }
+        }
+        let nxt = self.rcv_nxt;
+        self.sacks.retain(|&(_, e)| after(e, nxt));
+    }
+
+    /// `__tcp_ack_snd_check`: ACK now, or arm the delayed ACK.
+    pub(crate) fn ack_snd_check(&mut self, ctx: &mut Ctx<'_>) {
+        if !self.ack.pending {
+            return;
+        }
+        let full_frame = self.rcv_nxt.wrapping_sub(self.rcv_wup) > self.ack.rcv_mss
+            && self.free_space().min(self.rcv_ssthresh) >= self.rcv_wnd;
+        if full_frame || self.in_quickack_mode() || self.ack.force || !self.ofo.is_empty() {
+            self.ack.force = false;
+            self.send_ack(ctx);
+        } else {
+            self.send_delayed_ack(ctx);
+        }
+    }
+}

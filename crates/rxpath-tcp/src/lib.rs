@@ -1,0 +1,54 @@
+//! rxpath's TCP: a sans-I/O protocol machine with Linux's behaviour.
+//!
+//! In the manner of `quinn-proto`: segments (IP packets) and the time go
+//! in ([`Stack::input`], [`Stack::on_timeout`]); segments, the next timer
+//! deadline and socket readiness come out ([`Stack::poll_transmit`],
+//! [`Stack::next_deadline`], [`Stack::events`]). Nothing here reads a
+//! clock, opens a file or parks a thread.
+//!
+//! The kernel's TCP is the specification and its names the vocabulary
+//! (`tcp_input.c`: `tcp_rcv_state_process`, `tcp_data_queue`,
+//! `__tcp_ack_snd_check`; `tcp_output.c`: `tcp_write_xmit`; `tcp_timer.c`).
+//! packetdrill's scripts judge it (`docs/RELIABILITY.md`).
+//!
+//! Not yet here (said in the README): SACK-based loss recovery and RACK-TLP
+//! on the sending side, CUBIC (Reno's increase stands in), SYN cookies,
+//! keepalive and zero-window probes, `TCP_INFO`.
+
+pub mod config;
+pub mod conn;
+mod input;
+pub mod mib;
+mod output;
+pub mod seq;
+mod stack;
+mod timer;
+pub mod wire;
+
+pub use config::TcpConfig;
+pub use conn::State;
+pub use stack::{Errno, SockId, SockOpt, Stack};
+
+use std::collections::VecDeque;
+
+/// Time in nanoseconds from an origin the driver chooses (the machine
+/// only compares and subtracts).
+pub type Nanos = u64;
+
+/// What a connection's handlers write into: the knobs, the outgoing
+/// packets and the counters.
+pub(crate) struct Ctx<'a> {
+    pub cfg: &'a TcpConfig,
+    pub out: &'a mut VecDeque<Vec<u8>>,
+    pub mib: &'a mut mib::Tcp,
+    pub ext: &'a mut mib::TcpExt,
+    pub now: Nanos,
+    pub ip_id: &'a mut u16,
+}
+
+impl Ctx<'_> {
+    pub(crate) fn next_ip_id(&mut self) -> u16 {
+        *self.ip_id = self.ip_id.wrapping_add(1);
+        *self.ip_id
+    }
+}

@@ -1,0 +1,419 @@
+//! Sending: `tcp_output.c`'s `tcp_write_xmit` (Nagle, the windows, TSO
+//! sizing), `tcp_send_ack`, the SYN and SYN-ACK, resets.
+//!
+//! A segment larger than the MSS leaves as one packet, as the kernel hands
+//! a TSO packet to a device that segments (packetdrill's tun sees it so):
+//! the device layer below cuts it.
+
+use rxpath_wire::tcp::flags::{ACK, FIN, PSH, RST, SYN};
+
+use crate::conn::{Conn, Sent, State, MS, TCP_DELACK_MAX, TCP_DELACK_MIN};
+use crate::seq::{after, before};
+use crate::wire::{build, OptsOut, SegIn, SegOut};
+use crate::Ctx;
+
+/// `sk_pacing_shift`: TSO packets hold about 1 ms of the pacing rate.
+const PACING_SHIFT: u32 = 10;
+/// `sk_gso_max_size` of a device that segments.
+const GSO_MAX_SIZE: u64 = 65536;
+/// `tcp_min_tso_segs`.
+const MIN_TSO_SEGS: u32 = 2;
+/// `tcp_tso_rtt_log`.
+const TSO_RTT_LOG: u32 = 9;
+
+impl Conn {
+    /// The window to advertise, in bytes (`__tcp_select_window`), and
+    /// remember it as advertised (`tcp_select_window`).
+    pub(crate) fn select_window(&mut self) -> u16 {
+        let space = self.free_space();
+        let cur = self.receive_window();
+        let mut new = space.min(self.rcv_ssthresh).min(self.window_clamp);
+        if self.rcv_wscale > 0 {
+            let unit = 1u32 << self.rcv_wscale;
+            new = new.div_ceil(unit) * unit;
+        }
+        // Never shrink the window already offered (RFC 7323 2.4).
+        if new < cur {
+            new = cur;
+        }
+        self.rcv_wnd = new;
+        self.rcv_wup = self.rcv_nxt;
+        (new >> self.rcv_wscale).min(65535) as u16
+    }
+
+    /// Free receive space as a window (`tcp_space`): half the buffer less
+    /// what is queued, the kernel's default scaling ratio.
+    pub(crate) fn free_space(&self) -> u32 {
+        let queued = self.rcvq.len() + self.ofo.iter().map(|(_, d)| d.len()).sum::<usize>();
+        (self.sk_rcvbuf as usize / 2).saturating_sub(queued) as u32
+    }
+
+    fn options(&mut self, now: crate::Nanos) -> OptsOut {
+        let mut o = OptsOut::default();
+        if self.ts_ok {
+            o.ts = Some((self.ts_val(now), self.ts_recent));
+        }
+        if self.sack_ok && self.synchronized() {
+            let max = if self.ts_ok { 3 } else { 4 };
+            if let Some(d) = self.dsack.take() {
+                o.sacks.push(d);
+            }
+            for s in &self.sacks {
+                if o.sacks.len() < max {
+                    o.sacks.push(*s);
+                }
+            }
+        }
+        o
+    }
+
+    /// Write one segment from this connection.
+    pub(crate) fn emit(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        seq: u32,
+        fl: u16,
+        payload_from: Option<(usize, usize)>,
+    ) {
+        let opts = self.options(ctx.now);
+        let wnd = if fl & SYN != 0 {
+            self.rcv_wnd.min(65535) as u16
+        } else {
+            self.select_window()
+        };
+        let data: Vec<u8> = match payload_from {
+            Some((off, len)) => self.sndbuf.range(off..off + len).copied().collect(),
+            None => Vec::new(),
+        };
+        let seg = SegOut {
+            src: self.local,
+            dst: self.remote,
+            seq,
+            ack: self.rcv_nxt,
+            flags: fl,
+            wnd,
+            opts,
+            payload: &data,
+            ip_id: ctx.next_ip_id(),
+        };
+        ctx.out.push_back(build(&seg));
+        ctx.mib.OutSegs += 1;
+        if fl & ACK != 0 {
+            self.ack_sent();
+        }
+    }
+
+    /// `tcp_event_ack_sent`: any segment with ACK carries the owed ACK.
+    fn ack_sent(&mut self) {
+        if self.ack.quick > 0 {
+            self.ack.quick -= 1;
+            if self.ack.quick == 0 {
+                self.ack.ato = TCP_DELACK_MIN;
+            }
+        }
+        self.ack.pending = false;
+        self.ack.timer = None;
+    }
+
+    /// `tcp_send_ack`: a pure ACK now.
+    pub(crate) fn send_ack(&mut self, ctx: &mut Ctx<'_>) {
+        let seq = self.snd_nxt;
+        self.emit(ctx, seq, ACK, None);
+    }
+
+    /// The SYN or SYN-ACK with this host's options, as
+    /// `tcp_syn_options`/`tcp_synack_options` lay them out.
+    pub(crate) fn send_syn(&mut self, ctx: &mut Ctx<'_>, with_ack: bool) {
+        let mut o = OptsOut {
+            mss: Some(self.advmss as u16),
+            sack_ok: self.sack_ok,
+            ..OptsOut::default()
+        };
+        if self.ts_ok {
+            o.ts = Some((
+                self.ts_val(ctx.now),
+                if with_ack { self.ts_recent } else { 0 },
+            ));
+        }
+        if self.rcv_wscale > 0 || self.snd_wscale > 0 || self.wscale_offered(ctx) {
+            o.wscale = Some(self.rcv_wscale);
+        }
+        let fl = if with_ack { SYN | ACK } else { SYN };
+        let seg = SegOut {
+            src: self.local,
+            dst: self.remote,
+            seq: self.iss,
+            ack: self.rcv_nxt,
+            flags: fl,
+            wnd: self.rcv_wnd.min(65535) as u16,
+            opts: o,
+            payload: &[],
+            ip_id: 0,
+        };
+        ctx.out.push_back(build(&seg));
+        ctx.mib.OutSegs += 1;
+    }
+
+    fn wscale_offered(&self, ctx: &Ctx<'_>) -> bool {
+        ctx.cfg.tcp_window_scaling && (self.state == State::SynSent || self.wscale_ok)
+    }
+
+    /// A reset from this connection (`tcp_send_active_reset`).
+    pub(crate) fn send_active_reset(&mut self, ctx: &mut Ctx<'_>) {
+        let seq = self.snd_nxt;
+        self.emit(ctx, seq, RST | ACK, None);
+        ctx.mib.OutRsts += 1;
+    }
+
+    /// `tcp_tso_autosize`: how many MSS one packet may hold, about 1 ms of
+    /// the pacing rate, more when the path's RTT is tiny.
+    fn tso_segs(&self) -> u32 {
+        let mss = self.mss_cache as u64;
+        let ratio = if self.snd_cwnd < self.snd_ssthresh / 2 {
+            200
+        } else {
+            120
+        };
+        let srtt = self.srtt_us.max(1);
+        let rate = mss * 80_000 * ratio / 100 * self.snd_cwnd.max(self.packets_out()) as u64 / srtt;
+        let mut bytes = rate >> PACING_SHIFT;
+        let r = (self.min_rtt_us >> TSO_RTT_LOG) as u32;
+        if r < 32 {
+            bytes += GSO_MAX_SIZE >> r;
+        }
+        let bytes = bytes.min(GSO_MAX_SIZE - 1 - 320);
+        ((bytes / mss) as u32).max(MIN_TSO_SEGS)
+    }
+
+    /// `tcp_nagle_check` with the Minshall rule: hold a partial segment
+    /// while corked, or (Nagle on) while a small segment is unacknowledged.
+    fn nagle_holds(&self, partial: bool, more: bool) -> bool {
+        if !partial {
+            return false;
+        }
+        if self.cork || more {
+            return true;
+        }
+        !self.nodelay && self.packets_out() > 0 && after(self.snd_sml, self.snd_una)
+    }
+
+    /// `tcp_write_xmit`: send what the congestion and receive windows and
+    /// Nagle allow. `more` is `MSG_MORE` on the write that pushed.
+    pub(crate) fn write_xmit(&mut self, ctx: &mut Ctx<'_>, more: bool) {
+        if !matches!(
+            self.state,
+            State::Established
+                | State::CloseWait
+                | State::FinWait1
+                | State::LastAck
+                | State::Closing
+        ) {
+            return;
+        }
+        loop {
+            let unsent = self.unsent();
+            let fin_now = self.fin_queued && self.snd_nxt == self.write_seq;
+            if unsent == 0 && !fin_now {
+                break;
+            }
+            if unsent == 0 {
+                // A bare FIN: `tcp_send_fin` when nothing was left to carry it.
+                self.send_data(ctx, 0, true, false);
+                break;
+            }
+            let in_flight = self.packets_out();
+            if in_flight >= self.snd_cwnd {
+                break;
+            }
+            let wnd_end = self.snd_una.wrapping_add(self.snd_wnd);
+            if !before(self.snd_nxt, wnd_end) {
+                break;
+            }
+            let wnd_avail = wnd_end.wrapping_sub(self.snd_nxt);
+            let mss = self.mss_cache;
+            let quota = (self.snd_cwnd - in_flight).min(self.tso_segs());
+            let mut len = unsent.min(quota * mss).min(wnd_avail);
+            if len > mss && len < unsent {
+                len -= len % mss;
+            }
+            let partial = !len.is_multiple_of(mss) && len == unsent;
+            if len < mss && len < unsent {
+                // The window, not the data, made it short: wait for more
+                // window unless nothing is in flight (`tcp_snd_wnd_test`).
+                if in_flight > 0 {
+                    break;
+                }
+            }
+            if self.nagle_holds(partial, more) {
+                break;
+            }
+            let fin = self.fin_queued && len == unsent;
+            let push = len == unsent && !more && !self.cork;
+            self.send_data(ctx, len, fin, push);
+            if len < mss {
+                self.snd_sml = self.snd_nxt;
+            }
+        }
+    }
+
+    fn send_data(&mut self, ctx: &mut Ctx<'_>, len: u32, fin: bool, push: bool) {
+        let seq = self.snd_nxt;
+        let off = seq.wrapping_sub(self.data_base()) as usize;
+        let mut fl = ACK;
+        if push && len > 0 {
+            fl |= PSH;
+        }
+        if fin {
+            fl |= FIN;
+        }
+        let payload = if len > 0 {
+            Some((off, len as usize))
+        } else {
+            None
+        };
+        self.emit(ctx, seq, fl, payload);
+        let end = seq.wrapping_add(len + fin as u32);
+        self.rtx.push_back(Sent {
+            seq,
+            end_seq: end,
+            syn: false,
+            fin,
+            sent_at: ctx.now,
+            retrans: false,
+            sacked: false,
+        });
+        self.snd_nxt = end;
+        if self.rto_at.is_none() {
+            self.rto_at = Some(ctx.now + self.rto_backed_off());
+        }
+        self.data_sent(ctx.now);
+    }
+
+    /// `tcp_event_data_sent`: a reply within an ATO of the last arrival
+    /// counts towards interactive (ping-pong) mode.
+    fn data_sent(&mut self, now: crate::Nanos) {
+        self.lsndtime = now;
+        if now.saturating_sub(self.ack.lrcvtime) < self.ack.ato {
+            self.ack.pingpong = self.ack.pingpong.saturating_add(1);
+        }
+    }
+
+    /// The sequence number of `sndbuf[0]`.
+    pub(crate) fn data_base(&self) -> u32 {
+        // The SYN occupies iss; data starts after it.
+        if before(self.snd_una, self.iss.wrapping_add(1)) {
+            self.iss.wrapping_add(1)
+        } else {
+            self.snd_una
+        }
+    }
+
+    /// Retransmit the oldest unacknowledged segment, at most one MSS of it
+    /// (`tcp_retransmit_skb` fragments a TSO packet to the current MSS).
+    pub(crate) fn retransmit_head(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(head) = self.rtx.front().copied() else {
+            return;
+        };
+        if head.syn {
+            let synack = self.state == State::SynRecv;
+            self.send_syn(ctx, synack);
+        } else {
+            let data_len = head.end_seq.wrapping_sub(head.seq) - head.fin as u32;
+            let len = data_len.min(self.mss_cache);
+            let fin = head.fin && len == data_len;
+            if len < data_len {
+                self.split_head(len);
+            }
+            let off = head.seq.wrapping_sub(self.data_base()) as usize;
+            let mut fl = ACK;
+            if fin {
+                fl |= FIN;
+            }
+            if len > 0 && (fin || head.seq.wrapping_add(len) == self.write_seq) {
+                fl |= PSH;
+            }
+            let payload = if len > 0 {
+                Some((off, len as usize))
+            } else {
+                None
+            };
+            self.emit(ctx, head.seq, fl, payload);
+            ctx.mib.OutSegs -= 1;
+        }
+        ctx.mib.RetransSegs += 1;
+        self.total_retrans += 1;
+        if let Some(h) = self.rtx.front_mut() {
+            h.retrans = true;
+            h.sent_at = ctx.now;
+        }
+    }
+
+    /// Cut the head of the retransmission queue after `len` data bytes
+    /// (`tcp_fragment`).
+    fn split_head(&mut self, len: u32) {
+        let head = self.rtx.pop_front().expect("a head to split");
+        let cut = head.seq.wrapping_add(len);
+        self.rtx.push_front(Sent { seq: cut, ..head });
+        self.rtx.push_front(Sent {
+            end_seq: cut,
+            fin: false,
+            ..head
+        });
+    }
+
+    /// `tcp_send_delayed_ack`: arm the delayed-ACK timer, or send now if
+    /// the timer already due is close.
+    pub(crate) fn send_delayed_ack(&mut self, ctx: &mut Ctx<'_>) {
+        let mut ato = self.ack.ato;
+        if ato > TCP_DELACK_MIN {
+            let mut max_ato = 500 * MS;
+            if self.ack.pingpong > 0 {
+                max_ato = TCP_DELACK_MAX;
+            }
+            if self.srtt_us > 0 {
+                let rtt = ((self.srtt_us >> 3) * 1000).max(TCP_DELACK_MIN);
+                max_ato = max_ato.min(rtt);
+            }
+            ato = ato.min(max_ato);
+        }
+        ato = ato.min(TCP_DELACK_MAX);
+        let mut at = ctx.now + ato;
+        if let Some(t) = self.ack.timer {
+            if t <= ctx.now + (ato >> 2) {
+                self.send_ack(ctx);
+                return;
+            }
+            at = at.min(t);
+        }
+        self.ack.pending = true;
+        self.ack.timer = Some(at);
+    }
+}
+
+/// A reset for a segment no socket took (`tcp_v4_send_reset`): with its
+/// ACK number as our sequence if it had ACK, else sequence 0 acknowledging
+/// all it occupied.
+pub(crate) fn reset_for(ctx: &mut Ctx<'_>, seg: &SegIn<'_>) {
+    if seg.has(RST) {
+        return;
+    }
+    let (seq, ack, fl) = if seg.has(ACK) {
+        (seg.ack, 0, RST)
+    } else {
+        (0, seg.end_seq(), RST | ACK)
+    };
+    let out = SegOut {
+        src: seg.dst,
+        dst: seg.src,
+        seq,
+        ack,
+        flags: fl,
+        wnd: 0,
+        opts: OptsOut::default(),
+        payload: &[],
+        ip_id: 0,
+    };
+    ctx.out.push_back(build(&out));
+    ctx.mib.OutSegs += 1;
+    ctx.mib.OutRsts += 1;
+}

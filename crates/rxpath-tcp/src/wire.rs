@@ -1,0 +1,326 @@
+//! Segments in and out: an IP packet carrying TCP parsed into a
+//! [`SegIn`], and a [`SegOut`] written as an IP packet with its options
+//! laid out as `tcp_options_write` lays them.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use rxpath_wire::tcp::{flags, Packet, TcpOption};
+use rxpath_wire::{checksum, ipv4, ipv6};
+
+/// The options a segment carried that TCP acts on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OptsIn {
+    /// MSS option (SYN only).
+    pub mss: Option<u16>,
+    /// Window-scale shift (SYN only).
+    pub wscale: Option<u8>,
+    /// SACK permitted (SYN only).
+    pub sack_ok: bool,
+    /// Timestamps: value and echo reply.
+    pub ts: Option<(u32, u32)>,
+    /// SACK blocks, as sent (start, end); at most four.
+    pub sacks: Vec<(u32, u32)>,
+}
+
+/// An incoming segment.
+#[derive(Debug, Clone)]
+pub struct SegIn<'a> {
+    /// The sender.
+    pub src: SocketAddr,
+    /// This host.
+    pub dst: SocketAddr,
+    /// Sequence number.
+    pub seq: u32,
+    /// Acknowledgement number (meaningful with ACK).
+    pub ack: u32,
+    /// Flag bits ([`rxpath_wire::tcp::flags`]).
+    pub flags: u16,
+    /// The window field, unscaled.
+    pub wnd: u16,
+    /// Options.
+    pub opts: OptsIn,
+    /// Data.
+    pub payload: &'a [u8],
+}
+
+impl SegIn<'_> {
+    /// Whether a flag is set.
+    pub fn has(&self, f: u16) -> bool {
+        self.flags & f != 0
+    }
+    /// Sequence space the segment occupies (data, SYN and FIN).
+    pub fn seq_len(&self) -> u32 {
+        self.payload.len() as u32 + self.has(flags::SYN) as u32 + self.has(flags::FIN) as u32
+    }
+    /// `end_seq` as the kernel's control block has it.
+    pub fn end_seq(&self) -> u32 {
+        self.seq.wrapping_add(self.seq_len())
+    }
+}
+
+/// Why a packet was not taken as a segment (each a counter in the MIB).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadSegment {
+    /// Not IPv4/IPv6 carrying TCP, or a header that runs past the packet
+    /// (`InErrs`).
+    Malformed,
+    /// The TCP checksum is wrong (`InCsumErrors`).
+    Checksum,
+    /// A fragment: reassembly is the IP stage's (`ip_defrag`), not TCP's.
+    Fragment,
+}
+
+/// Parse an IP packet (the IP header first) as a TCP segment, checking the
+/// TCP checksum.
+pub fn parse(pkt: &[u8]) -> Result<SegIn<'_>, BadSegment> {
+    let (src, dst, l4): (IpAddr, IpAddr, &[u8]) = match pkt.first().map(|b| b >> 4) {
+        Some(4) => {
+            let ip = ipv4::Packet::new_checked(pkt).map_err(|_| BadSegment::Malformed)?;
+            if ip.protocol() != 6 {
+                return Err(BadSegment::Malformed);
+            }
+            if ip.is_fragment() {
+                return Err(BadSegment::Fragment);
+            }
+            let (s, d) = (ip.src(), ip.dst());
+            let end = (ip.total_len() as usize).min(pkt.len());
+            (s.into(), d.into(), &pkt[ip.header_len()..end])
+        }
+        Some(6) => {
+            let ip = ipv6::Packet::new_checked(pkt).map_err(|_| BadSegment::Malformed)?;
+            if ip.next_header() != 6 {
+                return Err(BadSegment::Malformed);
+            }
+            let end = (ipv6::HEADER_LEN + ip.payload_len() as usize).min(pkt.len());
+            (
+                ip.src().into(),
+                ip.dst().into(),
+                &pkt[ipv6::HEADER_LEN..end],
+            )
+        }
+        _ => return Err(BadSegment::Malformed),
+    };
+    let tcp = Packet::new_checked(l4).map_err(|_| BadSegment::Malformed)?;
+    if checksum::l4(src, dst, 6, l4) != 0 {
+        return Err(BadSegment::Checksum);
+    }
+    let mut opts = OptsIn::default();
+    for o in tcp.options() {
+        match o.map_err(|_| BadSegment::Malformed)? {
+            TcpOption::Mss(m) => opts.mss = Some(m),
+            TcpOption::WindowScale(w) => opts.wscale = Some(w),
+            TcpOption::SackPermitted => opts.sack_ok = true,
+            TcpOption::Timestamps(v, e) => opts.ts = Some((v, e)),
+            TcpOption::Other(5, data) => {
+                opts.sacks = data
+                    .chunks_exact(8)
+                    .take(4)
+                    .map(|c| {
+                        (
+                            u32::from_be_bytes([c[0], c[1], c[2], c[3]]),
+                            u32::from_be_bytes([c[4], c[5], c[6], c[7]]),
+                        )
+                    })
+                    .collect();
+            }
+            _ => {}
+        }
+    }
+    let (seq, ack, fl, wnd) = (tcp.seq(), tcp.ack(), tcp.flags(), tcp.window());
+    let (sport, dport) = (tcp.src_port(), tcp.dst_port());
+    let hl = tcp.header_len();
+    Ok(SegIn {
+        src: SocketAddr::new(src, sport),
+        dst: SocketAddr::new(dst, dport),
+        seq,
+        ack,
+        flags: fl & 0x1ff,
+        wnd,
+        opts,
+        payload: &l4[hl..],
+    })
+}
+
+/// Options to write, in `tcp_options_write`'s layout.
+#[derive(Debug, Clone, Default)]
+pub struct OptsOut {
+    /// MSS (SYN, SYN-ACK).
+    pub mss: Option<u16>,
+    /// SACK permitted (SYN, SYN-ACK).
+    pub sack_ok: bool,
+    /// Timestamps (value, echo reply).
+    pub ts: Option<(u32, u32)>,
+    /// Window-scale shift (SYN, SYN-ACK).
+    pub wscale: Option<u8>,
+    /// SACK blocks (D-SACK first).
+    pub sacks: Vec<(u32, u32)>,
+}
+
+impl OptsOut {
+    /// The options area, padded to whole words, exactly as the kernel lays
+    /// it out: MSS; then SACK-permitted packed before the timestamps, or
+    /// two NOPs before either alone; NOP and window scale; NOP NOP and the
+    /// SACK blocks.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        if let Some(m) = self.mss {
+            out.extend_from_slice(&[2, 4]);
+            out.extend_from_slice(&m.to_be_bytes());
+        }
+        match (self.ts, self.sack_ok) {
+            (Some((v, e)), sack) => {
+                if sack {
+                    out.extend_from_slice(&[4, 2, 8, 10]);
+                } else {
+                    out.extend_from_slice(&[1, 1, 8, 10]);
+                }
+                out.extend_from_slice(&v.to_be_bytes());
+                out.extend_from_slice(&e.to_be_bytes());
+            }
+            (None, true) => out.extend_from_slice(&[1, 1, 4, 2]),
+            (None, false) => {}
+        }
+        if let Some(w) = self.wscale {
+            out.extend_from_slice(&[1, 3, 3, w]);
+        }
+        if !self.sacks.is_empty() {
+            out.extend_from_slice(&[1, 1, 5, 2 + 8 * self.sacks.len() as u8]);
+            for (s, e) in &self.sacks {
+                out.extend_from_slice(&s.to_be_bytes());
+                out.extend_from_slice(&e.to_be_bytes());
+            }
+        }
+    }
+}
+
+/// A segment to send.
+#[derive(Debug, Clone)]
+pub struct SegOut<'a> {
+    /// This host.
+    pub src: SocketAddr,
+    /// The peer.
+    pub dst: SocketAddr,
+    /// Sequence number.
+    pub seq: u32,
+    /// Acknowledgement number (sent as 0 without ACK).
+    pub ack: u32,
+    /// Flag bits.
+    pub flags: u16,
+    /// The window field, already scaled down.
+    pub wnd: u16,
+    /// Options.
+    pub opts: OptsOut,
+    /// Data.
+    pub payload: &'a [u8],
+    /// The IPv4 identification field.
+    pub ip_id: u16,
+}
+
+/// Write `seg` as an IP packet: IPv4 with DF and TTL 64, or IPv6 with hop
+/// limit 64 (an IPv4-mapped pair of addresses leaves as IPv4).
+pub fn build(seg: &SegOut<'_>) -> Vec<u8> {
+    let v4 = match (seg.src.ip(), seg.dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => Some((s, d)),
+        (s, d) => match (mapped(s), mapped(d)) {
+            (Some(s), Some(d)) => Some((s, d)),
+            _ => None,
+        },
+    };
+    let mut tcp = Vec::with_capacity(60 + seg.payload.len());
+    tcp.extend_from_slice(&seg.src.port().to_be_bytes());
+    tcp.extend_from_slice(&seg.dst.port().to_be_bytes());
+    tcp.extend_from_slice(&seg.seq.to_be_bytes());
+    let ack = if seg.flags & flags::ACK != 0 {
+        seg.ack
+    } else {
+        0
+    };
+    tcp.extend_from_slice(&ack.to_be_bytes());
+    tcp.extend_from_slice(&[0, 0]);
+    tcp.extend_from_slice(&seg.wnd.to_be_bytes());
+    tcp.extend_from_slice(&[0, 0, 0, 0]);
+    seg.opts.write(&mut tcp);
+    let hl = tcp.len();
+    tcp[12..14].copy_from_slice(&((((hl / 4) as u16) << 12) | seg.flags).to_be_bytes());
+    tcp.extend_from_slice(seg.payload);
+    let mut pkt = Vec::with_capacity(40 + tcp.len());
+    match v4 {
+        Some((s, d)) => {
+            let total = (20 + tcp.len()) as u16;
+            pkt.extend_from_slice(&[0x45, 0]);
+            pkt.extend_from_slice(&total.to_be_bytes());
+            pkt.extend_from_slice(&seg.ip_id.to_be_bytes());
+            pkt.extend_from_slice(&[0x40, 0, 64, 6, 0, 0]);
+            pkt.extend_from_slice(&s.octets());
+            pkt.extend_from_slice(&d.octets());
+            let c = !checksum::fold(checksum::sum(&pkt[..20]));
+            pkt[10..12].copy_from_slice(&c.to_be_bytes());
+            let c = checksum::l4(s.into(), d.into(), 6, &tcp);
+            tcp[16..18].copy_from_slice(&c.to_be_bytes());
+        }
+        None => {
+            let (s, d) = (v6(seg.src.ip()), v6(seg.dst.ip()));
+            pkt.extend_from_slice(&[0x60, 0, 0, 0]);
+            pkt.extend_from_slice(&(tcp.len() as u16).to_be_bytes());
+            pkt.extend_from_slice(&[6, 64]);
+            pkt.extend_from_slice(&s.octets());
+            pkt.extend_from_slice(&d.octets());
+            let c = checksum::l4(s.into(), d.into(), 6, &tcp);
+            tcp[16..18].copy_from_slice(&c.to_be_bytes());
+        }
+    }
+    pkt.extend_from_slice(&tcp);
+    pkt
+}
+
+fn mapped(a: IpAddr) -> Option<Ipv4Addr> {
+    match a {
+        IpAddr::V4(a) => Some(a),
+        IpAddr::V6(a) => a.to_ipv4_mapped(),
+    }
+}
+
+fn v6(a: IpAddr) -> Ipv6Addr {
+    match a {
+        IpAddr::V4(a) => a.to_ipv6_mapped(),
+        IpAddr::V6(a) => a,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_built_segment_parses_back_with_its_options() {
+        let seg = SegOut {
+            src: "198.18.0.1:80".parse().unwrap(),
+            dst: "198.18.0.2:4000".parse().unwrap(),
+            seq: 7,
+            ack: 9,
+            flags: flags::SYN | flags::ACK,
+            wnd: 65535,
+            opts: OptsOut {
+                mss: Some(1460),
+                sack_ok: true,
+                ts: Some((100, 5)),
+                wscale: Some(8),
+                sacks: vec![],
+            },
+            payload: b"",
+            ip_id: 0,
+        };
+        let pkt = build(&seg);
+        // mss, sackOK+TS packed, nop wscale: 4 + 12 + 4 option bytes.
+        assert_eq!(pkt.len(), 20 + 20 + 20);
+        let p = parse(&pkt).unwrap();
+        assert_eq!((p.seq, p.ack, p.wnd), (7, 9, 65535));
+        assert_eq!(p.opts.mss, Some(1460));
+        assert_eq!(p.opts.wscale, Some(8));
+        assert!(p.opts.sack_ok);
+        assert_eq!(p.opts.ts, Some((100, 5)));
+        let mut bad = pkt.clone();
+        bad[45] ^= 1;
+        assert_eq!(parse(&bad).unwrap_err(), BadSegment::Checksum);
+        assert_eq!(parse(&pkt[..30]).unwrap_err(), BadSegment::Malformed);
+    }
+}
