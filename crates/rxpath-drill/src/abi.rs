@@ -457,8 +457,11 @@ unsafe extern "C" fn pd_ioctl(ud: Ud, fd: c_int, req: c_ulong, arg: *mut c_int) 
 }
 
 unsafe extern "C" fn pd_close(ud: Ud, fd: c_int) -> c_int {
-    // SAFETY: `ud` is ours.
-    ret(unsafe { world(ud) }.close(fd).map(|_| 0)) as c_int
+    // SAFETY: `ud` is ours; `fd` is the `/dev/null` descriptor the world
+    // opened for this socket (`World::new_fd`), closed once, here.
+    ret(unsafe { world(ud) }
+        .close(fd)
+        .map(|_| unsafe { libc::close(fd) })) as c_int
 }
 
 unsafe extern "C" fn pd_shutdown(ud: Ud, fd: c_int, how: c_int) -> c_int {

@@ -11,22 +11,21 @@
 //! condition variable (the thread sleeps, which is how packetdrill sees a
 //! call is blocked) until the stack's state lets them finish.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::IntoRawFd;
 use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::thread::{self, ThreadId};
+use std::time::{Duration, Instant};
 
 use rxpath_tcp::{Errno, Nanos, SockId, SockOpt, Stack, State, TcpConfig};
 
 /// Where virtual time starts, in µs since the epoch (packetdrill only
 /// subtracts).
 const EPOCH_US: u64 = 1_700_000_000_000_000;
-/// How long `netdev_receive` waits in real time for the system-call thread
-/// before it moves virtual time to the next deadline.
-const SETTLE: Duration = Duration::from_millis(20);
-/// Real time with nothing to send and no timer, after which the run is
-/// ended: packetdrill's `netdev_receive` loop has no timeout in this mode.
-const STALL_REAL: Duration = Duration::from_secs(3);
+/// The longest real time virtual time waits for a woken call to finish
+/// (a guard against a call that never reads the clock again).
+const SETTLE_MAX: Duration = Duration::from_secs(2);
 
 /// `POLLNVAL`.
 const POLLNVAL: u32 = 0x20;
@@ -58,6 +57,13 @@ pub struct World {
     now: Nanos,
     fds: BTreeMap<i32, Fd>,
     outq: VecDeque<(Vec<u8>, Nanos)>,
+    /// Bumped on every change a blocked call may be waiting for.
+    gen: u64,
+    /// Blocked calls and the generation they last looked at.
+    waiters: HashMap<ThreadId, u64>,
+    /// A call that blocked has returned; its thread has not yet read the
+    /// clock for its end time. Virtual time waits for that reading.
+    end_pending: Option<ThreadId>,
 }
 
 /// The world and the condition variable blocked calls wait on.
@@ -95,12 +101,15 @@ impl World {
         }
     }
 
-    fn new_fd(&mut self, f: Fd) -> i32 {
-        let fd = (3..)
-            .find(|n| !self.fds.contains_key(n))
-            .expect("a free descriptor");
+    /// A descriptor number that is also a real open file (`/dev/null`):
+    /// packetdrill closes the sockets a script left open with the real
+    /// `close(2)`, which must then succeed. `abi`'s `close` closes both.
+    fn new_fd(&mut self, f: Fd) -> Result<i32, Errno> {
+        let file = std::fs::File::open("/dev/null")
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
+        let fd = file.into_raw_fd();
         self.fds.insert(fd, f);
-        fd
+        Ok(fd)
     }
 
     /// Read the TCP sysctls as the kernel reads them, at use: the scripts
@@ -140,6 +149,9 @@ impl Shared {
             now: 0,
             fds: BTreeMap::new(),
             outq: VecDeque::new(),
+            gen: 0,
+            waiters: HashMap::new(),
+            end_pending: None,
         };
         w.refresh_sysctls();
         Shared {
@@ -158,8 +170,30 @@ impl Shared {
         let mut w = self.lock();
         let r = f(&mut w);
         w.flush();
+        w.gen += 1;
         self.cv.notify_all();
         r
+    }
+
+    /// Wait (in real time) until every blocked call has looked at the
+    /// latest state and none that finished is still to read its end time:
+    /// only then may virtual time move, as the kernel's blocked threads
+    /// wake within microseconds of what woke them.
+    fn settle<'a>(&'a self, mut w: MutexGuard<'a, World>) -> MutexGuard<'a, World> {
+        let start = Instant::now();
+        while w.end_pending.is_some() || w.waiters.values().any(|&g| g < w.gen) {
+            let left = SETTLE_MAX.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                w.end_pending = None;
+                break;
+            }
+            w = self
+                .cv
+                .wait_timeout(w, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        w
     }
 
     /// Retry `f` while it says `EAGAIN` and the call may block, until
@@ -170,19 +204,32 @@ impl Shared {
         deadline: Option<Nanos>,
         mut f: impl FnMut(&mut World) -> Result<T, Errno>,
     ) -> Result<Option<T>, Errno> {
+        let me = thread::current().id();
         let mut w = self.lock();
+        let mut waited = false;
         loop {
             let r = f(&mut w);
             w.flush();
-            self.cv.notify_all();
             match r {
-                Err(libc::EAGAIN) if !nonblock => {
-                    if deadline.is_some_and(|d| w.now >= d) {
-                        return Ok(None);
-                    }
+                Err(libc::EAGAIN) if !nonblock && !deadline.is_some_and(|d| w.now >= d) => {
+                    waited = true;
+                    let g = w.gen;
+                    w.waiters.insert(me, g);
+                    self.cv.notify_all();
                     w = self.cv.wait(w).unwrap_or_else(|e| e.into_inner());
                 }
-                r => return r.map(Some),
+                r => {
+                    w.waiters.remove(&me);
+                    if waited {
+                        w.end_pending = Some(me);
+                    }
+                    w.gen += 1;
+                    self.cv.notify_all();
+                    return match r {
+                        Err(libc::EAGAIN) if !nonblock => Ok(None),
+                        r => r.map(Some),
+                    };
+                }
             }
         }
     }
@@ -190,19 +237,29 @@ impl Shared {
     /// Microseconds of virtual time (each reading moves it 1 µs, so a
     /// spin on the clock ends).
     pub fn now_us(&self) -> u64 {
-        self.op(|w| {
-            let t = w.now + 1000;
-            w.advance_to(t);
-            EPOCH_US + w.now / 1000
-        })
+        let me = thread::current().id();
+        let mut w = self.lock();
+        if w.end_pending == Some(me) {
+            // A blocked call's end time: the clock as it woke.
+            w.end_pending = None;
+            self.cv.notify_all();
+            return EPOCH_US + w.now / 1000;
+        }
+        let mut w = self.settle(w);
+        let t = w.now + 1000;
+        w.advance_to(t);
+        w.gen += 1;
+        self.cv.notify_all();
+        EPOCH_US + w.now / 1000
     }
 
     /// Sleep in virtual time.
     pub fn usleep(&self, us: u64) {
-        self.op(|w| {
-            let t = w.now + us * 1000;
-            w.advance_to(t);
-        })
+        let mut w = self.settle(self.lock());
+        let t = w.now + us * 1000;
+        w.advance_to(t);
+        w.gen += 1;
+        self.cv.notify_all();
     }
 
     /// A packet from packetdrill to the stack.
@@ -217,32 +274,15 @@ impl Shared {
     /// epoch), moving the clock to the next timer when nothing is queued.
     pub fn netdev_receive(&self) -> Option<(Vec<u8>, u64)> {
         let mut w = self.lock();
-        let mut stalled = Duration::ZERO;
         loop {
+            w = self.settle(w);
             if let Some((p, t)) = w.outq.pop_front() {
                 return Some((p, EPOCH_US + t / 1000));
             }
-            let (g, timeout) = self
-                .cv
-                .wait_timeout(w, SETTLE)
-                .unwrap_or_else(|e| e.into_inner());
-            w = g;
-            if !w.outq.is_empty() || !timeout.timed_out() {
-                continue;
-            }
-            match w.stack.next_deadline() {
-                Some(d) => {
-                    w.advance_to(d);
-                    self.cv.notify_all();
-                    stalled = Duration::ZERO;
-                }
-                None => {
-                    stalled += SETTLE;
-                    if stalled >= STALL_REAL {
-                        return None;
-                    }
-                }
-            }
+            let d = w.stack.next_deadline()?;
+            w.advance_to(d);
+            w.gen += 1;
+            self.cv.notify_all();
         }
     }
 
@@ -258,11 +298,11 @@ impl Shared {
             w.refresh_sysctls();
             let id = w.stack.socket(domain == libc::AF_INET6);
             let nonblock = ty & libc::SOCK_NONBLOCK != 0;
-            Ok(w.new_fd(Fd::Tcp {
+            w.new_fd(Fd::Tcp {
                 id,
                 nonblock,
                 connecting: false,
-            }))
+            })
         })
     }
 
@@ -293,7 +333,7 @@ impl Shared {
                     id: child,
                     nonblock: false,
                     connecting: false,
-                }),
+                })?,
                 peer,
             ))
         })?;
@@ -536,9 +576,9 @@ impl Shared {
     /// `epoll_create`.
     pub fn epoll_create(&self) -> Result<i32, Errno> {
         self.op(|w| {
-            Ok(w.new_fd(Fd::Epoll {
+            w.new_fd(Fd::Epoll {
                 interest: BTreeMap::new(),
-            }))
+            })
         })
     }
 

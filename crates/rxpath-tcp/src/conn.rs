@@ -103,6 +103,17 @@ pub struct Sent {
     pub sacked: bool,
 }
 
+/// What the transmit timer is armed for (`ICSK_TIME_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XmitTimer {
+    /// `ICSK_TIME_RETRANS`.
+    Retrans,
+    /// `ICSK_TIME_LOSS_PROBE`.
+    LossProbe,
+    /// `ICSK_TIME_PROBE0`: the zero-window probe.
+    Probe0,
+}
+
 /// The delayed-ACK machine (`icsk_ack`).
 #[derive(Debug, Clone, Default)]
 pub struct AckState {
@@ -255,8 +266,16 @@ pub struct Conn {
     pub retransmits: u32,
     /// Every retransmission of this connection (`total_retrans`).
     pub total_retrans: u32,
-    /// The retransmission (or SYN) timer.
+    /// The transmit timer's deadline (`icsk_retransmit_timer`) and what
+    /// it is armed for (`icsk_pending`).
     pub rto_at: Option<Nanos>,
+    /// What `rto_at` is armed for.
+    pub xmit_timer: XmitTimer,
+    /// A tail-loss probe is out and unanswered up to here
+    /// (`tlp_high_seq`).
+    pub tlp_high_seq: Option<u32>,
+    /// Zero-window probes sent without an answer (`icsk_probes_out`).
+    pub probes_out: u32,
     /// TIME_WAIT's end, or an orphan FIN_WAIT2's.
     pub close_at: Option<Nanos>,
     /// When data was last sent (`lsndtime`).
@@ -286,14 +305,26 @@ impl Conn {
         self.mss_cache = mss.max(48);
     }
 
-    /// Bytes in flight: sent, not acknowledged, not SACKed.
+    /// Segments in flight: sent, not acknowledged, not SACKed, each
+    /// packet counted in MSS-sized segments (`tcp_skb_pcount`).
     pub fn packets_out(&self) -> u32 {
-        self.rtx.iter().filter(|s| !s.sacked).count() as u32
+        self.rtx
+            .iter()
+            .filter(|s| !s.sacked)
+            .map(|s| self.pcount(s))
+            .sum()
+    }
+
+    /// The segments a packet counts for (`tcp_skb_pcount`).
+    pub fn pcount(&self, s: &Sent) -> u32 {
+        let len = s.end_seq.wrapping_sub(s.seq) - s.fin as u32 - s.syn as u32;
+        len.div_ceil(self.mss_cache.max(1)).max(1)
     }
 
     /// Bytes written and not yet sent.
     pub fn unsent(&self) -> u32 {
-        self.write_seq.wrapping_sub(self.snd_nxt)
+        // Once the FIN is out, `snd_nxt` is one past `write_seq`.
+        (self.write_seq.wrapping_sub(self.snd_nxt) as i32).max(0) as u32
     }
 
     /// The receive window's space left (`tcp_receive_window`).
@@ -346,8 +377,19 @@ impl Conn {
         self.ack.ato = TCP_DELACK_MIN;
     }
 
-    /// The retransmission timeout with backoff, capped at `TCP_RTO_MAX`.
-    pub fn rto_backed_off(&self) -> Nanos {
-        (self.rto << self.backoff.min(20)).min(TCP_RTO_MAX)
+    /// `tcp_rearm_rto`: the retransmission timer from now, or from the
+    /// head's transmission when a probe timer held its place.
+    pub fn rearm_rto(&mut self, now: Nanos) {
+        if self.rtx.is_empty() {
+            self.rto_at = None;
+            return;
+        }
+        let mut at = now + self.rto;
+        if self.xmit_timer == XmitTimer::LossProbe && self.rto_at.is_some() {
+            let head = self.rtx.front().map(|s| s.sent_at).unwrap_or(now);
+            at = (head + self.rto).max(now + 1000);
+        }
+        self.rto_at = Some(at);
+        self.xmit_timer = XmitTimer::Retrans;
     }
 }

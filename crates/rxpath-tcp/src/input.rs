@@ -296,8 +296,12 @@ impl Conn {
             }
             return;
         }
+        let prior_in_flight = self.packets_out();
+        let syn_acked = self.rtx.front().is_some_and(|s| s.syn);
         let acked_pkts = self.ack_rtx(ctx, seg.ack);
-        self.cong_avoid(acked_pkts);
+        if !syn_acked && self.cwnd_limited(prior_in_flight) {
+            self.cong_avoid(acked_pkts);
+        }
     }
 
     /// Drop what `ack` covers from the retransmission queue and the send
@@ -311,12 +315,20 @@ impl Conn {
             if after(h.end_seq, ack) {
                 if after(ack, h.seq) {
                     // A partial ACK of a TSO packet (`tcp_trim_head`).
-                    self.rtx[0] = Sent { seq: ack, ..h };
+                    let before_trim = self.pcount(&h);
+                    self.rtx[0] = Sent {
+                        seq: ack,
+                        syn: false,
+                        ..h
+                    };
+                    acked += before_trim - self.pcount(&self.rtx[0]);
                 }
                 break;
             }
             self.rtx.pop_front();
-            acked += 1;
+            if !h.syn {
+                acked += self.pcount(&h);
+            }
             if !h.retrans && sample.is_none() {
                 sample = Some(h.sent_at);
             }
@@ -338,14 +350,21 @@ impl Conn {
         if let Some(sent) = sample {
             self.rtt_estimator(ctx.now.saturating_sub(sent) / 1000);
         }
-        self.backoff = 0;
+        if sample.is_some() {
+            self.backoff = 0;
+        }
         self.retransmits = 0;
         self.dupacks = 0;
-        self.rto_at = if self.rtx.is_empty() {
-            None
-        } else {
-            Some(ctx.now + self.rto)
-        };
+        self.probes_out = 0;
+        if self.tlp_high_seq.is_some_and(|h| !before(ack, h)) {
+            self.tlp_high_seq = None;
+        }
+        // `tcp_set_xmit_timer`.
+        if self.rtx.is_empty() {
+            self.rto_at = None;
+        } else if !self.schedule_loss_probe(ctx, true) {
+            self.rearm_rto(ctx.now);
+        }
         acked
     }
 
@@ -391,9 +410,19 @@ impl Conn {
             self.rttvar_us = self.mdev_max_us;
             self.rtt_seq = self.snd_nxt;
         }
-        // `__tcp_set_rto`: srtt + 4·rttvar, with the 200 ms floor in rttvar.
+        // `tcp_set_rto`: srtt + rttvar (which holds the 200 ms floor), in
+        // whole jiffies rounded up.
         let rto_us = (self.srtt_us >> 3) + self.rttvar_us;
-        self.rto = (rto_us * 1000).min(crate::conn::TCP_RTO_MAX);
+        self.rto = (rto_us.div_ceil(1000) * 1_000_000).min(crate::conn::TCP_RTO_MAX);
+    }
+
+    /// `tcp_is_cwnd_limited`: in slow start, while the window is under
+    /// twice what was in flight; after it, while the flight filled it.
+    fn cwnd_limited(&self, prior_in_flight: u32) -> bool {
+        if self.snd_cwnd < self.snd_ssthresh {
+            return self.snd_cwnd < 2 * prior_in_flight;
+        }
+        prior_in_flight >= self.snd_cwnd
     }
 
     /// Slow start, then Reno's additive increase (CUBIC is to come).

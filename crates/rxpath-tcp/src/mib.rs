@@ -79,6 +79,10 @@ mib!(
         TCPAbortOnTimeout,
         /// Zero-window probes... and keepalives that went unanswered.
         TCPAbortOnData,
+        /// Tail-loss probes sent.
+        TCPLossProbes,
+        /// Zero-window probes sent.
+        TCPWinProbe,
         /// Segments that carried data received in order and ACKed by the
         /// fast path.
         TCPHPHits,

@@ -7,7 +7,7 @@
 
 use rxpath_wire::tcp::flags::{ACK, FIN, PSH, RST, SYN};
 
-use crate::conn::{Conn, Sent, State, MS, TCP_DELACK_MAX, TCP_DELACK_MIN};
+use crate::conn::{Conn, Sent, State, XmitTimer, MS, TCP_DELACK_MAX, TCP_DELACK_MIN};
 use crate::seq::{after, before};
 use crate::wire::{build, OptsOut, SegIn, SegOut};
 use crate::Ctx;
@@ -39,6 +39,20 @@ impl Conn {
         self.rcv_wnd = new;
         self.rcv_wup = self.rcv_nxt;
         (new >> self.rcv_wscale).min(65535) as u16
+    }
+
+    /// The window `__tcp_select_window` would offer now, without
+    /// advertising it.
+    pub(crate) fn window_after_read(&self) -> u32 {
+        let mut w = self
+            .free_space()
+            .min(self.rcv_ssthresh)
+            .min(self.window_clamp);
+        if self.rcv_wscale > 0 {
+            let unit = 1u32 << self.rcv_wscale;
+            w = w.div_ceil(unit) * unit;
+        }
+        w
     }
 
     /// Free receive space as a window (`tcp_space`): half the buffer less
@@ -210,57 +224,152 @@ impl Conn {
         ) {
             return;
         }
+        let mut sent_any = false;
         loop {
             let unsent = self.unsent();
             let fin_now = self.fin_queued && self.snd_nxt == self.write_seq;
-            if unsent == 0 && !fin_now {
-                break;
-            }
             if unsent == 0 {
-                // A bare FIN: `tcp_send_fin` when nothing was left to carry it.
-                self.send_data(ctx, 0, true, false);
-                break;
-            }
-            let in_flight = self.packets_out();
-            if in_flight >= self.snd_cwnd {
-                break;
-            }
-            let wnd_end = self.snd_una.wrapping_add(self.snd_wnd);
-            if !before(self.snd_nxt, wnd_end) {
-                break;
-            }
-            let wnd_avail = wnd_end.wrapping_sub(self.snd_nxt);
-            let mss = self.mss_cache;
-            let quota = (self.snd_cwnd - in_flight).min(self.tso_segs());
-            let mut len = unsent.min(quota * mss).min(wnd_avail);
-            if len > mss && len < unsent {
-                len -= len % mss;
-            }
-            let partial = !len.is_multiple_of(mss) && len == unsent;
-            if len < mss && len < unsent {
-                // The window, not the data, made it short: wait for more
-                // window unless nothing is in flight (`tcp_snd_wnd_test`).
-                if in_flight > 0 {
-                    break;
+                if fin_now {
+                    // A bare FIN (`tcp_send_fin` found nothing to ride on);
+                    // `tcp_cwnd_test` lets a lone FIN past the window.
+                    self.send_data(ctx, 0, true, false);
+                    sent_any = true;
                 }
-            }
-            if self.nagle_holds(partial, more) {
                 break;
             }
+            let Some(len) = self.next_len(unsent, more) else {
+                break;
+            };
             let fin = self.fin_queued && len == unsent;
             let push = len == unsent && !more && !self.cork;
             self.send_data(ctx, len, fin, push);
-            if len < mss {
+            sent_any = true;
+            if len < self.mss_cache * len.div_ceil(self.mss_cache) {
+                // `tcp_minshall_update`.
                 self.snd_sml = self.snd_nxt;
             }
+        }
+        if sent_any {
+            self.schedule_loss_probe(ctx, false);
+        } else {
+            self.check_probe_timer(ctx.now);
+        }
+    }
+
+    /// How much of the unsent data the next packet takes: the congestion
+    /// window (`tcp_cwnd_test`), the peer's window on the first MSS
+    /// (`tcp_snd_wnd_test`), Nagle for a lone small segment
+    /// (`tcp_nagle_test`), and `tcp_mss_split_point` for a TSO packet.
+    fn next_len(&self, unsent: u32, more: bool) -> Option<u32> {
+        let mss = self.mss_cache;
+        let in_flight = self.packets_out();
+        if in_flight >= self.snd_cwnd {
+            return None;
+        }
+        let cwnd_quota = self.snd_cwnd - in_flight;
+        let wnd_end = self.snd_una.wrapping_add(self.snd_wnd);
+        if after(self.snd_nxt.wrapping_add(unsent.min(mss)), wnd_end) {
+            return None;
+        }
+        if unsent <= mss {
+            return (!self.nagle_holds(unsent < mss, more)).then_some(unsent);
+        }
+        let window = wnd_end.wrapping_sub(self.snd_nxt);
+        let max_len = mss * cwnd_quota.min(self.tso_segs());
+        let needed = unsent.min(window);
+        if max_len <= needed {
+            return Some(max_len);
+        }
+        let partial = needed % mss;
+        if self.nagle_holds(partial != 0, more) {
+            return Some(needed - partial).filter(|&l| l > 0);
+        }
+        Some(needed)
+    }
+
+    /// A loss probe's new segment: one MSS past the congestion window
+    /// (`tcp_write_xmit` with `push_one == 2`).
+    pub(crate) fn write_probe_segment(&mut self, ctx: &mut Ctx<'_>) {
+        let unsent = self.unsent();
+        let wnd_end = self.snd_una.wrapping_add(self.snd_wnd);
+        let len = unsent
+            .min(self.mss_cache)
+            .min(wnd_end.wrapping_sub(self.snd_nxt));
+        if len == 0 {
+            return;
+        }
+        let fin = self.fin_queued && len == unsent;
+        self.send_data(ctx, len, fin, len == unsent);
+    }
+
+    /// A zero-window probe (`tcp_write_wakeup`): new data when the window
+    /// has room for some, else a bare ACK one below `snd_una`.
+    pub(crate) fn write_wakeup(&mut self, ctx: &mut Ctx<'_>) {
+        let wnd_end = self.snd_una.wrapping_add(self.snd_wnd);
+        ctx.ext.TCPWinProbe += 1;
+        if before(self.snd_nxt, wnd_end) && self.unsent() > 0 {
+            let len = self
+                .unsent()
+                .min(self.mss_cache)
+                .min(wnd_end.wrapping_sub(self.snd_nxt));
+            let fin = self.fin_queued && len == self.unsent();
+            self.send_data(ctx, len, fin, true);
+        } else {
+            let seq = self.snd_una.wrapping_sub(1);
+            self.emit(ctx, seq, ACK, None);
+        }
+        self.rto_at = Some(ctx.now + self.probe0_when());
+        self.xmit_timer = XmitTimer::Probe0;
+    }
+
+    /// A loss probe that resends the last MSS sent (`tcp_send_loss_probe`
+    /// without new data).
+    pub(crate) fn retransmit_tail(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(tail) = self.rtx.back().copied() else {
+            return;
+        };
+        let data_len = tail.end_seq.wrapping_sub(tail.seq) - tail.fin as u32 - tail.syn as u32;
+        let pcount = self.pcount(&tail);
+        if pcount > 1 {
+            // `tcp_fragment` the tail to its last MSS.
+            let cut = tail.seq.wrapping_add((pcount - 1) * self.mss_cache);
+            let last = self.rtx.len() - 1;
+            self.rtx[last] = Sent {
+                end_seq: cut,
+                fin: false,
+                ..tail
+            };
+            self.rtx.push_back(Sent { seq: cut, ..tail });
+        }
+        let t = *self.rtx.back().expect("a tail");
+        let len = t.end_seq.wrapping_sub(t.seq) - t.fin as u32 - t.syn as u32;
+        let off = t.seq.wrapping_sub(self.data_base()) as usize;
+        let mut fl = ACK;
+        if t.fin {
+            fl |= FIN;
+        }
+        if len > 0 && (t.fin || t.seq.wrapping_add(len) == self.write_seq) {
+            fl |= PSH;
+        }
+        let _ = data_len;
+        let payload = (len > 0).then_some((off, len as usize));
+        self.emit(ctx, t.seq, fl, payload);
+        ctx.mib.OutSegs -= 1;
+        ctx.mib.RetransSegs += 1;
+        self.total_retrans += 1;
+        if let Some(b) = self.rtx.back_mut() {
+            b.retrans = true;
+            b.sent_at = ctx.now;
         }
     }
 
     fn send_data(&mut self, ctx: &mut Ctx<'_>, len: u32, fin: bool, push: bool) {
+        let prior_out = self.rtx.len();
         let seq = self.snd_nxt;
         let off = seq.wrapping_sub(self.data_base()) as usize;
         let mut fl = ACK;
-        if push && len > 0 {
+        // `__tcp_transmit_skb`: every multi-segment packet carries PSH.
+        if len > 0 && (push || len > self.mss_cache) {
             fl |= PSH;
         }
         if fin {
@@ -283,8 +392,10 @@ impl Conn {
             sacked: false,
         });
         self.snd_nxt = end;
-        if self.rto_at.is_none() {
-            self.rto_at = Some(ctx.now + self.rto_backed_off());
+        // `tcp_event_new_data_sent`: the first packet out (or one after a
+        // probe timer) arms the retransmission timer.
+        if prior_out == 0 || self.xmit_timer != XmitTimer::Retrans {
+            self.rearm_rto(ctx.now);
         }
         self.data_sent(ctx.now);
     }

@@ -11,7 +11,7 @@ use rxpath_wire::tcp::flags::{ACK, RST, SYN};
 
 use crate::config::TcpConfig;
 use crate::conn::{
-    AckState, Conn, Sent, State, TCP_INFINITE_SSTHRESH, TCP_INIT_CWND, TCP_TIMEOUT_INIT,
+    AckState, Conn, Sent, State, XmitTimer, TCP_INFINITE_SSTHRESH, TCP_INIT_CWND, TCP_TIMEOUT_INIT,
 };
 use crate::input::Verdict;
 use crate::mib;
@@ -344,6 +344,9 @@ impl Stack {
             retransmits: 0,
             total_retrans: 0,
             rto_at: Some(now + TCP_TIMEOUT_INIT),
+            xmit_timer: XmitTimer::Retrans,
+            tlp_high_seq: None,
+            probes_out: 0,
             close_at: None,
             lsndtime: now,
             err: None,
@@ -499,15 +502,14 @@ impl Stack {
         }
         if !peek {
             c.rcvq.drain(..n);
-            // `tcp_cleanup_rbuf`: announce a window that doubled.
+            // `tcp_cleanup_rbuf`: announce a window that at least doubled.
             let now_wnd = c.receive_window();
-            let new = c.free_space().min(c.window_clamp);
-            if c.synchronized()
-                && now_wnd > 0
-                && new >= 2 * now_wnd
-                && 2 * now_wnd <= c.window_clamp
-                && !c.fin_rcvd
-            {
+            let mut time_to_ack = false;
+            if c.synchronized() && !c.fin_rcvd && !c.shut_rd && 2 * now_wnd <= c.window_clamp {
+                let new = c.window_after_read();
+                time_to_ack = new > 0 && new >= 2 * now_wnd;
+            }
+            if time_to_ack {
                 let mut ctx = ctx!(self, now);
                 let c = self.socks[id.0]
                     .as_mut()

@@ -1,7 +1,7 @@
 //! `tcp_timer.c`: the retransmission timer (with the SYN's), the delayed
 //! ACK, TIME_WAIT and an orphan's FIN_WAIT2.
 
-use crate::conn::{Conn, State, TCP_DELACK_MIN, TCP_RTO_MAX};
+use crate::conn::{Conn, State, XmitTimer, TCP_DELACK_MIN, TCP_RTO_MAX, TCP_RTO_MIN};
 use crate::input::Verdict;
 use crate::Ctx;
 
@@ -26,7 +26,12 @@ impl Conn {
             self.delack_timer(ctx);
         }
         if self.rto_at.is_some_and(|t| t <= now) {
-            return self.retransmit_timer(ctx);
+            self.rto_at = None;
+            match self.xmit_timer {
+                XmitTimer::Retrans => return self.retransmit_timer(ctx),
+                XmitTimer::LossProbe => self.send_loss_probe(ctx),
+                XmitTimer::Probe0 => return self.probe_timer(ctx),
+            }
         }
         Verdict::Keep
     }
@@ -47,14 +52,16 @@ impl Conn {
         self.send_ack(ctx);
     }
 
-    /// `tcp_retransmit_timer` with `tcp_write_timeout`'s give-up rule.
+    /// `tcp_retransmit_timer` with `tcp_write_timeout`'s give-up rule
+    /// (counted in retransmissions; SYNs back off linearly four times, as
+    /// `tcp_syn_linear_timeouts`).
     fn retransmit_timer(&mut self, ctx: &mut Ctx<'_>) -> Verdict {
-        self.rto_at = None;
         if self.rtx.is_empty() {
             return Verdict::Keep;
         }
+        self.tlp_high_seq = None;
         let limit = match self.state {
-            State::SynSent => ctx.cfg.tcp_syn_retries as u32,
+            State::SynSent => ctx.cfg.tcp_syn_retries as u32 + SYN_LINEAR_TIMEOUTS,
             State::SynRecv => ctx.cfg.tcp_synack_retries as u32,
             _ => ctx.cfg.tcp_retries2 as u32,
         };
@@ -76,10 +83,102 @@ impl Conn {
             self.snd_cwnd_cnt = 0;
             self.high_seq = Some(self.snd_nxt);
         }
-        self.retransmit_head(ctx);
         self.retransmits += 1;
+        self.retransmit_head(ctx);
         self.backoff += 1;
-        self.rto_at = Some(ctx.now + self.rto_backed_off().min(TCP_RTO_MAX));
+        if self.state != State::SynSent || self.backoff > SYN_LINEAR_TIMEOUTS {
+            self.rto = (self.rto << 1).min(TCP_RTO_MAX);
+        }
+        self.rto_at = Some(ctx.now + self.rto);
+        self.xmit_timer = XmitTimer::Retrans;
         Verdict::Keep
     }
+
+    /// `tcp_schedule_loss_probe`: a probe in two RTTs (plus the minimum
+    /// RTO when one packet is out, for the peer's delayed ACK), unless the
+    /// RTO comes first. SACK connections outside recovery only.
+    pub(crate) fn schedule_loss_probe(&mut self, ctx: &Ctx<'_>, advancing_rto: bool) -> bool {
+        let out = self.packets_out();
+        if out == 0
+            || !self.sack_ok
+            || self.high_seq.is_some()
+            || self.tlp_high_seq.is_some()
+            || !self.synchronized()
+        {
+            return false;
+        }
+        let mut timeout = if self.srtt_us > 0 {
+            let mut t = self.srtt_us >> 2;
+            t += if out == 1 { TCP_RTO_MIN / 1000 } else { 2000 };
+            t.div_ceil(1000) * 1_000_000
+        } else {
+            crate::conn::TCP_TIMEOUT_INIT
+        };
+        let rto_delta = if advancing_rto {
+            Some(self.rto)
+        } else {
+            self.rtx
+                .front()
+                .map(|h| (h.sent_at + self.rto).saturating_sub(ctx.now))
+                .filter(|&d| d > 0)
+        };
+        if let Some(d) = rto_delta {
+            timeout = timeout.min(d.div_ceil(1_000_000) * 1_000_000);
+        }
+        self.rto_at = Some(ctx.now + timeout);
+        self.xmit_timer = XmitTimer::LossProbe;
+        true
+    }
+
+    /// `tcp_send_loss_probe`: one new segment if the window allows, else
+    /// the last MSS sent again; then the RTO.
+    fn send_loss_probe(&mut self, ctx: &mut Ctx<'_>) {
+        let wnd_end = self.snd_una.wrapping_add(self.snd_wnd);
+        if self.unsent() > 0 && crate::seq::before(self.snd_nxt, wnd_end) {
+            self.write_probe_segment(ctx);
+        } else {
+            self.retransmit_tail(ctx);
+        }
+        ctx.ext.TCPLossProbes += 1;
+        self.tlp_high_seq = Some(self.snd_nxt);
+        self.xmit_timer = XmitTimer::LossProbe;
+        self.rearm_rto(ctx.now);
+    }
+
+    /// `tcp_probe_timer`: a zero-window probe (`tcp_write_wakeup`), backing
+    /// off to `TCP_RTO_MAX`; the connection is given up after
+    /// `tcp_retries2` unanswered probes.
+    fn probe_timer(&mut self, ctx: &mut Ctx<'_>) -> Verdict {
+        if self.rtx.iter().any(|s| !s.sacked) || self.unsent() == 0 {
+            return Verdict::Keep;
+        }
+        if self.probes_out >= ctx.cfg.tcp_retries2 as u32 {
+            self.err = Some(libc::ETIMEDOUT);
+            ctx.ext.TCPAbortOnTimeout += 1;
+            self.state = State::Closed;
+            return Verdict::Closed;
+        }
+        self.write_wakeup(ctx);
+        self.probes_out += 1;
+        self.backoff = (self.backoff + 1).min(ctx.cfg.tcp_retries2 as u32);
+        Verdict::Keep
+    }
+
+    /// `tcp_check_probe_timer`: nothing in flight, data queued that the
+    /// window will not take: arm the zero-window probe.
+    pub(crate) fn check_probe_timer(&mut self, now: crate::Nanos) {
+        if self.rtx.is_empty() && self.unsent() > 0 && self.rto_at.is_none() {
+            self.rto_at = Some(now + self.probe0_when());
+            self.xmit_timer = XmitTimer::Probe0;
+        }
+    }
+
+    /// `tcp_probe0_when`: `max(RTO, TCP_RTO_MIN)` backed off.
+    pub(crate) fn probe0_when(&self) -> crate::Nanos {
+        (self.rto.max(TCP_RTO_MIN) << self.backoff.min(10)).min(TCP_RTO_MAX)
+    }
 }
+
+/// `tcp_syn_linear_timeouts`: SYNs retransmitted at the initial RTO before
+/// backing off.
+const SYN_LINEAR_TIMEOUTS: u32 = 4;
