@@ -255,6 +255,7 @@ fn do_send(
         fd,
         data,
         flags & libc::MSG_MORE != 0,
+        flags & libc::MSG_EOR != 0,
         flags & libc::MSG_DONTWAIT != 0,
     )
 }
@@ -403,7 +404,7 @@ unsafe extern "C" fn pd_writev(ud: Ud, fd: c_int, iov: *const iovec, n: c_int) -
     // SAFETY: `ud` is ours; `iov` has `n` entries per writev(2).
     let r = unsafe { iovs(iov, n) }
         .and_then(gather)
-        .and_then(|d| unsafe { world(ud) }.send(fd, &d, false, false));
+        .and_then(|d| unsafe { world(ud) }.send(fd, &d, false, false, false));
     ret(r.map(|n| n as i64)) as ssize_t
 }
 
@@ -422,6 +423,7 @@ unsafe extern "C" fn pd_sendmsg(ud: Ud, fd: c_int, msg: *const msghdr, flags: c_
                     fd,
                     &d,
                     flags & libc::MSG_MORE != 0,
+                    flags & libc::MSG_EOR != 0,
                     flags & libc::MSG_DONTWAIT != 0,
                 )
             })
@@ -479,6 +481,7 @@ fn opt_of(level: c_int, name: c_int) -> Option<SockOpt> {
         (libc::IPPROTO_TCP, libc::TCP_NODELAY) => SockOpt::NoDelay,
         (libc::IPPROTO_TCP, libc::TCP_CORK) => SockOpt::Cork,
         (libc::IPPROTO_TCP, libc::TCP_MAXSEG) => SockOpt::MaxSeg,
+        (libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT) => SockOpt::NotsentLowat,
         _ => return None,
     })
 }

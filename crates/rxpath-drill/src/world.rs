@@ -57,6 +57,8 @@ pub struct World {
     now: Nanos,
     fds: BTreeMap<i32, Fd>,
     outq: VecDeque<(Vec<u8>, Nanos)>,
+    /// The device segments TCP (TSO): packets leave whole.
+    tso: bool,
     /// Bumped on every change a blocked call may be waiting for.
     gen: u64,
     /// Blocked calls and the generation they last looked at.
@@ -76,10 +78,47 @@ pub struct Shared {
 pub type Ready = (u64, u32);
 
 impl World {
+    /// Move what the stack sent to the outbound queue, cut to the MSS
+    /// when the device does not segment (as the kernel's GSO would).
     fn flush(&mut self) {
-        while let Some(p) = self.stack.poll_transmit() {
-            self.outq.push_back((p, self.now));
+        while let Some(t) = self.stack.poll_transmit() {
+            if self.tso || t.gso_size == 0 {
+                self.outq.push_back((t.packet, self.now));
+            } else {
+                for p in rxpath_tcp::wire::segment(&t.packet, t.gso_size as usize) {
+                    self.outq.push_back((p, self.now));
+                }
+            }
         }
+    }
+
+    /// The device's offloads, read where packetdrill's scripts set them:
+    /// `ethtool -K tun0 tso off` on the namespace's tun0 (the offload
+    /// asked for; a tun without a reader reports it off). No tun0 or no
+    /// ethtool: TSO on, as packetdrill's own tun.
+    fn refresh_offloads(&mut self) {
+        let Ok(out) = std::process::Command::new("ethtool")
+            .args(["-k", "tun0"])
+            .output()
+        else {
+            return;
+        };
+        if !out.status.success() {
+            return;
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let on = |name: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(name))
+                .map(|l| {
+                    let v = l.split_once(':').map(|x| x.1).unwrap_or("");
+                    v.trim_start().starts_with("on") || v.contains("[requested on]")
+                })
+        };
+        // The kernel's TCP builds large skbs whatever the device offers
+        // (GSO is always on for TCP, since 4.13); without TSO they are cut
+        // before the device.
+        self.tso = on("tx-tcp-segmentation:").unwrap_or(true);
     }
 
     /// Move the clock to `t`, running every timer due on the way.
@@ -149,6 +188,7 @@ impl Shared {
             now: 0,
             fds: BTreeMap::new(),
             outq: VecDeque::new(),
+            tso: true,
             gen: 0,
             waiters: HashMap::new(),
             end_pending: None,
@@ -211,7 +251,7 @@ impl Shared {
             let r = f(&mut w);
             w.flush();
             match r {
-                Err(libc::EAGAIN) if !nonblock && !deadline.is_some_and(|d| w.now >= d) => {
+                Err(libc::EAGAIN) if !nonblock && !matches!(deadline, Some(d) if w.now >= d) => {
                     waited = true;
                     let g = w.gen;
                     w.waiters.insert(me, g);
@@ -296,6 +336,7 @@ impl Shared {
         }
         self.op(|w| {
             w.refresh_sysctls();
+            w.refresh_offloads();
             let id = w.stack.socket(domain == libc::AF_INET6);
             let nonblock = ty & libc::SOCK_NONBLOCK != 0;
             w.new_fd(Fd::Tcp {
@@ -424,7 +465,14 @@ impl Shared {
 
     /// `send` and its family; `more` is `MSG_MORE`. A blocking call
     /// returns when all is queued.
-    pub fn send(&self, fd: i32, data: &[u8], more: bool, dontwait: bool) -> Result<usize, Errno> {
+    pub fn send(
+        &self,
+        fd: i32,
+        data: &[u8],
+        more: bool,
+        eor: bool,
+        dontwait: bool,
+    ) -> Result<usize, Errno> {
         let (_, nonblock) = self.lock().tcp(fd)?;
         let nonblock = nonblock || dontwait;
         let mut sent = 0;
@@ -432,7 +480,7 @@ impl Shared {
             let r = self.block(nonblock, None, |w| {
                 let (id, _) = w.tcp(fd)?;
                 let now = w.now;
-                w.stack.send(id, &data[sent..], more, now)
+                w.stack.send(id, &data[sent..], more, eor, now)
             });
             match r {
                 Ok(Some(n)) => {

@@ -46,6 +46,10 @@ pub struct TcpConfig {
     pub tcp_notsent_lowat: u32,
     /// `tcp_slow_start_after_idle`.
     pub tcp_slow_start_after_idle: bool,
+    /// The device segments large packets (TSO, or the kernel's GSO before
+    /// a device without it): the send queue builds skbs of up to 64 KB.
+    /// Off: every skb is one MSS.
+    pub gso: bool,
     /// The device MTU the connections leave through (the MSS is derived
     /// from it as `ip_rt_get_mtu` minus headers).
     pub mtu: u32,
@@ -72,6 +76,7 @@ impl Default for TcpConfig {
             somaxconn: 4096,
             tcp_notsent_lowat: u32::MAX,
             tcp_slow_start_after_idle: true,
+            gso: true,
             mtu: 1500,
         }
     }

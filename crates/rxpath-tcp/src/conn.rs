@@ -97,6 +97,8 @@ pub struct Sent {
     pub fin: bool,
     /// When it was last sent.
     pub sent_at: Nanos,
+    /// Sent with PSH.
+    pub psh: bool,
     /// Retransmitted at least once (no RTT sample from its ACK: Karn).
     pub retrans: bool,
     /// SACKed by the peer.
@@ -175,6 +177,21 @@ pub struct Conn {
     pub wscale_ok: bool,
     /// The smallest RTT seen, µs (`tcp_min_rtt`; large before a sample).
     pub min_rtt_us: u64,
+    /// Where unsent skbs end, inside (`snd_nxt`, `write_seq`): a packet
+    /// never spans two (the kernel sends skb by skb). A boundary comes from
+    /// `size_goal` or `MSG_EOR`.
+    pub skb_ends: VecDeque<u32>,
+    /// The tail skb was closed by `MSG_EOR`: the next write starts another.
+    pub eor_tail: bool,
+    /// PSH goes on the packets that carry these sequences' last bytes
+    /// (`tcp_mark_push` on each skb a write without `MSG_MORE` ended in).
+    pub push_marks: VecDeque<u32>,
+    /// The device segments (TSO or GSO): skbs grow to `size_goal`.
+    pub gso: bool,
+    /// `TCP_MAXSEG` set by the program (`user_mss`).
+    pub user_mss: Option<u32>,
+    /// `TCP_NOTSENT_LOWAT`.
+    pub notsent_lowat: u32,
     /// The application closed its sending side: a FIN follows `write_seq`.
     pub fin_queued: bool,
     /// The MSS the peer accepts (its option, or 536), before options.

@@ -40,6 +40,9 @@ impl Conn {
     /// The options of the peer's SYN or SYN-ACK.
     pub(crate) fn take_syn_options(&mut self, ctx: &Ctx<'_>, seg: &SegIn<'_>) {
         self.mss_clamp = seg.opts.mss.map(u32::from).unwrap_or(TCP_MSS_DEFAULT);
+        if let Some(u) = self.user_mss {
+            self.mss_clamp = self.mss_clamp.min(u);
+        }
         self.ts_ok = ctx.cfg.tcp_timestamps && seg.opts.ts.is_some();
         if let Some((v, _)) = seg.opts.ts.filter(|_| self.ts_ok) {
             self.ts_recent = v;
@@ -97,7 +100,7 @@ impl Conn {
         self.state = State::Established;
         self.init_transfer(ctx);
         self.send_ack(ctx);
-        self.write_xmit(ctx, false);
+        self.write_xmit(ctx, self.nonagle());
         Verdict::Keep
     }
 
@@ -255,7 +258,7 @@ impl Conn {
         if self.state == State::TimeWait && self.orphan {
             self.close_at = Some(ctx.now + TCP_TIMEWAIT_LEN);
         }
-        self.write_xmit(ctx, false);
+        self.write_xmit(ctx, self.nonagle());
         self.ack_snd_check(ctx);
         verdict
     }

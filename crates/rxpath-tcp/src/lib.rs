@@ -31,6 +31,26 @@ pub use stack::{Errno, SockId, SockOpt, Stack};
 
 use std::collections::VecDeque;
 
+/// A packet to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    /// The IP packet, IP header first.
+    pub packet: Vec<u8>,
+    /// For a packet carrying more than one MSS (a TSO packet): the MSS
+    /// the device cuts it into ([`wire::segment`]); 0 for one segment.
+    pub gso_size: u16,
+}
+
+impl Transmit {
+    /// A single-segment packet.
+    pub fn one(packet: Vec<u8>) -> Self {
+        Transmit {
+            packet,
+            gso_size: 0,
+        }
+    }
+}
+
 /// Time in nanoseconds from an origin the driver chooses (the machine
 /// only compares and subtracts).
 pub type Nanos = u64;
@@ -39,7 +59,7 @@ pub type Nanos = u64;
 /// packets and the counters.
 pub(crate) struct Ctx<'a> {
     pub cfg: &'a TcpConfig,
-    pub out: &'a mut VecDeque<Vec<u8>>,
+    pub out: &'a mut VecDeque<Transmit>,
     pub mib: &'a mut mib::Tcp,
     pub ext: &'a mut mib::TcpExt,
     pub now: Nanos,

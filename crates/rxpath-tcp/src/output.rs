@@ -10,7 +10,7 @@ use rxpath_wire::tcp::flags::{ACK, FIN, PSH, RST, SYN};
 use crate::conn::{Conn, Sent, State, XmitTimer, MS, TCP_DELACK_MAX, TCP_DELACK_MIN};
 use crate::seq::{after, before};
 use crate::wire::{build, OptsOut, SegIn, SegOut};
-use crate::Ctx;
+use crate::{Ctx, Transmit};
 
 /// `sk_pacing_shift`: TSO packets hold about 1 ms of the pacing rate.
 const PACING_SHIFT: u32 = 10;
@@ -110,8 +110,16 @@ impl Conn {
             payload: &data,
             ip_id: ctx.next_ip_id(),
         };
-        ctx.out.push_back(build(&seg));
-        ctx.mib.OutSegs += 1;
+        let mss = self.mss_cache as usize;
+        let segs = data.len().div_ceil(mss).max(1);
+        // The device's segments take the IDs after this one.
+        *ctx.ip_id = ctx.ip_id.wrapping_add(segs as u16 - 1);
+        let gso_size = if data.len() > mss { mss as u16 } else { 0 };
+        ctx.out.push_back(Transmit {
+            packet: build(&seg),
+            gso_size,
+        });
+        ctx.mib.OutSegs += segs as u64;
         if fl & ACK != 0 {
             self.ack_sent();
         }
@@ -164,7 +172,7 @@ impl Conn {
             payload: &[],
             ip_id: 0,
         };
-        ctx.out.push_back(build(&seg));
+        ctx.out.push_back(Transmit::one(build(&seg)));
         ctx.mib.OutSegs += 1;
     }
 
@@ -200,20 +208,103 @@ impl Conn {
     }
 
     /// `tcp_nagle_check` with the Minshall rule: hold a partial segment
-    /// while corked, or (Nagle on) while a small segment is unacknowledged.
-    fn nagle_holds(&self, partial: bool, more: bool) -> bool {
-        if !partial {
+    /// while corked, or (Nagle on) while a small segment is unacknowledged
+    /// (`snd_una < snd_sml <= snd_nxt`).
+    fn nagle_holds(&self, partial: bool, nonagle: Nonagle) -> bool {
+        if !partial || nonagle == Nonagle::Push {
             return false;
         }
-        if self.cork || more {
+        if nonagle == Nonagle::Cork {
             return true;
         }
-        !self.nodelay && self.packets_out() > 0 && after(self.snd_sml, self.snd_una)
+        nonagle == Nonagle::Nagle
+            && self.packets_out() > 0
+            && after(self.snd_sml, self.snd_una)
+            && !after(self.snd_sml, self.snd_nxt)
+    }
+
+    /// The socket's own Nagle mode (`tp->nonagle`).
+    pub(crate) fn nonagle(&self) -> Nonagle {
+        if self.cork {
+            Nonagle::Cork
+        } else if self.nodelay {
+            Nonagle::Off
+        } else {
+            Nonagle::Nagle
+        }
+    }
+
+    /// `tcp_xmit_size_goal`: how large an skb a write builds: one MSS
+    /// without segmentation offload, else up to 64 KB bounded by half the
+    /// largest window the peer offered.
+    pub(crate) fn size_goal(&self) -> u32 {
+        let mss = self.mss_cache;
+        if !self.gso {
+            return mss;
+        }
+        let mut goal = 65536 - 1 - 320;
+        let cutoff = if self.max_window > 536 {
+            self.max_window / 2
+        } else {
+            self.max_window
+        };
+        if cutoff > 0 && goal > cutoff {
+            goal = cutoff.max(68 - 20);
+        }
+        (goal / mss * mss).max(mss)
+    }
+
+    /// Queue a write (`tcp_sendmsg_locked`): into the tail skb while it
+    /// has room (and no `MSG_EOR` closed it), else into new skbs; PSH
+    /// marked at its end unless `MSG_MORE`.
+    pub(crate) fn append(&mut self, data: &[u8], more: bool, eor: bool) {
+        if data.is_empty() {
+            return;
+        }
+        let goal = self.size_goal();
+        let tail_start = match self.skb_ends.back() {
+            Some(&b) if after(b, self.snd_nxt) => b,
+            _ => self.snd_nxt,
+        };
+        if self.unsent() > 0 && !self.eor_tail && self.write_seq.wrapping_sub(tail_start) < goal {
+            // Data appended to an unsent skb takes its PSH away.
+            let end = self.write_seq;
+            self.push_marks.retain(|&m| m != end);
+        }
+        let mut left = data.len() as u32;
+        while left > 0 {
+            let tail_start = match self.skb_ends.back() {
+                Some(&b) if after(b, self.snd_nxt) => b,
+                _ => self.snd_nxt,
+            };
+            let tail_len = self.write_seq.wrapping_sub(tail_start);
+            let room = if self.eor_tail || self.unsent() == 0 {
+                0
+            } else {
+                goal.saturating_sub(tail_len)
+            };
+            let take = if room > 0 {
+                room.min(left)
+            } else {
+                if self.unsent() > 0 {
+                    self.skb_ends.push_back(self.write_seq);
+                }
+                self.eor_tail = false;
+                goal.min(left)
+            };
+            self.write_seq = self.write_seq.wrapping_add(take);
+            left -= take;
+        }
+        self.sndbuf.extend(data);
+        self.eor_tail = eor;
+        if !more {
+            self.push_marks.push_back(self.write_seq);
+        }
     }
 
     /// `tcp_write_xmit`: send what the congestion and receive windows and
-    /// Nagle allow. `more` is `MSG_MORE` on the write that pushed.
-    pub(crate) fn write_xmit(&mut self, ctx: &mut Ctx<'_>, more: bool) {
+    /// Nagle allow, packet by packet within skb bounds.
+    pub(crate) fn write_xmit(&mut self, ctx: &mut Ctx<'_>, nonagle: Nonagle) {
         if !matches!(
             self.state,
             State::Established
@@ -232,17 +323,22 @@ impl Conn {
                 if fin_now {
                     // A bare FIN (`tcp_send_fin` found nothing to ride on);
                     // `tcp_cwnd_test` lets a lone FIN past the window.
-                    self.send_data(ctx, 0, true, false);
+                    self.send_data(ctx, 0, true);
                     sent_any = true;
                 }
                 break;
             }
-            let Some(len) = self.next_len(unsent, more) else {
+            let skb_len = self
+                .skb_ends
+                .front()
+                .map(|&b| b.wrapping_sub(self.snd_nxt))
+                .unwrap_or(unsent);
+            let is_tail = skb_len == unsent;
+            let Some(len) = self.next_len(skb_len, is_tail, nonagle) else {
                 break;
             };
             let fin = self.fin_queued && len == unsent;
-            let push = len == unsent && !more && !self.cork;
-            self.send_data(ctx, len, fin, push);
+            self.send_data(ctx, len, fin);
             sent_any = true;
             if len < self.mss_cache * len.div_ceil(self.mss_cache) {
                 // `tcp_minshall_update`.
@@ -256,11 +352,11 @@ impl Conn {
         }
     }
 
-    /// How much of the unsent data the next packet takes: the congestion
-    /// window (`tcp_cwnd_test`), the peer's window on the first MSS
-    /// (`tcp_snd_wnd_test`), Nagle for a lone small segment
-    /// (`tcp_nagle_test`), and `tcp_mss_split_point` for a TSO packet.
-    fn next_len(&self, unsent: u32, more: bool) -> Option<u32> {
+    /// How much of the skb at the send head the next packet takes: the
+    /// congestion window (`tcp_cwnd_test`), the peer's window on the first
+    /// MSS (`tcp_snd_wnd_test`), Nagle for a lone small segment at the
+    /// tail (`tcp_nagle_test`), and `tcp_mss_split_point` for a TSO packet.
+    fn next_len(&self, skb_len: u32, is_tail: bool, nonagle: Nonagle) -> Option<u32> {
         let mss = self.mss_cache;
         let in_flight = self.packets_out();
         if in_flight >= self.snd_cwnd {
@@ -268,20 +364,24 @@ impl Conn {
         }
         let cwnd_quota = self.snd_cwnd - in_flight;
         let wnd_end = self.snd_una.wrapping_add(self.snd_wnd);
-        if after(self.snd_nxt.wrapping_add(unsent.min(mss)), wnd_end) {
+        if after(self.snd_nxt.wrapping_add(skb_len.min(mss)), wnd_end) {
             return None;
         }
-        if unsent <= mss {
-            return (!self.nagle_holds(unsent < mss, more)).then_some(unsent);
+        let nonagle = if is_tail { nonagle } else { Nonagle::Push };
+        if skb_len <= mss {
+            return (!self.nagle_holds(skb_len < mss, nonagle)).then_some(skb_len);
         }
         let window = wnd_end.wrapping_sub(self.snd_nxt);
         let max_len = mss * cwnd_quota.min(self.tso_segs());
-        let needed = unsent.min(window);
+        if max_len <= window && !is_tail {
+            return Some(max_len.min(skb_len));
+        }
+        let needed = skb_len.min(window);
         if max_len <= needed {
             return Some(max_len);
         }
         let partial = needed % mss;
-        if self.nagle_holds(partial != 0, more) {
+        if self.nagle_holds(partial != 0, nonagle) {
             return Some(needed - partial).filter(|&l| l > 0);
         }
         Some(needed)
@@ -299,7 +399,7 @@ impl Conn {
             return;
         }
         let fin = self.fin_queued && len == unsent;
-        self.send_data(ctx, len, fin, len == unsent);
+        self.send_data(ctx, len, fin);
     }
 
     /// A zero-window probe (`tcp_write_wakeup`): new data when the window
@@ -313,7 +413,9 @@ impl Conn {
                 .min(self.mss_cache)
                 .min(wnd_end.wrapping_sub(self.snd_nxt));
             let fin = self.fin_queued && len == self.unsent();
-            self.send_data(ctx, len, fin, true);
+            // Window probes always carry PSH.
+            self.push_marks.push_front(self.snd_nxt.wrapping_add(len));
+            self.send_data(ctx, len, fin);
         } else {
             let seq = self.snd_una.wrapping_sub(1);
             self.emit(ctx, seq, ACK, None);
@@ -337,6 +439,7 @@ impl Conn {
             self.rtx[last] = Sent {
                 end_seq: cut,
                 fin: false,
+                psh: false,
                 ..tail
             };
             self.rtx.push_back(Sent { seq: cut, ..tail });
@@ -348,7 +451,7 @@ impl Conn {
         if t.fin {
             fl |= FIN;
         }
-        if len > 0 && (t.fin || t.seq.wrapping_add(len) == self.write_seq) {
+        if len > 0 && t.psh {
             fl |= PSH;
         }
         let _ = data_len;
@@ -363,13 +466,22 @@ impl Conn {
         }
     }
 
-    fn send_data(&mut self, ctx: &mut Ctx<'_>, len: u32, fin: bool, push: bool) {
+    fn send_data(&mut self, ctx: &mut Ctx<'_>, len: u32, fin: bool) {
         let prior_out = self.rtx.len();
         let seq = self.snd_nxt;
         let off = seq.wrapping_sub(self.data_base()) as usize;
         let mut fl = ACK;
-        // `__tcp_transmit_skb`: every multi-segment packet carries PSH.
-        if len > 0 && (push || len > self.mss_cache) {
+        // PSH where a write ended (`tcp_mark_push`), and on every
+        // multi-segment packet (`__tcp_transmit_skb`).
+        let end = seq.wrapping_add(len);
+        let marked = self
+            .push_marks
+            .iter()
+            .any(|&m| after(m, seq) && !after(m, end));
+        while self.push_marks.front().is_some_and(|&m| !after(m, end)) {
+            self.push_marks.pop_front();
+        }
+        if len > 0 && (marked || len > self.mss_cache) {
             fl |= PSH;
         }
         if fin {
@@ -382,11 +494,15 @@ impl Conn {
         };
         self.emit(ctx, seq, fl, payload);
         let end = seq.wrapping_add(len + fin as u32);
+        while self.skb_ends.front().is_some_and(|&b| !after(b, end)) {
+            self.skb_ends.pop_front();
+        }
         self.rtx.push_back(Sent {
             seq,
             end_seq: end,
             syn: false,
             fin,
+            psh: marked,
             sent_at: ctx.now,
             retrans: false,
             sacked: false,
@@ -440,7 +556,7 @@ impl Conn {
             if fin {
                 fl |= FIN;
             }
-            if len > 0 && (fin || head.seq.wrapping_add(len) == self.write_seq) {
+            if len > 0 && head.psh && len == data_len {
                 fl |= PSH;
             }
             let payload = if len > 0 {
@@ -468,6 +584,7 @@ impl Conn {
         self.rtx.push_front(Sent {
             end_seq: cut,
             fin: false,
+            psh: false,
             ..head
         });
     }
@@ -501,6 +618,19 @@ impl Conn {
     }
 }
 
+/// How a push treats a partial segment (`TCP_NAGLE_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Nonagle {
+    /// Nagle's rule (Minshall's variant).
+    Nagle,
+    /// `TCP_NODELAY`.
+    Off,
+    /// `TCP_CORK` or `MSG_MORE`: hold partial segments.
+    Cork,
+    /// One push that sends whatever the windows allow (`TCP_NAGLE_PUSH`).
+    Push,
+}
+
 /// A reset for a segment no socket took (`tcp_v4_send_reset`): with its
 /// ACK number as our sequence if it had ACK, else sequence 0 acknowledging
 /// all it occupied.
@@ -524,7 +654,7 @@ pub(crate) fn reset_for(ctx: &mut Ctx<'_>, seg: &SegIn<'_>) {
         payload: &[],
         ip_id: 0,
     };
-    ctx.out.push_back(build(&out));
+    ctx.out.push_back(Transmit::one(build(&out)));
     ctx.mib.OutSegs += 1;
     ctx.mib.OutRsts += 1;
 }

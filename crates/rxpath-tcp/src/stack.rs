@@ -15,9 +15,9 @@ use crate::conn::{
 };
 use crate::input::Verdict;
 use crate::mib;
-use crate::output::reset_for;
+use crate::output::{reset_for, Nonagle};
 use crate::wire::{self, BadSegment, SegIn};
-use crate::{Ctx, Nanos};
+use crate::{Ctx, Nanos, Transmit};
 
 /// An error as the system call returns it (a positive `errno`).
 pub type Errno = i32;
@@ -48,6 +48,8 @@ pub enum SockOpt {
     Error,
     /// `SO_KEEPALIVE`.
     KeepAlive,
+    /// `TCP_NOTSENT_LOWAT`: writable only while fewer unsent bytes wait.
+    NotsentLowat,
 }
 
 #[derive(Debug, Default)]
@@ -67,6 +69,8 @@ struct Sock {
     sndbuf: Option<u32>,
     rcvbuf: Option<u32>,
     linger: Option<u32>,
+    user_mss: Option<u32>,
+    notsent_lowat: Option<u32>,
     listener: Option<Listener>,
     conn: Option<Box<Conn>>,
     /// A SYN_RECV child's listener.
@@ -82,7 +86,7 @@ pub struct Stack {
     socks: Vec<Option<Sock>>,
     free: Vec<usize>,
     conns: HashMap<(SocketAddr, SocketAddr), SockId>,
-    out: VecDeque<Vec<u8>>,
+    out: VecDeque<Transmit>,
     /// `Tcp:` counters.
     pub mib: mib::Tcp,
     /// `TcpExt:` counters.
@@ -295,11 +299,18 @@ impl Stack {
                 end_seq: iss.wrapping_add(1),
                 syn: true,
                 fin: false,
+                psh: false,
                 sent_at: now,
                 retrans: false,
                 sacked: false,
             }]),
             snd_sml: iss,
+            skb_ends: VecDeque::new(),
+            eor_tail: false,
+            push_marks: VecDeque::new(),
+            gso: self.cfg.gso,
+            user_mss: None,
+            notsent_lowat: self.cfg.tcp_notsent_lowat,
             wscale_ok: false,
             min_rtt_us: u64::MAX >> 1,
             fin_queued: false,
@@ -401,8 +412,8 @@ impl Stack {
         };
         let local = SocketAddr::new(src_ip, port);
         let mut c = self.new_conn(local, remote, State::SynSent, now, snd, rcv);
-        c.nodelay = nodelay;
-        c.cork = cork;
+        let _ = (nodelay, cork);
+        apply_sock_opts(&mut c, self.sock(id)?);
         c.sync_mss();
         let mut ctx = ctx!(self, now);
         c.send_syn(&mut ctx, false);
@@ -432,12 +443,13 @@ impl Stack {
     }
 
     /// `send`: queue what fits in the send buffer and push. `more` is
-    /// `MSG_MORE`. `EAGAIN` when the buffer is full.
+    /// `MSG_MORE`, `eor` `MSG_EOR`. `EAGAIN` when the buffer is full.
     pub fn send(
         &mut self,
         id: SockId,
         data: &[u8],
         more: bool,
+        eor: bool,
         now: Nanos,
     ) -> Result<usize, Errno> {
         let s = self.sock_mut(id)?;
@@ -460,14 +472,14 @@ impl Stack {
             return Err(libc::EAGAIN);
         }
         let n = data.len().min(room);
-        c.sndbuf.extend(&data[..n]);
-        c.write_seq = c.write_seq.wrapping_add(n as u32);
+        c.append(&data[..n], more, eor);
+        let nonagle = if more { Nonagle::Cork } else { c.nonagle() };
         let mut ctx = ctx!(self, now);
         let c = self.socks[id.0]
             .as_mut()
             .and_then(|s| s.conn.as_deref_mut())
             .expect("checked above");
-        c.write_xmit(&mut ctx, more);
+        c.write_xmit(&mut ctx, nonagle);
         Ok(n)
     }
 
@@ -653,15 +665,38 @@ impl Stack {
             SockOpt::SndBuf => s.sndbuf = Some((val.max(2304) as u32).saturating_mul(2)),
             SockOpt::RcvBuf => s.rcvbuf = Some((val.max(1152) as u32).saturating_mul(2)),
             SockOpt::Linger => s.linger = (val >= 0).then_some(val as u32),
-            SockOpt::MaxSeg | SockOpt::Error => return Err(libc::ENOPROTOOPT),
+            SockOpt::MaxSeg => {
+                if !(88..=65535).contains(&val) {
+                    return Err(libc::EINVAL);
+                }
+                s.user_mss = Some(val as u32);
+            }
+            SockOpt::NotsentLowat => {
+                s.notsent_lowat = Some(val as u32);
+                if let Some(c) = s.conn.as_deref_mut() {
+                    c.notsent_lowat = val as u32;
+                }
+            }
+            SockOpt::Error => return Err(libc::ENOPROTOOPT),
         }
-        if matches!(opt, SockOpt::NoDelay | SockOpt::Cork) {
+        // TCP_NODELAY on pushes what waits (`TCP_NAGLE_PUSH`); TCP_CORK
+        // off pushes too, past Nagle only with TCP_NODELAY.
+        let push = match opt {
+            SockOpt::NoDelay if val != 0 => Some(Nonagle::Push),
+            SockOpt::Cork if val == 0 => Some(if s.nodelay {
+                Nonagle::Push
+            } else {
+                Nonagle::Nagle
+            }),
+            _ => None,
+        };
+        if let Some(nonagle) = push {
             let mut ctx = ctx!(self, now);
             if let Some(c) = self.socks[id.0]
                 .as_mut()
                 .and_then(|s| s.conn.as_deref_mut())
             {
-                c.write_xmit(&mut ctx, false);
+                c.write_xmit(&mut ctx, nonagle);
             }
         }
         Ok(())
@@ -673,6 +708,7 @@ impl Stack {
             let s = self.sock(id)?;
             self.bufs(s)
         };
+        let lowat = self.cfg.tcp_notsent_lowat;
         let s = self.sock_mut(id)?;
         Ok(match opt {
             SockOpt::NoDelay => s.nodelay as i32,
@@ -682,7 +718,12 @@ impl Stack {
             SockOpt::SndBuf => snd as i32,
             SockOpt::RcvBuf => rcv as i32,
             SockOpt::Linger => s.linger.map(|l| l as i32).unwrap_or(-1),
-            SockOpt::MaxSeg => s.conn.as_ref().map(|c| c.mss_cache as i32).unwrap_or(536),
+            SockOpt::MaxSeg => match (&s.conn, s.user_mss) {
+                (Some(c), _) if c.synchronized() => c.mss_cache as i32,
+                (_, Some(m)) => m as i32,
+                _ => crate::conn::TCP_MSS_DEFAULT as i32,
+            },
+            SockOpt::NotsentLowat => s.notsent_lowat.unwrap_or(lowat) as i32,
             SockOpt::Error => s.conn.as_mut().and_then(|c| c.err.take()).unwrap_or(0),
         })
     }
@@ -733,8 +774,11 @@ impl Stack {
         }
         if c.shut_wr || c.state == State::Closed {
             m |= out;
-        } else if c.sndbuf.len() * 3 / 2 <= c.sk_sndbuf as usize {
-            // `__sk_stream_is_writeable`: a third of the buffer free.
+        } else if c.sndbuf.len() * 3 / 2 <= c.sk_sndbuf as usize
+            && (c.unsent() as u64) * 2 < c.notsent_lowat as u64
+        {
+            // `__sk_stream_is_writeable(sk, 1)`: a third of the buffer
+            // free, and unsent bytes (doubled) under `TCP_NOTSENT_LOWAT`.
             m |= out;
         }
         Ok(m)
@@ -858,7 +902,7 @@ impl Stack {
             return;
         }
         let (snd, rcv) = self.bufs(l);
-        let (nodelay, cork) = (l.nodelay, l.cork);
+        let (nodelay, cork, user_mss, lowat) = (l.nodelay, l.cork, l.user_mss, l.notsent_lowat);
         let local = if v6sock && seg.dst.is_ipv4() {
             to_mapped(seg.dst)
         } else {
@@ -870,8 +914,7 @@ impl Stack {
             seg.src
         };
         let mut c = self.new_conn(local, remote, State::SynRecv, now, snd, rcv);
-        c.nodelay = nodelay;
-        c.cork = cork;
+        apply_sock_opts(&mut c, self.socks[lid.0].as_ref().expect("a listener"));
         let mut ctx = ctx!(self, now);
         c.take_syn_options(&ctx, seg);
         c.send_syn(&mut ctx, true);
@@ -881,6 +924,8 @@ impl Stack {
             bound: Some(local),
             nodelay,
             cork,
+            user_mss,
+            notsent_lowat: lowat,
             parent: Some(lid),
             conn: Some(Box::new(c)),
             ..Sock::default()
@@ -889,7 +934,7 @@ impl Stack {
     }
 
     /// The next packet to send, IP header first.
-    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.out.pop_front()
     }
 
@@ -930,6 +975,21 @@ impl Stack {
     }
 }
 
+/// The socket's options a new connection takes: Nagle and cork, the
+/// program's MSS (`user_mss` caps the MSS advertised and used), the
+/// unsent-data low-water mark.
+fn apply_sock_opts(c: &mut Conn, s: &Sock) {
+    c.nodelay = s.nodelay;
+    c.cork = s.cork;
+    if let Some(m) = s.user_mss {
+        c.advmss = c.advmss.min(m);
+        c.user_mss = Some(m);
+    }
+    if let Some(l) = s.notsent_lowat {
+        c.notsent_lowat = l;
+    }
+}
+
 /// `tcp_close_state` and `tcp_send_fin`.
 fn close_state(c: &mut Conn, ctx: &mut Ctx<'_>) {
     let next = match c.state {
@@ -948,7 +1008,7 @@ fn close_state(c: &mut Conn, ctx: &mut Ctx<'_>) {
     c.state = next;
     if send_fin {
         c.fin_queued = true;
-        c.write_xmit(ctx, false);
+        c.write_xmit(ctx, Nonagle::Off);
     }
 }
 

@@ -272,6 +272,74 @@ pub fn build(seg: &SegOut<'_>) -> Vec<u8> {
     pkt
 }
 
+/// Cut a TCP packet carrying more than `mss` bytes into packets of `mss`
+/// bytes, as the kernel's GSO (`tcp_gso_segment`) or a device's TSO does:
+/// the headers repeated, sequence numbers advanced, PSH and FIN only on the
+/// last, IPv4 identifications counting up, lengths and checksums
+/// rewritten. A packet that is not such a packet comes back whole.
+pub fn segment(pkt: &[u8], mss: usize) -> Vec<Vec<u8>> {
+    let Some((l3, l4_off)) = headers(pkt) else {
+        return vec![pkt.to_vec()];
+    };
+    let Ok(tcp) = Packet::new_checked(&pkt[l4_off..]) else {
+        return vec![pkt.to_vec()];
+    };
+    let th = tcp.header_len();
+    let payload = &pkt[l4_off + th..];
+    if mss == 0 || payload.len() <= mss {
+        return vec![pkt.to_vec()];
+    }
+    let (src, dst) = l3;
+    let chunks: Vec<&[u8]> = payload.chunks(mss).collect();
+    let last = chunks.len() - 1;
+    let mut out = Vec::with_capacity(chunks.len());
+    for (i, chunk) in chunks.into_iter().enumerate() {
+        let mut p = Vec::with_capacity(l4_off + th + chunk.len());
+        p.extend_from_slice(&pkt[..l4_off + th]);
+        p.extend_from_slice(chunk);
+        let seq = tcp.seq().wrapping_add((i * mss) as u32);
+        p[l4_off + 4..l4_off + 8].copy_from_slice(&seq.to_be_bytes());
+        if i != last {
+            let fl =
+                u16::from_be_bytes([p[l4_off + 12], p[l4_off + 13]]) & !(flags::PSH | flags::FIN);
+            p[l4_off + 12..l4_off + 14].copy_from_slice(&fl.to_be_bytes());
+        }
+        if l4_off == 20 && pkt[0] >> 4 == 4 {
+            let total = p.len() as u16;
+            p[2..4].copy_from_slice(&total.to_be_bytes());
+            let id = u16::from_be_bytes([pkt[4], pkt[5]]).wrapping_add(i as u16);
+            p[4..6].copy_from_slice(&id.to_be_bytes());
+            p[10..12].copy_from_slice(&[0, 0]);
+            let c = !checksum::fold(checksum::sum(&p[..20]));
+            p[10..12].copy_from_slice(&c.to_be_bytes());
+        } else {
+            let plen = (p.len() - ipv6::HEADER_LEN) as u16;
+            p[4..6].copy_from_slice(&plen.to_be_bytes());
+        }
+        p[l4_off + 16..l4_off + 18].copy_from_slice(&[0, 0]);
+        let c = checksum::l4(src, dst, 6, &p[l4_off..]);
+        p[l4_off + 16..l4_off + 18].copy_from_slice(&c.to_be_bytes());
+        out.push(p);
+    }
+    out
+}
+
+/// The addresses and the TCP header's offset of an IPv4 (without
+/// options) or IPv6 packet this module built.
+fn headers(pkt: &[u8]) -> Option<((IpAddr, IpAddr), usize)> {
+    match pkt.first()? >> 4 {
+        4 => {
+            let ip = ipv4::Packet::new_checked(pkt).ok()?;
+            (ip.protocol() == 6).then(|| ((ip.src().into(), ip.dst().into()), ip.header_len()))
+        }
+        6 => {
+            let ip = ipv6::Packet::new_checked(pkt).ok()?;
+            (ip.next_header() == 6).then(|| ((ip.src().into(), ip.dst().into()), ipv6::HEADER_LEN))
+        }
+        _ => None,
+    }
+}
+
 fn mapped(a: IpAddr) -> Option<Ipv4Addr> {
     match a {
         IpAddr::V4(a) => Some(a),
@@ -318,9 +386,48 @@ mod tests {
         assert_eq!(p.opts.wscale, Some(8));
         assert!(p.opts.sack_ok);
         assert_eq!(p.opts.ts, Some((100, 5)));
+        assert_eq!(segment(&pkt, 1000), vec![pkt.clone()]);
         let mut bad = pkt.clone();
         bad[45] ^= 1;
         assert_eq!(parse(&bad).unwrap_err(), BadSegment::Checksum);
         assert_eq!(parse(&pkt[..30]).unwrap_err(), BadSegment::Malformed);
+    }
+}
+
+#[cfg(test)]
+mod segment_tests {
+    use super::*;
+
+    #[test]
+    fn a_tso_packet_is_cut_as_the_kernel_cuts_it() {
+        let data: Vec<u8> = (0..2500u32).map(|i| i as u8).collect();
+        let seg = SegOut {
+            src: "198.18.0.1:80".parse().unwrap(),
+            dst: "198.18.0.2:4000".parse().unwrap(),
+            seq: 1000,
+            ack: 1,
+            flags: flags::ACK | flags::PSH | flags::FIN,
+            wnd: 100,
+            opts: OptsOut {
+                ts: Some((5, 6)),
+                ..OptsOut::default()
+            },
+            payload: &data,
+            ip_id: 7,
+        };
+        let parts = segment(&build(&seg), 1000);
+        assert_eq!(parts.len(), 3);
+        let mut joined = Vec::new();
+        for (i, p) in parts.iter().enumerate() {
+            let s = parse(p).expect("each part checks out, checksums included");
+            assert_eq!(s.seq, 1000 + 1000 * i as u32);
+            let last = i == 2;
+            assert_eq!(s.has(flags::PSH), last);
+            assert_eq!(s.has(flags::FIN), last);
+            assert_eq!(s.opts.ts, Some((5, 6)));
+            assert_eq!(u16::from_be_bytes([p[4], p[5]]), 7 + i as u16);
+            joined.extend_from_slice(s.payload);
+        }
+        assert_eq!(joined, data);
     }
 }
