@@ -5,6 +5,8 @@
 
 use std::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void, CStr};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::OnceLock;
 
 use libc::{epoll_event, iovec, msghdr, pollfd, size_t, sockaddr, socklen_t, ssize_t, timeval};
 use rxpath_tcp::{Errno, SockOpt};
@@ -262,6 +264,12 @@ fn do_send(
 
 unsafe extern "C" fn pd_free(ud: Ud) {
     if !ud.is_null() {
+        let _ = CURRENT.compare_exchange(
+            ud as *mut Shared,
+            std::ptr::null_mut(),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
         // SAFETY: the Box leaked at init, freed once, here.
         drop(unsafe { Box::from_raw(ud as *mut Shared) });
     }
@@ -500,7 +508,30 @@ unsafe extern "C" fn pd_getsockopt(
     }
     // SAFETY: `ud` is ours; `val` holds `*len` bytes per getsockopt(2).
     let w = unsafe { world(ud) };
-    let r = if (level, name) == (libc::SOL_SOCKET, libc::SO_LINGER) {
+    let r = if (level, name) == (libc::IPPROTO_TCP, libc::TCP_INFO) {
+        w.tcp_info(fd).map(|b| {
+            // SAFETY: at most `*len` bytes are written to `val`.
+            unsafe {
+                let n = (*len as usize).min(b.len());
+                std::ptr::copy_nonoverlapping(b.as_ptr(), val as *mut u8, n);
+                *len = n as socklen_t;
+            }
+            0
+        })
+    } else if (level, name) == (libc::IPPROTO_TCP, libc::TCP_CC_INFO) {
+        // CUBIC has no `get_info`: the kernel copies out nothing.
+        w.getsockopt(fd, SockOpt::NoDelay).map(|_| {
+            // SAFETY: `len` non-null (checked above).
+            unsafe { *len = 0 };
+            0
+        })
+    } else if (level, name) == (libc::SOL_SOCKET, libc::SO_MEMINFO) {
+        w.meminfo(fd).map(|m| {
+            // SAFETY: `val` holds `*len` bytes.
+            unsafe { copy_out(&m, val, len) };
+            0
+        })
+    } else if (level, name) == (libc::SOL_SOCKET, libc::SO_LINGER) {
         w.getsockopt(fd, SockOpt::Linger).map(|l| {
             let lg = libc::linger {
                 l_onoff: (l >= 0) as c_int,
@@ -739,6 +770,50 @@ unsafe extern "C" fn pd_splice(
     -1
 }
 
+/// The world packetdrill made, for [`getsockopt`] below.
+static CURRENT: AtomicPtr<Shared> = AtomicPtr::new(std::ptr::null_mut());
+
+type GetsockoptFn = unsafe extern "C" fn(c_int, c_int, c_int, *mut c_void, *mut socklen_t) -> c_int;
+
+/// `getsockopt(2)` for a process that preloaded this library
+/// (`LD_PRELOAD`): packetdrill reads `TCP_INFO` for a script's
+/// `%{ ... }%` assertions with its own `getsockopt` on the socket's
+/// number, not through the interface; a number of ours is answered here,
+/// every other goes on to the C library's.
+///
+/// # Safety
+/// As `getsockopt(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn getsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    val: *mut c_void,
+    len: *mut socklen_t,
+) -> c_int {
+    let w = CURRENT.load(Ordering::Acquire);
+    // SAFETY: a non-null CURRENT is the live world (cleared in `pd_free`
+    // before it is dropped).
+    if !w.is_null() && unsafe { &*w }.owns(fd) {
+        // SAFETY: as above; the arguments are the caller's.
+        return unsafe { pd_getsockopt(w as Ud, fd, level, name, val, len) };
+    }
+    static NEXT: OnceLock<usize> = OnceLock::new();
+    let next = *NEXT.get_or_init(|| {
+        // SAFETY: a C string literal; RTLD_NEXT finds the C library's.
+        unsafe { libc::dlsym(libc::RTLD_NEXT, c"getsockopt".as_ptr()) as usize }
+    });
+    if next == 0 {
+        set_errno(libc::ENOSYS);
+        return -1;
+    }
+    // SAFETY: the C library's getsockopt has this signature.
+    unsafe {
+        let f: GetsockoptFn = std::mem::transmute::<usize, GetsockoptFn>(next);
+        f(fd, level, name, val, len)
+    }
+}
+
 /// What packetdrill calls first: fill in the interface.
 ///
 /// # Safety
@@ -764,7 +839,9 @@ pub unsafe extern "C" fn packetdrill_interface_init(
             std::process::exit(2);
         }
     };
-    let shared = Box::into_raw(Box::new(Shared::new(addrs))) as Ud;
+    let raw = Box::into_raw(Box::new(Shared::new(addrs)));
+    CURRENT.store(raw, Ordering::Release);
+    let shared = raw as Ud;
     // SAFETY: packetdrill hands a valid interface to fill.
     unsafe {
         ifc.write(PacketdrillInterface {

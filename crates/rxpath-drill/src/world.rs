@@ -586,6 +586,29 @@ impl Shared {
         })
     }
 
+    /// `getsockopt(TCP_INFO)`, as the bytes the kernel copies out.
+    pub fn tcp_info(&self, fd: i32) -> Result<Vec<u8>, Errno> {
+        let w = self.lock();
+        let (id, _) = w.tcp(fd)?;
+        Ok(w.stack.tcp_info(id, w.now)?.as_bytes())
+    }
+
+    /// `SO_MEMINFO`: `sk_get_meminfo`'s nine counters (receive queue,
+    /// receive buffer, 0, send buffer, 0, send queue, 0, 0, 0).
+    pub fn meminfo(&self, fd: i32) -> Result<[u32; 9], Errno> {
+        let mut w = self.lock();
+        let (id, _) = w.tcp(fd)?;
+        let (inq, outq) = w.stack.queues(id)?;
+        let rcvbuf = w.stack.option(id, SockOpt::RcvBuf)? as u32;
+        let sndbuf = w.stack.option(id, SockOpt::SndBuf)? as u32;
+        Ok([inq as u32, rcvbuf, 0, sndbuf, 0, outq as u32, 0, 0, 0])
+    }
+
+    /// Whether `fd` is one of this world's descriptors.
+    pub fn owns(&self, fd: i32) -> bool {
+        self.lock().fds.contains_key(&fd)
+    }
+
     /// The socket's own address and its peer's.
     pub fn addrs(&self, fd: i32) -> Result<(Option<SocketAddr>, Option<SocketAddr>), Errno> {
         let w = self.lock();

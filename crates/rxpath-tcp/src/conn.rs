@@ -103,6 +103,8 @@ pub struct Sent {
     pub retrans: bool,
     /// SACKed by the peer.
     pub sacked: bool,
+    /// Marked lost (RACK, or a timeout), to be retransmitted.
+    pub lost: bool,
 }
 
 /// What the transmit timer is armed for (`ICSK_TIME_*`).
@@ -298,6 +300,38 @@ pub struct Conn {
     /// When data was last sent (`lsndtime`).
     pub lsndtime: Nanos,
 
+    // Accounting (`tcp_info`).
+    /// The congestion-avoidance state.
+    pub ca_state: crate::info::CaState,
+    /// When the last ACK arrived (`rcv_tstamp`).
+    pub rcv_tstamp: Nanos,
+    /// `tcp_reordering`: the reordering degree assumed.
+    pub reordering: u32,
+    /// Bytes acknowledged.
+    pub bytes_acked: u64,
+    /// Bytes received in order.
+    pub bytes_received: u64,
+    /// Bytes sent, retransmissions included.
+    pub bytes_sent: u64,
+    /// Bytes retransmitted.
+    pub bytes_retrans: u64,
+    /// Segments sent and received, and those carrying data.
+    pub segs_out: u32,
+    /// See `segs_out`.
+    pub segs_in: u32,
+    /// See `segs_out`.
+    pub data_segs_out: u32,
+    /// See `segs_out`.
+    pub data_segs_in: u32,
+    /// Segments delivered (acknowledged or SACKed).
+    pub delivered: u32,
+    /// Segments received out of order.
+    pub rcv_ooopack: u32,
+    /// Retransmission timeouts.
+    pub total_rto: u16,
+    /// Busy, window- and buffer-limited times.
+    pub chrono: crate::info::Chrono,
+
     // The socket around it.
     /// A pending error (`sk_err`), taken by the next call.
     pub err: Option<i32>,
@@ -336,6 +370,53 @@ impl Conn {
     pub fn pcount(&self, s: &Sent) -> u32 {
         let len = s.end_seq.wrapping_sub(s.seq) - s.fin as u32 - s.syn as u32;
         len.div_ceil(self.mss_cache.max(1)).max(1)
+    }
+
+    /// Every segment sent and not acknowledged (`packets_out`).
+    pub fn packets_out_all(&self) -> u32 {
+        self.rtx.iter().map(|s| self.pcount(s)).sum()
+    }
+
+    /// Segments SACKed (`sacked_out`).
+    pub fn sacked_out(&self) -> u32 {
+        self.rtx
+            .iter()
+            .filter(|s| s.sacked)
+            .map(|s| self.pcount(s))
+            .sum()
+    }
+
+    /// Segments marked lost (`lost_out`).
+    pub fn lost_out(&self) -> u32 {
+        self.rtx
+            .iter()
+            .filter(|s| s.lost && !s.sacked)
+            .map(|s| self.pcount(s))
+            .sum()
+    }
+
+    /// Segments retransmitted and not yet acknowledged (`retrans_out`).
+    pub fn retrans_out(&self) -> u32 {
+        self.rtx
+            .iter()
+            .filter(|s| s.retrans && !s.sacked)
+            .map(|s| self.pcount(s))
+            .sum()
+    }
+
+    /// `sk_pacing_rate` as `tcp_update_pacing_rate` sets it, bytes/s.
+    pub fn pacing_rate(&self) -> u64 {
+        let ratio = if self.snd_cwnd < self.snd_ssthresh / 2 {
+            200
+        } else {
+            120
+        };
+        let mut rate = self.mss_cache as u64 * 80_000 * ratio / 100;
+        rate *= self.snd_cwnd.max(self.packets_out_all()) as u64;
+        if self.srtt_us > 0 {
+            rate /= self.srtt_us;
+        }
+        rate
     }
 
     /// Bytes written and not yet sent.

@@ -29,6 +29,10 @@ pub(crate) enum Verdict {
 impl Conn {
     /// A segment for this connection.
     pub(crate) fn input(&mut self, ctx: &mut Ctx<'_>, seg: &SegIn<'_>) -> Verdict {
+        self.segs_in = self.segs_in.wrapping_add(1);
+        if !seg.payload.is_empty() {
+            self.data_segs_in = self.data_segs_in.wrapping_add(1);
+        }
         match self.state {
             State::SynSent => self.rcv_synsent(ctx, seg),
             State::TimeWait => self.rcv_timewait(ctx, seg),
@@ -114,6 +118,7 @@ impl Conn {
         self.retransmits = 0;
         self.backoff = 0;
         self.lsndtime = ctx.now;
+        self.ack.lrcvtime = ctx.now;
         self.rcv_ssthresh = self.rcv_wnd;
     }
 
@@ -284,6 +289,7 @@ impl Conn {
         if before(seg.ack, self.snd_una) {
             return;
         }
+        self.rcv_tstamp = ctx.now;
         let nwin = (seg.wnd as u32) << self.snd_wscale;
         if after(seg.ack, self.snd_una)
             || after(seg.seq, self.snd_wl1)
@@ -313,6 +319,7 @@ impl Conn {
     pub(crate) fn ack_rtx(&mut self, ctx: &mut Ctx<'_>, ack: u32) -> u32 {
         let base = self.data_base();
         let mut acked = 0;
+        let mut acked_syn = false;
         let mut sample: Option<crate::Nanos> = None;
         while let Some(h) = self.rtx.front().copied() {
             if after(h.end_seq, ack) {
@@ -329,6 +336,7 @@ impl Conn {
                 break;
             }
             self.rtx.pop_front();
+            acked_syn |= h.syn;
             if !h.syn {
                 acked += self.pcount(&h);
             }
@@ -346,6 +354,9 @@ impl Conn {
             let n = (drop as usize).min(self.sndbuf.len());
             self.sndbuf.drain(..n);
         }
+        let newly = ack.wrapping_sub(self.snd_una);
+        self.bytes_acked += newly.saturating_sub(acked_syn as u32) as u64;
+        self.delivered += acked;
         self.snd_una = ack;
         if before(self.snd_sml, ack) {
             self.snd_sml = ack;
@@ -514,6 +525,7 @@ impl Conn {
         self.ack.pending = true;
         if !data.is_empty() {
             self.rcvq.extend(data);
+            self.bytes_received += data.len() as u64;
             self.rcv_nxt = self.rcv_nxt.wrapping_add(data.len() as u32);
             self.event_data_recv(ctx, data.len() as u32);
             ctx.ext.TCPHPHits += 1;
@@ -589,6 +601,7 @@ impl Conn {
     /// `tcp_data_queue_ofo`: keep it, and say so in SACK blocks.
     fn data_queue_ofo(&mut self, ctx: &mut Ctx<'_>, seq: u32, data: &[u8], _fin: bool) {
         ctx.ext.TCPOFOQueue += 1;
+        self.rcv_ooopack += 1;
         self.ack.pending = true;
         self.ack.force = true;
         if data.is_empty() {

@@ -17,6 +17,7 @@
 
 pub mod config;
 pub mod conn;
+pub mod info;
 mod input;
 pub mod mib;
 mod output;
@@ -27,6 +28,7 @@ pub mod wire;
 
 pub use config::TcpConfig;
 pub use conn::State;
+pub use info::TcpInfo;
 pub use stack::{Errno, SockId, SockOpt, Stack};
 
 use std::collections::VecDeque;

@@ -120,6 +120,11 @@ impl Conn {
             gso_size,
         });
         ctx.mib.OutSegs += segs as u64;
+        self.segs_out += segs as u32;
+        if !data.is_empty() {
+            self.data_segs_out += segs as u32;
+            self.bytes_sent += data.len() as u64;
+        }
         if fl & ACK != 0 {
             self.ack_sent();
         }
@@ -458,6 +463,7 @@ impl Conn {
         let payload = (len > 0).then_some((off, len as usize));
         self.emit(ctx, t.seq, fl, payload);
         ctx.mib.OutSegs -= 1;
+        self.bytes_retrans += len as u64;
         ctx.mib.RetransSegs += 1;
         self.total_retrans += 1;
         if let Some(b) = self.rtx.back_mut() {
@@ -506,6 +512,7 @@ impl Conn {
             sent_at: ctx.now,
             retrans: false,
             sacked: false,
+            lost: false,
         });
         self.snd_nxt = end;
         // `tcp_event_new_data_sent`: the first packet out (or one after a
@@ -566,6 +573,7 @@ impl Conn {
             };
             self.emit(ctx, head.seq, fl, payload);
             ctx.mib.OutSegs -= 1;
+            self.bytes_retrans += len as u64;
         }
         ctx.mib.RetransSegs += 1;
         self.total_retrans += 1;

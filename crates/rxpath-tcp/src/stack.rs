@@ -303,6 +303,7 @@ impl Stack {
                 sent_at: now,
                 retrans: false,
                 sacked: false,
+                lost: false,
             }]),
             snd_sml: iss,
             skb_ends: VecDeque::new(),
@@ -360,6 +361,21 @@ impl Stack {
             probes_out: 0,
             close_at: None,
             lsndtime: now,
+            ca_state: crate::info::CaState::Open,
+            rcv_tstamp: now,
+            reordering: 3,
+            bytes_acked: 0,
+            bytes_received: 0,
+            bytes_sent: 0,
+            bytes_retrans: 0,
+            segs_out: 0,
+            segs_in: 0,
+            data_segs_out: 0,
+            data_segs_in: 0,
+            delivered: 0,
+            rcv_ooopack: 0,
+            total_rto: 0,
+            chrono: crate::info::Chrono::default(),
             err: None,
             shut_rd: false,
             shut_wr: false,
@@ -531,6 +547,29 @@ impl Stack {
             }
         }
         Ok(n)
+    }
+
+    /// `getsockopt(TCP_INFO)`.
+    pub fn tcp_info(&self, id: SockId, now: Nanos) -> Result<crate::TcpInfo, Errno> {
+        let s = self.sock(id)?;
+        Ok(match (&s.conn, &s.listener) {
+            (Some(c), _) => c.tcp_info(now),
+            (None, l) => crate::TcpInfo {
+                tcpi_state: if l.is_some() {
+                    State::Listen
+                } else {
+                    State::Closed
+                }
+                .kernel_code(),
+                tcpi_rto: 1_000_000,
+                tcpi_snd_mss: crate::conn::TCP_MSS_DEFAULT,
+                tcpi_snd_cwnd: TCP_INIT_CWND,
+                tcpi_snd_ssthresh: TCP_INFINITE_SSTHRESH,
+                tcpi_reordering: 3,
+                tcpi_pmtu: 1500,
+                ..crate::TcpInfo::default()
+            },
+        })
     }
 
     /// Bytes queued to read (`SIOCINQ`) and bytes unacknowledged

@@ -76,6 +76,7 @@ impl Conn {
             return Verdict::Closed;
         }
         ctx.ext.TCPTimeouts += 1;
+        self.total_rto = self.total_rto.saturating_add(1);
         if self.synchronized() {
             // `tcp_enter_loss`: CUBIC's β, and everything in flight is lost.
             self.snd_ssthresh = (self.snd_cwnd * 717 / 1024).max(2);
