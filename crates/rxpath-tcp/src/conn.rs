@@ -411,12 +411,9 @@ impl Conn {
         } else {
             120
         };
-        let mut rate = self.mss_cache as u64 * 80_000 * ratio / 100;
-        rate *= self.snd_cwnd.max(self.packets_out_all()) as u64;
-        if self.srtt_us > 0 {
-            rate /= self.srtt_us;
-        }
-        rate
+        let rate = self.mss_cache as u64 * 80_000 * ratio / 100
+            * self.snd_cwnd.max(self.packets_out_all()) as u64;
+        rate.checked_div(self.srtt_us).unwrap_or(rate)
     }
 
     /// Bytes written and not yet sent.
