@@ -46,8 +46,10 @@ enum Fd {
 struct Interest {
     events: u32,
     data: u64,
-    /// For `EPOLLET`: the bits already reported.
-    reported: u32,
+    /// For `EPOLLET`: the wakeup counts (readers, writers) last seen, or
+    /// none when a report is due (just added or modified, as
+    /// `epoll_ctl` queues an item ready at that moment).
+    seen: Option<(u64, u64)>,
     disabled: bool,
 }
 
@@ -162,20 +164,29 @@ impl World {
         }
     }
 
-    fn events(&self, fd: i32) -> u32 {
+    fn events(&mut self, fd: i32) -> u32 {
         match self.fds.get(&fd) {
-            Some(Fd::Tcp { id, .. }) => self.stack.events(*id).unwrap_or(POLLNVAL),
+            Some(Fd::Tcp { id, .. }) => {
+                let id = *id;
+                self.stack.events(id).unwrap_or(POLLNVAL)
+            }
             Some(Fd::Epoll { interest }) => {
-                if interest
-                    .keys()
-                    .any(|&f| self.events(f) & interest[&f].events != 0)
-                {
+                let watched: Vec<(i32, u32)> =
+                    interest.iter().map(|(&f, i)| (f, i.events)).collect();
+                if watched.into_iter().any(|(f, ev)| self.events(f) & ev != 0) {
                     libc::EPOLLIN as u32
                 } else {
                     0
                 }
             }
             None => POLLNVAL,
+        }
+    }
+
+    fn wakeups(&self, fd: i32) -> (u64, u64) {
+        match self.fds.get(&fd) {
+            Some(Fd::Tcp { id, .. }) => self.stack.wakeups(*id).unwrap_or((0, 0)),
+            _ => (0, 0),
         }
     }
 }
@@ -620,7 +631,7 @@ impl Shared {
     /// entry, waiting up to `timeout_ms` (virtual; negative: forever).
     pub fn poll(&self, fds: &[(i32, u32)], timeout_ms: i32) -> Result<Vec<u32>, Errno> {
         let always = (libc::POLLERR | libc::POLLHUP) as u32 | POLLNVAL;
-        let scan = |w: &World| -> Vec<u32> {
+        let scan = |w: &mut World| -> Vec<u32> {
             fds.iter()
                 .map(|&(fd, ev)| w.events(fd) & (ev | always))
                 .collect()
@@ -675,7 +686,7 @@ impl Shared {
             let i = Interest {
                 events,
                 data,
-                reported: 0,
+                seen: None,
                 disabled: false,
             };
             match op {
@@ -704,31 +715,51 @@ impl Shared {
         };
         let always = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
         let r = self.block(timeout_ms == 0, deadline, |w| {
-            let ready: Vec<(i32, u32)> = match w.fds.get(&epfd) {
+            let watched: Vec<(i32, Interest)> = match w.fds.get(&epfd) {
                 Some(Fd::Epoll { interest }) => interest
                     .iter()
                     .filter(|(_, i)| !i.disabled)
-                    .map(|(&fd, i)| (fd, w.events(fd) & (i.events | always)))
+                    .map(|(&fd, i)| (fd, *i))
                     .collect(),
                 _ => return Err(libc::EINVAL),
             };
-            let Some(Fd::Epoll { interest }) = w.fds.get_mut(&epfd) else {
-                return Err(libc::EINVAL);
-            };
             let mut out = Vec::new();
-            for (fd, ev) in ready {
-                let i = interest.get_mut(&fd).expect("listed above");
+            for (fd, i) in watched {
+                if out.len() == max {
+                    break;
+                }
+                let ev = w.events(fd) & (i.events | always);
+                let wakes = w.wakeups(fd);
                 let et = i.events & libc::EPOLLET as u32 != 0;
-                let new = if et { ev & !i.reported } else { ev };
-                i.reported &= ev;
-                if new == 0 || out.len() == max {
+                // Edge-triggered: only after a wakeup of a kind the
+                // interest listens to (`ep_poll_callback`'s key filter).
+                let woken = match i.seen {
+                    None => true,
+                    Some((rd, wr)) => {
+                        let wants_in = i.events
+                            & (libc::EPOLLIN | libc::EPOLLRDNORM | libc::EPOLLRDHUP) as u32
+                            != 0;
+                        let wants_out = i.events & (libc::EPOLLOUT | libc::EPOLLWRNORM) as u32 != 0;
+                        (wants_in && wakes.0 != rd) || (wants_out && wakes.1 != wr)
+                    }
+                };
+                let Some(Fd::Epoll { interest }) = w.fds.get_mut(&epfd) else {
+                    return Err(libc::EINVAL);
+                };
+                let entry = interest.get_mut(&fd).expect("listed above");
+                if et {
+                    if !woken {
+                        continue;
+                    }
+                    entry.seen = Some(wakes);
+                }
+                if ev == 0 {
                     continue;
                 }
-                i.reported |= ev;
                 if i.events & libc::EPOLLONESHOT as u32 != 0 {
-                    i.disabled = true;
+                    entry.disabled = true;
                 }
-                out.push((i.data, if et { ev } else { new }));
+                out.push((i.data, ev));
             }
             if out.is_empty() {
                 Err(libc::EAGAIN)

@@ -188,6 +188,10 @@ pub struct Conn {
     /// PSH goes on the packets that carry these sequences' last bytes
     /// (`tcp_mark_push` on each skb a write without `MSG_MORE` ended in).
     pub push_marks: VecDeque<u32>,
+    /// `write_seq` at the last push mark (`pushed_seq`).
+    pub pushed_seq: u32,
+    /// The program set `SO_SNDBUF` (`SOCK_SNDBUF_LOCK`): no autotuning.
+    pub sndbuf_locked: bool,
     /// The device segments (TSO or GSO): skbs grow to `size_goal`.
     pub gso: bool,
     /// `TCP_MAXSEG` set by the program (`user_mss`).
@@ -332,6 +336,16 @@ pub struct Conn {
     /// Busy, window- and buffer-limited times.
     pub chrono: crate::info::Chrono,
 
+    // Wakeups, for edge-triggered readiness.
+    /// Data, a FIN or a state change arrived (`sk_data_ready`,
+    /// `sk_state_change`): bumped each time.
+    pub wake_in: u64,
+    /// Send space opened after someone found none (`sk_write_space`),
+    /// or the state changed.
+    pub wake_out: u64,
+    /// A poll or a write found no send space (`SOCK_NOSPACE`).
+    pub nospace: bool,
+
     // The socket around it.
     /// A pending error (`sk_err`), taken by the next call.
     pub err: Option<i32>,
@@ -414,6 +428,19 @@ impl Conn {
         let rate = self.mss_cache as u64 * 80_000 * ratio / 100
             * self.snd_cwnd.max(self.packets_out_all()) as u64;
         rate.checked_div(self.srtt_us).unwrap_or(rate)
+    }
+
+    /// `__sk_stream_is_writeable(sk, 1)`: a third of the send buffer free
+    /// and unsent bytes (doubled) under `TCP_NOTSENT_LOWAT`.
+    pub fn writeable(&self) -> bool {
+        self.sndbuf.len() * 3 / 2 <= self.sk_sndbuf as usize
+            && (self.unsent() as u64) * 2 < self.notsent_lowat as u64
+    }
+
+    /// A state change wakes readers and writers (`sk_state_change`).
+    pub fn wake_all(&mut self) {
+        self.wake_in += 1;
+        self.wake_out += 1;
     }
 
     /// Bytes written and not yet sent.

@@ -6,7 +6,8 @@
 use rxpath_wire::tcp::flags::{ACK, FIN, RST, SYN};
 
 use crate::conn::{
-    Conn, Sent, State, TCP_DELACK_MIN, TCP_MAX_QUICKACKS, TCP_MSS_DEFAULT, TCP_TIMEWAIT_LEN,
+    Conn, Sent, State, TCP_DELACK_MIN, TCP_INIT_CWND, TCP_MAX_QUICKACKS, TCP_MSS_DEFAULT,
+    TCP_TIMEWAIT_LEN,
 };
 use crate::seq::{after, before};
 use crate::wire::SegIn;
@@ -102,6 +103,7 @@ impl Conn {
         }
         self.ack_rtx(ctx, seg.ack);
         self.state = State::Established;
+        self.wake_all();
         self.init_transfer(ctx);
         self.send_ack(ctx);
         self.write_xmit(ctx, self.nonagle());
@@ -119,7 +121,22 @@ impl Conn {
         self.backoff = 0;
         self.lsndtime = ctx.now;
         self.ack.lrcvtime = ctx.now;
+        self.sndbuf_expand(ctx);
         self.rcv_ssthresh = self.rcv_wnd;
+    }
+
+    /// `tcp_sndbuf_expand`: room for two windows of full-sized skbs
+    /// (CUBIC's recovery needs 1.7), unless the program fixed the size.
+    fn sndbuf_expand(&mut self, ctx: &Ctx<'_>) {
+        if self.sndbuf_locked {
+            return;
+        }
+        let per_mss = (self.mss_clamp.max(self.mss_cache) + 320 + 320).next_power_of_two() + 256;
+        let nr_segs = TCP_INIT_CWND.max(self.snd_cwnd).max(self.reordering + 1);
+        let sndmem = 2 * nr_segs * per_mss;
+        if self.sk_sndbuf < sndmem {
+            self.sk_sndbuf = sndmem.min(ctx.cfg.tcp_wmem[2]);
+        }
     }
 
     /// TIME_WAIT (`tcp_timewait_state_process`).
@@ -149,6 +166,7 @@ impl Conn {
 
     /// A reset came in (`tcp_reset`).
     pub(crate) fn rcv_reset(&mut self, ctx: &mut Ctx<'_>) -> Verdict {
+        self.wake_all();
         self.err = Some(match self.state {
             State::SynSent => libc::ECONNREFUSED,
             State::CloseWait => libc::EPIPE,
@@ -232,6 +250,7 @@ impl Conn {
                 return Verdict::Keep;
             }
             self.state = State::Established;
+            self.wake_all();
             self.snd_wnd = (seg.wnd as u32) << self.snd_wscale;
             self.snd_wl1 = seg.seq;
             self.init_transfer(ctx);
@@ -310,6 +329,16 @@ impl Conn {
         let acked_pkts = self.ack_rtx(ctx, seg.ack);
         if !syn_acked && self.cwnd_limited(prior_in_flight) {
             self.cong_avoid(acked_pkts);
+        }
+        // `tcp_check_space` → `tcp_new_space`: freed space may grow the
+        // buffer with the window (`tcp_should_expand_sndbuf`).
+        if acked_pkts > 0 && self.packets_out() < self.snd_cwnd {
+            self.sndbuf_expand(ctx);
+        }
+        // Space freed for a writer that found none.
+        if self.nospace && self.writeable() {
+            self.nospace = false;
+            self.wake_out += 1;
         }
     }
 
@@ -525,6 +554,7 @@ impl Conn {
         self.ack.pending = true;
         if !data.is_empty() {
             self.rcvq.extend(data);
+            self.wake_in += 1;
             self.bytes_received += data.len() as u64;
             self.rcv_nxt = self.rcv_nxt.wrapping_add(data.len() as u32);
             self.event_data_recv(ctx, data.len() as u32);
@@ -574,6 +604,7 @@ impl Conn {
 
     /// `tcp_fin`.
     fn rcv_fin(&mut self, ctx: &mut Ctx<'_>) {
+        self.wake_all();
         self.rcv_nxt = self.rcv_nxt.wrapping_add(1);
         self.fin_rcvd = true;
         self.ack.pending = true;

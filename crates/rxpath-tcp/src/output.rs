@@ -259,57 +259,114 @@ impl Conn {
         (goal / mss * mss).max(mss)
     }
 
-    /// Queue a write (`tcp_sendmsg_locked`): into the tail skb while it
-    /// has room (and no `MSG_EOR` closed it), else into new skbs; PSH
-    /// marked at its end unless `MSG_MORE`.
-    pub(crate) fn append(&mut self, data: &[u8], more: bool, eor: bool) {
-        if data.is_empty() {
-            return;
-        }
-        let goal = self.size_goal();
-        let tail_start = match self.skb_ends.back() {
+    /// The unsent tail skb: where it starts and its length.
+    fn tail_skb(&self) -> (u32, u32) {
+        let start = match self.skb_ends.back() {
             Some(&b) if after(b, self.snd_nxt) => b,
             _ => self.snd_nxt,
         };
-        if self.unsent() > 0 && !self.eor_tail && self.write_seq.wrapping_sub(tail_start) < goal {
-            // Data appended to an unsent skb takes its PSH away.
-            let end = self.write_seq;
-            self.push_marks.retain(|&m| m != end);
+        (start, self.write_seq.wrapping_sub(start))
+    }
+
+    /// `tcp_mark_push`.
+    fn mark_push(&mut self) {
+        if self.push_marks.back() != Some(&self.write_seq) {
+            self.push_marks.push_back(self.write_seq);
         }
-        let mut left = data.len() as u32;
-        while left > 0 {
-            let tail_start = match self.skb_ends.back() {
-                Some(&b) if after(b, self.snd_nxt) => b,
-                _ => self.snd_nxt,
-            };
-            let tail_len = self.write_seq.wrapping_sub(tail_start);
-            let room = if self.eor_tail || self.unsent() == 0 {
-                0
+        self.pushed_seq = self.write_seq;
+    }
+
+    /// `forced_push`: more than half the largest window written since the
+    /// last push mark.
+    fn forced_push(&self) -> bool {
+        after(
+            self.write_seq,
+            self.pushed_seq.wrapping_add(self.max_window >> 1),
+        )
+    }
+
+    /// A write (`tcp_sendmsg_locked`): data goes into the unsent tail skb
+    /// while it has room (and no `MSG_EOR` closed it), else into new skbs
+    /// of `size_goal`, each allowed only while the send buffer and
+    /// `TCP_NOTSENT_LOWAT` have room; a full skb at the send head leaves
+    /// at once (`tcp_push_one`); the end is pushed (`tcp_push`), PSH
+    /// marked unless `MSG_MORE`. Returns the bytes taken.
+    pub(crate) fn sendmsg(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        data: &[u8],
+        more: bool,
+        eor: bool,
+    ) -> usize {
+        let goal = self.size_goal();
+        let mut copied = 0usize;
+        while copied < data.len() {
+            let (start, tail_len) = self.tail_skb();
+            let left = (data.len() - copied) as u32;
+            let take = if self.unsent() > 0 && !self.eor_tail && tail_len < goal {
+                if copied == 0 {
+                    // Appending to an unsent skb takes its PSH away.
+                    let end = self.write_seq;
+                    self.push_marks.retain(|&m| m != end);
+                }
+                (goal - tail_len).min(left)
             } else {
-                goal.saturating_sub(tail_len)
-            };
-            let take = if room > 0 {
-                room.min(left)
-            } else {
+                if self.sndbuf.len() >= self.sk_sndbuf as usize
+                    || self.unsent() >= self.notsent_lowat
+                {
+                    self.nospace = true;
+                    break;
+                }
                 if self.unsent() > 0 {
                     self.skb_ends.push_back(self.write_seq);
                 }
                 self.eor_tail = false;
                 goal.min(left)
             };
+            self.sndbuf.extend(&data[copied..copied + take as usize]);
             self.write_seq = self.write_seq.wrapping_add(take);
-            left -= take;
+            copied += take as usize;
+            if copied == data.len() {
+                self.eor_tail = eor;
+                break;
+            }
+            let (start_now, len_now) = self.tail_skb();
+            if len_now < goal {
+                continue;
+            }
+            if self.forced_push() {
+                self.mark_push();
+                self.write_xmit_inner(ctx, Nonagle::Push, false);
+            } else if start_now == self.snd_nxt || start == self.snd_nxt {
+                self.write_xmit_inner(ctx, Nonagle::Push, true);
+            }
         }
-        self.sndbuf.extend(data);
-        self.eor_tail = eor;
-        if !more {
-            self.push_marks.push_back(self.write_seq);
+        if copied == 0 {
+            return 0;
         }
+        let full = copied == data.len();
+        if !(more && full) || self.forced_push() {
+            self.mark_push();
+        }
+        let nonagle = if !full {
+            Nonagle::Push
+        } else if more {
+            Nonagle::Cork
+        } else {
+            self.nonagle()
+        };
+        self.write_xmit(ctx, nonagle);
+        copied
     }
 
     /// `tcp_write_xmit`: send what the congestion and receive windows and
     /// Nagle allow, packet by packet within skb bounds.
     pub(crate) fn write_xmit(&mut self, ctx: &mut Ctx<'_>, nonagle: Nonagle) {
+        self.write_xmit_inner(ctx, nonagle, false);
+    }
+
+    /// `tcp_write_xmit`; `one` sends at most one packet (`tcp_push_one`).
+    fn write_xmit_inner(&mut self, ctx: &mut Ctx<'_>, nonagle: Nonagle, one: bool) {
         if !matches!(
             self.state,
             State::Established
@@ -348,6 +405,9 @@ impl Conn {
             if len < self.mss_cache * len.div_ceil(self.mss_cache) {
                 // `tcp_minshall_update`.
                 self.snd_sml = self.snd_nxt;
+            }
+            if one {
+                break;
             }
         }
         if sent_any {

@@ -73,6 +73,8 @@ struct Sock {
     notsent_lowat: Option<u32>,
     listener: Option<Listener>,
     conn: Option<Box<Conn>>,
+    /// Wakeups of the socket itself (a listener's accept queue).
+    wake_in: u64,
     /// A SYN_RECV child's listener.
     parent: Option<SockId>,
     /// The program closed it; it lives on until its connection ends.
@@ -308,6 +310,8 @@ impl Stack {
             snd_sml: iss,
             skb_ends: VecDeque::new(),
             eor_tail: false,
+            pushed_seq: iss.wrapping_add(1),
+            sndbuf_locked: false,
             push_marks: VecDeque::new(),
             gso: self.cfg.gso,
             user_mss: None,
@@ -376,6 +380,9 @@ impl Stack {
             rcv_ooopack: 0,
             total_rto: 0,
             chrono: crate::info::Chrono::default(),
+            wake_in: 0,
+            wake_out: 0,
+            nospace: false,
             err: None,
             shut_rd: false,
             shut_wr: false,
@@ -472,6 +479,7 @@ impl Stack {
         let Some(c) = s.conn.as_deref_mut() else {
             return Err(libc::EPIPE);
         };
+        c.nospace |= !c.writeable();
         if let Some(e) = c.err.take() {
             return Err(e);
         }
@@ -483,19 +491,15 @@ impl Stack {
             State::SynSent | State::SynRecv => return Err(libc::EAGAIN),
             _ => return Err(libc::EPIPE),
         }
-        let room = (c.sk_sndbuf as usize).saturating_sub(c.sndbuf.len());
-        if room == 0 && !data.is_empty() {
-            return Err(libc::EAGAIN);
-        }
-        let n = data.len().min(room);
-        c.append(&data[..n], more, eor);
-        let nonagle = if more { Nonagle::Cork } else { c.nonagle() };
         let mut ctx = ctx!(self, now);
         let c = self.socks[id.0]
             .as_mut()
             .and_then(|s| s.conn.as_deref_mut())
             .expect("checked above");
-        c.write_xmit(&mut ctx, nonagle);
+        let n = c.sendmsg(&mut ctx, data, more, eor);
+        if n == 0 && !data.is_empty() {
+            return Err(libc::EAGAIN);
+        }
         Ok(n)
     }
 
@@ -685,6 +689,7 @@ impl Stack {
         val: i32,
         now: Nanos,
     ) -> Result<(), Errno> {
+        let sysctl_lowat = self.cfg.tcp_notsent_lowat;
         let s = self.sock_mut(id)?;
         match opt {
             SockOpt::NoDelay => {
@@ -713,7 +718,8 @@ impl Stack {
             SockOpt::NotsentLowat => {
                 s.notsent_lowat = Some(val as u32);
                 if let Some(c) = s.conn.as_deref_mut() {
-                    c.notsent_lowat = val as u32;
+                    // 0: the sysctl's value (`tcp_notsent_lowat`).
+                    c.notsent_lowat = if val == 0 { sysctl_lowat } else { val as u32 };
                 }
             }
             SockOpt::Error => return Err(libc::ENOPROTOOPT),
@@ -747,7 +753,6 @@ impl Stack {
             let s = self.sock(id)?;
             self.bufs(s)
         };
-        let lowat = self.cfg.tcp_notsent_lowat;
         let s = self.sock_mut(id)?;
         Ok(match opt {
             SockOpt::NoDelay => s.nodelay as i32,
@@ -762,7 +767,7 @@ impl Stack {
                 (_, Some(m)) => m as i32,
                 _ => crate::conn::TCP_MSS_DEFAULT as i32,
             },
-            SockOpt::NotsentLowat => s.notsent_lowat.unwrap_or(lowat) as i32,
+            SockOpt::NotsentLowat => s.notsent_lowat.unwrap_or(0) as i32,
             SockOpt::Error => s.conn.as_mut().and_then(|c| c.err.take()).unwrap_or(0),
         })
     }
@@ -780,7 +785,29 @@ impl Stack {
 
     /// Readiness as `poll` reports it (`tcp_poll`): `EPOLLIN`, `EPOLLOUT`,
     /// `EPOLLRDHUP`, `EPOLLHUP`, `EPOLLERR` bits.
-    pub fn events(&self, id: SockId) -> Result<u32, Errno> {
+    pub fn events(&mut self, id: SockId) -> Result<u32, Errno> {
+        let mut nospace = false;
+        let m = self.events_inner(id, &mut nospace)?;
+        if nospace {
+            // `tcp_poll` sets SOCK_NOSPACE: the next send space wakes.
+            if let Some(c) = self.sock_mut(id)?.conn.as_deref_mut() {
+                c.nospace = true;
+            }
+        }
+        Ok(m)
+    }
+
+    /// Wakeup counts (readers, writers): an edge-triggered waiter reports
+    /// when one moved since it last looked (`ep_poll_callback`).
+    pub fn wakeups(&self, id: SockId) -> Result<(u64, u64), Errno> {
+        let s = self.sock(id)?;
+        Ok(match &s.conn {
+            Some(c) => (c.wake_in + s.wake_in, c.wake_out + s.wake_in),
+            None => (s.wake_in, s.wake_in),
+        })
+    }
+
+    fn events_inner(&self, id: SockId, nospace: &mut bool) -> Result<u32, Errno> {
         let s = self.sock(id)?;
         let (inb, out, rdhup, hup, err) = (
             (libc::EPOLLIN | libc::EPOLLRDNORM) as u32,
@@ -813,12 +840,10 @@ impl Stack {
         }
         if c.shut_wr || c.state == State::Closed {
             m |= out;
-        } else if c.sndbuf.len() * 3 / 2 <= c.sk_sndbuf as usize
-            && (c.unsent() as u64) * 2 < c.notsent_lowat as u64
-        {
-            // `__sk_stream_is_writeable(sk, 1)`: a third of the buffer
-            // free, and unsent bytes (doubled) under `TCP_NOTSENT_LOWAT`.
+        } else if c.writeable() {
             m |= out;
+        } else {
+            *nospace = true;
         }
         Ok(m)
     }
@@ -884,7 +909,12 @@ impl Stack {
             .and_then(|s| s.as_mut())
             .and_then(|s| s.listener.as_mut())
         {
-            Some(l) => l.accept_q.push_back(id),
+            Some(l) => {
+                l.accept_q.push_back(id);
+                if let Some(p) = self.socks[parent.0].as_mut() {
+                    p.wake_in += 1;
+                }
+            }
             None => self.remove(id),
         }
     }
@@ -1018,13 +1048,14 @@ impl Stack {
 /// program's MSS (`user_mss` caps the MSS advertised and used), the
 /// unsent-data low-water mark.
 fn apply_sock_opts(c: &mut Conn, s: &Sock) {
+    c.sndbuf_locked = s.sndbuf.is_some();
     c.nodelay = s.nodelay;
     c.cork = s.cork;
     if let Some(m) = s.user_mss {
         c.advmss = c.advmss.min(m);
         c.user_mss = Some(m);
     }
-    if let Some(l) = s.notsent_lowat {
+    if let Some(l) = s.notsent_lowat.filter(|&l| l != 0) {
         c.notsent_lowat = l;
     }
 }
