@@ -838,9 +838,7 @@ impl Stack {
         if !c.rcvq.is_empty() {
             m |= inb;
         }
-        if c.shut_wr || c.state == State::Closed {
-            m |= out;
-        } else if c.writeable() {
+        if c.shut_wr || c.state == State::Closed || c.writeable() {
             m |= out;
         } else {
             *nospace = true;
