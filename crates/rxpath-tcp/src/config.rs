@@ -20,6 +20,8 @@ pub struct TcpConfig {
     pub tcp_sack: bool,
     /// `tcp_dsack`: report duplicate segments in a D-SACK block.
     pub tcp_dsack: bool,
+    /// `tcp_frto`: F-RTO after a retransmission timeout (RFC 5682).
+    pub tcp_frto: u8,
     /// `tcp_syn_retries`.
     pub tcp_syn_retries: u8,
     /// `tcp_synack_retries`.
@@ -64,6 +66,7 @@ impl Default for TcpConfig {
             tcp_window_scaling: true,
             tcp_sack: true,
             tcp_dsack: true,
+            tcp_frto: 2,
             tcp_syn_retries: 6,
             tcp_synack_retries: 5,
             tcp_retries2: 15,
@@ -91,6 +94,7 @@ pub const SYSCTLS: &[&str] = &[
     "tcp_window_scaling",
     "tcp_sack",
     "tcp_dsack",
+    "tcp_frto",
     "tcp_syn_retries",
     "tcp_synack_retries",
     "tcp_retries2",
@@ -134,6 +138,7 @@ impl TcpConfig {
             "tcp_window_scaling" => self.tcp_window_scaling = small(1)? != 0,
             "tcp_sack" => self.tcp_sack = small(1)? != 0,
             "tcp_dsack" => self.tcp_dsack = small(1)? != 0,
+            "tcp_frto" => self.tcp_frto = small(2)? as u8,
             "tcp_syn_retries" => self.tcp_syn_retries = small(127)? as u8,
             "tcp_synack_retries" => self.tcp_synack_retries = small(255)? as u8,
             "tcp_retries2" => self.tcp_retries2 = small(255)? as u8,

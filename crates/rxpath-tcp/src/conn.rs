@@ -99,7 +99,11 @@ pub struct Sent {
     pub sent_at: Nanos,
     /// Sent with PSH.
     pub psh: bool,
-    /// Retransmitted at least once (no RTT sample from its ACK: Karn).
+    /// Retransmitted at some time (`TCPCB_EVER_RETRANS`: no RTT sample
+    /// from its ACK, Karn).
+    pub ever_retrans: bool,
+    /// Retransmitted, and the retransmission not yet deemed lost
+    /// (`TCPCB_SACKED_RETRANS`).
     pub retrans: bool,
     /// SACKed by the peer.
     pub sacked: bool,
@@ -116,6 +120,8 @@ pub enum XmitTimer {
     LossProbe,
     /// `ICSK_TIME_PROBE0`: the zero-window probe.
     Probe0,
+    /// `ICSK_TIME_REO_TIMEOUT`: RACK's reordering window.
+    ReoTimeout,
 }
 
 /// The delayed-ACK machine (`icsk_ack`).
@@ -219,13 +225,43 @@ pub struct Conn {
     pub snd_ssthresh: u32,
     /// Additive-increase credit.
     pub snd_cwnd_cnt: u32,
-    /// Duplicate ACKs in a row.
-    pub dupacks: u32,
-    /// Retransmit everything below this after a timeout (`high_seq` of
-    /// the Loss state), from `retransmit_nxt`.
-    pub high_seq: Option<u32>,
-    /// The next segment a loss recovery retransmits.
-    pub retransmit_nxt: u32,
+    /// Duplicate ACKs counted as SACKs without SACK (`sacked_out` of a
+    /// Reno connection).
+    pub reno_sacked: u32,
+    /// `snd_nxt` when Recovery or Loss began (`high_seq`).
+    pub high_seq: u32,
+    /// The highest SACKed sequence (`highest_sack`).
+    pub highest_sack: u32,
+    /// CUBIC's state.
+    pub cubic: crate::cubic::Cubic,
+    /// The window and threshold before the reduction (`prior_cwnd`,
+    /// `prior_ssthresh`), for undo and PRR.
+    pub prior_cwnd: u32,
+    /// See `prior_cwnd`.
+    pub prior_ssthresh: u32,
+    /// PRR's delivered and sent counts.
+    pub prr_delivered: u32,
+    /// See `prr_delivered`.
+    pub prr_out: u32,
+    /// Undo: where the recovery began, and retransmissions not proved
+    /// needless (`undo_marker`, `undo_retrans`).
+    pub undo_marker: Option<u32>,
+    /// See `undo_marker`.
+    pub undo_retrans: i32,
+    /// The timestamp of the first retransmission (`retrans_stamp`).
+    pub retrans_stamp: Option<u32>,
+    /// The last echoed timestamp (`rcv_tsecr`).
+    pub rcv_tsecr: u32,
+    /// RACK.
+    pub rack: crate::recovery::Rack,
+    /// F-RTO is under way.
+    pub frto: bool,
+    /// `is_cwnd_limited`, `max_packets_out`, `cwnd_usage_seq`.
+    pub cwnd_limited: bool,
+    /// See `cwnd_limited`.
+    pub max_packets_out: u32,
+    /// See `cwnd_limited`.
+    pub cwnd_usage_seq: u32,
 
     // Receive side.
     /// Initial receive sequence.
@@ -370,16 +406,6 @@ impl Conn {
         self.mss_cache = mss.max(48);
     }
 
-    /// Segments in flight: sent, not acknowledged, not SACKed, each
-    /// packet counted in MSS-sized segments (`tcp_skb_pcount`).
-    pub fn packets_out(&self) -> u32 {
-        self.rtx
-            .iter()
-            .filter(|s| !s.sacked)
-            .map(|s| self.pcount(s))
-            .sum()
-    }
-
     /// The segments a packet counts for (`tcp_skb_pcount`).
     pub fn pcount(&self, s: &Sent) -> u32 {
         let len = s.end_seq.wrapping_sub(s.seq) - s.fin as u32 - s.syn as u32;
@@ -397,7 +423,8 @@ impl Conn {
             .iter()
             .filter(|s| s.sacked)
             .map(|s| self.pcount(s))
-            .sum()
+            .sum::<u32>()
+            + self.reno_sacked
     }
 
     /// Segments marked lost (`lost_out`).
@@ -507,7 +534,11 @@ impl Conn {
             return;
         }
         let mut at = now + self.rto;
-        if self.xmit_timer == XmitTimer::LossProbe && self.rto_at.is_some() {
+        if matches!(
+            self.xmit_timer,
+            XmitTimer::LossProbe | XmitTimer::ReoTimeout
+        ) && self.rto_at.is_some()
+        {
             let head = self.rtx.front().map(|s| s.sent_at).unwrap_or(now);
             at = (head + self.rto).max(now + 1000);
         }

@@ -6,7 +6,7 @@
 use rxpath_wire::tcp::flags::{ACK, FIN, RST, SYN};
 
 use crate::conn::{
-    Conn, Sent, State, TCP_DELACK_MIN, TCP_INIT_CWND, TCP_MAX_QUICKACKS, TCP_MSS_DEFAULT,
+    Conn, State, TCP_DELACK_MIN, TCP_INIT_CWND, TCP_MAX_QUICKACKS, TCP_MSS_DEFAULT,
     TCP_TIMEWAIT_LEN,
 };
 use crate::seq::{after, before};
@@ -101,7 +101,7 @@ impl Conn {
             self.send_syn(ctx, true);
             return Verdict::Keep;
         }
-        self.ack_rtx(ctx, seg.ack);
+        self.ack_syn(ctx, seg.ack);
         self.state = State::Established;
         self.wake_all();
         self.init_transfer(ctx);
@@ -113,10 +113,16 @@ impl Conn {
     /// `tcp_init_transfer`: congestion state and the first pacing
     /// estimate once the handshake is done.
     pub(crate) fn init_transfer(&mut self, ctx: &Ctx<'_>) {
-        if self.retransmits > 0 || self.rtx.iter().any(|s| s.syn && s.retrans) {
-            // `tcp_init_transfer`: a retransmitted SYN leaves cwnd at 1.
-            self.snd_cwnd = 1;
-        }
+        // `tcp_init_transfer`: a SYN or SYN-ACK sent more than twice
+        // leaves the window at one segment.
+        self.snd_cwnd = if self.total_retrans > 1 {
+            1
+        } else {
+            crate::conn::TCP_INIT_CWND
+        };
+        let nxt = self.snd_nxt;
+        self.cubic.init(ctx.now, nxt);
+        self.cwnd_usage_seq = nxt;
         self.retransmits = 0;
         self.backoff = 0;
         self.lsndtime = ctx.now;
@@ -127,7 +133,7 @@ impl Conn {
 
     /// `tcp_sndbuf_expand`: room for two windows of full-sized skbs
     /// (CUBIC's recovery needs 1.7), unless the program fixed the size.
-    fn sndbuf_expand(&mut self, ctx: &Ctx<'_>) {
+    pub(crate) fn sndbuf_expand(&mut self, ctx: &Ctx<'_>) {
         if self.sndbuf_locked {
             return;
         }
@@ -302,113 +308,18 @@ impl Conn {
         self.send_ack(ctx);
     }
 
-    /// `tcp_ack`: the window, the retransmission queue, RTT and the
-    /// congestion window.
-    fn tcp_ack(&mut self, ctx: &mut Ctx<'_>, seg: &SegIn<'_>) {
-        if before(seg.ack, self.snd_una) {
-            return;
-        }
-        self.rcv_tstamp = ctx.now;
-        let nwin = (seg.wnd as u32) << self.snd_wscale;
-        if after(seg.ack, self.snd_una)
-            || after(seg.seq, self.snd_wl1)
-            || (seg.seq == self.snd_wl1 && nwin > self.snd_wnd)
-        {
-            self.snd_wnd = nwin;
-            self.snd_wl1 = seg.seq;
-            self.max_window = self.max_window.max(nwin);
-        }
-        if seg.ack == self.snd_una {
-            if seg.payload.is_empty() && !seg.has(FIN) {
-                ctx.ext.TCPPureAcks += 1;
-            }
-            return;
-        }
-        let prior_in_flight = self.packets_out();
-        let syn_acked = self.rtx.front().is_some_and(|s| s.syn);
-        let acked_pkts = self.ack_rtx(ctx, seg.ack);
-        if !syn_acked && self.cwnd_limited(prior_in_flight) {
-            self.cong_avoid(acked_pkts);
-        }
-        // `tcp_check_space` → `tcp_new_space`: freed space may grow the
-        // buffer with the window (`tcp_should_expand_sndbuf`).
-        if acked_pkts > 0 && self.packets_out() < self.snd_cwnd {
-            self.sndbuf_expand(ctx);
-        }
-        // Space freed for a writer that found none.
-        if self.nospace && self.writeable() {
-            self.nospace = false;
-            self.wake_out += 1;
-        }
-    }
-
-    /// Drop what `ack` covers from the retransmission queue and the send
-    /// buffer, take an RTT sample (Karn: not from a retransmission), and
-    /// rearm or stop the retransmission timer (`tcp_clean_rtx_queue`).
-    pub(crate) fn ack_rtx(&mut self, ctx: &mut Ctx<'_>, ack: u32) -> u32 {
-        let base = self.data_base();
-        let mut acked = 0;
-        let mut acked_syn = false;
-        let mut sample: Option<crate::Nanos> = None;
-        while let Some(h) = self.rtx.front().copied() {
-            if after(h.end_seq, ack) {
-                if after(ack, h.seq) {
-                    // A partial ACK of a TSO packet (`tcp_trim_head`).
-                    let before_trim = self.pcount(&h);
-                    self.rtx[0] = Sent {
-                        seq: ack,
-                        syn: false,
-                        ..h
-                    };
-                    acked += before_trim - self.pcount(&self.rtx[0]);
-                }
-                break;
-            }
+    /// The SYN-ACK acknowledged our SYN (`tcp_ack` in SYN-SENT): its RTT
+    /// sample unless the SYN was sent again.
+    fn ack_syn(&mut self, ctx: &mut Ctx<'_>, ack: u32) {
+        if let Some(h) = self.rtx.front().copied().filter(|h| h.syn) {
             self.rtx.pop_front();
-            acked_syn |= h.syn;
-            if !h.syn {
-                acked += self.pcount(&h);
-            }
-            if !h.retrans && sample.is_none() {
-                sample = Some(h.sent_at);
+            if !h.ever_retrans {
+                self.rtt_estimator(ctx.now.saturating_sub(h.sent_at) / 1000);
             }
         }
-        let data_end = if self.fin_queued && !before(ack, self.write_seq.wrapping_add(1)) {
-            self.write_seq
-        } else {
-            ack
-        };
-        let drop = data_end.wrapping_sub(base) as i32;
-        if drop > 0 {
-            let n = (drop as usize).min(self.sndbuf.len());
-            self.sndbuf.drain(..n);
-        }
-        let newly = ack.wrapping_sub(self.snd_una);
-        self.bytes_acked += newly.saturating_sub(acked_syn as u32) as u64;
-        self.delivered += acked;
         self.snd_una = ack;
-        if before(self.snd_sml, ack) {
-            self.snd_sml = ack;
-        }
-        if let Some(sent) = sample {
-            self.rtt_estimator(ctx.now.saturating_sub(sent) / 1000);
-        }
-        if sample.is_some() {
-            self.backoff = 0;
-        }
-        self.retransmits = 0;
-        self.dupacks = 0;
-        self.probes_out = 0;
-        if self.tlp_high_seq.is_some_and(|h| !before(ack, h)) {
-            self.tlp_high_seq = None;
-        }
-        // `tcp_set_xmit_timer`.
-        if self.rtx.is_empty() {
-            self.rto_at = None;
-        } else if !self.schedule_loss_probe(ctx, true) {
-            self.rearm_rto(ctx.now);
-        }
-        acked
+        self.snd_sml = ack;
+        self.rto_at = None;
     }
 
     /// `tcp_rtt_estimator` and `tcp_set_rto` (µs; `srtt_us` ×8, `mdev_us` ×4).
@@ -457,28 +368,6 @@ impl Conn {
         // whole jiffies rounded up.
         let rto_us = (self.srtt_us >> 3) + self.rttvar_us;
         self.rto = (rto_us.div_ceil(1000) * 1_000_000).min(crate::conn::TCP_RTO_MAX);
-    }
-
-    /// `tcp_is_cwnd_limited`: in slow start, while the window is under
-    /// twice what was in flight; after it, while the flight filled it.
-    fn cwnd_limited(&self, prior_in_flight: u32) -> bool {
-        if self.snd_cwnd < self.snd_ssthresh {
-            return self.snd_cwnd < 2 * prior_in_flight;
-        }
-        prior_in_flight >= self.snd_cwnd
-    }
-
-    /// Slow start, then Reno's additive increase (CUBIC is to come).
-    fn cong_avoid(&mut self, acked: u32) {
-        if self.snd_cwnd < self.snd_ssthresh {
-            self.snd_cwnd = (self.snd_cwnd + acked).min(self.snd_ssthresh.max(self.snd_cwnd + 1));
-            return;
-        }
-        self.snd_cwnd_cnt += acked;
-        if self.snd_cwnd_cnt >= self.snd_cwnd {
-            self.snd_cwnd_cnt -= self.snd_cwnd;
-            self.snd_cwnd += 1;
-        }
     }
 
     /// The state change when our FIN is acknowledged.

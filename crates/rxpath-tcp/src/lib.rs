@@ -17,10 +17,12 @@
 
 pub mod config;
 pub mod conn;
+pub mod cubic;
 pub mod info;
 mod input;
 pub mod mib;
 mod output;
+pub mod recovery;
 pub mod seq;
 mod stack;
 mod timer;

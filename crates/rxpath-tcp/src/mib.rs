@@ -79,6 +79,14 @@ mib!(
         TCPAbortOnTimeout,
         /// Zero-window probes... and keepalives that went unanswered.
         TCPAbortOnData,
+        /// Recoveries entered with SACK.
+        TCPSackRecovery,
+        /// Recoveries entered without SACK.
+        TCPRenoRecovery,
+        /// Recoveries undone: every retransmission was needless.
+        TCPFullUndo,
+        /// Timeouts F-RTO found spurious.
+        TCPSpuriousRTOs,
         /// Tail-loss probes sent.
         TCPLossProbes,
         /// Zero-window probes sent.

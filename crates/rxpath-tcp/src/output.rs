@@ -194,7 +194,7 @@ impl Conn {
 
     /// `tcp_tso_autosize`: how many MSS one packet may hold, about 1 ms of
     /// the pacing rate, more when the path's RTT is tiny.
-    fn tso_segs(&self) -> u32 {
+    pub(crate) fn tso_segs_now(&self) -> u32 {
         let mss = self.mss_cache as u64;
         let ratio = if self.snd_cwnd < self.snd_ssthresh / 2 {
             200
@@ -202,7 +202,8 @@ impl Conn {
             120
         };
         let srtt = self.srtt_us.max(1);
-        let rate = mss * 80_000 * ratio / 100 * self.snd_cwnd.max(self.packets_out()) as u64 / srtt;
+        let rate =
+            mss * 80_000 * ratio / 100 * self.snd_cwnd.max(self.packets_out_all()) as u64 / srtt;
         let mut bytes = rate >> PACING_SHIFT;
         let r = (self.min_rtt_us >> TSO_RTT_LOG) as u32;
         if r < 32 {
@@ -223,7 +224,7 @@ impl Conn {
             return true;
         }
         nonagle == Nonagle::Nagle
-            && self.packets_out() > 0
+            && self.packets_out_all() > 0
             && after(self.snd_sml, self.snd_una)
             && !after(self.snd_sml, self.snd_nxt)
     }
@@ -410,6 +411,10 @@ impl Conn {
                 break;
             }
         }
+        let cwnd_limited = self.in_flight() >= self.snd_cwnd;
+        if sent_any || cwnd_limited {
+            self.cwnd_validate(cwnd_limited);
+        }
         if sent_any {
             self.schedule_loss_probe(ctx, false);
         } else {
@@ -423,7 +428,7 @@ impl Conn {
     /// tail (`tcp_nagle_test`), and `tcp_mss_split_point` for a TSO packet.
     fn next_len(&self, skb_len: u32, is_tail: bool, nonagle: Nonagle) -> Option<u32> {
         let mss = self.mss_cache;
-        let in_flight = self.packets_out();
+        let in_flight = self.in_flight();
         if in_flight >= self.snd_cwnd {
             return None;
         }
@@ -437,7 +442,7 @@ impl Conn {
             return (!self.nagle_holds(skb_len < mss, nonagle)).then_some(skb_len);
         }
         let window = wnd_end.wrapping_sub(self.snd_nxt);
-        let max_len = mss * cwnd_quota.min(self.tso_segs());
+        let max_len = mss * cwnd_quota.min(self.tso_segs_now());
         if max_len <= window && !is_tail {
             return Some(max_len.min(skb_len));
         }
@@ -495,45 +500,23 @@ impl Conn {
         let Some(tail) = self.rtx.back().copied() else {
             return;
         };
-        let data_len = tail.end_seq.wrapping_sub(tail.seq) - tail.fin as u32 - tail.syn as u32;
         let pcount = self.pcount(&tail);
+        let mut i = self.rtx.len() - 1;
         if pcount > 1 {
             // `tcp_fragment` the tail to its last MSS.
-            let cut = tail.seq.wrapping_add((pcount - 1) * self.mss_cache);
-            let last = self.rtx.len() - 1;
-            self.rtx[last] = Sent {
-                end_seq: cut,
-                fin: false,
-                psh: false,
-                ..tail
-            };
-            self.rtx.push_back(Sent { seq: cut, ..tail });
+            self.split_at(i, tail.seq.wrapping_add((pcount - 1) * self.mss_cache));
+            i += 1;
         }
-        let t = *self.rtx.back().expect("a tail");
-        let len = t.end_seq.wrapping_sub(t.seq) - t.fin as u32 - t.syn as u32;
-        let off = t.seq.wrapping_sub(self.data_base()) as usize;
-        let mut fl = ACK;
-        if t.fin {
-            fl |= FIN;
-        }
-        if len > 0 && t.psh {
-            fl |= PSH;
-        }
-        let _ = data_len;
-        let payload = (len > 0).then_some((off, len as usize));
-        self.emit(ctx, t.seq, fl, payload);
-        ctx.mib.OutSegs -= 1;
-        self.bytes_retrans += len as u64;
-        ctx.mib.RetransSegs += 1;
-        self.total_retrans += 1;
-        if let Some(b) = self.rtx.back_mut() {
-            b.retrans = true;
-            b.sent_at = ctx.now;
-        }
+        self.retransmit_skb(ctx, i, 1);
     }
 
     fn send_data(&mut self, ctx: &mut Ctx<'_>, len: u32, fin: bool) {
         let prior_out = self.rtx.len();
+        if self.in_flight() == 0 {
+            // `CA_EVENT_TX_START`: an idle sender's curve resumes.
+            let last = self.lsndtime;
+            self.cubic.tx_start(ctx.now, last);
+        }
         let seq = self.snd_nxt;
         let off = seq.wrapping_sub(self.data_base()) as usize;
         let mut fl = ACK;
@@ -571,10 +554,18 @@ impl Conn {
             psh: marked,
             sent_at: ctx.now,
             retrans: false,
+            ever_retrans: false,
             sacked: false,
             lost: false,
         });
         self.snd_nxt = end;
+        if matches!(
+            self.ca_state,
+            crate::info::CaState::Cwr | crate::info::CaState::Recovery
+        ) {
+            let n = self.pcount(self.rtx.back().expect("just pushed"));
+            self.prr_out += n;
+        }
         // `tcp_event_new_data_sent`: the first packet out (or one after a
         // probe timer) arms the retransmission timer.
         if prior_out == 0 || self.xmit_timer != XmitTimer::Retrans {
@@ -602,59 +593,64 @@ impl Conn {
         }
     }
 
-    /// Retransmit the oldest unacknowledged segment, at most one MSS of it
-    /// (`tcp_retransmit_skb` fragments a TSO packet to the current MSS).
-    pub(crate) fn retransmit_head(&mut self, ctx: &mut Ctx<'_>) {
-        let Some(head) = self.rtx.front().copied() else {
+    /// `tcp_retransmit_skb`: resend retransmission-queue entry `i`, up to
+    /// `segs` segments of it (a larger TSO packet is cut), or the SYN.
+    pub(crate) fn retransmit_skb(&mut self, ctx: &mut Ctx<'_>, i: usize, segs: u32) {
+        let Some(x) = self.rtx.get(i).copied() else {
             return;
         };
-        if head.syn {
+        let mut len = 0;
+        if x.syn {
             let synack = self.state == State::SynRecv;
             self.send_syn(ctx, synack);
         } else {
-            let data_len = head.end_seq.wrapping_sub(head.seq) - head.fin as u32;
-            let len = data_len.min(self.mss_cache);
-            let fin = head.fin && len == data_len;
-            if len < data_len {
-                self.split_head(len);
+            let data_len = x.end_seq.wrapping_sub(x.seq) - x.fin as u32;
+            let max = segs.max(1) * self.mss_cache;
+            if data_len > max {
+                self.split_at(i, x.seq.wrapping_add(max));
             }
-            let off = head.seq.wrapping_sub(self.data_base()) as usize;
+            let x = self.rtx[i];
+            len = x.end_seq.wrapping_sub(x.seq) - x.fin as u32;
+            let off = x.seq.wrapping_sub(self.data_base()) as usize;
             let mut fl = ACK;
-            if fin {
+            if x.fin {
                 fl |= FIN;
             }
-            if len > 0 && head.psh && len == data_len {
+            if len > 0 && (x.psh || len > self.mss_cache) {
                 fl |= PSH;
             }
-            let payload = if len > 0 {
-                Some((off, len as usize))
-            } else {
-                None
-            };
-            self.emit(ctx, head.seq, fl, payload);
-            ctx.mib.OutSegs -= 1;
-            self.bytes_retrans += len as u64;
+            let payload = (len > 0).then_some((off, len as usize));
+            self.emit(ctx, x.seq, fl, payload);
         }
-        ctx.mib.RetransSegs += 1;
-        self.total_retrans += 1;
-        if let Some(h) = self.rtx.front_mut() {
-            h.retrans = true;
-            h.sent_at = ctx.now;
-        }
+        self.mark_retransmitted(ctx, i, len);
     }
 
-    /// Cut the head of the retransmission queue after `len` data bytes
-    /// (`tcp_fragment`).
-    fn split_head(&mut self, len: u32) {
-        let head = self.rtx.pop_front().expect("a head to split");
-        let cut = head.seq.wrapping_add(len);
-        self.rtx.push_front(Sent { seq: cut, ..head });
-        self.rtx.push_front(Sent {
-            end_seq: cut,
-            fin: false,
-            psh: false,
-            ..head
-        });
+    /// The bookkeeping of a retransmission: counters, `TCPCB_RETRANS`,
+    /// the undo count, PRR's sent count.
+    fn mark_retransmitted(&mut self, ctx: &mut Ctx<'_>, i: usize, len: u32) {
+        let x = self.rtx[i];
+        let n = self.pcount(&x);
+        ctx.mib.OutSegs -= n as u64;
+        ctx.mib.RetransSegs += n as u64;
+        self.total_retrans += n;
+        self.bytes_retrans += len as u64;
+        if self.retrans_stamp.is_none() {
+            self.retrans_stamp = Some(self.ts_val(ctx.now));
+        }
+        if self.undo_retrans < 0 {
+            self.undo_retrans = 0;
+        }
+        self.undo_retrans += n as i32;
+        if matches!(
+            self.ca_state,
+            crate::info::CaState::Cwr | crate::info::CaState::Recovery
+        ) {
+            self.prr_out += n;
+        }
+        let e = &mut self.rtx[i];
+        e.retrans = true;
+        e.ever_retrans = true;
+        e.sent_at = ctx.now;
     }
 
     /// `tcp_send_delayed_ack`: arm the delayed-ACK timer, or send now if

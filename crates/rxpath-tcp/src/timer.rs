@@ -31,6 +31,7 @@ impl Conn {
                 XmitTimer::Retrans => return self.retransmit_timer(ctx),
                 XmitTimer::LossProbe => self.send_loss_probe(ctx),
                 XmitTimer::Probe0 => return self.probe_timer(ctx),
+                XmitTimer::ReoTimeout => self.reo_timeout(ctx),
             }
         }
         Verdict::Keep
@@ -77,15 +78,9 @@ impl Conn {
         }
         ctx.ext.TCPTimeouts += 1;
         self.total_rto = self.total_rto.saturating_add(1);
-        if self.synchronized() {
-            // `tcp_enter_loss`: CUBIC's β, and everything in flight is lost.
-            self.snd_ssthresh = (self.snd_cwnd * 717 / 1024).max(2);
-            self.snd_cwnd = 1;
-            self.snd_cwnd_cnt = 0;
-            self.high_seq = Some(self.snd_nxt);
-        }
+        self.enter_loss(ctx);
         self.retransmits += 1;
-        self.retransmit_head(ctx);
+        self.retransmit_skb(ctx, 0, 1);
         self.backoff += 1;
         if self.state != State::SynSent || self.backoff > SYN_LINEAR_TIMEOUTS {
             self.rto = (self.rto << 1).min(TCP_RTO_MAX);
@@ -99,10 +94,13 @@ impl Conn {
     /// RTO when one packet is out, for the peer's delayed ACK), unless the
     /// RTO comes first. SACK connections outside recovery only.
     pub(crate) fn schedule_loss_probe(&mut self, ctx: &Ctx<'_>, advancing_rto: bool) -> bool {
-        let out = self.packets_out();
+        let out = self.packets_out_all();
         if out == 0
             || !self.sack_ok
-            || self.high_seq.is_some()
+            || !matches!(
+                self.ca_state,
+                crate::info::CaState::Open | crate::info::CaState::Cwr
+            )
             || self.tlp_high_seq.is_some()
             || !self.synchronized()
         {
@@ -150,7 +148,7 @@ impl Conn {
     /// off to `TCP_RTO_MAX`; the connection is given up after
     /// `tcp_retries2` unanswered probes.
     fn probe_timer(&mut self, ctx: &mut Ctx<'_>) -> Verdict {
-        if self.rtx.iter().any(|s| !s.sacked) || self.unsent() == 0 {
+        if !self.rtx.is_empty() || self.unsent() == 0 {
             return Verdict::Keep;
         }
         if self.probes_out >= ctx.cfg.tcp_retries2 as u32 {
