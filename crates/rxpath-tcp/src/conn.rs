@@ -230,8 +230,12 @@ pub struct Conn {
     pub reno_sacked: u32,
     /// `snd_nxt` when Recovery or Loss began (`high_seq`).
     pub high_seq: u32,
-    /// The highest SACKed sequence (`highest_sack`).
+    /// The end of the highest SACKed segment (`tcp_highest_sack_seq`).
     pub highest_sack: u32,
+    /// Whether `highest_sack` holds a SACKed sequence.
+    pub sacked_before: bool,
+    /// Reordering events seen (`reord_seen`).
+    pub reord_seen: u32,
     /// CUBIC's state.
     pub cubic: crate::cubic::Cubic,
     /// The window and threshold before the reduction (`prior_cwnd`,

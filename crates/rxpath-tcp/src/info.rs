@@ -276,7 +276,7 @@ impl Conn {
             tcpi_bytes_sent: self.bytes_sent,
             tcpi_bytes_retrans: self.bytes_retrans,
             tcpi_dsack_dups: 0,
-            tcpi_reord_seen: 0,
+            tcpi_reord_seen: self.reord_seen,
             tcpi_rcv_ooopack: self.rcv_ooopack,
             tcpi_snd_wnd: self.snd_wnd,
             tcpi_rcv_wnd: self.rcv_wnd,

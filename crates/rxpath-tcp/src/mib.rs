@@ -87,6 +87,8 @@ mib!(
         TCPFullUndo,
         /// Timeouts F-RTO found spurious.
         TCPSpuriousRTOs,
+        /// Reordering seen in SACKs.
+        TCPSACKReorder,
         /// Tail-loss probes sent.
         TCPLossProbes,
         /// Zero-window probes sent.

@@ -387,6 +387,10 @@ impl Conn {
         }
         let mss = self.mss_cache.max(1);
         let now = ctx.now;
+        let mut reord: Option<u32> = None;
+        if self.sacked_out() == 0 {
+            self.sacked_before = false;
+        }
         for &(s, e) in &blocks[first..] {
             if !after(e, s) || !after(e, self.snd_una.max(seg.ack)) || after(e, self.snd_nxt) {
                 continue;
@@ -432,16 +436,43 @@ impl Conn {
                 if !x.ever_retrans {
                     flag.orig_sack_acked = true;
                 }
-                if before(x.seq, self.highest_sack) {
-                    // SACKed below what was SACKed before: reordering.
-                    self.rack.reord = true;
-                } else {
+                if !x.ever_retrans
+                    && !x.retrans
+                    && self.sacked_before
+                    && before(x.seq, self.highest_sack)
+                {
+                    // SACKed below what was SACKed before.
+                    reord = Some(
+                        reord.map_or(x.seq, |r: u32| if before(x.seq, r) { x.seq } else { r }),
+                    );
+                }
+                if !self.sacked_before || after(x.end_seq, self.highest_sack) {
                     self.highest_sack = x.end_seq;
                 }
+                self.sacked_before = true;
                 self.rack_advance(x.ever_retrans || x.retrans, x.end_seq, x.sent_at, now);
                 i += 1;
             }
         }
+        if let Some(low) = reord {
+            self.check_sack_reordering(ctx, low);
+        }
+    }
+
+    /// `tcp_check_sack_reordering`: a SACK below the highest SACKed
+    /// sequence raises `reordering` to the distance, in segments.
+    fn check_sack_reordering(&mut self, ctx: &mut Ctx<'_>, low: u32) {
+        let fack = self.highest_sack;
+        if !before(low, fack) {
+            return;
+        }
+        let mss = self.mss_cache.max(1);
+        let metric = fack.wrapping_sub(low);
+        if metric > self.reordering * mss {
+            self.reordering = metric.div_ceil(mss).min(ctx.cfg.tcp_max_reordering);
+        }
+        self.reord_seen += 1;
+        ctx.ext.TCPSACKReorder += 1;
     }
 
     /// Cut retransmission-queue entry `i` at `cut` (`tcp_fragment`): both
@@ -466,7 +497,7 @@ impl Conn {
 
     /// `tcp_rack_reo_wnd`.
     fn rack_reo_wnd(&self) -> u64 {
-        if !self.rack.reord {
+        if self.reord_seen == 0 {
             if matches!(self.ca_state, CaState::Recovery | CaState::Loss) {
                 return 0;
             }

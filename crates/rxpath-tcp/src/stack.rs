@@ -332,6 +332,8 @@ impl Stack {
             reno_sacked: 0,
             high_seq: iss,
             highest_sack: iss,
+            sacked_before: false,
+            reord_seen: 0,
             cubic: crate::cubic::Cubic::default(),
             prior_cwnd: 0,
             prior_ssthresh: 0,
