@@ -490,6 +490,8 @@ fn opt_of(level: c_int, name: c_int) -> Option<SockOpt> {
         (libc::IPPROTO_TCP, libc::TCP_CORK) => SockOpt::Cork,
         (libc::IPPROTO_TCP, libc::TCP_MAXSEG) => SockOpt::MaxSeg,
         (libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT) => SockOpt::NotsentLowat,
+        (libc::IPPROTO_IP, libc::IP_TOS) => SockOpt::Tos,
+        (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => SockOpt::Tos,
         _ => return None,
     })
 }
@@ -587,6 +589,21 @@ unsafe extern "C" fn pd_setsockopt(
                 SockOpt::Linger,
                 if lg.l_onoff != 0 { lg.l_linger } else { -1 },
             )
+        }
+    } else if level == libc::IPPROTO_IP
+        && (len as usize) >= 1
+        && matches!(name, libc::IP_TOS | libc::IP_MTU_DISCOVER)
+    {
+        // `do_ip_setsockopt` takes an int, or a single byte.
+        let v = if (len as usize) >= size_of::<c_int>() {
+            unsafe { std::ptr::read_unaligned(val as *const c_int) }
+        } else {
+            unsafe { *(val as *const u8) as c_int }
+        };
+        match name {
+            libc::IP_TOS => w.setsockopt(fd, SockOpt::Tos, v),
+            // Path-MTU discovery is the device layer's; accepted.
+            _ => w.getsockopt(fd, SockOpt::NoDelay).map(|_| ()),
         }
     } else if (len as usize) < size_of::<c_int>() {
         Err(libc::EINVAL)

@@ -27,6 +27,10 @@ const EPOCH_US: u64 = 1_700_000_000_000_000;
 /// (a guard against a call that never reads the clock again).
 const SETTLE_MAX: Duration = Duration::from_secs(2);
 
+/// packetdrill's `MAX_SPIN_USECS`: how early before an event it stops
+/// sleeping to spin.
+const MAX_SPIN_US: u64 = 20;
+
 /// `POLLNVAL`.
 const POLLNVAL: u32 = 0x20;
 
@@ -65,6 +69,8 @@ pub struct World {
     gen: u64,
     /// Blocked calls and the generation they last looked at.
     waiters: HashMap<ThreadId, u64>,
+    /// Clock readings since anything else happened (a spin detector).
+    clock_reads: u32,
     /// A call that blocked has returned; its thread has not yet read the
     /// clock for its end time. Virtual time waits for that reading.
     end_pending: Option<ThreadId>,
@@ -200,6 +206,7 @@ impl Shared {
             fds: BTreeMap::new(),
             outq: VecDeque::new(),
             tso: true,
+            clock_reads: 0,
             gen: 0,
             waiters: HashMap::new(),
             end_pending: None,
@@ -219,6 +226,7 @@ impl Shared {
     /// queue, a wakeup to every blocked call.
     fn op<T>(&self, f: impl FnOnce(&mut World) -> T) -> T {
         let mut w = self.lock();
+        w.clock_reads = 0;
         let r = f(&mut w);
         w.flush();
         w.gen += 1;
@@ -285,8 +293,9 @@ impl Shared {
         }
     }
 
-    /// Microseconds of virtual time (each reading moves it 1 µs, so a
-    /// spin on the clock ends).
+    /// Microseconds of virtual time. Reading the clock does not move it,
+    /// except in a spin (the third reading in a row with nothing between
+    /// moves it 1 µs, so packetdrill's spin-wait ends).
     pub fn now_us(&self) -> u64 {
         let me = thread::current().id();
         let mut w = self.lock();
@@ -294,6 +303,10 @@ impl Shared {
             // A blocked call's end time: the clock as it woke.
             w.end_pending = None;
             self.cv.notify_all();
+            return EPOCH_US + w.now / 1000;
+        }
+        w.clock_reads += 1;
+        if w.clock_reads < 3 {
             return EPOCH_US + w.now / 1000;
         }
         let mut w = self.settle(w);
@@ -304,10 +317,13 @@ impl Shared {
         EPOCH_US + w.now / 1000
     }
 
-    /// Sleep in virtual time.
+    /// Sleep in virtual time. packetdrill sleeps until 20 µs before an
+    /// event (`MAX_SPIN_USECS`) and spins the rest: the sleep covers those
+    /// 20 µs too, so the event's time is met exactly.
     pub fn usleep(&self, us: u64) {
         let mut w = self.settle(self.lock());
-        let t = w.now + us * 1000;
+        w.clock_reads = 0;
+        let t = w.now + (us + MAX_SPIN_US) * 1000;
         w.advance_to(t);
         w.gen += 1;
         self.cv.notify_all();
@@ -325,6 +341,7 @@ impl Shared {
     /// epoch), moving the clock to the next timer when nothing is queued.
     pub fn netdev_receive(&self) -> Option<(Vec<u8>, u64)> {
         let mut w = self.lock();
+        w.clock_reads = 0;
         loop {
             w = self.settle(w);
             if let Some((p, t)) = w.outq.pop_front() {

@@ -204,6 +204,8 @@ pub struct Conn {
     pub user_mss: Option<u32>,
     /// `TCP_NOTSENT_LOWAT`.
     pub notsent_lowat: u32,
+    /// `IP_TOS` (IPv6: the traffic class).
+    pub tos: u8,
     /// The application closed its sending side: a FIN follows `write_seq`.
     pub fin_queued: bool,
     /// The MSS the peer accepts (its option, or 536), before options.

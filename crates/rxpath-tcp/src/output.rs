@@ -109,6 +109,7 @@ impl Conn {
             opts,
             payload: &data,
             ip_id: ctx.next_ip_id(),
+            tos: self.tos,
         };
         let mss = self.mss_cache as usize;
         let segs = data.len().div_ceil(mss).max(1);
@@ -176,6 +177,7 @@ impl Conn {
             opts: o,
             payload: &[],
             ip_id: 0,
+            tos: self.tos,
         };
         ctx.out.push_back(Transmit::one(build(&seg)));
         ctx.mib.OutSegs += 1;
@@ -717,6 +719,7 @@ pub(crate) fn reset_for(ctx: &mut Ctx<'_>, seg: &SegIn<'_>) {
         opts: OptsOut::default(),
         payload: &[],
         ip_id: 0,
+        tos: 0,
     };
     ctx.out.push_back(Transmit::one(build(&out)));
     ctx.mib.OutSegs += 1;

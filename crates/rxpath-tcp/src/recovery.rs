@@ -112,11 +112,14 @@ impl Conn {
             self.rcv_tsecr = ecr;
         }
         if before(ack, self.snd_una) {
-            // An old ACK: only its SACK blocks count (`old_ack`).
+            // An old ACK: only its SACK blocks count (`old_ack`), and may
+            // let recovery send.
             if self.sack_ok && !seg.opts.sacks.is_empty() {
                 let mut flag = AckFlags::default();
                 self.sacktag(ctx, seg, prior_snd_una, &mut flag);
-                self.rack_mark_lost(ctx.now);
+                let mut rexmit = Rexmit::None;
+                self.fastretrans_alert(ctx, prior_snd_una, 0, &flag, &mut rexmit);
+                self.xmit_recovery(ctx, rexmit);
             }
             return;
         }

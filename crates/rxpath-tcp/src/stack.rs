@@ -50,6 +50,8 @@ pub enum SockOpt {
     KeepAlive,
     /// `TCP_NOTSENT_LOWAT`: writable only while fewer unsent bytes wait.
     NotsentLowat,
+    /// `IP_TOS` / `IPV6_TCLASS`: the byte every packet carries.
+    Tos,
 }
 
 #[derive(Debug, Default)]
@@ -71,6 +73,7 @@ struct Sock {
     linger: Option<u32>,
     user_mss: Option<u32>,
     notsent_lowat: Option<u32>,
+    tos: u8,
     listener: Option<Listener>,
     conn: Option<Box<Conn>>,
     /// Wakeups of the socket itself (a listener's accept queue).
@@ -317,6 +320,7 @@ impl Stack {
             gso: self.cfg.gso,
             user_mss: None,
             notsent_lowat: self.cfg.tcp_notsent_lowat,
+            tos: 0,
             wscale_ok: false,
             min_rtt_us: u64::MAX >> 1,
             fin_queued: false,
@@ -739,6 +743,12 @@ impl Stack {
                     c.notsent_lowat = if val == 0 { sysctl_lowat } else { val as u32 };
                 }
             }
+            SockOpt::Tos => {
+                s.tos = val as u8;
+                if let Some(c) = s.conn.as_deref_mut() {
+                    c.tos = val as u8;
+                }
+            }
             SockOpt::Error => return Err(libc::ENOPROTOOPT),
         }
         // TCP_NODELAY on pushes what waits (`TCP_NAGLE_PUSH`); TCP_CORK
@@ -785,6 +795,7 @@ impl Stack {
                 _ => crate::conn::TCP_MSS_DEFAULT as i32,
             },
             SockOpt::NotsentLowat => s.notsent_lowat.unwrap_or(0) as i32,
+            SockOpt::Tos => s.tos as i32,
             SockOpt::Error => s.conn.as_mut().and_then(|c| c.err.take()).unwrap_or(0),
         })
     }
@@ -1063,6 +1074,7 @@ impl Stack {
 /// program's MSS (`user_mss` caps the MSS advertised and used), the
 /// unsent-data low-water mark.
 fn apply_sock_opts(c: &mut Conn, s: &Sock) {
+    c.tos = s.tos;
     c.sndbuf_locked = s.sndbuf.is_some();
     c.nodelay = s.nodelay;
     c.cork = s.cork;

@@ -213,6 +213,8 @@ pub struct SegOut<'a> {
     pub payload: &'a [u8],
     /// The IPv4 identification field.
     pub ip_id: u16,
+    /// The IPv4 TOS byte, or the IPv6 traffic class (`IP_TOS`).
+    pub tos: u8,
 }
 
 /// Write `seg` as an IP packet: IPv4 with DF and TTL 64, or IPv6 with hop
@@ -246,7 +248,7 @@ pub fn build(seg: &SegOut<'_>) -> Vec<u8> {
     match v4 {
         Some((s, d)) => {
             let total = (20 + tcp.len()) as u16;
-            pkt.extend_from_slice(&[0x45, 0]);
+            pkt.extend_from_slice(&[0x45, seg.tos]);
             pkt.extend_from_slice(&total.to_be_bytes());
             pkt.extend_from_slice(&seg.ip_id.to_be_bytes());
             pkt.extend_from_slice(&[0x40, 0, 64, 6, 0, 0]);
@@ -259,7 +261,7 @@ pub fn build(seg: &SegOut<'_>) -> Vec<u8> {
         }
         None => {
             let (s, d) = (v6(seg.src.ip()), v6(seg.dst.ip()));
-            pkt.extend_from_slice(&[0x60, 0, 0, 0]);
+            pkt.extend_from_slice(&[0x60 | (seg.tos >> 4), (seg.tos & 0xf) << 4, 0, 0]);
             pkt.extend_from_slice(&(tcp.len() as u16).to_be_bytes());
             pkt.extend_from_slice(&[6, 64]);
             pkt.extend_from_slice(&s.octets());
@@ -376,6 +378,7 @@ mod tests {
             },
             payload: b"",
             ip_id: 0,
+            tos: 0,
         };
         let pkt = build(&seg);
         // mss, sackOK+TS packed, nop wscale: 4 + 12 + 4 option bytes.
@@ -414,6 +417,7 @@ mod segment_tests {
             },
             payload: &data,
             ip_id: 7,
+            tos: 0,
         };
         let parts = segment(&build(&seg), 1000);
         assert_eq!(parts.len(), 3);
