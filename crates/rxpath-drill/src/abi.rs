@@ -370,12 +370,32 @@ unsafe extern "C" fn pd_recvmsg(ud: Ud, fd: c_int, msg: *mut msghdr, flags: c_in
         return -1;
     }
     // SAFETY: `ud` is ours; `msg` non-null per recvmsg(2).
+    let w = unsafe { world(ud) };
     let r = unsafe {
         let m = &mut *msg;
-        m.msg_controllen = 0;
         m.msg_flags = 0;
-        iovs(m.msg_iov, m.msg_iovlen as c_int).and_then(|v| readv_into(world(ud), fd, v, flags))
+        iovs(m.msg_iov, m.msg_iovlen as c_int).and_then(|v| readv_into(w, fd, v, flags))
     };
+    // SAFETY: `msg` non-null; its control buffer holds `msg_controllen`
+    // bytes, checked against the one message written.
+    unsafe {
+        let m = &mut *msg;
+        let room = m.msg_controllen as usize;
+        m.msg_controllen = 0;
+        if let (Ok(_), Ok(Some(inq))) = (&r, w.inq_cmsg(fd)) {
+            let space = libc::CMSG_SPACE(size_of::<c_int>() as u32) as usize;
+            if !m.msg_control.is_null() && room >= space {
+                m.msg_controllen = space as _;
+                let c = libc::CMSG_FIRSTHDR(m);
+                (*c).cmsg_level = libc::IPPROTO_TCP;
+                (*c).cmsg_type = libc::TCP_CM_INQ;
+                (*c).cmsg_len = libc::CMSG_LEN(size_of::<c_int>() as u32) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut c_int, inq);
+            } else if !m.msg_control.is_null() {
+                m.msg_flags |= libc::MSG_CTRUNC;
+            }
+        }
+    }
     ret(r.map(|n| n as i64)) as ssize_t
 }
 
@@ -491,6 +511,7 @@ fn opt_of(level: c_int, name: c_int) -> Option<SockOpt> {
         (libc::IPPROTO_TCP, libc::TCP_MAXSEG) => SockOpt::MaxSeg,
         (libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT) => SockOpt::NotsentLowat,
         (libc::IPPROTO_IP, libc::IP_TOS) => SockOpt::Tos,
+        (libc::IPPROTO_TCP, libc::TCP_INQ) => SockOpt::Inq,
         (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => SockOpt::Tos,
         _ => return None,
     })
@@ -612,6 +633,10 @@ unsafe extern "C" fn pd_setsockopt(
         match opt_of(level, name) {
             Some(o) => w.setsockopt(fd, o, v),
             // Accepted and without effect on the wire here.
+            // Sends are copied whatever MSG_ZEROCOPY says, and no
+            // completion is queued: accepted for the scripts' sake, said in
+            // docs/RELIABILITY.md.
+            None if (level, name) == (libc::SOL_SOCKET, libc::SO_ZEROCOPY) => Ok(()),
             None if (level, name) == (libc::SOL_SOCKET, libc::SO_REUSEPORT)
                 || (level, name) == (libc::IPPROTO_TCP, libc::TCP_QUICKACK) =>
             {

@@ -614,6 +614,16 @@ impl Shared {
         })
     }
 
+    /// The `TCP_CM_INQ` value a `recvmsg` reports, when `TCP_INQ` is on.
+    pub fn inq_cmsg(&self, fd: i32) -> Result<Option<i32>, Errno> {
+        let mut w = self.lock();
+        let (id, _) = w.tcp(fd)?;
+        if w.stack.option(id, SockOpt::Inq)? == 0 {
+            return Ok(None);
+        }
+        Ok(Some(w.stack.inq_hint(id)?))
+    }
+
     /// `getsockopt(TCP_INFO)`, as the bytes the kernel copies out.
     pub fn tcp_info(&self, fd: i32) -> Result<Vec<u8>, Errno> {
         let w = self.lock();

@@ -380,13 +380,14 @@ impl Chrono {
         }
     }
 
-    /// `tcp_chrono_stop`: the type ends; busy goes on while data is out.
-    pub fn stop(&mut self, t: ChronoType, now: Nanos, still_busy: bool) {
-        if self.current.is_some_and(|(c, _)| c == t) {
+    /// `tcp_chrono_stop`: with nothing queued every chrono stops; else
+    /// the type, if current, gives way to busy.
+    pub fn stop(&mut self, t: ChronoType, now: Nanos, queues_empty: bool) {
+        if queues_empty {
             self.stop_current(now);
-            if still_busy {
-                self.current = Some((ChronoType::Busy, now));
-            }
+        } else if self.current.is_some_and(|(c, _)| c == t) {
+            self.stop_current(now);
+            self.current = Some((ChronoType::Busy, now));
         }
     }
 }

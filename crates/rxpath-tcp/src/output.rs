@@ -303,6 +303,10 @@ impl Conn {
     ) -> usize {
         let goal = self.size_goal();
         let mut copied = 0usize;
+        if self.rtx.is_empty() && self.unsent() == 0 && !data.is_empty() {
+            // `tcp_skb_entail` on an empty queue.
+            self.chrono.start(crate::info::ChronoType::Busy, ctx.now);
+        }
         while copied < data.len() {
             let (start, tail_len) = self.tail_skb();
             let left = (data.len() - copied) as u32;
@@ -318,6 +322,8 @@ impl Conn {
                     || self.unsent() >= self.notsent_lowat
                 {
                     self.nospace = true;
+                    self.chrono
+                        .start(crate::info::ChronoType::SndbufLimited, ctx.now);
                     break;
                 }
                 if self.unsent() > 0 {
@@ -412,6 +418,21 @@ impl Conn {
             if one {
                 break;
             }
+        }
+        // `tcp_write_xmit`'s chronograph: held by the peer's window?
+        let wnd_end = self.snd_una.wrapping_add(self.snd_wnd);
+        let rwnd_limited = self.unsent() > 0
+            && after(
+                self.snd_nxt.wrapping_add(self.unsent().min(self.mss_cache)),
+                wnd_end,
+            );
+        let empty = self.rtx.is_empty() && self.unsent() == 0;
+        if rwnd_limited {
+            self.chrono
+                .start(crate::info::ChronoType::RwndLimited, ctx.now);
+        } else {
+            self.chrono
+                .stop(crate::info::ChronoType::RwndLimited, ctx.now, empty);
         }
         let cwnd_limited = self.in_flight() >= self.snd_cwnd;
         if sent_any || cwnd_limited {

@@ -219,8 +219,15 @@ impl Conn {
         if cleaned.acked_pkts > 0 && self.in_flight() < self.snd_cwnd {
             self.sndbuf_expand(ctx);
         }
+        let empty = self.rtx.is_empty() && self.unsent() == 0;
+        if empty {
+            self.chrono
+                .stop(crate::info::ChronoType::Busy, ctx.now, true);
+        }
         // Space freed for a writer that found none.
         if self.nospace && self.writeable() {
+            self.chrono
+                .stop(crate::info::ChronoType::SndbufLimited, ctx.now, empty);
             self.nospace = false;
             self.wake_out += 1;
         }

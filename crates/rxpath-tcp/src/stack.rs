@@ -52,6 +52,8 @@ pub enum SockOpt {
     NotsentLowat,
     /// `IP_TOS` / `IPV6_TCLASS`: the byte every packet carries.
     Tos,
+    /// `TCP_INQ`: `recvmsg` reports the bytes left to read.
+    Inq,
 }
 
 #[derive(Debug, Default)]
@@ -74,6 +76,7 @@ struct Sock {
     user_mss: Option<u32>,
     notsent_lowat: Option<u32>,
     tos: u8,
+    inq: bool,
     listener: Option<Listener>,
     conn: Option<Box<Conn>>,
     /// Wakeups of the socket itself (a listener's accept queue).
@@ -597,6 +600,17 @@ impl Stack {
         })
     }
 
+    /// `tcp_inq_hint`: bytes left to read, 1 at the end of the stream
+    /// (so the reader goes on to see it).
+    pub fn inq_hint(&self, id: SockId) -> Result<i32, Errno> {
+        let s = self.sock(id)?;
+        Ok(match &s.conn {
+            Some(c) if c.rcvq.is_empty() && c.fin_rcvd => 1,
+            Some(c) => c.rcvq.len() as i32,
+            None => 0,
+        })
+    }
+
     /// Bytes queued to read (`SIOCINQ`) and bytes unacknowledged
     /// (`SIOCOUTQ`).
     pub fn queues(&self, id: SockId) -> Result<(usize, usize), Errno> {
@@ -749,6 +763,7 @@ impl Stack {
                     c.tos = val as u8;
                 }
             }
+            SockOpt::Inq => s.inq = val != 0,
             SockOpt::Error => return Err(libc::ENOPROTOOPT),
         }
         // TCP_NODELAY on pushes what waits (`TCP_NAGLE_PUSH`); TCP_CORK
@@ -796,6 +811,7 @@ impl Stack {
             },
             SockOpt::NotsentLowat => s.notsent_lowat.unwrap_or(0) as i32,
             SockOpt::Tos => s.tos as i32,
+            SockOpt::Inq => s.inq as i32,
             SockOpt::Error => s.conn.as_mut().and_then(|c| c.err.take()).unwrap_or(0),
         })
     }
