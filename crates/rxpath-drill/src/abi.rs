@@ -380,7 +380,7 @@ unsafe extern "C" fn pd_recvmsg(ud: Ud, fd: c_int, msg: *mut msghdr, flags: c_in
     // bytes, checked against the one message written.
     unsafe {
         let m = &mut *msg;
-        let room = m.msg_controllen as usize;
+        let room = m.msg_controllen;
         m.msg_controllen = 0;
         if let (Ok(_), Ok(Some(inq))) = (&r, w.inq_cmsg(fd)) {
             let space = libc::CMSG_SPACE(size_of::<c_int>() as u32) as usize;
