@@ -874,14 +874,14 @@ pub unsafe extern "C" fn packetdrill_interface_init(
             .to_string_lossy()
             .into_owned()
     };
-    let addrs = match crate::parse_flags(&flags) {
-        Ok(a) => a,
+    let flags = match crate::parse_flags(&flags) {
+        Ok(f) => f,
         Err(e) => {
             eprintln!("rxpath-drill: {e}");
             std::process::exit(2);
         }
     };
-    let raw = Box::into_raw(Box::new(Shared::new(addrs)));
+    let raw = Box::into_raw(Box::new(Shared::new(flags.local_addrs, flags.mtu)));
     CURRENT.store(raw, Ordering::Release);
     let shared = raw as Ud;
     // SAFETY: packetdrill hands a valid interface to fill.

@@ -9,38 +9,57 @@
 //! crate implements its documented interface and never links it.
 //!
 //! `so_flags` (packetdrill's `--so_flags`) is a comma-separated list of
-//! `local_ip=ADDR`: the addresses `connect` may leave from (the script's
-//! `--local_ip`).
+//! `local_ip=ADDR` (the addresses `connect` may leave from: the run's
+//! `--local_ip`) and `mtu=N` (the run's `--mtu`).
 
 pub mod abi;
 pub mod world;
 
 use std::net::IpAddr;
 
-/// The local addresses in `so_flags`, or packetdrill's defaults for
-/// IPv4 and IPv6 when none are given.
-pub fn parse_flags(flags: &str) -> Result<Vec<IpAddr>, String> {
-    let mut addrs = Vec::new();
+/// What `so_flags` sets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flags {
+    /// The addresses `connect` may leave from.
+    pub local_addrs: Vec<IpAddr>,
+    /// The device MTU (packetdrill's `--mtu`; 1500 by default).
+    pub mtu: u32,
+}
+
+/// Parse `so_flags`: `local_ip=ADDR` (repeatable) and `mtu=N`, comma
+/// separated. Without a `local_ip`, packetdrill's IPv4 and IPv6 defaults.
+pub fn parse_flags(flags: &str) -> Result<Flags, String> {
+    let mut f = Flags {
+        local_addrs: Vec::new(),
+        mtu: 1500,
+    };
     for part in flags.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         match part.split_once('=') {
-            Some(("local_ip", v)) => addrs.push(
+            Some(("local_ip", v)) => f.local_addrs.push(
                 v.parse()
                     .map_err(|_| format!("so_flags: bad address {v:?}"))?,
             ),
+            Some(("mtu", v)) => {
+                f.mtu = v
+                    .parse()
+                    .ok()
+                    .filter(|m| (576..=65535).contains(m))
+                    .ok_or_else(|| format!("so_flags: bad mtu {v:?}"))?
+            }
             _ => {
                 return Err(format!(
-                    "so_flags: unknown flag {part:?} (known: local_ip=ADDR)"
+                    "so_flags: unknown flag {part:?} (known: local_ip=ADDR, mtu=N)"
                 ))
             }
         }
     }
-    if addrs.is_empty() {
-        addrs = vec![
+    if f.local_addrs.is_empty() {
+        f.local_addrs = vec![
             "192.168.0.1".parse().expect("literal"),
             "fd3d:fa7b:d17d::1".parse().expect("literal"),
         ];
     }
-    Ok(addrs)
+    Ok(f)
 }
 
 #[cfg(test)]
@@ -48,13 +67,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn flags_name_the_local_addresses_or_say_what_is_wrong() {
+    fn flags_name_the_local_addresses_and_mtu_or_say_what_is_wrong() {
+        let f = parse_flags("local_ip=192.168.7.9,mtu=1520").unwrap();
         assert_eq!(
-            parse_flags("local_ip=192.168.7.9").unwrap(),
+            f.local_addrs,
             vec!["192.168.7.9".parse::<IpAddr>().unwrap()]
         );
-        assert_eq!(parse_flags("").unwrap().len(), 2);
+        assert_eq!(f.mtu, 1520);
+        assert_eq!(parse_flags("").unwrap().local_addrs.len(), 2);
+        assert_eq!(parse_flags("").unwrap().mtu, 1500);
         assert!(parse_flags("local_ip=nope").unwrap_err().contains("nope"));
+        assert!(parse_flags("mtu=9").unwrap_err().contains("mtu"));
         assert!(parse_flags("speed=9").unwrap_err().contains("speed"));
     }
 }

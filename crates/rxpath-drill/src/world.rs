@@ -198,10 +198,15 @@ impl World {
 }
 
 impl Shared {
-    /// A world whose `connect` calls leave from `local_addrs`.
-    pub fn new(local_addrs: Vec<IpAddr>) -> Self {
+    /// A world whose `connect` calls leave from `local_addrs`, on a
+    /// device of `mtu`.
+    pub fn new(local_addrs: Vec<IpAddr>, mtu: u32) -> Self {
+        let cfg = TcpConfig {
+            mtu,
+            ..TcpConfig::default()
+        };
         let mut w = World {
-            stack: Stack::new(TcpConfig::default(), 0x0005_eed0_f7c9, local_addrs),
+            stack: Stack::new(cfg, 0x0005_eed0_f7c9, local_addrs),
             now: 0,
             fds: BTreeMap::new(),
             outq: VecDeque::new(),

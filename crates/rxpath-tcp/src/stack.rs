@@ -170,8 +170,8 @@ impl Stack {
     fn remove(&mut self, id: SockId) {
         if let Some(s) = self.socks.get_mut(id.0).and_then(|s| s.take()) {
             if let Some(c) = &s.conn {
-                if self.conns.get(&(c.local, c.remote)) == Some(&id) {
-                    self.conns.remove(&(c.local, c.remote));
+                if self.conns.get(&key(c.local, c.remote)) == Some(&id) {
+                    self.conns.remove(&key(c.local, c.remote));
                 }
             }
             self.free.push(id.0);
@@ -465,7 +465,7 @@ impl Stack {
         let mut ctx = ctx!(self, now);
         c.send_syn(&mut ctx, false);
         self.mib.ActiveOpens += 1;
-        self.conns.insert((local, remote), id);
+        self.conns.insert(key(local, remote), id);
         let s = self.sock_mut(id)?;
         s.bound = Some(local);
         s.conn = Some(Box::new(c));
@@ -905,7 +905,7 @@ impl Stack {
                 return;
             }
         };
-        if let Some(&id) = self.conns.get(&(seg.dst, seg.src)) {
+        if let Some(&id) = self.conns.get(&key(seg.dst, seg.src)) {
             let mut ctx = ctx!(self, now);
             let c = self.socks[id.0]
                 .as_mut()
@@ -917,7 +917,7 @@ impl Stack {
                 Verdict::Established => self.child_established(id, now),
                 Verdict::Closed => self.conn_closed(id),
                 Verdict::Reopen => {
-                    self.conns.remove(&(seg.dst, seg.src));
+                    self.conns.remove(&key(seg.dst, seg.src));
                     self.remove(id);
                     self.listen_input(&seg, now);
                 }
@@ -934,7 +934,7 @@ impl Stack {
         let orphan = s.orphan;
         let parent = s.parent;
         if let Some(c) = s.conn.as_deref() {
-            self.conns.remove(&(c.local, c.remote));
+            self.conns.remove(&key(c.local, c.remote));
         }
         if orphan || parent.is_some() {
             self.remove(id);
@@ -1041,7 +1041,7 @@ impl Stack {
             conn: Some(Box::new(c)),
             ..Sock::default()
         });
-        self.conns.insert((seg.dst, seg.src), id);
+        self.conns.insert(key(seg.dst, seg.src), id);
     }
 
     /// The next packet to send, IP header first.
@@ -1123,6 +1123,13 @@ fn close_state(c: &mut Conn, ctx: &mut Ctx<'_>) {
         c.fin_queued = true;
         c.write_xmit(ctx, Nonagle::Off);
     }
+}
+
+/// The connection table's key: both ends with IPv4-mapped IPv6 addresses
+/// written as IPv4, as the packets carry them.
+fn key(local: SocketAddr, remote: SocketAddr) -> (SocketAddr, SocketAddr) {
+    let canon = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
+    (canon(local), canon(remote))
 }
 
 fn mapped_eq(a: IpAddr, b: IpAddr) -> bool {
