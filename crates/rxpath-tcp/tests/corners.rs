@@ -1,0 +1,255 @@
+//! The state machine's corners, driven without a network: a scripted
+//! peer answers the stack's segments, the clock is passed in.
+
+use std::net::SocketAddr;
+
+use rxpath_tcp::wire::{self, OptsOut, SegOut};
+use rxpath_tcp::{Nanos, SockId, Stack, State, TcpConfig};
+use rxpath_wire::tcp::flags::{ACK, FIN, PSH, RST, SYN};
+
+const MS: Nanos = 1_000_000;
+
+fn local() -> SocketAddr {
+    "198.18.0.1:8080".parse().unwrap()
+}
+fn peer() -> SocketAddr {
+    "198.18.0.2:40000".parse().unwrap()
+}
+
+/// The peer's side of one connection: what it sends, what it saw.
+struct Peer {
+    seq: u32,
+    ack: u32,
+}
+
+impl Peer {
+    fn seg(&mut self, flags: u16, payload: &[u8], wnd: u16) -> Vec<u8> {
+        let s = SegOut {
+            src: peer(),
+            dst: local(),
+            seq: self.seq,
+            ack: self.ack,
+            flags,
+            wnd,
+            opts: OptsOut::default(),
+            payload,
+            ip_id: 0,
+            tos: 0,
+        };
+        self.seq = self
+            .seq
+            .wrapping_add(payload.len() as u32 + (flags & (SYN | FIN) != 0) as u32);
+        wire::build(&s)
+    }
+}
+
+fn out(st: &mut Stack) -> Vec<(u16, u32, u32, usize)> {
+    let mut v = Vec::new();
+    while let Some(t) = st.poll_transmit() {
+        let s = wire::parse(&t.packet).expect("the stack sends well-formed segments");
+        v.push((s.flags, s.seq, s.ack, s.payload.len()));
+    }
+    v
+}
+
+/// A listener and an established connection accepted from it.
+fn established(st: &mut Stack) -> (SockId, SockId, Peer) {
+    let l = st.socket(false);
+    st.bind(l, local()).unwrap();
+    st.listen(l, 8).unwrap();
+    let mut p = Peer { seq: 1000, ack: 0 };
+    let syn = p.seg(SYN, b"", 65535);
+    st.input(&syn, 0);
+    let o = out(st);
+    assert_eq!(o.len(), 1);
+    assert_eq!(o[0].0, SYN | ACK);
+    p.ack = o[0].1.wrapping_add(1);
+    let ack = p.seg(ACK, b"", 65535);
+    st.input(&ack, MS);
+    let (c, from) = st.accept(l).unwrap();
+    assert_eq!(from, peer());
+    assert_eq!(st.state(c).unwrap(), State::Established);
+    (l, c, p)
+}
+
+#[test]
+fn a_lost_syn_ack_is_sent_again_on_the_peers_retransmitted_syn_and_on_timeout() {
+    let mut st = Stack::new(TcpConfig::default(), 7, vec![]);
+    let l = st.socket(false);
+    st.bind(l, local()).unwrap();
+    st.listen(l, 8).unwrap();
+    let mut p = Peer { seq: 1000, ack: 0 };
+    let syn = p.seg(SYN, b"", 65535);
+    st.input(&syn, 0);
+    let first = out(&mut st);
+    assert_eq!(first[0].0, SYN | ACK);
+    // The SYN again (the peer never heard us): the same SYN-ACK at once.
+    st.input(&syn, 100 * MS);
+    let again = out(&mut st);
+    assert_eq!(again.len(), 1);
+    assert_eq!((again[0].0, again[0].1), (SYN | ACK, first[0].1));
+    // Silence: the SYN-ACK's own timer (1 s) sends it once more.
+    let t = st.next_deadline().expect("a SYN-ACK timer");
+    assert!(t >= 1000 * MS);
+    st.on_timeout(t);
+    assert_eq!(out(&mut st)[0].0, SYN | ACK);
+    assert!(
+        st.accept(l).is_err(),
+        "nothing to accept before the handshake ends"
+    );
+}
+
+#[test]
+fn a_reset_in_each_synchronized_state_closes_with_the_kernels_error() {
+    // ESTABLISHED: ECONNRESET on the next read.
+    let mut st = Stack::new(TcpConfig::default(), 7, vec![]);
+    let (_l, c, mut p) = established(&mut st);
+    let rst = p.seg(RST | ACK, b"", 0);
+    st.input(&rst, 2 * MS);
+    assert_eq!(st.state(c).unwrap(), State::Closed);
+    assert_eq!(
+        st.recv(c, &mut [0; 10], false, 3 * MS),
+        Err(libc::ECONNRESET)
+    );
+    assert_eq!(st.mib.EstabResets, 1);
+
+    // CLOSE_WAIT: EPIPE.
+    let mut st = Stack::new(TcpConfig::default(), 7, vec![]);
+    let (_l, c, mut p) = established(&mut st);
+    let fin = p.seg(FIN | ACK, b"", 65535);
+    st.input(&fin, 2 * MS);
+    assert_eq!(st.state(c).unwrap(), State::CloseWait);
+    out(&mut st);
+    let rst = p.seg(RST | ACK, b"", 0);
+    st.input(&rst, 3 * MS);
+    assert_eq!(st.state(c).unwrap(), State::Closed);
+    assert_eq!(st.take_error(c).unwrap(), Some(libc::EPIPE));
+
+    // A reset out of window draws a challenge ACK and changes nothing.
+    let mut st = Stack::new(TcpConfig::default(), 7, vec![]);
+    let (_l, c, mut p) = established(&mut st);
+    p.seq = p.seq.wrapping_add(10);
+    let rst = p.seg(RST | ACK, b"", 0);
+    st.input(&rst, 2 * MS);
+    assert_eq!(st.state(c).unwrap(), State::Established);
+    assert_eq!(out(&mut st)[0].0, ACK);
+    assert_eq!(st.ext.TCPChallengeACK, 1);
+}
+
+#[test]
+fn time_wait_lasts_sixty_seconds_then_the_pair_is_free() {
+    let mut st = Stack::new(TcpConfig::default(), 7, vec![]);
+    let (_l, c, mut p) = established(&mut st);
+    st.close(c, 2 * MS).unwrap();
+    let fin = out(&mut st);
+    assert_eq!(fin[0].0, FIN | ACK);
+    p.ack = fin[0].1.wrapping_add(1);
+    let ack = p.seg(ACK, b"", 65535);
+    st.input(&ack, 3 * MS);
+    let their_fin = p.seg(FIN | ACK, b"", 65535);
+    st.input(&their_fin, 4 * MS);
+    assert_eq!(out(&mut st)[0].0, ACK);
+    // A retransmitted FIN in TIME_WAIT is ACKed again.
+    p.seq = p.seq.wrapping_sub(1);
+    let again = p.seg(FIN | ACK, b"", 65535);
+    st.input(&again, 10 * MS);
+    assert_eq!(out(&mut st)[0].0, ACK);
+    let end = st.next_deadline().expect("TIME_WAIT's timer");
+    assert!(end >= 60_000 * MS);
+    st.on_timeout(end);
+    // Gone: a segment for the pair now draws a reset.
+    let late = p.seg(ACK, b"x", 65535);
+    st.input(&late, end + MS);
+    assert_eq!(out(&mut st)[0].0 & RST, RST);
+}
+
+#[test]
+fn a_zero_window_is_probed_and_data_flows_when_it_opens() {
+    let mut st = Stack::new(TcpConfig::default(), 7, vec![]);
+    let (_l, c, mut p) = established(&mut st);
+    let closed = p.seg(ACK, b"", 0);
+    st.input(&closed, 2 * MS);
+    assert_eq!(st.send(c, b"hello", false, false, 3 * MS), Ok(5));
+    assert!(out(&mut st).is_empty(), "nothing goes into a zero window");
+    let t = st.next_deadline().expect("the persist timer");
+    st.on_timeout(t);
+    let probe = out(&mut st);
+    assert_eq!(probe.len(), 1);
+    assert_eq!(
+        (probe[0].0, probe[0].3),
+        (ACK, 0),
+        "a window probe: a bare ACK below snd_una"
+    );
+    let open = p.seg(ACK, b"", 65535);
+    st.input(&open, t + MS);
+    let data = out(&mut st);
+    assert_eq!((data[0].0 & PSH, data[0].3), (PSH, 5));
+}
+
+#[test]
+fn a_peer_that_vanishes_is_given_up_with_etimedout() {
+    let cfg = TcpConfig {
+        tcp_retries2: 3,
+        ..TcpConfig::default()
+    };
+    let mut st = Stack::new(cfg, 7, vec![]);
+    let (_l, c, _p) = established(&mut st);
+    st.send(c, b"are you there", false, false, 2 * MS).unwrap();
+    out(&mut st);
+    let mut retransmits = 0;
+    let mut now = 2 * MS;
+    while st.state(c).unwrap() == State::Established {
+        now = st.next_deadline().expect("a timer while data is out");
+        st.on_timeout(now);
+        retransmits += out(&mut st).len();
+        assert!(retransmits < 20, "the connection must be given up");
+    }
+    assert!(retransmits >= 3);
+    assert_eq!(st.state(c).unwrap(), State::Closed);
+    assert_eq!(st.take_error(c).unwrap(), Some(libc::ETIMEDOUT));
+    assert!(now > 1000 * MS, "backed off, not given up at once");
+}
+
+#[test]
+fn a_full_accept_queue_drops_the_syn_and_counts_it() {
+    let mut st = Stack::new(TcpConfig::default(), 7, vec![]);
+    let l = st.socket(false);
+    st.bind(l, local()).unwrap();
+    st.listen(l, 0).unwrap();
+    let mut dropped = 0;
+    for port in 0..3u16 {
+        let src: SocketAddr = format!("198.18.0.2:{}", 41000 + port).parse().unwrap();
+        let s = SegOut {
+            src,
+            dst: local(),
+            seq: 5,
+            ack: 0,
+            flags: SYN,
+            wnd: 65535,
+            opts: OptsOut::default(),
+            payload: b"",
+            ip_id: 0,
+            tos: 0,
+        };
+        st.input(&wire::build(&s), 0);
+        let o = out(&mut st);
+        if o.is_empty() {
+            dropped += 1;
+            continue;
+        }
+        let ack = SegOut {
+            seq: 6,
+            ack: o[0].1.wrapping_add(1),
+            flags: ACK,
+            ..s
+        };
+        st.input(&wire::build(&ack), MS);
+        out(&mut st);
+    }
+    // Backlog 0 holds one connection (`sk_acceptq_is_full` tests `>`);
+    // the SYNs after it are dropped and counted, not answered.
+    assert!(st.accept(l).is_ok());
+    assert!(st.accept(l).is_err());
+    assert_eq!(dropped, 2);
+    assert_eq!(st.ext.ListenOverflows, 2);
+}
