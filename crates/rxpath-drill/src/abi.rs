@@ -874,7 +874,7 @@ pub unsafe extern "C" fn packetdrill_interface_init(
             .to_string_lossy()
             .into_owned()
     };
-    let flags = match crate::parse_flags(&flags) {
+    let flags = match crate::parse_flags(&crate::with_env_defaults(&flags)) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("rxpath-drill: {e}");

@@ -10,12 +10,34 @@
 //!
 //! `so_flags` (packetdrill's `--so_flags`) is a comma-separated list of
 //! `local_ip=ADDR` (the addresses `connect` may leave from: the run's
-//! `--local_ip`) and `mtu=N` (the run's `--mtu`).
+//! `--local_ip`) and `mtu=N` (the run's `--mtu`); what they leave out is
+//! taken from `PACKETDRILL_LOCAL_IP` and `PACKETDRILL_MTU`, which
+//! `scripts/packetdrill-suites.sh` sets for each run.
 
 pub mod abi;
 pub mod world;
 
 use std::net::IpAddr;
+
+/// `so_flags` completed from the environment
+/// `scripts/packetdrill-suites.sh` gives a run (`PACKETDRILL_LOCAL_IP`,
+/// `PACKETDRILL_MTU`) where the flags do not say.
+pub fn with_env_defaults(flags: &str) -> String {
+    let mut out = flags.to_string();
+    let mut add = |key: &str, var: &str| {
+        if !flags.split(',').any(|p| p.trim().starts_with(key)) {
+            if let Ok(v) = std::env::var(var) {
+                if !out.is_empty() {
+                    out.push(',');
+                }
+                out.push_str(&format!("{key}={v}"));
+            }
+        }
+    };
+    add("local_ip", "PACKETDRILL_LOCAL_IP");
+    add("mtu", "PACKETDRILL_MTU");
+    out
+}
 
 /// What `so_flags` sets.
 #[derive(Debug, Clone, PartialEq, Eq)]
