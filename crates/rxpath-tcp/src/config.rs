@@ -22,6 +22,8 @@ pub struct TcpConfig {
     pub tcp_dsack: bool,
     /// `tcp_frto`: F-RTO after a retransmission timeout (RFC 5682).
     pub tcp_frto: u8,
+    /// `tcp_min_tso_segs`: the fewest segments a TSO packet is sized for.
+    pub tcp_min_tso_segs: u32,
     /// `tcp_max_reordering`.
     pub tcp_max_reordering: u32,
     /// `tcp_syn_retries`.
@@ -70,6 +72,7 @@ impl Default for TcpConfig {
             tcp_dsack: true,
             tcp_frto: 2,
             tcp_max_reordering: 300,
+            tcp_min_tso_segs: 2,
             tcp_syn_retries: 6,
             tcp_synack_retries: 5,
             tcp_retries2: 15,
@@ -99,6 +102,7 @@ pub const SYSCTLS: &[&str] = &[
     "tcp_dsack",
     "tcp_frto",
     "tcp_max_reordering",
+    "tcp_min_tso_segs",
     "tcp_syn_retries",
     "tcp_synack_retries",
     "tcp_retries2",
@@ -142,6 +146,7 @@ impl TcpConfig {
             "tcp_window_scaling" => self.tcp_window_scaling = small(1)? != 0,
             "tcp_sack" => self.tcp_sack = small(1)? != 0,
             "tcp_dsack" => self.tcp_dsack = small(1)? != 0,
+            "tcp_min_tso_segs" => self.tcp_min_tso_segs = small(255)?.max(1) as u32,
             "tcp_max_reordering" => self.tcp_max_reordering = small(u32::MAX as u64)? as u32,
             "tcp_frto" => self.tcp_frto = small(2)? as u8,
             "tcp_syn_retries" => self.tcp_syn_retries = small(127)? as u8,

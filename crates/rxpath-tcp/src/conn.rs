@@ -198,6 +198,8 @@ pub struct Conn {
     pub pushed_seq: u32,
     /// The program set `SO_SNDBUF` (`SOCK_SNDBUF_LOCK`): no autotuning.
     pub sndbuf_locked: bool,
+    /// `tcp_min_tso_segs` when the connection was made.
+    pub min_tso_segs: u32,
     /// The device segments (TSO or GSO): skbs grow to `size_goal`.
     pub gso: bool,
     /// `TCP_MAXSEG` set by the program (`user_mss`).

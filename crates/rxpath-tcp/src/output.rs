@@ -16,8 +16,6 @@ use crate::{Ctx, Transmit};
 const PACING_SHIFT: u32 = 10;
 /// `sk_gso_max_size` of a device that segments.
 const GSO_MAX_SIZE: u64 = 65536;
-/// `tcp_min_tso_segs`.
-const MIN_TSO_SEGS: u32 = 2;
 /// `tcp_tso_rtt_log`.
 const TSO_RTT_LOG: u32 = 9;
 
@@ -89,6 +87,9 @@ impl Conn {
         fl: u16,
         payload_from: Option<(usize, usize)>,
     ) {
+        if std::env::var_os("RXPATH_TCP_DEBUG").is_some() {
+            eprintln!("emit t={} seq={} len={:?} cwnd={} inflight={} ca={:?} lost={} retr={} sacked={} timer={:?}", ctx.now, seq.wrapping_sub(self.iss), payload_from.map(|p| p.1), self.snd_cwnd, self.in_flight(), self.ca_state, self.lost_out(), self.retrans_out(), self.sacked_out(), self.xmit_timer);
+        }
         let opts = self.options(ctx.now);
         let wnd = if fl & SYN != 0 {
             self.rcv_wnd.min(65535) as u16
@@ -212,7 +213,7 @@ impl Conn {
             bytes += GSO_MAX_SIZE >> r;
         }
         let bytes = bytes.min(GSO_MAX_SIZE - 1 - 320);
-        ((bytes / mss) as u32).max(MIN_TSO_SEGS)
+        ((bytes / mss) as u32).max(self.min_tso_segs)
     }
 
     /// `tcp_nagle_check` with the Minshall rule: hold a partial segment
@@ -260,6 +261,29 @@ impl Conn {
             goal = cutoff.max(68 - 20);
         }
         (goal / mss * mss).max(mss)
+    }
+
+    /// `tcp_slow_start_after_idle_check` and `tcp_cwnd_restart`: after
+    /// an idle RTO or more, the window halves per RTO idle, down to the
+    /// initial window.
+    fn slow_start_after_idle_check(&mut self, ctx: &Ctx<'_>) {
+        if !ctx.cfg.tcp_slow_start_after_idle || !self.synchronized() {
+            return;
+        }
+        let delta = ctx.now.saturating_sub(self.lsndtime) as i64;
+        let rto = self.rto as i64;
+        if delta <= rto {
+            return;
+        }
+        self.snd_ssthresh = self.current_ssthresh();
+        let restart = crate::conn::TCP_INIT_CWND.min(self.snd_cwnd);
+        let mut cwnd = self.snd_cwnd;
+        let mut d = delta - rto;
+        while d > 0 && cwnd > restart {
+            cwnd >>= 1;
+            d -= rto;
+        }
+        self.snd_cwnd = cwnd.max(restart);
     }
 
     /// The unsent tail skb: where it starts and its length.
@@ -328,6 +352,8 @@ impl Conn {
                 }
                 if self.unsent() > 0 {
                     self.skb_ends.push_back(self.write_seq);
+                } else if self.rtx.is_empty() {
+                    self.slow_start_after_idle_check(ctx);
                 }
                 self.eor_tail = false;
                 goal.min(left)
@@ -455,7 +481,9 @@ impl Conn {
         if in_flight >= self.snd_cwnd {
             return None;
         }
-        let cwnd_quota = self.snd_cwnd - in_flight;
+        // `tcp_cwnd_test`: at most half the window per TSO packet, so at
+        // least two are in flight.
+        let cwnd_quota = (self.snd_cwnd - in_flight).min((self.snd_cwnd >> 1).max(1));
         let wnd_end = self.snd_una.wrapping_add(self.snd_wnd);
         if after(self.snd_nxt.wrapping_add(skb_len.min(mss)), wnd_end) {
             return None;

@@ -583,9 +583,10 @@ impl Conn {
 
     /// `tcp_identify_packet_loss`: RACK with SACK, the first hole after
     /// `tcp_reordering` duplicate ACKs without (`tcp_newreno_mark_lost`).
-    fn identify_packet_loss(&mut self, now: Nanos, snd_una_advanced: bool) {
+    /// Whether a retransmission was found lost (`FLAG_LOST_RETRANS`).
+    fn identify_packet_loss(&mut self, now: Nanos, snd_una_advanced: bool) -> bool {
         if self.rtx.is_empty() {
-            return;
+            return false;
         }
         if !self.sack_ok {
             let in_recovery = self.ca_state == CaState::Recovery;
@@ -594,7 +595,7 @@ impl Conn {
             {
                 let h = self.rtx[0];
                 if h.lost {
-                    return;
+                    return false;
                 }
                 let mss = self.mss_cache.max(1);
                 if self.pcount(&h) > 1 {
@@ -602,9 +603,11 @@ impl Conn {
                 }
                 self.mark_lost(0);
             }
-            return;
+            return false;
         }
+        let prior_retrans = self.retrans_out();
         self.rack_mark_lost(now);
+        self.retrans_out() < prior_retrans
     }
 
     /// `tcp_fastretrans_alert`.
@@ -642,35 +645,43 @@ impl Conn {
                 _ => {}
             }
         }
-        match self.ca_state {
+        let fall_through = match self.ca_state {
             CaState::Recovery => {
                 if !flag.snd_una_advanced && !self.sack_ok {
                     self.add_reno_sack(num_dupack);
                 }
                 self.identify_packet_loss(now, flag.snd_una_advanced);
+                if self.ca_state != CaState::Recovery {
+                    if self.lost_out() == 0 {
+                        return;
+                    }
+                    self.enter_recovery(ctx);
+                }
+                false
             }
             CaState::Loss => {
                 self.process_loss(ctx, flag, num_dupack, rexmit);
-                if self.ca_state != CaState::Loss {
+                let lost_retrans = self.identify_packet_loss(now, flag.snd_una_advanced);
+                // On with the default path only when the timeout was undone
+                // or a retransmission was lost again.
+                if !(self.ca_state == CaState::Open || lost_retrans) {
                     return;
                 }
-                if *rexmit == Rexmit::New {
-                    return;
-                }
-                self.identify_packet_loss(now, flag.snd_una_advanced);
-                *rexmit = Rexmit::Lost;
-                return;
+                true
             }
-            _ => {
-                if !self.sack_ok {
-                    if flag.snd_una_advanced {
-                        self.reno_sacked = 0;
-                    }
-                    self.add_reno_sack(num_dupack);
+            _ => true,
+        };
+        if fall_through {
+            if !self.sack_ok {
+                if flag.snd_una_advanced {
+                    self.reno_sacked = 0;
                 }
-                self.identify_packet_loss(now, flag.snd_una_advanced);
-                if self.lost_out() == 0 {
-                    // `tcp_try_to_open`.
+                self.add_reno_sack(num_dupack);
+            }
+            self.identify_packet_loss(now, flag.snd_una_advanced);
+            if self.lost_out() == 0 {
+                // `tcp_try_to_open`.
+                if self.ca_state != CaState::Loss {
                     let state = if self.sacked_out() + self.lost_out() > 0 || self.retrans_out() > 0
                     {
                         CaState::Disorder
@@ -681,10 +692,10 @@ impl Conn {
                         self.set_ca_state(state, now);
                         self.high_seq = self.snd_nxt;
                     }
-                    return;
                 }
-                self.enter_recovery(ctx);
+                return;
             }
+            self.enter_recovery(ctx);
         }
         let _ = prior_snd_una;
         *rexmit = Rexmit::Lost;
@@ -736,7 +747,7 @@ impl Conn {
     }
 
     /// `tcp_current_ssthresh`.
-    fn current_ssthresh(&self) -> u32 {
+    pub(crate) fn current_ssthresh(&self) -> u32 {
         if matches!(self.ca_state, CaState::Cwr | CaState::Recovery) {
             self.snd_ssthresh
         } else {

@@ -321,6 +321,7 @@ impl Stack {
             sndbuf_locked: false,
             push_marks: VecDeque::new(),
             gso: self.cfg.gso,
+            min_tso_segs: self.cfg.tcp_min_tso_segs,
             user_mss: None,
             notsent_lowat: self.cfg.tcp_notsent_lowat,
             tos: 0,
