@@ -266,7 +266,7 @@ impl Conn {
     /// `tcp_slow_start_after_idle_check` and `tcp_cwnd_restart`: after
     /// an idle RTO or more, the window halves per RTO idle, down to the
     /// initial window.
-    fn slow_start_after_idle_check(&mut self, ctx: &Ctx<'_>) {
+    pub(crate) fn slow_start_after_idle_check(&mut self, ctx: &Ctx<'_>) {
         if !ctx.cfg.tcp_slow_start_after_idle || !self.synchronized() {
             return;
         }
@@ -541,8 +541,6 @@ impl Conn {
             let seq = self.snd_una.wrapping_sub(1);
             self.emit(ctx, seq, ACK, None);
         }
-        self.rto_at = Some(ctx.now + self.probe0_when());
-        self.xmit_timer = XmitTimer::Probe0;
     }
 
     /// A loss probe that resends the last MSS sent (`tcp_send_loss_probe`

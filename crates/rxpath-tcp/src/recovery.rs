@@ -143,8 +143,13 @@ impl Conn {
         {
             if self.snd_wnd != nwin {
                 flag.win_update = true;
+                self.snd_wnd = nwin;
+                // `tcp_ack_update_window`: data waiting for this window may
+                // have waited an idle RTO.
+                if self.unsent() > 0 && self.rtx.is_empty() {
+                    self.slow_start_after_idle_check(ctx);
+                }
             }
-            self.snd_wnd = nwin;
             self.snd_wl1 = seg.seq;
             self.max_window = self.max_window.max(nwin);
         }

@@ -160,6 +160,8 @@ impl Conn {
         self.write_wakeup(ctx);
         self.probes_out += 1;
         self.backoff = (self.backoff + 1).min(ctx.cfg.tcp_retries2 as u32);
+        self.rto_at = Some(ctx.now + self.probe0_when());
+        self.xmit_timer = XmitTimer::Probe0;
         Verdict::Keep
     }
 
