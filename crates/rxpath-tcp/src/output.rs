@@ -334,12 +334,15 @@ impl Conn {
         while copied < data.len() {
             let (start, tail_len) = self.tail_skb();
             let left = (data.len() - copied) as u32;
+            let mut moved_mark = false;
             let take = if self.unsent() > 0 && !self.eor_tail && tail_len < goal {
-                if copied == 0 {
-                    // Appending to an unsent skb takes its PSH away.
-                    let end = self.write_seq;
-                    self.push_marks.retain(|&m| m != end);
-                }
+                let end = self.write_seq;
+                let had = self.push_marks.contains(&end);
+                self.push_marks.retain(|&m| m != end);
+                // A new write appending to an unsent skb takes its PSH away
+                // (`if (!copied)`); within one write the mark stays on the
+                // skb and moves to its new end.
+                moved_mark = had && copied > 0;
                 (goal - tail_len).min(left)
             } else {
                 if self.sndbuf.len() >= self.sk_sndbuf as usize
@@ -361,6 +364,9 @@ impl Conn {
             self.sndbuf.extend(&data[copied..copied + take as usize]);
             self.write_seq = self.write_seq.wrapping_add(take);
             copied += take as usize;
+            if moved_mark {
+                self.push_marks.push_back(self.write_seq);
+            }
             if copied == data.len() {
                 self.eor_tail = eor;
                 break;
