@@ -275,6 +275,12 @@ impl Conn {
             orig_acked: false,
         };
         let mut acked_syn = false;
+        let mut reord: Option<u32> = None;
+        let prior_fack = if self.sacked_before && self.sacked_out() > 0 {
+            Some(self.highest_sack)
+        } else {
+            None
+        };
         let mut first: Option<Nanos> = None;
         let mut last: Option<Nanos> = None;
         let now = ctx.now;
@@ -318,6 +324,15 @@ impl Conn {
                 first.get_or_insert(h.sent_at);
                 last = Some(h.sent_at);
                 c.orig_acked = true;
+                if !h.syn && reord.is_none_or(|r| before(h.seq, r)) {
+                    reord = Some(h.seq);
+                }
+            }
+        }
+        // Never-SACKed data acknowledged below what was SACKed: reordering.
+        if let (Some(low), Some(fack)) = (reord, prior_fack) {
+            if before(low, fack) {
+                self.check_sack_reordering(ctx, low);
             }
         }
         c.seq_rtt = first.map(|t| now.saturating_sub(t) / 1000);
