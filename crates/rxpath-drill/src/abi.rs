@@ -300,6 +300,7 @@ unsafe extern "C" fn pd_accept(
 ) -> c_int {
     // SAFETY: `ud` is ours; `addr`/`len` as accept(2) takes them.
     let r = unsafe { world(ud) }.accept(fd).map(|(nfd, peer)| {
+        // SAFETY: `addr`/`len` are accept(2)'s out-parameters, null or valid.
         unsafe { write_addr(peer, addr, len) };
         nfd
     });
@@ -343,6 +344,7 @@ unsafe extern "C" fn pd_recvfrom(
     let r = do_recv(w, fd, buf, len, flags);
     if r.is_ok() {
         if let Ok((_, Some(peer))) = w.addrs(fd) {
+            // SAFETY: `addr`/`alen` are recvfrom(2)'s out-parameters, null or valid.
             unsafe { write_addr(peer, addr, alen) };
         }
     }
@@ -371,6 +373,7 @@ unsafe extern "C" fn pd_recvmsg(ud: Ud, fd: c_int, msg: *mut msghdr, flags: c_in
     }
     // SAFETY: `ud` is ours; `msg` non-null per recvmsg(2).
     let w = unsafe { world(ud) };
+    // SAFETY: `ud` is ours; `msg` was checked non-null above.
     let r = unsafe {
         let m = &mut *msg;
         m.msg_flags = 0;
@@ -479,6 +482,7 @@ unsafe extern "C" fn pd_ioctl(ud: Ud, fd: c_int, req: c_ulong, arg: *mut c_int) 
         .ioctl(fd, req, unsafe { *arg })
         .map(|v| {
             if req != libc::FIONBIO {
+                // SAFETY: `arg` was checked non-null; the requests that fill it take an `int *`.
                 unsafe { *arg = v };
             }
             0
@@ -560,6 +564,7 @@ unsafe extern "C" fn pd_getsockopt(
                 l_onoff: (l >= 0) as c_int,
                 l_linger: l.max(0),
             };
+            // SAFETY: `val` holds `*len` bytes (getsockopt(2)); `copy_out` writes at most that.
             unsafe { copy_out(&lg, val, len) };
             0
         })
@@ -567,6 +572,7 @@ unsafe extern "C" fn pd_getsockopt(
         match opt_of(level, name) {
             None => Err(libc::ENOPROTOOPT),
             Some(o) => w.getsockopt(fd, o).map(|v| {
+                // SAFETY: as above.
                 unsafe { copy_out(&v, val, len) };
                 0
             }),
@@ -604,6 +610,7 @@ unsafe extern "C" fn pd_setsockopt(
         if (len as usize) < size_of::<libc::linger>() {
             Err(libc::EINVAL)
         } else {
+            // SAFETY: `val` holds `len` >= sizeof(struct linger) bytes, checked above.
             let lg = unsafe { std::ptr::read_unaligned(val as *const libc::linger) };
             w.setsockopt(
                 fd,
@@ -617,8 +624,10 @@ unsafe extern "C" fn pd_setsockopt(
     {
         // `do_ip_setsockopt` takes an int, or a single byte.
         let v = if (len as usize) >= size_of::<c_int>() {
+            // SAFETY: `val` holds `len` >= sizeof(int) bytes.
             unsafe { std::ptr::read_unaligned(val as *const c_int) }
         } else {
+            // SAFETY: `val` holds at least one byte (`len >= 1`).
             unsafe { *(val as *const u8) as c_int }
         };
         match name {
@@ -629,6 +638,7 @@ unsafe extern "C" fn pd_setsockopt(
     } else if (len as usize) < size_of::<c_int>() {
         Err(libc::EINVAL)
     } else {
+        // SAFETY: `val` holds `len` >= sizeof(int) bytes, checked above.
         let v = unsafe { std::ptr::read_unaligned(val as *const c_int) };
         match opt_of(level, name) {
             Some(o) => w.setsockopt(fd, o, v),
@@ -657,9 +667,11 @@ unsafe extern "C" fn pd_poll(ud: Ud, fds: *mut pollfd, n: libc::nfds_t, timeout:
     let p = if n == 0 {
         &mut [][..]
     } else {
+        // SAFETY: `fds` is non-null (checked above) and holds `n` entries (poll(2)).
         unsafe { std::slice::from_raw_parts_mut(fds, n as usize) }
     };
     let want: Vec<(i32, u32)> = p.iter().map(|f| (f.fd, f.events as u16 as u32)).collect();
+    // SAFETY: `ud` is ours.
     let r = unsafe { world(ud) }.poll(&want, timeout).map(|got| {
         let mut ready = 0;
         for (f, g) in p.iter_mut().zip(got) {
@@ -691,6 +703,7 @@ unsafe extern "C" fn pd_netdev_receive(
     }
     // SAFETY: `ud` is ours; `buf` holds `*count` bytes, per packetdrill.h.
     match unsafe { world(ud) }.netdev_receive() {
+        // SAFETY: `buf` holds `*count` bytes and `count`/`time_us` are valid (checked non-null above).
         Some((p, t)) => unsafe {
             let n = p.len().min(*count);
             std::ptr::copy_nonoverlapping(p.as_ptr(), buf as *mut u8, n);
@@ -779,6 +792,7 @@ unsafe extern "C" fn pd_epoll_wait(
         .epoll_wait(epfd, max as usize, timeout)
         .map(|ready| {
             for (i, (data, events)) in ready.iter().enumerate() {
+                // SAFETY: `ifc` is the interface packetdrill passed to fill.
                 unsafe {
                     std::ptr::write_unaligned(
                         evs.add(i),

@@ -14,6 +14,11 @@
 //! taken from `PACKETDRILL_LOCAL_IP` and `PACKETDRILL_MTU`, which
 //! `scripts/packetdrill-suites.sh` sets for each run.
 
+#![deny(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![warn(missing_docs)]
+
+#[allow(unsafe_code)]
 pub mod abi;
 pub mod world;
 

@@ -22,6 +22,9 @@ pub struct TcpConfig {
     pub tcp_dsack: bool,
     /// `tcp_frto`: F-RTO after a retransmission timeout (RFC 5682).
     pub tcp_frto: u8,
+    /// `tcp_early_retrans`: tail-loss probes with 3 or 4 (the default 3),
+    /// none otherwise.
+    pub tcp_early_retrans: u8,
     /// `tcp_min_tso_segs`: the fewest segments a TSO packet is sized for.
     pub tcp_min_tso_segs: u32,
     /// `tcp_max_reordering`.
@@ -73,6 +76,7 @@ impl Default for TcpConfig {
             tcp_frto: 2,
             tcp_max_reordering: 300,
             tcp_min_tso_segs: 2,
+            tcp_early_retrans: 3,
             tcp_syn_retries: 6,
             tcp_synack_retries: 5,
             tcp_retries2: 15,
@@ -103,6 +107,7 @@ pub const SYSCTLS: &[&str] = &[
     "tcp_frto",
     "tcp_max_reordering",
     "tcp_min_tso_segs",
+    "tcp_early_retrans",
     "tcp_syn_retries",
     "tcp_synack_retries",
     "tcp_retries2",
@@ -146,6 +151,7 @@ impl TcpConfig {
             "tcp_window_scaling" => self.tcp_window_scaling = small(1)? != 0,
             "tcp_sack" => self.tcp_sack = small(1)? != 0,
             "tcp_dsack" => self.tcp_dsack = small(1)? != 0,
+            "tcp_early_retrans" => self.tcp_early_retrans = small(4)? as u8,
             "tcp_min_tso_segs" => self.tcp_min_tso_segs = small(255)?.max(1) as u32,
             "tcp_max_reordering" => self.tcp_max_reordering = small(u32::MAX as u64)? as u32,
             "tcp_frto" => self.tcp_frto = small(2)? as u8,

@@ -261,7 +261,7 @@ pub struct Conn {
     /// The last echoed timestamp (`rcv_tsecr`).
     pub rcv_tsecr: u32,
     /// RACK.
-    pub rack: crate::recovery::Rack,
+    pub rack: crate::state::Rack,
     /// F-RTO is under way.
     pub frto: bool,
     /// `is_cwnd_limited`, `max_packets_out`, `cwnd_usage_seq`.
@@ -350,7 +350,7 @@ pub struct Conn {
 
     // Accounting (`tcp_info`).
     /// The congestion-avoidance state.
-    pub ca_state: crate::info::CaState,
+    pub ca_state: crate::state::CaState,
     /// When the last ACK arrived (`rcv_tstamp`).
     pub rcv_tstamp: Nanos,
     /// `tcp_reordering`: the reordering degree assumed.
@@ -378,7 +378,7 @@ pub struct Conn {
     /// Retransmission timeouts.
     pub total_rto: u16,
     /// Busy, window- and buffer-limited times.
-    pub chrono: crate::info::Chrono,
+    pub chrono: crate::state::Chrono,
 
     // Wakeups, for edge-triggered readiness.
     /// Data, a FIN or a state change arrived (`sk_data_ready`,

@@ -2,6 +2,7 @@
 //! (`include/uapi/linux/tcp.h`), filled as `tcp_get_info` fills it.
 
 use crate::conn::{Conn, MS};
+pub use crate::state::{CaState, Chrono, ChronoType};
 use crate::Nanos;
 
 /// `tcpi_options` bits.
@@ -285,109 +286,6 @@ impl Conn {
             tcpi_total_rto_recoveries: 0,
             tcpi_total_rto_time: 0,
             ..TcpInfo::default()
-        }
-    }
-}
-
-/// `TCPF_CA_*`: the congestion-avoidance state (`icsk_ca_state`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CaState {
-    /// Nothing to recover.
-    #[default]
-    Open = 0,
-    /// Duplicate ACKs or SACKs seen.
-    Disorder = 1,
-    /// Reducing the window (ECN, local congestion).
-    Cwr = 2,
-    /// Fast recovery.
-    Recovery = 3,
-    /// After a retransmission timeout.
-    Loss = 4,
-}
-
-/// `tcp_chrono`: how long the sender was busy, held by the receive window,
-/// or by its send buffer.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Chrono {
-    /// The current type and since when.
-    pub current: Option<(ChronoType, Nanos)>,
-    /// Accumulated busy time.
-    pub busy: Nanos,
-    /// Accumulated time limited by the peer's window.
-    pub rwnd: Nanos,
-    /// Accumulated time limited by the send buffer.
-    pub sndbuf: Nanos,
-}
-
-/// `enum tcp_chrono`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ChronoType {
-    /// `TCP_CHRONO_BUSY`.
-    Busy,
-    /// `TCP_CHRONO_RWND_LIMITED`.
-    RwndLimited,
-    /// `TCP_CHRONO_SNDBUF_LIMITED`.
-    SndbufLimited,
-}
-
-impl Chrono {
-    fn total(&self, t: ChronoType, now: Nanos) -> Nanos {
-        let base = match t {
-            ChronoType::Busy => self.busy,
-            ChronoType::RwndLimited => self.rwnd,
-            ChronoType::SndbufLimited => self.sndbuf,
-        };
-        match self.current {
-            Some((c, since)) if c == t => base + now.saturating_sub(since),
-            _ => base,
-        }
-    }
-
-    /// Busy time, ns (`tcpi_busy_time` counts every type).
-    pub fn busy(&self, now: Nanos) -> Nanos {
-        self.total(ChronoType::Busy, now) + self.rwnd_limited(now) + self.sndbuf_limited(now)
-    }
-
-    /// Time held by the peer's window, ns.
-    pub fn rwnd_limited(&self, now: Nanos) -> Nanos {
-        self.total(ChronoType::RwndLimited, now)
-    }
-
-    /// Time held by the send buffer, ns.
-    pub fn sndbuf_limited(&self, now: Nanos) -> Nanos {
-        self.total(ChronoType::SndbufLimited, now)
-    }
-
-    fn stop_current(&mut self, now: Nanos) {
-        if let Some((c, since)) = self.current.take() {
-            let d = now.saturating_sub(since);
-            match c {
-                ChronoType::Busy => self.busy += d,
-                ChronoType::RwndLimited => self.rwnd += d,
-                ChronoType::SndbufLimited => self.sndbuf += d,
-            }
-        }
-    }
-
-    /// `tcp_chrono_start`: a type of higher rank replaces a lower one.
-    pub fn start(&mut self, t: ChronoType, now: Nanos) {
-        match self.current {
-            Some((c, _)) if c >= t => {}
-            _ => {
-                self.stop_current(now);
-                self.current = Some((t, now));
-            }
-        }
-    }
-
-    /// `tcp_chrono_stop`: with nothing queued every chrono stops; else
-    /// the type, if current, gives way to busy.
-    pub fn stop(&mut self, t: ChronoType, now: Nanos, queues_empty: bool) {
-        if queues_empty {
-            self.stop_current(now);
-        } else if self.current.is_some_and(|(c, _)| c == t) {
-            self.stop_current(now);
-            self.current = Some((ChronoType::Busy, now));
         }
     }
 }

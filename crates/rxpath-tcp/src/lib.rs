@@ -15,6 +15,9 @@
 //! on the sending side, CUBIC (Reno's increase stands in), SYN cookies,
 //! keepalive and zero-window probes, `TCP_INFO`.
 
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
 pub mod config;
 pub mod conn;
 pub mod cubic;
@@ -25,6 +28,7 @@ mod output;
 pub mod recovery;
 pub mod seq;
 mod stack;
+pub mod state;
 mod timer;
 pub mod wire;
 

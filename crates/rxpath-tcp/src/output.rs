@@ -87,9 +87,6 @@ impl Conn {
         fl: u16,
         payload_from: Option<(usize, usize)>,
     ) {
-        if std::env::var_os("RXPATH_TCP_DEBUG").is_some() {
-            eprintln!("emit t={} seq={} len={:?} cwnd={} inflight={} ca={:?} lost={} retr={} sacked={} timer={:?}", ctx.now, seq.wrapping_sub(self.iss), payload_from.map(|p| p.1), self.snd_cwnd, self.in_flight(), self.ca_state, self.lost_out(), self.retrans_out(), self.sacked_out(), self.xmit_timer);
-        }
         let opts = self.options(ctx.now);
         let wnd = if fl & SYN != 0 {
             self.rcv_wnd.min(65535) as u16
@@ -329,7 +326,7 @@ impl Conn {
         let mut copied = 0usize;
         if self.rtx.is_empty() && self.unsent() == 0 && !data.is_empty() {
             // `tcp_skb_entail` on an empty queue.
-            self.chrono.start(crate::info::ChronoType::Busy, ctx.now);
+            self.chrono.start(crate::state::ChronoType::Busy, ctx.now);
         }
         while copied < data.len() {
             let (start, tail_len) = self.tail_skb();
@@ -350,7 +347,7 @@ impl Conn {
                 {
                     self.nospace = true;
                     self.chrono
-                        .start(crate::info::ChronoType::SndbufLimited, ctx.now);
+                        .start(crate::state::ChronoType::SndbufLimited, ctx.now);
                     break;
                 }
                 if self.unsent() > 0 {
@@ -461,10 +458,10 @@ impl Conn {
         let empty = self.rtx.is_empty() && self.unsent() == 0;
         if rwnd_limited {
             self.chrono
-                .start(crate::info::ChronoType::RwndLimited, ctx.now);
+                .start(crate::state::ChronoType::RwndLimited, ctx.now);
         } else {
             self.chrono
-                .stop(crate::info::ChronoType::RwndLimited, ctx.now, empty);
+                .stop(crate::state::ChronoType::RwndLimited, ctx.now, empty);
         }
         let cwnd_limited = self.in_flight() >= self.snd_cwnd;
         if sent_any || cwnd_limited {
@@ -616,7 +613,7 @@ impl Conn {
         self.snd_nxt = end;
         if matches!(
             self.ca_state,
-            crate::info::CaState::Cwr | crate::info::CaState::Recovery
+            crate::state::CaState::Cwr | crate::state::CaState::Recovery
         ) {
             let n = self.pcount(self.rtx.back().expect("just pushed"));
             self.prr_out += n;
@@ -698,7 +695,7 @@ impl Conn {
         self.undo_retrans += n as i32;
         if matches!(
             self.ca_state,
-            crate::info::CaState::Cwr | crate::info::CaState::Recovery
+            crate::state::CaState::Cwr | crate::state::CaState::Recovery
         ) {
             self.prr_out += n;
         }

@@ -9,8 +9,8 @@ use rxpath_wire::tcp::flags::{FIN, SYN};
 
 use crate::conn::{Conn, Sent, XmitTimer, TCP_INFINITE_SSTHRESH};
 use crate::cubic::CaView;
-use crate::info::CaState;
 use crate::seq::{after, before};
+use crate::state::CaState;
 use crate::wire::SegIn;
 use crate::{Ctx, Nanos};
 
@@ -40,21 +40,6 @@ impl AckFlags {
     fn not_dup(&self) -> bool {
         self.data || self.win_update || self.acked
     }
-}
-
-/// RACK's state (`tp->rack`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Rack {
-    /// When the most recently sent of the (S)ACKed segments left.
-    pub mstamp: Nanos,
-    /// Its end sequence.
-    pub end_seq: u32,
-    /// The RTT of the most recent (S)ACKed segment, µs.
-    pub rtt_us: u64,
-    /// Something new was (S)ACKed since the last detection.
-    pub advanced: bool,
-    /// Reordering was seen.
-    pub reord: bool,
 }
 
 /// What the ACK asks to retransmit (`REXMIT_*`).
@@ -153,6 +138,8 @@ impl Conn {
             self.snd_wl1 = seg.seq;
             self.max_window = self.max_window.max(nwin);
         }
+        // `prior_fack`: the highest SACKed sequence before this ACK's own.
+        let prior_fack = (self.sacked_before && self.sacked_out() > 0).then_some(self.highest_sack);
         if self.sack_ok && !seg.opts.sacks.is_empty() {
             self.sacktag(ctx, seg, prior_snd_una, &mut flag);
         }
@@ -174,7 +161,7 @@ impl Conn {
             }
             return;
         }
-        let cleaned = self.clean_rtx_queue(ctx, ack);
+        let cleaned = self.clean_rtx_queue(ctx, ack, prior_fack);
         if cleaned.acked_pkts > 0 || flag.snd_una_advanced {
             flag.acked = true;
             flag.data_acked = cleaned.data_acked;
@@ -227,12 +214,12 @@ impl Conn {
         let empty = self.rtx.is_empty() && self.unsent() == 0;
         if empty {
             self.chrono
-                .stop(crate::info::ChronoType::Busy, ctx.now, true);
+                .stop(crate::state::ChronoType::Busy, ctx.now, true);
         }
         // Space freed for a writer that found none.
         if self.nospace && self.writeable() {
             self.chrono
-                .stop(crate::info::ChronoType::SndbufLimited, ctx.now, empty);
+                .stop(crate::state::ChronoType::SndbufLimited, ctx.now, empty);
             self.nospace = false;
             self.wake_out += 1;
         }
@@ -265,7 +252,7 @@ impl Conn {
 
     /// `tcp_clean_rtx_queue`: drop what `ack` covers, take the RTT samples
     /// (Karn: none from a retransmission), advance RACK.
-    fn clean_rtx_queue(&mut self, ctx: &mut Ctx<'_>, ack: u32) -> Cleaned {
+    fn clean_rtx_queue(&mut self, ctx: &mut Ctx<'_>, ack: u32, prior_fack: Option<u32>) -> Cleaned {
         let base = self.data_base();
         let mut c = Cleaned {
             acked_pkts: 0,
@@ -276,11 +263,6 @@ impl Conn {
         };
         let mut acked_syn = false;
         let mut reord: Option<u32> = None;
-        let prior_fack = if self.sacked_before && self.sacked_out() > 0 {
-            Some(self.highest_sack)
-        } else {
-            None
-        };
         let mut first: Option<Nanos> = None;
         let mut last: Option<Nanos> = None;
         let now = ctx.now;
@@ -640,11 +622,8 @@ impl Conn {
         rexmit: &mut Rexmit,
     ) {
         let now = ctx.now;
-        if self.rtx.is_empty() && self.sacked_out() == 0 {
-            if self.ca_state != CaState::Open {
-                self.set_ca_state(CaState::Open, now);
-            }
-            return;
+        if self.rtx.is_empty() {
+            self.reno_sacked = 0;
         }
         // D. Exit Recovery or CWR when `high_seq` is acknowledged.
         if self.ca_state != CaState::Open && !before(self.snd_una, self.high_seq) {

@@ -351,7 +351,7 @@ impl Stack {
             undo_retrans: 0,
             retrans_stamp: None,
             rcv_tsecr: 0,
-            rack: crate::recovery::Rack::default(),
+            rack: crate::state::Rack::default(),
             frto: false,
             cwnd_limited: false,
             max_packets_out: 0,
@@ -390,7 +390,7 @@ impl Stack {
             probes_out: 0,
             close_at: None,
             lsndtime: now,
-            ca_state: crate::info::CaState::Open,
+            ca_state: crate::state::CaState::Open,
             rcv_tstamp: now,
             reordering: 3,
             bytes_acked: 0,
@@ -404,7 +404,7 @@ impl Stack {
             delivered: 0,
             rcv_ooopack: 0,
             total_rto: 0,
-            chrono: crate::info::Chrono::default(),
+            chrono: crate::state::Chrono::default(),
             wake_in: 0,
             wake_out: 0,
             nospace: false,
@@ -742,8 +742,22 @@ impl Stack {
             }
             SockOpt::ReuseAddr => s.reuseaddr = val != 0,
             SockOpt::KeepAlive => s.keepalive = val != 0,
-            SockOpt::SndBuf => s.sndbuf = Some((val.max(2304) as u32).saturating_mul(2)),
-            SockOpt::RcvBuf => s.rcvbuf = Some((val.max(1152) as u32).saturating_mul(2)),
+            SockOpt::SndBuf => {
+                let v = (val.max(2304) as u32).saturating_mul(2);
+                s.sndbuf = Some(v);
+                if let Some(c) = s.conn.as_deref_mut() {
+                    // `SOCK_SNDBUF_LOCK`: no autotuning from here on.
+                    c.sk_sndbuf = v;
+                    c.sndbuf_locked = true;
+                }
+            }
+            SockOpt::RcvBuf => {
+                let v = (val.max(1152) as u32).saturating_mul(2);
+                s.rcvbuf = Some(v);
+                if let Some(c) = s.conn.as_deref_mut() {
+                    c.sk_rcvbuf = v;
+                }
+            }
             SockOpt::Linger => s.linger = (val >= 0).then_some(val as u32),
             SockOpt::MaxSeg => {
                 if !(88..=65535).contains(&val) {

@@ -95,11 +95,12 @@ impl Conn {
     /// RTO comes first. SACK connections outside recovery only.
     pub(crate) fn schedule_loss_probe(&mut self, ctx: &Ctx<'_>, advancing_rto: bool) -> bool {
         let out = self.packets_out_all();
-        if out == 0
+        if !matches!(ctx.cfg.tcp_early_retrans, 3 | 4)
+            || out == 0
             || !self.sack_ok
             || !matches!(
                 self.ca_state,
-                crate::info::CaState::Open | crate::info::CaState::Cwr
+                crate::state::CaState::Open | crate::state::CaState::Cwr
             )
             || self.tlp_high_seq.is_some()
             || !self.synchronized()

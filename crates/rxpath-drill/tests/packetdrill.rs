@@ -1,0 +1,133 @@
+//! packetdrill's TCP suites against rxpath's TCP: every script, every
+//! address family, in virtual time, through `librxpath_drill.so`. The
+//! verdicts must be the ones recorded in `packetdrill-verdicts.txt`
+//! (docs/RELIABILITY.md sets them beside the kernel's): a script that
+//! starts failing is a regression, one that starts passing must be
+//! recorded.
+//!
+//! Needs root (each run has its own network namespace), packetdrill on
+//! `PATH` (CI builds it from `../shared/tools/packetdrill`), and the
+//! tools the scripts call.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use rxpath_testkit::{can_run, Need};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The shared object cargo built beside this test binary.
+fn shared_object() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>");
+    let so = dir.join("librxpath_drill.so");
+    assert!(
+        so.is_file(),
+        "no {} (cargo builds it with this test)",
+        so.display()
+    );
+    so
+}
+
+fn which(tool: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").expect("PATH");
+    std::env::split_paths(&path)
+        .map(|d| d.join(tool))
+        .find(|f| f.is_file())
+        .unwrap_or_else(|| panic!("{tool} on PATH"))
+}
+
+fn verdicts(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (script, verdict) = l.split_once(' ').expect("`suite/script verdict`");
+            (script.to_string(), verdict.trim().to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn packetdrill_suites_give_the_recorded_verdicts() {
+    let needs = [
+        Need::Root,
+        Need::Tool("packetdrill"),
+        Need::Tool("unshare"),
+        Need::Tool("python3"),
+        Need::Tool("ip"),
+        Need::Tool("ethtool"),
+        Need::Tool("tc"),
+    ];
+    if !can_run(&needs) {
+        return;
+    }
+    let pd = std::fs::canonicalize(which("packetdrill")).expect("packetdrill's path");
+    // The build's layout: <net>/packetdrill/packetdrill beside <net>/tcp.
+    let scripts = pd
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("the build's net/")
+        .join("tcp");
+    assert!(
+        scripts.is_dir(),
+        "packetdrill's scripts at {}",
+        scripts.display()
+    );
+    let out = repo().join("target/packetdrill-rxpath.json");
+    let status = Command::new(repo().join("scripts/packetdrill-suites.sh"))
+        .arg("--so")
+        .arg(shared_object())
+        .arg("--packetdrill")
+        .arg(&pd)
+        .arg("--scripts")
+        .arg(&scripts)
+        .arg("--out")
+        .arg(&out)
+        .args(["--retries", "0", "--timeout", "60"])
+        .status()
+        .expect("scripts/packetdrill-suites.sh runs");
+    assert!(status.success(), "the suite runner failed to run: {status}");
+    let mut got = BTreeMap::new();
+    for line in std::fs::read_to_string(&out)
+        .expect("the runner's JSON")
+        .lines()
+    {
+        let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        let key = format!(
+            "{}/{}",
+            v["suite"].as_str().unwrap(),
+            v["script"].as_str().unwrap()
+        );
+        got.insert(key, v["verdict"].as_str().unwrap().to_string());
+    }
+    let want = verdicts(include_str!("packetdrill-verdicts.txt"));
+    let mut diff = Vec::new();
+    for (script, w) in &want {
+        match got.get(script) {
+            Some(g) if g == w => {}
+            Some(g) => diff.push(format!("{script}: recorded {w}, now {g}")),
+            None => diff.push(format!("{script}: recorded {w}, not run")),
+        }
+    }
+    for script in got.keys().filter(|s| !want.contains_key(*s)) {
+        diff.push(format!("{script}: ran, not recorded"));
+    }
+    let passed = got.values().filter(|v| *v == "pass").count();
+    eprintln!(
+        "packetdrill under rxpath: {passed} of {} scripts pass",
+        got.len()
+    );
+    assert!(
+        diff.is_empty(),
+        "verdicts differ from packetdrill-verdicts.txt (details in {}):\n{}",
+        out.display(),
+        diff.join("\n")
+    );
+}
