@@ -10,6 +10,7 @@
 //! tools the scripts call.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -54,18 +55,101 @@ fn verdicts(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+const NEEDS: [Need; 7] = [
+    Need::Root,
+    Need::Tool("packetdrill"),
+    Need::Tool("unshare"),
+    Need::Tool("python3"),
+    Need::Tool("ip"),
+    Need::Tool("ethtool"),
+    Need::Tool("tc"),
+];
+
+/// Run `scripts/packetdrill-suites.sh` with `args`; the verdict of each
+/// script it ran.
+fn run_suites(args: &[OsString], out: &Path) -> BTreeMap<String, String> {
+    // One run at a time: the kernel's runs keep real time.
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let status = Command::new(repo().join("scripts/packetdrill-suites.sh"))
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .status()
+        .expect("scripts/packetdrill-suites.sh runs");
+    assert!(status.success(), "the suite runner failed to run: {status}");
+    let mut got = BTreeMap::new();
+    for line in std::fs::read_to_string(out)
+        .expect("the runner's JSON")
+        .lines()
+    {
+        let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        let key = format!(
+            "{}/{}",
+            v["suite"].as_str().unwrap(),
+            v["script"].as_str().unwrap()
+        );
+        got.insert(key, v["verdict"].as_str().unwrap().to_string());
+    }
+    got
+}
+
+fn os(args: &[&str]) -> Vec<OsString> {
+    args.iter().map(OsString::from).collect()
+}
+
+/// rxpath's own scripts for the state machine's corners (a lost SYN-ACK,
+/// resets in SYN_SENT, SYN_RECV, CLOSE_WAIT and after close, a zero
+/// window, a peer that vanishes): each passes on the kernel, the oracle
+/// of what goes on the wire, and under rxpath, in every family.
+#[test]
+fn corner_scripts_pass_on_the_kernel_and_under_rxpath() {
+    if !can_run(&NEEDS) {
+        return;
+    }
+    let pkt = repo().join("crates/rxpath-drill/tests/pkt");
+    let runs = [
+        (
+            "rxpath",
+            vec![OsString::from("--so"), shared_object().into()],
+        ),
+        ("kernel", os(&["--route-cc", "cubic"])),
+    ];
+    for (who, mut args) in runs {
+        args.extend([OsString::from("--scripts"), pkt.clone().into()]);
+        // The kernel keeps real time: a run that missed by a tick runs again.
+        args.extend(os(&[
+            "--suites",
+            "corners",
+            "--retries",
+            "3",
+            "--timeout",
+            "60",
+        ]));
+        let out = repo().join(format!("target/packetdrill-corners-{who}.json"));
+        let got = run_suites(&args, &out);
+        assert_eq!(
+            got.len(),
+            7,
+            "{who}: every corner script ran ({})",
+            out.display()
+        );
+        let failed: Vec<_> = got
+            .iter()
+            .filter(|(_, v)| *v != "pass")
+            .map(|(k, _)| k.as_str())
+            .collect();
+        assert!(
+            failed.is_empty(),
+            "{who} fails {failed:?} (details in {})",
+            out.display()
+        );
+    }
+}
+
 #[test]
 fn packetdrill_suites_give_the_recorded_verdicts() {
-    let needs = [
-        Need::Root,
-        Need::Tool("packetdrill"),
-        Need::Tool("unshare"),
-        Need::Tool("python3"),
-        Need::Tool("ip"),
-        Need::Tool("ethtool"),
-        Need::Tool("tc"),
-    ];
-    if !can_run(&needs) {
+    if !can_run(&NEEDS) {
         return;
     }
     let pd = std::fs::canonicalize(which("packetdrill")).expect("packetdrill's path");
@@ -81,32 +165,16 @@ fn packetdrill_suites_give_the_recorded_verdicts() {
         scripts.display()
     );
     let out = repo().join("target/packetdrill-rxpath.json");
-    let status = Command::new(repo().join("scripts/packetdrill-suites.sh"))
-        .arg("--so")
-        .arg(shared_object())
-        .arg("--packetdrill")
-        .arg(&pd)
-        .arg("--scripts")
-        .arg(&scripts)
-        .arg("--out")
-        .arg(&out)
-        .args(["--retries", "0", "--timeout", "60"])
-        .status()
-        .expect("scripts/packetdrill-suites.sh runs");
-    assert!(status.success(), "the suite runner failed to run: {status}");
-    let mut got = BTreeMap::new();
-    for line in std::fs::read_to_string(&out)
-        .expect("the runner's JSON")
-        .lines()
-    {
-        let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
-        let key = format!(
-            "{}/{}",
-            v["suite"].as_str().unwrap(),
-            v["script"].as_str().unwrap()
-        );
-        got.insert(key, v["verdict"].as_str().unwrap().to_string());
-    }
+    let mut args = vec![
+        OsString::from("--so"),
+        shared_object().into(),
+        "--packetdrill".into(),
+        pd.into(),
+        "--scripts".into(),
+        scripts.into(),
+    ];
+    args.extend(os(&["--retries", "0", "--timeout", "60"]));
+    let got = run_suites(&args, &out);
     let want = verdicts(include_str!("packetdrill-verdicts.txt"));
     let mut diff = Vec::new();
     for (script, w) in &want {

@@ -253,3 +253,32 @@ fn a_full_accept_queue_drops_the_syn_and_counts_it() {
     assert_eq!(dropped, 2);
     assert_eq!(st.ext.ListenOverflows, 2);
 }
+
+#[test]
+fn a_new_syn_reopens_a_time_wait_pair() {
+    let mut st = Stack::new(TcpConfig::default(), 7, vec![]);
+    let (l, c, mut p) = established(&mut st);
+    // We close first; the peer acknowledges and closes: TIME_WAIT.
+    st.close(c, 2 * MS).unwrap();
+    let fin = out(&mut st);
+    p.ack = fin[0].1.wrapping_add(1);
+    let ack = p.seg(ACK, b"", 65535);
+    st.input(&ack, 3 * MS);
+    let their_fin = p.seg(FIN | ACK, b"", 65535);
+    st.input(&their_fin, 4 * MS);
+    out(&mut st);
+    // A SYN from the same port, above what TIME_WAIT expects next
+    // (`tcp_timewait_state_process`'s TCP_TW_SYN): a new connection.
+    p.seq = p.seq.wrapping_add(100_000);
+    let syn = p.seg(SYN, b"", 65535);
+    st.input(&syn, 5 * MS);
+    let o = out(&mut st);
+    assert_eq!(o.len(), 1);
+    assert_eq!(o[0].0, SYN | ACK, "the listener answers the new SYN");
+    p.ack = o[0].1.wrapping_add(1);
+    let ack = p.seg(ACK, b"", 65535);
+    st.input(&ack, 6 * MS);
+    let (c2, from) = st.accept(l).unwrap();
+    assert_eq!(from, peer());
+    assert_eq!(st.state(c2).unwrap(), State::Established);
+}
