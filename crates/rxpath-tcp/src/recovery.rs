@@ -117,6 +117,47 @@ impl Conn {
             snd_una_advanced: after(ack, self.snd_una),
             ..AckFlags::default()
         };
+        self.ack_update_window(ctx, seg, &mut flag);
+        // `prior_fack`: the highest SACKed sequence before this ACK's own.
+        let prior_fack = (self.sacked_before && self.sacked_out() > 0).then_some(self.highest_sack);
+        if self.sack_ok && !seg.opts.sacks.is_empty() {
+            self.sacktag(ctx, seg, prior_snd_una, &mut flag);
+        }
+        if prior_packets == 0 {
+            self.ack_with_nothing_out(ctx, seg, &flag);
+            return;
+        }
+        let cleaned = self.clean_rtx_queue(ctx, ack, prior_fack);
+        if cleaned.acked_pkts > 0 || flag.snd_una_advanced {
+            flag.acked = true;
+            flag.data_acked = cleaned.data_acked;
+        }
+        flag.orig_sack_acked |= cleaned.orig_acked;
+        self.ack_samples_and_timer(ctx, ack, &cleaned, flag.acked);
+        let is_dupack = !flag.snd_una_advanced && !flag.not_dup();
+        let mut rexmit = Rexmit::None;
+        let dubious =
+            !flag.not_dup() || flag.data_sacked || flag.dsack || self.ca_state != CaState::Open;
+        if dubious {
+            self.fastretrans_alert(ctx, prior_snd_una, is_dupack as u32, &flag, &mut rexmit);
+        }
+        let delivered = self.delivered.wrapping_sub(prior_delivered);
+        let newly_lost = self.lost_out().saturating_sub(prior_lost);
+        if matches!(self.ca_state, CaState::Cwr | CaState::Recovery) {
+            self.cwnd_reduction(delivered, newly_lost, &flag);
+        } else if (flag.data_acked || (self.reordering > 3 && flag.data_sacked))
+            && self.is_cwnd_limited()
+        {
+            let (mut v, cubic) = self.ca_view(ctx.now);
+            cubic.cong_avoid(&mut v, delivered);
+        }
+        self.xmit_recovery(ctx, rexmit);
+        self.check_space(ctx, cleaned.acked_pkts);
+    }
+
+    /// `tcp_ack_update_window` (`tcp_may_update_window`'s rule).
+    fn ack_update_window(&mut self, ctx: &mut Ctx<'_>, seg: &SegIn<'_>, flag: &mut AckFlags) {
+        let ack = seg.ack;
         let nwin = if seg.has(SYN) {
             seg.wnd as u32
         } else {
@@ -138,35 +179,36 @@ impl Conn {
             self.snd_wl1 = seg.seq;
             self.max_window = self.max_window.max(nwin);
         }
-        // `prior_fack`: the highest SACKed sequence before this ACK's own.
-        let prior_fack = (self.sacked_before && self.sacked_out() > 0).then_some(self.highest_sack);
-        if self.sack_ok && !seg.opts.sacks.is_empty() {
-            self.sacktag(ctx, seg, prior_snd_una, &mut flag);
+    }
+
+    /// An ACK with nothing in flight: a window update or a probe's answer
+    /// (`tcp_ack`'s `no_queue`, `tcp_ack_probe`).
+    fn ack_with_nothing_out(&mut self, ctx: &mut Ctx<'_>, seg: &SegIn<'_>, flag: &AckFlags) {
+        if !flag.snd_una_advanced && seg.payload.is_empty() && !seg.has(FIN) {
+            ctx.ext.TCPPureAcks += 1;
         }
-        if prior_packets == 0 {
-            // Nothing was out: a window update or a probe's answer.
-            if !flag.snd_una_advanced && seg.payload.is_empty() && !seg.has(FIN) {
-                ctx.ext.TCPPureAcks += 1;
+        self.probes_out = 0;
+        if self.xmit_timer == XmitTimer::Probe0 && self.unsent() > 0 {
+            let wnd_end = self.snd_una.wrapping_add(self.snd_wnd);
+            if !after(
+                self.snd_nxt.wrapping_add(self.unsent().min(self.mss_cache)),
+                wnd_end,
+            ) {
+                self.backoff = 0;
+                self.rto_at = None;
             }
-            self.probes_out = 0;
-            if self.xmit_timer == XmitTimer::Probe0 && self.unsent() > 0 {
-                let wnd_end = self.snd_una.wrapping_add(self.snd_wnd);
-                if !after(
-                    self.snd_nxt.wrapping_add(self.unsent().min(self.mss_cache)),
-                    wnd_end,
-                ) {
-                    self.backoff = 0;
-                    self.rto_at = None;
-                }
-            }
-            return;
         }
-        let cleaned = self.clean_rtx_queue(ctx, ack, prior_fack);
-        if cleaned.acked_pkts > 0 || flag.snd_una_advanced {
-            flag.acked = true;
-            flag.data_acked = cleaned.data_acked;
-        }
-        flag.orig_sack_acked |= cleaned.orig_acked;
+    }
+
+    /// The RTT samples an ACK gave (`tcp_ack_update_rtt`, CUBIC's
+    /// `pkts_acked`), and the transmit timer after it (`tcp_set_xmit_timer`).
+    fn ack_samples_and_timer(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        ack: u32,
+        cleaned: &Cleaned,
+        acked: bool,
+    ) {
         if let Some(rtt) = cleaned.seq_rtt {
             self.rtt_estimator(rtt);
             self.backoff = 0;
@@ -175,7 +217,7 @@ impl Conn {
             let (mut v, cubic) = self.ca_view(ctx.now);
             cubic.acked(&mut v, rtt);
         }
-        if flag.acked {
+        if acked {
             self.retransmits = 0;
             self.probes_out = 0;
             if self.tlp_high_seq.is_some_and(|h| !before(ack, h)) {
@@ -188,27 +230,14 @@ impl Conn {
                 self.rearm_rto(ctx.now);
             }
         }
-        let is_dupack = !flag.snd_una_advanced && !flag.not_dup();
-        let mut rexmit = Rexmit::None;
-        let dubious =
-            !flag.not_dup() || flag.data_sacked || flag.dsack || self.ca_state != CaState::Open;
-        if dubious {
-            self.fastretrans_alert(ctx, prior_snd_una, is_dupack as u32, &flag, &mut rexmit);
-        }
-        let delivered = self.delivered.wrapping_sub(prior_delivered);
-        let newly_lost = self.lost_out().saturating_sub(prior_lost);
-        if matches!(self.ca_state, CaState::Cwr | CaState::Recovery) {
-            self.cwnd_reduction(delivered, newly_lost, &flag);
-        } else if (flag.data_acked || (self.reordering > 3 && flag.data_sacked))
-            && self.is_cwnd_limited()
-        {
-            let (mut v, cubic) = self.ca_view(ctx.now);
-            cubic.cong_avoid(&mut v, delivered);
-        }
-        self.xmit_recovery(ctx, rexmit);
+    }
+
+    /// `tcp_check_space`: freed space may grow the buffer with the window
+    /// (`tcp_new_space`) and wake a writer that found none.
+    fn check_space(&mut self, ctx: &mut Ctx<'_>, acked_pkts: u32) {
         // `tcp_check_space` → `tcp_new_space`: freed space may grow the
         // buffer with the window (`tcp_should_expand_sndbuf`).
-        if cleaned.acked_pkts > 0 && self.in_flight() < self.snd_cwnd {
+        if acked_pkts > 0 && self.in_flight() < self.snd_cwnd {
             self.sndbuf_expand(ctx);
         }
         let empty = self.rtx.is_empty() && self.unsent() == 0;
@@ -328,6 +357,13 @@ impl Conn {
                 c.ca_rtt = c.seq_rtt;
             }
         }
+        self.advance_una(ack, base, acked_syn, c.acked_pkts);
+        c
+    }
+
+    /// `snd_una` moves to `ack`: the send buffer gives up what is acked,
+    /// the counters and Reno's duplicate-ACK count follow.
+    fn advance_una(&mut self, ack: u32, base: u32, acked_syn: bool, acked_pkts: u32) {
         let data_end = if self.fin_queued && !before(ack, self.write_seq.wrapping_add(1)) {
             self.write_seq
         } else {
@@ -340,20 +376,19 @@ impl Conn {
         }
         let newly = ack.wrapping_sub(self.snd_una);
         self.bytes_acked += newly.saturating_sub(acked_syn as u32) as u64;
-        if !self.sack_ok && c.acked_pkts > 0 {
+        if !self.sack_ok && acked_pkts > 0 {
             // `tcp_remove_reno_sacks`: one ACK filled the hole, the rest
             // ate duplicate ACKs.
-            if c.acked_pkts > self.reno_sacked {
+            if acked_pkts > self.reno_sacked {
                 self.reno_sacked = 0;
             } else {
-                self.reno_sacked -= c.acked_pkts - 1;
+                self.reno_sacked -= acked_pkts - 1;
             }
         }
         self.snd_una = ack;
         if before(self.snd_sml, ack) {
             self.snd_sml = ack;
         }
-        c
     }
 
     /// `tcp_rack_advance`: the most recently sent segment (S)ACKed, and
