@@ -516,6 +516,9 @@ fn opt_of(level: c_int, name: c_int) -> Option<SockOpt> {
         (libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT) => SockOpt::NotsentLowat,
         (libc::IPPROTO_IP, libc::IP_TOS) => SockOpt::Tos,
         (libc::IPPROTO_TCP, libc::TCP_INQ) => SockOpt::Inq,
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => SockOpt::KeepIdle,
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL) => SockOpt::KeepIntvl,
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => SockOpt::KeepCnt,
         (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => SockOpt::Tos,
         _ => return None,
     })

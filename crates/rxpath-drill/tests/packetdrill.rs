@@ -100,7 +100,7 @@ fn os(args: &[&str]) -> Vec<OsString> {
 
 /// rxpath's own scripts for the state machine's corners (a lost SYN-ACK,
 /// resets in SYN_SENT, SYN_RECV, CLOSE_WAIT and after close, a zero
-/// window, a peer that vanishes): each passes on the kernel, the oracle
+/// window, a peer that vanishes, keepalive): each passes on the kernel, the oracle
 /// of what goes on the wire, and under rxpath, in every family.
 #[test]
 fn corner_scripts_pass_on_the_kernel_and_under_rxpath() {
@@ -108,6 +108,14 @@ fn corner_scripts_pass_on_the_kernel_and_under_rxpath() {
         return;
     }
     let pkt = repo().join("crates/rxpath-drill/tests/pkt");
+    let scripts = std::fs::read_dir(pkt.join("corners"))
+        .expect("the corner scripts")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "pkt"))
+        })
+        .count();
+    assert!(scripts >= 8, "the corner scripts are there");
     let runs = [
         (
             "rxpath",
@@ -130,7 +138,7 @@ fn corner_scripts_pass_on_the_kernel_and_under_rxpath() {
         let got = run_suites(&args, &out);
         assert_eq!(
             got.len(),
-            7,
+            scripts,
             "{who}: every corner script ran ({})",
             out.display()
         );

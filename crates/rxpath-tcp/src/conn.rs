@@ -208,6 +208,17 @@ pub struct Conn {
     pub notsent_lowat: u32,
     /// `IP_TOS` (IPv6: the traffic class).
     pub tos: u8,
+    /// `SO_KEEPALIVE`, and the keepalive timer's deadline.
+    pub keepalive: bool,
+    /// See `keepalive`.
+    pub ka_at: Option<Nanos>,
+    /// `TCP_KEEPIDLE`, `TCP_KEEPINTVL` (seconds), `TCP_KEEPCNT`; `None`:
+    /// the sysctls'.
+    pub keep_idle: Option<u32>,
+    /// See `keep_idle`.
+    pub keep_intvl: Option<u32>,
+    /// See `keep_idle`.
+    pub keep_cnt: Option<u8>,
     /// The application closed its sending side: a FIN follows `write_seq`.
     pub fin_queued: bool,
     /// The MSS the peer accepts (its option, or 536), before options.

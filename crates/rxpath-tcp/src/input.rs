@@ -127,6 +127,7 @@ impl Conn {
         self.backoff = 0;
         self.lsndtime = ctx.now;
         self.ack.lrcvtime = ctx.now;
+        self.arm_keepalive(ctx);
         self.sndbuf_expand(ctx);
         self.rcv_ssthresh = self.rcv_wnd;
     }

@@ -11,9 +11,10 @@
 //! `__tcp_ack_snd_check`; `tcp_output.c`: `tcp_write_xmit`; `tcp_timer.c`).
 //! packetdrill's scripts judge it (`docs/RELIABILITY.md`).
 //!
-//! Not yet here (said in the README): SACK-based loss recovery and RACK-TLP
-//! on the sending side, CUBIC (Reno's increase stands in), SYN cookies,
-//! keepalive and zero-window probes, `TCP_INFO`.
+//! Not yet here (said in the README and the guide's TCP page): SYN
+//! cookies, urgent data, TCP Fast Open, ECN, pacing, the receive window's
+//! autotuning, `SO_LINGER` timeouts. Nothing on the path uses the machine
+//! yet: `rxpath-drill` drives it for packetdrill.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -89,6 +89,10 @@ mib!(
         TCPSpuriousRTOs,
         /// Reordering seen in SACKs.
         TCPSACKReorder,
+        /// Keepalive probes sent.
+        TCPKeepAlive,
+        /// Connections given up after unanswered keepalive probes.
+        TCPKeepAliveTimeouts,
         /// Tail-loss probes sent.
         TCPLossProbes,
         /// Zero-window probes sent.

@@ -109,6 +109,8 @@ impl Conn {
             return;
         }
         self.rcv_tstamp = ctx.now;
+        // Any acceptable ACK answers a probe (`icsk_probes_out = 0`).
+        self.probes_out = 0;
         let prior_packets = self.packets_out_all();
         let prior_delivered = self.delivered;
         let prior_lost = self.lost_out();

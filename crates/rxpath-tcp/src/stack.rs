@@ -54,6 +54,12 @@ pub enum SockOpt {
     Tos,
     /// `TCP_INQ`: `recvmsg` reports the bytes left to read.
     Inq,
+    /// `TCP_KEEPIDLE` (seconds).
+    KeepIdle,
+    /// `TCP_KEEPINTVL` (seconds).
+    KeepIntvl,
+    /// `TCP_KEEPCNT`.
+    KeepCnt,
 }
 
 #[derive(Debug, Default)]
@@ -77,6 +83,9 @@ struct Sock {
     notsent_lowat: Option<u32>,
     tos: u8,
     inq: bool,
+    keep_idle: Option<u32>,
+    keep_intvl: Option<u32>,
+    keep_cnt: Option<u8>,
     listener: Option<Listener>,
     conn: Option<Box<Conn>>,
     /// Wakeups of the socket itself (a listener's accept queue).
@@ -325,6 +334,11 @@ impl Stack {
             user_mss: None,
             notsent_lowat: self.cfg.tcp_notsent_lowat,
             tos: 0,
+            keepalive: false,
+            ka_at: None,
+            keep_idle: None,
+            keep_intvl: None,
+            keep_cnt: None,
             wscale_ok: false,
             min_rtt_us: u64::MAX >> 1,
             fin_queued: false,
@@ -742,6 +756,17 @@ impl Stack {
             }
             SockOpt::ReuseAddr => s.reuseaddr = val != 0,
             SockOpt::KeepAlive => s.keepalive = val != 0,
+            SockOpt::KeepIdle | SockOpt::KeepIntvl | SockOpt::KeepCnt => {
+                let max = if opt == SockOpt::KeepCnt { 127 } else { 32767 };
+                if !(1..=max).contains(&val) {
+                    return Err(libc::EINVAL);
+                }
+                match opt {
+                    SockOpt::KeepIdle => s.keep_idle = Some(val as u32),
+                    SockOpt::KeepIntvl => s.keep_intvl = Some(val as u32),
+                    _ => s.keep_cnt = Some(val as u8),
+                }
+            }
             SockOpt::SndBuf => {
                 let v = (val.max(2304) as u32).saturating_mul(2);
                 s.sndbuf = Some(v);
@@ -781,6 +806,13 @@ impl Stack {
             SockOpt::Inq => s.inq = val != 0,
             SockOpt::Error => return Err(libc::ENOPROTOOPT),
         }
+        if matches!(
+            opt,
+            SockOpt::KeepAlive | SockOpt::KeepIdle | SockOpt::KeepIntvl | SockOpt::KeepCnt
+        ) {
+            self.keepalive_changed(id, opt, now)?;
+            return Ok(());
+        }
         // TCP_NODELAY on pushes what waits (`TCP_NAGLE_PUSH`); TCP_CORK
         // off pushes too, past Nagle only with TCP_NODELAY.
         let push = match opt {
@@ -804,12 +836,44 @@ impl Stack {
         Ok(())
     }
 
+    /// A keepalive option set on a connection: `tcp_set_keepalive` arms
+    /// or stops the timer; `TCP_KEEPIDLE` re-arms it for what is left of
+    /// the new idle time (`tcp_sock_set_keepidle_locked`).
+    fn keepalive_changed(&mut self, id: SockId, opt: SockOpt, now: Nanos) -> Result<(), Errno> {
+        let s = self.sock(id)?;
+        let (on, idle, intvl, cnt) = (s.keepalive, s.keep_idle, s.keep_intvl, s.keep_cnt);
+        let ctx = ctx!(self, now);
+        let Some(c) = self.socks[id.0]
+            .as_mut()
+            .and_then(|s| s.conn.as_deref_mut())
+        else {
+            return Ok(());
+        };
+        let was_on = c.keepalive;
+        (c.keepalive, c.keep_idle, c.keep_intvl, c.keep_cnt) = (on, idle, intvl, cnt);
+        match opt {
+            SockOpt::KeepAlive if on && !was_on => c.arm_keepalive(&ctx),
+            SockOpt::KeepAlive if !on => c.ka_at = None,
+            SockOpt::KeepIdle if on && c.synchronized() => {
+                let elapsed = now.saturating_sub(c.ack.lrcvtime.max(c.rcv_tstamp));
+                c.ka_at = Some(now + c.keep_time(&ctx).saturating_sub(elapsed));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// Read an option.
     pub fn option(&mut self, id: SockId, opt: SockOpt) -> Result<i32, Errno> {
         let (snd, rcv) = {
             let s = self.sock(id)?;
             self.bufs(s)
         };
+        let (ka_time, ka_intvl, ka_cnt) = (
+            self.cfg.tcp_keepalive_time,
+            self.cfg.tcp_keepalive_intvl,
+            self.cfg.tcp_keepalive_probes,
+        );
         let s = self.sock_mut(id)?;
         Ok(match opt {
             SockOpt::NoDelay => s.nodelay as i32,
@@ -827,6 +891,9 @@ impl Stack {
             SockOpt::NotsentLowat => s.notsent_lowat.unwrap_or(0) as i32,
             SockOpt::Tos => s.tos as i32,
             SockOpt::Inq => s.inq as i32,
+            SockOpt::KeepIdle => s.keep_idle.unwrap_or(ka_time) as i32,
+            SockOpt::KeepIntvl => s.keep_intvl.unwrap_or(ka_intvl) as i32,
+            SockOpt::KeepCnt => s.keep_cnt.unwrap_or(ka_cnt) as i32,
             SockOpt::Error => s.conn.as_mut().and_then(|c| c.err.take()).unwrap_or(0),
         })
     }
@@ -1105,6 +1172,10 @@ impl Stack {
 /// program's MSS (`user_mss` caps the MSS advertised and used), the
 /// unsent-data low-water mark.
 fn apply_sock_opts(c: &mut Conn, s: &Sock) {
+    c.keepalive = s.keepalive;
+    c.keep_idle = s.keep_idle;
+    c.keep_intvl = s.keep_intvl;
+    c.keep_cnt = s.keep_cnt;
     c.tos = s.tos;
     c.sndbuf_locked = s.sndbuf.is_some();
     c.nodelay = s.nodelay;

@@ -8,7 +8,7 @@ use crate::Ctx;
 impl Conn {
     /// The earliest deadline this connection has.
     pub(crate) fn next_deadline(&self) -> Option<crate::Nanos> {
-        [self.rto_at, self.ack.timer, self.close_at]
+        [self.rto_at, self.ack.timer, self.close_at, self.ka_at]
             .into_iter()
             .flatten()
             .min()
@@ -24,6 +24,9 @@ impl Conn {
         }
         if self.ack.timer.is_some_and(|t| t <= now) {
             self.delack_timer(ctx);
+        }
+        if self.ka_at.is_some_and(|t| t <= now) && self.keepalive_timer(ctx) == Verdict::Closed {
+            return Verdict::Closed;
         }
         if self.rto_at.is_some_and(|t| t <= now) {
             self.rto_at = None;
@@ -184,3 +187,56 @@ impl Conn {
 /// `tcp_syn_linear_timeouts`: SYNs retransmitted at the initial RTO before
 /// backing off.
 const SYN_LINEAR_TIMEOUTS: u32 = 4;
+
+impl Conn {
+    /// The idle time before the first keepalive probe (`keepalive_time_when`).
+    pub(crate) fn keep_time(&self, ctx: &Ctx<'_>) -> crate::Nanos {
+        self.keep_idle.unwrap_or(ctx.cfg.tcp_keepalive_time) as u64 * 1_000_000_000
+    }
+
+    /// Arm the keepalive timer a whole idle time from now
+    /// (`inet_csk_reset_keepalive_timer` at establishment or `SO_KEEPALIVE`).
+    pub(crate) fn arm_keepalive(&mut self, ctx: &Ctx<'_>) {
+        self.ka_at = (self.keepalive && self.synchronized()).then(|| ctx.now + self.keep_time(ctx));
+    }
+
+    /// `tcp_keepalive_timer`: after the idle time with nothing in flight,
+    /// a probe one below `snd_una` every interval; after `TCP_KEEPCNT`
+    /// unanswered, a reset and `ETIMEDOUT`.
+    fn keepalive_timer(&mut self, ctx: &mut Ctx<'_>) -> Verdict {
+        self.ka_at = None;
+        if !self.keepalive || !self.synchronized() || self.state == State::TimeWait {
+            return Verdict::Keep;
+        }
+        let when = self.keep_time(ctx);
+        if !self.rtx.is_empty() || self.unsent() > 0 {
+            self.ka_at = Some(ctx.now + when);
+            return Verdict::Keep;
+        }
+        let elapsed = ctx
+            .now
+            .saturating_sub(self.ack.lrcvtime.max(self.rcv_tstamp));
+        if elapsed < when {
+            self.ka_at = Some(ctx.now + (when - elapsed));
+            return Verdict::Keep;
+        }
+        let cnt = self.keep_cnt.unwrap_or(ctx.cfg.tcp_keepalive_probes) as u32;
+        if self.probes_out >= cnt {
+            ctx.ext.TCPKeepAliveTimeouts += 1;
+            self.send_active_reset(ctx);
+            self.err = Some(libc::ETIMEDOUT);
+            self.state = State::Closed;
+            self.rto_at = None;
+            self.ack.timer = None;
+            self.wake_all();
+            return Verdict::Closed;
+        }
+        let seq = self.snd_una.wrapping_sub(1);
+        self.emit(ctx, seq, rxpath_wire::tcp::flags::ACK, None);
+        ctx.ext.TCPKeepAlive += 1;
+        self.probes_out += 1;
+        let intvl = self.keep_intvl.unwrap_or(ctx.cfg.tcp_keepalive_intvl) as u64 * 1_000_000_000;
+        self.ka_at = Some(ctx.now + intvl);
+        Verdict::Keep
+    }
+}
