@@ -107,19 +107,24 @@ unsafe fn read_addr(addr: *const sockaddr, len: socklen_t) -> Result<SocketAddr,
     if addr.is_null() {
         return Err(libc::EFAULT);
     }
-    // SAFETY: non-null, and the caller vouches for `len` bytes; the family
-    // decides which structure is read, after checking `len` covers it.
+    if (len as usize) < size_of::<libc::sa_family_t>() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: non-null, and the caller vouches for `len` bytes, which cover
+    // the family (checked above) and, per family, the structure read
+    // (checked in each arm); reads are unaligned, as C promises no more.
     unsafe {
-        match (*addr).sa_family as c_int {
+        let family = std::ptr::read_unaligned(addr as *const libc::sa_family_t);
+        match family as c_int {
             libc::AF_INET if len as usize >= size_of::<libc::sockaddr_in>() => {
-                let a = &*(addr as *const libc::sockaddr_in);
+                let a = std::ptr::read_unaligned(addr as *const libc::sockaddr_in);
                 Ok(SocketAddr::new(
                     IpAddr::V4(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr))),
                     u16::from_be(a.sin_port),
                 ))
             }
             libc::AF_INET6 if len as usize >= size_of::<libc::sockaddr_in6>() => {
-                let a = &*(addr as *const libc::sockaddr_in6);
+                let a = std::ptr::read_unaligned(addr as *const libc::sockaddr_in6);
                 Ok(SocketAddr::new(
                     IpAddr::V6(Ipv6Addr::from(a.sin6_addr.s6_addr)),
                     u16::from_be(a.sin6_port),
@@ -177,7 +182,20 @@ unsafe fn iovs<'a>(iov: *const iovec, n: c_int) -> Result<&'a [iovec], Errno> {
     Ok(unsafe { std::slice::from_raw_parts(iov, n as usize) })
 }
 
+/// The most one call moves: reads and writes longer than this are cut,
+/// as the kernel cuts at `MAX_RW_COUNT`.
+const MAX_RW: usize = 1 << 30;
+
+/// The total of an iovec array, `EINVAL` past `SSIZE_MAX` as readv(2).
+fn iov_total(v: &[iovec]) -> Result<usize, Errno> {
+    v.iter()
+        .try_fold(0usize, |a, i| a.checked_add(i.iov_len))
+        .filter(|&t| t <= isize::MAX as usize)
+        .ok_or(libc::EINVAL)
+}
+
 fn gather(v: &[iovec]) -> Result<Vec<u8>, Errno> {
+    iov_total(v)?;
     let mut out = Vec::new();
     for i in v {
         if i.iov_len == 0 {
@@ -227,7 +245,10 @@ fn do_recv(
     if buf.is_null() && len > 0 {
         return Err(libc::EFAULT);
     }
-    let mut tmp = vec![0u8; len];
+    if len > isize::MAX as usize {
+        return Err(libc::EINVAL);
+    }
+    let mut tmp = vec![0u8; len.min(MAX_RW)];
     let (peek, waitall, dontwait) = recv_flags(flags);
     let n = w.recv(fd, &mut tmp, peek, waitall, dontwait)?;
     if n > 0 {
@@ -247,6 +268,10 @@ fn do_send(
     if buf.is_null() && len > 0 {
         return Err(libc::EFAULT);
     }
+    if len > isize::MAX as usize {
+        return Err(libc::EINVAL);
+    }
+    let len = len.min(MAX_RW);
     let data: &[u8] = if len == 0 {
         &[]
     } else {
@@ -352,7 +377,7 @@ unsafe extern "C" fn pd_recvfrom(
 }
 
 fn readv_into(w: &Shared, fd: c_int, v: &[iovec], flags: c_int) -> Result<usize, Errno> {
-    let total: usize = v.iter().map(|i| i.iov_len).sum();
+    let total = iov_total(v)?.min(MAX_RW);
     let mut tmp = vec![0u8; total];
     let (peek, waitall, dontwait) = recv_flags(flags);
     let n = w.recv(fd, &mut tmp, peek, waitall, dontwait)?;
@@ -390,9 +415,14 @@ unsafe extern "C" fn pd_recvmsg(ud: Ud, fd: c_int, msg: *mut msghdr, flags: c_in
             if !m.msg_control.is_null() && room >= space {
                 m.msg_controllen = space as _;
                 let c = libc::CMSG_FIRSTHDR(m);
-                (*c).cmsg_level = libc::IPPROTO_TCP;
-                (*c).cmsg_type = libc::TCP_CM_INQ;
-                (*c).cmsg_len = libc::CMSG_LEN(size_of::<c_int>() as u32) as _;
+                std::ptr::write_unaligned(
+                    c,
+                    libc::cmsghdr {
+                        cmsg_len: libc::CMSG_LEN(size_of::<c_int>() as u32) as _,
+                        cmsg_level: libc::IPPROTO_TCP,
+                        cmsg_type: libc::TCP_CM_INQ,
+                    },
+                );
                 std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut c_int, inq);
             } else if !m.msg_control.is_null() {
                 m.msg_flags |= libc::MSG_CTRUNC;
@@ -477,25 +507,36 @@ unsafe extern "C" fn pd_ioctl(ud: Ud, fd: c_int, req: c_ulong, arg: *mut c_int) 
         set_errno(libc::EFAULT);
         return -1;
     }
-    // SAFETY: `ud` is ours; the requests handled take an `int *`.
-    let r = unsafe { world(ud) }
-        .ioctl(fd, req, unsafe { *arg })
-        .map(|v| {
-            if req != libc::FIONBIO {
-                // SAFETY: `arg` was checked non-null; the requests that fill it take an `int *`.
-                unsafe { *arg = v };
-            }
-            0
-        });
+    // Only FIONBIO passes a value in; for the others `*arg` is out only.
+    let input = if req == libc::FIONBIO {
+        // SAFETY: `arg` is non-null (checked above) and an `int *` for FIONBIO.
+        unsafe { *arg }
+    } else {
+        0
+    };
+    // SAFETY: `ud` is ours.
+    let r = unsafe { world(ud) }.ioctl(fd, req, input).map(|v| {
+        if req != libc::FIONBIO {
+            // SAFETY: `arg` was checked non-null; the requests that fill it take an `int *`.
+            unsafe { *arg = v };
+        }
+        0
+    });
     ret(r) as c_int
 }
 
 unsafe extern "C" fn pd_close(ud: Ud, fd: c_int) -> c_int {
     // SAFETY: `ud` is ours; `fd` is the `/dev/null` descriptor the world
     // opened for this socket (`World::new_fd`), closed once, here.
-    ret(unsafe { world(ud) }
-        .close(fd)
-        .map(|_| unsafe { libc::close(fd) })) as c_int
+    let w = unsafe { world(ud) };
+    let ours = w.owns(fd);
+    let r = w.close(fd);
+    if ours {
+        // SAFETY: the world no longer names `fd`, its `/dev/null`
+        // descriptor, whatever the stack said: closed once, here.
+        unsafe { libc::close(fd) };
+    }
+    ret(r.map(|_| 0)) as c_int
 }
 
 unsafe extern "C" fn pd_shutdown(ud: Ud, fd: c_int, how: c_int) -> c_int {
@@ -794,8 +835,8 @@ unsafe extern "C" fn pd_epoll_wait(
     let r = unsafe { world(ud) }
         .epoll_wait(epfd, max as usize, timeout)
         .map(|ready| {
-            for (i, (data, events)) in ready.iter().enumerate() {
-                // SAFETY: `ifc` is the interface packetdrill passed to fill.
+            for (i, (data, events)) in ready.iter().take(max as usize).enumerate() {
+                // SAFETY: `evs` holds `max` entries (epoll_wait(2)) and `i < max`.
                 unsafe {
                     std::ptr::write_unaligned(
                         evs.add(i),
@@ -883,6 +924,9 @@ pub unsafe extern "C" fn packetdrill_interface_init(
     flags: *const c_char,
     ifc: *mut PacketdrillInterface,
 ) {
+    if ifc.is_null() {
+        return;
+    }
     let flags = if flags.is_null() {
         String::new()
     } else {

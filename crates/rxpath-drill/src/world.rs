@@ -709,7 +709,9 @@ impl Shared {
             if !w.fds.contains_key(&fd) {
                 return Err(libc::EBADF);
             }
-            if fd == epfd {
+            // An epoll set inside another is refused (the kernel nests
+            // them and looks for loops; this harness has no need to).
+            if fd == epfd || matches!(w.fds.get(&fd), Some(Fd::Epoll { .. })) {
                 return Err(libc::EINVAL);
             }
             let Some(Fd::Epoll { interest }) = w.fds.get_mut(&epfd) else {

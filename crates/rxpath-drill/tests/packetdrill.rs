@@ -20,20 +20,19 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The shared object cargo built beside this test binary.
+/// The shared object cargo built for this test: in `deps/` beside the
+/// test binary (a `cargo test` build), or one up (`cargo build`).
 fn shared_object() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>");
-    let so = dir.join("librxpath_drill.so");
-    assert!(
-        so.is_file(),
-        "no {} (cargo builds it with this test)",
-        so.display()
-    );
-    so
+    let deps = exe.parent().expect("target/<profile>/deps");
+    [
+        deps.to_path_buf(),
+        deps.parent().expect("target/<profile>").to_path_buf(),
+    ]
+    .into_iter()
+    .map(|d| d.join("librxpath_drill.so"))
+    .find(|p| p.is_file())
+    .unwrap_or_else(|| panic!("librxpath_drill.so not built near {}", exe.display()))
 }
 
 fn which(tool: &str) -> PathBuf {

@@ -420,7 +420,7 @@ impl Conn {
     pub fn sync_mss(&mut self) {
         let mut mss = self.mss_clamp.min(self.advmss);
         if self.ts_ok {
-            mss -= 12;
+            mss = mss.saturating_sub(12);
         }
         self.mss_cache = mss.max(48);
     }

@@ -194,7 +194,10 @@ impl Cubic {
         if (now.wrapping_sub(self.last_ack) as i32) <= HYSTART_ACK_DELTA_US as i32 {
             self.last_ack = now;
             // No pacing: an ACK train past half the minimum delay.
-            let threshold = (self.delay_min + hystart_ack_delay(v.pacing_rate)) >> 1;
+            let threshold = self
+                .delay_min
+                .saturating_add(hystart_ack_delay(v.pacing_rate))
+                >> 1;
             if (now.wrapping_sub(self.round_start) as i32) > threshold as i32 {
                 self.found = true;
                 *v.ssthresh = *v.cwnd;
@@ -207,7 +210,7 @@ impl Cubic {
             self.sample_cnt += 1;
         } else {
             let thresh = (self.delay_min >> 3).clamp(HYSTART_DELAY_MIN, HYSTART_DELAY_MAX);
-            if self.curr_rtt > self.delay_min + thresh {
+            if self.curr_rtt > self.delay_min.saturating_add(thresh) {
                 self.found = true;
                 *v.ssthresh = *v.cwnd;
             }
@@ -252,12 +255,17 @@ impl Cubic {
             }
             let epoch = self.epoch_start.unwrap_or(now_j);
             let mut t = now_j.wrapping_sub(epoch) as i32 as i64 as u64;
-            t += (self.delay_min as u64).div_ceil(1_000_000 / HZ);
-            t <<= BICTCP_HZ;
+            t = t.wrapping_add((self.delay_min as u64).div_ceil(1_000_000 / HZ));
+            t = t.wrapping_shl(BICTCP_HZ);
             t /= HZ;
             let k = self.k as u64;
             let offs = t.abs_diff(k);
-            let delta = ((CUBE_RTT_SCALE * offs * offs * offs) >> (10 + 3 * BICTCP_HZ)) as u32;
+            // u64 arithmetic that wraps as the kernel's does past ~347 s.
+            let cube = CUBE_RTT_SCALE
+                .wrapping_mul(offs)
+                .wrapping_mul(offs)
+                .wrapping_mul(offs);
+            let delta = (cube >> (10 + 3 * BICTCP_HZ)) as u32;
             let target = if t < k {
                 self.origin_point.wrapping_sub(delta)
             } else {

@@ -44,7 +44,13 @@ impl Conn {
 
     /// The options of the peer's SYN or SYN-ACK.
     pub(crate) fn take_syn_options(&mut self, ctx: &Ctx<'_>, seg: &SegIn<'_>) {
-        self.mss_clamp = seg.opts.mss.map(u32::from).unwrap_or(TCP_MSS_DEFAULT);
+        // An MSS option of 0 is ignored, as `tcp_parse_options` does.
+        self.mss_clamp = seg
+            .opts
+            .mss
+            .filter(|&m| m != 0)
+            .map(u32::from)
+            .unwrap_or(TCP_MSS_DEFAULT);
         if let Some(u) = self.user_mss {
             self.mss_clamp = self.mss_clamp.min(u);
         }
@@ -140,7 +146,7 @@ impl Conn {
         }
         let per_mss = (self.mss_clamp.max(self.mss_cache) + 320 + 320).next_power_of_two() + 256;
         let nr_segs = TCP_INIT_CWND.max(self.snd_cwnd).max(self.reordering + 1);
-        let sndmem = 2 * nr_segs * per_mss;
+        let sndmem = (2 * nr_segs as u64 * per_mss as u64).min(u32::MAX as u64) as u32;
         if self.sk_sndbuf < sndmem {
             self.sk_sndbuf = sndmem.min(ctx.cfg.tcp_wmem[2]);
         }
@@ -278,7 +284,7 @@ impl Conn {
             State::FinWait1 | State::FinWait2
                 if self.shut_rd
                     && !seg.payload.is_empty()
-                    && after(seg.end_seq() - seg.has(FIN) as u32, self.rcv_nxt) =>
+                    && after(seg.seq.wrapping_add(seg.payload.len() as u32), self.rcv_nxt) =>
             {
                 ctx.ext.TCPAbortOnData += 1;
                 self.send_active_reset(ctx);
@@ -522,10 +528,20 @@ impl Conn {
     /// `tcp_data_queue_ofo`: keep it, and say so in SACK blocks.
     fn data_queue_ofo(&mut self, ctx: &mut Ctx<'_>, seq: u32, data: &[u8], _fin: bool) {
         ctx.ext.TCPOFOQueue += 1;
-        self.rcv_ooopack += 1;
+        self.rcv_ooopack = self.rcv_ooopack.wrapping_add(1);
         self.ack.pending = true;
         self.ack.force = true;
+        // Only what the advertised window covers, and only while the
+        // receive buffer has room (`tcp_try_rmem_schedule` prunes; here the
+        // segment is dropped, counted, and the peer will send it again).
+        let wnd_end = self.rcv_nxt.wrapping_add(self.receive_window());
+        let room = wnd_end.wrapping_sub(seq) as usize;
+        let data = &data[..data.len().min(room)];
         if data.is_empty() {
+            return;
+        }
+        if self.free_space() < data.len() as u32 {
+            ctx.ext.TCPOFODrop += 1;
             return;
         }
         let end = seq.wrapping_add(data.len() as u32);

@@ -65,6 +65,8 @@ mib!(
         TCPDSACKOfoSent,
         /// Segments queued out of order.
         TCPOFOQueue,
+        /// Out-of-order segments dropped for want of receive space.
+        TCPOFODrop,
         /// Challenge ACKs sent (RFC 5961).
         TCPChallengeACK,
         /// SYN cookies sent.

@@ -25,7 +25,11 @@ impl Conn {
     pub(crate) fn select_window(&mut self) -> u16 {
         let space = self.free_space();
         let cur = self.receive_window();
-        let mut new = space.min(self.rcv_ssthresh).min(self.window_clamp);
+        // Never more than the window field can say.
+        let mut new = space
+            .min(self.rcv_ssthresh)
+            .min(self.window_clamp)
+            .min(65535 << self.rcv_wscale);
         if self.rcv_wscale > 0 {
             let unit = 1u32 << self.rcv_wscale;
             new = new.div_ceil(unit) * unit;
@@ -119,9 +123,9 @@ impl Conn {
             gso_size,
         });
         ctx.mib.OutSegs += segs as u64;
-        self.segs_out += segs as u32;
+        self.segs_out = self.segs_out.wrapping_add(segs as u32);
         if !data.is_empty() {
-            self.data_segs_out += segs as u32;
+            self.data_segs_out = self.data_segs_out.wrapping_add(segs as u32);
             self.bytes_sent += data.len() as u64;
         }
         if fl & ACK != 0 {
@@ -637,8 +641,9 @@ impl Conn {
 
     /// The sequence number of `sndbuf[0]`.
     pub(crate) fn data_base(&self) -> u32 {
-        // The SYN occupies iss; data starts after it.
-        if before(self.snd_una, self.iss.wrapping_add(1)) {
+        // The SYN occupies iss; data starts after it. (A fixed-point
+        // comparison would turn after 2^31 bytes.)
+        if self.snd_una == self.iss {
             self.iss.wrapping_add(1)
         } else {
             self.snd_una
@@ -684,7 +689,7 @@ impl Conn {
         let n = self.pcount(&x);
         ctx.mib.OutSegs -= n as u64;
         ctx.mib.RetransSegs += n as u64;
-        self.total_retrans += n;
+        self.total_retrans = self.total_retrans.wrapping_add(n);
         self.bytes_retrans += len as u64;
         if self.retrans_stamp.is_none() {
             self.retrans_stamp = Some(self.ts_val(ctx.now));

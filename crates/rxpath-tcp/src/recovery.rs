@@ -52,6 +52,15 @@ pub(crate) enum Rexmit {
     New,
 }
 
+/// The later of two sequence numbers.
+fn seq_max(a: u32, b: u32) -> u32 {
+    if after(b, a) {
+        b
+    } else {
+        a
+    }
+}
+
 /// `tcp_rack_sent_after`: `t1`/`seq1` went out after `t2`/`seq2`.
 fn sent_after(t1: Nanos, t2: Nanos, seq1: u32, seq2: u32) -> bool {
     t1 > t2 || (t1 == t2 && after(seq1, seq2))
@@ -311,7 +320,7 @@ impl Conn {
                     let n = before_trim - self.pcount(&self.rtx[0]);
                     c.acked_pkts += n;
                     if !h.sacked {
-                        self.delivered += n;
+                        self.delivered = self.delivered.wrapping_add(n);
                     }
                     c.data_acked = true;
                     if !h.ever_retrans {
@@ -327,7 +336,7 @@ impl Conn {
             let n = if h.syn { 0 } else { self.pcount(&h) };
             c.acked_pkts += n;
             if !h.sacked {
-                self.delivered += n;
+                self.delivered = self.delivered.wrapping_add(n);
                 self.rack_advance(h.ever_retrans || h.retrans, h.end_seq, h.sent_at, now);
             }
             if !h.syn {
@@ -429,7 +438,7 @@ impl Conn {
             if dsack {
                 flag.dsack = true;
                 first = 1;
-                if self.undo_retrans > 0 && !after(e0, prior_snd_una.max(seg.ack)) {
+                if self.undo_retrans > 0 && !after(e0, seq_max(prior_snd_una, seg.ack)) {
                     self.undo_retrans -= 1;
                 }
             }
@@ -441,7 +450,7 @@ impl Conn {
             self.sacked_before = false;
         }
         for &(s, e) in &blocks[first..] {
-            if !after(e, s) || !after(e, self.snd_una.max(seg.ack)) || after(e, self.snd_nxt) {
+            if !after(e, s) || !after(e, seq_max(self.snd_una, seg.ack)) || after(e, self.snd_nxt) {
                 continue;
             }
             let mut i = 0;
@@ -480,7 +489,7 @@ impl Conn {
                 self.rtx[i].sacked = true;
                 self.rtx[i].lost = false;
                 self.rtx[i].retrans = false;
-                self.delivered += n;
+                self.delivered = self.delivered.wrapping_add(n);
                 flag.data_sacked = true;
                 if !x.ever_retrans {
                     flag.orig_sack_acked = true;
@@ -520,7 +529,7 @@ impl Conn {
         if metric > self.reordering * mss {
             self.reordering = metric.div_ceil(mss).min(ctx.cfg.tcp_max_reordering);
         }
-        self.reord_seen += 1;
+        self.reord_seen = self.reord_seen.wrapping_add(1);
         ctx.ext.TCPSACKReorder += 1;
     }
 
@@ -749,7 +758,9 @@ impl Conn {
         if self.reno_sacked + holes > self.packets_out_all() {
             self.reno_sacked = self.packets_out_all() - holes;
         }
-        self.delivered += self.reno_sacked.saturating_sub(prior);
+        self.delivered = self
+            .delivered
+            .wrapping_add(self.reno_sacked.saturating_sub(prior));
     }
 
     fn set_ca_state(&mut self, s: CaState, now: Nanos) {

@@ -183,6 +183,15 @@ impl Stack {
                     self.conns.remove(&key(c.local, c.remote));
                 }
             }
+            // No listener's queue may keep naming a freed slot.
+            if let Some(l) = s
+                .parent
+                .and_then(|p| self.socks.get_mut(p.0))
+                .and_then(|p| p.as_mut())
+                .and_then(|p| p.listener.as_mut())
+            {
+                l.accept_q.retain(|&c| c != id);
+            }
             self.free.push(id.0);
         }
     }
@@ -268,13 +277,13 @@ impl Stack {
         let s = self.sock_mut(id)?;
         let l = s.listener.as_mut().ok_or(libc::EINVAL)?;
         let child = l.accept_q.pop_front().ok_or(libc::EAGAIN)?;
-        let c = self.socks[child.0].as_mut().expect("a queued child");
+        let c = self.socks[child.0].as_mut().ok_or(libc::ECONNABORTED)?;
         c.parent = None;
         let peer = c
             .conn
             .as_ref()
             .map(|c| c.remote)
-            .expect("a child's connection");
+            .ok_or(libc::ECONNABORTED)?;
         Ok((child, peer))
     }
 
@@ -1000,7 +1009,16 @@ impl Stack {
                 Verdict::Closed => self.conn_closed(id),
                 Verdict::Reopen => {
                     self.conns.remove(&key(seg.dst, seg.src));
-                    self.remove(id);
+                    // The slot stays while the program holds the socket.
+                    if self.socks[id.0].as_ref().is_some_and(|s| s.orphan) {
+                        self.remove(id);
+                    } else if let Some(c) = self.socks[id.0]
+                        .as_mut()
+                        .and_then(|s| s.conn.as_deref_mut())
+                    {
+                        c.state = State::Closed;
+                        c.close_at = None;
+                    }
                     self.listen_input(&seg, now);
                 }
             }
@@ -1018,7 +1036,16 @@ impl Stack {
         if let Some(c) = s.conn.as_deref() {
             self.conns.remove(&key(c.local, c.remote));
         }
-        if orphan || parent.is_some() {
+        // A child already queued for `accept` stays: the program gets it,
+        // and its first call the error (as the kernel's accept queue).
+        let queued = parent.is_some_and(|p| {
+            self.socks
+                .get(p.0)
+                .and_then(|s| s.as_ref())
+                .and_then(|s| s.listener.as_ref())
+                .is_some_and(|l| l.accept_q.contains(&id))
+        });
+        if orphan || (parent.is_some() && !queued) {
             self.remove(id);
         }
     }
@@ -1091,6 +1118,22 @@ impl Stack {
         };
         if full {
             self.ext.ListenOverflows += 1;
+            self.ext.ListenDrops += 1;
+            return;
+        }
+        // The SYN queue: half-open children of this listener, bounded (no
+        // SYN cookies yet, so a full queue drops the SYN, counted).
+        let backlog = l.listener.as_ref().map_or(0, |q| q.backlog);
+        let syn_max = backlog.max(self.cfg.tcp_max_syn_backlog) as usize;
+        let half_open = self
+            .socks
+            .iter()
+            .flatten()
+            .filter(|s| {
+                s.parent == Some(lid) && s.conn.as_ref().is_some_and(|c| c.state == State::SynRecv)
+            })
+            .count();
+        if half_open >= syn_max {
             self.ext.ListenDrops += 1;
             return;
         }
