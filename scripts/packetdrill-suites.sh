@@ -126,10 +126,22 @@ family_args() {
 	esac
 }
 
-# Inside the namespace: private /tmp (set_sysctls.py's restore files, the
+# Inside the namespace: a private /tmp (set_sysctls.py's restore files, the
 # Python files of %{ }% blocks), lo up; with --so a tun0 exists too, since
 # defaults.sh ends with `tc qdisc add dev tun0` and packetdrill makes none.
-ns_setup='mount -t tmpfs tmpfs /tmp && ip link set lo up'
+# A private tmpfs on /tmp, unless what a run needs lives under /tmp (a
+# clone there): then /tmp stays, and what a run leaves in it
+# (sysctl_restore_*.sh, code_*) is removed after it (tmp_sweep).
+under_tmp=0
+for p in "$pd" "$scripts" "$so" "$(pwd)"; do
+	case $p in /tmp/*) under_tmp=1 ;; esac
+done
+if [ $under_tmp = 1 ]; then
+	ns_setup='ip link set lo up'
+else
+	ns_setup='mount -t tmpfs tmpfs /tmp && ip link set lo up'
+fi
+tmp_list() { find /tmp -maxdepth 1 \( -name 'sysctl_restore_*' -o -name 'code_*' \) -newer "$work/mark" 2>/dev/null | sort; }
 [ -n "$so" ] && ns_setup="$ns_setup && ip tuntap add dev tun0 mode tun && ip link set tun0 up"
 
 # --route-cc: an `ip` first in PATH that appends `congctl NAME` to the
@@ -186,6 +198,7 @@ run_one() {
 	local dir=$1 script=$2 log=$3 start e2
 	shift 3
 	start=$EPOCHREALTIME
+	touch "$work/mark"
 	# With --so, the shared object is also preloaded: packetdrill reads
 	# TCP_INFO for %{ }% blocks with its own getsockopt, which it answers.
 	local preload=(env)
@@ -199,6 +212,9 @@ run_one() {
 	wait "$child" 2>/dev/null
 	rc=$?
 	child=
+	if [ $under_tmp = 1 ]; then
+		tmp_list | while read -r f; do rm -f -- "$f"; done
+	fi
 	set -e
 	if [ $rc = 126 ] || [ $rc = 127 ]; then die "could not run packetdrill: $(head -c 300 "$log")"; fi
 	secs=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')
