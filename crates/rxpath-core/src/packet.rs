@@ -357,6 +357,15 @@ pub trait Stack {
         self.receive(pkt, ctx)
     }
 
+    /// A TCP segment IP input passed, in front of a socket layer with TCP
+    /// (`IpConfig::tcp`): `ip_protocol_deliver_rcu()` → `tcp_v4_rcv()`.
+    /// An end without TCP drops it, as it was dropped before: the
+    /// kernel's.
+    #[inline]
+    fn receive_tcp(&mut self, pkt: Packet, _seg: &crate::ip::TcpSeg, ctx: &mut RxCtx<'_>) {
+        ctx.drop(pkt, DropReason::UnhandledProto)
+    }
+
     /// IP or UDP input refused a packet for `reason` (counted under its
     /// SNMP name; the packet is dropped by the caller). An end that keeps
     /// counters of its own hears of it here.

@@ -163,8 +163,7 @@ impl World {
     /// set them (`defaults.sh`) after the stack was made.
     fn refresh_sysctls(&mut self) {
         for name in rxpath_tcp::config::SYSCTLS {
-            let dir = if *name == "somaxconn" { "core" } else { "ipv4" };
-            if let Ok(v) = std::fs::read_to_string(format!("/proc/sys/net/{dir}/{name}")) {
+            if let Ok(v) = std::fs::read_to_string(rxpath_tcp::config::sysctl_path(name)) {
                 let _ = self.stack.cfg.set(name, &v);
             }
         }

@@ -263,6 +263,31 @@ pub struct Topology {
     pub threaded: bool,
 }
 
+/// The MAC address of `iface` in namespace `ns` (`ip -o link show`).
+pub fn mac_in(ns: &str, iface: &str) -> io::Result<[u8; 6]> {
+    let out = sh("ip", &["-n", ns, "-o", "link", "show", "dev", iface])?;
+    let bad = || {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("no MAC for {iface}: {out}"),
+        )
+    };
+    let hex = out
+        .split_whitespace()
+        .skip_while(|w| *w != "link/ether")
+        .nth(1)
+        .ok_or_else(bad)?;
+    let mut mac = [0u8; 6];
+    let parts: Vec<&str> = hex.split(':').collect();
+    if parts.len() != 6 {
+        return Err(bad());
+    }
+    for (m, h) in mac.iter_mut().zip(parts) {
+        *m = u8::from_str_radix(h, 16).map_err(|_| bad())?;
+    }
+    Ok(mac)
+}
+
 /// Host-side address.
 pub const HOST_ADDR: &str = "198.18.0.1";
 /// Peer-side address.

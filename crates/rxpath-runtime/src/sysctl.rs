@@ -1,6 +1,7 @@
 //! The kernel's settings rxpath takes as its own where it does the
 //! kernel's work: IP reassembly's `net.ipv4.ipfrag_*` and
-//! `net.ipv6.ip6frag_*`, read from the namespace rxpath runs in.
+//! `net.ipv6.ip6frag_*`, TCP's `net.ipv4.tcp_*` and `net.core.somaxconn`,
+//! read from the namespace rxpath runs in.
 
 use rxpath_core::ip::Reasm;
 
@@ -41,4 +42,33 @@ pub fn reasm_frames(base: Reasm, frames: usize) -> Reasm {
     r.v4.max_frames = cap;
     r.v6.max_frames = cap;
     r
+}
+
+/// TCP's knobs as the namespace's sysctls set them, for a device whose
+/// link MTU is `mtu` and whose TX port sends one frame per segment (no
+/// TSO: the machine cuts at the MSS itself).
+pub fn tcp(mtu: usize) -> rxpath_tcp::TcpConfig {
+    let mut c = rxpath_tcp::TcpConfig {
+        mtu: mtu as u32,
+        gso: false,
+        ..Default::default()
+    };
+    for name in rxpath_tcp::config::SYSCTLS {
+        if let Ok(v) = std::fs::read_to_string(rxpath_tcp::config::sysctl_path(name)) {
+            if let Err(e) = c.set(name, v.trim()) {
+                log::warn!("TCP: {e}; keeping the default");
+            }
+        }
+    }
+    c
+}
+
+/// A fresh secret for TCP's sequence numbers and timestamp offsets
+/// (`secure_tcp_seq`'s key): the standard library's per-process random
+/// hasher keys, drawn from the OS.
+pub fn tcp_secret() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(rxpath_dev::mono_ns());
+    h.finish()
 }

@@ -6,7 +6,7 @@
 
 use rxpath_dev::sys::xdp::XdpFilter;
 use rxpath_os::sched;
-use rxpath_runtime::lab::{sh, Topology, HOST_ADDR, PEER_ADDR};
+use rxpath_runtime::lab::{mac_in, sh, Topology, HOST_ADDR, PEER_ADDR};
 use rxpath_runtime::{Host, HostConfig, HostDevice};
 use rxpath_testkit::{can_run, Need};
 use std::net::{SocketAddr, UdpSocket};
@@ -14,21 +14,6 @@ use std::time::Duration;
 
 /// Datagrams sent in one batch: two kernel TX batches.
 const N: usize = 64;
-
-/// The MAC of `iface` in namespace `ns` (`ip -o link show`).
-fn mac_in(ns: &str, iface: &str) -> [u8; 6] {
-    let out = sh("ip", &["-n", ns, "-o", "link", "show", "dev", iface]).expect("ip link show");
-    let hex = out
-        .split_whitespace()
-        .skip_while(|w| *w != "link/ether")
-        .nth(1)
-        .expect("a MAC");
-    let mut mac = [0u8; 6];
-    for (m, h) in mac.iter_mut().zip(hex.split(':')) {
-        *m = u8::from_str_radix(h, 16).expect("hex");
-    }
-    mac
-}
 
 /// A veth lab named after `tag` and an AF_XDP host on its host end that
 /// knows the peer's MAC: the lab's guard (it removes the lab), the host.
@@ -56,8 +41,10 @@ fn xdp_host(tag: &str) -> (rxpath_runtime::lab::LabGuard, Host) {
         xsk_busy_poll_us: 0,
     };
     let h = Host::start(HostConfig::default(), dev).expect("AF_XDP host");
-    h.sockets()
-        .add_neighbor(PEER_ADDR.parse().unwrap(), mac_in(&t.ns, &t.peer_if));
+    h.sockets().add_neighbor(
+        PEER_ADDR.parse().unwrap(),
+        mac_in(&t.ns, &t.peer_if).expect("the peer's MAC"),
+    );
     (guard, h)
 }
 

@@ -122,6 +122,12 @@ pub const SYSCTLS: &[&str] = &[
     "tcp_slow_start_after_idle",
 ];
 
+/// Where `/proc/sys` keeps the sysctl `name` (one of [`SYSCTLS`]).
+pub fn sysctl_path(name: &str) -> String {
+    let dir = if name == "somaxconn" { "core" } else { "ipv4" };
+    format!("/proc/sys/net/{dir}/{name}")
+}
+
 impl TcpConfig {
     /// Set one knob from its sysctl text (as `/proc/sys` shows it:
     /// `"4096 131072 6291456"`, `"1"`). Unknown names and bad values are

@@ -94,6 +94,8 @@ struct Sock {
     parent: Option<SockId>,
     /// The program closed it; it lives on until its connection ends.
     orphan: bool,
+    /// In [`Stack::touched`] (taken by [`Stack::take_touched`]).
+    touched: bool,
 }
 
 /// The TCP sockets of one host.
@@ -112,6 +114,10 @@ pub struct Stack {
     ip_id: u16,
     next_port: u16,
     local_addrs: Vec<IpAddr>,
+    /// Sockets whose readiness a segment or a timer may have changed
+    /// since [`Stack::take_touched`] last emptied it (the kernel's
+    /// `sk_data_ready` / `sk_write_space` / `sk_state_change` calls).
+    touched: Vec<SockId>,
 }
 
 macro_rules! ctx {
@@ -144,6 +150,7 @@ impl Stack {
             ip_id: secret as u16,
             next_port: 32768 + (secret % 28000) as u16,
             local_addrs,
+            touched: Vec::new(),
         }
     }
 
@@ -983,8 +990,15 @@ impl Stack {
 
     /// A packet from the device: an IP packet carrying TCP.
     pub fn input(&mut self, pkt: &[u8], now: Nanos) {
+        self.input_checked(pkt, false, now)
+    }
+
+    /// [`Stack::input`] of a packet whose checksum the receive path
+    /// already verified or trusted (`verified`), as `tcp_v4_rcv` skips
+    /// `tcp_checksum_complete` for `CHECKSUM_UNNECESSARY`.
+    pub fn input_checked(&mut self, pkt: &[u8], verified: bool, now: Nanos) {
         self.mib.InSegs += 1;
-        let seg = match wire::parse(pkt) {
+        let seg = match wire::parse_checked(pkt, verified) {
             Ok(s) => s,
             Err(BadSegment::Checksum) => {
                 self.mib.InErrs += 1;
@@ -997,6 +1011,7 @@ impl Stack {
             }
         };
         if let Some(&id) = self.conns.get(&key(seg.dst, seg.src)) {
+            self.touch(id);
             let mut ctx = ctx!(self, now);
             let c = self.socks[id.0]
                 .as_mut()
@@ -1054,6 +1069,7 @@ impl Stack {
         let Some(parent) = self.socks[id.0].as_ref().and_then(|s| s.parent) else {
             return;
         };
+        self.touch(parent);
         match self
             .socks
             .get_mut(parent.0)
@@ -1169,6 +1185,33 @@ impl Stack {
         self.conns.insert(key(seg.dst, seg.src), id);
     }
 
+    /// Take the sockets whose readiness may have changed since the last
+    /// call (a segment or a timer touched them; a listener when a child
+    /// became acceptable), each once, in `out` (emptied first).
+    pub fn take_touched(&mut self, out: &mut Vec<SockId>) {
+        out.clear();
+        out.append(&mut self.touched);
+        for id in out.iter() {
+            if let Some(s) = self.socks.get_mut(id.0).and_then(|s| s.as_mut()) {
+                s.touched = false;
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+    }
+
+    /// Note `id` for [`Stack::take_touched`]: once until taken, so the
+    /// list stays as short as the table (a driver that never takes it,
+    /// packetdrill's, keeps no more).
+    fn touch(&mut self, id: SockId) {
+        if let Some(s) = self.socks.get_mut(id.0).and_then(|s| s.as_mut()) {
+            if !s.touched {
+                s.touched = true;
+                self.touched.push(id);
+            }
+        }
+    }
+
     /// The next packet to send, IP header first.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.out.pop_front()
@@ -1197,6 +1240,7 @@ impl Stack {
             .map(SockId)
             .collect();
         for id in due {
+            self.touch(id);
             let mut ctx = ctx!(self, now);
             let Some(c) = self.socks[id.0]
                 .as_mut()

@@ -73,6 +73,13 @@ pub enum BadSegment {
 /// Parse an IP packet (the IP header first) as a TCP segment, checking the
 /// TCP checksum.
 pub fn parse(pkt: &[u8]) -> Result<SegIn<'_>, BadSegment> {
+    parse_checked(pkt, false)
+}
+
+/// [`parse`], the checksum not summed again when the receive path
+/// already trusted it (`verified`: the device's or GRO's status,
+/// `CHECKSUM_UNNECESSARY` in the kernel).
+pub fn parse_checked(pkt: &[u8], verified: bool) -> Result<SegIn<'_>, BadSegment> {
     let (src, dst, l4): (IpAddr, IpAddr, &[u8]) = match pkt.first().map(|b| b >> 4) {
         Some(4) => {
             let ip = ipv4::Packet::new_checked(pkt).map_err(|_| BadSegment::Malformed)?;
@@ -101,7 +108,7 @@ pub fn parse(pkt: &[u8]) -> Result<SegIn<'_>, BadSegment> {
         _ => return Err(BadSegment::Malformed),
     };
     let tcp = Packet::new_checked(l4).map_err(|_| BadSegment::Malformed)?;
-    if checksum::l4(src, dst, 6, l4) != 0 {
+    if !verified && checksum::l4(src, dst, 6, l4) != 0 {
         return Err(BadSegment::Checksum);
     }
     let mut opts = OptsIn::default();

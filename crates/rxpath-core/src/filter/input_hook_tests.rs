@@ -209,6 +209,7 @@ fn ip_input_and_the_parsed_headers_key_the_cache_alike() {
         prefixes: Vec::new(),
         default_route: [false; 2],
         deliver_all: true,
+        tcp: false,
         any_l2: true,
         local_routes: Vec::new(),
         reasm: Default::default(),

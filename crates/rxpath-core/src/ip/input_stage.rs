@@ -319,6 +319,10 @@ fn udp_input<S: Stack, H: Hook>(
     pkt: Packet,
     ctx: &mut RxCtx<'_>,
 ) -> Option<Packet> {
+    if cfg.tcp && matches!(pkt.meta.headers.l4, L4::Tcp { .. }) && !pkt.meta.headers.fragment {
+        tcp_input(cfg, hook, inner, pkt, ctx);
+        return None;
+    }
     let more = if pkt.frags.is_empty() {
         0
     } else if pkt.meta.headers.l4 == L4::Udp && pkt.meta.gso_size > 0 {
@@ -328,19 +332,9 @@ fn udp_input<S: Stack, H: Hook>(
         return None;
     };
     let csum = CsumStatus::of(&pkt.meta);
-    // The frame bytes (through the region, not `ctx`) and the counters are
-    // borrowed apart: no copy of the SNMP block per packet.
-    let umem = ctx.umem;
-    let off = pkt.off as usize;
-    let bytes = &umem.data(&pkt.frame)[off..off + pkt.len as usize];
-    let snmp = &mut ctx.stats.snmp;
-    let r = if hook.on() {
-        let (h, rxhash) = (&pkt.meta.headers, pkt.meta.rxhash);
-        let mut judge = |fr: &[u8], at: &LocalIn| hook.judge_in(fr, h, rxhash, at);
-        super::input_chain_at(bytes, more, true, csum, cfg, snmp, Some(&mut judge))
-    } else {
-        super::input_chain_at(bytes, more, true, csum, cfg, snmp, None)
-    };
+    let r = hooked(hook, &pkt, ctx, |bytes, snmp, judge| {
+        super::input_chain_at(bytes, more, true, csum, cfg, snmp, judge)
+    });
     match r {
         Ok(d) => inner.receive_udp(pkt, &d, ctx),
         Err(DropReason::Fragment) => return Some(pkt),
@@ -350,6 +344,55 @@ fn udp_input<S: Stack, H: Hook>(
         }
     }
     None
+}
+
+/// Run `input` over `pkt`'s bytes and this NAPI's counters, with the
+/// `INPUT` hook if there is one. The frame bytes (through the region, not
+/// `ctx`) and the counters are borrowed apart: no copy of the SNMP block
+/// per packet.
+#[inline(always)]
+fn hooked<H: Hook, T>(
+    hook: &mut H,
+    pkt: &Packet,
+    ctx: &mut RxCtx<'_>,
+    input: impl FnOnce(&[u8], &mut crate::snmp::Snmp, Option<super::InputHook<'_>>) -> T,
+) -> T {
+    let umem = ctx.umem;
+    let off = pkt.off as usize;
+    let bytes = &umem.data(&pkt.frame)[off..off + pkt.len as usize];
+    let snmp = &mut ctx.stats.snmp;
+    if hook.on() {
+        let (h, rxhash) = (&pkt.meta.headers, pkt.meta.rxhash);
+        let mut judge = |fr: &[u8], at: &LocalIn| hook.judge_in(fr, h, rxhash, at);
+        input(bytes, snmp, Some(&mut judge))
+    } else {
+        input(bytes, snmp, None)
+    }
+}
+
+/// L2 and IP input of a TCP segment (or a TCP GRO packet, checked once,
+/// `more` bytes in its chain's other frames) in front of a socket layer
+/// with TCP: on to `inner` as [`Stack::receive_tcp`], or dropped.
+#[inline(never)]
+fn tcp_input<S: Stack, H: Hook>(
+    cfg: &IpConfig,
+    hook: &mut H,
+    inner: &mut S,
+    pkt: Packet,
+    ctx: &mut RxCtx<'_>,
+) {
+    let more: usize = pkt.frags.iter().map(|f| f.len as usize).sum();
+    let csum = CsumStatus::of(&pkt.meta);
+    let r = hooked(hook, &pkt, ctx, |bytes, snmp, judge| {
+        super::input_tcp_at(bytes, more, csum, cfg, snmp, judge)
+    });
+    match r {
+        Ok(seg) => inner.receive_tcp(pkt, &seg, ctx),
+        Err(reason) => {
+            inner.refused(reason);
+            ctx.drop(pkt, reason)
+        }
+    }
 }
 
 /// A fragment IP input passed (`ReasmReqds` counted) goes to its queue;

@@ -35,6 +35,7 @@
 mod defrag;
 mod input_stage;
 pub mod mcast;
+mod tcp;
 mod udp;
 mod v4;
 mod v6;
@@ -43,6 +44,7 @@ pub use crate::packet::Datagram;
 pub use crate::snmp::{IpMib, RxExt, Snmp, UdpMib};
 pub use defrag::{Defrag, DefragConfig};
 pub use input_stage::{Hook, IpStage, NoHook};
+pub use tcp::TcpSeg;
 
 use crate::stats::DropReason;
 use rxpath_wire::be16;
@@ -129,6 +131,9 @@ pub struct IpConfig {
     /// The end of the path takes every protocol, not only UDP (`rxpath
     /// run`'s sink; sockets take UDP and leave the rest to the kernel).
     pub deliver_all: bool,
+    /// In front of sockets: TCP goes up too (a host with rxpath's TCP),
+    /// through [`crate::packet::Stack::receive_tcp`].
+    pub tcp: bool,
     /// Prefixes that are wholly local (`ip route add local PREFIX`): a
     /// destination in one is ours, like an address in `addrs`.
     pub local_routes: Vec<(IpAddr, u8)>,
@@ -381,6 +386,45 @@ pub(crate) fn input_chain_at(
     snmp: &mut Snmp,
     filter: Option<InputHook<'_>>,
 ) -> Result<Datagram, DropReason> {
+    let (_, l4) = input_l4(frame, more, reasm, cfg, snmp, filter)?;
+    if l4.proto != 17 {
+        return Err(DropReason::UnhandledProto);
+    }
+    udp::rcv(frame, more, l4, csum, cfg, snmp, None)
+}
+
+/// L2 and IP input of a TCP segment in front of a socket layer with TCP
+/// (`ip_local_deliver()` → `tcp_v4_rcv()`): the `INPUT` hook, then the
+/// checksum's status. A fragment is dropped (`ReasmFails`): rxpath's TCP
+/// does not take IP fragments yet.
+#[inline]
+pub(crate) fn input_tcp_at(
+    frame: &[u8],
+    more: usize,
+    csum: CsumStatus,
+    cfg: &IpConfig,
+    snmp: &mut Snmp,
+    filter: Option<InputHook<'_>>,
+) -> Result<TcpSeg, DropReason> {
+    let (l3, l4) = input_l4(frame, more, false, cfg, snmp, filter)?;
+    if l4.proto != 6 {
+        return Err(DropReason::UnhandledProto);
+    }
+    Ok(tcp::rcv(frame, more, l3, l4, csum, cfg, snmp))
+}
+
+/// L2 and IP input up to the transport (`ip_local_deliver()`): the
+/// `INPUT` hook, `InDelivers`; where the network header starts and the
+/// transport segment.
+#[inline(always)]
+fn input_l4(
+    frame: &[u8],
+    more: usize,
+    reasm: bool,
+    cfg: &IpConfig,
+    snmp: &mut Snmp,
+    filter: Option<InputHook<'_>>,
+) -> Result<(usize, L4), DropReason> {
     let (etype, l3) = l2_rcv(frame, cfg, snmp)?;
     let l4 = l3_rcv(frame, more, etype, l3, reasm, cfg, snmp)?;
     if let Some(hook) = filter {
@@ -390,7 +434,51 @@ pub(crate) fn input_chain_at(
         }
     }
     delivered(snmp, etype == ethertype::IPV6);
-    udp::rcv(frame, more, l4, csum, cfg, snmp, None)
+    Ok((l3, l4))
+}
+
+/// A transport checksum as the policy and the device's status settle it
+/// (`skb_checksum_init()`): trusted, verified by the device, a local
+/// sender's partial sum (by the status, or on a driver that carries local
+/// traffic by its value), or summed over `seg` (`len` bytes in all, the
+/// header's `field`). Each way is counted.
+#[inline(always)]
+pub(crate) fn l4_csum_ok(
+    cfg: &IpConfig,
+    csum: CsumStatus,
+    snmp: &mut Snmp,
+    (src, dst, proto): (IpAddr, IpAddr, u8),
+    seg: &[u8],
+    field: u16,
+    len: u32,
+) -> bool {
+    match (cfg.csum, csum) {
+        (CsumPolicy::Trust, _) => {
+            snmp.ext.csum_trusted += 1;
+            true
+        }
+        (CsumPolicy::Auto, CsumStatus::Unnecessary) => {
+            snmp.ext.csum_device += 1;
+            true
+        }
+        (CsumPolicy::Auto, CsumStatus::Partial) => {
+            snmp.ext.csum_partial += 1;
+            true
+        }
+        (policy, _) => {
+            if rxpath_wire::checksum::l4(src, dst, proto, seg) == 0 {
+                true
+            } else if policy == CsumPolicy::Auto
+                && cfg.local_traffic
+                && is_partial(field, src, dst, proto, len)
+            {
+                snmp.ext.csum_partial += 1;
+                true
+            } else {
+                false
+            }
+        }
+    }
 }
 
 /// IP input for a path end that takes every protocol (`rxpath run`'s

@@ -19,6 +19,7 @@ fn cfg() -> IpConfig {
         prefixes: Vec::new(),
         default_route: [false; 2],
         deliver_all: false,
+        tcp: false,
         any_l2: false,
         local_routes: Vec::new(),
         reasm: Default::default(),

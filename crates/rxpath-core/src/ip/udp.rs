@@ -70,33 +70,8 @@ pub(super) fn rcv(
         // IPv4 may send no checksum; IPv6 must (RFC 8200 8.1).
         !v6
     } else {
-        match (cfg.csum, csum) {
-            (CsumPolicy::Trust, _) => {
-                snmp.ext.csum_trusted += 1;
-                true
-            }
-            (CsumPolicy::Auto, CsumStatus::Unnecessary) => {
-                snmp.ext.csum_device += 1;
-                true
-            }
-            (CsumPolicy::Auto, CsumStatus::Partial) => {
-                snmp.ext.csum_partial += 1;
-                true
-            }
-            (policy, _) => {
-                if checksum::l4(l4.src, l4.dst, 17, seg) == 0 {
-                    true
-                } else if policy == CsumPolicy::Auto
-                    && cfg.local_traffic
-                    && super::is_partial(field, l4.src, l4.dst, 17, ulen as u32)
-                {
-                    snmp.ext.csum_partial += 1;
-                    true
-                } else {
-                    false
-                }
-            }
-        }
+        let ends = (l4.src, l4.dst, 17);
+        super::l4_csum_ok(cfg, csum, snmp, ends, seg, field, ulen as u32)
     };
     if !ok {
         let m = snmp.udp_mut(v6);

@@ -147,7 +147,7 @@ fn deliver(
     match proto {
         // `InDelivers` is counted by the caller once the `INPUT` hook let
         // the packet through (`ip_protocol_deliver_rcu()`).
-        proto if proto == 17 || cfg.deliver_all => Ok(L4 {
+        proto if proto == 17 || cfg.deliver_all || (proto == 6 && cfg.tcp) => Ok(L4 {
             src: src.into(),
             dst: dst.into(),
             off,

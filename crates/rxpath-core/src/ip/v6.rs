@@ -214,7 +214,10 @@ pub(super) fn upper(p: &[u8], at: Walk, cfg: &IpConfig, snmp: &mut Snmp) -> Resu
             // UDP, or any upper layer for a path end that takes them all
             // (as the IPv4 side does).
             // `InDelivers`: counted by the caller after the `INPUT` hook.
-            nh if nh == NEXTHDR_UDP || (cfg.deliver_all && nh != NEXTHDR_HOP) => {
+            nh if nh == NEXTHDR_UDP
+                || (nh == NEXTHDR_TCP && cfg.tcp)
+                || (cfg.deliver_all && nh != NEXTHDR_HOP) =>
+            {
                 return Ok(L4 {
                     src: src.into(),
                     dst: dst.into(),

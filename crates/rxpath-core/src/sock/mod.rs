@@ -49,6 +49,7 @@ mod flow;
 mod send;
 mod sock_stack;
 mod socket;
+mod tcp;
 mod tx;
 
 pub use busy::{BusyPoll, CellStack, NapiCell, PollCell, SharedNapi, BUSY_POLL_BUDGET};
@@ -57,6 +58,7 @@ pub use flow::SockFlowTable;
 pub use send::UDP_MAX_SEGMENTS;
 pub use sock_stack::{SockPath, SockStack};
 pub use socket::{BindOptions, BusySession, DataReady, SockCounters, Socket};
+pub use tcp::{TcpTxCounters, TcpWake};
 pub use tx::{CaptureTx, TxPort};
 
 use crate::ip::{CsumPolicy, IpConfig, Snmp};
@@ -117,6 +119,12 @@ pub struct SockConfig {
     /// (`SKF_AD_CPU`): the runtime's `sched_getcpu` (the core asks, it
     /// does not look).
     pub current_cpu: fn() -> u32,
+    /// rxpath's TCP on this host, with these knobs (the kernel's TCP
+    /// sysctls); `None`: TCP is the kernel's and IP input leaves it.
+    pub tcp: Option<rxpath_tcp::TcpConfig>,
+    /// The key of TCP's initial sequence numbers and timestamp offsets
+    /// (`secure_tcp_seq`'s secret, drawn once per host by the runtime).
+    pub tcp_secret: u64,
 }
 
 impl Default for SockConfig {
@@ -136,6 +144,8 @@ impl Default for SockConfig {
             filter: None,
             reasm: crate::ip::Reasm::default(),
             current_cpu: || 0,
+            tcp: None,
+            tcp_secret: 0,
         }
     }
 }
@@ -307,6 +317,8 @@ pub struct Sockets {
     /// Addresses the interface gained while the host runs (every NAPI's
     /// IP input shares it).
     added: Arc<crate::ip::AddedAddrs>,
+    /// rxpath's TCP, if the host runs it.
+    tcp: Option<tcp::TcpLayer>,
 }
 
 impl crate::gro::UdpGroPolicy for Sockets {
@@ -360,7 +372,12 @@ impl Sockets {
                 ret: FrameReturn::default(),
             })
             .collect();
+        let tcp = cfg
+            .tcp
+            .clone()
+            .map(|t| tcp::TcpLayer::new(t, cfg.tcp_secret, cfg.local_addrs.clone()));
         Arc::new(Sockets {
+            tcp,
             busy_read: AtomicU32::new(cfg.busy_read_us),
             gro_socks: AtomicUsize::new(0),
             gro_gen: std::sync::atomic::AtomicU64::new(0),
@@ -395,6 +412,7 @@ impl Sockets {
             prefixes: self.cfg.prefixes.clone(),
             default_route: self.cfg.default_route,
             deliver_all: false,
+            tcp: self.cfg.tcp.is_some(),
             any_l2: false,
             local_routes: Vec::new(),
             reasm: self.cfg.reasm,

@@ -28,6 +28,8 @@ pub struct SockStack {
     learned: Option<(IpAddr, Mac)>,
     /// The sockets a multicast datagram goes to (kept to reuse).
     multi: Vec<Arc<SockInner>>,
+    /// A TCP segment made whole for the machine (kept to reuse).
+    tcp_buf: Vec<u8>,
 }
 
 /// The path after GRO (and steering) on a `Host`: IP and UDP input, the
@@ -49,6 +51,7 @@ impl SockStack {
             queue,
             learned: None,
             multi: Vec::new(),
+            tcp_buf: Vec::new(),
         }
     }
 
@@ -290,6 +293,27 @@ impl Stack for SockStack {
         };
         self.learn(d.src.ip(), ctx.data(&pkt));
         self.queue_on(&sock, pkt, d, more, ctx);
+    }
+
+    fn receive_tcp(&mut self, pkt: Packet, seg: &crate::ip::TcpSeg, ctx: &mut RxCtx<'_>) {
+        if !self.host.has_tcp() {
+            return ctx.drop(pkt, DropReason::UnhandledProto);
+        }
+        self.learn(seg.src, ctx.data(&pkt));
+        // The machine takes the IP packet whole (a GRO packet's chain
+        // after its head, whose IP length GRO made cover it all); it
+        // copies the payload into the socket's queue, so the frames go
+        // home now.
+        let mut buf = std::mem::take(&mut self.tcp_buf);
+        buf.clear();
+        buf.extend_from_slice(ctx.data(&pkt).get(seg.l3..).unwrap_or_default());
+        for f in pkt.frags.iter() {
+            buf.extend_from_slice(ctx.frag_data(f));
+        }
+        self.host
+            .tcp_input(&buf, seg.verified, ctx.now_ns, pkt.meta.napi_id.0);
+        self.tcp_buf = buf;
+        ctx.deliver(pkt);
     }
 
     fn refused(&mut self, reason: DropReason) {

@@ -78,7 +78,7 @@ pub fn carries_local_traffic(name: &str) -> bool {
 /// while rxpath serves the port.
 #[derive(Debug)]
 pub struct KernelPortGuard {
-    _sock: std::net::UdpSocket,
+    sock: std::os::fd::OwnedFd,
 }
 
 impl KernelPortGuard {
@@ -105,7 +105,30 @@ impl KernelPortGuard {
             &prog as *const libc::sock_fprog as *const libc::c_void,
             std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t
         ))?;
-        Ok(KernelPortGuard { _sock: sock })
+        Ok(KernelPortGuard { sock: sock.into() })
+    }
+
+    /// Hold TCP port `addr` in the kernel: a TCP socket bound there (an
+    /// IPv6 wildcard dual-stack) that never listens, so no other kernel
+    /// socket takes the port, and a port 0 is given one. The kernel must
+    /// not see the port's segments (it would answer a SYN with a reset):
+    /// the XDP program or AF_PACKET's steering takes them all.
+    pub fn bind_tcp(addr: SocketAddr) -> io::Result<KernelPortGuard> {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        if addr.is_ipv6() {
+            sock.set_only_v6(false)?;
+        }
+        sock.bind(&addr.into())?;
+        Ok(KernelPortGuard { sock: sock.into() })
+    }
+
+    /// The address the kernel bound (its port, if 0 was asked for).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        let s = socket2::SockRef::from(&self.sock);
+        s.local_addr()?
+            .as_socket()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))
     }
 }
 

@@ -23,7 +23,7 @@ mod threads;
 mod tx;
 
 use crate::run::RunError;
-use crate::sock::{BacklogServer, UdpSocket};
+use crate::sock::{BacklogServer, TcpListener, TcpStream, TcpWaits, UdpSocket};
 use crate::steer::Workers;
 use rxpath_core::gro::GroKnob;
 use rxpath_core::napi::{BundleMode, NAPI_POLL_WEIGHT};
@@ -133,6 +133,11 @@ pub struct HostConfig {
     /// `gro_flush_timeout_ns` instead, until this many polls in a row find
     /// nothing (interrupt mitigation; needs `gro_flush_timeout_ns`).
     pub defer_hard_irqs: u32,
+    /// Run rxpath's TCP ([`Host::tcp_listen`], [`Host::tcp_connect`]):
+    /// IP input hands TCP segments to the host's TCP machine, with the
+    /// namespace's `net.ipv4.tcp_*` sysctls as its knobs, and a thread
+    /// runs its timers. Off: TCP is the kernel's.
+    pub tcp: bool,
 }
 
 impl Default for HostConfig {
@@ -155,6 +160,7 @@ impl Default for HostConfig {
             gro: true,
             gro_flush_timeout_ns: 0,
             defer_hard_irqs: 0,
+            tcp: false,
         }
     }
 }
@@ -192,6 +198,8 @@ pub struct Host {
     /// The device's `gro_flush_timeout` and `napi_defer_hard_irqs`,
     /// shared by its NAPIs (live knobs, as the kernel's sysfs files).
     irq_knobs: (GroKnob, GroKnob),
+    /// With TCP: its waiters and the thread running its timers.
+    tcp: Option<(Arc<TcpWaits>, JoinHandle<()>)>,
 }
 
 impl std::fmt::Debug for Host {
@@ -217,6 +225,16 @@ impl Host {
     /// Start a host on `dev`.
     pub fn start(mut cfg: HostConfig, dev: HostDevice) -> Result<Host, RunError> {
         cfg.sock.reasm = crate::sysctl::reasm_frames(cfg.sock.reasm, cfg.frames_per_queue);
+        if cfg.tcp {
+            let mtu = match &dev {
+                HostDevice::Sim(_) => None,
+                HostDevice::Xdp { iface, .. } | HostDevice::Packet { iface, .. } => {
+                    rxpath_dev::sys::iface::LinkState::of(iface).map(|l| l.mtu as usize)
+                }
+            };
+            cfg.sock.tcp = Some(crate::sysctl::tcp(mtu.unwrap_or(cfg.sock.mtu)));
+            cfg.sock.tcp_secret = crate::sysctl::tcp_secret();
+        }
         cfg.sock.current_cpu = || rxpath_os::sched::current_cpu().unwrap_or(0) as u32;
         let iface_default = cfg.queues == 0 && !matches!(dev, HostDevice::Sim(_));
         if !(1..=64).contains(&cfg.queues) && !iface_default {
@@ -336,6 +354,68 @@ impl Host {
         opts: BindOptions,
     ) -> Result<UdpSocket, SockError> {
         UdpSocket::bind_with(&self.sockets, addr, opts, self.server.clone())
+    }
+
+    /// The waiting half of the host's TCP, if it runs TCP.
+    fn tcp_host(&self) -> std::io::Result<crate::sock::TcpHost> {
+        match &self.tcp {
+            Some((waits, _)) => Ok(crate::sock::TcpHost {
+                socks: self.sockets.clone(),
+                waits: waits.clone(),
+            }),
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "this host runs no TCP (HostConfig::tcp)",
+            )),
+        }
+    }
+
+    /// A TCP socket listening on `addr` (`socket`, `bind`, `listen`), on
+    /// rxpath's TCP. On an interface the kernel holds the port
+    /// ([`KernelPortGuard::bind_tcp`]: a port 0 is the one it gives) and
+    /// the XDP program's port map (or AF_PACKET's steering) takes every
+    /// segment to it, so the kernel never answers one. A host that taps
+    /// frames the kernel sees too (AF_PACKET without a port map) cannot
+    /// serve TCP: the kernel would reset each connection.
+    pub fn tcp_listen(&self, addr: SocketAddr, backlog: i32) -> std::io::Result<TcpListener> {
+        let tcp = self.tcp_host()?;
+        let addr = self.hold_tcp(addr)?;
+        TcpListener::listen(tcp, addr, backlog)
+    }
+
+    /// A TCP connection to `to` from `from` (its port 0: one the kernel
+    /// gives, held as [`Self::tcp_listen`] holds a listener's), blocking
+    /// until the handshake ends.
+    pub fn tcp_connect(&self, from: SocketAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
+        let tcp = self.tcp_host()?;
+        let from = self.hold_tcp(from)?;
+        TcpStream::connect(tcp, from, to)
+    }
+
+    /// Hold `addr` for rxpath's TCP: the kernel's port guard and the port
+    /// map's entry. Returns the address with the port the kernel gave.
+    fn hold_tcp(&self, mut addr: SocketAddr) -> std::io::Result<SocketAddr> {
+        if self.kernel_sees_frames() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "AF_PACKET without a port map: the kernel sees every frame and would \
+                 reset rxpath's TCP connections; use AF_XDP or a port map",
+            ));
+        }
+        if let Some(g) = &self.guards {
+            let guard = KernelPortGuard::bind_tcp(addr)?;
+            addr = guard.local_addr()?;
+            lock(g).push(guard);
+        }
+        let key = rxpath_dev::sys::xdp::PortKey { proto: 6, addr };
+        self.take_port(key, true)?;
+        Ok(addr)
+    }
+
+    /// The host's TCP counters (`Tcp:`, `TcpExt:` by the kernel's names)
+    /// and what its TCP layer sent, if it runs TCP.
+    pub fn tcp_counters(&self) -> Option<(Vec<(String, u64)>, rxpath_core::sock::TcpTxCounters)> {
+        self.sockets.tcp_counters()
     }
 
     /// The NAPIs.

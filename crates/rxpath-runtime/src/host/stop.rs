@@ -26,6 +26,10 @@ impl Host {
     }
 
     fn stop_all(&mut self) -> HostReport {
+        if let Some((waits, h)) = self.tcp.take() {
+            waits.stop_timer();
+            let _ = h.join();
+        }
         self.stop_napi_threads();
         self.sockets.close_all();
         // The TX port gives its frames back to the queue they came from

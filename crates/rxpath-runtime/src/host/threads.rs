@@ -381,6 +381,17 @@ pub(super) fn with_queues<Q: RxQueue + Send + 'static>(
         sockets.register_napi(shared.clone());
         napis.push(shared);
     }
+    let tcp = match sockets.has_tcp() {
+        true => {
+            let waits = Arc::new(crate::sock::TcpWaits::default());
+            sockets.set_tcp_wake(waits.clone());
+            let h = waits
+                .start_timer(sockets.clone())
+                .map_err(|e| RunError::Thread(e.to_string()))?;
+            Some((waits, h))
+        }
+        false => None,
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let threads = spawn_napi_threads(cfg, &napis, &sockets, &stop)?;
     let (server, worker_threads) = match &workers {
@@ -403,6 +414,7 @@ pub(super) fn with_queues<Q: RxQueue + Send + 'static>(
         server,
         tx_fault: None,
         irq_knobs: (gro_knob, defer_knob),
+        tcp,
     })
 }
 

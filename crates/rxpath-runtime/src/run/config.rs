@@ -418,6 +418,7 @@ pub(crate) fn ip_config(cfg: &RunConfig) -> IpConfig {
     let mut ip = IpConfig {
         csum: cfg.csum,
         deliver_all: true,
+        tcp: false,
         local_routes: cfg.local_routes.clone(),
         ..IpConfig::default()
     };

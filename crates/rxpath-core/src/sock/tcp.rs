@@ -1,0 +1,242 @@
+//! TCP at the end of the path: one host's TCP machine
+//! ([`rxpath_tcp::Stack`], sans-I/O) behind a lock, fed by the NAPIs'
+//! socket stage ([`Sockets::tcp_input`]: `tcp_v4_rcv`), by the program's
+//! calls ([`Sockets::tcp_call`]) and by its timers
+//! ([`Sockets::tcp_timeout`]); what it sends leaves through the host's TX
+//! port, addressed to the neighbour the IP destination has.
+//!
+//! ```text
+//!  SockStack::receive_tcp ─┐                         ┌─▶ TxPort (frames)
+//!  program's call ─────────┼─▶ lock ─▶ Stack ─▶ out ─┤
+//!  timer owner (runtime) ──┘                         └─▶ TcpWake: sockets touched,
+//!                                                        the next deadline
+//! ```
+//!
+//! The waiting half (threads asleep in `accept` or `read`, the timer's
+//! thread) is the runtime's: it hears of every socket whose readiness a
+//! segment or a timer may have changed, and of the next timer deadline,
+//! through the [`TcpWake`] it sets.
+
+use super::{lock, Sockets};
+use rxpath_tcp::{SockId, Stack, TcpConfig, Transmit};
+use serde::Serialize;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Who hears what the TCP machine did: the runtime's waiters and timer.
+/// Called with the machine's lock held: it must not call back into the
+/// layer, nor block.
+pub trait TcpWake: Send + Sync + std::fmt::Debug {
+    /// Sockets whose readiness a segment or a timer may have changed (the
+    /// kernel's `sk_data_ready`, `sk_write_space`, `sk_state_change`);
+    /// `napi`: the NAPI the segment came from (0 for a timer or a call),
+    /// the one a busy-polling reader of these sockets polls.
+    fn changed(&self, ids: &[SockId], napi: u32);
+    /// The machine's earliest timer deadline changed to `at` (ns on the
+    /// clock the layer is given; `None`: no timer).
+    fn rearm(&self, at: Option<u64>);
+}
+
+/// What the layer did with the machine's packets, beside its MIB.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct TcpTxCounters {
+    /// Frames handed to the TX port.
+    pub frames_sent: u64,
+    /// Packets not sent: no neighbour entry for the destination (TCP
+    /// sends them again when its timers say).
+    pub no_neighbour: u64,
+    /// Frames the TX port did not take (its ring full, or no port).
+    pub tx_busy: u64,
+}
+
+/// One host's TCP: the machine and what drives it.
+pub(crate) struct TcpLayer {
+    st: Mutex<TcpState>,
+    wake: OnceLock<Arc<dyn TcpWake>>,
+}
+
+struct TcpState {
+    stack: Stack,
+    touched: Vec<SockId>,
+    armed: Option<u64>,
+    tx: TcpTxCounters,
+}
+
+impl std::fmt::Debug for TcpLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpLayer").finish_non_exhaustive()
+    }
+}
+
+/// Frames handed to the TX port at once.
+const TX_BATCH: usize = 32;
+
+impl TcpLayer {
+    pub(crate) fn new(cfg: TcpConfig, secret: u64, local_addrs: Vec<IpAddr>) -> Self {
+        TcpLayer {
+            st: Mutex::new(TcpState {
+                stack: Stack::new(cfg, secret, local_addrs),
+                touched: Vec::new(),
+                armed: None,
+                tx: TcpTxCounters::default(),
+            }),
+            wake: OnceLock::new(),
+        }
+    }
+}
+
+impl Sockets {
+    fn tcp_layer(&self) -> Option<&TcpLayer> {
+        self.tcp.as_ref()
+    }
+
+    /// The host runs rxpath's TCP ([`SockConfig::tcp`](super::SockConfig::tcp)).
+    pub fn has_tcp(&self) -> bool {
+        self.tcp.is_some()
+    }
+
+    /// Set who hears of touched sockets and timer deadlines (once; later
+    /// calls are ignored). Without one nobody is woken and no timer runs.
+    pub fn set_tcp_wake(&self, w: Arc<dyn TcpWake>) {
+        if let Some(t) = self.tcp_layer() {
+            let _ = t.wake.set(w);
+        }
+    }
+
+    /// A segment from IP input (`tcp_v4_rcv`): the IP packet, its checksum
+    /// settled or not, the time and the NAPI it came from.
+    pub(crate) fn tcp_input(&self, pkt: &[u8], verified: bool, now: u64, napi: u32) {
+        if let Some(t) = self.tcp_layer() {
+            let mut st = lock(&t.st);
+            st.stack.input_checked(pkt, verified, now);
+            self.tcp_after(t, &mut st, napi);
+        }
+    }
+
+    /// Run a call of the program on the machine at `now` (a socket call:
+    /// `listen`, `accept`, `send`, `recv`, ...), then send what it made
+    /// and tell who waits. `None` on a host without TCP.
+    pub fn tcp_call<R>(&self, now: u64, f: impl FnOnce(&mut Stack, u64) -> R) -> Option<R> {
+        let t = self.tcp_layer()?;
+        let mut st = lock(&t.st);
+        let r = f(&mut st.stack, now);
+        self.tcp_after(t, &mut st, 0);
+        Some(r)
+    }
+
+    /// Run the machine's timers due at `now` (the timer owner calls this
+    /// at the deadline [`TcpWake::rearm`] gave).
+    pub fn tcp_timeout(&self, now: u64) {
+        if let Some(t) = self.tcp_layer() {
+            let mut st = lock(&t.st);
+            if st.stack.next_deadline().is_some_and(|d| d <= now) {
+                st.stack.on_timeout(now);
+            }
+            self.tcp_after(t, &mut st, 0);
+        }
+    }
+
+    /// The machine's `Tcp:` and `TcpExt:` counters as `(name, value)`,
+    /// and what the layer sent.
+    pub fn tcp_counters(&self) -> Option<(Vec<(String, u64)>, TcpTxCounters)> {
+        let t = self.tcp_layer()?;
+        let st = lock(&t.st);
+        let v = (st
+            .stack
+            .mib
+            .iter()
+            .map(|(k, x)| (rxpath_tcp::mib::Tcp::GROUP, k, x)))
+        .chain(
+            st.stack
+                .ext
+                .iter()
+                .map(|(k, x)| (rxpath_tcp::mib::TcpExt::GROUP, k, x)),
+        )
+        .map(|(g, k, x)| (format!("{g}:{k}"), x))
+        .collect();
+        Some((v, st.tx))
+    }
+
+    /// After the machine ran: send what it queued, tell who waits which
+    /// sockets it touched, and move the timer if its deadline moved.
+    fn tcp_after(&self, t: &TcpLayer, st: &mut TcpState, napi: u32) {
+        self.tcp_transmit(st);
+        let st = &mut *st;
+        st.stack.take_touched(&mut st.touched);
+        let next = st.stack.next_deadline();
+        let Some(w) = t.wake.get() else {
+            return;
+        };
+        if !st.touched.is_empty() {
+            w.changed(&st.touched, napi);
+        }
+        if next != st.armed {
+            st.armed = next;
+            w.rearm(next);
+        }
+    }
+
+    /// The machine's packets out as Ethernet frames through the TX port:
+    /// a TSO packet cut as GSO cuts it, each to its neighbour's MAC.
+    fn tcp_transmit(&self, st: &mut TcpState) {
+        let mut frames: Vec<Vec<u8>> = Vec::new();
+        while let Some(t) = st.stack.poll_transmit() {
+            for pkt in pieces(t) {
+                let Some((dst, etype)) = ip_dst(&pkt) else {
+                    continue;
+                };
+                let Some(mac) = self.neighbor(dst) else {
+                    st.tx.no_neighbour += 1;
+                    continue;
+                };
+                let mut f = Vec::with_capacity(14 + pkt.len());
+                f.extend_from_slice(&mac);
+                f.extend_from_slice(&self.cfg.mac);
+                f.extend_from_slice(&etype.to_be_bytes());
+                f.extend_from_slice(&pkt);
+                frames.push(f);
+                if frames.len() == TX_BATCH {
+                    self.tcp_send_frames(st, &mut frames);
+                }
+            }
+        }
+        if !frames.is_empty() {
+            self.tcp_send_frames(st, &mut frames);
+        }
+    }
+
+    fn tcp_send_frames(&self, st: &mut TcpState, frames: &mut Vec<Vec<u8>>) {
+        let refs: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
+        let sent = match lock(&self.tx).as_mut() {
+            Some(port) => port.send(&refs).unwrap_or(0),
+            None => 0,
+        };
+        st.tx.frames_sent += sent as u64;
+        st.tx.tx_busy += (frames.len() - sent.min(frames.len())) as u64;
+        frames.clear();
+    }
+}
+
+/// A transmit as the packets that leave: a TSO packet cut at its MSS.
+fn pieces(t: Transmit) -> Vec<Vec<u8>> {
+    if t.gso_size > 0 {
+        rxpath_tcp::wire::segment(&t.packet, t.gso_size as usize)
+    } else {
+        vec![t.packet]
+    }
+}
+
+/// An IP packet's destination and the ethertype it leaves with.
+fn ip_dst(pkt: &[u8]) -> Option<(IpAddr, u16)> {
+    match pkt.first()? >> 4 {
+        4 if pkt.len() >= 20 => {
+            let a: [u8; 4] = pkt[16..20].try_into().ok()?;
+            Some((IpAddr::from(a), 0x0800))
+        }
+        6 if pkt.len() >= 40 => {
+            let a: [u8; 16] = pkt[24..40].try_into().ok()?;
+            Some((IpAddr::from(a), 0x86dd))
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,428 @@
+//! The waiting half of rxpath's TCP sockets: threads asleep in `accept`,
+//! `read`, `write` and `connect`, busy polling, and the thread that runs
+//! the machine's timers. The machine and every call that never waits are
+//! `rxpath_core::sock`'s TCP layer (over `rxpath_tcp`, sans-I/O).
+//!
+//! ```text
+//!  segment ─▶ core TCP layer ─ TcpWake::changed(ids) ─▶ TcpWaits: each socket's
+//!             (lock, Stack)                              Waiter bumped, its sleepers woken
+//!                            ─ TcpWake::rearm(at)   ─▶ the timer thread sleeps until `at`,
+//!                                                      then Sockets::tcp_timeout
+//! ```
+//!
+//! A call that cannot go on (`EAGAIN`) busy-polls the NAPI the socket's
+//! last segment came from for `busy_poll` µs if on (`sk_busy_loop`), then
+//! sleeps on its [`Waiter`] until the machine touches the socket.
+
+use super::{busy_loop, lock};
+use rxpath_core::sock::{Sockets, TcpWake, BUSY_POLL_BUDGET};
+use rxpath_core::NapiId;
+use rxpath_tcp::{SockId, SockOpt, Stack, State};
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+/// One socket's sleepers: a generation bumped each time the machine
+/// touches the socket, so a sleeper that looked before the bump does not
+/// sleep through it.
+#[derive(Debug, Default)]
+struct Waiter {
+    gen: Mutex<u64>,
+    cv: Condvar,
+    /// The NAPI of the socket's last segment (`sk_napi_id`).
+    napi: AtomicU32,
+}
+
+impl Waiter {
+    fn bump(&self) {
+        *lock(&self.gen) += 1;
+        self.cv.notify_all();
+    }
+
+    fn generation(&self) -> u64 {
+        *lock(&self.gen)
+    }
+
+    /// Sleep until the generation moves past `seen`.
+    fn wait_past(&self, seen: u64) {
+        let mut g = lock(&self.gen);
+        while *g == seen {
+            g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// The timer's deadline and the stop flag, under one lock.
+#[derive(Debug, Default)]
+struct TimerState {
+    at: Option<u64>,
+    stop: bool,
+}
+
+/// A host's TCP waiters and its timer: the [`TcpWake`] the core calls.
+#[derive(Debug, Default)]
+pub struct TcpWaits {
+    waiters: Mutex<HashMap<SockId, Arc<Waiter>>>,
+    timer: Mutex<TimerState>,
+    timer_cv: Condvar,
+}
+
+impl TcpWake for TcpWaits {
+    fn changed(&self, ids: &[SockId], napi: u32) {
+        let w = lock(&self.waiters);
+        for id in ids {
+            if let Some(x) = w.get(id) {
+                if napi != 0 {
+                    x.napi.store(napi, Ordering::Relaxed);
+                }
+                x.bump();
+            }
+        }
+    }
+
+    fn rearm(&self, at: Option<u64>) {
+        lock(&self.timer).at = at;
+        self.timer_cv.notify_one();
+    }
+}
+
+impl TcpWaits {
+    fn waiter(&self, id: SockId) -> Arc<Waiter> {
+        lock(&self.waiters).entry(id).or_default().clone()
+    }
+
+    fn forget(&self, id: SockId) {
+        if let Some(w) = lock(&self.waiters).remove(&id) {
+            w.bump();
+        }
+    }
+
+    /// Start the thread that runs the machine's timers on `socks`
+    /// (`tcp_write_timer`, `tcp_delack_timer`, `tcp_keepalive_timer`):
+    /// it sleeps until the deadline the core last gave, then runs what is
+    /// due. [`Self::stop_timer`] ends it.
+    pub fn start_timer(self: &Arc<Self>, socks: Arc<Sockets>) -> io::Result<JoinHandle<()>> {
+        let me = self.clone();
+        std::thread::Builder::new()
+            .name("rxpath-tcp-timer".into())
+            .spawn(move || me.timer_loop(&socks))
+    }
+
+    /// Stop the timer thread.
+    pub fn stop_timer(&self) {
+        lock(&self.timer).stop = true;
+        self.timer_cv.notify_all();
+    }
+
+    fn timer_loop(&self, socks: &Sockets) {
+        // A deadline the machine leaves in the past after running it would
+        // spin: run it again no sooner than a jiffy (HZ=250) later.
+        const RETRY_NS: u64 = 4_000_000;
+        let mut last_run: Option<(u64, u64)> = None;
+        let mut g = lock(&self.timer);
+        loop {
+            if g.stop {
+                return;
+            }
+            let Some(at) = g.at else {
+                g = self.timer_cv.wait(g).unwrap_or_else(|e| e.into_inner());
+                continue;
+            };
+            let now = rxpath_dev::mono_ns();
+            let due = match last_run {
+                Some((d, ran)) if d == at => ran + RETRY_NS,
+                _ => at,
+            };
+            if now < due {
+                let wait = std::time::Duration::from_nanos(due - now);
+                g = self
+                    .timer_cv
+                    .wait_timeout(g, wait)
+                    .map(|r| r.0)
+                    .unwrap_or_else(|e| e.into_inner().0);
+                continue;
+            }
+            drop(g);
+            last_run = Some((at, now));
+            socks.tcp_timeout(now);
+            g = lock(&self.timer);
+        }
+    }
+}
+
+fn errno(e: i32) -> io::Error {
+    io::Error::from_raw_os_error(e)
+}
+
+/// What sockets on one host share: the socket layer and the waiters.
+#[derive(Debug, Clone)]
+pub(crate) struct TcpHost {
+    pub(crate) socks: Arc<Sockets>,
+    pub(crate) waits: Arc<TcpWaits>,
+}
+
+impl TcpHost {
+    /// A call on the machine, now.
+    fn call<R>(&self, f: impl FnOnce(&mut Stack, u64) -> R) -> io::Result<R> {
+        self.socks
+            .tcp_call(rxpath_dev::mono_ns(), f)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::Unsupported, "this host runs no TCP"))
+    }
+
+    /// Run `f` until it stops saying `EAGAIN` (or `nonblocking`): between
+    /// tries busy-poll the socket's NAPI for `busy_us` µs, then sleep
+    /// until the machine touches the socket.
+    fn until_ready<R>(
+        &self,
+        w: &Waiter,
+        busy_us: u32,
+        nonblocking: bool,
+        mut f: impl FnMut(&mut Stack, u64) -> Result<R, i32>,
+    ) -> io::Result<R> {
+        loop {
+            let seen = w.generation();
+            match self.call(&mut f)? {
+                Err(libc::EAGAIN) if !nonblocking => {}
+                r => return r.map_err(errno),
+            }
+            let napi = w.napi.load(Ordering::Relaxed);
+            if busy_us > 0 && napi != 0 {
+                let ids = [NapiId(napi)];
+                let moved = || w.generation() != seen;
+                busy_loop(&self.socks, &ids, busy_us, BUSY_POLL_BUDGET, &moved);
+                if w.generation() != seen {
+                    continue;
+                }
+            }
+            w.wait_past(seen);
+        }
+    }
+}
+
+/// A listening TCP socket on an rxpath host ([`crate::Host::tcp_listen`]).
+#[derive(Debug)]
+pub struct TcpListener {
+    host: TcpHost,
+    id: SockId,
+    w: Arc<Waiter>,
+    local: SocketAddr,
+    busy_us: AtomicU32,
+}
+
+impl TcpListener {
+    pub(crate) fn listen(host: TcpHost, addr: SocketAddr, backlog: i32) -> io::Result<Self> {
+        let id = host.call(|s, _| s.socket(addr.is_ipv6()))?;
+        let w = host.waits.waiter(id);
+        let r = host.call(|s, _| {
+            s.set_option(id, SockOpt::ReuseAddr, 1, 0)?;
+            s.bind(id, addr)?;
+            s.listen(id, backlog)?;
+            s.addrs(id)
+        })?;
+        let local = match r {
+            Ok((Some(local), _)) => local,
+            Ok((None, _)) => addr,
+            Err(e) => {
+                let _ = host.call(|s, now| s.close(id, now));
+                host.waits.forget(id);
+                return Err(errno(e));
+            }
+        };
+        Ok(TcpListener {
+            busy_us: AtomicU32::new(host.socks.busy_read()),
+            host,
+            id,
+            w,
+            local,
+        })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// `SO_BUSY_POLL` for this socket and the connections it accepts.
+    pub fn set_busy_poll(&self, us: u32) {
+        self.busy_us.store(us, Ordering::Relaxed);
+    }
+
+    /// `accept`: wait for an established connection.
+    pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        let busy = self.busy_us.load(Ordering::Relaxed);
+        let id = self.id;
+        let (child, peer) = self
+            .host
+            .until_ready(&self.w, busy, false, |s, _| s.accept(id))?;
+        let w = self.host.waits.waiter(child);
+        // The connection may have been touched before it had a waiter.
+        w.napi
+            .store(self.w.napi.load(Ordering::Relaxed), Ordering::Relaxed);
+        Ok((
+            TcpStream {
+                host: self.host.clone(),
+                id: child,
+                w,
+                busy_us: AtomicU32::new(busy),
+                nonblocking: AtomicBool::new(false),
+            },
+            peer,
+        ))
+    }
+}
+
+impl Drop for TcpListener {
+    fn drop(&mut self) {
+        let id = self.id;
+        let _ = self.host.call(|s, now| s.close(id, now));
+        self.host.waits.forget(id);
+    }
+}
+
+/// A TCP connection on an rxpath host. Reads and writes may come from
+/// different threads at once. Dropping it closes it (`close`: a FIN after
+/// what was written, as the kernel sends it).
+#[derive(Debug)]
+pub struct TcpStream {
+    host: TcpHost,
+    id: SockId,
+    w: Arc<Waiter>,
+    busy_us: AtomicU32,
+    nonblocking: AtomicBool,
+}
+
+impl TcpStream {
+    pub(crate) fn connect(host: TcpHost, from: SocketAddr, to: SocketAddr) -> io::Result<Self> {
+        let id = host.call(|s, _| s.socket(to.is_ipv6()))?;
+        let w = host.waits.waiter(id);
+        let s = TcpStream {
+            busy_us: AtomicU32::new(host.socks.busy_read()),
+            host,
+            id,
+            w,
+            nonblocking: AtomicBool::new(false),
+        };
+        s.host
+            .call(|st, now| {
+                st.bind(id, from)?;
+                st.connect(id, to, now)
+            })?
+            .map_err(errno)?;
+        // `inet_wait_for_connect`: until the handshake ends either way.
+        s.host
+            .until_ready(&s.w, 0, false, |st, _| match st.state(id) {
+                Ok(State::SynSent | State::SynRecv) => Err(libc::EAGAIN),
+                Ok(_) => match st.take_error(id) {
+                    Ok(Some(e)) => Err(e),
+                    _ => Ok(()),
+                },
+                Err(e) => Err(e),
+            })?;
+        Ok(s)
+    }
+
+    /// `read`: wait for data; `Ok(0)` at the end of the stream.
+    pub fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let id = self.id;
+        let nb = self.nonblocking.load(Ordering::Relaxed);
+        self.host.until_ready(&self.w, self.busy(), nb, |s, now| {
+            s.recv(id, buf, false, now)
+        })
+    }
+
+    /// `write`: wait for room in the send buffer, queue what fits.
+    pub fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        let id = self.id;
+        let nb = self.nonblocking.load(Ordering::Relaxed);
+        self.host
+            .until_ready(&self.w, 0, nb, |s, now| s.send(id, buf, false, false, now))
+    }
+
+    /// Write all of `buf`.
+    pub fn write_all(&self, mut buf: &[u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            let n = self.write(buf)?;
+            buf = &buf[n..];
+        }
+        Ok(())
+    }
+
+    /// `shutdown(SHUT_WR)` (`write`) and/or `SHUT_RD` (`read`).
+    pub fn shutdown(&self, read: bool, write: bool) -> io::Result<()> {
+        let id = self.id;
+        self.host
+            .call(|s, now| s.shutdown(id, read, write, now))?
+            .map_err(errno)
+    }
+
+    /// `TCP_NODELAY`.
+    pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
+        self.set_option(SockOpt::NoDelay, on as i32)
+    }
+
+    /// A socket option by the kernel's name.
+    pub fn set_option(&self, opt: SockOpt, v: i32) -> io::Result<()> {
+        let id = self.id;
+        self.host
+            .call(|s, now| s.set_option(id, opt, v, now))?
+            .map_err(errno)
+    }
+
+    /// `O_NONBLOCK`: reads and writes say `WouldBlock` instead of waiting.
+    pub fn set_nonblocking(&self, on: bool) {
+        self.nonblocking.store(on, Ordering::Relaxed);
+    }
+
+    /// `SO_BUSY_POLL` µs.
+    pub fn set_busy_poll(&self, us: u32) {
+        self.busy_us.store(us, Ordering::Relaxed);
+    }
+
+    fn busy(&self) -> u32 {
+        self.busy_us.load(Ordering::Relaxed)
+    }
+
+    /// Both ends (`getsockname`, `getpeername`).
+    pub fn addrs(&self) -> io::Result<(Option<SocketAddr>, Option<SocketAddr>)> {
+        let id = self.id;
+        self.host.call(|s, _| s.addrs(id))?.map_err(errno)
+    }
+
+    /// `getsockopt(TCP_INFO)`.
+    pub fn tcp_info(&self) -> io::Result<rxpath_tcp::TcpInfo> {
+        let id = self.id;
+        self.host.call(|s, now| s.tcp_info(id, now))?.map_err(errno)
+    }
+
+    /// The connection's state.
+    pub fn state(&self) -> io::Result<State> {
+        let id = self.id;
+        self.host.call(|s, _| s.state(id))?.map_err(errno)
+    }
+}
+
+impl Drop for TcpStream {
+    fn drop(&mut self) {
+        let id = self.id;
+        let _ = self.host.call(|s, now| s.close(id, now));
+        self.host.waits.forget(id);
+    }
+}
+
+impl io::Read for &TcpStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        TcpStream::read(self, buf)
+    }
+}
+
+impl io::Write for &TcpStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        TcpStream::write(self, buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
