@@ -263,6 +263,23 @@ pub struct Topology {
     pub threaded: bool,
 }
 
+impl Topology {
+    /// A one-queue lab named after `tag` and this process (so tests that
+    /// run at once do not meet): namespace `rxp-TAG-ID`, interfaces
+    /// `TAGIDh` and `TAGIDp`, no GRO, no threaded NAPI.
+    pub fn named(tag: &str) -> Topology {
+        let id = std::process::id() % 10_000;
+        Topology {
+            ns: format!("rxp-{tag}-{id}"),
+            host_if: format!("{tag}{id}h"),
+            peer_if: format!("{tag}{id}p"),
+            queues: 1,
+            gro: false,
+            threaded: false,
+        }
+    }
+}
+
 /// The MAC address of `iface` in namespace `ns` (`ip -o link show`).
 pub fn mac_in(ns: &str, iface: &str) -> io::Result<[u8; 6]> {
     let out = sh("ip", &["-n", ns, "-o", "link", "show", "dev", iface])?;

@@ -13,20 +13,12 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
-/// A veth lab named after `tag` (GRO on the host end as `gro` says) and
-/// an AF_XDP host with TCP on its host end that knows the peer's MAC.
+/// A veth lab named after `tag` and an AF_XDP host with TCP on its host
+/// end (rxpath's GRO as `gro` says) that knows the peer's MAC.
 fn tcp_host(tag: &str, gro: bool) -> (LabGuard, Host) {
-    let id = std::process::id() % 10_000;
-    let guard = Topology {
-        ns: format!("rxp-{tag}-{id}"),
-        host_if: format!("{tag}{id}h"),
-        peer_if: format!("{tag}{id}p"),
-        queues: 1,
-        gro: false,
-        threaded: false,
-    }
-    .up_scoped()
-    .expect("netns + veth (iproute2)");
+    let guard = Topology::named(tag)
+        .up_scoped()
+        .expect("netns + veth (iproute2)");
     let t = &guard.0;
     let dev = HostDevice::Xdp {
         iface: t.host_if.clone(),

@@ -18,17 +18,9 @@ const N: usize = 64;
 /// A veth lab named after `tag` and an AF_XDP host on its host end that
 /// knows the peer's MAC: the lab's guard (it removes the lab), the host.
 fn xdp_host(tag: &str) -> (rxpath_runtime::lab::LabGuard, Host) {
-    let id = std::process::id() % 10_000;
-    let guard = Topology {
-        ns: format!("rxp-{tag}-{id}"),
-        host_if: format!("{tag}{id}h"),
-        peer_if: format!("{tag}{id}p"),
-        queues: 1,
-        gro: false,
-        threaded: false,
-    }
-    .up_scoped()
-    .expect("netns + veth (iproute2)");
+    let guard = Topology::named(tag)
+        .up_scoped()
+        .expect("netns + veth (iproute2)");
     let t = &guard.0;
     let dev = HostDevice::Xdp {
         iface: t.host_if.clone(),
