@@ -282,6 +282,7 @@ pub(crate) fn echo_args(iface: &str) -> EchoArgs {
         mode: BackendArg::Xdp,
         bind: std::net::Ipv4Addr::UNSPECIFIED.into(),
         port: PORT,
+        tcp: false,
         queues: Some(1),
         threads: 1,
         napi_threads: 1,

@@ -64,9 +64,15 @@ pub struct EchoArgs {
     /// IPV6_V6ONLY on a socket bound to ::.
     #[arg(long)]
     pub only_v6: bool,
-    /// UDP port (sockperf's default is 11111).
+    /// UDP port (sockperf's default is 11111); with --tcp, the TCP port.
     #[arg(long, default_value_t = 11111)]
     pub port: u16,
+    /// Serve TCP on --port instead of UDP, on rxpath's TCP: each
+    /// connection echoed by a thread of its own (with --sockperf, each
+    /// sockperf message that asks for an answer). AF_XDP, or AF_PACKET
+    /// steered by a port map: the kernel never sees the port's segments.
+    #[arg(long)]
+    pub tcp: bool,
     /// Device queues (one NAPI each); default: the interface's RX queues.
     #[arg(long)]
     pub queues: Option<usize>,
@@ -180,7 +186,10 @@ pub fn sockperf_reply(msg: &mut [u8]) -> bool {
 pub struct EchoServer {
     host: Host,
     filter: Option<crate::filter::Loaded>,
-    sock: UdpSocket,
+    /// The UDP socket (`None` with `--tcp`).
+    sock: Option<UdpSocket>,
+    /// The TCP echo (`--tcp`).
+    tcp: Option<crate::echo_tcp::TcpEcho>,
     stop: Arc<AtomicBool>,
     /// The `--tx-stall` schedule's thread.
     fault: Option<thread::JoinHandle<u64>>,
@@ -212,20 +221,26 @@ pub struct EchoReport {
 /// the device's `gro_flush_timeout` and `napi_defer_hard_irqs`
 /// (interrupt mitigation).
 pub struct EchoKnobs {
-    sock: UdpSocket,
+    sock: Option<UdpSocket>,
     host: rxpath_runtime::ctl::HostKnobs,
 }
 
 impl crate::ctl::Knobs for EchoKnobs {
     fn values(&self) -> Vec<(&'static str, u64)> {
-        let mut v = vec![("busy_poll", self.sock.busy_poll() as u64)];
+        let mut v: Vec<_> = self
+            .sock
+            .iter()
+            .map(|s| ("busy_poll", s.busy_poll() as u64))
+            .collect();
         v.extend(self.host.values());
         v
     }
 
     fn set(&self, name: &str, v: u64) -> Result<(), String> {
         match name {
-            "busy_poll" if v <= 1_000_000 => self.sock.set_busy_poll(v as u32),
+            "busy_poll" if v <= 1_000_000 && self.sock.is_some() => {
+                self.sock.iter().for_each(|s| s.set_busy_poll(v as u32))
+            }
             "busy_poll" => return Err(format!("{v} is out of range")),
             _ => return self.host.set(name, v),
         }
@@ -282,7 +297,14 @@ impl EchoServer {
         } else {
             a.csum
         };
+        cfg.tcp = a.tcp;
         let filter = match a.xdp_take {
+            // TCP: the port the listener takes in the port map.
+            EchoTake::Port if a.tcp => XdpFilter {
+                protocol: Some(6),
+                port_map: true,
+                ..XdpFilter::default()
+            },
             // And UDP fragments, whatever their port (a later fragment
             // carries none): echo has no kernel socket behind its own,
             // so it reassembles them itself.
@@ -297,7 +319,11 @@ impl EchoServer {
                 ..XdpFilter::default()
             },
         };
-        let dev = device(&a.iface, a.mode, filter, a.xdp_busy_poll);
+        let mut dev = device(&a.iface, a.mode, filter, a.xdp_busy_poll);
+        if let (HostDevice::Packet { filter: f, .. }, true) = (&mut dev, a.tcp) {
+            // The kernel must not see (and reset) rxpath's connections.
+            *f = Some(filter);
+        }
         let filter = crate::filter::Loaded::load(&a.filt, &a.iface)?;
         cfg.sock.filter = filter.as_ref().map(|f| f.handle.clone());
         let host = Host::start(cfg, dev)?;
@@ -314,11 +340,27 @@ impl EchoServer {
             }
         };
         let addr = SocketAddr::new(a.bind, a.port);
+        let echoed = Arc::new(AtomicU64::new(0));
+        if a.tcp {
+            let (st, e) = (stop.clone(), echoed.clone());
+            let tcp = crate::echo_tcp::TcpEcho::start(&host, addr, a.busy_poll, a.sockperf, st, e)
+                .context("listening on the echo port")?;
+            return Ok(EchoServer {
+                host,
+                filter,
+                sock: None,
+                tcp: Some(tcp),
+                stop,
+                fault,
+                readers: Vec::new(),
+                echoed,
+                start: Instant::now(),
+            });
+        }
         let sock = host.udp_bind(addr).context("binding the echo socket")?;
         sock.set_busy_poll(a.busy_poll);
         sock.set_only_v6(a.only_v6);
         sock.set_read_timeout(Some(Duration::from_millis(100)));
-        let echoed = Arc::new(AtomicU64::new(0));
         let cpus = match &a.reader_cpus {
             Some(l) => crate::steer::parse_list(l).map_err(anyhow::Error::msg)?,
             None => Vec::new(),
@@ -349,7 +391,8 @@ impl EchoServer {
         Ok(EchoServer {
             host,
             filter,
-            sock,
+            sock: Some(sock),
+            tcp: None,
             stop,
             fault,
             readers,
@@ -367,7 +410,12 @@ impl EchoServer {
 
     /// The backend and address, for a banner.
     pub fn describe(&self) -> String {
-        format!("{} on {}", self.host.backend(), self.sock.local_addr())
+        let at = match (&self.sock, &self.tcp) {
+            (Some(s), _) => format!("UDP {}", s.local_addr()),
+            (None, Some(t)) => format!("TCP {}", t.local_addr()),
+            (None, None) => "nothing".into(),
+        };
+        format!("{} on {at}", self.host.backend())
     }
 
     /// Stop the readers and the host; every frame is counted home.
@@ -382,7 +430,10 @@ impl EchoServer {
             }
         }
         let tx_stalls = self.fault.map_or(0, |h| h.join().unwrap_or(0));
-        let socket = self.sock.counters();
+        if let Some(t) = self.tcp {
+            t.stop();
+        }
+        let socket = self.sock.as_ref().map(|s| s.counters()).unwrap_or_default();
         drop(self.sock);
         let elapsed = self.start.elapsed();
         let host = self.host.shutdown();
@@ -446,6 +497,7 @@ fn print_report(r: &EchoReport, json: bool) {
                 "workers": rep.workers,
                 "tx": rep.tx,
                 "tx_stalls": r.tx_stalls,
+                "tcp": rep.tcp,
             })
         );
     } else {
@@ -468,6 +520,18 @@ fn print_report(r: &EchoReport, json: bool) {
             rep.frames_home,
             rep.frames_total,
         );
+        if let Some(t) = &rep.tcp {
+            println!(
+                "TCP: passive opens {}, segments in {} out {} retransmitted {}, frames sent {}, no neighbour {}, TX busy {}",
+                t.get("Tcp:PassiveOpens"),
+                t.get("Tcp:InSegs"),
+                t.get("Tcp:OutSegs"),
+                t.get("Tcp:RetransSegs"),
+                t.tx.frames_sent,
+                t.tx.no_neighbour,
+                t.tx.tx_busy,
+            );
+        }
         if !rep.tx.is_empty() {
             let c: Vec<String> = rep.tx.iter().map(|(k, v)| format!("{k} {v}")).collect();
             println!("TX ring: {}; stalls injected {}", c.join(", "), r.tx_stalls);

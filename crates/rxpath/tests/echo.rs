@@ -221,6 +221,26 @@ print(i, got)
     );
 }
 
+/// One second of sockperf's ping-pong (64-byte messages, `extra` flags)
+/// to the echo's default port: the messages it got back, and its output.
+fn sockperf_received(lab: &VethLab, extra: &[&str]) -> (f64, String) {
+    let mut cmd = vec!["sockperf", "ping-pong"];
+    cmd.extend_from_slice(extra);
+    cmd.extend_from_slice(&["-i", "198.18.0.2", "-p", "11111", "-t", "1", "-m", "64"]);
+    let out = lab.exec(&cmd).unwrap_or_default();
+    let received = out
+        .find("ReceivedMessages=")
+        .map(|i| &out[i + "ReceivedMessages=".len()..])
+        .map(|r| {
+            r.chars()
+                .take_while(|c| c.is_ascii_digit())
+                .collect::<String>()
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0.0);
+    (received, out)
+}
+
 #[test]
 fn sockperf_ping_pong_is_answered_in_sockperf_mode() {
     let Some(lab) = lab_with(&[Need::Tool("sockperf")]) else {
@@ -233,25 +253,7 @@ fn sockperf_ping_pong_is_answered_in_sockperf_mode() {
     std::thread::sleep(Duration::from_millis(800));
     let mut received = 0.0;
     for _ in 0..3 {
-        let out = lab
-            .exec(&[
-                "sockperf",
-                "ping-pong",
-                "-i",
-                "198.18.0.2",
-                "-p",
-                "11111",
-                "-t",
-                "1",
-                "-m",
-                "64",
-            ])
-            .unwrap_or_default();
-        if let Some(i) = out.find("ReceivedMessages=") {
-            let rest = &out[i + "ReceivedMessages=".len()..];
-            let n: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-            received = n.parse().unwrap_or(0.0);
-        }
+        received = sockperf_received(&lab, &[]).0;
         if received > 0.0 {
             break;
         }
@@ -504,4 +506,69 @@ print(ok)
         "[3000, 8000, 65507]",
         "each whole, byte for byte: {r}"
     );
+}
+
+/// `echo --tcp` on rxpath's TCP: kernel clients (eight connections at
+/// once, 512 KB each) read back every byte they wrote, then sockperf's
+/// TCP ping-pong is answered in sockperf mode. The kernel on rxpath's end
+/// never sees a segment (it would reset the connections).
+#[test]
+fn tcp_clients_are_echoed_over_rxpaths_tcp() {
+    let Some(lab) = lab_with(&[Need::Tool("sockperf")]) else {
+        return;
+    };
+    let child = echo(&lab, &["--tcp", "--port", "7100", "--duration", "5"]);
+    std::thread::sleep(Duration::from_millis(800));
+    let script = r#"
+import socket, threading, hashlib
+bad = []
+def run(i):
+    data = hashlib.sha256(str(i).encode()).digest() * (512 * 1024 // 32)
+    c = socket.create_connection(('198.18.0.2', 7100), timeout=10)
+    def w():
+        c.sendall(data)
+        c.shutdown(socket.SHUT_WR)
+    t = threading.Thread(target=w)
+    t.start()
+    back = bytearray()
+    while True:
+        d = c.recv(65536)
+        if not d:
+            break
+        back += d
+    t.join()
+    if bytes(back) != data:
+        bad.append((i, len(back)))
+ts = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print('bad', bad)
+"#;
+    let out = lab.exec(&["python3", "-c", script]);
+    assert!(
+        out.as_ref().is_ok_and(|o| o.contains("bad []")),
+        "clients: {out:?}"
+    );
+    let v = report(child);
+    assert_eq!(v["tcp"]["mib"]["Tcp:PassiveOpens"], 8, "{v}");
+    assert!(v["tcp"]["mib"]["Tcp:InErrs"].is_null(), "{v}");
+    assert_eq!(v["tcp"]["tx"]["no_neighbour"], 0, "{v}");
+
+    let child = echo(
+        &lab,
+        &[
+            "--tcp",
+            "--sockperf",
+            "--busy-poll",
+            "50",
+            "--duration",
+            "4",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    let (received, out) = sockperf_received(&lab, &["--tcp"]);
+    assert!(received > 100.0, "sockperf got answers: {received}: {out}");
+    let v = report(child);
+    assert!(v["echoed"].as_u64().unwrap() as f64 >= received, "{v}");
+    assert!(v["sock"]["busy_poll_packets"].as_u64().unwrap() > 0, "{v}");
 }

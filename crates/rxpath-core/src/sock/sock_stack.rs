@@ -310,8 +310,12 @@ impl Stack for SockStack {
         for f in pkt.frags.iter() {
             buf.extend_from_slice(ctx.frag_data(f));
         }
-        self.host
-            .tcp_input(&buf, seg.verified, ctx.now_ns, pkt.meta.napi_id.0);
+        let hash = match pkt.meta.rxhash {
+            0 => rxpath_wire::hash::flow_hash(&pkt.meta.headers.flow),
+            h => h,
+        };
+        let from = (pkt.meta.napi_id.0, hash);
+        self.host.tcp_input(&buf, seg.verified, ctx.now_ns, from);
         self.tcp_buf = buf;
         ctx.deliver(pkt);
     }

@@ -30,8 +30,10 @@ pub trait TcpWake: Send + Sync + std::fmt::Debug {
     /// Sockets whose readiness a segment or a timer may have changed (the
     /// kernel's `sk_data_ready`, `sk_write_space`, `sk_state_change`);
     /// `napi`: the NAPI the segment came from (0 for a timer or a call),
-    /// the one a busy-polling reader of these sockets polls.
-    fn changed(&self, ids: &[SockId], napi: u32);
+    /// the one a busy-polling reader of these sockets polls; `rxhash`: its
+    /// flow hash (`sk_rxhash`, which a reader records in the RFS table;
+    /// 0 for a timer or a call).
+    fn changed(&self, ids: &[SockId], napi: u32, rxhash: u32);
     /// The machine's earliest timer deadline changed to `at` (ns on the
     /// clock the layer is given; `None`: no timer).
     fn rearm(&self, at: Option<u64>);
@@ -105,11 +107,12 @@ impl Sockets {
 
     /// A segment from IP input (`tcp_v4_rcv`): the IP packet, its checksum
     /// settled or not, the time and the NAPI it came from.
-    pub(crate) fn tcp_input(&self, pkt: &[u8], verified: bool, now: u64, napi: u32) {
+    /// `from`: the segment's NAPI and flow hash.
+    pub(crate) fn tcp_input(&self, pkt: &[u8], verified: bool, now: u64, from: (u32, u32)) {
         if let Some(t) = self.tcp_layer() {
             let mut st = lock(&t.st);
             st.stack.input_checked(pkt, verified, now);
-            self.tcp_after(t, &mut st, napi);
+            self.tcp_after(t, &mut st, from);
         }
     }
 
@@ -120,7 +123,7 @@ impl Sockets {
         let t = self.tcp_layer()?;
         let mut st = lock(&t.st);
         let r = f(&mut st.stack, now);
-        self.tcp_after(t, &mut st, 0);
+        self.tcp_after(t, &mut st, (0, 0));
         Some(r)
     }
 
@@ -132,7 +135,7 @@ impl Sockets {
             if st.stack.next_deadline().is_some_and(|d| d <= now) {
                 st.stack.on_timeout(now);
             }
-            self.tcp_after(t, &mut st, 0);
+            self.tcp_after(t, &mut st, (0, 0));
         }
     }
 
@@ -159,7 +162,7 @@ impl Sockets {
 
     /// After the machine ran: send what it queued, tell who waits which
     /// sockets it touched, and move the timer if its deadline moved.
-    fn tcp_after(&self, t: &TcpLayer, st: &mut TcpState, napi: u32) {
+    fn tcp_after(&self, t: &TcpLayer, st: &mut TcpState, (napi, rxhash): (u32, u32)) {
         self.tcp_transmit(st);
         let st = &mut *st;
         st.stack.take_touched(&mut st.touched);
@@ -168,7 +171,7 @@ impl Sockets {
             return;
         };
         if !st.touched.is_empty() {
-            w.changed(&st.touched, napi);
+            w.changed(&st.touched, napi, rxhash);
         }
         if next != st.armed {
             st.armed = next;

@@ -118,6 +118,11 @@ impl KernelPortGuard {
         let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
         if addr.is_ipv6() {
             sock.set_only_v6(false)?;
+            sock.set_freebind_ipv6(true)?;
+        } else {
+            // An address the interface has but the kernel's routing does
+            // not call local (a lab that routes it out) is held too.
+            sock.set_freebind(true)?;
         }
         sock.bind(&addr.into())?;
         Ok(KernelPortGuard { sock: sock.into() })

@@ -166,7 +166,7 @@ impl Default for HostConfig {
 }
 
 mod report;
-pub use report::{HostQueue, HostReport};
+pub use report::{HostQueue, HostReport, TcpReport};
 
 type Finish =
     Box<dyn FnOnce(Vec<Box<dyn Any + Send>>, Option<SimPort>) -> (usize, usize) + Send + Sync>;

@@ -40,6 +40,25 @@ pub struct HostReport {
     /// NIC's: `sim_tx_sent`, `sim_tx_completed`, `sim_tx_busy`,
     /// `sim_tx_wire_bytes`).
     pub tx: std::collections::BTreeMap<&'static str, u64>,
+    /// rxpath's TCP, if the host ran it: the `Tcp:` and `TcpExt:`
+    /// counters by the kernel's names, and what its layer sent.
+    pub tcp: Option<TcpReport>,
+}
+
+/// What a host's TCP did.
+#[derive(Debug, Clone, Serialize)]
+pub struct TcpReport {
+    /// `Tcp:` and `TcpExt:` counters that are not 0, `Group:Name`.
+    pub mib: std::collections::BTreeMap<String, u64>,
+    /// Frames sent, and packets not sent (no neighbour, TX port full).
+    pub tx: rxpath_core::sock::TcpTxCounters,
+}
+
+impl TcpReport {
+    /// The counter `name` (`Tcp:OutSegs`), 0 if it never counted.
+    pub fn get(&self, name: &str) -> u64 {
+        self.mib.get(name).copied().unwrap_or(0)
+    }
 }
 
 impl HostReport {

@@ -31,6 +31,13 @@ impl Host {
             let _ = h.join();
         }
         self.stop_napi_threads();
+        let tcp = self
+            .sockets
+            .tcp_counters()
+            .map(|(mib, tx)| super::TcpReport {
+                mib: mib.into_iter().filter(|(_, v)| *v != 0).collect(),
+                tx,
+            });
         self.sockets.close_all();
         // The TX port gives its frames back to the queue they came from
         // (AF_XDP), or counts its own (the simulated NIC's TX ring).
@@ -105,6 +112,7 @@ impl Host {
             frames_home,
             workers,
             tx,
+            tcp,
         }
     }
 

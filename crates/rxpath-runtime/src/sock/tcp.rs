@@ -34,6 +34,8 @@ struct Waiter {
     cv: Condvar,
     /// The NAPI of the socket's last segment (`sk_napi_id`).
     napi: AtomicU32,
+    /// The flow hash of its last segment (`sk_rxhash`).
+    rxhash: AtomicU32,
 }
 
 impl Waiter {
@@ -71,12 +73,15 @@ pub struct TcpWaits {
 }
 
 impl TcpWake for TcpWaits {
-    fn changed(&self, ids: &[SockId], napi: u32) {
+    fn changed(&self, ids: &[SockId], napi: u32, rxhash: u32) {
         let w = lock(&self.waiters);
         for id in ids {
             if let Some(x) = w.get(id) {
                 if napi != 0 {
                     x.napi.store(napi, Ordering::Relaxed);
+                }
+                if rxhash != 0 && x.rxhash.load(Ordering::Relaxed) != rxhash {
+                    x.rxhash.store(rxhash, Ordering::Relaxed);
                 }
                 x.bump();
             }
@@ -210,6 +215,7 @@ pub struct TcpListener {
     w: Arc<Waiter>,
     local: SocketAddr,
     busy_us: AtomicU32,
+    closed: AtomicBool,
 }
 
 impl TcpListener {
@@ -237,6 +243,7 @@ impl TcpListener {
             id,
             w,
             local,
+            closed: AtomicBool::new(false),
         })
     }
 
@@ -274,11 +281,22 @@ impl TcpListener {
     }
 }
 
+impl TcpListener {
+    /// `close`: stop listening (connections not yet accepted are reset,
+    /// as the kernel's `inet_csk_listen_stop` does); a thread in
+    /// [`Self::accept`] returns an error. Dropping closes too.
+    pub fn close(&self) {
+        if !self.closed.swap(true, Ordering::AcqRel) {
+            let id = self.id;
+            let _ = self.host.call(|s, now| s.close(id, now));
+            self.host.waits.forget(id);
+        }
+    }
+}
+
 impl Drop for TcpListener {
     fn drop(&mut self) {
-        let id = self.id;
-        let _ = self.host.call(|s, now| s.close(id, now));
-        self.host.waits.forget(id);
+        self.close();
     }
 }
 
