@@ -275,7 +275,7 @@ fn ping_pong(
         return Ok((None, None));
     }
     let before = cpu_secs(r.peer.id());
-    let m = client(t, a.duration.as_secs().max(1), a.size, ccpu, false, None)?.map(|m| m.0);
+    let m = client(t, a.duration.as_secs().max(1), a.size, ccpu, false, &[])?.map(|m| m.0);
     let used = cpu_secs(r.peer.id()) - before;
     stop(r)?;
     let cpu = m

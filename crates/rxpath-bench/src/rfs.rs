@@ -502,14 +502,16 @@ fn measure(a: &RfsBenchArgs, lab: &Lab, ports: &[u16]) -> Result<Measured> {
 fn measure_one(a: &RfsBenchArgs, lab: &Lab, s: Server, port: u16) -> Result<(Cell, Vec<f64>)> {
     let t = lab.t;
     let r = start(s, t, lab.knobs, lab.reader, lab.ncpu)?;
-    let m = if ready(t, a.size, Some(port))? {
+    let port = port.to_string();
+    let from = ["--client_port", port.as_str()];
+    let m = if ready(t, a.size, &from)? {
         client(
             t,
             a.duration.as_secs().max(1),
             a.size,
             Some(lab.client_cpu),
             true,
-            Some(port),
+            &from,
         )?
     } else {
         None

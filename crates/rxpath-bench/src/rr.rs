@@ -4,6 +4,9 @@
 //! the kernel's UDP socket (`sockperf server`, plain and with
 //! `net.core.busy_read`/`busy_poll`). One run, the same message size,
 //! rounds interleaved; medians of each configuration are compared.
+//! `--tcp` runs the same over TCP (seed 000's `TCP_RR`): sockperf's TCP
+//! ping-pong against `rxpath echo --tcp` on rxpath's TCP and the kernel's
+//! `sockperf server --tcp`.
 
 use crate::figure::{self, finite, in_turn, ratio_cell};
 use crate::harness::median;
@@ -39,6 +42,11 @@ pub struct RrArgs {
     /// exec, exec-busy, kernel, kernel-busy); the kernel is always run, as the reference.
     #[arg(long, value_delimiter = ',')]
     pub servers: Vec<String>,
+    /// TCP round trips (seed 000's TCP_RR): sockperf --tcp, rxpath's
+    /// servers on rxpath's TCP (`echo --tcp`), the kernel's on its own.
+    /// The exec rows are not measured: the preload serves no TCP yet.
+    #[arg(long)]
+    pub tcp: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,8 +102,8 @@ impl Server {
             Server::RxpathPacket => "rxpath echo --mode packet, busy poll",
             Server::ExecSleep => "sockperf server, rxpath exec",
             Server::ExecBusy => "sockperf server, rxpath exec, busy poll",
-            Server::Kernel => "kernel UDP (sockperf server)",
-            Server::KernelBusy => "kernel UDP, busy_read/busy_poll",
+            Server::Kernel => "kernel socket (sockperf server)",
+            Server::KernelBusy => "kernel socket, busy_read/busy_poll",
         }
     }
 }
@@ -224,6 +232,9 @@ fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Runn
                 None => Command::new("sockperf"),
             };
             cmd.args(["server", "-i", HOST_ADDR, "-p", &PORT.to_string()]);
+            if a.tcp {
+                cmd.arg("--tcp");
+            }
             Ok(Running::Kernel(crate::harness::Peer::spawn(
                 "sockperf server",
                 cmd,
@@ -238,6 +249,7 @@ fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Runn
                 _ => (0, 0, 0),
             };
             let args = EchoArgs {
+                tcp: a.tcp,
                 busy_poll: busy,
                 prefer_busy_poll: prefer,
                 xdp_busy_poll: xsk,
@@ -378,7 +390,8 @@ fn serve_one(
     (client_cpu, server_cpu): (Option<usize>, Option<usize>),
     samples: bool,
 ) -> Result<Option<(Measure, Vec<f64>)>> {
-    if !ready(t, a.size, None)? {
+    let extra: &[&str] = if a.tcp { &["--tcp"] } else { &[] };
+    if !ready(t, a.size, extra)? {
         return Ok(None);
     }
     let before = server_cpu.and_then(cpu_jiffies);
@@ -388,7 +401,7 @@ fn serve_one(
         a.size,
         client_cpu,
         samples,
-        None,
+        extra,
     )?;
     let after = server_cpu.and_then(cpu_jiffies);
     Ok(m.map(|(mut m, rtts)| {
@@ -475,8 +488,9 @@ pub fn rr(a: RrArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     // checksums are trusted as the kernel trusts them (`--csum auto`).
     let (client_cpu, server_cpu) = crate::harness::client_server_cpus();
     println!(
-        "rxpath bench rr: sockperf ping-pong, {}-byte UDP, {}s per run, {} round(s); veth {} <- {} (netns {}); client on CPU {}, server on CPU {}; busy poll {} µs, prefer {} ns",
+        "rxpath bench rr: sockperf ping-pong, {}-byte {}, {}s per run, {} round(s); veth {} <- {} (netns {}); client on CPU {}, server on CPU {}; busy poll {} µs, prefer {} ns",
         a.size,
+        proto(&a),
         a.duration.as_secs(),
         a.rounds,
         t.host_if,
@@ -495,7 +509,12 @@ pub fn rr(a: RrArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     }
     // The exec rows run this binary's preload library; without it they
     // are said not measured, and the rest runs.
-    let preload = rxpath_cli::exec::find_preload();
+    let preload = match a.tcp {
+        true => Err(anyhow::anyhow!(
+            "rxpath exec serves no TCP yet (the preload leaves TCP to the kernel)"
+        )),
+        false => rxpath_cli::exec::find_preload().map_err(anyhow::Error::from),
+    };
     if let Err(e) = &preload {
         for s in [Server::ExecSleep, Server::ExecBusy] {
             if a.servers.is_empty() || a.servers.iter().any(|k| k == s.key()) {
@@ -560,6 +579,15 @@ pub fn rr(a: RrArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The transport the run measures.
+fn proto(a: &RrArgs) -> &'static str {
+    if a.tcp {
+        "TCP"
+    } else {
+        "UDP"
+    }
+}
+
 /// The report of `bench rr`: every round of every server, the latency
 /// CDFs, and the server's CPU per round trip.
 fn report(
@@ -582,6 +610,7 @@ fn report(
         .filter(|(_, s)| chosen(*s))
         .collect();
     let j = serde_json::json!({
+        "protocol": proto(a),
         "size": a.size, "duration_s": a.duration.as_secs(), "rounds": a.rounds,
         "busy_poll_us": a.busy_poll, "prefer_ns": a.prefer_ns,
         "servers": servers.iter().map(|&(i, s)| serde_json::json!({
@@ -593,7 +622,8 @@ fn report(
             "samples": rtts[i].len(),
         })).collect::<Vec<_>>(),
     });
-    rep.json("rr", &j)?;
+    let name = |n: &str| if a.tcp { format!("{n}-tcp") } else { n.to_string() };
+    rep.json(&name("rr"), &j)?;
     let cdfs: Vec<(String, Vec<f64>)> = servers
         .iter()
         .filter(|(i, _)| !rtts[*i].is_empty())
@@ -601,10 +631,11 @@ fn report(
         .collect();
     if !cdfs.is_empty() {
         rep.cdf(
-            "rr-latency-cdf",
+            &name("rr-latency-cdf"),
             &format!(
-                "sockperf ping-pong, {}-byte UDP: round-trip time, every round",
-                a.size
+                "sockperf ping-pong, {}-byte {}: round-trip time, every round",
+                a.size,
+                proto(a)
             ),
             "round-trip time, µs (log scale)",
             &cdfs,
@@ -623,13 +654,13 @@ fn report(
             .collect()
     };
     rep.bars(
-        "rr-round-trips",
+        &name("rr-round-trips"),
         "Round trips per second per server (median, range of rounds)",
         "thousand round trips per second",
         &per(&|m| Some(m.rt_per_s / 1e3)),
     )?;
     rep.bars(
-        "rr-server-cpu",
+        &name("rr-server-cpu"),
         "Server CPU per round trip (its core, user + system + softirq)",
         "µs of the server's core per round trip (median, range)",
         &per(&cpu_us),

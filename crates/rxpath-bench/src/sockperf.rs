@@ -74,14 +74,15 @@ fn parse_sockperf(out: &str) -> Option<Measure> {
 
 /// One sockperf client run; with `samples`, every round trip's time too
 /// (sockperf's `--full-log`, in µs), for the latency CDFs of a report.
-/// `from_port` fixes the client's source port (and so the flow's hash).
+/// `extra`: more of sockperf's flags (`--client_port N` fixes the
+/// client's source port, and so the flow's hash; `--tcp`).
 pub(crate) fn client(
     t: &Topology,
     secs: u64,
     size: usize,
     cpu: Option<usize>,
     samples: bool,
-    from_port: Option<u16>,
+    extra: &[&str],
 ) -> Result<Option<(Measure, Vec<f64>)>> {
     let log = std::env::temp_dir().join(format!("rxpath-rr-{}.csv", std::process::id()));
     let mut cmd = Command::new("ip");
@@ -104,9 +105,7 @@ pub(crate) fn client(
         &size.to_string(),
         "--full-rtt",
     ]);
-    if let Some(p) = from_port {
-        cmd.args(["--client_port", &p.to_string()]);
-    }
+    cmd.args(extra);
     if samples {
         cmd.arg("--full-log").arg(&log);
     }
@@ -173,12 +172,10 @@ pub(crate) fn probe_run(t: &Topology, size: usize) -> Command {
 /// Wait until the server answers (an XDP attach or a fresh ARP entry takes
 /// a moment), with short client runs: any answer counts (a 1-second run
 /// can end with no observations sockperf calls valid).
-pub(crate) fn ready(t: &Topology, size: usize, from_port: Option<u16>) -> Result<bool> {
+pub(crate) fn ready(t: &Topology, size: usize, extra: &[&str]) -> Result<bool> {
     for _ in 0..8 {
         let mut cmd = probe_run(t, size);
-        if let Some(p) = from_port {
-            cmd.args(["--client_port", &p.to_string()]);
-        }
+        cmd.args(extra);
         let out = cmd.output().context("running the sockperf client")?;
         let text = strip_ansi(&String::from_utf8_lossy(&out.stdout));
         if field(&text, "ReceivedMessages").is_some_and(|n| n > 0.0) {

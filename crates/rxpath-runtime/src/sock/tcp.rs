@@ -30,7 +30,7 @@ use std::thread::JoinHandle;
 /// sleep through it.
 #[derive(Debug, Default)]
 struct Waiter {
-    gen: Mutex<u64>,
+    gen: Mutex<Gen>,
     cv: Condvar,
     /// The NAPI of the socket's last segment (`sk_napi_id`).
     napi: AtomicU32,
@@ -38,22 +38,35 @@ struct Waiter {
     rxhash: AtomicU32,
 }
 
+/// A waiter's generation and how many threads sleep on it (a bump with
+/// no sleeper makes no system call).
+#[derive(Debug, Default)]
+struct Gen {
+    n: u64,
+    sleepers: u32,
+}
+
 impl Waiter {
     fn bump(&self) {
-        *lock(&self.gen) += 1;
-        self.cv.notify_all();
+        let mut g = lock(&self.gen);
+        g.n += 1;
+        if g.sleepers > 0 {
+            self.cv.notify_all();
+        }
     }
 
     fn generation(&self) -> u64 {
-        *lock(&self.gen)
+        lock(&self.gen).n
     }
 
     /// Sleep until the generation moves past `seen`.
     fn wait_past(&self, seen: u64) {
         let mut g = lock(&self.gen);
-        while *g == seen {
+        g.sleepers += 1;
+        while g.n == seen {
             g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
         }
+        g.sleepers -= 1;
     }
 }
 
@@ -89,8 +102,19 @@ impl TcpWake for TcpWaits {
     }
 
     fn rearm(&self, at: Option<u64>) {
-        lock(&self.timer).at = at;
-        self.timer_cv.notify_one();
+        let mut g = lock(&self.timer);
+        let sooner = match (at, g.at) {
+            (Some(new), Some(old)) => new < old,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        g.at = at;
+        // A later deadline (or none) needs no wakeup: the thread wakes at
+        // the one it sleeps toward, finds it moved and sleeps on (a timer
+        // moved on each segment, the delayed ACK's, costs no switch).
+        if sooner {
+            self.timer_cv.notify_one();
+        }
     }
 }
 
