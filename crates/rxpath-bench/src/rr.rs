@@ -622,7 +622,13 @@ fn report(
             "samples": rtts[i].len(),
         })).collect::<Vec<_>>(),
     });
-    let name = |n: &str| if a.tcp { format!("{n}-tcp") } else { n.to_string() };
+    let name = |n: &str| {
+        if a.tcp {
+            format!("{n}-tcp")
+        } else {
+            n.to_string()
+        }
+    };
     rep.json(&name("rr"), &j)?;
     let cdfs: Vec<(String, Vec<f64>)> = servers
         .iter()

@@ -70,6 +70,12 @@ impl Waiter {
     }
 }
 
+/// The longest the timer thread sleeps while any timer runs: a jiffy at
+/// the kernel's HZ=250. A deadline that comes sooner than the one the
+/// thread sleeps toward is run at its next look, up to this late, as the
+/// kernel's timer wheel runs timers on jiffies.
+const TIMER_TICK_NS: u64 = 4_000_000;
+
 /// The timer's deadline and the stop flag, under one lock.
 #[derive(Debug, Default)]
 struct TimerState {
@@ -103,16 +109,13 @@ impl TcpWake for TcpWaits {
 
     fn rearm(&self, at: Option<u64>) {
         let mut g = lock(&self.timer);
-        let sooner = match (at, g.at) {
-            (Some(new), Some(old)) => new < old,
-            (Some(_), None) => true,
-            (None, _) => false,
-        };
+        let was_idle = g.at.is_none();
         g.at = at;
-        // A later deadline (or none) needs no wakeup: the thread wakes at
-        // the one it sleeps toward, finds it moved and sleeps on (a timer
-        // moved on each segment, the delayed ACK's, costs no switch).
-        if sooner {
+        // While any timer runs the thread looks at least once a jiffy
+        // (`TIMER_TICK_NS`), so a deadline that moves (the delayed ACK's
+        // and the RTO's, on every segment) costs no wakeup; only a thread
+        // asleep with no timer at all must be told.
+        if was_idle && at.is_some() {
             self.timer_cv.notify_one();
         }
     }
@@ -148,8 +151,8 @@ impl TcpWaits {
 
     fn timer_loop(&self, socks: &Sockets) {
         // A deadline the machine leaves in the past after running it would
-        // spin: run it again no sooner than a jiffy (HZ=250) later.
-        const RETRY_NS: u64 = 4_000_000;
+        // spin: run it again no sooner than a jiffy later.
+        const RETRY_NS: u64 = TIMER_TICK_NS;
         let mut last_run: Option<(u64, u64)> = None;
         let mut g = lock(&self.timer);
         loop {
@@ -166,7 +169,7 @@ impl TcpWaits {
                 _ => at,
             };
             if now < due {
-                let wait = std::time::Duration::from_nanos(due - now);
+                let wait = std::time::Duration::from_nanos((due - now).min(TIMER_TICK_NS));
                 g = self
                     .timer_cv
                     .wait_timeout(g, wait)
