@@ -513,7 +513,7 @@ pub fn rr(a: RrArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         true => Err(anyhow::anyhow!(
             "rxpath exec serves no TCP yet (the preload leaves TCP to the kernel)"
         )),
-        false => rxpath_cli::exec::find_preload().map_err(anyhow::Error::from),
+        false => rxpath_cli::exec::find_preload(),
     };
     if let Err(e) = &preload {
         for s in [Server::ExecSleep, Server::ExecBusy] {
