@@ -98,6 +98,22 @@ pub(crate) fn peer_not_measured(peer: &str, why: &str) {
 /// The median of the measured values (the mean of the middle two for an
 /// even count); NaN, which every printer shows as "not measured", when
 /// there is none. NaN and infinite samples are left out.
+/// The median over rounds of `f` of configuration `i` (`results[round][i]`:
+/// `None` where it was not run or failed).
+pub(crate) fn column_median<M: Copy>(
+    results: &[Vec<Option<M>>],
+    i: usize,
+    f: impl Fn(&M) -> f64,
+) -> f64 {
+    median(
+        results
+            .iter()
+            .filter_map(|row| row[i])
+            .map(|m| f(&m))
+            .collect(),
+    )
+}
+
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.retain(|x| x.is_finite());
     v.sort_by(|a, b| a.total_cmp(b));

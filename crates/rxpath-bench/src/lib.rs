@@ -23,6 +23,7 @@ mod rr;
 mod rxdrop;
 mod sockperf;
 mod steer;
+mod tcp;
 
 pub use apps::AppsArgs;
 pub use dns::DnsArgs;
@@ -35,6 +36,7 @@ pub use rfs::RfsBenchArgs;
 pub use rr::RrArgs;
 pub use rxdrop::RxdropArgs;
 pub use steer::SteerBenchArgs;
+pub use tcp::TcpBenchArgs;
 
 /// `rxpath bench [--require-peers] KIND ...`.
 #[derive(Debug, clap::Args)]
@@ -101,6 +103,11 @@ pub enum BenchCmd {
     /// datagrams cut into fragments, replayed from memory into one queue;
     /// datagrams reassembled per second on one core.
     Reasm(ReasmArgs),
+    /// Seed 004's TCP experiment on rxpath's TCP (root): one bulk TCP flow
+    /// from the kernel into a reader that discards, rxpath's TCP with
+    /// gro_flush_timeout 0 vs N ns beside the kernel's socket; ACKs/s,
+    /// Gbit/s, receiver CPU. (Seed 000's TCP round trips: rr --tcp.)
+    Tcp(TcpBenchArgs),
 }
 
 /// Run the bench `a` names.
@@ -118,6 +125,7 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
         BenchCmd::Apps(_) => "apps",
         BenchCmd::Dns(_) => "dns",
         BenchCmd::Reasm(_) => "reasm",
+        BenchCmd::Tcp(_) => "tcp",
     };
     let mut rep = plot::ReportDir::open(a.report.as_deref(), name)?;
     let code = match a.cmd {
@@ -132,6 +140,7 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
         BenchCmd::Apps(a) => apps::apps(a, &mut rep),
         BenchCmd::Dns(a) => dns::dns(a, &mut rep),
         BenchCmd::Reasm(a) => reasm::reasm(a, &mut rep),
+        BenchCmd::Tcp(a) => tcp::tcp(a, &mut rep),
     }?;
     let missing = harness::take_unmeasured();
     if let Some(r) = rep {

@@ -446,15 +446,7 @@ fn print_table(results: &[Vec<Option<Measure>>], chosen: &dyn Fn(Server) -> bool
             crate::harness::peer_not_measured(s.name(), "no answer in any round");
             continue;
         }
-        let col = |f: fn(&Measure) -> f64| {
-            median(
-                results
-                    .iter()
-                    .filter_map(|row| row[i])
-                    .map(|m| f(&m))
-                    .collect(),
-            )
-        };
+        let col = |f: fn(&Measure) -> f64| crate::harness::column_median(results, i, f);
         println!(
             "{:40} {:>12.0} {:>9.2} {:>9.2} {:>13} {:>10} {:>13}",
             s.name(),

@@ -4,7 +4,6 @@
 //! TCP port, so the kernel on this end never sees one), go through GRO and
 //! IP input to the host's TCP machine, and leave through the TX ring.
 
-use rxpath_dev::sys::xdp::XdpFilter;
 use rxpath_os::sched;
 use rxpath_runtime::lab::{mac_in, LabGuard, Topology, HOST_ADDR, PEER_ADDR};
 use rxpath_runtime::{Host, HostConfig, HostDevice, HostReport};
@@ -20,16 +19,7 @@ fn tcp_host(tag: &str, gro: bool) -> (LabGuard, Host) {
         .up_scoped()
         .expect("netns + veth (iproute2)");
     let t = &guard.0;
-    let dev = HostDevice::Xdp {
-        iface: t.host_if.clone(),
-        filter: XdpFilter {
-            protocol: Some(6),
-            port_map: true,
-            ..XdpFilter::default()
-        },
-        fallback: false,
-        xsk_busy_poll_us: 0,
-    };
+    let dev = HostDevice::xdp_ports(&t.host_if, 6);
     let cfg = HostConfig {
         tcp: true,
         gro,

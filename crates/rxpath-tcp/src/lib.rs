@@ -13,8 +13,9 @@
 //!
 //! Not yet here (said in the README and the guide's TCP page): SYN
 //! cookies, urgent data, TCP Fast Open, ECN, pacing, the receive window's
-//! autotuning, `SO_LINGER` timeouts. Nothing on the path uses the machine
-//! yet: `rxpath-drill` drives it for packetdrill.
+//! autotuning, `SO_LINGER` timeouts. On the path `rxpath-core`'s socket
+//! layer drives it (a host with TCP); `rxpath-drill` drives it for
+//! packetdrill.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -584,9 +584,11 @@ impl Stack {
             return Err(libc::EAGAIN);
         }
         let n = buf.len().min(c.rcvq.len());
-        for (d, s) in buf.iter_mut().zip(c.rcvq.iter()) {
-            *d = *s;
-        }
+        // The queue's two halves, copied whole (no byte-at-a-time walk).
+        let (a, b) = c.rcvq.as_slices();
+        let k = a.len().min(n);
+        buf[..k].copy_from_slice(&a[..k]);
+        buf[k..n].copy_from_slice(&b[..n - k]);
         if !peek {
             c.rcvq.drain(..n);
             // `tcp_cleanup_rbuf`: announce a window that at least doubled.

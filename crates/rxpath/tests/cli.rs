@@ -1408,3 +1408,44 @@ fn exec_says_a_setuid_program_is_not_reached() {
     assert!(err.contains("is setuid"), "{err}");
     assert!(err.contains("stay the kernel's"), "{err}");
 }
+
+/// `rxpath bench tcp`, short (root: a veth lab, XDP): every receiver of
+/// seed 004's experiment measured in its round, a bulk flow's data and
+/// the ACKs it drew counted, the ratios in the JSON.
+#[test]
+fn bench_tcp_measures_every_receiver() {
+    if !rxpath_testkit::can_run(&[rxpath_testkit::Need::Root]) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("rxpath-btcp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = rxpath(&[
+        "bench",
+        "--report",
+        dir.to_str().unwrap(),
+        "tcp",
+        "--duration",
+        "1s",
+        "--rounds",
+        "1",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(report_file(&dir, "tcp", "json")).unwrap())
+            .unwrap();
+    let receivers = j["receivers"].as_array().expect("receivers");
+    assert_eq!(receivers.len(), 4, "{j}");
+    for r in receivers {
+        let m = &r["rounds"][0];
+        assert!(m["gbit_s"].as_f64().unwrap_or(0.0) > 0.0, "{r}");
+        assert!(m["acks_s"].as_f64().unwrap_or(0.0) > 0.0, "{r}");
+    }
+    assert!(j["acks_ratio_rxpath"].as_f64().is_some(), "{j}");
+    assert!(j["acks_ratio_kernel"].as_f64().is_some(), "{j}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

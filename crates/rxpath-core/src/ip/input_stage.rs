@@ -6,7 +6,9 @@
 //!   UDP input ([`super::input_chain`]), once for a UDP GRO packet, as the
 //!   kernel's `ip_rcv` runs once per GRO skb; the end gets the checked
 //!   [`Datagram`](crate::packet::Datagram) ([`Stack::receive_udp`]) and hears of every refusal
-//!   ([`Stack::refused`]). Other chains (TCP) are the kernel's.
+//!   ([`Stack::refused`]). With `IpConfig::tcp` a TCP segment (or TCP
+//!   GRO packet) goes on by [`Stack::receive_tcp`]; otherwise other
+//!   chains are the kernel's.
 //! * In front of an end that takes every protocol (`rxpath run`'s sink):
 //!   every packet goes through [`super::input_any`]; a GRO super-packet
 //!   counts once (`InReceives`, `InDelivers`), its segments having passed

@@ -71,6 +71,25 @@ pub enum HostDevice {
     },
 }
 
+impl HostDevice {
+    /// AF_XDP on `iface` taking `proto`'s ports the host's sockets bind
+    /// (the XDP program's port map: `udp_bind`, `tcp_listen`,
+    /// `tcp_connect` take theirs), no AF_PACKET fallback, no XSK busy
+    /// polling.
+    pub fn xdp_ports(iface: &str, proto: u8) -> HostDevice {
+        HostDevice::Xdp {
+            iface: iface.to_string(),
+            filter: XdpFilter {
+                protocol: Some(proto),
+                port_map: true,
+                ..XdpFilter::default()
+            },
+            fallback: false,
+            xsk_busy_poll_us: 0,
+        }
+    }
+}
+
 /// A host's settings.
 #[derive(Debug, Clone)]
 pub struct HostConfig {
@@ -119,9 +138,9 @@ pub struct HostConfig {
     /// replies from (up to half the share); 0 sends through an AF_PACKET
     /// socket on the interface instead (a trip through the kernel's stack).
     pub xdp_tx_frames: usize,
-    /// GRO on every NAPI (`ethtool -K IF gro on`, the kernel's default).
-    /// Sockets leave TCP to the kernel, so what it merges is UDP for
-    /// sockets with `UDP_GRO` ([`Socket::set_udp_gro`](rxpath_core::sock::Socket::set_udp_gro)); every other
+    /// GRO on every NAPI (`ethtool -K IF gro on`, the kernel's default):
+    /// TCP segments for a host with TCP, and UDP for sockets with
+    /// `UDP_GRO` ([`Socket::set_udp_gro`](rxpath_core::sock::Socket::set_udp_gro)); every other
     /// datagram goes up alone.
     pub gro: bool,
     /// `gro_flush_timeout` in ns: 0 flushes GRO at every completion; more
