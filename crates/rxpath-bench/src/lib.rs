@@ -117,6 +117,8 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
         BenchCmd::Rxdrop(_) => "rxdrop",
         BenchCmd::Gro(_) => "gro",
         BenchCmd::RxIface(_) => "rx-iface",
+        // The JSON's name, which the report folder keeps runs of apart.
+        BenchCmd::Rr(r) if r.tcp => "rr-tcp",
         BenchCmd::Rr(_) => "rr",
         BenchCmd::Filter(_) => "filter",
         BenchCmd::Steer(_) => "steer",
