@@ -40,8 +40,10 @@ fn counters_of(r: DropReason) -> &'static [(&'static str, &'static str)] {
         ],
         DropReason::Fragment => &[("Ip", "ReasmFails"), ("Ip6", "ReasmFails")],
         // IPv6's "no next header" is delivered to a handler that discards
-        // (InDelivers), as the kernel does.
+        // (InDelivers), as the kernel does; so is, under `deliver_all`, a
+        // protocol other than UDP that `ip::input` (UDP's entry) was given.
         DropReason::UnhandledProto => &[
+            ("Ip", "InDelivers"),
             ("Ip6", "InDelivers"),
             ("Ip", "InUnknownProtos"),
             ("Ip6", "InUnknownProtos"),
