@@ -122,6 +122,7 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
         BenchCmd::Rr(_) => "rr",
         BenchCmd::Filter(_) => "filter",
         BenchCmd::Steer(_) => "steer",
+        BenchCmd::Rfs(r) if r.tcp => "rfs-tcp",
         BenchCmd::Rfs(_) => "rfs",
         BenchCmd::Quic(_) => "quic",
         BenchCmd::Apps(_) => "apps",

@@ -1,11 +1,15 @@
-//! `rxpath bench rfs`: seed 002's experiment. UDP request/response on the
-//! lab veth (`sockperf ping-pong` in the peer namespace) into a reader
-//! pinned to one CPU, with RPS (the flow's hash picks the worker) and with
-//! RFS (the worker the reader reads on), on rxpath echo and, as the
-//! reference in the same run, on the kernel's own RPS/RFS over the same
-//! veth (`rps_cpus`, `rps_flow_cnt`, `net.core.rps_sock_flow_entries`) with
-//! a kernel UDP echo socket that connects to its client, as the kernel's
-//! RFS needs (it records flows of TCP and connected UDP sockets only).
+//! `rxpath bench rfs`: seed 002's experiment. UDP (or, with `--tcp`, TCP)
+//! request/response on the lab veth (`sockperf ping-pong` in the peer
+//! namespace) into a reader pinned to one CPU, with RPS (the flow's hash
+//! picks the worker) and with RFS (the worker the reader reads on), on
+//! rxpath echo and, as the reference in the same run, on the kernel's own
+//! RPS/RFS over the same veth (`rps_cpus`, `rps_flow_cnt`,
+//! `net.core.rps_sock_flow_entries`) with a kernel echo socket: for UDP
+//! one that connects to its client, as the kernel's RFS needs (it records
+//! flows of TCP and connected UDP sockets only), for TCP the accepted
+//! connection.
+
+mod kernel;
 
 use crate::figure::{cell, finite, in_turn, ratio, target, target_in, Bound, Unit, Verdict};
 use crate::harness::median;
@@ -14,19 +18,14 @@ use crate::rr::{read_sysctl, write_sysctl};
 use crate::sockperf::{client, ready, Measure, PORT};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use rxpath_cli::echo::sockperf_reply;
+use kernel::KernelEcho;
 use rxpath_cli::echo::EchoArgs;
 use rxpath_cli::echo::EchoServer;
 use rxpath_core::steer::reciprocal_scale;
 use rxpath_core::steer::SteerMode;
-use rxpath_os::sched;
 use rxpath_runtime::lab::{Topology, HOST_ADDR, PEER_ADDR};
 use rxpath_wire::{hash::flow_hash, FlowKey};
-use std::net::UdpSocket;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread;
 use std::time::Duration;
 
 /// Arguments of this bench.
@@ -41,6 +40,11 @@ pub struct RfsBenchArgs {
     /// Message size, bytes.
     #[arg(long, default_value_t = 64)]
     pub size: usize,
+    /// TCP flows (seed 002 steered TCP): `sockperf --tcp` against `rxpath
+    /// echo --tcp` on rxpath's TCP, whose reads record the reader's CPU,
+    /// and the kernel's TCP socket read on the reader's CPU.
+    #[arg(long)]
+    pub tcp: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,12 +62,16 @@ impl Server {
         Server::KernelRps,
         Server::KernelRfs,
     ];
-    fn name(self) -> &'static str {
-        match self {
-            Server::RxpathRps => "rxpath echo, --steer rps",
-            Server::RxpathRfs => "rxpath echo, --steer rfs",
-            Server::KernelRps => "kernel UDP (connected), RPS",
-            Server::KernelRfs => "kernel UDP (connected), RFS",
+    fn name(self, tcp: bool) -> &'static str {
+        match (self, tcp) {
+            (Server::RxpathRps, false) => "rxpath echo, --steer rps",
+            (Server::RxpathRfs, false) => "rxpath echo, --steer rfs",
+            (Server::KernelRps, false) => "kernel UDP (connected), RPS",
+            (Server::KernelRfs, false) => "kernel UDP (connected), RFS",
+            (Server::RxpathRps, true) => "rxpath echo --tcp, --steer rps",
+            (Server::RxpathRfs, true) => "rxpath echo --tcp, --steer rfs",
+            (Server::KernelRps, true) => "kernel TCP, RPS",
+            (Server::KernelRfs, true) => "kernel TCP, RFS",
         }
     }
 }
@@ -130,74 +138,8 @@ enum Running {
     Kernel(KernelEcho),
 }
 
-/// The kernel's side: a UDP socket on the reader's CPU that answers as
-/// sockperf's server does, and connects to its client at the first
-/// datagram. The kernel's RFS learns a flow only from a connected UDP
-/// socket (`__udp_queue_rcv_skb` saves `sk_rxhash` only when the socket
-/// has a peer; the seed: "RFS for TCP and connected UDP sockets"), so
-/// `sockperf server`, whose socket never connects, gets RPS under RFS's
-/// knobs.
-struct KernelEcho {
-    stop: Arc<AtomicBool>,
-    thread: thread::JoinHandle<std::io::Result<()>>,
-}
-
-impl KernelEcho {
-    fn start(cpu: usize) -> Result<KernelEcho> {
-        let sock =
-            UdpSocket::bind((HOST_ADDR, PORT)).context("binding the kernel's echo socket")?;
-        sock.set_read_timeout(Some(Duration::from_millis(50)))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let thread = thread::Builder::new()
-            .name("kernel-echo".into())
-            .spawn(move || {
-                if let Err(e) = sched::pin(0, cpu) {
-                    eprintln!("rxpath bench: could not pin the kernel's echo to CPU {cpu}: {e}");
-                }
-                let mut buf = [0u8; 2048];
-                let mut connected = false;
-                while !s.load(Ordering::Relaxed) {
-                    // A connected socket reports an ICMP port unreachable
-                    // (a reply that reached a client just gone, between the
-                    // readiness probe and the run) as ECONNREFUSED once.
-                    let passing = |e: &std::io::Error| {
-                        use std::io::ErrorKind as K;
-                        matches!(e.kind(), K::WouldBlock | K::TimedOut | K::ConnectionRefused)
-                    };
-                    let (n, from) = match sock.recv_from(&mut buf) {
-                        Ok(r) => r,
-                        Err(e) if passing(&e) => continue,
-                        Err(e) => return Err(e),
-                    };
-                    if !sockperf_reply(&mut buf[..n]) {
-                        continue;
-                    }
-                    if !connected {
-                        sock.connect(from)?;
-                        connected = true;
-                    }
-                    match sock.send(&buf[..n]) {
-                        Err(e) if !passing(&e) => return Err(e),
-                        _ => {}
-                    }
-                }
-                Ok(())
-            })
-            .context("starting the kernel's echo thread")?;
-        Ok(KernelEcho { stop, thread })
-    }
-
-    fn stop(self) -> Result<()> {
-        self.stop.store(true, Ordering::Relaxed);
-        match self.thread.join() {
-            Ok(r) => r.context("the kernel's echo socket"),
-            Err(_) => bail!("the kernel's echo thread panicked"),
-        }
-    }
-}
-
-fn start(s: Server, t: &Topology, knobs: &Knobs, reader: usize, ncpu: usize) -> Result<Running> {
+fn start(s: Server, lab: &Lab) -> Result<Running> {
+    let (t, knobs, reader, ncpu) = (lab.t, lab.knobs, lab.reader, lab.ncpu);
     let all = format!("{:x}", (1u64 << ncpu.min(63)) - 1);
     match s {
         Server::KernelRps | Server::KernelRfs => {
@@ -206,7 +148,7 @@ fn start(s: Server, t: &Topology, knobs: &Knobs, reader: usize, ncpu: usize) -> 
             } else {
                 knobs.set(&all, 4096, 32768)?;
             }
-            Ok(Running::Kernel(KernelEcho::start(reader)?))
+            Ok(Running::Kernel(KernelEcho::start(reader, lab.tcp)?))
         }
         _ => {
             knobs.set("0", 0, 0)?;
@@ -221,6 +163,7 @@ fn start(s: Server, t: &Topology, knobs: &Knobs, reader: usize, ncpu: usize) -> 
             steer.workers = Some(ncpu);
             let args = EchoArgs {
                 steer,
+                tcp: lab.tcp,
                 reader_cpus: Some(reader.to_string()),
                 ..crate::rr::echo_args(&t.host_if)
             };
@@ -248,25 +191,27 @@ fn stop(r: Running) -> Result<Option<PerWorker>> {
 }
 
 /// The client's source port for each worker RPS can pick: the flow
-/// (peer:port → host:[`PORT`], UDP) hashes, under `rps_cpus` = every
-/// worker, to worker `w` for the `w`-th port. rxpath's software flow hash
+/// (peer:port → host:[`PORT`], protocol `proto`) hashes, under `rps_cpus`
+/// = every worker, to worker `w` for the `w`-th port. rxpath's software flow hash
 /// is the one its steering uses on AF_XDP (the veth gives no RX hash); the
 /// kernel's rows get the same ports and hash them their own way.
-fn ports_by_rps_worker(workers: usize) -> Vec<u16> {
+fn ports_by_rps_worker(workers: usize, proto: u8) -> Vec<u16> {
+    (0..workers)
+        .map(|w| port_on_worker(w, workers, proto, 40000).expect("a port for every worker"))
+        .collect()
+}
+
+/// The first client port from `from` on whose flow (protocol `proto`)
+/// rxpath's RPS over `workers` picks worker `w`.
+fn port_on_worker(w: usize, workers: usize, proto: u8, from: u16) -> Option<u16> {
     let (peer, host) = (
         PEER_ADDR.parse().expect("lab address"),
         HOST_ADDR.parse().expect("lab address"),
     );
-    (0..workers)
-        .map(|w| {
-            (40000u16..)
-                .find(|&p| {
-                    let h = flow_hash(&FlowKey::new(peer, host, p, PORT, 17));
-                    reciprocal_scale(h, workers as u32) as usize == w
-                })
-                .expect("a port for every worker")
-        })
-        .collect()
+    (from..=u16::MAX).find(|&p| {
+        let h = flow_hash(&FlowKey::new(peer, host, p, PORT, proto));
+        reciprocal_scale(h, workers as u32) as usize == w
+    })
 }
 
 /// The nearest-rank percentile `q` (0..=1) of `v`.
@@ -300,11 +245,12 @@ pub fn rfs(a: RfsBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     let t = &guard.0;
     let knobs = Knobs::save(&t.host_if);
     let (client_cpu, reader) = (0usize, ncpu - 1);
-    let ports = ports_by_rps_worker(ncpu);
+    let ports = ports_by_rps_worker(ncpu, if a.tcp { 6 } else { 17 });
     println!(
-        "rxpath bench rfs (seed 002): sockperf ping-pong, {}-byte UDP, {}s per run, {} round(s); veth {} <- {} (netns {}); \
+        "rxpath bench rfs (seed 002): sockperf ping-pong, {}-byte {}, {}s per run, {} round(s); veth {} <- {} (netns {}); \
          client on CPU {client_cpu}, the reader (rxpath's echo thread / the kernel's echo socket) on CPU {reader}; {ncpu} workers (rxpath) or CPUs (kernel)",
         a.size,
+        if a.tcp { "TCP" } else { "UDP" },
         a.duration.as_secs(),
         a.rounds,
         t.host_if,
@@ -325,6 +271,8 @@ pub fn rfs(a: RfsBenchArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
         reader,
         ncpu,
         client_cpu,
+        tcp: a.tcp,
+        last_port: std::cell::RefCell::new(vec![0; ncpu]),
     };
     let m = measure(&a, &lab, &ports)?;
     let (p99, p99_by_port) = print_table(&m, &ports);
@@ -407,6 +355,27 @@ struct Lab<'a> {
     reader: usize,
     ncpu: usize,
     client_cpu: usize,
+    /// TCP flows (`--tcp`).
+    tcp: bool,
+    /// The last client port used on each worker's flow: a TCP client
+    /// takes a fresh port hashing to the same worker each time, as the
+    /// last one's connection waits out TIME_WAIT on the client's side.
+    last_port: std::cell::RefCell<Vec<u16>>,
+}
+
+impl Lab<'_> {
+    /// The client port for a run on worker `w`'s flow: `first` for UDP,
+    /// for TCP the next port after the last one used that hashes there.
+    fn client_port(&self, w: usize, first: u16) -> u16 {
+        if !self.tcp {
+            return first;
+        }
+        let mut last = self.last_port.borrow_mut();
+        let from = last[w].max(first.saturating_sub(1)).saturating_add(1);
+        let p = port_on_worker(w, self.ncpu, 6, from).unwrap_or(first);
+        last[w] = p;
+        p
+    }
 }
 
 /// Every round's figures: `cells[round][port][server]`, and every round
@@ -415,6 +384,7 @@ struct Measured {
     cells: Vec<Vec<Vec<Cell>>>,
     samples: Vec<Vec<Vec<f64>>>,
     reader: usize,
+    tcp: bool,
 }
 
 impl Measured {
@@ -470,6 +440,7 @@ fn measure(a: &RfsBenchArgs, lab: &Lab, ports: &[u16]) -> Result<Measured> {
         cells: Vec::new(),
         samples: vec![vec![Vec::new(); ports.len()]; Server::ALL.len()],
         reader: lab.reader,
+        tcp: lab.tcp,
     };
     let pb = progress((a.rounds * ports.len() * Server::ALL.len()) as u64, "rfs");
     let order: Vec<usize> = (0..Server::ALL.len()).collect();
@@ -481,10 +452,10 @@ fn measure(a: &RfsBenchArgs, lab: &Lab, ports: &[u16]) -> Result<Measured> {
             for i in in_turn(&order, round) {
                 let what = format!(
                     "round {round}, port {port} (RPS: worker {pi}): {}",
-                    Server::ALL[i].name()
+                    Server::ALL[i].name(lab.tcp)
                 );
-                pb.set_message(Server::ALL[i].name());
-                let (cell, rtts) = measure_one(a, lab, Server::ALL[i], port)?;
+                pb.set_message(Server::ALL[i].name(lab.tcp));
+                let (cell, rtts) = measure_one(a, lab, Server::ALL[i], (pi, port))?;
                 pb.inc(1);
                 m.samples[i][pi].extend(rtts);
                 say(&pb, &format!("  {what:68} {}", describe(&cell, lab.reader)));
@@ -499,12 +470,24 @@ fn measure(a: &RfsBenchArgs, lab: &Lab, ports: &[u16]) -> Result<Measured> {
 }
 
 /// One server, one client port: its figures and every round trip.
-fn measure_one(a: &RfsBenchArgs, lab: &Lab, s: Server, port: u16) -> Result<(Cell, Vec<f64>)> {
+/// `w`: the worker the port's flow hashes to (a TCP run takes fresh ports
+/// hashing there for the probe and the run).
+fn measure_one(
+    a: &RfsBenchArgs,
+    lab: &Lab,
+    s: Server,
+    (w, port): (usize, u16),
+) -> Result<(Cell, Vec<f64>)> {
     let t = lab.t;
-    let r = start(s, t, lab.knobs, lab.reader, lab.ncpu)?;
-    let port = port.to_string();
-    let from = ["--client_port", port.as_str()];
-    let m = if ready(t, a.size, &from)? {
+    let r = start(s, lab)?;
+    let tcp: &[&str] = if lab.tcp { &["--tcp"] } else { &[] };
+    let (probe, run) = (
+        lab.client_port(w, port).to_string(),
+        lab.client_port(w, port).to_string(),
+    );
+    let probe = [&["--client_port", probe.as_str()], tcp].concat();
+    let from = [&["--client_port", run.as_str()], tcp].concat();
+    let m = if ready(t, a.size, &probe)? {
         client(
             t,
             a.duration.as_secs().max(1),
@@ -575,7 +558,7 @@ fn print_table(m: &Measured, ports: &[u16]) -> ([f64; 4], Vec<[f64; 4]>) {
             let share = m.share_of(i, port);
             println!(
                 "{:34} {:>22} {:>9} {:>13} {:>8} {:>8} {:>22}",
-                s.name(),
+                s.name(m.tcp),
                 match port {
                     Some(p) => format!("port {} (worker {p})", ports[p]),
                     None => "both".to_string(),
@@ -608,11 +591,19 @@ fn write_report(
     let shares: Vec<Option<f64>> = (0..Server::ALL.len())
         .map(|i| Some(m.share_of(i, None)).filter(|s| s.is_finite()))
         .collect();
+    let name = |n: &str| {
+        if m.tcp {
+            n.replacen("rfs", "rfs-tcp", 1)
+        } else {
+            n.to_string()
+        }
+    };
     let j = serde_json::json!({
+        "protocol": if m.tcp { "tcp" } else { "udp" },
         "size": a.size, "duration_s": a.duration.as_secs(), "rounds": a.rounds, "reader_cpu": reader,
         "client_ports_by_rps_worker": ports,
         "servers": Server::ALL.iter().enumerate().map(|(i, s)| serde_json::json!({
-            "name": s.name(),
+            "name": s.name(m.tcp),
             "rounds": cells.iter().map(|by_port| by_port.iter().enumerate().map(|(pi, row)| row[i].as_ref().map(|(m, p)| serde_json::json!({
                 "client_port": ports[pi], "rps_worker": pi,
                 "round_trips_per_s": m.rt_per_s, "avg_rtt_us": m.avg_us, "p99_rtt_us": m.p99_us,
@@ -626,14 +617,14 @@ fn write_report(
         })).collect::<Vec<_>>(),
         "targets": { "rfs_on_reader": ok_share.json(), "rfs_p99_no_worse_than_rps": ok_p99.json() },
     });
-    rep.json("rfs", &j)?;
+    rep.json(&name("rfs"), &j)?;
     let cdfs: Vec<(String, Vec<f64>)> = (0..Server::ALL.len())
-        .map(|i| (Server::ALL[i].name().to_string(), m.pooled(i, None)))
+        .map(|i| (Server::ALL[i].name(m.tcp).to_string(), m.pooled(i, None)))
         .filter(|(_, v)| !v.is_empty())
         .collect();
     if !cdfs.is_empty() {
         rep.cdf(
-            "rfs-latency-cdf",
+            &name("rfs-latency-cdf"),
             "RPS vs RFS, reader pinned to one CPU: round-trip time, every round and port",
             "round-trip time, µs (log scale)",
             &cdfs,
@@ -648,11 +639,11 @@ fn write_report(
                 .flat_map(|by_port| by_port.iter())
                 .filter_map(|r| Some(r[i].as_ref()?.0.p99_us))
                 .collect();
-            Bar::of(s.name(), &v, 1.0)
+            Bar::of(s.name(m.tcp), &v, 1.0)
         })
         .collect();
     rep.bars(
-        "rfs-p99",
+        &name("rfs-p99"),
         "RPS vs RFS: p99 round-trip time (median, range of runs)",
         "p99 round-trip time, µs",
         &p99s,
@@ -678,11 +669,14 @@ mod tests {
     /// The bench's premise: a client on port `ports[w]` is steered to
     /// worker `w` by rxpath's RPS, judged from the frame the client sends
     /// as the runtime judges it (parsed headers, software hash, the RPS
-    /// map of every worker).
+    /// map of every worker), for UDP and for TCP.
     #[test]
     fn each_client_port_lands_on_its_named_worker() {
-        for workers in [2usize, 3, 4] {
-            let ports = ports_by_rps_worker(workers);
+        for (proto, workers) in [17u8, 6]
+            .into_iter()
+            .flat_map(|p| [(p, 2usize), (p, 3), (p, 4)])
+        {
+            let ports = ports_by_rps_worker(workers, proto);
             assert_eq!(ports.len(), workers);
             let map: Vec<Worker> = (0..workers as Worker).collect();
             for (w, &port) in ports.iter().enumerate() {
@@ -692,14 +686,17 @@ mod tests {
                     port,
                     PORT,
                 );
-                let frame = rxpath_wire::build::udp(&spec, &[0u8; 64]);
-                let h = rxpath_wire::parse(&frame).expect("a UDP frame");
+                let frame = match proto {
+                    17 => rxpath_wire::build::udp(&spec, &[0u8; 64]),
+                    _ => rxpath_wire::build::tcp(&spec, 1, 1, 0x10, &[], &[0u8; 64]),
+                };
+                let h = rxpath_wire::parse(&frame).expect("a UDP or TCP frame");
                 let hash = flow_hash(&h.flow);
                 let got = get_rps_cpu(hash, &map, None, None, &AllOnline);
                 assert_eq!(
                     got,
                     Some((w as Worker, false)),
-                    "{workers} workers: port {port}"
+                    "{workers} workers, protocol {proto}: port {port}"
                 );
             }
         }

@@ -79,8 +79,9 @@ pub struct EchoArgs {
     /// Application threads reading the socket.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
-    /// Pin reader thread t to CPU LIST[t % len] (e.g. 1 or 0,1): with
-    /// --steer rfs its packets then go to that CPU's worker.
+    /// Pin reader thread t (with --tcp, the t-th connection's thread) to
+    /// CPU LIST[t % len] (e.g. 1 or 0,1): with --steer rfs its packets then
+    /// go to that CPU's worker.
     #[arg(long, value_name = "LIST")]
     pub reader_cpus: Option<String>,
     /// NAPI threads (0 = none: only busy-polling readers move packets).
@@ -341,9 +342,14 @@ impl EchoServer {
         };
         let addr = SocketAddr::new(a.bind, a.port);
         let echoed = Arc::new(AtomicU64::new(0));
+        let cpus = match &a.reader_cpus {
+            Some(l) => crate::steer::parse_list(l).map_err(anyhow::Error::msg)?,
+            None => Vec::new(),
+        };
         if a.tcp {
             let (st, e) = (stop.clone(), echoed.clone());
-            let tcp = crate::echo_tcp::TcpEcho::start(&host, addr, a.busy_poll, a.sockperf, st, e)
+            let how = (a.busy_poll, a.sockperf);
+            let tcp = crate::echo_tcp::TcpEcho::start(&host, addr, how, cpus, st, e)
                 .context("listening on the echo port")?;
             return Ok(EchoServer {
                 host,
@@ -361,10 +367,6 @@ impl EchoServer {
         sock.set_busy_poll(a.busy_poll);
         sock.set_only_v6(a.only_v6);
         sock.set_read_timeout(Some(Duration::from_millis(100)));
-        let cpus = match &a.reader_cpus {
-            Some(l) => crate::steer::parse_list(l).map_err(anyhow::Error::msg)?,
-            None => Vec::new(),
-        };
         let cores = core_affinity::get_core_ids().unwrap_or_default();
         let readers = (0..a.threads)
             .map(|t| {

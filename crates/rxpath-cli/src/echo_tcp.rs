@@ -25,12 +25,14 @@ pub(crate) struct TcpEcho {
 }
 
 impl TcpEcho {
-    /// Listen on `addr` and serve every connection until [`Self::stop`].
+    /// Listen on `addr` and serve every connection until [`Self::stop`],
+    /// the `n`-th connection's thread on CPU `cpus[n % len]` if `cpus` names
+    /// any (its reads record that CPU for RFS).
     pub(crate) fn start(
         host: &Host,
         addr: SocketAddr,
-        busy_us: u32,
-        sockperf: bool,
+        (busy_us, sockperf): (u32, bool),
+        cpus: Vec<u16>,
         stop: Arc<AtomicBool>,
         echoed: Arc<AtomicU64>,
     ) -> anyhow::Result<TcpEcho> {
@@ -41,15 +43,25 @@ impl TcpEcho {
         let acceptor = thread::Builder::new()
             .name("rxpath-echo/accept".into())
             .spawn(move || {
+                let mut n = 0;
                 while !stop.load(Ordering::Acquire) {
                     let Ok((s, _)) = l.accept() else {
                         break;
                     };
                     let s = Arc::new(s);
                     let (s2, echoed) = (s.clone(), echoed.clone());
+                    let cpu = (!cpus.is_empty()).then(|| cpus[n % cpus.len()] as usize);
+                    n += 1;
                     let h = thread::Builder::new()
                         .name("rxpath-echo/conn".into())
-                        .spawn(move || serve_conn(&s2, sockperf, &echoed));
+                        .spawn(move || {
+                            if let Some(c) = cpu {
+                                if let Err(e) = rxpath_os::sched::pin(0, c) {
+                                    log::warn!("echo: a connection's thread not on CPU {c}: {e}");
+                                }
+                            }
+                            serve_conn(&s2, sockperf, &echoed)
+                        });
                     match h {
                         Ok(h) => rxpath_dev::sync::lock(&c).push((s, h)),
                         Err(e) => log::warn!("echo: no thread for a connection: {e}"),
@@ -84,35 +96,54 @@ impl TcpEcho {
 /// Echo one connection until its end (or an error): what was answered is
 /// counted in `echoed` (chunks, or sockperf messages).
 fn serve_conn(s: &TcpStream, sockperf: bool, echoed: &AtomicU64) {
-    let mut buf = vec![0u8; MSG_MAX * 2];
-    let mut have = 0;
+    if sockperf {
+        let _ = serve_sockperf(|b| s.read(b), |m| s.write_all(m), echoed);
+        return;
+    }
+    let mut buf = vec![0u8; MSG_MAX];
     loop {
-        let n = match s.read(&mut buf[have..]) {
+        let n = match s.read(&mut buf) {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        if !sockperf {
-            if s.write_all(&buf[..n]).is_err() {
-                return;
-            }
-            echoed.fetch_add(1, Ordering::Relaxed);
-            continue;
+        if s.write_all(&buf[..n]).is_err() {
+            return;
         }
-        have += n;
+        echoed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Answer a stream of sockperf messages as `sockperf server --tcp` does:
+/// each whole message that asks for an answer goes back, its client bit
+/// cleared, counted in `echoed`. Until the end of the stream (`Ok`) or an
+/// error of `read` or `write`, or a message longer than sockperf's limit.
+/// For any stream: rxpath's TCP here, the kernel's in the benches.
+pub fn serve_sockperf(
+    mut read: impl FnMut(&mut [u8]) -> std::io::Result<usize>,
+    mut write: impl FnMut(&[u8]) -> std::io::Result<()>,
+    echoed: &AtomicU64,
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; MSG_MAX * 2];
+    let mut have = 0;
+    loop {
+        match read(&mut buf[have..])? {
+            0 => return Ok(()),
+            n => have += n,
+        }
         let mut at = 0;
         while let Some(len) = message_len(&buf[at..have]) {
             if !(SOCKPERF_HEADER..=MSG_MAX).contains(&len) {
-                log::warn!("echo: a sockperf message of {len} bytes; closing the connection");
-                return;
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("a sockperf message of {len} bytes"),
+                ));
             }
             if at + len > have {
                 break;
             }
             let msg = &mut buf[at..at + len];
             if sockperf_reply(msg) {
-                if s.write_all(msg).is_err() {
-                    return;
-                }
+                write(msg)?;
                 echoed.fetch_add(1, Ordering::Relaxed);
             }
             at += len;

@@ -8,7 +8,7 @@
 pub mod config;
 pub mod ctl;
 pub mod echo;
-mod echo_tcp;
+pub mod echo_tcp;
 pub mod exec;
 pub mod filter;
 pub mod gen;

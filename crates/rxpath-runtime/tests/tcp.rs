@@ -233,3 +233,39 @@ fn rxpath_connects_to_a_kernel_server() {
     drop(s);
     assert_clean(h);
 }
+
+/// RFS for TCP (seed 002): a read records the reader's CPU for the
+/// connection's flow in the sock flow table (`sock_rps_record_flow`), under
+/// the hash the path gave the connection's segments (the veth gives none:
+/// rxpath's software flow hash), so steering sends its next segments there.
+#[test]
+fn a_read_records_the_readers_cpu_for_rfs() {
+    if !can_run(&[Need::Root]) {
+        return;
+    }
+    let cpu = std::thread::available_parallelism().map_or(1, |n| n.get()) - 1;
+    let (guard, h) = tcp_host("tcr", true);
+    let addr: SocketAddr = format!("{HOST_ADDR}:7103").parse().unwrap();
+    let l = h.tcp_listen(addr, 4).expect("listen");
+    let client = in_peer(&guard, move || {
+        kernel_echo_client(addr, pattern(256 << 10, 3))
+    });
+    let (s, peer) = l.accept().expect("accept");
+    let key = rxpath_wire::FlowKey::new(peer.ip(), addr.ip(), peer.port(), addr.port(), 6);
+    let hash = rxpath_wire::hash::flow_hash(&key);
+    let flows = h.sockets().sock_flows().clone();
+    assert_eq!(flows.desired_cpu(hash), None, "recorded before any read");
+    let reader = std::thread::spawn(move || {
+        sched::pin(0, cpu).expect("pin the reader");
+        rxpath_echo(s)
+    });
+    assert_eq!(reader.join().expect("reader"), 256 << 10);
+    assert_eq!(client.join().expect("client").len(), 256 << 10);
+    assert_eq!(
+        flows.desired_cpu(hash),
+        Some(cpu as u32),
+        "the flow is not recorded on the reader's CPU"
+    );
+    drop(l);
+    assert_clean(h);
+}

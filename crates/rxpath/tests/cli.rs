@@ -1449,3 +1449,59 @@ fn bench_tcp_measures_every_receiver() {
     assert!(j["acks_ratio_kernel"].as_f64().is_some(), "{j}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `rxpath bench rfs --tcp`, short (root, two cores, sockperf): seed 002
+/// on TCP flows. Every server answers on both placements of the flow, and
+/// rxpath's RFS processes every segment on the reader's worker, the flow
+/// hashed there or not (the reads of `echo --tcp` record the reader's
+/// CPU); its RPS row puts the flow where its hash says (half on the
+/// reader's worker). The p99 target is the bench's to judge, not a test's.
+#[test]
+fn bench_rfs_tcp_steers_every_segment_to_the_reader() {
+    use rxpath_testkit::Need;
+    if !rxpath_testkit::can_run(&[Need::Root, Need::Cores(2), Need::Tool("sockperf")]) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("rxpath-brfs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = rxpath(&[
+        "bench",
+        "--report",
+        dir.to_str().unwrap(),
+        "rfs",
+        "--tcp",
+        "--duration",
+        "1s",
+        "--rounds",
+        "1",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let j: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(report_file(&dir, "rfs-tcp", "json")).unwrap(),
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{out}\n{}", String::from_utf8_lossy(&o.stderr)));
+    assert_eq!(j["protocol"], "tcp", "{j}");
+    let servers = j["servers"].as_array().expect("servers");
+    assert_eq!(servers.len(), 4, "{j}");
+    for s in servers {
+        for cell in s["rounds"][0].as_array().expect("a round") {
+            assert!(
+                cell["round_trips_per_s"].as_f64().unwrap_or(0.0) > 0.0,
+                "{}: no answer on a placement\n{out}",
+                s["name"]
+            );
+        }
+    }
+    let share = |i: usize| servers[i]["on_reader_share"].as_f64().unwrap_or(-1.0);
+    assert!(
+        share(1) >= 0.99,
+        "RFS on the reader's worker: {}\n{out}",
+        share(1)
+    );
+    assert!(
+        (0.3..0.7).contains(&share(0)),
+        "RPS on the reader's worker: {}\n{out}",
+        share(0)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

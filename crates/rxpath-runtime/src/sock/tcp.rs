@@ -371,6 +371,7 @@ impl TcpStream {
 
     /// `read`: wait for data; `Ok(0)` at the end of the stream.
     pub fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.record_flow();
         let id = self.id;
         let nb = self.nonblocking.load(Ordering::Relaxed);
         self.host.until_ready(&self.w, self.busy(), nb, |s, now| {
@@ -428,6 +429,20 @@ impl TcpStream {
 
     fn busy(&self) -> u32 {
         self.busy_us.load(Ordering::Relaxed)
+    }
+
+    /// RFS: the connection's flow is read on this thread's CPU
+    /// (`sock_rps_record_flow`, which `inet_recvmsg` calls before TCP's
+    /// read), once a segment gave the connection its flow hash.
+    fn record_flow(&self) {
+        let hash = self.w.rxhash.load(Ordering::Relaxed);
+        let flows = self.host.socks.sock_flows();
+        if hash == 0 || flows.is_empty() {
+            return;
+        }
+        if let Some(cpu) = rxpath_os::sched::current_cpu() {
+            flows.record(hash, cpu as u32);
+        }
     }
 
     /// Both ends (`getsockname`, `getpeername`).
