@@ -99,8 +99,20 @@ fn send(t: &Topology, to: SocketAddr, dur: Duration) -> Result<u64> {
     let path = format!("/run/netns/{}", t.ns);
     let h = std::thread::spawn(move || -> Result<u64> {
         sched::enter_netns(&path).context("entering the peer namespace")?;
-        let c = TcpStream::connect_timeout(&to, Duration::from_secs(5))
-            .with_context(|| format!("connecting to the receiver at {to}"))?;
+        // The port may still be the last receiver's for a moment (its XDP
+        // program going): a SYN lost there is tried again, for a while.
+        let give_up = Instant::now() + Duration::from_secs(15);
+        let c = loop {
+            match TcpStream::connect_timeout(&to, Duration::from_secs(3)) {
+                Ok(c) => break c,
+                Err(_) if Instant::now() < give_up => {
+                    std::thread::sleep(Duration::from_millis(200))
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| format!("connecting to the receiver at {to}"))
+                }
+            }
+        };
         let buf = vec![0x5au8; 64 << 10];
         let end = Instant::now() + dur;
         let mut sent = 0u64;
@@ -132,12 +144,13 @@ fn drain(mut read: impl FnMut(&mut [u8]) -> std::io::Result<usize>) -> Result<(u
 /// One flow into a receiver: `reader` (on a thread pinned to `cpu`)
 /// accepts and drains it while the kernel sender in the peer namespace
 /// writes for `a.duration`; `counters` reads the receiver's TCP (sent,
-/// taken) segments before and after.
+/// taken) segments before and after. If the sender fails, `abort` ends
+/// the reader's wait (its accept) and the sender's error is returned.
 fn one_flow(
     t: &Topology,
     a: &TcpBenchArgs,
     cpu: Option<usize>,
-    counters: &dyn Fn() -> (u64, u64),
+    (counters, abort): (&dyn Fn() -> (u64, u64), &dyn Fn()),
     reader: impl FnOnce() -> Result<(u64, Duration)> + Send,
 ) -> Result<Measure> {
     let addr: SocketAddr = format!("{HOST_ADDR}:{PORT}").parse()?;
@@ -149,7 +162,11 @@ fn one_flow(
             reader()
         });
         let before = (counters(), cpu.and_then(cpu_jiffies));
-        send(t, addr, a.duration)?;
+        if let Err(e) = send(t, addr, a.duration) {
+            abort();
+            let _ = r.join();
+            return Err(e);
+        }
         let (got, took) = r
             .join()
             .map_err(|_| anyhow::anyhow!("the reader panicked"))??;
@@ -192,7 +209,7 @@ fn run_rxpath(t: &Topology, flush: u64, a: &TcpBenchArgs, cpu: Option<usize>) ->
         let get = |n: &str| c.iter().find(|(k, _)| k == n).map_or(0, |(_, v)| *v);
         (get("Tcp:OutSegs"), get("Tcp:InSegs"))
     };
-    let m = one_flow(t, a, cpu, &counters, || {
+    let m = one_flow(t, a, cpu, (&counters, &|| l.close()), || {
         let (s, _) = l.accept()?;
         drain(|b| s.read(b))
     });
@@ -230,7 +247,10 @@ fn run_kernel(t: &Topology, flush: u64, a: &TcpBenchArgs, cpu: Option<usize>) ->
     let addr: SocketAddr = format!("{HOST_ADDR}:{PORT}").parse()?;
     let l = TcpListener::bind(addr).context("the kernel's listener")?;
     let c = |n| kernel_tcp(n).unwrap_or(0);
-    let m = one_flow(t, a, cpu, &|| (c("OutSegs"), c("InSegs")), || {
+    // The reader's accept ends on a connection of our own, closed at once.
+    let abort = || drop(TcpStream::connect_timeout(&addr, Duration::from_secs(1)));
+    let counters = || (c("OutSegs"), c("InSegs"));
+    let m = one_flow(t, a, cpu, (&counters, &abort), || {
         let (mut s, _) = l.accept()?;
         drain(|b| s.read(b))
     });
