@@ -4,7 +4,7 @@
 //! that asks for an answer, its client bit cleared (sockperf's TCP
 //! ping-pong).
 
-use crate::echo::{sockperf_reply, SOCKPERF_HEADER};
+use crate::sockperf::{sockperf_reply, SOCKPERF_HEADER};
 use rxpath_runtime::{Host, TcpListener, TcpStream};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

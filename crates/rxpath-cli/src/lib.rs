@@ -22,4 +22,5 @@ pub mod quic;
 pub mod report;
 pub mod run;
 pub mod soak;
+pub mod sockperf;
 pub mod steer;

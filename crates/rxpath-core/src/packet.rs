@@ -312,6 +312,21 @@ pub fn truesize(frame_len: usize) -> usize {
     (NET_SKB_PAD + frame_len).next_multiple_of(64) + SKB_OVERHEAD
 }
 
+/// A TCP segment IP input passed: where its IP header starts in the frame
+/// and whether its checksum is settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpSeg {
+    /// Offset of the IP header in the frame.
+    pub l3: usize,
+    /// The sender's address.
+    pub src: std::net::IpAddr,
+    /// The checksum was verified here, by the device or by GRO, or is a
+    /// local sender's partial one (`CHECKSUM_UNNECESSARY` /
+    /// `CHECKSUM_PARTIAL`); `false`: the TCP machine sums it and counts
+    /// `InCsumErrors` if it fails.
+    pub verified: bool,
+}
+
 /// A UDP datagram that passed IP and UDP input: what they learnt of it,
 /// handed with the packet to the stage behind IP input
 /// ([`Stack::receive_udp`]).
@@ -362,7 +377,7 @@ pub trait Stack {
     /// An end without TCP drops it, as it was dropped before: the
     /// kernel's.
     #[inline]
-    fn receive_tcp(&mut self, pkt: Packet, _seg: &crate::ip::TcpSeg, ctx: &mut RxCtx<'_>) {
+    fn receive_tcp(&mut self, pkt: Packet, _seg: &TcpSeg, ctx: &mut RxCtx<'_>) {
         ctx.drop(pkt, DropReason::UnhandledProto)
     }
 

@@ -5,8 +5,8 @@
 
 use crate::sockperf::PORT;
 use anyhow::{bail, Context, Result};
-use rxpath_cli::echo::sockperf_reply;
 use rxpath_cli::echo_tcp::serve_sockperf;
+use rxpath_cli::sockperf::sockperf_reply;
 use rxpath_os::sched;
 use rxpath_runtime::lab::HOST_ADDR;
 use std::io::{self, ErrorKind};

@@ -41,10 +41,10 @@ mod v4;
 mod v6;
 
 pub use crate::packet::Datagram;
+pub use crate::packet::TcpSeg;
 pub use crate::snmp::{IpMib, RxExt, Snmp, UdpMib};
 pub use defrag::{Defrag, DefragConfig};
 pub use input_stage::{Hook, IpStage, NoHook};
-pub use tcp::TcpSeg;
 
 use crate::stats::DropReason;
 use rxpath_wire::be16;

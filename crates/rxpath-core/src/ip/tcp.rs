@@ -5,21 +5,7 @@
 //! kernel's `Tcp:` names, as it counts a checksum that fails.
 
 use super::{CsumStatus, IpConfig, Snmp, L4};
-
-/// A TCP segment IP input passed: where its IP header starts in the frame
-/// and whether its checksum is settled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TcpSeg {
-    /// Offset of the IP header in the frame.
-    pub l3: usize,
-    /// The sender's address.
-    pub src: std::net::IpAddr,
-    /// The checksum was verified here, by the device or by GRO, or is a
-    /// local sender's partial one (`CHECKSUM_UNNECESSARY` /
-    /// `CHECKSUM_PARTIAL`); `false`: the TCP machine sums it and counts
-    /// `InCsumErrors` if it fails.
-    pub verified: bool,
-}
+use crate::packet::TcpSeg;
 
 /// `tcp_v4_rcv()`'s `skb_checksum_init()`: the checksum as the device's
 /// status and the policy allow (a GRO packet's segments were each checked
