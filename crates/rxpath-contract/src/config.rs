@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 
 pub use crate::options::Config;
-pub use crate::values::{port_list, rule_list, show_ports, Mode, Rule};
+pub use crate::values::{port_list, rule_list, show_ports, Mode, Protocols, Rule};
 
 /// The variable that names a TOML file of settings.
 pub const CONFIG_VAR: &str = "RXPATH_CONFIG";
@@ -189,6 +189,7 @@ mod tests {
         let c = Config {
             iface: Some("veth0".into()),
             mode: Mode::Xdp,
+            protocols: Protocols::UdpTcp,
             busy_poll_us: 50,
             busy_poll_budget: 16,
             prefer_busy_poll_ns: 200_000,

@@ -26,4 +26,4 @@ pub mod values;
 pub use config::Config;
 pub use options::{Kind, Opt, OptError, OPTIONS};
 pub use report::PreloadReport;
-pub use values::{Mode, Profile, Rule};
+pub use values::{Mode, Profile, Protocols, Rule};

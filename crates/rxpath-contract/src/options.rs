@@ -5,7 +5,7 @@
 //! [`Config`] has a field for each, read and written through the table,
 //! so a name changed here changes on both sides of `exec` at once.
 
-use crate::values::{Mode, Profile, Rule, Value};
+use crate::values::{Mode, Profile, Protocols, Rule, Value};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -191,6 +191,11 @@ options! {
     /// The interface whose UDP sockets rxpath takes. Unset: every socket
     /// stays the kernel's.
     iface: Option<String> = "", key "iface", var "RXPATH_IFACE", Kind::Text, unit "";
+    /// The protocols whose sockets rxpath takes: `udp,tcp` takes TCP
+    /// listeners and the connections they accept too (AF_XDP only; not
+    /// finished: no client `connect`, no forked workers, see the README).
+    protocols: Protocols = "udp", key "protocols", var "RXPATH_PROTOCOLS",
+        Kind::Choice(&["udp", "udp,tcp"]), unit "";
     /// How the interface is opened: AF_XDP, AF_PACKET, or AF_XDP with
     /// AF_PACKET when AF_XDP cannot be set up.
     mode: Mode = "auto", key "mode", var "RXPATH_MODE",

@@ -33,6 +33,9 @@ pub enum Fallback {
     /// `RXPATH_PORTS`, `RXPATH_KERNEL_PORTS` or `RXPATH_RULES` leave the
     /// port to the kernel.
     Rule,
+    /// A TCP socket rxpath does not serve: on a device whose frames the
+    /// kernel sees too (AF_PACKET), or a use of TCP not served yet.
+    Protocol,
     /// The interface was deleted or made again while the program ran: the
     /// socket went back to the kernel, or was bound after and stayed
     /// there.

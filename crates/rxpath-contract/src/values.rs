@@ -16,6 +16,24 @@ pub enum Mode {
     Packet,
 }
 
+/// The protocols whose sockets rxpath takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Protocols {
+    /// UDP sockets; every TCP socket stays the kernel's.
+    Udp,
+    /// UDP and TCP sockets (TCP: listeners and the connections they
+    /// accept, on AF_XDP).
+    UdpTcp,
+}
+
+impl Protocols {
+    /// TCP sockets are taken too.
+    pub fn tcp(self) -> bool {
+        self == Protocols::UdpTcp
+    }
+}
+
 /// A tuning profile, as VMA's `VMA_SPEC`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -181,6 +199,22 @@ impl Value for Mode {
     }
     fn write(&self) -> Option<String> {
         Some(format!("{self:?}").to_lowercase())
+    }
+}
+
+impl Value for Protocols {
+    fn read(s: &str, _: Option<(u64, u64)>) -> Result<Self, String> {
+        match s {
+            "udp" => Ok(Protocols::Udp),
+            "udp,tcp" | "tcp,udp" => Ok(Protocols::UdpTcp),
+            _ => Err("udp or udp,tcp".into()),
+        }
+    }
+    fn write(&self) -> Option<String> {
+        Some(match self {
+            Protocols::Udp => "udp".into(),
+            Protocols::UdpTcp => "udp,tcp".into(),
+        })
     }
 }
 

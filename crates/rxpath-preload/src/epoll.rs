@@ -2,6 +2,7 @@
 //! program's epoll fd, with its kernel fds) and the rxpath sockets in it,
 //! level- and edge-triggered, `EPOLLONESHOT`.
 
+use crate::served::Served;
 use crate::sys;
 use crate::sys::{deadline, errno, left_ms};
 use crate::udp::sock::{busy_wait_with, readable, Accel, BusyParams};
@@ -22,7 +23,7 @@ const DEVICE: u64 = u64::MAX - 0x7271;
 #[derive(Debug)]
 struct Member {
     fd: RawFd,
-    sock: Arc<Accel>,
+    sock: Served,
     events: u32,
     data: u64,
     /// Edges already reported (edge-triggered).
@@ -81,8 +82,14 @@ impl EpSet {
     }
 
     /// The rxpath sockets in the set.
+    /// Its UDP sockets.
     pub(crate) fn sockets(&self) -> Vec<Arc<Accel>> {
-        lock(&self.members).iter().map(|m| m.sock.clone()).collect()
+        self.udp_members()
+    }
+
+    fn udp_members(&self) -> Vec<Arc<Accel>> {
+        let m = lock(&self.members);
+        m.iter().filter_map(|m| m.sock.udp().cloned()).collect()
     }
 
     /// `epoll_ctl` for an rxpath socket.
@@ -90,7 +97,7 @@ impl EpSet {
         &self,
         op: i32,
         fd: RawFd,
-        sock: Arc<Accel>,
+        sock: Served,
         ev: Option<libc::epoll_event>,
     ) -> Result<(), i32> {
         let mut m = lock(&self.members);
@@ -110,7 +117,7 @@ impl EpSet {
             (libc::EPOLL_CTL_ADD, None) => {
                 let ev = ev.ok_or(libc::EFAULT)?;
                 self.wake_fd()?;
-                let seen = first_seen(&sock);
+                let seen = first_seen(&sock, ev.events);
                 m.push(Member {
                     fd,
                     sock,
@@ -127,7 +134,7 @@ impl EpSet {
                 let x = &mut m[i];
                 x.events = ev.events;
                 x.data = ev.u64;
-                x.seen = first_seen(&x.sock);
+                x.seen = first_seen(&x.sock, ev.events);
                 x.out_seen = false;
                 x.disabled = false;
                 Ok(())
@@ -196,8 +203,7 @@ impl EpSet {
             }
             if !busy_done {
                 busy_done = true;
-                let socks: Vec<Arc<Accel>> =
-                    lock(&self.members).iter().map(|m| m.sock.clone()).collect();
+                let socks = self.udp_members();
                 let refs: Vec<&Arc<Accel>> = socks.iter().collect();
                 if busy_wait_with(&refs, *lock(&self.params)) {
                     continue;
@@ -269,24 +275,28 @@ impl EpSet {
                 if x.events & libc::EPOLLONESHOT as u32 != 0 {
                     x.disabled = true;
                 }
-                let id = x.sock.sock.napi_id();
-                if id.0 != 0 && !ids.contains(&id) {
-                    let _ = ids.try_push(id);
+                if let Some(a) = x.sock.udp() {
+                    let id = a.sock.napi_id();
+                    if id.0 != 0 && !ids.contains(&id) {
+                        let _ = ids.try_push(id);
+                    }
                 }
             }
         }
-        if let Some(first) = m.first().filter(|_| !ids.is_empty()) {
-            rxpath_runtime::sock::suspend_irqs(first.sock.sock.host(), &ids);
+        let first_udp = m.iter().find_map(|x| x.sock.udp());
+        if let Some(first) = first_udp.filter(|_| !ids.is_empty()) {
+            rxpath_runtime::sock::suspend_irqs(first.sock.host(), &ids);
         }
         n
     }
 
     fn sleep(&self, out: &mut [libc::epoll_event], until: Option<Instant>) -> Result<usize, i32> {
         let efd = self.wake_fd()?;
-        let socks: Vec<Arc<Accel>> = lock(&self.members).iter().map(|m| m.sock.clone()).collect();
-        for a in &socks {
-            a.watch.arm(efd);
+        let all: Vec<Served> = lock(&self.members).iter().map(|m| m.sock.clone()).collect();
+        for a in &all {
+            a.watch().arm(efd);
         }
+        let socks = self.udp_members();
         // The devices of deferred NAPIs wake the set too.
         let refs: Vec<&Arc<Accel>> = socks.iter().collect();
         let dev = crate::device::sleep_devices(&refs);
@@ -297,8 +307,8 @@ impl EpSet {
         } else {
             self.kernel_wait(out, left_ms(until))
         };
-        for a in &socks {
-            a.watch.disarm(efd);
+        for a in &all {
+            a.watch().disarm(efd);
         }
         // Awake: the devices slept on are polled once.
         drop(dev);
@@ -335,22 +345,56 @@ impl EpSet {
 /// The edges an edge-triggered member has seen when it is added: all but
 /// one if the socket is readable now (the kernel reports a readable socket
 /// once after `ADD`).
-fn first_seen(a: &Accel) -> u64 {
-    let e = a.watch.edges();
-    if readable(a) {
+/// The edge count a member starts from: one behind if it is ready for
+/// what it asks now, so that an edge-triggered wait reports it once.
+fn first_seen(a: &Served, want: u32) -> u64 {
+    let e = a.watch().edges();
+    let ready = match a {
+        Served::Udp(a) => readable(a),
+        Served::Tcp(_) => a.mask() & want != 0,
+    };
+    if ready {
         e.wrapping_sub(1)
     } else {
         e
     }
 }
 
-/// The events `x` reports now (and, edge-triggered, marks as seen).
 fn member_events(x: &mut Member) -> u32 {
+    match &x.sock {
+        Served::Udp(_) => udp_events(x),
+        Served::Tcp(_) => tcp_events(x),
+    }
+}
+
+/// A TCP member's events (`ep_item_poll` over `tcp_poll`): what it asks
+/// of the mask, and `EPOLLERR`/`EPOLLHUP` always; edge-triggered, once
+/// per edge the machine made (`ep_poll_callback`).
+fn tcp_events(x: &mut Member) -> u32 {
+    let always = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
+    let ev = x.sock.mask() & (x.events | always);
+    if ev == 0 {
+        return 0;
+    }
+    if x.events & libc::EPOLLET as u32 != 0 {
+        let edges = x.sock.watch().edges();
+        if edges == x.seen {
+            return 0;
+        }
+        x.seen = edges;
+    }
+    ev
+}
+
+/// A UDP member's events.
+fn udp_events(x: &mut Member) -> u32 {
+    let Served::Udp(a) = &x.sock else { return 0 };
+    let a = a.clone();
     let want = x.events;
     let et = want & libc::EPOLLET as u32 != 0;
     let mut ev = 0u32;
-    if want & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32 != 0 && readable(&x.sock) {
-        let edges = x.sock.watch.edges();
+    if want & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32 != 0 && readable(&a) {
+        let edges = a.watch.edges();
         if !et || edges != x.seen {
             x.seen = edges;
             ev |= want & (libc::EPOLLIN | libc::EPOLLRDNORM) as u32;
@@ -360,7 +404,7 @@ fn member_events(x: &mut Member) -> u32 {
         x.out_seen = true;
         ev |= want & (libc::EPOLLOUT | libc::EPOLLWRNORM) as u32;
     }
-    if x.sock.sock.is_closed() {
+    if a.sock.is_closed() {
         ev |= libc::EPOLLHUP as u32;
     }
     ev

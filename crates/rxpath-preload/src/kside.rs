@@ -15,9 +15,17 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
+/// A served socket whose kernel socket the watch looks at: told when
+/// something arrives there.
+pub(crate) trait KernelWatched: Send + Sync {
+    /// The kernel socket behind it may hold something to read (a
+    /// datagram; a connection, for a listener).
+    fn kernel_event(&self);
+}
+
 struct KernelSide {
     epfd: OwnedFd,
-    socks: Mutex<HashMap<u64, Weak<Accel>>>,
+    socks: Mutex<HashMap<u64, Weak<dyn KernelWatched>>>,
 }
 
 static SIDE: OnceLock<Option<KernelSide>> = OnceLock::new();
@@ -74,13 +82,26 @@ fn run(s: &KernelSide) {
                 .get(&token)
                 .and_then(Weak::upgrade);
             if let Some(a) = a {
-                if a.child_took_it() {
-                    child_took(&a);
-                }
-                a.kernel_ready.store(true, Ordering::SeqCst);
-                a.watch.ready();
+                a.kernel_event();
             }
         }
+    }
+}
+
+impl KernelWatched for Accel {
+    fn kernel_event(&self) {
+        if self.child_took_it() {
+            child_took(self);
+        }
+        self.kernel_ready.store(true, Ordering::SeqCst);
+        self.watch.ready();
+    }
+}
+
+impl KernelWatched for crate::tcp::sock::TcpSock {
+    fn kernel_event(&self) {
+        self.kernel_ready.store(true, Ordering::SeqCst);
+        self.watch.ready();
     }
 }
 
@@ -149,11 +170,17 @@ pub(crate) fn token() -> u64 {
 /// Watch the kernel socket `fd` behind `a` (registered as `a.ktoken`).
 /// One already holding datagrams is reported at once.
 pub(crate) fn watch(a: &Arc<Accel>, fd: RawFd) {
+    watch_as(a.clone(), a.ktoken, fd);
+}
+
+/// Watch the kernel socket `fd` behind `a` under `token` ([`token`]).
+pub(crate) fn watch_as<T: KernelWatched + 'static>(a: Arc<T>, token: u64, fd: RawFd) {
     let Some(s) = side() else { return };
-    rxpath_dev::sync::lock(&s.socks).insert(a.ktoken, Arc::downgrade(a));
+    let a: Arc<dyn KernelWatched> = a;
+    rxpath_dev::sync::lock(&s.socks).insert(token, Arc::downgrade(&a));
     let ev = libc::epoll_event {
         events: (libc::EPOLLIN | libc::EPOLLET) as u32,
-        u64: a.ktoken,
+        u64: token,
     };
     if let Err(e) = sys::kepoll_ctl(s.epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, Some(ev)) {
         crate::config::say(&format!(
@@ -165,8 +192,13 @@ pub(crate) fn watch(a: &Arc<Accel>, fd: RawFd) {
 /// The socket closed for good (the kernel drops its epoll entry with the
 /// file).
 pub(crate) fn forget(a: &Accel) {
+    forget_token(a.ktoken);
+}
+
+/// The socket watched under `token` closed for good.
+pub(crate) fn forget_token(token: u64) {
     if let Some(s) = SIDE.get().and_then(Option::as_ref) {
-        rxpath_dev::sync::lock(&s.socks).remove(&a.ktoken);
+        rxpath_dev::sync::lock(&s.socks).remove(&token);
     }
 }
 

@@ -1,7 +1,8 @@
 //! # rxpath-preload: unmodified programs on rxpath
 //!
 //! `librxpath_preload.so`, loaded with `LD_PRELOAD` (or by `rxpath exec`),
-//! puts a program's UDP sockets on rxpath's receive path, as Onload and VMA
+//! puts a program's UDP sockets (and, with `RXPATH_PROTOCOLS=udp,tcp`, its
+//! TCP listeners and the connections they accept) on rxpath's receive path, as Onload and VMA
 //! do for their vendors' NICs, on any interface AF_XDP (or AF_PACKET) can
 //! open. The program is not changed or rebuilt: its calls to the C library's
 //! socket API reach this library first.
@@ -13,7 +14,7 @@
 //!     │             (unsafe: here and in sys only)
 //!  ops              what each call means for an fd rxpath may serve, by
 //!     │             job: lifecycle, epoll_calls; UDP's udp_recv,
-//!     │             udp_send, udp_options
+//!     │             udp_send, udp_options; TCP's tcp_listen, tcp_stream
 //!  readiness        poll/select and blocking reads over rxpath sockets
 //!     │             and kernel fds
 //!  table, kside     fd → candidate | rxpath socket | epoll set | inherited;
@@ -24,9 +25,13 @@
 //!     │             first bind it serves, shut down at exit
 //!  device           the host's device fds a sleeping thread waits on
 //!     │
-//!  udp              UDP's room: a served socket and who sleeps on it
+//!  served           a served socket of either protocol as poll and
+//!     │             epoll see it
+//!  udp, tcp         UDP's room: a served socket and who sleeps on it
 //!     │             (sock), what its queue held at a fork (forkq), its
-//!     │             multicast memberships (mcast)
+//!     │             multicast memberships (mcast); TCP's: a served
+//!     │             listener or connection (sock)
+//!  watchers         who sleeps on a served socket
 //!  linkwatch        the interface deleted, made again, down, up, its MTU
 //!     │
 //!  sys, config      the C library's real calls and eventfds; RXPATH_*
@@ -35,8 +40,11 @@
 //! Every accelerated socket keeps its kernel UDP socket behind the same fd
 //! number, bound to the same address: the port stays reserved in the kernel,
 //! `close` and `getsockname` keep working, and a datagram to a destination
-//! the interface does not reach leaves through the kernel socket. A socket
-//! this library does not accelerate (TCP, AF_UNIX, netlink, another
+//! the interface does not reach leaves through the kernel socket. A served
+//! TCP listener's kernel socket listens too (loopback connections are the
+//! kernel's, accepted through the same fd); a connection rxpath accepted
+//! goes by a kernel socket that never connects. A socket this library
+//! does not accelerate (TCP unless asked, AF_UNIX, netlink, another
 //! interface, an ephemeral client port, an option rxpath cannot honour set
 //! before `bind`) is the kernel's, untouched.
 //!
@@ -68,10 +76,13 @@ mod kside;
 mod linkwatch;
 mod ops;
 mod readiness;
+mod served;
 #[allow(unsafe_code)]
 mod sys;
 mod table;
+mod tcp;
 mod udp;
+mod watchers;
 
 pub use config::Config;
 pub use host::{Accounting, Fallback, PreloadReport, SocketPath};

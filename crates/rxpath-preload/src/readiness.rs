@@ -10,6 +10,7 @@
 //! system call per datagram unless a waiter is asleep, as the kernel's own
 //! wakeups.
 
+use crate::served::Served;
 use crate::sys;
 use crate::sys::{deadline, errno, left_ms};
 use crate::table;
@@ -87,11 +88,59 @@ pub(crate) fn wait_readable(a: &Arc<Accel>, until: Option<Instant>) -> Result<()
     }
 }
 
+/// Wait until served TCP socket `t` is ready for something in `want`
+/// (`EPOLL*` bits; errors and hang-ups always end the wait), or until
+/// `until`: asleep on an eventfd its watcher signals, and on `kernel`
+/// (a listener's kernel socket, for what comes over loopback) when
+/// given. `EAGAIN` at the deadline, `EINTR` if a signal came.
+pub(crate) fn wait_tcp(
+    t: &crate::tcp::sock::TcpSock,
+    want: u32,
+    kernel: Option<RawFd>,
+    until: Option<Instant>,
+) -> Result<(), i32> {
+    let want = want | (libc::EPOLLERR | libc::EPOLLHUP) as u32;
+    loop {
+        if t.events() & want != 0 {
+            return Ok(());
+        }
+        if until.is_some() && left_ms(until) == 0 {
+            return Err(libc::EAGAIN);
+        }
+        let r = with_poll_efd(|efd| {
+            t.watch.arm(efd);
+            let mut p: Vec<libc::pollfd> = std::iter::once(efd)
+                .chain(kernel)
+                .map(|fd| libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
+                .collect();
+            let r = if t.events() & want != 0 {
+                Ok(0)
+            } else {
+                sys::kpoll(&mut p, left_ms(until)).map_err(errno)
+            };
+            t.watch.disarm(efd);
+            if p[0].revents & libc::POLLIN != 0 {
+                sys::eventfd_drain(efd);
+            }
+            if p.get(1).is_some_and(|k| k.revents & libc::POLLIN != 0) {
+                t.kernel_ready
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            r
+        })?;
+        r?;
+    }
+}
+
 /// `poll()` over `fds`, some of them rxpath sockets. Returns the number of
 /// entries with events, or an errno.
 pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Result<usize, i32> {
-    let accel: Vec<Option<Arc<Accel>>> = fds.iter().map(|p| table::socket(p.fd)).collect();
-    let socks: Vec<&Arc<Accel>> = accel.iter().flatten().collect();
+    let accel: Vec<Option<Served>> = fds.iter().map(|p| Served::of(p.fd)).collect();
+    let socks: Vec<&Arc<Accel>> = accel.iter().flatten().filter_map(Served::udp).collect();
     let kernel: Vec<usize> = (0..fds.len())
         .filter(|&i| accel[i].is_none() && fds[i].fd >= 0)
         .collect();
@@ -109,7 +158,7 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Result<usize, i
             }
         }
         let dev = crate::device::sleep_devices(&socks);
-        let sleep = |efd| poll_sleep(fds, &accel, &kernel, (&socks, &dev.fds), efd, until);
+        let sleep = |efd| poll_sleep(fds, &accel, &kernel, &dev.fds, efd, until);
         let n = with_poll_efd(sleep)??;
         drop(dev);
         if n > 0 || left_ms(until) == 0 {
@@ -125,14 +174,16 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Result<usize, i
 /// kernel fds from a kernel `poll` with `timeout` (only if there are any).
 fn poll_scan(
     fds: &mut [libc::pollfd],
-    accel: &[Option<Arc<Accel>>],
+    accel: &[Option<Served>],
     kernel: &[usize],
     timeout: i32,
 ) -> Result<usize, i32> {
     let mut n = 0;
     for (p, a) in fds.iter_mut().zip(accel) {
         if let Some(a) = a {
-            crate::kside::take_back_after_fork(a);
+            if let Some(u) = a.udp() {
+                crate::kside::take_back_after_fork(u);
+            }
             p.revents = sock_revents(a, p.events);
             n += usize::from(p.revents != 0);
         } else {
@@ -170,28 +221,25 @@ fn inherited_ready(fd: RawFd) -> bool {
         && crate::udp::forkq::inherited(fd).is_some_and(|i| i.held.any())
 }
 
-fn sock_revents(a: &Accel, events: i16) -> i16 {
-    let mut r = 0;
-    if readable(a) {
-        r |= libc::POLLIN | libc::POLLRDNORM;
-    }
-    // A UDP socket can always send (a full TX ring is a counted drop).
-    r |= libc::POLLOUT | libc::POLLWRNORM;
-    r & (events | libc::POLLERR | libc::POLLHUP)
+/// A served socket's `poll` bits (the same values as epoll's): what it
+/// asks, and errors and hang-ups always.
+fn sock_revents(a: &Served, events: i16) -> i16 {
+    let m = a.mask() as i16;
+    m & (events | libc::POLLERR | libc::POLLHUP)
 }
 
 /// Sleep in the kernel on the kernel fds, `efd` and the devices `dev`
 /// until one is ready, a socket's watcher signals, or `until`.
 fn poll_sleep(
     fds: &mut [libc::pollfd],
-    accel: &[Option<Arc<Accel>>],
+    accel: &[Option<Served>],
     kernel: &[usize],
-    (socks, dev): (&[&Arc<Accel>], &[RawFd]),
+    dev: &[RawFd],
     efd: RawFd,
     until: Option<Instant>,
 ) -> Result<usize, i32> {
-    for a in socks {
-        a.watch.arm(efd);
+    for a in accel.iter().flatten() {
+        a.watch().arm(efd);
     }
     let signalled = std::cell::Cell::new(false);
     let r = (|| {
@@ -213,8 +261,8 @@ fn poll_sleep(
         r?;
         Ok(0)
     })();
-    for a in socks {
-        a.watch.disarm(efd);
+    for a in accel.iter().flatten() {
+        a.watch().disarm(efd);
     }
     if signalled.get() {
         sys::eventfd_drain(efd);
@@ -329,8 +377,13 @@ mod tests {
             u64: 7,
         };
         let fd = 63_001;
-        set.ctl_socket(libc::EPOLL_CTL_ADD, fd, a.clone(), Some(ev))
-            .unwrap();
+        set.ctl_socket(
+            libc::EPOLL_CTL_ADD,
+            fd,
+            crate::served::Served::Udp(a.clone()),
+            Some(ev),
+        )
+        .unwrap();
         let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
         assert_eq!(set.wait(&mut out, 0), Ok(0), "nothing queued");
         std::thread::scope(|s| {

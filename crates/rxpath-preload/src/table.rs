@@ -4,6 +4,7 @@
 //! fds that are rxpath's.
 
 use crate::epoll::EpSet;
+use crate::tcp::sock::TcpSock;
 use crate::udp::sock::{Accel, Pending};
 use rxpath_dev::sync::{read_lock, write_lock};
 use std::collections::HashMap;
@@ -25,6 +26,9 @@ pub(crate) const EPOLL: u8 = 3;
 /// In a forked child: a socket its parent served, holding datagrams the
 /// parent held at the fork ([`crate::udp::forkq`]); the kernel's after them.
 pub(crate) const FORKED: u8 = 4;
+/// A TCP socket rxpath serves: a listener or a connection it accepted
+/// ([`crate::tcp`]).
+pub(crate) const TCP: u8 = 5;
 
 static KIND: [AtomicU8; MAX_FD] = [const { AtomicU8::new(KERNEL) }; MAX_FD];
 
@@ -34,6 +38,7 @@ pub(crate) enum Entry {
     Candidate(Arc<Mutex<Pending>>),
     Socket(Arc<Accel>),
     Epoll(Arc<EpSet>),
+    Tcp(Arc<TcpSock>),
 }
 
 impl Entry {
@@ -42,6 +47,7 @@ impl Entry {
             Entry::Candidate(_) => CANDIDATE,
             Entry::Socket(_) => SOCKET,
             Entry::Epoll(_) => EPOLL,
+            Entry::Tcp(_) => TCP,
         }
     }
 }
@@ -76,6 +82,18 @@ pub(crate) fn socket(fd: RawFd) -> Option<Arc<Accel>> {
     }
     match get(fd) {
         Some(Entry::Socket(a)) => Some(a),
+        _ => None,
+    }
+}
+
+/// The served TCP socket behind `fd`, if it is one.
+#[inline]
+pub(crate) fn tcp(fd: RawFd) -> Option<Arc<TcpSock>> {
+    if kind(fd) != TCP {
+        return None;
+    }
+    match get(fd) {
+        Some(Entry::Tcp(t)) => Some(t),
         _ => None,
     }
 }
@@ -190,7 +208,7 @@ pub(crate) fn mark_forked(fd: RawFd) {
 /// a child's inherited one).
 #[inline]
 pub(crate) fn served(fd: RawFd) -> bool {
-    matches!(kind(fd), SOCKET | FORKED)
+    matches!(kind(fd), SOCKET | FORKED | TCP)
 }
 
 #[cfg(test)]

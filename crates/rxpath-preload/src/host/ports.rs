@@ -5,18 +5,21 @@
 
 use super::{say, Fallback, Global, State};
 use rxpath_dev::sys::xdp::PortKey;
-use rxpath_runtime::{Host, UdpSocket};
+use rxpath_runtime::{Host, TcpListener, UdpSocket};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::MutexGuard;
 
 /// The destinations the XDP program takes for a UDP socket bound to
 /// `addr`, keyed as the kernel keys sockets: its address (or its family's
 /// wildcard) and port; an IPv6 wildcard socket without `IPV6_V6ONLY`
 /// takes IPv4 too (as `::ffff:a.b.c.d`), so the IPv4 wildcard as well.
 pub(crate) fn map_keys(addr: SocketAddr, v6only: bool) -> Vec<PortKey> {
-    let udp = |addr| PortKey {
-        proto: libc::IPPROTO_UDP as u8,
-        addr,
-    };
+    keys_of(libc::IPPROTO_UDP as u8, addr, v6only)
+}
+
+/// [`map_keys`] for protocol `proto` (17 UDP, 6 TCP).
+pub(crate) fn keys_of(proto: u8, addr: SocketAddr, v6only: bool) -> Vec<PortKey> {
+    let udp = |addr| PortKey { proto, addr };
     let mut keys = vec![udp(addr)];
     match addr.ip() {
         IpAddr::V6(a) if a.is_unspecified() && !v6only => {
@@ -52,6 +55,65 @@ impl Global {
         opts: rxpath_core::sock::BindOptions,
         v6only: bool,
     ) -> Result<(UdpSocket, Vec<PortKey>), (Fallback, String)> {
+        let mut s = self.admit(addr)?;
+        let Some(r) = s.running.as_mut() else {
+            return Err((Fallback::HostFailed, "no host".into()));
+        };
+        let sock = r
+            .host
+            .udp_bind_held_with(addr, opts)
+            .map_err(|e| (Fallback::BindRefused, format!("{addr}: {e}")))?;
+        let keys = map_keys(addr, v6only);
+        take_keys(r, addr, &keys)?;
+        if self.cfg.busy_poll_us > 0 {
+            sock.set_busy_poll(self.cfg.busy_poll_us);
+        }
+        sock.set_busy_poll_budget(self.cfg.busy_poll_budget);
+        s.accelerated += 1;
+        Ok((sock, keys))
+    }
+
+    /// An rxpath listener on `addr`, which the caller's kernel socket has
+    /// bound (and listens on, for loopback), with the destinations the
+    /// XDP program now takes for it, or why not: TCP is served when the
+    /// options ask for it, on a device whose frames the kernel does not
+    /// also see (AF_XDP, or AF_PACKET's steering): where it saw a SYN it
+    /// would answer it.
+    pub(crate) fn tcp_listen(
+        &self,
+        addr: SocketAddr,
+        backlog: i32,
+        v6only: bool,
+    ) -> Result<(TcpListener, Vec<PortKey>), (Fallback, String)> {
+        if !self.cfg.protocols.tcp() {
+            return Err((Fallback::Protocol, "TCP (--protocols udp)".into()));
+        }
+        let mut s = self.admit(addr)?;
+        let Some(r) = s.running.as_mut() else {
+            return Err((Fallback::HostFailed, "no host".into()));
+        };
+        if r.host.kernel_sees_frames() || !r.host.runs_tcp() {
+            return Err((
+                Fallback::Protocol,
+                format!("TCP on {}: the kernel sees its frames", r.host.backend()),
+            ));
+        }
+        let l = r
+            .host
+            .tcp_listen_held(addr, backlog)
+            .map_err(|e| (Fallback::BindRefused, format!("{addr}: {e}")))?;
+        let keys = keys_of(libc::IPPROTO_TCP as u8, addr, v6only);
+        take_keys(r, addr, &keys)?;
+        if self.cfg.busy_poll_us > 0 {
+            l.set_busy_poll(self.cfg.busy_poll_us);
+        }
+        s.accelerated += 1;
+        Ok((l, keys))
+    }
+
+    /// May rxpath take a socket bound to `addr`? The host runs (started
+    /// now if it was not), with its state locked; else why not.
+    fn admit(&self, addr: SocketAddr) -> Result<MutexGuard<'_, State>, (Fallback, String)> {
         let Some(iface) = self.cfg.iface.clone() else {
             return Err((Fallback::NoIface, "no RXPATH_IFACE".into()));
         };
@@ -71,7 +133,7 @@ impl Global {
         if let Err(e) = self.ensure_running(&mut s, &iface) {
             return Err((Fallback::HostFailed, e));
         }
-        let Some(r) = s.running.as_mut() else {
+        let Some(r) = s.running.as_ref() else {
             return Err((Fallback::HostFailed, "no host".into()));
         };
         // A group or broadcast address takes what is sent to it here.
@@ -86,34 +148,7 @@ impl Global {
                 format!("{addr} is not an address of {iface}"),
             ));
         }
-        let sock = r
-            .host
-            .udp_bind_held_with(addr, opts)
-            .map_err(|e| (Fallback::BindRefused, format!("{addr}: {e}")))?;
-        let keys = map_keys(addr, v6only);
-        for (i, k) in keys.iter().enumerate() {
-            if r.ports.contains_key(k) {
-                continue;
-            }
-            if let Err(e) = r.host.take_port(*k, true) {
-                for k in keys[..i].iter().filter(|k| !r.ports.contains_key(k)) {
-                    let _ = r.host.take_port(*k, false);
-                }
-                return Err((
-                    Fallback::PortMapFull,
-                    format!("{addr}: the XDP program's port map: {e}"),
-                ));
-            }
-        }
-        for k in &keys {
-            *r.ports.entry(*k).or_default() += 1;
-        }
-        if self.cfg.busy_poll_us > 0 {
-            sock.set_busy_poll(self.cfg.busy_poll_us);
-        }
-        sock.set_busy_poll_budget(self.cfg.busy_poll_budget);
-        s.accelerated += 1;
-        Ok((sock, keys))
+        Ok(s)
     }
 
     /// An rxpath socket that took `keys` closed (or went back to the
@@ -205,4 +240,31 @@ impl Global {
             }
         }
     }
+}
+
+/// The port map takes `keys` for a socket on `addr` (counted per key; the
+/// first socket on a key puts it in the map), or none of them.
+fn take_keys(
+    r: &mut super::Running,
+    addr: SocketAddr,
+    keys: &[PortKey],
+) -> Result<(), (Fallback, String)> {
+    for (i, k) in keys.iter().enumerate() {
+        if r.ports.contains_key(k) {
+            continue;
+        }
+        if let Err(e) = r.host.take_port(*k, true) {
+            for k in keys[..i].iter().filter(|k| !r.ports.contains_key(k)) {
+                let _ = r.host.take_port(*k, false);
+            }
+            return Err((
+                Fallback::PortMapFull,
+                format!("{addr}: the XDP program's port map: {e}"),
+            ));
+        }
+    }
+    for k in keys {
+        *r.ports.entry(*k).or_default() += 1;
+    }
+    Ok(())
 }

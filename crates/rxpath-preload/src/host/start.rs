@@ -35,8 +35,12 @@ impl Global {
             ..HostConfig::default()
         };
         cfg.sock.busy_read_us = c.busy_poll_us;
+        // TCP as asked, where the kernel never sees the frames rxpath
+        // takes: one port map for UDP and TCP, each socket by its keys.
+        let tcp = c.protocols.tcp() && c.mode != Mode::Packet;
+        cfg.tcp = tcp;
         let filter = XdpFilter {
-            protocol: Some(17),
+            protocol: if tcp { None } else { Some(17) },
             port_map: true,
             ..XdpFilter::default()
         };
@@ -59,7 +63,12 @@ impl Global {
             host.sockets().add_local_addr(a);
         }
         say(&format!(
-            "UDP on {iface} through rxpath ({})",
+            "{} on {iface} through rxpath ({})",
+            if host.runs_tcp() {
+                "UDP and TCP"
+            } else {
+                "UDP"
+            },
             host.backend()
         ));
         let metrics =

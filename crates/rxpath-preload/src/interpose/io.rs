@@ -1,7 +1,7 @@
 //! The data calls: reads (`recv*`, `read*`, with packet information) and
 //! sends (`send*`, `write*`, with `IP_PKTINFO` and `UDP_SEGMENT`).
 
-use super::{addr_in, addr_out, buf, buf_mut, fail, gather, iovs, recv_iov, ret};
+use super::{addr_in, addr_out, buf, buf_mut, fail, gather, iovs, recv_iov, ret, tcp};
 use crate::ops::{self, Route};
 use crate::sys::real;
 use crate::table;
@@ -20,6 +20,13 @@ pub extern "C" fn recvfrom(
     from: *mut sockaddr,
     fromlen: *mut socklen_t,
 ) -> ssize_t {
+    if let Some(t) = table::tcp(fd) {
+        let r = tcp::recv(&t, b, n, flags);
+        if r >= 0 {
+            addr_out(None, from, fromlen);
+        }
+        return r;
+    }
     let Some(a) = ops::Rx::of(fd) else {
         // SAFETY: the C library's recvfrom with the program's arguments.
         return unsafe { real::recvfrom()(fd, b, n, flags, from, fromlen) };
@@ -69,6 +76,9 @@ fn read_either(
 
 #[no_mangle]
 pub extern "C" fn recv(fd: c_int, b: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
+    if let Some(t) = table::tcp(fd) {
+        return tcp::recv(&t, b, n, flags);
+    }
     let Some(a) = ops::Rx::of(fd) else {
         // SAFETY: the C library's recv with the program's arguments.
         return unsafe { real::recv()(fd, b, n, flags) };
@@ -81,6 +91,9 @@ pub extern "C" fn recv(fd: c_int, b: *mut c_void, n: size_t, flags: c_int) -> ss
 
 #[no_mangle]
 pub extern "C" fn read(fd: c_int, b: *mut c_void, n: size_t) -> ssize_t {
+    if let Some(t) = table::tcp(fd) {
+        return tcp::recv(&t, b, n, 0);
+    }
     let Some(a) = ops::Rx::of(fd) else {
         // SAFETY: the C library's read with the program's arguments.
         return unsafe { real::read()(fd, b, n) };
@@ -93,6 +106,9 @@ pub extern "C" fn read(fd: c_int, b: *mut c_void, n: size_t) -> ssize_t {
 
 #[no_mangle]
 pub extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    if let Some(t) = table::tcp(fd) {
+        return ret(tcp::recv_iov(&t, iovs(iov, cnt.max(0) as usize), 0));
+    }
     let Some(a) = ops::Rx::of(fd) else {
         // SAFETY: the C library's readv with the program's arguments.
         return unsafe { real::readv()(fd, iov, cnt) };
@@ -284,6 +300,9 @@ fn send_source(m: &msghdr) -> Result<(Option<IpAddr>, Option<u16>), &'static str
 
 #[no_mangle]
 pub extern "C" fn recvmsg(fd: c_int, m: *mut msghdr, flags: c_int) -> ssize_t {
+    if let Some(t) = table::tcp(fd) {
+        return tcp::recvmsg(&t, m, flags);
+    }
     let Some(a) = ops::Rx::of(fd) else {
         // SAFETY: the C library's recvmsg with the program's arguments.
         return unsafe { real::recvmsg()(fd, m, flags) };
@@ -406,6 +425,9 @@ pub extern "C" fn sendto(
     to: *const sockaddr,
     tolen: socklen_t,
 ) -> ssize_t {
+    if let Some(t) = table::tcp(fd) {
+        return tcp::send(&t, b, n, flags);
+    }
     if let Some(a) = table::socket(fd) {
         if let Route::Done(r) = crate::ops::udp_send::send(&a, buf(b, n), addr_in(to, tolen)) {
             return ret(r);
@@ -417,6 +439,9 @@ pub extern "C" fn sendto(
 
 #[no_mangle]
 pub extern "C" fn send(fd: c_int, b: *const c_void, n: size_t, flags: c_int) -> ssize_t {
+    if let Some(t) = table::tcp(fd) {
+        return tcp::send(&t, b, n, flags);
+    }
     if let Some(a) = table::socket(fd) {
         if let Route::Done(r) = crate::ops::udp_send::send(&a, buf(b, n), None) {
             return ret(r);
@@ -428,6 +453,9 @@ pub extern "C" fn send(fd: c_int, b: *const c_void, n: size_t, flags: c_int) -> 
 
 #[no_mangle]
 pub extern "C" fn write(fd: c_int, b: *const c_void, n: size_t) -> ssize_t {
+    if let Some(t) = table::tcp(fd) {
+        return tcp::send(&t, b, n, 0);
+    }
     if let Some(a) = table::socket(fd) {
         if let Route::Done(r) = crate::ops::udp_send::send(&a, buf(b, n), None) {
             return ret(r);
@@ -439,6 +467,9 @@ pub extern "C" fn write(fd: c_int, b: *const c_void, n: size_t) -> ssize_t {
 
 #[no_mangle]
 pub extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    if let Some(t) = table::tcp(fd) {
+        return tcp::send_iov(&t, iovs(iov, cnt.max(0) as usize), 0);
+    }
     if let Some(a) = table::socket(fd) {
         let data = gather(iovs(iov, cnt.max(0) as usize));
         if let Route::Done(r) = crate::ops::udp_send::send(&a, &data, None) {
@@ -473,6 +504,9 @@ fn sendmsg_one(a: &crate::udp::sock::Accel, m: &msghdr) -> Option<Result<usize, 
 
 #[no_mangle]
 pub extern "C" fn sendmsg(fd: c_int, m: *const msghdr, flags: c_int) -> ssize_t {
+    if let Some(t) = table::tcp(fd) {
+        return tcp::sendmsg(&t, m, flags);
+    }
     if let (Some(a), false) = (table::socket(fd), m.is_null()) {
         // SAFETY: the program passed a readable msghdr for this call.
         if let Some(r) = sendmsg_one(&a, unsafe { &*m }) {

@@ -10,6 +10,7 @@
 //! `io`: reads and sends; `wait`: `poll`, `select`, `epoll`.
 
 mod io;
+mod tcp;
 mod wait;
 
 use crate::ops::{self, OptVal};
@@ -277,6 +278,9 @@ drops_privileges! {
 
 #[no_mangle]
 pub extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
+    if let Some(t) = table::tcp(fd) {
+        return tcp::shutdown(&t, how);
+    }
     // SAFETY: the C library's shutdown with the program's arguments.
     let r = unsafe { real::shutdown()(fd, how) };
     let done = r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOTCONN);
@@ -300,6 +304,12 @@ pub extern "C" fn setsockopt(
         return r;
     }
     let v = opt_val(level, name, val, len);
+    if let Some(t) = table::tcp(fd) {
+        return match ops::tcp_setsockopt(&t, level, name, v) {
+            Ok(()) => 0,
+            Err(e) => fail(e) as c_int,
+        };
+    }
     match ops::setsockopt(fd, level, name, v) {
         Ok(()) => 0,
         Err(e) => fail(e) as c_int,
@@ -310,6 +320,13 @@ pub extern "C" fn setsockopt(
 fn opt_val(level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> OptVal {
     if val.is_null() {
         return OptVal::Other;
+    }
+    if (level, name) == (libc::SOL_SOCKET, libc::SO_LINGER)
+        && len as usize >= std::mem::size_of::<libc::linger>()
+    {
+        // SAFETY: the kernel accepted a `struct linger` of `len` bytes.
+        let l = unsafe { std::ptr::read_unaligned(val.cast::<libc::linger>()) };
+        return OptVal::Linger(l.l_onoff != 0, l.l_linger);
     }
     if level == libc::SOL_SOCKET
         && name == crate::udp::sock::SO_ATTACH_REUSEPORT_CBPF
@@ -419,6 +436,16 @@ pub extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
 #[no_mangle]
 pub extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: c_ulong) -> c_int {
     if req == libc::FIONREAD as c_ulong && arg != 0 {
+        if let Some(t) = table::tcp(fd) {
+            return match ops::tcp_inq(&t) {
+                Ok(n) => {
+                    // SAFETY: FIONREAD's argument is a writable int.
+                    unsafe { *(arg as *mut c_int) = n.min(c_int::MAX as usize) as c_int };
+                    0
+                }
+                Err(e) => fail(e) as c_int,
+            };
+        }
         if let Some(a) = table::socket(fd) {
             return match ops::next_len(&a) {
                 Ok(n) => {

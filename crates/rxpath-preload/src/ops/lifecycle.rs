@@ -142,8 +142,10 @@ fn forget_fd(fd: RawFd) {
 }
 
 fn close_fd(fd: RawFd, park: bool) {
-    let Some(Entry::Socket(a)) = table::remove(fd) else {
-        return;
+    let a = match table::remove(fd) {
+        Some(Entry::Socket(a)) => a,
+        Some(Entry::Tcp(t)) => return close_tcp(fd, &t),
+        _ => return,
     };
     forget_in_sets(fd);
     if a.fds.fetch_sub(1, Ordering::AcqRel) != 1 {
@@ -164,6 +166,22 @@ fn close_fd(fd: RawFd, park: bool) {
         }
     }
     closed(&a);
+}
+
+/// A served TCP socket's fd closed: with its last, a connection closes
+/// (`close`: a FIN after what was written, or a reset if unread data
+/// waits, as `tcp_close`) once no call holds it, and a listener gives its
+/// port back to the kernel (connections not accepted are reset).
+fn close_tcp(fd: RawFd, t: &crate::tcp::sock::TcpSock) {
+    forget_in_sets(fd);
+    if t.fds.fetch_sub(1, Ordering::AcqRel) != 1 {
+        return;
+    }
+    if let crate::tcp::sock::End::Listener(l, keys) = &t.end {
+        crate::kside::forget_token(t.ktoken);
+        l.close();
+        global().release(keys);
+    }
 }
 
 /// A thread inside a blocking read of a socket: while one is, a `close`
@@ -234,6 +252,10 @@ pub(crate) fn on_dup(old: RawFd, new: RawFd) {
             table::remove(old);
             global().fallback(Fallback::Dup, "duplicated before bind");
         }
+        Some(Entry::Tcp(t)) => {
+            t.fds.fetch_add(1, Ordering::AcqRel);
+            table::set(new, Entry::Tcp(t));
+        }
         _ => {}
     }
 }
@@ -243,6 +265,7 @@ pub(crate) fn set_nonblock(fd: RawFd, on: bool) {
     match table::get(fd) {
         Some(Entry::Socket(a)) => a.nonblock.store(on, Ordering::Relaxed),
         Some(Entry::Candidate(p)) => lock(&p).nonblock = on,
+        Some(Entry::Tcp(t)) => t.nonblock.store(on, Ordering::Relaxed),
         _ => {}
     }
 }

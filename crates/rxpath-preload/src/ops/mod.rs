@@ -6,20 +6,24 @@
 //! By job, protocol-neutral first: `lifecycle` (socket, bind, connect,
 //! close, dup, shutdown, fork's hand-back), `epoll_calls` (the program's
 //! epoll sets); then UDP's: `udp_recv` (the read family), `udp_send`
-//! (the send family), `udp_options` (`setsockopt`/`getsockopt`, `ioctl`).
-//! A second protocol adds its own `tcp_*` files beside them, on its own
-//! socket type in a room beside `crate::udp`.
+//! (the send family), `udp_options` (`setsockopt`/`getsockopt`, `ioctl`);
+//! TCP's: `tcp_listen` (`listen`, `accept`), `tcp_stream` (a connection's
+//! reads, sends, options and addresses), on `crate::tcp`'s socket.
 
 use rxpath_runtime::sock::SockError;
 
 mod epoll_calls;
 mod lifecycle;
+mod tcp_listen;
+mod tcp_stream;
 mod udp_options;
 mod udp_recv;
 pub(crate) mod udp_send;
 
 pub(crate) use epoll_calls::*;
 pub(crate) use lifecycle::*;
+pub(crate) use tcp_listen::*;
+pub(crate) use tcp_stream::*;
 pub(crate) use udp_options::*;
 pub(crate) use udp_recv::*;
 

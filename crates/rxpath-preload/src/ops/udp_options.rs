@@ -24,6 +24,8 @@ pub(crate) enum OptVal {
     Bytes(Vec<u8>),
     /// A classic BPF program (`struct sock_fprog`).
     Cbpf(Vec<rxpath_core::sock::cbpf::Insn>),
+    /// `SO_LINGER`'s `struct linger`: on, and the seconds.
+    Linger(bool, i32),
     Other,
 }
 
@@ -284,7 +286,7 @@ pub(super) fn refuse(e: &Entry, what: &str) -> Result<(), Errno> {
             hand_back(a, Fallback::OptionAfterBind, &why);
             Ok(())
         }
-        Entry::Epoll(_) => {
+        Entry::Epoll(_) | Entry::Tcp(_) => {
             global().unsupported(what);
             Err(libc::EOPNOTSUPP)
         }
@@ -303,7 +305,7 @@ fn set_cmsg(e: &Entry, bit: u16, on: bool) {
             let mut p = lock(p);
             p.cmsgs = set(p.cmsgs);
         }
-        Entry::Epoll(_) => {}
+        Entry::Epoll(_) | Entry::Tcp(_) => {}
     }
 }
 
@@ -311,7 +313,7 @@ fn apply(e: &Entry, on_sock: impl FnOnce(&Accel), on_pending: impl FnOnce(&mut P
     match e {
         Entry::Socket(a) => on_sock(a),
         Entry::Candidate(p) => on_pending(&mut lock(p)),
-        Entry::Epoll(_) => {}
+        Entry::Epoll(_) | Entry::Tcp(_) => {}
     }
 }
 

@@ -190,6 +190,83 @@ pub(crate) fn sockopt_int(fd: RawFd, level: i32, name: i32) -> Option<i32> {
     (r == 0).then_some(v)
 }
 
+/// The address a socket is bound to, as the kernel has it.
+pub(crate) fn local_addr(fd: RawFd) -> Option<std::net::SocketAddr> {
+    // SAFETY: an all-zero sockaddr_storage is valid.
+    let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: the C library's getsockname writes at most `len` bytes into
+    // a live sockaddr_storage.
+    let r = unsafe {
+        real::getsockname()(
+            fd,
+            (&mut st as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    from_storage(&st)
+}
+
+/// The address in a `sockaddr_storage`, if it is IPv4 or IPv6.
+fn from_storage(st: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
+    use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
+    let at = (st as *const libc::sockaddr_storage).cast::<u8>();
+    match st.ss_family as i32 {
+        libc::AF_INET => {
+            // SAFETY: the family says a sockaddr_in is there.
+            let a = unsafe { std::ptr::read_unaligned(at.cast::<libc::sockaddr_in>()) };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                u32::from_be(a.sin_addr.s_addr).into(),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says a sockaddr_in6 is there.
+            let a = unsafe { std::ptr::read_unaligned(at.cast::<libc::sockaddr_in6>()) };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                a.sin6_addr.s6_addr.into(),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// Is `fd` in non-blocking mode (`O_NONBLOCK`)?
+pub(crate) fn nonblocking(fd: RawFd) -> bool {
+    // SAFETY: F_GETFL takes no argument and only reads the fd's flags.
+    let fl = unsafe { real::fcntl()(fd, libc::F_GETFL) };
+    fl >= 0 && fl & libc::O_NONBLOCK != 0
+}
+
+/// A kernel TCP socket that is never bound or connected: the number a
+/// connection rxpath accepted goes by (`flags`: `SOCK_NONBLOCK`,
+/// `SOCK_CLOEXEC`).
+pub(crate) fn stream_placeholder(v6: bool, flags: i32) -> io::Result<RawFd> {
+    let domain = if v6 { libc::AF_INET6 } else { libc::AF_INET };
+    let ty = libc::SOCK_STREAM | (flags & (libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC));
+    // SAFETY: the C library's socket with constant arguments.
+    let fd = unsafe { real::socket()(domain, ty, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// `SIGPIPE` to the calling thread, as the kernel raises it on a write to
+/// a connection shut for writing (without `MSG_NOSIGNAL`).
+pub(crate) fn raise_sigpipe() {
+    // SAFETY: sends a signal to the calling thread; no memory involved.
+    unsafe {
+        libc::raise(libc::SIGPIPE);
+    }
+}
+
 /// The index of interface `name` (0 if there is none).
 pub(crate) fn ifindex(name: &str) -> u32 {
     let Ok(c) = std::ffi::CString::new(name) else {

@@ -71,6 +71,13 @@ real! {
     bind: fn(c_int, *const sockaddr, socklen_t) -> c_int;
     connect: fn(c_int, *const sockaddr, socklen_t) -> c_int;
     close: fn(c_int) -> c_int;
+    listen: fn(c_int, c_int) -> c_int;
+    accept4: fn(c_int, *mut sockaddr, *mut socklen_t, c_int) -> c_int;
+    getsockname: fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int;
+    getpeername: fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int;
+    getsockopt: fn(c_int, c_int, c_int, *mut c_void, *mut socklen_t) -> c_int;
+    sendfile: fn(c_int, c_int, *mut libc::off_t, size_t) -> ssize_t;
+    sendfile64: fn(c_int, c_int, *mut libc::off64_t, size_t) -> ssize_t;
     shutdown: fn(c_int, c_int) -> c_int;
     dup: fn(c_int) -> c_int;
     dup2: fn(c_int, c_int) -> c_int;

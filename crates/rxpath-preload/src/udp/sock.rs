@@ -2,15 +2,12 @@
 //! their state, who sleeps on them, and what "readable" means.
 
 use crate::sys;
+pub(crate) use crate::watchers::Watchers;
 use rxpath_core::NapiId;
-use rxpath_runtime::sock::Watch;
 use rxpath_runtime::UdpSocket;
-use std::os::fd::RawFd;
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-use rxpath_dev::sync::lock;
 
 /// Datagrams read from the kernel sockets behind served fds
 /// ([`crate::kside`]): the kernel's path, counted apart in the report.
@@ -204,51 +201,6 @@ pub(crate) const SO_TIMESTAMPNS_NEW: i32 = 64;
 
 /// `UDP_GRO` (`linux/udp.h`).
 pub(crate) const UDP_GRO: i32 = 104;
-
-/// Who sleeps on one rxpath socket: the eventfds of waiters in `poll` or
-/// `epoll_wait`, signalled on the socket's edge from empty to readable.
-#[derive(Debug, Default)]
-pub(crate) struct Watchers {
-    sleeping: AtomicUsize,
-    list: Mutex<Vec<RawFd>>,
-    /// Edges so far (empty → readable, or closed): what edge-triggered
-    /// epoll reports once each.
-    edges: AtomicU64,
-}
-
-impl Watch for Watchers {
-    fn ready(&self) {
-        self.edges.fetch_add(1, Ordering::SeqCst);
-        // Pairs with `arm`: either the waiter's look at the queue sees the
-        // datagram, or this sees the waiter.
-        fence(Ordering::SeqCst);
-        if self.sleeping.load(Ordering::SeqCst) > 0 {
-            for fd in lock(&self.list).iter() {
-                sys::eventfd_signal(*fd);
-            }
-        }
-    }
-}
-
-impl Watchers {
-    pub(crate) fn arm(&self, efd: RawFd) {
-        lock(&self.list).push(efd);
-        self.sleeping.fetch_add(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-    }
-
-    pub(crate) fn disarm(&self, efd: RawFd) {
-        let mut l = lock(&self.list);
-        if let Some(i) = l.iter().position(|f| *f == efd) {
-            l.swap_remove(i);
-            self.sleeping.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-
-    pub(crate) fn edges(&self) -> u64 {
-        self.edges.load(Ordering::Acquire)
-    }
-}
 
 /// The socket has a datagram to read, in rxpath's queue or in the kernel
 /// socket behind its fd (or is closed: a read returns).

@@ -402,6 +402,19 @@ impl Host {
         TcpListener::listen(tcp, addr, backlog)
     }
 
+    /// Does this host run rxpath's TCP ([`HostConfig::tcp`])?
+    pub fn runs_tcp(&self) -> bool {
+        self.tcp.is_some()
+    }
+
+    /// A TCP socket listening on `addr`, whose port the caller holds: in
+    /// the kernel (a preloaded program's own socket, bound there) and in
+    /// the port map ([`Self::take_port`]), as
+    /// [`Self::udp_bind_held_with`] is for UDP.
+    pub fn tcp_listen_held(&self, addr: SocketAddr, backlog: i32) -> std::io::Result<TcpListener> {
+        TcpListener::listen(self.tcp_host()?, addr, backlog)
+    }
+
     /// A TCP connection to `to` from `from` (its port 0: one the kernel
     /// gives, held as [`Self::tcp_listen`] holds a listener's), blocking
     /// until the handshake ends.

@@ -14,7 +14,7 @@
 //! last segment came from for `busy_poll` µs if on (`sk_busy_loop`), then
 //! sleeps on its [`Waiter`] until the machine touches the socket.
 
-use super::{busy_loop, lock};
+use super::{busy_loop, lock, Watch};
 use rxpath_core::sock::{Sockets, TcpWake, BUSY_POLL_BUDGET};
 use rxpath_core::NapiId;
 use rxpath_tcp::{SockId, SockOpt, Stack, State};
@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
 
 /// One socket's sleepers: a generation bumped each time the machine
@@ -36,6 +36,10 @@ struct Waiter {
     napi: AtomicU32,
     /// The flow hash of its last segment (`sk_rxhash`).
     rxhash: AtomicU32,
+    /// A preloaded program's `poll`/`epoll` on the socket, told each time
+    /// the machine touches it (`sk_data_ready`, `sk_write_space`,
+    /// `sk_state_change`: it looks at the socket's events itself).
+    watch: OnceLock<Weak<dyn Watch>>,
 }
 
 /// A waiter's generation and how many threads sleep on it (a bump with
@@ -48,10 +52,15 @@ struct Gen {
 
 impl Waiter {
     fn bump(&self) {
-        let mut g = lock(&self.gen);
-        g.n += 1;
-        if g.sleepers > 0 {
-            self.cv.notify_all();
+        {
+            let mut g = lock(&self.gen);
+            g.n += 1;
+            if g.sleepers > 0 {
+                self.cv.notify_all();
+            }
+        }
+        if let Some(w) = self.watch.get().and_then(Weak::upgrade) {
+            w.ready();
         }
     }
 
@@ -286,11 +295,43 @@ impl TcpListener {
 
     /// `accept`: wait for an established connection.
     pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        self.accept_with(false)
+    }
+
+    /// `accept` that says `WouldBlock` instead of waiting when no
+    /// connection is established yet (`O_NONBLOCK`).
+    pub fn try_accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        self.accept_with(true)
+    }
+
+    /// A socket option by the kernel's name (the connections it accepts
+    /// inherit them, as the kernel's `sk_clone_lock` copies them).
+    pub fn set_option(&self, opt: SockOpt, v: i32) -> io::Result<()> {
+        let id = self.id;
+        self.host
+            .call(|s, now| s.set_option(id, opt, v, now))?
+            .map_err(errno)
+    }
+
+    /// Readiness as `poll` reports it (`inet_csk_listen_poll`: `EPOLLIN`
+    /// while a connection waits to be accepted).
+    pub fn events(&self) -> io::Result<u32> {
+        let id = self.id;
+        self.host.call(|s, _| s.events(id))?.map_err(errno)
+    }
+
+    /// Tell `w` each time the machine touches the listener (see
+    /// [`Watch`]); set once.
+    pub fn set_watch(&self, w: Weak<dyn Watch>) {
+        let _ = self.w.watch.set(w);
+    }
+
+    fn accept_with(&self, nonblocking: bool) -> io::Result<(TcpStream, SocketAddr)> {
         let busy = self.busy_us.load(Ordering::Relaxed);
         let id = self.id;
         let (child, peer) = self
             .host
-            .until_ready(&self.w, busy, false, |s, _| s.accept(id))?;
+            .until_ready(&self.w, busy, nonblocking, |s, _| s.accept(id))?;
         let w = self.host.waits.waiter(child);
         // The connection may have been touched before it had a waiter.
         w.napi
@@ -385,6 +426,60 @@ impl TcpStream {
         let nb = self.nonblocking.load(Ordering::Relaxed);
         self.host
             .until_ready(&self.w, 0, nb, |s, now| s.send(id, buf, false, false, now))
+    }
+
+    /// `recv` with its flags: `peek` (`MSG_PEEK`) leaves the data queued;
+    /// `nonblocking` (`MSG_DONTWAIT`, or `O_NONBLOCK`) says `WouldBlock`
+    /// instead of waiting.
+    pub fn recv(&self, buf: &mut [u8], peek: bool, nonblocking: bool) -> io::Result<usize> {
+        self.record_flow();
+        let id = self.id;
+        self.host
+            .until_ready(&self.w, self.busy(), nonblocking, |s, now| {
+                s.recv(id, buf, peek, now)
+            })
+    }
+
+    /// `send` with its flags: `more` (`MSG_MORE`); `nonblocking`
+    /// (`MSG_DONTWAIT`, or `O_NONBLOCK`) says `WouldBlock` when the send
+    /// buffer is full instead of waiting.
+    pub fn send(&self, buf: &[u8], more: bool, nonblocking: bool) -> io::Result<usize> {
+        let id = self.id;
+        self.host.until_ready(&self.w, 0, nonblocking, |s, now| {
+            s.send(id, buf, more, false, now)
+        })
+    }
+
+    /// Is the stream in non-blocking mode ([`Self::set_nonblocking`])?
+    pub fn nonblocking(&self) -> bool {
+        self.nonblocking.load(Ordering::Relaxed)
+    }
+
+    /// Readiness as `poll` reports it (`tcp_poll`: `EPOLLIN`, `EPOLLOUT`,
+    /// `EPOLLRDHUP`, `EPOLLHUP`, `EPOLLERR`).
+    pub fn events(&self) -> io::Result<u32> {
+        let id = self.id;
+        self.host.call(|s, _| s.events(id))?.map_err(errno)
+    }
+
+    /// Tell `w` each time the machine touches the connection (see
+    /// [`Watch`]); set once.
+    pub fn set_watch(&self, w: Weak<dyn Watch>) {
+        let _ = self.w.watch.set(w);
+    }
+
+    /// An option's value by the kernel's name (`getsockopt`; `SO_ERROR`
+    /// reads and clears the pending error).
+    pub fn option(&self, opt: SockOpt) -> io::Result<i32> {
+        let id = self.id;
+        self.host.call(|s, _| s.option(id, opt))?.map_err(errno)
+    }
+
+    /// Bytes queued to read (`SIOCINQ`, `FIONREAD`) and bytes not yet
+    /// acknowledged (`SIOCOUTQ`).
+    pub fn queues(&self) -> io::Result<(usize, usize)> {
+        let id = self.id;
+        self.host.call(|s, _| s.queues(id))?.map_err(errno)
     }
 
     /// Write all of `buf`.

@@ -40,7 +40,8 @@ pub struct XdpFilter {
     /// the kernel sees nothing on this interface. For tests that compare
     /// rxpath's input counters with the kernel's.
     pub all: bool,
-    /// With `protocol` UDP or TCP: take only the destinations in the
+    /// With `protocol` UDP or TCP (or none: UDP and TCP both, each by its
+    /// own keys): take only the destinations in the
     /// program's port map ([`XdpProgram::take_port`]: family, address or
     /// wildcard, and port, as the kernel keys sockets), which starts empty
     /// and changes while the program runs (a socket bound or closed);
@@ -121,11 +122,11 @@ impl Built {
         let xsks = bpf::map(BPF_MAP_TYPE_XSKMAP, 4, 4, queues.max(1))
             .map_err(|e| ctx(e, "creating the XSKMAP"))?;
         let port_map = match (filter.port_map, filter.protocol) {
-            (true, Some(6 | 17)) => true,
+            (true, Some(6 | 17) | None) => true,
             (true, _) => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    "a port map needs the protocol UDP or TCP",
+                    "a port map needs the protocol UDP or TCP (or none: both)",
                 ))
             }
             _ => false,

@@ -122,10 +122,22 @@ static __attribute__((always_inline)) int port_taken(const u8 *l4, u8 proto, u8 
 	return !cfg.has_port || dport == cfg.port;
 }
 
+// With the port map and no protocol, UDP and TCP both go by the map
+// (its keys name the protocol); otherwise by `protocol`.
 static __attribute__((always_inline)) int by_port(void)
 {
+	if (cfg.port_map && !cfg.protocol)
+		return 1;
 	return (cfg.port_map || cfg.has_port) &&
 	       (cfg.protocol == IPPROTO_UDP || cfg.protocol == IPPROTO_TCP);
+}
+
+// Is `p` a protocol this program takes (before any port is looked at)?
+static __attribute__((always_inline)) int wanted(u8 p)
+{
+	if (cfg.protocol)
+		return p == cfg.protocol;
+	return !cfg.port_map || p == IPPROTO_UDP || p == IPPROTO_TCP;
 }
 
 // `l3` is the IP header (after the Ethernet header and any priority
@@ -135,9 +147,7 @@ static __attribute__((always_inline)) int take_v4(const u8 *l3, const u8 *end)
 	const u8 *l4;
 	u32 ihl = l3[0] & 0x0f;
 
-	if (!cfg.protocol)
-		return 1;
-	if (l3[9] != cfg.protocol)
+	if (!wanted(l3[9]))
 		return 0;
 	if (!by_port())
 		return 1;
@@ -154,7 +164,7 @@ static __attribute__((always_inline)) int take_v4(const u8 *l3, const u8 *end)
 	l4 = l3 + ihl * 4;
 	if (l4 + 4 > end)
 		return 0;
-	return port_taken(l4, cfg.protocol, 4, l3 + 16);
+	return port_taken(l4, l3[9], 4, l3 + 16);
 }
 
 // The IPv6 header chain, walked as ipv6_rcv and ip6_protocol_deliver_rcu
@@ -167,7 +177,7 @@ static __attribute__((always_inline)) int take_v6(const u8 *l3, const u8 *end)
 	u32 off = IP6_HLEN;
 	const u8 *l4;
 
-	if (!cfg.protocol)
+	if (!cfg.protocol && !cfg.port_map)
 		return 1;
 	if (!by_port())
 		return next == cfg.protocol;
@@ -181,7 +191,7 @@ static __attribute__((always_inline)) int take_v6(const u8 *l3, const u8 *end)
 			return 0;
 		h = l3 + off;
 
-		if (next == cfg.protocol)
+		if (next != 0 && next != 43 && next != 60 && next != 44 && wanted(next))
 			break;
 		// A fragment header: as IPv4's fragments.
 		if (next == 44)
@@ -193,12 +203,12 @@ static __attribute__((always_inline)) int take_v6(const u8 *l3, const u8 *end)
 		next = h[0];
 		off += ((u32)h[1] + 1) * 8;
 	}
-	if (next != cfg.protocol || off > V6_OFF_MAX)
+	if (!wanted(next) || off > V6_OFF_MAX)
 		return 0;
 	l4 = l3 + off;
 	if (l4 + 4 > end)
 		return 0;
-	return port_taken(l4, cfg.protocol, 6, l3 + 24);
+	return port_taken(l4, next, 6, l3 + 24);
 }
 
 SEC("xdp")

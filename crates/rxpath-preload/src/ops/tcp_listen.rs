@@ -1,0 +1,158 @@
+//! TCP's listeners: `listen` on a kernel TCP socket bound to an address
+//! of the interface makes it rxpath's (the kernel socket listens too,
+//! for loopback and other interfaces, which the port map leaves to it),
+//! and `accept` takes rxpath's connections first, then the kernel's.
+
+use super::*;
+use crate::host::global;
+use crate::table::{self, Entry};
+use crate::tcp::sock::{End, TcpSock};
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Before the kernel's `listen(fd, backlog)`: if `fd` is a TCP socket of
+/// an IP family bound to an address rxpath serves, and TCP is asked for,
+/// rxpath listens there and the port map takes the port's segments on
+/// the interface, before the kernel socket listens (for loopback and
+/// other interfaces): the kernel never sees a SYN on the interface, which
+/// it would answer. Otherwise it stays the kernel's (counted, said once,
+/// when TCP was asked for). [`listen_done`] follows the kernel's call.
+pub(crate) fn on_listen(fd: RawFd, backlog: i32) {
+    let g = global();
+    if table::kind(fd) != table::KERNEL
+        || !g.enabled()
+        || !g.cfg.protocols.tcp()
+        || crate::host::inside()
+    {
+        return;
+    }
+    let tcp = crate::sys::sockopt_int(fd, libc::SOL_SOCKET, libc::SO_PROTOCOL);
+    if tcp != Some(libc::IPPROTO_TCP) {
+        return;
+    }
+    let Some(addr) = crate::sys::local_addr(fd) else {
+        return;
+    };
+    let v6only = addr.is_ipv6()
+        && crate::sys::sockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) == Some(1);
+    // The kernel's backlog as `__sys_listen` takes it.
+    let backlog = backlog.clamp(0, somaxconn());
+    let (l, keys) = match g.tcp_listen(addr, backlog, v6only) {
+        Ok(x) => x,
+        Err((why, detail)) => return g.fallback(why, &detail),
+    };
+    // Options set before `listen` reach the connections it accepts.
+    for (level, name, opt) in INHERITED {
+        if let Some(v) = crate::sys::sockopt_int(fd, level, name) {
+            if v != 0 {
+                let _ = l.set_option(opt, v);
+            }
+        }
+    }
+    let id = g.served(addr);
+    let t = TcpSock::new(
+        End::Listener(l, keys),
+        crate::sys::nonblocking(fd),
+        crate::kside::token(),
+        id,
+    );
+    table::set(fd, Entry::Tcp(t));
+}
+
+/// After the kernel's `listen(fd)`: if it failed, rxpath's listener goes
+/// (its port back to the kernel); if it listens, what reaches it over
+/// loopback is watched ([`crate::kside`]).
+pub(crate) fn listen_done(fd: RawFd, ok: bool) {
+    let Some(t) = table::tcp(fd) else { return };
+    if ok {
+        crate::kside::watch_as(t.clone(), t.ktoken, fd);
+        return;
+    }
+    table::remove(fd);
+    if let End::Listener(l, keys) = &t.end {
+        l.close();
+        global().release(keys);
+        global().went_to_kernel(t.report_id, "the kernel's listen failed");
+    }
+}
+
+/// Options a listener's connections inherit, read from its kernel socket
+/// at `listen`, by their kernel names.
+const INHERITED: [(i32, i32, rxpath_tcp::SockOpt); 5] = [
+    (
+        libc::IPPROTO_TCP,
+        libc::TCP_NODELAY,
+        rxpath_tcp::SockOpt::NoDelay,
+    ),
+    (
+        libc::SOL_SOCKET,
+        libc::SO_KEEPALIVE,
+        rxpath_tcp::SockOpt::KeepAlive,
+    ),
+    (
+        libc::IPPROTO_TCP,
+        libc::TCP_KEEPIDLE,
+        rxpath_tcp::SockOpt::KeepIdle,
+    ),
+    (
+        libc::IPPROTO_TCP,
+        libc::TCP_KEEPINTVL,
+        rxpath_tcp::SockOpt::KeepIntvl,
+    ),
+    (
+        libc::IPPROTO_TCP,
+        libc::TCP_KEEPCNT,
+        rxpath_tcp::SockOpt::KeepCnt,
+    ),
+];
+
+/// `net.core.somaxconn`, which caps a listener's backlog.
+fn somaxconn() -> i32 {
+    std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(4096)
+}
+
+/// What `accept` on a served listener gives.
+#[derive(Debug)]
+pub(crate) enum Accepted {
+    /// A connection rxpath accepted: its new fd and the peer.
+    Rxpath(RawFd, SocketAddr),
+    /// One waits in the kernel socket (loopback, another interface): the
+    /// program's own call takes it.
+    Kernel,
+}
+
+/// `accept4(fd, .., flags)` on served listener `t`: rxpath's accept queue
+/// first, then the kernel socket's; waits unless the listener is
+/// non-blocking.
+pub(crate) fn accept(fd: RawFd, t: &Arc<TcpSock>, flags: i32) -> Result<Accepted, Errno> {
+    let End::Listener(l, _) = &t.end else {
+        return Err(libc::EINVAL);
+    };
+    loop {
+        match l.try_accept() {
+            Ok((s, peer)) => {
+                let v6 = l.local_addr().is_ipv6();
+                let nfd = crate::sys::stream_placeholder(v6, flags).map_err(crate::sys::errno)?;
+                s.set_nonblocking(true);
+                let nb = flags & libc::SOCK_NONBLOCK != 0;
+                let c = TcpSock::new(End::Stream(s), nb, 0, t.report_id);
+                table::set(nfd, Entry::Tcp(c));
+                return Ok(Accepted::Rxpath(nfd, peer));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e.raw_os_error().unwrap_or(libc::EINVAL)),
+        }
+        if t.kernel_ready.swap(false, Ordering::SeqCst) && crate::sys::readable_now(fd) {
+            return Ok(Accepted::Kernel);
+        }
+        if t.nonblock.load(Ordering::Relaxed) {
+            return Err(libc::EAGAIN);
+        }
+        crate::readiness::wait_tcp(t, libc::EPOLLIN as u32, Some(fd), None)?;
+    }
+}

@@ -1,0 +1,192 @@
+//! TCP's connections: the read and send families with their flags
+//! (`MSG_PEEK`, `MSG_WAITALL`, `MSG_DONTWAIT`, `MSG_MORE`,
+//! `MSG_NOSIGNAL`), `shutdown`, the options rxpath's machine keeps, and
+//! the addresses, for a connection rxpath accepted.
+
+use super::*;
+use crate::tcp::sock::TcpSock;
+use rxpath_tcp::SockOpt;
+use std::io::ErrorKind;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+
+fn io_errno(e: std::io::Error) -> Errno {
+    match e.kind() {
+        ErrorKind::WouldBlock => libc::EAGAIN,
+        _ => e.raw_os_error().unwrap_or(libc::EIO),
+    }
+}
+
+const IN: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
+const OUT: u32 = libc::EPOLLOUT as u32;
+
+/// `recv(fd, buf, flags)` on a served connection: what is queued (left
+/// there with `MSG_PEEK`), waiting for it unless `MSG_DONTWAIT` or the
+/// fd is non-blocking; with `MSG_WAITALL`, until `buf` is full, the
+/// stream ends or an error comes (what was read is returned first).
+pub(crate) fn tcp_recv(t: &TcpSock, buf: &mut [u8], flags: i32) -> Result<usize, Errno> {
+    let Some(s) = t.stream() else {
+        return Err(libc::ENOTCONN);
+    };
+    let peek = flags & libc::MSG_PEEK != 0;
+    let dontwait = flags & libc::MSG_DONTWAIT != 0 || t.nonblock.load(Ordering::Relaxed);
+    let waitall = flags & libc::MSG_WAITALL != 0 && !peek && !dontwait;
+    if flags & libc::MSG_OOB != 0 {
+        // No urgent data is kept (`SO_OOBINLINE` off, none received).
+        return Err(libc::EINVAL);
+    }
+    let mut got = 0;
+    loop {
+        match s.recv(&mut buf[got..], peek, true) {
+            Ok(0) => return Ok(got),
+            Ok(n) => {
+                got += n;
+                if !waitall || got == buf.len() {
+                    return Ok(got);
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if dontwait {
+                    return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
+                }
+            }
+            Err(e) if got > 0 => {
+                // The error stays for the next call, as the kernel's
+                // `sk_err` does after a short read.
+                drop(e);
+                return Ok(got);
+            }
+            Err(e) => return Err(io_errno(e)),
+        }
+        if let Err(e) = crate::readiness::wait_tcp(t, IN, None, None) {
+            return if got > 0 { Ok(got) } else { Err(e) };
+        }
+    }
+}
+
+/// `send(fd, data, flags)` on a served connection: all of `data` when
+/// the fd blocks (waiting for room in the send buffer), what fits when
+/// it does not or with `MSG_DONTWAIT`. A connection shut for writing
+/// fails with `EPIPE` and raises `SIGPIPE` unless `MSG_NOSIGNAL`.
+pub(crate) fn tcp_send(t: &TcpSock, data: &[u8], flags: i32) -> Result<usize, Errno> {
+    let Some(s) = t.stream() else {
+        return Err(libc::ENOTCONN);
+    };
+    let more = flags & libc::MSG_MORE != 0;
+    let dontwait = flags & libc::MSG_DONTWAIT != 0 || t.nonblock.load(Ordering::Relaxed);
+    let mut sent = 0;
+    loop {
+        match s.send(&data[sent..], more, true) {
+            Ok(n) => {
+                sent += n;
+                if sent == data.len() || dontwait {
+                    return Ok(sent);
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if dontwait {
+                    return if sent > 0 {
+                        Ok(sent)
+                    } else {
+                        Err(libc::EAGAIN)
+                    };
+                }
+            }
+            Err(_) if sent > 0 => return Ok(sent),
+            Err(e) => {
+                let e = io_errno(e);
+                if e == libc::EPIPE && flags & libc::MSG_NOSIGNAL == 0 {
+                    crate::sys::raise_sigpipe();
+                }
+                return Err(e);
+            }
+        }
+        if let Err(e) = crate::readiness::wait_tcp(t, OUT, None, None) {
+            return if sent > 0 { Ok(sent) } else { Err(e) };
+        }
+    }
+}
+
+/// `shutdown(fd, how)` on a served connection.
+pub(crate) fn tcp_shutdown(t: &TcpSock, how: i32) -> Result<(), Errno> {
+    let Some(s) = t.stream() else {
+        return Err(libc::ENOTCONN);
+    };
+    let (rd, wr) = match how {
+        libc::SHUT_RD => (true, false),
+        libc::SHUT_WR => (false, true),
+        libc::SHUT_RDWR => (true, true),
+        _ => return Err(libc::EINVAL),
+    };
+    s.shutdown(rd, wr).map_err(io_errno)
+}
+
+/// Both ends of a served connection (`getsockname`, `getpeername`).
+pub(crate) fn tcp_addrs(t: &TcpSock) -> Result<(Option<SocketAddr>, Option<SocketAddr>), Errno> {
+    match t.stream() {
+        Some(s) => s.addrs().map_err(io_errno),
+        None => Err(libc::EOPNOTSUPP),
+    }
+}
+
+/// `FIONREAD` / `SIOCINQ`: bytes queued to read.
+pub(crate) fn tcp_inq(t: &TcpSock) -> Result<usize, Errno> {
+    match t.stream() {
+        Some(s) => s.queues().map(|q| q.0).map_err(io_errno),
+        None => Err(libc::EINVAL),
+    }
+}
+
+/// The machine's name for an option by its kernel level and name, if it
+/// keeps it.
+fn machine_option(level: i32, name: i32) -> Option<SockOpt> {
+    Some(match (level, name) {
+        (libc::IPPROTO_TCP, libc::TCP_NODELAY) => SockOpt::NoDelay,
+        (libc::IPPROTO_TCP, libc::TCP_CORK) => SockOpt::Cork,
+        (libc::IPPROTO_TCP, libc::TCP_MAXSEG) => SockOpt::MaxSeg,
+        (libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT) => SockOpt::NotsentLowat,
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => SockOpt::KeepIdle,
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL) => SockOpt::KeepIntvl,
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => SockOpt::KeepCnt,
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => SockOpt::KeepAlive,
+        (libc::SOL_SOCKET, libc::SO_SNDBUF) => SockOpt::SndBuf,
+        (libc::SOL_SOCKET, libc::SO_RCVBUF) => SockOpt::RcvBuf,
+        (libc::SOL_SOCKET, libc::SO_ERROR) => SockOpt::Error,
+        (libc::IPPROTO_IP, libc::IP_TOS) | (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => SockOpt::Tos,
+        _ => return None,
+    })
+}
+
+/// `setsockopt` on a served connection (the kernel socket behind the fd
+/// took it first): the options the machine keeps go to it; `SO_LINGER`
+/// as its seconds when on. Others (`TCP_QUICKACK`, priorities, ...) ask
+/// nothing of rxpath's machine.
+pub(crate) fn tcp_setsockopt(t: &TcpSock, level: i32, name: i32, v: OptVal) -> Result<(), Errno> {
+    let Some(s) = t.stream() else { return Ok(()) };
+    if (level, name) == (libc::SOL_SOCKET, libc::SO_LINGER) {
+        if let OptVal::Linger(on, secs) = v {
+            let secs = if on { secs.max(0) } else { -1 };
+            return s.set_option(SockOpt::Linger, secs).map_err(io_errno);
+        }
+        return Ok(());
+    }
+    match (machine_option(level, name), v) {
+        (Some(SockOpt::Error), _) => Ok(()),
+        (Some(o), OptVal::Int(v)) => s.set_option(o, v).map_err(io_errno),
+        _ => Ok(()),
+    }
+}
+
+/// `getsockopt` on a served connection: the machine's value of the
+/// options it keeps (`SO_ERROR` read and cleared); `None`: the kernel
+/// socket's answer.
+pub(crate) fn tcp_getsockopt(t: &TcpSock, level: i32, name: i32) -> Option<Result<i32, Errno>> {
+    let s = t.stream()?;
+    let o = machine_option(level, name)?;
+    Some(s.option(o).map_err(io_errno))
+}
+
+/// `getsockopt(TCP_INFO)` on a served connection.
+pub(crate) fn tcp_info(t: &TcpSock) -> Option<Result<rxpath_tcp::TcpInfo, Errno>> {
+    Some(t.stream()?.tcp_info().map_err(io_errno))
+}

@@ -1,0 +1,61 @@
+//! A served socket of either protocol, as `poll`, `select` and `epoll`
+//! see it: its readiness and who sleeps on it. UDP's busy polling and
+//! device sleep stay UDP's ([`Served::udp`]).
+
+use crate::tcp::sock::TcpSock;
+use crate::udp::sock::{readable, Accel};
+use crate::watchers::Watchers;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+/// A served socket behind an fd.
+#[derive(Debug, Clone)]
+pub(crate) enum Served {
+    Udp(Arc<Accel>),
+    Tcp(Arc<TcpSock>),
+}
+
+impl Served {
+    /// The served socket behind `fd`, if it is one.
+    pub(crate) fn of(fd: RawFd) -> Option<Served> {
+        match crate::table::kind(fd) {
+            crate::table::SOCKET => crate::table::socket(fd).map(Served::Udp),
+            crate::table::TCP => crate::table::tcp(fd).map(Served::Tcp),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn watch(&self) -> &Watchers {
+        match self {
+            Served::Udp(a) => &a.watch,
+            Served::Tcp(t) => &t.watch,
+        }
+    }
+
+    /// The UDP socket, if it is one.
+    pub(crate) fn udp(&self) -> Option<&Arc<Accel>> {
+        match self {
+            Served::Udp(a) => Some(a),
+            Served::Tcp(_) => None,
+        }
+    }
+
+    /// Its readiness in `epoll`'s bits: a UDP socket is readable while a
+    /// datagram waits and always writable (a full TX ring is a counted
+    /// drop); a TCP socket's are `tcp_poll`'s.
+    pub(crate) fn mask(&self) -> u32 {
+        match self {
+            Served::Udp(a) => {
+                let mut m = (libc::EPOLLOUT | libc::EPOLLWRNORM) as u32;
+                if readable(a) {
+                    m |= (libc::EPOLLIN | libc::EPOLLRDNORM) as u32;
+                }
+                if a.sock.is_closed() {
+                    m |= libc::EPOLLHUP as u32;
+                }
+                m
+            }
+            Served::Tcp(t) => t.events(),
+        }
+    }
+}

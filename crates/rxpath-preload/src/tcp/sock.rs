@@ -1,0 +1,83 @@
+//! A TCP socket rxpath serves for the program: a listener (its kernel
+//! socket listens too, for what comes over loopback or another
+//! interface) or a connection rxpath accepted (its fd a kernel socket
+//! that never connects, holding the number).
+
+use crate::watchers::Watchers;
+use rxpath_dev::sys::xdp::PortKey;
+use rxpath_runtime::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Which end of TCP the socket is.
+#[derive(Debug)]
+pub(crate) enum End {
+    /// A listener, with the destinations the port map takes for it.
+    Listener(TcpListener, Vec<PortKey>),
+    /// A connection.
+    Stream(TcpStream),
+}
+
+/// A served TCP socket behind a program's fd.
+#[derive(Debug)]
+pub(crate) struct TcpSock {
+    pub(crate) end: End,
+    pub(crate) nonblock: AtomicBool,
+    pub(crate) watch: Arc<Watchers>,
+    /// Fds that name this socket (`dup` makes more); it closes with the
+    /// last.
+    pub(crate) fds: AtomicUsize,
+    /// A listener's kernel socket may hold a connection (loopback, another
+    /// interface): `accept` tries it ([`crate::kside`]).
+    pub(crate) kernel_ready: AtomicBool,
+    /// Its key in the kernel-side watch (listeners).
+    pub(crate) ktoken: u64,
+    /// Its line in the report's list of sockets.
+    pub(crate) report_id: usize,
+}
+
+impl TcpSock {
+    /// A served socket around `end`, told of every change the machine
+    /// makes to it.
+    pub(crate) fn new(end: End, nonblock: bool, ktoken: u64, report_id: usize) -> Arc<TcpSock> {
+        let watch = Arc::new(Watchers::default());
+        let w: Arc<dyn rxpath_runtime::sock::Watch> = watch.clone();
+        match &end {
+            End::Listener(l, _) => l.set_watch(Arc::downgrade(&w)),
+            End::Stream(s) => s.set_watch(Arc::downgrade(&w)),
+        }
+        Arc::new(TcpSock {
+            end,
+            nonblock: nonblock.into(),
+            watch,
+            fds: 1.into(),
+            kernel_ready: false.into(),
+            ktoken,
+            report_id,
+        })
+    }
+
+    /// The connection, if it is one.
+    pub(crate) fn stream(&self) -> Option<&TcpStream> {
+        match &self.end {
+            End::Stream(s) => Some(s),
+            End::Listener(..) => None,
+        }
+    }
+
+    /// Its readiness as `poll` has it (`EPOLLIN`, `EPOLLOUT`, `EPOLLRDHUP`,
+    /// `EPOLLHUP`, `EPOLLERR`): the machine's (`tcp_poll`,
+    /// `inet_csk_listen_poll`), and a connection waiting in a listener's
+    /// kernel socket.
+    pub(crate) fn events(&self) -> u32 {
+        let m = match &self.end {
+            End::Listener(l, _) => l.events(),
+            End::Stream(s) => s.events(),
+        };
+        let mut m = m.unwrap_or((libc::EPOLLERR | libc::EPOLLHUP) as u32);
+        if self.kernel_ready.load(Ordering::Relaxed) {
+            m |= (libc::EPOLLIN | libc::EPOLLRDNORM) as u32;
+        }
+        m
+    }
+}
