@@ -141,6 +141,27 @@ pub(crate) fn sockets() -> Vec<(Vec<RawFd>, Arc<Accel>)> {
     out
 }
 
+/// Every served TCP socket with the fds that name it, taken out of the
+/// table (the process exits: its fds close).
+pub(crate) fn take_tcp() -> Vec<Arc<TcpSock>> {
+    let mut m = write_lock(map());
+    let fds: Vec<RawFd> = m
+        .iter()
+        .filter(|(_, e)| matches!(e, Entry::Tcp(_)))
+        .map(|(fd, _)| *fd)
+        .collect();
+    let mut out: Vec<Arc<TcpSock>> = Vec::new();
+    for fd in fds {
+        if let Some(Entry::Tcp(t)) = m.remove(&fd) {
+            KIND[fd as usize].store(KERNEL, Ordering::Release);
+            if !out.iter().any(|x| Arc::ptr_eq(x, &t)) {
+                out.push(t);
+            }
+        }
+    }
+    out
+}
+
 /// In the parent's `fork` prepare handler: each served socket's port is
 /// lent to the kernel until this process reads it again
 /// ([`crate::kside::lend_at_fork`]), what its queue holds moves into

@@ -249,3 +249,48 @@ fn redis_answers_as_on_the_kernel() {
     }
     served_cleanly(&out);
 }
+
+/// A server that writes 4 MB to a connection and exits at once
+/// (`os._exit`, no `close`): the kernel keeps the connection until the
+/// data is delivered; under exec the exiting process's connections are
+/// shut for writing and the host runs until they are acknowledged. The
+/// client reads every byte, then the end of the stream, on both.
+#[test]
+fn data_written_before_exit_is_delivered() {
+    let Some(p) = Pair::new("tx", true, &["python3"]) else {
+        return;
+    };
+    const N: usize = 4 << 20;
+    let srv = format!(
+        "import socket, os, sys\n\
+         l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+         l.bind(('{SRV}', 5330)); l.listen(8); print('ready', flush=True)\n\
+         c, _ = l.accept(); c.sendall(bytes(range(256)) * ({N} // 256))\n\
+         os._exit(0)\n"
+    );
+    let cli = format!(
+        "import socket, time, hashlib\n\
+         for i in range(100):\n\
+         \x20   try:\n\
+         \x20       s = socket.create_connection(('{SRV}', 5330)); break\n\
+         \x20   except OSError: time.sleep(0.1)\n\
+         h = hashlib.sha256(); n = 0\n\
+         while True:\n\
+         \x20   b = s.recv(65536)\n\
+         \x20   if not b: break\n\
+         \x20   n += len(b); h.update(b)\n\
+         print(n, h.hexdigest())\n"
+    );
+    let mut seen = Vec::new();
+    for exec in [None, Some(EXEC)] {
+        let mut s = server(&p, exec, &["python3", "-c", &srv]);
+        common::exec::wait_ready(&mut s);
+        let out = in_client(&p, &["timeout", "30", "python3", "-c", &cli]);
+        let got = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let (status, _, err) = finish(s);
+        assert!(status.success(), "{exec:?}: {err}");
+        assert!(got.starts_with(&format!("{N} ")), "{exec:?}: {got} {err}");
+        seen.push(got);
+    }
+    assert_eq!(seen[0], seen[1], "the same bytes on both");
+}

@@ -512,11 +512,56 @@ pub extern "C" fn __poll_chk(
     wait::poll(fds, n, timeout)
 }
 
+/// How long an exiting process's TCP connections may take to deliver
+/// what was written to them (the kernel keeps them as long as their
+/// retransmissions last; a host that stops cannot).
+const EXIT_PATIENCE: Duration = Duration::from_secs(10);
+
 /// At exit: stop the host and write the report (the library's
 /// constructor registers this).
 extern "C" fn at_exit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // A `vfork` child (no fork handlers run there) shares the parent's
+    // memory, host included: its `_exit` is not the host's end.
+    if std::process::id() != LOADED_IN.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    ONCE.call_once(finish_host);
+}
+
+/// The process the library was loaded in (a forked child records its
+/// own: `in_fork_child`).
+static LOADED_IN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// `_exit()` (and `_Exit()`): the process ends without its exit
+/// handlers (Python's `os._exit`, a forked child's end): rxpath's are
+/// run first, so its connections deliver what was written and its
+/// report is written, as at `exit()`.
+#[no_mangle]
+pub extern "C" fn _exit(status: c_int) -> ! {
+    at_exit();
+    // SAFETY: the C library's _exit with the program's status.
+    unsafe { real::_exit()(status) };
+    // `_exit` does not return.
+    std::process::abort()
+}
+
+#[no_mangle]
+pub extern "C" fn _Exit(status: c_int) -> ! {
+    _exit(status)
+}
+
+fn finish_host() {
     if let Some(g) = crate::host::started() {
         crate::table::before_exit();
+        let left = ops::tcp_close_at_exit(EXIT_PATIENCE);
+        if left > 0 {
+            crate::config::say(&format!(
+                "{left} TCP connection(s) still sending after {} s at exit: \
+                 stopped with them (the kernel would have kept them)",
+                EXIT_PATIENCE.as_secs()
+            ));
+        }
         g.finish();
     }
 }
@@ -525,6 +570,7 @@ extern "C" fn at_exit() {
 /// the kernel's, it starts no host, and it lets go of the parent's XDP
 /// program, so nothing is lost whichever process ends first.
 extern "C" fn in_fork_child() {
+    LOADED_IN.store(std::process::id(), std::sync::atomic::Ordering::Relaxed);
     crate::host::set_fork_child();
     crate::table::forget_all();
     // The port map stays open: a child that reads a socket it inherited
@@ -553,6 +599,7 @@ extern "C" fn after_fork_parent() {
 }
 
 extern "C" fn init() {
+    LOADED_IN.store(std::process::id(), std::sync::atomic::Ordering::Relaxed);
     crate::host::set_hand_all_back(ops::hand_all_back);
     // SAFETY: registers functions with C linkage that take nothing.
     unsafe {

@@ -190,3 +190,36 @@ pub(crate) fn tcp_getsockopt(t: &TcpSock, level: i32, name: i32) -> Option<Resul
 pub(crate) fn tcp_info(t: &TcpSock) -> Option<Result<rxpath_tcp::TcpInfo, Errno>> {
     Some(t.stream()?.tcp_info().map_err(io_errno))
 }
+
+/// The process exits with served TCP sockets open: as the kernel closes
+/// their fds and keeps the connections until what was written is sent,
+/// each connection is shut for writing (a FIN after its data) and the
+/// host runs until every one has its data and FIN acknowledged, or
+/// `patience` passes. Listeners close (what they had not accepted is
+/// reset). Returns the connections that still held unacknowledged data
+/// when the host stopped (said by the caller).
+pub(crate) fn tcp_close_at_exit(patience: std::time::Duration) -> usize {
+    let socks = crate::table::take_tcp();
+    let mut streams = Vec::new();
+    for t in socks {
+        match &t.end {
+            crate::tcp::sock::End::Listener(l, _) => l.close(),
+            crate::tcp::sock::End::Stream(s) => {
+                let _ = s.shutdown(false, true);
+                streams.push(t);
+            }
+        }
+    }
+    let until = std::time::Instant::now() + patience;
+    loop {
+        let unsent = streams
+            .iter()
+            .filter_map(|t| t.stream())
+            .filter(|s| s.queues().is_ok_and(|q| q.1 > 0))
+            .count();
+        if unsent == 0 || std::time::Instant::now() >= until {
+            return unsent;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}

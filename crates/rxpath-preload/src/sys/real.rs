@@ -71,6 +71,7 @@ real! {
     bind: fn(c_int, *const sockaddr, socklen_t) -> c_int;
     connect: fn(c_int, *const sockaddr, socklen_t) -> c_int;
     close: fn(c_int) -> c_int;
+    _exit: fn(c_int) -> ();
     listen: fn(c_int, c_int) -> c_int;
     accept4: fn(c_int, *mut sockaddr, *mut socklen_t, c_int) -> c_int;
     getsockname: fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int;
