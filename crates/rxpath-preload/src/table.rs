@@ -141,6 +141,20 @@ pub(crate) fn sockets() -> Vec<(Vec<RawFd>, Arc<Accel>)> {
     out
 }
 
+/// Every served TCP socket with an fd that names it.
+pub(crate) fn tcp_sockets() -> Vec<(RawFd, Arc<TcpSock>)> {
+    let m = read_lock(map());
+    let mut out: Vec<(RawFd, Arc<TcpSock>)> = Vec::new();
+    for (fd, e) in m.iter() {
+        if let Entry::Tcp(t) = e {
+            if !out.iter().any(|(_, x)| Arc::ptr_eq(x, t)) {
+                out.push((*fd, t.clone()));
+            }
+        }
+    }
+    out
+}
+
 /// Every served TCP socket with the fds that name it, taken out of the
 /// table (the process exits: its fds close).
 pub(crate) fn take_tcp() -> Vec<Arc<TcpSock>> {

@@ -60,6 +60,9 @@ pub enum SockOpt {
     KeepIntvl,
     /// `TCP_KEEPCNT`.
     KeepCnt,
+    /// `IPV6_V6ONLY`: an IPv6 socket that takes no IPv4 (set before
+    /// `bind`).
+    V6Only,
 }
 
 #[derive(Debug, Default)]
@@ -71,6 +74,7 @@ struct Listener {
 #[derive(Debug, Default)]
 struct Sock {
     v6: bool,
+    v6only: bool,
     bound: Option<SocketAddr>,
     reuseaddr: bool,
     keepalive: bool,
@@ -211,11 +215,19 @@ impl Stack {
         })
     }
 
-    fn port_in_use(&self, addr: SocketAddr, reuse: bool) -> bool {
+    fn port_in_use(&self, addr: SocketAddr, reuse: bool, v6only: bool) -> bool {
         self.socks.iter().flatten().any(|s| {
             let Some(b) = s.bound else { return false };
-            let overlap =
-                b.ip().is_unspecified() || addr.ip().is_unspecified() || b.ip() == addr.ip();
+            // Across families only an IPv6 wildcard that takes IPv4 too
+            // (no `IPV6_V6ONLY`) overlaps an IPv4 address, as
+            // `inet_bind_conflict` has it.
+            let overlap = if b.is_ipv4() == addr.is_ipv4() {
+                b.ip().is_unspecified() || addr.ip().is_unspecified() || b.ip() == addr.ip()
+            } else if b.is_ipv6() {
+                b.ip().is_unspecified() && !s.v6only
+            } else {
+                addr.ip().is_unspecified() && !v6only
+            };
             let listening = s.listener.is_some();
             b.port() == addr.port() && overlap && (!(reuse && s.reuseaddr) || listening)
         })
@@ -243,13 +255,16 @@ impl Stack {
 
     /// `bind`.
     pub fn bind(&mut self, id: SockId, mut addr: SocketAddr) -> Result<(), Errno> {
-        let reuse = self.sock(id)?.reuseaddr;
+        let (reuse, v6only) = {
+            let s = self.sock(id)?;
+            (s.reuseaddr, s.v6only)
+        };
         if self.sock(id)?.bound.is_some() {
             return Err(libc::EINVAL);
         }
         if addr.port() == 0 {
             addr.set_port(self.ephemeral_port());
-        } else if self.port_in_use(addr, reuse) {
+        } else if self.port_in_use(addr, reuse, v6only) {
             return Err(libc::EADDRINUSE);
         }
         self.sock_mut(id)?.bound = Some(addr);
@@ -822,6 +837,12 @@ impl Stack {
                 }
             }
             SockOpt::Inq => s.inq = val != 0,
+            SockOpt::V6Only => {
+                if !s.v6 || s.bound.is_some() {
+                    return Err(libc::EINVAL);
+                }
+                s.v6only = val != 0;
+            }
             SockOpt::Error => return Err(libc::ENOPROTOOPT),
         }
         if matches!(
@@ -909,6 +930,7 @@ impl Stack {
             SockOpt::NotsentLowat => s.notsent_lowat.unwrap_or(0) as i32,
             SockOpt::Tos => s.tos as i32,
             SockOpt::Inq => s.inq as i32,
+            SockOpt::V6Only => s.v6only as i32,
             SockOpt::KeepIdle => s.keep_idle.unwrap_or(ka_time) as i32,
             SockOpt::KeepIntvl => s.keep_intvl.unwrap_or(ka_intvl) as i32,
             SockOpt::KeepCnt => s.keep_cnt.unwrap_or(ka_cnt) as i32,
@@ -1097,7 +1119,7 @@ impl Stack {
             let Some(b) = s.bound.filter(|b| b.port() == local.port()) else {
                 continue;
             };
-            let v4_on_v6 = local.is_ipv4() && s.v6;
+            let v4_on_v6 = local.is_ipv4() && s.v6 && !s.v6only;
             if b.ip() == local.ip() || mapped_eq(b.ip(), local.ip()) {
                 return Some(SockId(i));
             }

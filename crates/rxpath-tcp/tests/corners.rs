@@ -282,3 +282,39 @@ fn a_new_syn_reopens_a_time_wait_pair() {
     assert_eq!(from, peer());
     assert_eq!(st.state(c2).unwrap(), State::Established);
 }
+
+/// Binds across families as `inet_bind_conflict` has them: an IPv6
+/// wildcard with `IPV6_V6ONLY` shares a port with the IPv4 wildcard (a
+/// server listening on both, as nginx's `listen [::]:80` does), one
+/// without it does not.
+#[test]
+fn an_ipv6_only_wildcard_shares_its_port_with_the_ipv4_wildcard() {
+    let mut st = Stack::new(TcpConfig::default(), 7, vec![]);
+    let v4 = st.socket(false);
+    st.bind(v4, "0.0.0.0:80".parse().unwrap()).unwrap();
+    st.listen(v4, 16).unwrap();
+    let dual = st.socket(true);
+    assert_eq!(
+        st.bind(dual, "[::]:80".parse().unwrap()),
+        Err(libc::EADDRINUSE)
+    );
+    let only = st.socket(true);
+    st.set_option(only, rxpath_tcp::SockOpt::V6Only, 1, 0)
+        .unwrap();
+    assert_eq!(st.option(only, rxpath_tcp::SockOpt::V6Only), Ok(1));
+    st.bind(only, "[::]:80".parse().unwrap()).unwrap();
+    assert_eq!(
+        st.set_option(only, rxpath_tcp::SockOpt::V6Only, 0, 0),
+        Err(libc::EINVAL),
+        "set before bind only"
+    );
+    // The other order: a dual-stack IPv6 wildcard first takes IPv4's too.
+    let mut st = Stack::new(TcpConfig::default(), 7, vec![]);
+    let dual = st.socket(true);
+    st.bind(dual, "[::]:81".parse().unwrap()).unwrap();
+    let v4 = st.socket(false);
+    assert_eq!(
+        st.bind(v4, "0.0.0.0:81".parse().unwrap()),
+        Err(libc::EADDRINUSE)
+    );
+}

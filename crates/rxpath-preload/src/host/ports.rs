@@ -100,7 +100,7 @@ impl Global {
         }
         let l = r
             .host
-            .tcp_listen_held(addr, backlog)
+            .tcp_listen_held(addr, backlog, v6only)
             .map_err(|e| (Fallback::BindRefused, format!("{addr}: {e}")))?;
         let keys = keys_of(libc::IPPROTO_TCP as u8, addr, v6only);
         take_keys(r, addr, &keys)?;

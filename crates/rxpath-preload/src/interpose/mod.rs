@@ -590,6 +590,7 @@ extern "C" fn in_fork_child() {
 extern "C" fn before_fork() {
     if crate::host::started().is_some() {
         crate::table::before_fork();
+        ops::tcp_before_fork();
     }
     crate::udp::forkq::restage_inherited(|fd| table::kind(fd) == table::FORKED);
 }

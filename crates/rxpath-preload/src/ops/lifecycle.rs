@@ -180,7 +180,9 @@ fn close_tcp(fd: RawFd, t: &crate::tcp::sock::TcpSock) {
     if let crate::tcp::sock::End::Listener(l, keys) = &t.end {
         crate::kside::forget_token(t.ktoken);
         l.close();
-        global().release(keys);
+        if !t.handed.load(Ordering::SeqCst) {
+            global().release(keys);
+        }
     }
 }
 

@@ -156,3 +156,47 @@ pub(crate) fn accept(fd: RawFd, t: &Arc<TcpSock>, flags: i32) -> Result<Accepted
         crate::readiness::wait_tcp(t, libc::EPOLLIN as u32, Some(fd), None)?;
     }
 }
+
+/// In the parent, just before a `fork`: a forked child's copies of
+/// rxpath's TCP fds are not served (the host is the parent's), so each
+/// served listener a child may accept on goes to the kernel first: its
+/// port leaves the port map, and the kernel socket, which every process
+/// shares and which listens already, takes the connections that come
+/// (a pre-forking server's workers accept them there). What rxpath's
+/// accept queue holds stays for this process's `accept` (which takes it
+/// before the kernel's). A listener with connections of this process on
+/// its port stays rxpath's (its port in the map carries their segments):
+/// a child's copies of it and of them do not work, said once.
+pub(crate) fn tcp_before_fork() {
+    let socks = table::tcp_sockets();
+    let busy_ports: Vec<SocketAddr> = socks
+        .iter()
+        .filter_map(|(_, t)| t.stream())
+        .filter_map(|s| s.addrs().ok().and_then(|a| a.0))
+        .collect();
+    for (_, t) in &socks {
+        let End::Listener(l, keys) = &t.end else {
+            continue;
+        };
+        if t.handed.load(Ordering::SeqCst) {
+            continue;
+        }
+        let port = l.local_addr().port();
+        if busy_ports.iter().any(|a| a.port() == port) {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                crate::config::say(&format!(
+                    "a fork while rxpath serves TCP connections on port {port}: they and \
+                     their listener stay this process's; a child's copies of them do not work"
+                ))
+            });
+            continue;
+        }
+        t.handed.store(true, Ordering::SeqCst);
+        global().release(keys);
+        global().went_to_kernel(
+            t.report_id,
+            "handed to the kernel at a fork (workers accept there)",
+        );
+    }
+}

@@ -34,6 +34,9 @@ pub(crate) struct TcpSock {
     pub(crate) ktoken: u64,
     /// Its line in the report's list of sockets.
     pub(crate) report_id: usize,
+    /// A listener handed to the kernel (at a `fork`): its port left the
+    /// port map then, and new connections are the kernel socket's.
+    pub(crate) handed: AtomicBool,
 }
 
 impl TcpSock {
@@ -54,6 +57,7 @@ impl TcpSock {
             kernel_ready: false.into(),
             ktoken,
             report_id,
+            handed: false.into(),
         })
     }
 

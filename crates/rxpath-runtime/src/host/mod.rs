@@ -399,7 +399,7 @@ impl Host {
     pub fn tcp_listen(&self, addr: SocketAddr, backlog: i32) -> std::io::Result<TcpListener> {
         let tcp = self.tcp_host()?;
         let addr = self.hold_tcp(addr)?;
-        TcpListener::listen(tcp, addr, backlog)
+        TcpListener::listen(tcp, addr, backlog, false)
     }
 
     /// Does this host run rxpath's TCP ([`HostConfig::tcp`])?
@@ -410,9 +410,15 @@ impl Host {
     /// A TCP socket listening on `addr`, whose port the caller holds: in
     /// the kernel (a preloaded program's own socket, bound there) and in
     /// the port map ([`Self::take_port`]), as
-    /// [`Self::udp_bind_held_with`] is for UDP.
-    pub fn tcp_listen_held(&self, addr: SocketAddr, backlog: i32) -> std::io::Result<TcpListener> {
-        TcpListener::listen(self.tcp_host()?, addr, backlog)
+    /// [`Self::udp_bind_held_with`] is for UDP. `v6only`: an IPv6
+    /// listener that takes no IPv4 (`IPV6_V6ONLY`).
+    pub fn tcp_listen_held(
+        &self,
+        addr: SocketAddr,
+        backlog: i32,
+        v6only: bool,
+    ) -> std::io::Result<TcpListener> {
+        TcpListener::listen(self.tcp_host()?, addr, backlog, v6only)
     }
 
     /// A TCP connection to `to` from `from` (its port 0: one the kernel

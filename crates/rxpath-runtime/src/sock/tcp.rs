@@ -255,11 +255,19 @@ pub struct TcpListener {
 }
 
 impl TcpListener {
-    pub(crate) fn listen(host: TcpHost, addr: SocketAddr, backlog: i32) -> io::Result<Self> {
+    pub(crate) fn listen(
+        host: TcpHost,
+        addr: SocketAddr,
+        backlog: i32,
+        v6only: bool,
+    ) -> io::Result<Self> {
         let id = host.call(|s, _| s.socket(addr.is_ipv6()))?;
         let w = host.waits.waiter(id);
         let r = host.call(|s, _| {
             s.set_option(id, SockOpt::ReuseAddr, 1, 0)?;
+            if v6only {
+                s.set_option(id, SockOpt::V6Only, 1, 0)?;
+            }
             s.bind(id, addr)?;
             s.listen(id, backlog)?;
             s.addrs(id)
