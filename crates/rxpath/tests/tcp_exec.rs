@@ -414,3 +414,60 @@ fn memcached_answers_as_on_the_kernel() {
     }
     assert!(seen[0] == seen[1], "the same bytes under exec");
 }
+
+/// `iperf3 -c` (Debian's) under exec, connecting out to a kernel
+/// `iperf3 -s` in the client namespace: its control and data connections
+/// are rxpath's (`connect()` from a port the kernel gives and holds; the
+/// neighbour from the kernel's table, resolved as its connect would), a
+/// test each way counts every byte as the same client on the kernel does.
+#[test]
+fn iperf3_client_connects_out_through_rxpath() {
+    let Some(p) = Pair::new("tc", true, &["iperf3"]) else {
+        return;
+    };
+    const PEER: &str = "198.18.9.5";
+    for exec in [None, Some(EXEC)] {
+        for reverse in [false, true] {
+            let srv = Command::new("ip")
+                .args([
+                    "netns", "exec", &p.cli, "iperf3", "-s", "-1", "-B", PEER, "-p", "5322",
+                ])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("iperf3 -s");
+            let _ = Command::new("ip")
+                .args(["netns", "exec", &p.srv, "ip", "neigh", "flush", "all"])
+                .output();
+            let mut args = vec!["iperf3", "-c", PEER, "-p", "5322", "-t", "1", "--json"];
+            if reverse {
+                args.push("-R");
+            }
+            let mut c = None;
+            for _ in 0..40 {
+                let s = server(&p, exec, &args);
+                let out = s.wait_with_output().expect("iperf3 -c");
+                // iperf3's JSON first, then exec's report.
+                let mut it = serde_json::Deserializer::from_slice(&out.stdout).into_iter();
+                let j: serde_json::Value = it.next().and_then(Result::ok).unwrap_or_default();
+                if out.status.success() && j["end"].is_object() {
+                    c = Some((j, String::from_utf8_lossy(&out.stdout).to_string()));
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            let mut srv = srv;
+            let _ = srv.wait();
+            let (j, out) = c.expect("the iperf3 client never ran");
+            let sent = j["end"]["sum_sent"]["bytes"].as_u64().unwrap_or(0);
+            let got = j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+            assert!(sent > 1_000_000, "{exec:?} -R {reverse}: {}", j["end"]);
+            let ok = sent.checked_sub(got).is_some_and(|d| d < IN_FLIGHT);
+            assert!(ok, "{exec:?} -R {reverse}: {}", j["end"]);
+            if exec.is_some() {
+                assert!(!out.contains("sockets on rxpath 0 "), "{out}");
+                assert!(out.contains("back in the pool: ok"), "{out}");
+                assert!(!out.contains("MISMATCH"), "{out}");
+            }
+        }
+    }
+}

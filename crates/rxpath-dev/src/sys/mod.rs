@@ -9,6 +9,7 @@ pub mod af_packet;
 pub use rxpath_frames::sys::{clock, ring, umem};
 mod bpf;
 pub mod iface;
+pub mod neigh;
 #[cfg(feature = "tokio")]
 pub mod reactor;
 pub mod tap;

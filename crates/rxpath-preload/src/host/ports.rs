@@ -111,6 +111,71 @@ impl Global {
         Ok((l, keys))
     }
 
+    /// An rxpath connection from `from` (bound by the caller's kernel
+    /// socket, which holds the port) to `to`, the SYN sent, with the
+    /// destinations the port map now takes for it; or why not. Served:
+    /// destinations on a link of the interface (the next hop is the
+    /// destination), whose neighbour the kernel's table has or resolves
+    /// (asked as its own connect would); others are the kernel's.
+    pub(crate) fn tcp_connect(
+        &self,
+        from: SocketAddr,
+        to: SocketAddr,
+    ) -> Result<(rxpath_runtime::TcpStream, Vec<PortKey>), (Fallback, String)> {
+        let iface = self.cfg.iface.clone().unwrap_or_default();
+        let on_link = rxpath_dev::sys::iface::prefixes(&iface)
+            .unwrap_or_default()
+            .iter()
+            .any(|&(p, len)| same_prefix(p, to.ip(), len));
+        if !on_link {
+            return Err((
+                Fallback::Protocol,
+                format!("connect to {to}: not on a link of {iface} (routed connections are the kernel's)"),
+            ));
+        }
+        let mut s = self.admit(from)?;
+        let Some(r) = s.running.as_mut() else {
+            return Err((Fallback::HostFailed, "no host".into()));
+        };
+        if r.host.kernel_sees_frames() || !r.host.runs_tcp() {
+            return Err((
+                Fallback::Protocol,
+                format!("TCP on {}: the kernel sees its frames", r.host.backend()),
+            ));
+        }
+        if r.host.sockets().neighbor(to.ip()).is_none() {
+            let patience = std::time::Duration::from_secs(1);
+            match rxpath_dev::sys::neigh::resolve(self.ifindex(), to.ip(), patience) {
+                Ok(Some(mac)) => r.host.sockets().add_neighbor(to.ip(), mac),
+                Ok(None) => {
+                    return Err((Fallback::Protocol, format!("connect to {to}: no neighbour")))
+                }
+                Err(e) => {
+                    return Err((
+                        Fallback::Protocol,
+                        format!("connect to {to}: the kernel's neighbour table: {e}"),
+                    ))
+                }
+            }
+        }
+        let keys = keys_of(libc::IPPROTO_TCP as u8, from, true);
+        take_keys(r, from, &keys)?;
+        match r.host.tcp_connect_held(from, to) {
+            Ok(c) => {
+                s.accelerated += 1;
+                Ok((c, keys))
+            }
+            Err(e) => {
+                drop(s);
+                self.release(&keys);
+                Err((
+                    Fallback::BindRefused,
+                    format!("connect {from} to {to}: {e}"),
+                ))
+            }
+        }
+    }
+
     /// May rxpath take a socket bound to `addr`? The host runs (started
     /// now if it was not), with its state locked; else why not.
     fn admit(&self, addr: SocketAddr) -> Result<MutexGuard<'_, State>, (Fallback, String)> {
@@ -267,4 +332,23 @@ fn take_keys(
         *r.ports.entry(*k).or_default() += 1;
     }
     Ok(())
+}
+
+/// Do `a` and `b` share their first `len` bits (same family)?
+fn same_prefix(a: IpAddr, b: IpAddr, len: u8) -> bool {
+    match (a, b) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            let m = u32::MAX
+                .checked_shl(32 - u32::from(len.min(32)))
+                .unwrap_or(0);
+            u32::from(a) & m == u32::from(b) & m
+        }
+        (IpAddr::V6(a), IpAddr::V6(b)) => {
+            let m = u128::MAX
+                .checked_shl(128 - u32::from(len.min(128)))
+                .unwrap_or(0);
+            u128::from(a) & m == u128::from(b) & m
+        }
+        _ => false,
+    }
 }

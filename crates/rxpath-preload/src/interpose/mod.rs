@@ -178,6 +178,16 @@ pub extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_in
 
 #[no_mangle]
 pub extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    if table::kind(fd) == table::KERNEL {
+        if let Some(to) = addr_in(addr, len) {
+            if let ops::Route::Done(r) = ops::tcp_connect(fd, to) {
+                return match r {
+                    Ok(()) => 0,
+                    Err(e) => fail(e) as c_int,
+                };
+            }
+        }
+    }
     // SAFETY: the C library's connect with the program's arguments.
     let r = unsafe { real::connect()(fd, addr, len) };
     if r == 0 && table::kind(fd) != table::KERNEL {

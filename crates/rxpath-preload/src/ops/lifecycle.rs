@@ -177,6 +177,10 @@ fn close_tcp(fd: RawFd, t: &crate::tcp::sock::TcpSock) {
     if t.fds.fetch_sub(1, Ordering::AcqRel) != 1 {
         return;
     }
+    let keys = std::mem::take(&mut *lock(&t.keys));
+    if !keys.is_empty() {
+        global().release(&keys);
+    }
     if let crate::tcp::sock::End::Listener(l, keys) = &t.end {
         crate::kside::forget_token(t.ktoken);
         l.close();

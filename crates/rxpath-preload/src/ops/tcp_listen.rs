@@ -200,3 +200,61 @@ pub(crate) fn tcp_before_fork() {
         );
     }
 }
+
+/// `connect(fd, to)` on a kernel TCP socket, before the kernel's call: if
+/// TCP is asked for and `to` is reached through the interface, the
+/// socket is bound in the kernel (an ephemeral port, held there, unless
+/// the program bound one) and rxpath opens the connection: `Done` with
+/// `connect`'s answer (`EINPROGRESS` on a non-blocking socket). Else the
+/// kernel's call (a fallback said once, when TCP was asked for).
+pub(crate) fn tcp_connect(fd: RawFd, to: SocketAddr) -> Route<()> {
+    let g = global();
+    if table::kind(fd) != table::KERNEL
+        || !g.enabled()
+        || !g.cfg.protocols.tcp()
+        || crate::host::inside()
+        || to.ip().is_loopback()
+        || to.ip().is_multicast()
+        || to.ip().is_unspecified()
+    {
+        return Route::Kernel;
+    }
+    if crate::sys::sockopt_int(fd, libc::SOL_SOCKET, libc::SO_PROTOCOL) != Some(libc::IPPROTO_TCP) {
+        return Route::Kernel;
+    }
+    let Some(src) = crate::sys::route_source(to.ip()) else {
+        return Route::Kernel;
+    };
+    // The kernel holds the local port: the program's, or one it gives.
+    let mut from = match crate::sys::local_addr(fd) {
+        Some(a) if a.port() != 0 => a,
+        _ => match crate::sys::bind_any_port(fd, SocketAddr::new(src, 0)) {
+            Ok(a) => a,
+            Err(_) => return Route::Kernel,
+        },
+    };
+    if from.ip().is_unspecified() {
+        from.set_ip(src);
+    }
+    let (c, keys) = match g.tcp_connect(from, to) {
+        Ok(x) => x,
+        Err((why, detail)) => {
+            g.fallback(why, &detail);
+            return Route::Kernel;
+        }
+    };
+    c.set_nonblocking(true);
+    let nb = crate::sys::nonblocking(fd);
+    let t = TcpSock::new(End::Stream(c), nb, 0, usize::MAX);
+    *rxpath_dev::sync::lock(&t.keys) = keys;
+    table::set(fd, Entry::Tcp(t.clone()));
+    if nb {
+        return Route::Done(Err(libc::EINPROGRESS));
+    }
+    let r = t.stream().map(|s| s.wait_connected());
+    Route::Done(match r {
+        Some(Ok(())) => Ok(()),
+        Some(Err(e)) => Err(e.raw_os_error().unwrap_or(libc::ECONNREFUSED)),
+        None => Err(libc::EINVAL),
+    })
+}

@@ -237,6 +237,21 @@ fn from_storage(st: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
     }
 }
 
+/// Bind `fd` to `a` (port 0: one the kernel gives) with the C library's
+/// own call; the address it is bound to then.
+pub(crate) fn bind_any_port(
+    fd: RawFd,
+    a: std::net::SocketAddr,
+) -> io::Result<std::net::SocketAddr> {
+    let (st, len) = sockaddr(a);
+    let p = (&st as *const libc::sockaddr_storage).cast::<libc::sockaddr>();
+    // SAFETY: `p` points at `len` initialised bytes of an address.
+    if unsafe { real::bind()(fd, p, len as libc::socklen_t) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    local_addr(fd).ok_or_else(|| io::Error::from(io::ErrorKind::AddrNotAvailable))
+}
+
 /// Is `fd` in non-blocking mode (`O_NONBLOCK`)?
 pub(crate) fn nonblocking(fd: RawFd) -> bool {
     // SAFETY: F_GETFL takes no argument and only reads the fd's flags.

@@ -34,6 +34,9 @@ pub(crate) struct TcpSock {
     pub(crate) ktoken: u64,
     /// Its line in the report's list of sockets.
     pub(crate) report_id: usize,
+    /// The destinations the port map took for a connection this process
+    /// opened (`connect`): given back when it closes.
+    pub(crate) keys: std::sync::Mutex<Vec<PortKey>>,
     /// A listener handed to the kernel (at a `fork`): its port left the
     /// port map then, and new connections are the kernel socket's.
     pub(crate) handed: AtomicBool,
@@ -58,6 +61,7 @@ impl TcpSock {
             ktoken,
             report_id,
             handed: false.into(),
+            keys: Default::default(),
         })
     }
 

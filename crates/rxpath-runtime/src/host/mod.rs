@@ -430,6 +430,14 @@ impl Host {
         TcpStream::connect(tcp, from, to)
     }
 
+    /// A TCP connection to `to` from `from`, whose port the caller holds
+    /// (in the kernel and in the port map, as for
+    /// [`Self::tcp_listen_held`]): the SYN is sent and the call returns;
+    /// the handshake ends when the stream's events say `EPOLLOUT`.
+    pub fn tcp_connect_held(&self, from: SocketAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
+        TcpStream::connect_start(self.tcp_host()?, from, to)
+    }
+
     /// Hold `addr` for rxpath's TCP: the kernel's port guard and the port
     /// map's entry. Returns the address with the port the kernel gave.
     fn hold_tcp(&self, mut addr: SocketAddr) -> std::io::Result<SocketAddr> {

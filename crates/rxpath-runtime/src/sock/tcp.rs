@@ -390,6 +390,19 @@ pub struct TcpStream {
 
 impl TcpStream {
     pub(crate) fn connect(host: TcpHost, from: SocketAddr, to: SocketAddr) -> io::Result<Self> {
+        let s = Self::connect_start(host, from, to)?;
+        s.wait_connected()?;
+        Ok(s)
+    }
+
+    /// `connect` that sends the SYN and returns (`EINPROGRESS`): the
+    /// handshake ends when [`Self::events`] says `EPOLLOUT` (or an error);
+    /// [`Self::wait_connected`] waits for it.
+    pub(crate) fn connect_start(
+        host: TcpHost,
+        from: SocketAddr,
+        to: SocketAddr,
+    ) -> io::Result<Self> {
         let id = host.call(|s, _| s.socket(to.is_ipv6()))?;
         let w = host.waits.waiter(id);
         let s = TcpStream {
@@ -405,17 +418,22 @@ impl TcpStream {
                 st.connect(id, to, now)
             })?
             .map_err(errno)?;
-        // `inet_wait_for_connect`: until the handshake ends either way.
-        s.host
-            .until_ready(&s.w, 0, false, |st, _| match st.state(id) {
+        Ok(s)
+    }
+
+    /// `inet_wait_for_connect`: until the handshake ends either way (the
+    /// error the connection ended with, if it did).
+    pub fn wait_connected(&self) -> io::Result<()> {
+        let id = self.id;
+        self.host
+            .until_ready(&self.w, 0, false, |st, _| match st.state(id) {
                 Ok(State::SynSent | State::SynRecv) => Err(libc::EAGAIN),
                 Ok(_) => match st.take_error(id) {
                     Ok(Some(e)) => Err(e),
                     _ => Ok(()),
                 },
                 Err(e) => Err(e),
-            })?;
-        Ok(s)
+            })
     }
 
     /// `read`: wait for data; `Ok(0)` at the end of the stream.
