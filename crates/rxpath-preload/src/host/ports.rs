@@ -89,15 +89,7 @@ impl Global {
             return Err((Fallback::Protocol, "TCP (--protocols udp)".into()));
         }
         let mut s = self.admit(addr)?;
-        let Some(r) = s.running.as_mut() else {
-            return Err((Fallback::HostFailed, "no host".into()));
-        };
-        if r.host.kernel_sees_frames() || !r.host.runs_tcp() {
-            return Err((
-                Fallback::Protocol,
-                format!("TCP on {}: the kernel sees its frames", r.host.backend()),
-            ));
-        }
+        let r = tcp_running(&mut s)?;
         let l = r
             .host
             .tcp_listen_held(addr, backlog, v6only)
@@ -134,15 +126,7 @@ impl Global {
             ));
         }
         let mut s = self.admit(from)?;
-        let Some(r) = s.running.as_mut() else {
-            return Err((Fallback::HostFailed, "no host".into()));
-        };
-        if r.host.kernel_sees_frames() || !r.host.runs_tcp() {
-            return Err((
-                Fallback::Protocol,
-                format!("TCP on {}: the kernel sees its frames", r.host.backend()),
-            ));
-        }
+        let r = tcp_running(&mut s)?;
         if r.host.sockets().neighbor(to.ip()).is_none() {
             let patience = std::time::Duration::from_secs(1);
             match rxpath_dev::sys::neigh::resolve(self.ifindex(), to.ip(), patience) {
@@ -351,4 +335,19 @@ fn same_prefix(a: IpAddr, b: IpAddr, len: u8) -> bool {
         }
         _ => false,
     }
+}
+
+/// The running host, if it serves TCP: a device whose frames the kernel
+/// does not also see (where it saw a SYN it would answer it).
+fn tcp_running(s: &mut State) -> Result<&mut super::Running, (Fallback, String)> {
+    let Some(r) = s.running.as_mut() else {
+        return Err((Fallback::HostFailed, "no host".into()));
+    };
+    if r.host.kernel_sees_frames() || !r.host.runs_tcp() {
+        return Err((
+            Fallback::Protocol,
+            format!("TCP on {}: the kernel sees its frames", r.host.backend()),
+        ));
+    }
+    Ok(r)
 }
