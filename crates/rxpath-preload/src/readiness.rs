@@ -139,7 +139,7 @@ pub(crate) fn wait_tcp(
 /// `poll()` over `fds`, some of them rxpath sockets. Returns the number of
 /// entries with events, or an errno.
 pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Result<usize, i32> {
-    let accel: Vec<Option<Served>> = fds.iter().map(|p| Served::of(p.fd)).collect();
+    let accel: Vec<Option<Served>> = fds.iter().map(|p| table::served_sock(p.fd)).collect();
     let socks: Vec<&Arc<Accel>> = accel.iter().flatten().filter_map(Served::udp).collect();
     let kernel: Vec<usize> = (0..fds.len())
         .filter(|&i| accel[i].is_none() && fds[i].fd >= 0)

@@ -5,7 +5,6 @@
 use crate::tcp::sock::TcpSock;
 use crate::udp::sock::{readable, Accel};
 use crate::watchers::Watchers;
-use std::os::fd::RawFd;
 use std::sync::Arc;
 
 /// A served socket behind an fd.
@@ -16,15 +15,6 @@ pub(crate) enum Served {
 }
 
 impl Served {
-    /// The served socket behind `fd`, if it is one.
-    pub(crate) fn of(fd: RawFd) -> Option<Served> {
-        match crate::table::kind(fd) {
-            crate::table::SOCKET => crate::table::socket(fd).map(Served::Udp),
-            crate::table::TCP => crate::table::tcp(fd).map(Served::Tcp),
-            _ => None,
-        }
-    }
-
     pub(crate) fn watch(&self) -> &Watchers {
         match self {
             Served::Udp(a) => &a.watch,

@@ -98,6 +98,15 @@ pub(crate) fn tcp(fd: RawFd) -> Option<Arc<TcpSock>> {
     }
 }
 
+/// The served socket behind `fd`, of either protocol, if it is one.
+pub(crate) fn served_sock(fd: RawFd) -> Option<crate::served::Served> {
+    match kind(fd) {
+        SOCKET => socket(fd).map(crate::served::Served::Udp),
+        TCP => tcp(fd).map(crate::served::Served::Tcp),
+        _ => None,
+    }
+}
+
 /// Record what `fd` is (an fd out of range stays the kernel's).
 pub(crate) fn set(fd: RawFd, e: Entry) {
     let Ok(i) = usize::try_from(fd) else { return };

@@ -47,7 +47,7 @@ pub(crate) fn epoll_ctl(
     let Some(Entry::Epoll(set)) = table::get(epfd) else {
         return Route::Kernel;
     };
-    match crate::served::Served::of(fd) {
+    match table::served_sock(fd) {
         Some(a) => Route::Done(set.ctl_socket(op, fd, a, ev)),
         None => Route::Kernel,
     }
