@@ -208,6 +208,9 @@ impl EpSet {
                 if busy_wait_with(&refs, *lock(&self.params)) {
                     continue;
                 }
+                if self.busy_wait_tcp() {
+                    continue;
+                }
             }
             let n = self.sleep(out, until)?;
             if n > 0 || left_ms(until) == 0 {
@@ -222,6 +225,25 @@ impl EpSet {
 
     /// What is ready now: the rxpath sockets, then (if the set has kernel
     /// fds, and room is left) the kernel's with `timeout`.
+    /// Busy-poll the NAPIs of its TCP members for their window, until
+    /// one of them is touched; false if none busy-polls.
+    fn busy_wait_tcp(&self) -> bool {
+        let tcp: Vec<Arc<crate::tcp::sock::TcpSock>> = lock(&self.members)
+            .iter()
+            .filter_map(|m| match &m.sock {
+                Served::Tcp(t) => Some(t.clone()),
+                Served::Udp(_) => None,
+            })
+            .collect();
+        if tcp.is_empty() {
+            return false;
+        }
+        let seen: Vec<u64> = tcp.iter().map(|t| t.watch.edges()).collect();
+        let refs: Vec<&crate::tcp::sock::TcpSock> = tcp.iter().map(|t| &**t).collect();
+        let moved = || tcp.iter().zip(&seen).any(|(t, e)| t.watch.edges() != *e);
+        crate::tcp::sock::busy_wait_all(&refs, &moved)
+    }
+
     fn scan(&self, out: &mut [libc::epoll_event], timeout: i32) -> Result<usize, i32> {
         let mut n = self.scan_members(out);
         let has_kernel = self.kernel_fds.load(Ordering::Relaxed) > 0;

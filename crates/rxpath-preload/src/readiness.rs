@@ -107,6 +107,10 @@ pub(crate) fn wait_tcp(
         if until.is_some() && left_ms(until) == 0 {
             return Err(libc::EAGAIN);
         }
+        let seen = t.watch.edges();
+        if t.busy_wait(&|| t.watch.edges() != seen) && t.events() & want != 0 {
+            return Ok(());
+        }
         let r = with_poll_efd(|efd| {
             t.watch.arm(efd);
             let mut p: Vec<libc::pollfd> = std::iter::once(efd)

@@ -73,6 +73,22 @@ impl TcpSock {
         }
     }
 
+    /// Its busy-poll window (µs), its NAPI and the host's socket layer
+    /// ([`rxpath_runtime::TcpStream::busy_poll_of`]).
+    pub(crate) fn busy_of(&self) -> (u32, rxpath_core::NapiId, &rxpath_core::sock::Sockets) {
+        match &self.end {
+            End::Listener(l, _) => l.busy_poll_of(),
+            End::Stream(s) => s.busy_poll_of(),
+        }
+    }
+
+    /// Busy-poll its NAPI for its window or until `ready()` (the kernel's
+    /// `sk_busy_loop` before a TCP wait sleeps). False if nothing was
+    /// polled (no window, no NAPI yet).
+    pub(crate) fn busy_wait(&self, ready: &dyn Fn() -> bool) -> bool {
+        busy_wait_all(&[self], ready)
+    }
+
     /// Its readiness as `poll` has it (`EPOLLIN`, `EPOLLOUT`, `EPOLLRDHUP`,
     /// `EPOLLHUP`, `EPOLLERR`): the machine's (`tcp_poll`,
     /// `inet_csk_listen_poll`), and a connection waiting in a listener's
@@ -88,4 +104,30 @@ impl TcpSock {
         }
         m
     }
+}
+
+/// Busy-poll the NAPIs of `socks` for the longest of their windows, or
+/// until `ready()`; false if none has a window and a NAPI.
+pub(crate) fn busy_wait_all(socks: &[&TcpSock], ready: &dyn Fn() -> bool) -> bool {
+    let mut ids = Vec::new();
+    let mut us = 0;
+    let mut host = None;
+    for t in socks {
+        let (w, id, h) = t.busy_of();
+        if w > 0 && id.0 != 0 {
+            us = us.max(w);
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+            host.get_or_insert(h);
+        }
+    }
+    let Some(h) = host else { return false };
+    rxpath_runtime::sock::busy_loop(h, &ids, us, rxpath_core::sock::BUSY_POLL_BUDGET, ready);
+    // The waiter may sleep next: nobody would poll a NAPI left deferred
+    // (UDP's waiters sleep on the device instead, `crate::device`), so
+    // its interrupt is raised again now, as a busy poll without
+    // `prefer_busy_poll` leaves it in the kernel.
+    h.resume_irqs(&ids);
+    true
 }

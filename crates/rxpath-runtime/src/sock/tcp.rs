@@ -301,6 +301,17 @@ impl TcpListener {
         self.busy_us.store(us, Ordering::Relaxed);
     }
 
+    /// Its busy-poll window (`SO_BUSY_POLL`, µs; 0: off), the NAPI its
+    /// last segment came from (`sk_napi_id`; 0: none yet) and the host's
+    /// socket layer: what a preloaded program's wait busy-polls.
+    pub fn busy_poll_of(&self) -> (u32, NapiId, &Sockets) {
+        (
+            self.busy_us.load(Ordering::Relaxed),
+            NapiId(self.w.napi.load(Ordering::Relaxed)),
+            &self.host.socks,
+        )
+    }
+
     /// `accept`: wait for an established connection.
     pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
         self.accept_with(false)
@@ -546,6 +557,17 @@ impl TcpStream {
     /// `SO_BUSY_POLL` µs.
     pub fn set_busy_poll(&self, us: u32) {
         self.busy_us.store(us, Ordering::Relaxed);
+    }
+
+    /// Its busy-poll window (`SO_BUSY_POLL`, µs; 0: off), the NAPI its
+    /// last segment came from (`sk_napi_id`; 0: none yet) and the host's
+    /// socket layer: what a preloaded program's wait busy-polls.
+    pub fn busy_poll_of(&self) -> (u32, NapiId, &Sockets) {
+        (
+            self.busy_us.load(Ordering::Relaxed),
+            NapiId(self.w.napi.load(Ordering::Relaxed)),
+            &self.host.socks,
+        )
     }
 
     fn busy(&self) -> u32 {
