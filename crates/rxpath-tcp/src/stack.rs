@@ -659,6 +659,35 @@ impl Stack {
         })
     }
 
+    /// Connections, orphans (closed by their program) included, that
+    /// still have data or a FIN the peer has not acknowledged: what an
+    /// exiting process's host waits for before it stops.
+    pub fn sending(&self) -> usize {
+        self.socks
+            .iter()
+            .flatten()
+            .filter_map(|s| s.conn.as_deref())
+            .filter(|c| {
+                !c.sndbuf.is_empty()
+                    || matches!(c.state, State::FinWait1 | State::Closing | State::LastAck)
+            })
+            .count()
+    }
+
+    /// Connections on local port `port` (of either family), orphans
+    /// included.
+    pub fn connections_on(&self, port: u16) -> usize {
+        self.conns
+            .values()
+            .filter(|id| {
+                self.socks[id.0]
+                    .as_ref()
+                    .and_then(|s| s.conn.as_deref())
+                    .is_some_and(|c| c.local.port() == port && c.state != State::Closed)
+            })
+            .count()
+    }
+
     /// Bytes queued to read (`SIOCINQ`) and bytes unacknowledged
     /// (`SIOCOUTQ`).
     pub fn queues(&self, id: SockId) -> Result<(usize, usize), Errno> {

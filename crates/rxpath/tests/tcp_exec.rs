@@ -471,3 +471,49 @@ fn iperf3_client_connects_out_through_rxpath() {
         }
     }
 }
+
+const CALLS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/tcp_calls.py");
+const CALLS_CLIENT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/apps/tcp_calls_client.py"
+);
+
+/// The socket calls a real server makes, walked by a Python server that
+/// prints what it saw (`tests/apps/tcp_calls.py`): a level-triggered
+/// listener and edge-triggered connections in epoll (`EPOLLIN`,
+/// `EPOLLRDHUP`, `EPOLLOUT`), `poll`, `MSG_PEEK`, `MSG_WAITALL`,
+/// `FIONREAD`, `TCP_INFO`'s state, the addresses, non-blocking sends
+/// until `EAGAIN`, `SO_LINGER`, `shutdown`, `close`. Under exec it sees
+/// what it sees on the kernel, line for line, and the client gets the
+/// same 8 MB.
+#[test]
+fn the_socket_calls_of_a_server_answer_as_on_the_kernel() {
+    let Some(p) = Pair::new("tk", true, &["python3"]) else {
+        return;
+    };
+    let mut seen = Vec::new();
+    for exec in [None, Some(EXEC)] {
+        let mut s = server(&p, exec, &["python3", CALLS, SRV, "5340"]);
+        common::exec::wait_ready(&mut s);
+        let c = in_client(&p, &["timeout", "60", "python3", CALLS_CLIENT, SRV, "5340"]);
+        let got = String::from_utf8_lossy(&c.stdout).to_string();
+        let (status, out, err) = common::exec::finish(s);
+        assert!(status.success(), "{exec:?}: {out}\n{err}");
+        let cerr = String::from_utf8_lossy(&c.stderr);
+        assert!(
+            got.starts_with("8388608 "),
+            "{exec:?}: {got} {cerr}\n{out}\n{err}"
+        );
+        if exec.is_some() {
+            served_cleanly(&out);
+        }
+        // The server's own lines (exec's report after them is exec's).
+        let lines: Vec<&str> = out
+            .lines()
+            .take_while(|l| !l.starts_with("rxpath exec:"))
+            .collect();
+        assert!(lines.last() == Some(&"done"), "{exec:?}: {out}\n{err}");
+        seen.push((lines.join("\n"), got));
+    }
+    assert_eq!(seen[0], seen[1]);
+}

@@ -58,6 +58,10 @@ struct State {
     /// Specific addresses whose socket is the kernel's: the port map says
     /// so ([`Global::kernel_keeps`]) unless an rxpath socket takes them.
     kernel_keys: std::collections::BTreeSet<PortKey>,
+    /// TCP ports whose last socket closed while connections of the
+    /// machine still used them (sending what was written): their keys
+    /// leave the port map once none does ([`Global::release_tcp`]).
+    tcp_deferred: Vec<(u16, Vec<PortKey>)>,
 }
 
 /// The process's preload state.
@@ -100,6 +104,7 @@ pub(crate) fn global() -> &'static Global {
             ifindex: OnceLock::new(),
             state: Mutex::new(State {
                 kernel_keys: Default::default(),
+                tcp_deferred: Vec::new(),
                 running: None,
                 failed: None,
                 accelerated: 0,
@@ -299,6 +304,39 @@ impl Global {
         if let Some(p) = self.state().sockets.get_mut(id) {
             p.path = Path::Kernel;
             p.why = Some(why.to_string());
+        }
+    }
+
+    /// The host's TCP connections still sending
+    /// ([`rxpath_runtime::Host::tcp_sending`]); 0 without a host.
+    pub(crate) fn tcp_sending(&self) -> usize {
+        self.state()
+            .running
+            .as_ref()
+            .map_or(0, |r| r.host.tcp_sending())
+    }
+
+    /// A TCP socket on `port` that took `keys` closed: they leave the
+    /// port map once no connection of the machine uses the port (one
+    /// closed by its program may still be sending; the kernel would reset
+    /// it); until then they wait here. Every call also gives back what
+    /// earlier closes left waiting that is free now.
+    pub(crate) fn release_tcp(&self, port: u16, keys: Vec<PortKey>) {
+        let free: Vec<PortKey> = {
+            let mut s = self.state();
+            let mut waiting = std::mem::take(&mut s.tcp_deferred);
+            if !keys.is_empty() {
+                waiting.push((port, keys));
+            }
+            let Some(r) = s.running.as_ref() else { return };
+            let (keep, go): (Vec<_>, Vec<_>) = waiting
+                .into_iter()
+                .partition(|(p, _)| r.host.tcp_connections_on(*p) > 0);
+            s.tcp_deferred = keep;
+            go.into_iter().flat_map(|(_, k)| k).collect()
+        };
+        if !free.is_empty() {
+            self.release(&free);
         }
     }
 

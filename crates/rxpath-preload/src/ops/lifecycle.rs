@@ -177,17 +177,24 @@ fn close_tcp(fd: RawFd, t: &crate::tcp::sock::TcpSock) {
     if t.fds.fetch_sub(1, Ordering::AcqRel) != 1 {
         return;
     }
-    let keys = std::mem::take(&mut *lock(&t.keys));
-    if !keys.is_empty() {
-        global().release(&keys);
-    }
-    if let crate::tcp::sock::End::Listener(l, keys) = &t.end {
+    // A connection this process opened: its port (the machine closes it
+    // once what was written is sent). A listener: its port, which the
+    // connections it accepted use too. Either leaves the port map once
+    // no connection uses the port ([`crate::host::Global::release_tcp`]).
+    let mut keys = std::mem::take(&mut *lock(&t.keys));
+    let mut port = t
+        .stream()
+        .and_then(|s| s.addrs().ok()?.0)
+        .map_or(0, |a| a.port());
+    if let crate::tcp::sock::End::Listener(l, lkeys) = &t.end {
         crate::kside::forget_token(t.ktoken);
         l.close();
+        port = l.local_addr().port();
         if !t.handed.load(Ordering::SeqCst) {
-            global().release(keys);
+            keys = lkeys.clone();
         }
     }
+    global().release_tcp(port, keys);
 }
 
 /// A thread inside a blocking read of a socket: while one is, a `close`

@@ -191,13 +191,14 @@ pub(crate) fn tcp_info(t: &TcpSock) -> Option<Result<rxpath_tcp::TcpInfo, Errno>
     Some(t.stream()?.tcp_info().map_err(io_errno))
 }
 
-/// The process exits with served TCP sockets open: as the kernel closes
-/// their fds and keeps the connections until what was written is sent,
-/// each connection is shut for writing (a FIN after its data) and the
-/// host runs until every one has its data and FIN acknowledged, or
-/// `patience` passes. Listeners close (what they had not accepted is
-/// reset). Returns the connections that still held unacknowledged data
-/// when the host stopped (said by the caller).
+/// The process exits: as the kernel closes its fds and keeps the
+/// connections until what was written is sent, each served connection
+/// still open is shut for writing and closed (a FIN after its data), and
+/// the host runs until every connection of its machine, those the
+/// program closed before included, has its data and FIN acknowledged,
+/// or `patience` passes. Listeners close (what they had not accepted is
+/// reset). Returns the connections still sending when the host stopped
+/// (said by the caller).
 pub(crate) fn tcp_close_at_exit(patience: std::time::Duration) -> usize {
     let socks = crate::table::take_tcp();
     let mut streams = Vec::new();
@@ -210,13 +211,12 @@ pub(crate) fn tcp_close_at_exit(patience: std::time::Duration) -> usize {
             }
         }
     }
+    // Closed now, as the kernel closes an exiting process's fds: each
+    // connection an orphan of the machine, sending on.
+    drop(streams);
     let until = std::time::Instant::now() + patience;
     loop {
-        let unsent = streams
-            .iter()
-            .filter_map(|t| t.stream())
-            .filter(|s| s.queues().is_ok_and(|q| q.1 > 0))
-            .count();
+        let unsent = crate::host::global().tcp_sending();
         if unsent == 0 || std::time::Instant::now() >= until {
             return unsent;
         }

@@ -402,6 +402,23 @@ impl Host {
         TcpListener::listen(tcp, addr, backlog, false)
     }
 
+    /// TCP connections still sending (data or a FIN not yet
+    /// acknowledged), those their program closed included.
+    pub fn tcp_sending(&self) -> usize {
+        self.sockets
+            .tcp_call(rxpath_dev::mono_ns(), |s, _| s.sending())
+            .unwrap_or(0)
+    }
+
+    /// TCP connections on local port `port`, those their program closed
+    /// and still sending included: the port map must keep taking the
+    /// port's segments while any lives.
+    pub fn tcp_connections_on(&self, port: u16) -> usize {
+        self.sockets
+            .tcp_call(rxpath_dev::mono_ns(), |s, _| s.connections_on(port))
+            .unwrap_or(0)
+    }
+
     /// Does this host run rxpath's TCP ([`HostConfig::tcp`])?
     pub fn runs_tcp(&self) -> bool {
         self.tcp.is_some()
