@@ -107,6 +107,12 @@ pub(crate) fn served_sock(fd: RawFd) -> Option<crate::served::Served> {
     }
 }
 
+/// Can `fd` be recorded ([`set`])? Fds at or above [`MAX_FD`] stay the
+/// kernel's.
+pub(crate) fn in_range(fd: RawFd) -> bool {
+    usize::try_from(fd).is_ok_and(|i| i < MAX_FD)
+}
+
 /// Record what `fd` is (an fd out of range stays the kernel's).
 pub(crate) fn set(fd: RawFd, e: Entry) {
     let Ok(i) = usize::try_from(fd) else { return };

@@ -1208,6 +1208,9 @@ impl Stack {
         }
         let (snd, rcv) = self.bufs(l);
         let (nodelay, cork, user_mss, lowat) = (l.nodelay, l.cork, l.user_mss, l.notsent_lowat);
+        // `sk_clone_lock` copies `sk_reuse`: a child in TIME_WAIT does not
+        // keep its listener's successor from binding the port.
+        let reuseaddr = l.reuseaddr;
         let local = if v6sock && seg.dst.is_ipv4() {
             to_mapped(seg.dst)
         } else {
@@ -1231,6 +1234,7 @@ impl Stack {
             cork,
             user_mss,
             notsent_lowat: lowat,
+            reuseaddr,
             parent: Some(lid),
             conn: Some(Box::new(c)),
             ..Sock::default()

@@ -61,7 +61,10 @@ struct State {
     /// TCP ports whose last socket closed while connections of the
     /// machine still used them (sending what was written): their keys
     /// leave the port map once none does ([`Global::release_tcp`]).
-    tcp_deferred: Vec<(u16, Vec<PortKey>)>,
+    /// With each, the kernel socket that held a client's port (a dup of
+    /// its fd): the kernel must not give the port to another socket
+    /// while rxpath's connection on it lives.
+    tcp_deferred: Vec<(u16, Vec<PortKey>, Option<std::os::fd::OwnedFd>)>,
 }
 
 /// The process's preload state.
@@ -194,6 +197,27 @@ fn is_fork_child() -> bool {
 
 pub(crate) use crate::config::say;
 
+/// The thread that gives deferred TCP ports back once their connections
+/// end ([`Global::release_tcp`]): one at a time, while any waits.
+fn start_port_sweeper() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static RUNNING: AtomicBool = AtomicBool::new(false);
+    if RUNNING.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let r = std::thread::Builder::new()
+        .name("rxpath-tcp-ports".into())
+        .spawn(|| {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            // The next look starts its own thread if ports still wait.
+            RUNNING.store(false, Ordering::Release);
+            global().release_tcp(0, Vec::new(), None);
+        });
+    if r.is_err() {
+        RUNNING.store(false, Ordering::Release);
+    }
+}
+
 impl Global {
     fn state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
@@ -318,26 +342,46 @@ impl Global {
 
     /// A TCP socket on `port` that took `keys` closed: they leave the
     /// port map once no connection of the machine uses the port (one
-    /// closed by its program may still be sending; the kernel would reset
-    /// it); until then they wait here. Every call also gives back what
-    /// earlier closes left waiting that is free now.
-    pub(crate) fn release_tcp(&self, port: u16, keys: Vec<PortKey>) {
-        let free: Vec<PortKey> = {
+    /// closed by its program may still be sending, or wait in
+    /// TIME_WAIT; the kernel would reset it), and `hold`, the kernel
+    /// socket that reserved a client's port, closes then. Until then
+    /// they wait here, looked at again each second (a thread runs while
+    /// any waits) and at every close.
+    pub(crate) fn release_tcp(
+        &self,
+        port: u16,
+        keys: Vec<PortKey>,
+        hold: Option<std::os::fd::OwnedFd>,
+    ) {
+        let (free, left): (Vec<PortKey>, bool) = {
             let mut s = self.state();
             let mut waiting = std::mem::take(&mut s.tcp_deferred);
             if !keys.is_empty() {
-                waiting.push((port, keys));
+                waiting.push((port, keys, hold));
             }
             let Some(r) = s.running.as_ref() else { return };
             let (keep, go): (Vec<_>, Vec<_>) = waiting
                 .into_iter()
-                .partition(|(p, _)| r.host.tcp_connections_on(*p) > 0);
+                .partition(|(p, _, _)| r.host.tcp_connections_on(*p) > 0);
             s.tcp_deferred = keep;
-            go.into_iter().flat_map(|(_, k)| k).collect()
+            let left = !s.tcp_deferred.is_empty();
+            (go.into_iter().flat_map(|(_, k, _)| k).collect(), left)
         };
         if !free.is_empty() {
             self.release(&free);
         }
+        if left {
+            start_port_sweeper();
+        }
+    }
+
+    /// The host's TCP connections on local port `port`
+    /// ([`rxpath_runtime::Host::tcp_connections_on`]).
+    pub(crate) fn tcp_connections_on(&self, port: u16) -> usize {
+        self.state()
+            .running
+            .as_ref()
+            .map_or(0, |r| r.host.tcp_connections_on(port))
     }
 
     /// The interface is configured: sockets may be accelerated.

@@ -125,12 +125,19 @@ impl Global {
                 format!("connect to {to}: not on a link of {iface} (routed connections are the kernel's)"),
             ));
         }
-        let mut s = self.admit(from)?;
-        let r = tcp_running(&mut s)?;
-        if r.host.sockets().neighbor(to.ip()).is_none() {
+        let known = {
+            let mut s = self.admit(from)?;
+            let r = tcp_running(&mut s)?;
+            r.host.sockets().neighbor(to.ip()).is_some()
+        };
+        // Resolved with no lock held: other threads bind and close
+        // meanwhile (the kernel's connect waits for its neighbour too).
+        let mac = if known {
+            None
+        } else {
             let patience = std::time::Duration::from_secs(1);
             match rxpath_dev::sys::neigh::resolve(self.ifindex(), to.ip(), patience) {
-                Ok(Some(mac)) => r.host.sockets().add_neighbor(to.ip(), mac),
+                Ok(Some(mac)) => Some(mac),
                 Ok(None) => {
                     return Err((Fallback::Protocol, format!("connect to {to}: no neighbour")))
                 }
@@ -141,6 +148,11 @@ impl Global {
                     ))
                 }
             }
+        };
+        let mut s = self.state();
+        let r = tcp_running(&mut s)?;
+        if let Some(mac) = mac {
+            r.host.sockets().add_neighbor(to.ip(), mac);
         }
         let keys = keys_of(libc::IPPROTO_TCP as u8, from, true);
         take_keys(r, from, &keys)?;

@@ -178,6 +178,9 @@ pub extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_in
 
 #[no_mangle]
 pub extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    if let Some(t) = table::tcp(fd) {
+        return fail(ops::tcp_connect_again(&t)) as c_int;
+    }
     if table::kind(fd) == table::KERNEL {
         if let Some(to) = addr_in(addr, len) {
             if let ops::Route::Done(r) = ops::tcp_connect(fd, to) {
@@ -289,7 +292,7 @@ drops_privileges! {
 #[no_mangle]
 pub extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
     if let Some(t) = table::tcp(fd) {
-        return tcp::shutdown(&t, how);
+        return tcp::shutdown(fd, &t, how);
     }
     // SAFETY: the C library's shutdown with the program's arguments.
     let r = unsafe { real::shutdown()(fd, how) };
@@ -530,13 +533,19 @@ const EXIT_PATIENCE: Duration = Duration::from_secs(10);
 /// At exit: stop the host and write the report (the library's
 /// constructor registers this).
 extern "C" fn at_exit() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static STARTED: AtomicBool = AtomicBool::new(false);
     // A `vfork` child (no fork handlers run there) shares the parent's
     // memory, host included: its `_exit` is not the host's end.
-    if std::process::id() != LOADED_IN.load(std::sync::atomic::Ordering::Relaxed) {
+    if std::process::id() != LOADED_IN.load(Ordering::Relaxed) {
         return;
     }
-    ONCE.call_once(finish_host);
+    // Once, and never again from inside itself (an `_exit` from a signal
+    // handler that interrupted the exit handler goes straight out).
+    if STARTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    finish_host();
 }
 
 /// The process the library was loaded in (a forked child records its

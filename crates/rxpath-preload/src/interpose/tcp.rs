@@ -134,8 +134,19 @@ pub extern "C" fn getsockopt(
 
 /// `shutdown` on a served TCP connection (its kernel socket never
 /// connected: the kernel's call would say `ENOTCONN`).
-pub(super) fn shutdown(t: &TcpSock, how: c_int) -> c_int {
-    match ops::tcp_shutdown(t, how) {
+pub(super) fn shutdown(fd: c_int, t: &TcpSock, how: c_int) -> c_int {
+    if t.stream().is_none() {
+        // A listener: the kernel socket stops listening (its blocked
+        // `accept`s fail, as ours do when they look at it next), and so
+        // does rxpath's.
+        ops::tcp_stop_listening(t);
+        // SAFETY: the C library's shutdown with the program's arguments.
+        return unsafe { real::shutdown()(fd, how) };
+    }
+    let r = ops::tcp_shutdown(t, how);
+    // Threads blocked on it look again (`SHUT_RD` ends their reads).
+    rxpath_runtime::sock::Watch::ready(&*t.watch);
+    match r {
         Ok(()) => 0,
         Err(e) => fail(e) as c_int,
     }

@@ -144,7 +144,7 @@ fn forget_fd(fd: RawFd) {
 fn close_fd(fd: RawFd, park: bool) {
     let a = match table::remove(fd) {
         Some(Entry::Socket(a)) => a,
-        Some(Entry::Tcp(t)) => return close_tcp(fd, &t),
+        Some(Entry::Tcp(t)) => return close_tcp(fd, &t, park),
         _ => return,
     };
     forget_in_sets(fd);
@@ -172,7 +172,7 @@ fn close_fd(fd: RawFd, park: bool) {
 /// (`close`: a FIN after what was written, or a reset if unread data
 /// waits, as `tcp_close`) once no call holds it, and a listener gives its
 /// port back to the kernel (connections not accepted are reset).
-fn close_tcp(fd: RawFd, t: &crate::tcp::sock::TcpSock) {
+fn close_tcp(fd: RawFd, t: &crate::tcp::sock::TcpSock, open: bool) {
     forget_in_sets(fd);
     if t.fds.fetch_sub(1, Ordering::AcqRel) != 1 {
         return;
@@ -186,6 +186,12 @@ fn close_tcp(fd: RawFd, t: &crate::tcp::sock::TcpSock) {
         .stream()
         .and_then(|s| s.addrs().ok()?.0)
         .map_or(0, |a| a.port());
+    // A client's port is held by the kernel socket behind the fd, which
+    // the program's close ends: a dup keeps it while rxpath's connection
+    // lives (not when the number already names another file).
+    let hold = (open && !keys.is_empty())
+        .then(|| crate::sys::dup_cloexec(fd).ok())
+        .flatten();
     if let crate::tcp::sock::End::Listener(l, lkeys) = &t.end {
         crate::kside::forget_token(t.ktoken);
         l.close();
@@ -194,7 +200,7 @@ fn close_tcp(fd: RawFd, t: &crate::tcp::sock::TcpSock) {
             keys = lkeys.clone();
         }
     }
-    global().release_tcp(port, keys);
+    global().release_tcp(port, keys, hold);
 }
 
 /// A thread inside a blocking read of a socket: while one is, a `close`

@@ -22,6 +22,7 @@ use std::sync::Arc;
 pub(crate) fn on_listen(fd: RawFd, backlog: i32) {
     let g = global();
     if table::kind(fd) != table::KERNEL
+        || !table::in_range(fd)
         || !g.enabled()
         || !g.cfg.protocols.tcp()
         || crate::host::inside()
@@ -134,18 +135,29 @@ pub(crate) fn accept(fd: RawFd, t: &Arc<TcpSock>, flags: i32) -> Result<Accepted
         return Err(libc::EINVAL);
     };
     loop {
+        // The fd first: without one (EMFILE) the connection stays queued,
+        // as the kernel leaves it.
+        let v6 = l.local_addr().is_ipv6();
+        let nfd = crate::sys::stream_placeholder(v6, flags).map_err(crate::sys::errno)?;
+        if !table::in_range(nfd) {
+            crate::sys::close_fd(nfd);
+            global().unsupported("an fd above 65535 for an accepted TCP connection");
+            return Err(libc::EMFILE);
+        }
         match l.try_accept() {
             Ok((s, peer)) => {
-                let v6 = l.local_addr().is_ipv6();
-                let nfd = crate::sys::stream_placeholder(v6, flags).map_err(crate::sys::errno)?;
                 s.set_nonblocking(true);
                 let nb = flags & libc::SOCK_NONBLOCK != 0;
                 let c = TcpSock::new(End::Stream(s), nb, 0, t.report_id);
                 table::set(nfd, Entry::Tcp(c));
                 return Ok(Accepted::Rxpath(nfd, peer));
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e.raw_os_error().unwrap_or(libc::EINVAL)),
+            Err(e) => {
+                crate::sys::close_fd(nfd);
+                if e.kind() != std::io::ErrorKind::WouldBlock {
+                    return Err(e.raw_os_error().unwrap_or(libc::EINVAL));
+                }
+            }
         }
         if t.kernel_ready.swap(false, Ordering::SeqCst) && crate::sys::readable_now(fd) {
             return Ok(Accepted::Kernel);
@@ -168,13 +180,7 @@ pub(crate) fn accept(fd: RawFd, t: &Arc<TcpSock>, flags: i32) -> Result<Accepted
 /// its port stays rxpath's (its port in the map carries their segments):
 /// a child's copies of it and of them do not work, said once.
 pub(crate) fn tcp_before_fork() {
-    let socks = table::tcp_sockets();
-    let busy_ports: Vec<SocketAddr> = socks
-        .iter()
-        .filter_map(|(_, t)| t.stream())
-        .filter_map(|s| s.addrs().ok().and_then(|a| a.0))
-        .collect();
-    for (_, t) in &socks {
+    for (_, t) in &table::tcp_sockets() {
         let End::Listener(l, keys) = &t.end else {
             continue;
         };
@@ -182,7 +188,9 @@ pub(crate) fn tcp_before_fork() {
             continue;
         }
         let port = l.local_addr().port();
-        if busy_ports.iter().any(|a| a.port() == port) {
+        // Any connection on the port (accepted or not yet, closed and
+        // still sending) needs its segments to keep coming to rxpath.
+        if global().tcp_connections_on(port) > 0 {
             static SAID: std::sync::Once = std::sync::Once::new();
             SAID.call_once(|| {
                 crate::config::say(&format!(
@@ -210,6 +218,7 @@ pub(crate) fn tcp_before_fork() {
 pub(crate) fn tcp_connect(fd: RawFd, to: SocketAddr) -> Route<()> {
     let g = global();
     if table::kind(fd) != table::KERNEL
+        || !table::in_range(fd)
         || !g.enabled()
         || !g.cfg.protocols.tcp()
         || crate::host::inside()
@@ -257,4 +266,28 @@ pub(crate) fn tcp_connect(fd: RawFd, to: SocketAddr) -> Route<()> {
         Some(Err(e)) => Err(e.raw_os_error().unwrap_or(libc::ECONNREFUSED)),
         None => Err(libc::EINVAL),
     })
+}
+
+/// `connect()` again on a served TCP socket: answered from its state, as
+/// `__inet_stream_connect` does (the kernel socket behind the fd must
+/// not start a handshake of its own from the port).
+pub(crate) fn tcp_connect_again(t: &TcpSock) -> Errno {
+    match t.stream().map(|s| s.state()) {
+        Some(Ok(rxpath_tcp::State::SynSent | rxpath_tcp::State::SynRecv)) => libc::EALREADY,
+        Some(Ok(rxpath_tcp::State::Closed)) => libc::ECONNABORTED,
+        Some(_) => libc::EISCONN,
+        None => libc::EINVAL,
+    }
+}
+
+/// `shutdown()` on a served listener: rxpath's stops listening (what it
+/// had not accepted is reset, as `inet_csk_listen_stop`), and a thread
+/// blocked in `accept` looks at the kernel socket, which the caller shuts
+/// down too, and fails as the kernel's `accept` then does.
+pub(crate) fn tcp_stop_listening(t: &TcpSock) {
+    if let End::Listener(l, _) = &t.end {
+        l.close();
+        t.kernel_ready.store(true, Ordering::SeqCst);
+        rxpath_runtime::sock::Watch::ready(&*t.watch);
+    }
 }

@@ -35,6 +35,10 @@ pub(crate) fn tcp_recv(t: &TcpSock, buf: &mut [u8], flags: i32) -> Result<usize,
         // No urgent data is kept (`SO_OOBINLINE` off, none received).
         return Err(libc::EINVAL);
     }
+    if buf.is_empty() {
+        // `tcp_recvmsg` with nothing to copy returns at once.
+        return Ok(0);
+    }
     let mut got = 0;
     loop {
         match s.recv(&mut buf[got..], peek, true) {

@@ -252,6 +252,12 @@ pub(crate) fn bind_any_port(
     local_addr(fd).ok_or_else(|| io::Error::from(io::ErrorKind::AddrNotAvailable))
 }
 
+/// Close `fd` with the C library's own call (an fd of rxpath's making).
+pub(crate) fn close_fd(fd: RawFd) {
+    // SAFETY: closes an fd this library made and nothing else holds.
+    unsafe { real::close()(fd) };
+}
+
 /// Is `fd` in non-blocking mode (`O_NONBLOCK`)?
 pub(crate) fn nonblocking(fd: RawFd) -> bool {
     // SAFETY: F_GETFL takes no argument and only reads the fd's flags.
