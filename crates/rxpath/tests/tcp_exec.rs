@@ -517,3 +517,53 @@ fn the_socket_calls_of_a_server_answer_as_on_the_kernel() {
     }
     assert_eq!(seen[0], seen[1]);
 }
+
+/// A server that answers one connection, closes it and its listener
+/// first (its side of the connection waits in TIME_WAIT), then listens
+/// on the same port again with `SO_REUSEADDR` and answers a second: the
+/// second listener is served (the connection in TIME_WAIT has its
+/// listener's `SO_REUSEADDR`, as the kernel's child sockets do) and both
+/// clients get their answers, as on the kernel.
+#[test]
+fn a_listener_made_again_on_its_port_is_served() {
+    let Some(p) = Pair::new("tl", true, &["python3"]) else {
+        return;
+    };
+    let srv = format!(
+        "import socket\n\
+         def one(first):\n\
+         \x20   l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+         \x20   l.bind(('{SRV}', 5350)); l.listen(4)\n\
+         \x20   if first: print('ready', flush=True)\n\
+         \x20   c, _ = l.accept(); c.sendall(c.recv(100).upper()); c.close(); l.close()\n\
+         one(True)\n\
+         one(False)\n\
+         print('served twice', flush=True)\n"
+    );
+    let cli = format!(
+        "import socket, time\n\
+         for word in (b'first', b'second'):\n\
+         \x20   for i in range(100):\n\
+         \x20       try:\n\
+         \x20           s = socket.create_connection(('{SRV}', 5350)); break\n\
+         \x20       except OSError: time.sleep(0.05)\n\
+         \x20   s.sendall(word); print(s.recv(100).decode()); time.sleep(0.2); s.close()\n"
+    );
+    for exec in [None, Some(EXEC)] {
+        let mut s = server(&p, exec, &["python3", "-c", &srv]);
+        common::exec::wait_ready(&mut s);
+        let out = in_client(&p, &["timeout", "30", "python3", "-c", &cli]);
+        let got = String::from_utf8_lossy(&out.stdout).to_string();
+        let (status, rest, err) = common::exec::finish(s);
+        assert!(status.success(), "{exec:?}: {rest}\n{err}");
+        assert_eq!(got, "FIRST\nSECOND\n", "{exec:?}: {rest}\n{err}");
+        assert!(rest.contains("served twice"), "{exec:?}: {rest}");
+        if exec.is_some() {
+            assert!(rest.contains("back in the pool: ok"), "{rest}");
+            assert!(!rest.contains("sockets on rxpath 0 "), "{rest}");
+            // Both listeners rxpath's, neither left to the kernel.
+            let line = format!("{SRV}:5350 rxpath x2\n");
+            assert!(rest.contains(&line), "{rest}\n{err}");
+        }
+    }
+}
