@@ -55,13 +55,15 @@ fn side() -> Option<&'static KernelSide> {
 fn start_thread() {
     static STARTED: OnceLock<()> = OnceLock::new();
     STARTED.get_or_init(|| {
-        let r = std::thread::Builder::new()
-            .name("rxpath-kside".into())
-            .spawn(|| {
-                if let Some(s) = SIDE.get().and_then(Option::as_ref) {
-                    run(s);
-                }
-            });
+        let r = crate::sys::signals_blocked(|| {
+            std::thread::Builder::new()
+                .name("rxpath-kside".into())
+                .spawn(|| {
+                    if let Some(s) = SIDE.get().and_then(Option::as_ref) {
+                        run(s);
+                    }
+                })
+        });
         if let Err(e) = r {
             crate::config::say(&format!("the kernel-side thread did not start: {e}"));
         }

@@ -205,14 +205,16 @@ fn start_port_sweeper() {
     if RUNNING.swap(true, Ordering::AcqRel) {
         return;
     }
-    let r = std::thread::Builder::new()
-        .name("rxpath-tcp-ports".into())
-        .spawn(|| {
-            std::thread::sleep(std::time::Duration::from_secs(1));
-            // The next look starts its own thread if ports still wait.
-            RUNNING.store(false, Ordering::Release);
-            global().release_tcp(0, Vec::new(), None);
-        });
+    let r = crate::sys::signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("rxpath-tcp-ports".into())
+            .spawn(|| {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                // The next look starts its own thread if ports still wait.
+                RUNNING.store(false, Ordering::Release);
+                global().release_tcp(0, Vec::new(), None);
+            })
+    });
     if r.is_err() {
         RUNNING.store(false, Ordering::Release);
     }
@@ -290,7 +292,7 @@ impl Global {
         if let Some(why) = &s.failed {
             return Err(why.clone());
         }
-        match as_library(|| self.start(iface)) {
+        match as_library(|| crate::sys::signals_blocked(|| self.start(iface))) {
             Ok(h) => {
                 for k in &s.kernel_keys {
                     leave(&h.host, *k);

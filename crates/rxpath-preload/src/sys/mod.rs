@@ -10,6 +10,33 @@ use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
+/// Run `f` (which starts threads) with every signal but the synchronous
+/// faults blocked, the caller's mask restored after. Threads inherit
+/// their creator's mask, so rxpath's threads inside the program never
+/// take a signal meant for it: the kernel gives a process-directed signal
+/// to a thread that does not block it, and one of rxpath's would run the
+/// program's handler, or, for a `sigsuspend` in the program's own thread
+/// (nginx's master waiting for `SIGQUIT`), leave it asleep forever.
+pub(crate) fn signals_blocked<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: all-zero storage is a valid sigset_t for sigfillset and
+    // sigdelset to fill; the old mask is ours to write.
+    let (mut all, mut old): (libc::sigset_t, libc::sigset_t) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    // SAFETY: `all` is live storage; each call changes only it.
+    unsafe {
+        libc::sigfillset(&mut all);
+        for s in [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL] {
+            libc::sigdelset(&mut all, s);
+        }
+    }
+    // SAFETY: both sets are live; the thread's mask is changed, not memory.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old) };
+    let r = f();
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    r
+}
+
 /// A new non-blocking, close-on-exec eventfd.
 pub(crate) fn eventfd() -> io::Result<OwnedFd> {
     // SAFETY: eventfd takes two integers and returns a new fd or -1.
@@ -477,4 +504,31 @@ pub(crate) fn deadline(timeout_ms: i32) -> Option<Instant> {
 /// The errno of an I/O error.
 pub(crate) fn errno(e: std::io::Error) -> i32 {
     e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Is `sig` blocked in the calling thread?
+    fn blocked(sig: i32) -> bool {
+        // SAFETY: all-zero storage is a valid sigset_t; a null new mask
+        // only reads the thread's mask into it.
+        unsafe {
+            let mut now: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut now);
+            libc::sigismember(&now, sig) == 1
+        }
+    }
+
+    #[test]
+    fn threads_started_with_signals_blocked_leave_the_programs_to_it() {
+        let t = signals_blocked(|| {
+            std::thread::spawn(|| {
+                [libc::SIGQUIT, libc::SIGTERM, libc::SIGCHLD, libc::SIGSEGV].map(blocked)
+            })
+        });
+        assert_eq!(t.join().unwrap(), [true, true, true, false]);
+        assert!(!blocked(libc::SIGQUIT), "the caller's mask is restored");
+    }
 }

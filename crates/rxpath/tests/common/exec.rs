@@ -17,6 +17,9 @@ pub fn server(p: &Pair, exec_args: Option<&[&str]>, prog: &[&str]) -> Child {
             .args(a)
             .arg("--");
     }
+    // Its own process group: a watchdog can stop it with everything it
+    // forked (see the TCP tests' `finish`).
+    std::os::unix::process::CommandExt::process_group(&mut c, 0);
     c.args(prog)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
