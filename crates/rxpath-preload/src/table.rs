@@ -239,6 +239,23 @@ pub(crate) fn before_exit() {
     }
 }
 
+/// Each served TCP connection with every fd that names it.
+pub(crate) fn tcp_streams() -> Vec<(Vec<RawFd>, Arc<TcpSock>)> {
+    let m = read_lock(map());
+    let mut out: Vec<(Vec<RawFd>, Arc<TcpSock>)> = Vec::new();
+    for (fd, e) in m.iter() {
+        let Entry::Tcp(t) = e else { continue };
+        if t.stream().is_none() {
+            continue;
+        }
+        match out.iter_mut().find(|(_, x)| Arc::ptr_eq(x, t)) {
+            Some((fds, _)) => fds.push(*fd),
+            None => out.push((vec![*fd], t.clone())),
+        }
+    }
+    out
+}
+
 pub(crate) fn forget_all() {
     for k in KIND.iter() {
         k.store(KERNEL, Ordering::Relaxed);

@@ -401,6 +401,13 @@ impl Global {
         }
     }
 
+    /// Say `msg` the first time it comes.
+    pub(crate) fn say_once(&self, msg: &str) {
+        if self.state().told.insert(msg.to_string()) {
+            say(msg);
+        }
+    }
+
     /// Count a call refused on an accelerated socket (`EOPNOTSUPP`), and
     /// say so the first time.
     pub(crate) fn unsupported(&self, what: &str) {

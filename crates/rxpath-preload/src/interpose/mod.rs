@@ -313,6 +313,11 @@ pub extern "C" fn setsockopt(
 ) -> c_int {
     // SAFETY: the C library's setsockopt with the program's arguments.
     let r = unsafe { real::setsockopt()(fd, level, name, val, len) };
+    if r != 0 && level == libc::IPPROTO_TCP && ops::relayed_addrs(fd).is_some() {
+        // A connection relayed to this child: its options are the
+        // parent's to keep; taken and ignored.
+        return 0;
+    }
     if table::kind(fd) == table::KERNEL || r != 0 {
         return r;
     }
@@ -573,6 +578,13 @@ pub extern "C" fn _Exit(status: c_int) -> ! {
 fn finish_host() {
     if let Some(g) = crate::host::started() {
         crate::table::before_exit();
+        let relayed = crate::tcp::relay::running();
+        if relayed > 0 {
+            crate::config::say(&format!(
+                "{relayed} TCP connection(s) relayed to forked children end with this \
+                 process (the kernel would have kept them)"
+            ));
+        }
         let left = ops::tcp_close_at_exit(EXIT_PATIENCE);
         if left > 0 {
             crate::config::say(&format!(
@@ -583,6 +595,26 @@ fn finish_host() {
         }
         g.finish();
     }
+}
+
+/// `fork`: the C library's, with rxpath's TCP connections made ready for
+/// a child that keeps one ([`ops::fork_prepare`]; the atfork handlers
+/// below run inside it).
+#[no_mangle]
+pub extern "C" fn fork() -> libc::pid_t {
+    let staged = ops::fork_prepare();
+    // SAFETY: the C library's fork, which takes nothing.
+    let pid = unsafe { real::fork()() };
+    if pid == 0 {
+        ops::fork_child(staged);
+        return 0;
+    }
+    let e = std::io::Error::last_os_error();
+    ops::fork_parent(staged, pid > 0);
+    if pid < 0 {
+        return fail(e.raw_os_error().unwrap_or(libc::EAGAIN)) as libc::pid_t;
+    }
+    pid
 }
 
 /// In the child of `fork` (and `daemon`): its copies of rxpath sockets are

@@ -68,6 +68,10 @@ pub extern "C" fn getsockname(fd: c_int, addr: *mut sockaddr, len: *mut socklen_
             Err(e) => fail(e) as c_int,
         };
     }
+    if let Some((local, _)) = ops::relayed_addrs(fd) {
+        addr_out(Some(local), addr, len);
+        return 0;
+    }
     // SAFETY: the C library's getsockname with the program's arguments.
     unsafe { real::getsockname()(fd, addr, len) }
 }
@@ -83,6 +87,10 @@ pub extern "C" fn getpeername(fd: c_int, addr: *mut sockaddr, len: *mut socklen_
             Ok((_, None)) => fail(libc::ENOTCONN) as c_int,
             Err(e) => fail(e) as c_int,
         };
+    }
+    if let Some((_, peer)) = ops::relayed_addrs(fd) {
+        addr_out(Some(peer), addr, len);
+        return 0;
     }
     // SAFETY: the C library's getpeername with the program's arguments.
     unsafe { real::getpeername()(fd, addr, len) }

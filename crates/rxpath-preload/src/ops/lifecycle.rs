@@ -171,11 +171,18 @@ fn close_fd(fd: RawFd, park: bool) {
 /// A served TCP socket's fd closed: with its last, a connection closes
 /// (`close`: a FIN after what was written, or a reset if unread data
 /// waits, as `tcp_close`) once no call holds it, and a listener gives its
-/// port back to the kernel (connections not accepted are reset).
-fn close_tcp(fd: RawFd, t: &crate::tcp::sock::TcpSock, open: bool) {
+/// port back to the kernel (connections not accepted are reset). A
+/// connection a forked child kept goes on ([`super::hand_to_child`]).
+fn close_tcp(fd: RawFd, t: &std::sync::Arc<crate::tcp::sock::TcpSock>, open: bool) {
     forget_in_sets(fd);
     if t.fds.fetch_sub(1, Ordering::AcqRel) != 1 {
         return;
+    }
+    // A forked child may keep the connection: then it lives on, relayed
+    // (and closes when the relay ends), and its port is let go below as
+    // for any connection still open.
+    if t.stream().is_some() {
+        super::hand_to_child(t);
     }
     // A connection this process opened: its port (the machine closes it
     // once what was written is sent). A listener: its port, which the

@@ -8,12 +8,14 @@
 //! epoll sets); then UDP's: `udp_recv` (the read family), `udp_send`
 //! (the send family), `udp_options` (`setsockopt`/`getsockopt`, `ioctl`);
 //! TCP's: `tcp_listen` (`listen`, `accept`), `tcp_stream` (a connection's
-//! reads, sends, options and addresses), on `crate::tcp`'s socket.
+//! reads, sends, options and addresses), `tcp_fork` (connections a forked
+//! child keeps), on `crate::tcp`'s socket.
 
 use rxpath_runtime::sock::SockError;
 
 mod epoll_calls;
 mod lifecycle;
+mod tcp_fork;
 mod tcp_listen;
 mod tcp_stream;
 mod udp_options;
@@ -22,6 +24,7 @@ pub(crate) mod udp_send;
 
 pub(crate) use epoll_calls::*;
 pub(crate) use lifecycle::*;
+pub(crate) use tcp_fork::*;
 pub(crate) use tcp_listen::*;
 pub(crate) use tcp_stream::*;
 pub(crate) use udp_options::*;

@@ -178,7 +178,9 @@ pub(crate) fn accept(fd: RawFd, t: &Arc<TcpSock>, flags: i32) -> Result<Accepted
 /// accept queue holds stays for this process's `accept` (which takes it
 /// before the kernel's). A listener with connections of this process on
 /// its port stays rxpath's (its port in the map carries their segments):
-/// a child's copies of it and of them do not work, said once.
+/// a child's copy of the listener accepts only what reaches the kernel
+/// socket (loopback), and a connection the child keeps is relayed to it
+/// ([`super::hand_to_child`]).
 pub(crate) fn tcp_before_fork() {
     for (_, t) in &table::tcp_sockets() {
         let End::Listener(l, keys) = &t.end else {
@@ -195,7 +197,8 @@ pub(crate) fn tcp_before_fork() {
             SAID.call_once(|| {
                 crate::config::say(&format!(
                     "a fork while rxpath serves TCP connections on port {port}: they and \
-                     their listener stay this process's; a child's copies of them do not work"
+                     their listener stay this process's (a connection the child keeps is \
+                     relayed to it)"
                 ))
             });
             continue;

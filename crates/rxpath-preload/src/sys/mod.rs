@@ -4,6 +4,7 @@
 //! [`crate::interpose`] it is the interposition layer, the only `unsafe`
 //! of the crate, each block with its `SAFETY` line.
 
+pub(crate) mod pair;
 pub(crate) mod real;
 
 use std::io;

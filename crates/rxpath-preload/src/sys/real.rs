@@ -72,6 +72,7 @@ real! {
     connect: fn(c_int, *const sockaddr, socklen_t) -> c_int;
     close: fn(c_int) -> c_int;
     _exit: fn(c_int) -> ();
+    fork: fn() -> libc::pid_t;
     listen: fn(c_int, c_int) -> c_int;
     accept4: fn(c_int, *mut sockaddr, *mut socklen_t, c_int) -> c_int;
     getsockname: fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int;

@@ -4,4 +4,5 @@
 //! what the program's fd adds: the kernel socket behind it, the
 //! non-blocking flag, who sleeps on it.
 
+pub(crate) mod relay;
 pub(crate) mod sock;

@@ -549,6 +549,13 @@ impl TcpStream {
             .map_err(errno)
     }
 
+    /// Wake the threads waiting on the stream, to look at it again (after
+    /// a `shutdown` of its reading, which a waiting read then returns as
+    /// the end of the stream).
+    pub fn wake(&self) {
+        self.w.bump();
+    }
+
     /// `O_NONBLOCK`: reads and writes say `WouldBlock` instead of waiting.
     pub fn set_nonblocking(&self, on: bool) {
         self.nonblocking.store(on, Ordering::Relaxed);
