@@ -627,6 +627,8 @@ extern "C" fn in_fork_child() {
     // The port map stays open: a child that reads a socket it inherited
     // gives its port back with it.
     crate::sys::close_host_fds(crate::udp::forkq::port_map());
+    // The parent's ends of its TCP relays (see `ops::fork_child`).
+    ops::tcp_in_fork_child();
     // What the parent's queues held at the fork, this child may read
     // (`socat UDP-RECVFROM:P,fork`: the child reads what the parent
     // peeked at).

@@ -71,6 +71,8 @@ pub(crate) fn fork_prepare() -> Fork {
     if crate::host::started().is_none() {
         return Fork::default();
     }
+    // Found now, not in the child (where the loader's lock may be held).
+    crate::sys::pair::resolve_calls();
     let mut pend = lock(pending());
     pend.retain(|p| {
         let (hung_up, readable) = pair::state(&p.end);
@@ -105,16 +107,27 @@ pub(crate) fn fork_prepare() -> Fork {
     Fork(staged)
 }
 
-/// In the child, just after the fork (no other thread runs, and a lock
-/// another thread held at the fork stays held: only `try_lock`): each
-/// connection's fds name the child's end of its pair; the parent's ends
-/// (this fork's, earlier ones', the running relays') are closed here, so
-/// that the parent sees this child's end go when the child lets go of it.
-pub(crate) fn fork_child(f: Fork) {
+/// In any child, as the fork returns there (the atfork handler, so that
+/// `daemon`'s children run it too): the parent's ends of pending pairs
+/// and running relays are closed here, so that the parent sees its own
+/// child let go of each. No other thread runs, and a lock another thread
+/// held at the fork stays held: only `try_lock`, and no socket of the
+/// parent's is dropped here (the last reference would call into the
+/// machine, whose lock may be one of those).
+pub(crate) fn tcp_in_fork_child() {
     if let Ok(mut p) = pending().try_lock() {
-        drop(std::mem::take(&mut *p));
+        for p in p.drain(..) {
+            drop(p.end);
+            std::mem::forget(p.t);
+        }
     }
     crate::tcp::relay::close_ends_in_child();
+}
+
+/// In the child, after the fork: each connection's fds name the child's
+/// end of its pair (see [`tcp_in_fork_child`] for what may not be done
+/// here).
+pub(crate) fn fork_child(f: Fork) {
     let mut addrs = child_addrs().try_lock().ok();
     for s in f.0 {
         let nonblock = s.t.nonblock.load(Ordering::Relaxed);
@@ -127,6 +140,7 @@ pub(crate) fn fork_child(f: Fork) {
                 RELAYED_HERE.store(true, Ordering::Relaxed);
             }
         }
+        std::mem::forget(s.t);
     }
 }
 

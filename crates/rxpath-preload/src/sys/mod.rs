@@ -12,7 +12,8 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 /// Run `f` (which starts threads) with every signal but the synchronous
-/// faults blocked, the caller's mask restored after. Threads inherit
+/// faults (`SIGSEGV`, `SIGBUS`, `SIGFPE`, `SIGILL`, seccomp's `SIGSYS`,
+/// `SIGTRAP`) blocked, the caller's mask restored after. Threads inherit
 /// their creator's mask, so rxpath's threads inside the program never
 /// take a signal meant for it: the kernel gives a process-directed signal
 /// to a thread that does not block it, and one of rxpath's would run the
@@ -26,7 +27,15 @@ pub(crate) fn signals_blocked<R>(f: impl FnOnce() -> R) -> R {
     // SAFETY: `all` is live storage; each call changes only it.
     unsafe {
         libc::sigfillset(&mut all);
-        for s in [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL] {
+        let faults = [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGSYS,
+            libc::SIGTRAP,
+        ];
+        for s in faults {
             libc::sigdelset(&mut all, s);
         }
     }

@@ -25,6 +25,12 @@ pub(crate) fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// Look up the C library's calls [`put_at`] and the child's clean-up
+/// make, so that a child never runs `dlsym`.
+pub(crate) fn resolve_calls() {
+    let _ = (real::dup3(), real::fcntl(), real::close());
+}
+
 /// Put `src` at number `dst` (closing what was there), keeping `dst`'s
 /// close-on-exec flag and setting `O_NONBLOCK` as `nonblock` says.
 pub(crate) fn put_at(src: &OwnedFd, dst: RawFd, nonblock: bool) -> io::Result<()> {
@@ -96,6 +102,17 @@ pub(crate) fn send_all(fd: &OwnedFd, mut buf: &[u8]) -> io::Result<()> {
 pub(crate) fn shut_write(fd: &OwnedFd) {
     // SAFETY: shutdown on a live fd; an error (already shut) is harmless.
     unsafe { real::shutdown()(fd.as_raw_fd(), libc::SHUT_WR) };
+}
+
+/// `shutdown(fd, SHUT_RD)`: the other end's writes fail (`EPIPE`).
+pub(crate) fn shut_read(fd: &OwnedFd) {
+    // SAFETY: shutdown on a live fd; an error (already shut) is harmless.
+    unsafe { real::shutdown()(fd.as_raw_fd(), libc::SHUT_RD) };
+}
+
+/// The socket's pending error (`SO_ERROR`, which reading clears), if any.
+pub(crate) fn take_error(fd: &OwnedFd) -> Option<i32> {
+    super::sockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_ERROR).filter(|&e| e != 0)
 }
 
 /// What `poll` says of `fd` now: (hung up, readable). A UNIX stream

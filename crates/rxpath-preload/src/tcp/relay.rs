@@ -28,11 +28,13 @@ fn ends() -> &'static Mutex<Vec<RawFd>> {
     &E
 }
 
-/// In a child just forked: close the copies of the running relays' ends.
+/// In a child just forked: close the copies of the running relays' ends
+/// (and forget them: the child may reuse the numbers, and its own
+/// children must not close those).
 pub(crate) fn close_ends_in_child() {
-    if let Ok(e) = ends().try_lock() {
-        for fd in e.iter() {
-            crate::sys::close_fd(*fd);
+    if let Ok(mut e) = ends().try_lock() {
+        for fd in e.drain(..) {
+            crate::sys::close_fd(fd);
         }
     }
 }
@@ -83,12 +85,21 @@ fn from_child_then_close(t: &Arc<TcpSock>, end: &Arc<OwnedFd>) {
             .name("rxpath-relay-in".into())
             .spawn(move || to_child(&t, &end))
     };
+    let Ok(to_child) = to_child else {
+        // Nothing would carry the peer's bytes: reset, said by the caller.
+        let _ = s.set_option(rxpath_tcp::SockOpt::Linger, 0);
+        return;
+    };
     let mut buf = vec![0u8; CHUNK];
-    let child_reset = loop {
+    let mut child_reset = loop {
         match pair::recv(end, &mut buf) {
             Ok(0) => break false,
             Ok(n) => {
                 if write_all(t, &buf[..n]).is_err() {
+                    // The connection is gone (reset, timed out): the
+                    // child's writes fail from now on, as they would on
+                    // the kernel's socket.
+                    pair::shut_read(end);
                     break false;
                 }
             }
@@ -97,20 +108,21 @@ fn from_child_then_close(t: &Arc<TcpSock>, end: &Arc<OwnedFd>) {
             Err(e) => break e.raw_os_error() == Some(libc::ECONNRESET),
         }
     };
-    if child_reset {
-        let _ = s.set_option(rxpath_tcp::SockOpt::Linger, 0);
-    } else {
+    if !child_reset {
         let _ = s.shutdown(false, true);
         // The child still reads until it closes its end (or shuts its
         // reading, and the peer's end of stream came).
         pair::wait_hangup(end);
+        // A child that shut its writing and then closed with bytes unread.
+        child_reset = pair::take_error(end) == Some(libc::ECONNRESET);
+    }
+    if child_reset {
+        let _ = s.set_option(rxpath_tcp::SockOpt::Linger, 0);
     }
     // Nothing reads the peer's bytes any more: a read still waiting ends.
     let _ = s.shutdown(true, false);
     s.wake();
-    if let Ok(h) = to_child {
-        let _ = h.join();
-    }
+    let _ = to_child.join();
 }
 
 /// The peer's bytes to the child until either side's stream ends.
@@ -122,6 +134,9 @@ fn to_child(t: &TcpSock, end: &OwnedFd) {
             Ok(0) => break,
             Ok(n) => {
                 if pair::send_all(end, &buf[..n]).is_err() {
+                    // The child let go with the peer's bytes unread: the
+                    // kernel's close would reset the connection.
+                    let _ = s.set_option(rxpath_tcp::SockOpt::Linger, 0);
                     return;
                 }
             }
