@@ -544,27 +544,6 @@ unsafe extern "C" fn pd_shutdown(ud: Ud, fd: c_int, how: c_int) -> c_int {
     ret(unsafe { world(ud) }.shutdown(fd, how).map(|_| 0)) as c_int
 }
 
-fn opt_of(level: c_int, name: c_int) -> Option<SockOpt> {
-    Some(match (level, name) {
-        (libc::SOL_SOCKET, libc::SO_REUSEADDR) => SockOpt::ReuseAddr,
-        (libc::SOL_SOCKET, libc::SO_SNDBUF) => SockOpt::SndBuf,
-        (libc::SOL_SOCKET, libc::SO_RCVBUF) => SockOpt::RcvBuf,
-        (libc::SOL_SOCKET, libc::SO_ERROR) => SockOpt::Error,
-        (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => SockOpt::KeepAlive,
-        (libc::IPPROTO_TCP, libc::TCP_NODELAY) => SockOpt::NoDelay,
-        (libc::IPPROTO_TCP, libc::TCP_CORK) => SockOpt::Cork,
-        (libc::IPPROTO_TCP, libc::TCP_MAXSEG) => SockOpt::MaxSeg,
-        (libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT) => SockOpt::NotsentLowat,
-        (libc::IPPROTO_IP, libc::IP_TOS) => SockOpt::Tos,
-        (libc::IPPROTO_TCP, libc::TCP_INQ) => SockOpt::Inq,
-        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => SockOpt::KeepIdle,
-        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL) => SockOpt::KeepIntvl,
-        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => SockOpt::KeepCnt,
-        (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => SockOpt::Tos,
-        _ => return None,
-    })
-}
-
 unsafe extern "C" fn pd_getsockopt(
     ud: Ud,
     fd: c_int,
@@ -613,7 +592,7 @@ unsafe extern "C" fn pd_getsockopt(
             0
         })
     } else {
-        match opt_of(level, name) {
+        match SockOpt::by_name(level, name) {
             None => Err(libc::ENOPROTOOPT),
             Some(o) => w.getsockopt(fd, o).map(|v| {
                 // SAFETY: as above.
@@ -684,7 +663,7 @@ unsafe extern "C" fn pd_setsockopt(
     } else {
         // SAFETY: `val` holds `len` >= sizeof(int) bytes, checked above.
         let v = unsafe { std::ptr::read_unaligned(val as *const c_int) };
-        match opt_of(level, name) {
+        match SockOpt::by_name(level, name) {
             Some(o) => w.setsockopt(fd, o, v),
             // Accepted and without effect on the wire here.
             // Sends are copied whatever MSG_ZEROCOPY says, and no

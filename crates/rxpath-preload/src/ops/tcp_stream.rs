@@ -142,23 +142,10 @@ pub(crate) fn tcp_inq(t: &TcpSock) -> Result<usize, Errno> {
 }
 
 /// The machine's name for an option by its kernel level and name, if it
-/// keeps it.
+/// keeps it. `SO_REUSEADDR` and `TCP_INQ` on a connection stay the kernel
+/// socket's to answer (it took them first).
 fn machine_option(level: i32, name: i32) -> Option<SockOpt> {
-    Some(match (level, name) {
-        (libc::IPPROTO_TCP, libc::TCP_NODELAY) => SockOpt::NoDelay,
-        (libc::IPPROTO_TCP, libc::TCP_CORK) => SockOpt::Cork,
-        (libc::IPPROTO_TCP, libc::TCP_MAXSEG) => SockOpt::MaxSeg,
-        (libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT) => SockOpt::NotsentLowat,
-        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => SockOpt::KeepIdle,
-        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL) => SockOpt::KeepIntvl,
-        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => SockOpt::KeepCnt,
-        (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => SockOpt::KeepAlive,
-        (libc::SOL_SOCKET, libc::SO_SNDBUF) => SockOpt::SndBuf,
-        (libc::SOL_SOCKET, libc::SO_RCVBUF) => SockOpt::RcvBuf,
-        (libc::SOL_SOCKET, libc::SO_ERROR) => SockOpt::Error,
-        (libc::IPPROTO_IP, libc::IP_TOS) | (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => SockOpt::Tos,
-        _ => return None,
-    })
+    SockOpt::by_name(level, name).filter(|o| !matches!(o, SockOpt::ReuseAddr | SockOpt::Inq))
 }
 
 /// `setsockopt` on a served connection (the kernel socket behind the fd

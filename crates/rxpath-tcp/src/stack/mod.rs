@@ -1,0 +1,374 @@
+//! The socket table of one host, its timers and what it sends. The calls
+//! a program makes are in `calls` (and `options`), a segment's way to its
+//! socket in `segments`.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, Hasher};
+use std::net::{IpAddr, SocketAddr};
+
+use rxpath_wire::tcp::flags::{ACK, RST, SYN};
+
+use crate::config::TcpConfig;
+use crate::conn::{
+    AckState, Conn, Sent, State, XmitTimer, TCP_INFINITE_SSTHRESH, TCP_INIT_CWND, TCP_TIMEOUT_INIT,
+};
+use crate::input::Verdict;
+use crate::mib;
+use crate::output::{reset_for, Nonagle};
+use crate::wire::{self, BadSegment, SegIn};
+use crate::{Ctx, Nanos, Transmit};
+
+/// An error as the system call returns it (a positive `errno`).
+pub type Errno = i32;
+
+/// A socket's handle in the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SockId(pub usize);
+
+/// The options [`Stack::set_option`] and [`Stack::option`] handle, by the
+/// kernel's names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SockOpt {
+    /// `TCP_NODELAY`.
+    NoDelay,
+    /// `TCP_CORK`.
+    Cork,
+    /// `SO_REUSEADDR`.
+    ReuseAddr,
+    /// `SO_SNDBUF` (set doubles it, as the kernel does).
+    SndBuf,
+    /// `SO_RCVBUF` (likewise).
+    RcvBuf,
+    /// `SO_LINGER` with `l_onoff` set: the linger time in seconds.
+    Linger,
+    /// `TCP_MAXSEG` (read: the current send MSS).
+    MaxSeg,
+    /// `SO_ERROR`: read and clear the pending error.
+    Error,
+    /// `SO_KEEPALIVE`.
+    KeepAlive,
+    /// `TCP_NOTSENT_LOWAT`: writable only while fewer unsent bytes wait.
+    NotsentLowat,
+    /// `IP_TOS` / `IPV6_TCLASS`: the byte every packet carries.
+    Tos,
+    /// `TCP_INQ`: `recvmsg` reports the bytes left to read.
+    Inq,
+    /// `TCP_KEEPIDLE` (seconds).
+    KeepIdle,
+    /// `TCP_KEEPINTVL` (seconds).
+    KeepIntvl,
+    /// `TCP_KEEPCNT`.
+    KeepCnt,
+    /// `IPV6_V6ONLY`: an IPv6 socket that takes no IPv4 (set before
+    /// `bind`).
+    V6Only,
+}
+
+impl SockOpt {
+    /// The option a `setsockopt`/`getsockopt` names by its kernel level
+    /// and name, if the machine keeps it. `SO_LINGER` (a struct) and
+    /// `IPV6_V6ONLY` (a bind-time choice) are the caller's to map.
+    pub fn by_name(level: i32, name: i32) -> Option<SockOpt> {
+        Some(match (level, name) {
+            (libc::SOL_SOCKET, libc::SO_REUSEADDR) => SockOpt::ReuseAddr,
+            (libc::SOL_SOCKET, libc::SO_SNDBUF) => SockOpt::SndBuf,
+            (libc::SOL_SOCKET, libc::SO_RCVBUF) => SockOpt::RcvBuf,
+            (libc::SOL_SOCKET, libc::SO_ERROR) => SockOpt::Error,
+            (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => SockOpt::KeepAlive,
+            (libc::IPPROTO_TCP, libc::TCP_NODELAY) => SockOpt::NoDelay,
+            (libc::IPPROTO_TCP, libc::TCP_CORK) => SockOpt::Cork,
+            (libc::IPPROTO_TCP, libc::TCP_MAXSEG) => SockOpt::MaxSeg,
+            (libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT) => SockOpt::NotsentLowat,
+            (libc::IPPROTO_TCP, libc::TCP_INQ) => SockOpt::Inq,
+            (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => SockOpt::KeepIdle,
+            (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL) => SockOpt::KeepIntvl,
+            (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => SockOpt::KeepCnt,
+            (libc::IPPROTO_IP, libc::IP_TOS) | (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
+                SockOpt::Tos
+            }
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Default)]
+struct Listener {
+    backlog: u32,
+    accept_q: VecDeque<SockId>,
+}
+
+#[derive(Debug, Default)]
+struct Sock {
+    v6: bool,
+    v6only: bool,
+    bound: Option<SocketAddr>,
+    reuseaddr: bool,
+    keepalive: bool,
+    nodelay: bool,
+    cork: bool,
+    sndbuf: Option<u32>,
+    rcvbuf: Option<u32>,
+    linger: Option<u32>,
+    user_mss: Option<u32>,
+    notsent_lowat: Option<u32>,
+    tos: u8,
+    inq: bool,
+    keep_idle: Option<u32>,
+    keep_intvl: Option<u32>,
+    keep_cnt: Option<u8>,
+    listener: Option<Listener>,
+    conn: Option<Box<Conn>>,
+    /// Wakeups of the socket itself (a listener's accept queue).
+    wake_in: u64,
+    /// A SYN_RECV child's listener.
+    parent: Option<SockId>,
+    /// The program closed it; it lives on until its connection ends.
+    orphan: bool,
+    /// In [`Stack::touched`] (taken by [`Stack::take_touched`]).
+    touched: bool,
+}
+
+/// The TCP sockets of one host.
+pub struct Stack {
+    /// The knobs.
+    pub cfg: TcpConfig,
+    socks: Vec<Option<Sock>>,
+    free: Vec<usize>,
+    conns: HashMap<(SocketAddr, SocketAddr), SockId>,
+    out: VecDeque<Transmit>,
+    /// `Tcp:` counters.
+    pub mib: mib::Tcp,
+    /// `TcpExt:` counters.
+    pub ext: mib::TcpExt,
+    secret: u64,
+    ip_id: u16,
+    next_port: u16,
+    local_addrs: Vec<IpAddr>,
+    /// Sockets whose readiness a segment or a timer may have changed
+    /// since [`Stack::take_touched`] last emptied it (the kernel's
+    /// `sk_data_ready` / `sk_write_space` / `sk_state_change` calls).
+    touched: Vec<SockId>,
+}
+
+macro_rules! ctx {
+    ($s:ident, $now:expr) => {
+        Ctx {
+            cfg: &$s.cfg,
+            out: &mut $s.out,
+            mib: &mut $s.mib,
+            ext: &mut $s.ext,
+            now: $now,
+            ip_id: &mut $s.ip_id,
+        }
+    };
+}
+
+mod calls;
+mod options;
+mod segments;
+
+impl Stack {
+    /// A stack with these knobs; `secret` keys the ISNs and timestamp
+    /// offsets (`secure_tcp_seq`), `local_addrs` are the addresses
+    /// `connect` may take as its source.
+    pub fn new(cfg: TcpConfig, secret: u64, local_addrs: Vec<IpAddr>) -> Self {
+        Stack {
+            cfg,
+            socks: Vec::new(),
+            free: Vec::new(),
+            conns: HashMap::new(),
+            out: VecDeque::new(),
+            mib: mib::Tcp::default(),
+            ext: mib::TcpExt::default(),
+            secret,
+            ip_id: secret as u16,
+            next_port: 32768 + (secret % 28000) as u16,
+            local_addrs,
+            touched: Vec::new(),
+        }
+    }
+
+    fn sock(&self, id: SockId) -> Result<&Sock, Errno> {
+        self.socks
+            .get(id.0)
+            .and_then(|s| s.as_ref())
+            .filter(|s| !s.orphan)
+            .ok_or(libc::EBADF)
+    }
+
+    fn sock_mut(&mut self, id: SockId) -> Result<&mut Sock, Errno> {
+        self.socks
+            .get_mut(id.0)
+            .and_then(|s| s.as_mut())
+            .filter(|s| !s.orphan)
+            .ok_or(libc::EBADF)
+    }
+
+    fn insert(&mut self, s: Sock) -> SockId {
+        match self.free.pop() {
+            Some(i) => {
+                self.socks[i] = Some(s);
+                SockId(i)
+            }
+            None => {
+                self.socks.push(Some(s));
+                SockId(self.socks.len() - 1)
+            }
+        }
+    }
+
+    fn remove(&mut self, id: SockId) {
+        if let Some(s) = self.socks.get_mut(id.0).and_then(|s| s.take()) {
+            if let Some(c) = &s.conn {
+                if self.conns.get(&key(c.local, c.remote)) == Some(&id) {
+                    self.conns.remove(&key(c.local, c.remote));
+                }
+            }
+            // No listener's queue may keep naming a freed slot.
+            if let Some(l) = s
+                .parent
+                .and_then(|p| self.socks.get_mut(p.0))
+                .and_then(|p| p.as_mut())
+                .and_then(|p| p.listener.as_mut())
+            {
+                l.accept_q.retain(|&c| c != id);
+            }
+            self.free.push(id.0);
+        }
+    }
+
+    /// Take the sockets whose readiness may have changed since the last
+    /// call (a segment or a timer touched them; a listener when a child
+    /// became acceptable), each once, in `out` (emptied first).
+    pub fn take_touched(&mut self, out: &mut Vec<SockId>) {
+        out.clear();
+        out.append(&mut self.touched);
+        for id in out.iter() {
+            if let Some(s) = self.socks.get_mut(id.0).and_then(|s| s.as_mut()) {
+                s.touched = false;
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+    }
+
+    /// Note `id` for [`Stack::take_touched`]: once until taken, so the
+    /// list stays as short as the table (a driver that never takes it,
+    /// packetdrill's, keeps no more).
+    fn touch(&mut self, id: SockId) {
+        if let Some(s) = self.socks.get_mut(id.0).and_then(|s| s.as_mut()) {
+            if !s.touched {
+                s.touched = true;
+                self.touched.push(id);
+            }
+        }
+    }
+
+    /// The next packet to send, IP header first.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.out.pop_front()
+    }
+
+    /// The earliest timer deadline of any connection.
+    pub fn next_deadline(&self) -> Option<Nanos> {
+        self.socks
+            .iter()
+            .flatten()
+            .filter_map(|s| s.conn.as_ref())
+            .filter_map(|c| c.next_deadline())
+            .min()
+    }
+
+    /// Run the timers due at `now`.
+    pub fn on_timeout(&mut self, now: Nanos) {
+        let due: Vec<SockId> = (0..self.socks.len())
+            .filter(|&i| {
+                self.socks[i]
+                    .as_ref()
+                    .and_then(|s| s.conn.as_ref())
+                    .and_then(|c| c.next_deadline())
+                    .is_some_and(|t| t <= now)
+            })
+            .map(SockId)
+            .collect();
+        for id in due {
+            self.touch(id);
+            let mut ctx = ctx!(self, now);
+            let Some(c) = self.socks[id.0]
+                .as_mut()
+                .and_then(|s| s.conn.as_deref_mut())
+            else {
+                continue;
+            };
+            if c.on_timeout(&mut ctx) == Verdict::Closed {
+                self.conn_closed(id);
+            }
+        }
+    }
+}
+
+/// The socket's options a new connection takes: Nagle and cork, the
+/// program's MSS (`user_mss` caps the MSS advertised and used), the
+/// unsent-data low-water mark.
+fn apply_sock_opts(c: &mut Conn, s: &Sock) {
+    c.keepalive = s.keepalive;
+    c.keep_idle = s.keep_idle;
+    c.keep_intvl = s.keep_intvl;
+    c.keep_cnt = s.keep_cnt;
+    c.tos = s.tos;
+    c.sndbuf_locked = s.sndbuf.is_some();
+    c.nodelay = s.nodelay;
+    c.cork = s.cork;
+    if let Some(m) = s.user_mss {
+        c.advmss = c.advmss.min(m);
+        c.user_mss = Some(m);
+    }
+    if let Some(l) = s.notsent_lowat.filter(|&l| l != 0) {
+        c.notsent_lowat = l;
+    }
+}
+
+/// `tcp_close_state` and `tcp_send_fin`.
+fn close_state(c: &mut Conn, ctx: &mut Ctx<'_>) {
+    let next = match c.state {
+        State::Established | State::SynRecv => State::FinWait1,
+        State::CloseWait => State::LastAck,
+        State::SynSent => {
+            c.rto_at = None;
+            State::Closed
+        }
+        s => s,
+    };
+    let send_fin = matches!(
+        (c.state, next),
+        (State::Established | State::SynRecv, State::FinWait1) | (State::CloseWait, State::LastAck)
+    );
+    c.state = next;
+    if send_fin {
+        c.fin_queued = true;
+        c.write_xmit(ctx, Nonagle::Off);
+    }
+}
+
+/// The connection table's key: both ends with IPv4-mapped IPv6 addresses
+/// written as IPv4, as the packets carry them.
+fn key(local: SocketAddr, remote: SocketAddr) -> (SocketAddr, SocketAddr) {
+    let canon = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
+    (canon(local), canon(remote))
+}
+
+fn mapped_eq(a: IpAddr, b: IpAddr) -> bool {
+    match (a, b) {
+        (IpAddr::V6(a), IpAddr::V4(b)) | (IpAddr::V4(b), IpAddr::V6(a)) => {
+            a.to_ipv4_mapped() == Some(b)
+        }
+        _ => false,
+    }
+}
+
+fn to_mapped(a: SocketAddr) -> SocketAddr {
+    match a.ip() {
+        IpAddr::V4(v4) => SocketAddr::new(IpAddr::V6(v4.to_ipv6_mapped()), a.port()),
+        _ => a,
+    }
+}
