@@ -424,17 +424,43 @@ fn memcached_answers_as_on_the_kernel() {
 /// are rxpath's (`connect()` from a port the kernel gives and holds; the
 /// neighbour from the kernel's table, resolved as its connect would), a
 /// test each way counts every byte as the same client on the kernel does.
+/// Both to the peer on the link and to an address behind it (on the
+/// client namespace's `lo`, reached through the kernel's route via the
+/// peer: the gateway's neighbour, as the kernel's connect takes it).
 #[test]
 fn iperf3_client_connects_out_through_rxpath() {
     let Some(p) = Pair::new("tc", true, &["iperf3"]) else {
         return;
     };
-    const PEER: &str = "198.18.9.5";
-    for exec in [None, Some(EXEC)] {
-        for reverse in [false, true] {
+    const ROUTED: &str = "198.18.99.5";
+    let sh = |ns: &str, args: &[&str]| {
+        let o = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(args)
+            .output();
+        assert!(o.is_ok_and(|o| o.status.success()), "{ns}: {args:?}");
+    };
+    sh(
+        &p.cli,
+        &["ip", "addr", "add", &format!("{ROUTED}/32"), "dev", "lo"],
+    );
+    sh(
+        &p.srv,
+        &["ip", "route", "add", "198.18.99.0/24", "via", "198.18.9.5"],
+    );
+    for (peer, exec, reverse) in [
+        ("198.18.9.5", None, false),
+        ("198.18.9.5", None, true),
+        ("198.18.9.5", Some(EXEC), false),
+        ("198.18.9.5", Some(EXEC), true),
+        (ROUTED, None, false),
+        (ROUTED, Some(EXEC), false),
+        (ROUTED, Some(EXEC), true),
+    ] {
+        {
             let srv = Command::new("ip")
                 .args([
-                    "netns", "exec", &p.cli, "iperf3", "-s", "-1", "-B", PEER, "-p", "5322",
+                    "netns", "exec", &p.cli, "iperf3", "-s", "-1", "-B", peer, "-p", "5322",
                 ])
                 .stdout(std::process::Stdio::null())
                 .spawn()
@@ -442,7 +468,7 @@ fn iperf3_client_connects_out_through_rxpath() {
             let _ = Command::new("ip")
                 .args(["netns", "exec", &p.srv, "ip", "neigh", "flush", "all"])
                 .output();
-            let mut args = vec!["iperf3", "-c", PEER, "-p", "5322", "-t", "1", "--json"];
+            let mut args = vec!["iperf3", "-c", peer, "-p", "5322", "-t", "1", "--json"];
             if reverse {
                 args.push("-R");
             }
@@ -464,9 +490,13 @@ fn iperf3_client_connects_out_through_rxpath() {
             let (j, out) = c.expect("the iperf3 client never ran");
             let sent = j["end"]["sum_sent"]["bytes"].as_u64().unwrap_or(0);
             let got = j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
-            assert!(sent > 1_000_000, "{exec:?} -R {reverse}: {}", j["end"]);
+            assert!(
+                sent > 1_000_000,
+                "{peer} {exec:?} -R {reverse}: {}",
+                j["end"]
+            );
             let ok = sent.checked_sub(got).is_some_and(|d| d < IN_FLIGHT);
-            assert!(ok, "{exec:?} -R {reverse}: {}", j["end"]);
+            assert!(ok, "{peer} {exec:?} -R {reverse}: {}", j["end"]);
             if exec.is_some() {
                 assert!(!out.contains("sockets on rxpath 0 "), "{out}");
                 assert!(out.contains("back in the pool: ok"), "{out}");

@@ -12,6 +12,7 @@ pub mod iface;
 pub mod neigh;
 #[cfg(feature = "tokio")]
 pub mod reactor;
+pub mod route;
 pub mod tap;
 mod tpacket;
 pub mod uring;

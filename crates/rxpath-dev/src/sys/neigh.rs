@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-const NLMSG_HDRLEN: usize = 16;
+pub(super) const NLMSG_HDRLEN: usize = 16;
 const NDMSG_LEN: usize = 12;
 const NDA_DST: u16 = 1;
 const NDA_LLADDR: u16 = 2;
@@ -19,7 +19,7 @@ const NTF_USE: u8 = 0x01;
 /// `NUD_VALID`: an entry whose address may be used.
 const NUD_VALID: u16 = 0x80 | 0x40 | 0x02 | 0x10 | 0x04 | 0x08;
 
-fn netlink() -> io::Result<OwnedFd> {
+pub(super) fn netlink() -> io::Result<OwnedFd> {
     let fd = rxpath_os::syscall!(socket(
         libc::AF_NETLINK,
         libc::SOCK_RAW | libc::SOCK_CLOEXEC,
@@ -54,14 +54,14 @@ fn request(ty: u16, flags: u16, ip: IpAddr, ifindex: u32, ndm_flags: u8, attrs: 
     m
 }
 
-fn ip_bytes(ip: IpAddr) -> Vec<u8> {
+pub(super) fn ip_bytes(ip: IpAddr) -> Vec<u8> {
     match ip {
         IpAddr::V4(a) => a.octets().to_vec(),
         IpAddr::V6(a) => a.octets().to_vec(),
     }
 }
 
-fn send(fd: &OwnedFd, msg: &[u8]) -> io::Result<()> {
+pub(super) fn send(fd: &OwnedFd, msg: &[u8]) -> io::Result<()> {
     // `msg` is a live buffer of its length.
     rxpath_os::syscall!(send(fd.as_raw_fd(), msg.as_ptr().cast(), msg.len(), 0))?;
     Ok(())

@@ -115,16 +115,32 @@ impl Global {
         to: SocketAddr,
     ) -> Result<(rxpath_runtime::TcpStream, Vec<PortKey>), (Fallback, String)> {
         let iface = self.cfg.iface.clone().unwrap_or_default();
+        // The next hop as the kernel's connect finds it: the peer itself
+        // on a link of the interface, else the gateway of the kernel's
+        // route, if that route leaves by the interface.
         let on_link = rxpath_dev::sys::iface::prefixes(&iface)
             .unwrap_or_default()
             .iter()
             .any(|&(p, len)| same_prefix(p, to.ip(), len));
-        if !on_link {
-            return Err((
-                Fallback::Protocol,
-                format!("connect to {to}: not on a link of {iface} (routed connections are the kernel's)"),
-            ));
-        }
+        let hop = if on_link {
+            to.ip()
+        } else {
+            match rxpath_dev::sys::route::get(to.ip()) {
+                Ok(Some(h)) if h.ifindex == self.ifindex() => h.gateway.unwrap_or(to.ip()),
+                Ok(_) => {
+                    return Err((
+                        Fallback::Protocol,
+                        format!("connect to {to}: the kernel's route does not leave by {iface}"),
+                    ))
+                }
+                Err(e) => {
+                    return Err((
+                        Fallback::Protocol,
+                        format!("connect to {to}: the kernel's route: {e}"),
+                    ))
+                }
+            }
+        };
         let known = {
             let mut s = self.admit(from)?;
             let r = tcp_running(&mut s)?;
@@ -136,10 +152,13 @@ impl Global {
             None
         } else {
             let patience = std::time::Duration::from_secs(1);
-            match rxpath_dev::sys::neigh::resolve(self.ifindex(), to.ip(), patience) {
+            match rxpath_dev::sys::neigh::resolve(self.ifindex(), hop, patience) {
                 Ok(Some(mac)) => Some(mac),
                 Ok(None) => {
-                    return Err((Fallback::Protocol, format!("connect to {to}: no neighbour")))
+                    return Err((
+                        Fallback::Protocol,
+                        format!("connect to {to}: no neighbour {hop}"),
+                    ))
                 }
                 Err(e) => {
                     return Err((
@@ -152,6 +171,7 @@ impl Global {
         let mut s = self.state();
         let r = tcp_running(&mut s)?;
         if let Some(mac) = mac {
+            // The peer's frames go to the next hop's address.
             r.host.sockets().add_neighbor(to.ip(), mac);
         }
         let keys = keys_of(libc::IPPROTO_TCP as u8, from, true);
