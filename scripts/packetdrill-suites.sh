@@ -117,11 +117,15 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# run_all.py's per-family arguments, plus its default --send_omit_free.
+# run_all.py's per-family arguments, plus its default --send_omit_free, with
+# the IPv4 addresses moved into 198.18.0.0/15 (run_all.py's are 192.168.0.1
+# and 192.0.2.1; the same shape: the remote off the local /16, through the
+# gateway). The IPv6 ones stay run_all.py's unique-local ones (a /48 each,
+# which packetdrill fixes). TFO_COOKIE is unused by these suites.
 family_args() {
 	case $1 in
-	ipv4) echo "--ip_version=ipv4 --local_ip=192.168.0.1 --gateway_ip=192.168.0.1 --netmask_ip=255.255.0.0 --remote_ip=192.0.2.1 -D TFO_COOKIE=3021b9d889017eeb -D CODE=host_unreachable -D CMSG_LEVEL_IP=SOL_IP -D CMSG_TYPE_RECVERR=IP_RECVERR" ;;
-	ipv4-mapped-ipv6) echo "--ip_version=ipv4-mapped-ipv6 --local_ip=192.168.0.1 --gateway_ip=192.168.0.1 --netmask_ip=255.255.0.0 --remote_ip=192.0.2.1 -D TFO_COOKIE=3021b9d889017eeb -D CODE=host_unreachable -D CMSG_LEVEL_IP=SOL_IPV6 -D CMSG_TYPE_RECVERR=IPV6_RECVERR" ;;
+	ipv4) echo "--ip_version=ipv4 --local_ip=198.18.0.1 --gateway_ip=198.18.0.1 --netmask_ip=255.255.0.0 --remote_ip=198.19.2.1 -D TFO_COOKIE=3021b9d889017eeb -D CODE=host_unreachable -D CMSG_LEVEL_IP=SOL_IP -D CMSG_TYPE_RECVERR=IP_RECVERR" ;;
+	ipv4-mapped-ipv6) echo "--ip_version=ipv4-mapped-ipv6 --local_ip=198.18.0.1 --gateway_ip=198.18.0.1 --netmask_ip=255.255.0.0 --remote_ip=198.19.2.1 -D TFO_COOKIE=3021b9d889017eeb -D CODE=host_unreachable -D CMSG_LEVEL_IP=SOL_IPV6 -D CMSG_TYPE_RECVERR=IPV6_RECVERR" ;;
 	ipv6) echo "--ip_version=ipv6 --mtu=1520 --local_ip=fd3d:0a0b:17d6::1 --gateway_ip=fd3d:0a0b:17d6:8888::1 --remote_ip=fd3d:fa7b:d17d::1 -D TFO_COOKIE=c1d1e9742a47a9bc -D CMSG_LEVEL_IP=SOL_IPV6 -D CMSG_TYPE_RECVERR=IPV6_RECVERR" ;;
 	esac
 }
@@ -187,7 +191,7 @@ first_error() {
 so_env() {
 	export PACKETDRILL_FAMILY=$1 PACKETDRILL_MTU=1500
 	case $1 in
-	ipv4|ipv4-mapped-ipv6) PACKETDRILL_LOCAL_IP=192.168.0.1 PACKETDRILL_REMOTE_IP=192.0.2.1 PACKETDRILL_GATEWAY_IP=192.168.0.1 ;;
+	ipv4|ipv4-mapped-ipv6) PACKETDRILL_LOCAL_IP=198.18.0.1 PACKETDRILL_REMOTE_IP=198.19.2.1 PACKETDRILL_GATEWAY_IP=198.18.0.1 ;;
 	ipv6) PACKETDRILL_LOCAL_IP=fd3d:0a0b:17d6::1 PACKETDRILL_REMOTE_IP=fd3d:fa7b:d17d::1 PACKETDRILL_GATEWAY_IP=fd3d:0a0b:17d6:8888::1 PACKETDRILL_MTU=1520 ;;
 	esac
 	export PACKETDRILL_LOCAL_IP PACKETDRILL_REMOTE_IP PACKETDRILL_GATEWAY_IP

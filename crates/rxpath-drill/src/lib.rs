@@ -82,7 +82,7 @@ pub fn parse_flags(flags: &str) -> Result<Flags, String> {
     }
     if f.local_addrs.is_empty() {
         f.local_addrs = vec![
-            "192.168.0.1".parse().expect("literal"),
+            "198.18.0.1".parse().expect("literal"),
             "fd3d:fa7b:d17d::1".parse().expect("literal"),
         ];
     }
@@ -95,11 +95,8 @@ mod tests {
 
     #[test]
     fn flags_name_the_local_addresses_and_mtu_or_say_what_is_wrong() {
-        let f = parse_flags("local_ip=192.168.7.9,mtu=1520").unwrap();
-        assert_eq!(
-            f.local_addrs,
-            vec!["192.168.7.9".parse::<IpAddr>().unwrap()]
-        );
+        let f = parse_flags("local_ip=198.18.7.9,mtu=1520").unwrap();
+        assert_eq!(f.local_addrs, vec!["198.18.7.9".parse::<IpAddr>().unwrap()]);
         assert_eq!(f.mtu, 1520);
         assert_eq!(parse_flags("").unwrap().local_addrs.len(), 2);
         assert_eq!(parse_flags("").unwrap().mtu, 1500);
