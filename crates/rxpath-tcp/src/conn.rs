@@ -514,6 +514,26 @@ impl Conn {
         )
     }
 
+    /// Start the connection's sequence space at `iss` instead of the one
+    /// it was made with (a SYN cookie's), before anything was sent.
+    pub(crate) fn set_iss(&mut self, iss: u32) {
+        let one = iss.wrapping_add(1);
+        self.iss = iss;
+        self.snd_una = iss;
+        self.snd_nxt = one;
+        self.write_seq = one;
+        self.snd_sml = iss;
+        self.pushed_seq = one;
+        self.high_seq = iss;
+        self.highest_sack = iss;
+        self.cwnd_usage_seq = iss;
+        self.rtt_seq = iss;
+        if let Some(s) = self.rtx.front_mut() {
+            s.seq = iss;
+            s.end_seq = one;
+        }
+    }
+
     /// The timestamp clock: milliseconds plus the connection's offset
     /// (`tcp_time_stamp_ts`).
     pub fn ts_val(&self, now: Nanos) -> u32 {

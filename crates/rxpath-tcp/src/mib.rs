@@ -73,6 +73,8 @@ mib!(
         SyncookiesSent,
         /// SYN cookies received and accepted.
         SyncookiesRecv,
+        /// ACKs to a listener whose cookie did not check out.
+        SyncookiesFailed,
         /// Connections reset because the application closed with unread data.
         TCPAbortOnClose,
         /// Connections reset because the application closed with linger 0.

@@ -318,3 +318,157 @@ fn an_ipv6_only_wildcard_shares_its_port_with_the_ipv4_wildcard() {
         Err(libc::EADDRINUSE)
     );
 }
+
+/// A SYN from `port` to the test's listener, with `opts`.
+fn syn_from(port: u16, seq: u32, opts: OptsOut) -> (SocketAddr, SegOut<'static>) {
+    let src: SocketAddr = format!("198.18.0.2:{port}").parse().unwrap();
+    let s = SegOut {
+        src,
+        dst: local(),
+        seq,
+        ack: 0,
+        flags: SYN,
+        wnd: 65535,
+        opts,
+        payload: b"",
+        ip_id: 0,
+        tos: 0,
+    };
+    (src, s)
+}
+
+/// The SYN-ACK the stack sent: its sequence number and echo-able tsval.
+fn syn_ack(st: &mut Stack) -> (u32, Option<u32>) {
+    let t = st.poll_transmit().expect("a SYN-ACK");
+    let s = wire::parse(&t.packet).unwrap();
+    assert_eq!(s.flags, SYN | ACK);
+    assert!(st.poll_transmit().is_none());
+    (s.seq, s.opts.ts.map(|(v, _)| v))
+}
+
+#[test]
+fn a_full_syn_queue_answers_with_cookies_and_their_acks_make_connections() {
+    let cfg = TcpConfig {
+        tcp_max_syn_backlog: 1,
+        ..TcpConfig::default()
+    };
+    let mut st = Stack::new(cfg, 7, vec![]);
+    let l = st.socket(false);
+    st.bind(l, local()).unwrap();
+    st.listen(l, 1).unwrap();
+    // The first SYN fills the SYN queue (its peer never answers).
+    let (_, first) = syn_from(42000, 100, OptsOut::default());
+    st.input(&wire::build(&first), 0);
+    syn_ack(&mut st);
+    assert_eq!(st.ext.SyncookiesSent, 0);
+    // The next is answered with a cookie, with timestamps, window scaling
+    // and SACK as the SYN offered them, and nothing kept.
+    let opts = OptsOut {
+        mss: Some(1460),
+        sack_ok: true,
+        ts: Some((5000, 0)),
+        wscale: Some(7),
+        sacks: vec![],
+    };
+    let (src, syn) = syn_from(42001, 900, opts);
+    st.input(&wire::build(&syn), MS);
+    let (isn, tsval) = syn_ack(&mut st);
+    assert_eq!(st.ext.SyncookiesSent, 1);
+    assert!(st.accept(l).is_err(), "nothing accepted yet");
+    // The peer's ACK brings it back: an established connection to accept.
+    let ack = SegOut {
+        src,
+        seq: 901,
+        ack: isn.wrapping_add(1),
+        flags: ACK,
+        wnd: 512,
+        opts: OptsOut {
+            ts: Some((5001, tsval.expect("timestamps"))),
+            ..OptsOut::default()
+        },
+        ..syn.clone()
+    };
+    st.input(&wire::build(&ack), 2 * MS);
+    let (c, from) = st.accept(l).expect("the cookie's connection");
+    assert_eq!(from, src);
+    assert_eq!(st.state(c).unwrap(), State::Established);
+    assert_eq!(st.ext.SyncookiesRecv, 1);
+    let info = st.tcp_info(c, 2 * MS).unwrap();
+    assert_eq!(
+        info.tcpi_options & 7,
+        7,
+        "timestamps, SACK, window scaling kept"
+    );
+    assert_eq!(
+        info.tcpi_wscale & 0xf,
+        7,
+        "the peer's shift, from the timestamp"
+    );
+    assert_eq!(info.tcpi_snd_mss, 1460 - 12);
+    // Its data reaches the program.
+    let data = SegOut {
+        flags: ACK | PSH,
+        payload: b"hello",
+        ..ack.clone()
+    };
+    st.input(&wire::build(&data), 3 * MS);
+    let mut buf = [0u8; 16];
+    assert_eq!(st.recv(c, &mut buf, false, 3 * MS), Ok(5));
+    assert_eq!(&buf[..5], b"hello");
+    // An ACK with a cookie that does not check out is reset, counted.
+    let (bad_src, bad) = syn_from(42002, 77, OptsOut::default());
+    let forged = SegOut {
+        src: bad_src,
+        seq: 78,
+        ack: isn.wrapping_add(12345),
+        flags: ACK,
+        ..bad
+    };
+    st.input(&wire::build(&forged), 4 * MS);
+    let o = out(&mut st);
+    assert!(o.iter().any(|s| s.0 & RST != 0), "{o:?}");
+    assert_eq!(st.ext.SyncookiesFailed, 1);
+    assert!(st.accept(l).is_err());
+}
+
+#[test]
+fn without_timestamps_a_cookie_connection_has_no_window_scaling_or_sack() {
+    let cfg = TcpConfig {
+        tcp_syncookies: 2,
+        ..TcpConfig::default()
+    };
+    let mut st = Stack::new(cfg, 9, vec![]);
+    let l = st.socket(false);
+    st.bind(l, local()).unwrap();
+    st.listen(l, 8).unwrap();
+    let opts = OptsOut {
+        mss: Some(1400),
+        sack_ok: true,
+        wscale: Some(7),
+        ..OptsOut::default()
+    };
+    let (src, syn) = syn_from(43000, 10, opts);
+    st.input(&wire::build(&syn), 0);
+    let t = st.poll_transmit().expect("a SYN-ACK");
+    let s = wire::parse(&t.packet).unwrap();
+    assert_eq!(
+        (s.opts.wscale, s.opts.sack_ok),
+        (None, false),
+        "tcp_clear_options"
+    );
+    assert_eq!(st.ext.SyncookiesSent, 1, "tcp_syncookies 2: always");
+    let ack = SegOut {
+        src,
+        seq: 11,
+        ack: s.seq.wrapping_add(1),
+        flags: ACK,
+        opts: OptsOut::default(),
+        ..syn.clone()
+    };
+    st.input(&wire::build(&ack), MS);
+    let (c, _) = st.accept(l).expect("the cookie's connection");
+    let info = st.tcp_info(c, MS).unwrap();
+    assert_eq!(info.tcpi_options & 7, 0);
+    // The MSS the cookie could keep: 1300 of msstab, for the SYN's 1400.
+    assert_eq!(info.tcpi_snd_mss, 1300);
+}

@@ -95,6 +95,8 @@ impl SockOpt {
 struct Listener {
     backlog: u32,
     accept_q: VecDeque<SockId>,
+    /// When it last answered a SYN with a cookie (`tcp_synq_overflow`).
+    cookie_at: Option<Nanos>,
 }
 
 #[derive(Debug, Default)]
@@ -164,6 +166,7 @@ macro_rules! ctx {
 }
 
 mod calls;
+mod cookies;
 mod options;
 mod segments;
 

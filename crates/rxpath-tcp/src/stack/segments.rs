@@ -28,35 +28,38 @@ impl Stack {
             }
         };
         if let Some(&id) = self.conns.get(&key(seg.dst, seg.src)) {
-            self.touch(id);
-            let mut ctx = ctx!(self, now);
-            let c = self.socks[id.0]
-                .as_mut()
-                .and_then(|s| s.conn.as_deref_mut())
-                .expect("a connection in the table");
-            let v = c.input(&mut ctx, &seg);
-            match v {
-                Verdict::Keep => {}
-                Verdict::Established => self.child_established(id, now),
-                Verdict::Closed => self.conn_closed(id),
-                Verdict::Reopen => {
-                    self.conns.remove(&key(seg.dst, seg.src));
-                    // The slot stays while the program holds the socket.
-                    if self.socks[id.0].as_ref().is_some_and(|s| s.orphan) {
-                        self.remove(id);
-                    } else if let Some(c) = self.socks[id.0]
-                        .as_mut()
-                        .and_then(|s| s.conn.as_deref_mut())
-                    {
-                        c.state = State::Closed;
-                        c.close_at = None;
-                    }
-                    self.listen_input(&seg, now);
-                }
-            }
-            return;
+            return self.deliver(id, &seg, now);
         }
         self.listen_input(&seg, now);
+    }
+
+    /// A segment to connection `id`, found in the table.
+    fn deliver(&mut self, id: SockId, seg: &SegIn<'_>, now: Nanos) {
+        self.touch(id);
+        let mut ctx = ctx!(self, now);
+        let c = self.socks[id.0]
+            .as_mut()
+            .and_then(|s| s.conn.as_deref_mut())
+            .expect("a connection in the table");
+        match c.input(&mut ctx, seg) {
+            Verdict::Keep => {}
+            Verdict::Established => self.child_established(id, now),
+            Verdict::Closed => self.conn_closed(id),
+            Verdict::Reopen => {
+                self.conns.remove(&key(seg.dst, seg.src));
+                // The slot stays while the program holds the socket.
+                if self.socks[id.0].as_ref().is_some_and(|s| s.orphan) {
+                    self.remove(id);
+                } else if let Some(c) = self.socks[id.0]
+                    .as_mut()
+                    .and_then(|s| s.conn.as_deref_mut())
+                {
+                    c.state = State::Closed;
+                    c.close_at = None;
+                }
+                self.listen_input(seg, now);
+            }
+        }
     }
 
     pub(super) fn conn_closed(&mut self, id: SockId) {
@@ -137,6 +140,9 @@ impl Stack {
             return;
         }
         if seg.has(ACK) {
+            if !seg.has(SYN) && self.cookie_ack(lid, seg, now) {
+                return;
+            }
             let mut ctx = ctx!(self, now);
             reset_for(&mut ctx, seg);
             return;
@@ -145,17 +151,18 @@ impl Stack {
             return;
         }
         let l = self.socks[lid.0].as_ref().expect("a listener");
-        let (full, v6sock) = {
+        let full = {
             let q = l.listener.as_ref().expect("a listener");
-            (q.accept_q.len() as u32 > q.backlog, l.v6)
+            q.accept_q.len() as u32 > q.backlog
         };
         if full {
             self.ext.ListenOverflows += 1;
             self.ext.ListenDrops += 1;
             return;
         }
-        // The SYN queue: half-open children of this listener, bounded (no
-        // SYN cookies yet, so a full queue drops the SYN, counted).
+        // The SYN queue: half-open children of this listener, bounded; a
+        // full one answers with a cookie (`tcp_syncookies` 1), or drops the
+        // SYN, counted (0). With 2, every SYN gets a cookie.
         let backlog = l.listener.as_ref().map_or(0, |q| q.backlog);
         let syn_max = backlog.max(self.cfg.tcp_max_syn_backlog) as usize;
         let half_open = self
@@ -166,34 +173,44 @@ impl Stack {
                 s.parent == Some(lid) && s.conn.as_ref().is_some_and(|c| c.state == State::SynRecv)
             })
             .count();
+        let cookies = self.cfg.tcp_syncookies;
+        if cookies == 2 || (cookies == 1 && half_open >= syn_max) {
+            return self.answer_with_cookie(lid, seg, now);
+        }
         if half_open >= syn_max {
             self.ext.ListenDrops += 1;
             return;
         }
-        let (snd, rcv) = self.bufs(l);
-        let (nodelay, cork, user_mss, lowat) = (l.nodelay, l.cork, l.user_mss, l.notsent_lowat);
-        // `sk_clone_lock` copies `sk_reuse`: a child in TIME_WAIT does not
-        // keep its listener's successor from binding the port.
-        let reuseaddr = l.reuseaddr;
-        let local = if v6sock && seg.dst.is_ipv4() {
-            to_mapped(seg.dst)
-        } else {
-            seg.dst
-        };
-        let remote = if v6sock && seg.src.is_ipv4() {
-            to_mapped(seg.src)
-        } else {
-            seg.src
-        };
-        let mut c = self.new_conn(local, remote, State::SynRecv, now, snd, rcv);
-        apply_sock_opts(&mut c, self.socks[lid.0].as_ref().expect("a listener"));
+        let mut c = self.child_conn(lid, seg, now);
         let mut ctx = ctx!(self, now);
         c.take_syn_options(&ctx, seg);
         c.send_syn(&mut ctx, true);
         self.mib.PassiveOpens += 1;
+        self.insert_child(lid, c, seg);
+    }
+
+    /// A connection for listener `lid`'s SYN `seg` (its options not yet
+    /// taken).
+    fn child_conn(&self, lid: SockId, seg: &SegIn<'_>, now: Nanos) -> Conn {
+        let l = self.socks[lid.0].as_ref().expect("a listener");
+        let (local, remote) = child_addrs(l.v6, seg);
+        let (snd, rcv) = self.bufs(l);
+        let mut c = self.new_conn(local, remote, State::SynRecv, now, snd, rcv);
+        apply_sock_opts(&mut c, l);
+        c
+    }
+
+    /// Put connection `c`, made for listener `lid`'s peer in `seg`, in
+    /// the table.
+    fn insert_child(&mut self, lid: SockId, c: Conn, seg: &SegIn<'_>) -> SockId {
+        let l = self.socks[lid.0].as_ref().expect("a listener");
+        let (nodelay, cork, user_mss, lowat) = (l.nodelay, l.cork, l.user_mss, l.notsent_lowat);
+        // `sk_clone_lock` copies `sk_reuse`: a child in TIME_WAIT does not
+        // keep its listener's successor from binding the port.
+        let (reuseaddr, v6) = (l.reuseaddr, l.v6);
         let id = self.insert(Sock {
-            v6: v6sock,
-            bound: Some(local),
+            v6,
+            bound: Some(c.local),
             nodelay,
             cork,
             user_mss,
@@ -204,5 +221,103 @@ impl Stack {
             ..Sock::default()
         });
         self.conns.insert(key(seg.dst, seg.src), id);
+        id
     }
+
+    /// A SYN-ACK that keeps nothing: the connection is in its sequence
+    /// number (and, with timestamps, its `tsval`), see `cookies`.
+    fn answer_with_cookie(&mut self, lid: SockId, seg: &SegIn<'_>, now: Nanos) {
+        let mut c = self.child_conn(lid, seg, now);
+        let ctx = ctx!(self, now);
+        c.take_syn_options(&ctx, seg);
+        let (iss, mss) = self.cookie_isn(seg, now);
+        c.set_iss(iss);
+        c.mss_clamp = c.mss_clamp.min(u32::from(mss));
+        if c.ts_ok {
+            let raw = (now / 1_000_000) as u32;
+            let ts = cookies::ts_with_options(raw, cookies::ts_options(&c));
+            c.ts_off = c.ts_off.wrapping_add(ts.wrapping_sub(raw));
+        } else {
+            // `tcp_clear_options`: nothing would bring them back.
+            c.wscale_ok = false;
+            c.snd_wscale = 0;
+            c.rcv_wscale = 0;
+            c.sack_ok = false;
+        }
+        let mut ctx = ctx!(self, now);
+        c.send_syn(&mut ctx, true);
+        self.ext.SyncookiesSent += 1;
+        if let Some(q) = self.socks[lid.0].as_mut().and_then(|s| s.listener.as_mut()) {
+            q.cookie_at = Some(now);
+        }
+    }
+
+    /// An ACK to listener `lid` that matches no connection: if it brings
+    /// back a cookie this listener sent lately, the connection is made
+    /// from it and takes the ACK (`cookie_v4_check`). True if it was one
+    /// (accepted, or dropped for a full accept queue).
+    fn cookie_ack(&mut self, lid: SockId, seg: &SegIn<'_>, now: Nanos) -> bool {
+        let Some(q) = self.socks[lid.0].as_ref().and_then(|s| s.listener.as_ref()) else {
+            return false;
+        };
+        let recent = q
+            .cookie_at
+            .is_some_and(|t| now.saturating_sub(t) < cookies::SYNCOOKIE_VALID);
+        if self.cfg.tcp_syncookies == 0 || !recent {
+            return false;
+        }
+        let Some(mss) = self.cookie_check(seg, now) else {
+            self.ext.SyncookiesFailed += 1;
+            return false;
+        };
+        self.ext.SyncookiesRecv += 1;
+        if q.accept_q.len() as u32 > q.backlog {
+            self.ext.ListenOverflows += 1;
+            self.ext.ListenDrops += 1;
+            return true;
+        }
+        // The SYN as the cookie remembers it.
+        let mut syn = SegIn {
+            seq: seg.seq.wrapping_sub(1),
+            ack: 0,
+            flags: SYN,
+            opts: wire::OptsIn {
+                mss: Some(mss),
+                ts: seg.opts.ts.map(|(v, _)| (v, 0)),
+                ..Default::default()
+            },
+            payload: &[],
+            ..seg.clone()
+        };
+        let mut c = self.child_conn(lid, &syn, now);
+        if let Some((_, ecr)) = seg.opts.ts {
+            let (wscale, sack_ok) = cookies::ts_decode(ecr.wrapping_sub(c.ts_off));
+            syn.opts.wscale = wscale;
+            syn.opts.sack_ok = sack_ok;
+        }
+        let ctx = ctx!(self, now);
+        c.take_syn_options(&ctx, &syn);
+        c.set_iss(seg.ack.wrapping_sub(1));
+        // The SYN-ACK was not timed: no RTT sample from it.
+        if let Some(s) = c.rtx.front_mut() {
+            s.retrans = true;
+        }
+        self.mib.PassiveOpens += 1;
+        let id = self.insert_child(lid, c, seg);
+        self.deliver(id, seg, now);
+        true
+    }
+}
+
+/// A child's (local, remote) for SYN `seg` on a listener (`v6`: an IPv6
+/// one, whose IPv4 peers it sees as mapped addresses).
+fn child_addrs(v6: bool, seg: &SegIn<'_>) -> (SocketAddr, SocketAddr) {
+    let map = |a: SocketAddr| {
+        if v6 && a.is_ipv4() {
+            to_mapped(a)
+        } else {
+            a
+        }
+    };
+    (map(seg.dst), map(seg.src))
 }
