@@ -429,6 +429,19 @@ fn a_full_syn_queue_answers_with_cookies_and_their_acks_make_connections() {
     assert!(o.iter().any(|s| s.0 & RST != 0), "{o:?}");
     assert_eq!(st.ext.SyncookiesFailed, 1);
     assert!(st.accept(l).is_err());
+    // The half-open child's peer resets it: the SYN queue has room again,
+    // and the next SYN makes a child, not a cookie.
+    let rst = SegOut {
+        seq: 101,
+        ack: 0,
+        flags: RST,
+        ..first
+    };
+    st.input(&wire::build(&rst), 5 * MS);
+    let (_, next) = syn_from(42003, 300, OptsOut::default());
+    st.input(&wire::build(&next), 6 * MS);
+    syn_ack(&mut st);
+    assert_eq!(st.ext.SyncookiesSent, 1, "a child, not a cookie");
 }
 
 #[test]

@@ -97,6 +97,8 @@ struct Listener {
     accept_q: VecDeque<SockId>,
     /// When it last answered a SYN with a cookie (`tcp_synq_overflow`).
     cookie_at: Option<Nanos>,
+    /// Children not yet established (`inet_csk_reqsk_queue_len`).
+    syn_q: usize,
 }
 
 #[derive(Debug, Default)]
@@ -124,6 +126,8 @@ struct Sock {
     wake_in: u64,
     /// A SYN_RECV child's listener.
     parent: Option<SockId>,
+    /// Counted in its listener's [`Listener::syn_q`].
+    in_syn_q: bool,
     /// The program closed it; it lives on until its connection ends.
     orphan: bool,
     /// In [`Stack::touched`] (taken by [`Stack::take_touched`]).
@@ -235,6 +239,9 @@ impl Stack {
                 .and_then(|p| p.listener.as_mut())
             {
                 l.accept_q.retain(|&c| c != id);
+                if s.in_syn_q {
+                    l.syn_q = l.syn_q.saturating_sub(1);
+                }
             }
             self.free.push(id.0);
         }

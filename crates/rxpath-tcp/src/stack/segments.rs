@@ -90,6 +90,9 @@ impl Stack {
             return;
         };
         self.touch(parent);
+        let was_half_open = self.socks[id.0]
+            .as_mut()
+            .is_some_and(|s| std::mem::take(&mut s.in_syn_q));
         match self
             .socks
             .get_mut(parent.0)
@@ -97,6 +100,9 @@ impl Stack {
             .and_then(|s| s.listener.as_mut())
         {
             Some(l) => {
+                if was_half_open {
+                    l.syn_q = l.syn_q.saturating_sub(1);
+                }
                 l.accept_q.push_back(id);
                 if let Some(p) = self.socks[parent.0].as_mut() {
                     p.wake_in += 1;
@@ -165,14 +171,7 @@ impl Stack {
         // SYN, counted (0). With 2, every SYN gets a cookie.
         let backlog = l.listener.as_ref().map_or(0, |q| q.backlog);
         let syn_max = backlog.max(self.cfg.tcp_max_syn_backlog) as usize;
-        let half_open = self
-            .socks
-            .iter()
-            .flatten()
-            .filter(|s| {
-                s.parent == Some(lid) && s.conn.as_ref().is_some_and(|c| c.state == State::SynRecv)
-            })
-            .count();
+        let half_open = l.listener.as_ref().map_or(0, |q| q.syn_q);
         let cookies = self.cfg.tcp_syncookies;
         if cookies == 2 || (cookies == 1 && half_open >= syn_max) {
             return self.answer_with_cookie(lid, seg, now);
@@ -217,10 +216,14 @@ impl Stack {
             notsent_lowat: lowat,
             reuseaddr,
             parent: Some(lid),
+            in_syn_q: true,
             conn: Some(Box::new(c)),
             ..Sock::default()
         });
         self.conns.insert(key(seg.dst, seg.src), id);
+        if let Some(q) = self.socks[lid.0].as_mut().and_then(|s| s.listener.as_mut()) {
+            q.syn_q += 1;
+        }
         id
     }
 
