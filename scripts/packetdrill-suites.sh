@@ -118,9 +118,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # run_all.py's per-family arguments, plus its default --send_omit_free, with
-# the IPv4 addresses moved into 198.18.0.0/15 (run_all.py's are 192.168.0.1
-# and 192.0.2.1; the same shape: the remote off the local /16, through the
-# gateway). The IPv6 ones stay run_all.py's unique-local ones (a /48 each,
+# the IPv4 addresses moved into 198.18.0.0/15 (the shape of run_all.py's
+# own: the remote off the local /16, through the gateway). The IPv6 ones stay run_all.py's unique-local ones (a /48 each,
 # which packetdrill fixes). TFO_COOKIE is unused by these suites.
 family_args() {
 	case $1 in
