@@ -99,7 +99,8 @@ fn os(args: &[&str]) -> Vec<OsString> {
 
 /// rxpath's own scripts for the state machine's corners (a lost SYN-ACK,
 /// resets in SYN_SENT, SYN_RECV, CLOSE_WAIT and after close, a zero
-/// window, a peer that vanishes, keepalive): each passes on the kernel, the oracle
+/// window, a peer that vanishes, keepalive, ICMP errors and path MTU):
+/// each passes on the kernel, the oracle
 /// of what goes on the wire, and under rxpath, in every family.
 #[test]
 fn corner_scripts_pass_on_the_kernel_and_under_rxpath() {
@@ -114,7 +115,7 @@ fn corner_scripts_pass_on_the_kernel_and_under_rxpath() {
                 .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "pkt"))
         })
         .count();
-    assert!(scripts >= 8, "the corner scripts are there");
+    assert!(scripts >= 14, "the corner scripts are there");
     let runs = [
         (
             "rxpath",

@@ -228,6 +228,8 @@ pub struct Conn {
     /// Data per segment: the MSS less the options every segment carries
     /// (`mss_cache`).
     pub mss_cache: u32,
+    /// The path MTU `mss_cache` was last sized for (`icsk_pmtu_cookie`).
+    pub pmtu_cookie: u32,
     /// `TCP_NODELAY`.
     pub nodelay: bool,
     /// `TCP_CORK`.
@@ -404,6 +406,9 @@ pub struct Conn {
     // The socket around it.
     /// A pending error (`sk_err`), taken by the next call.
     pub err: Option<i32>,
+    /// The error an ICMP message reported, given if the connection times
+    /// out (`sk_err_soft`).
+    pub err_soft: Option<i32>,
     /// The reading side was shut down.
     pub shut_rd: bool,
     /// The writing side was shut down.
@@ -418,11 +423,21 @@ impl Conn {
     /// The send MSS for a peer MSS and the options every segment carries
     /// (`tcp_sync_mss`).
     pub fn sync_mss(&mut self) {
-        let mut mss = self.mss_clamp.min(self.advmss);
+        let pmtu_mss = self.pmtu_cookie.saturating_sub(self.net_header_len() + 20);
+        let mut mss = self.mss_clamp.min(self.advmss).min(pmtu_mss);
         if self.ts_ok {
             mss = mss.saturating_sub(12);
         }
         self.mss_cache = mss.max(48);
+    }
+
+    /// The IP header's length: 40 over IPv6, 20 over IPv4 (an IPv6
+    /// socket's v4-mapped peer included).
+    pub fn net_header_len(&self) -> u32 {
+        match self.remote.ip() {
+            std::net::IpAddr::V6(a) if a.to_ipv4_mapped().is_none() => 40,
+            _ => 20,
+        }
     }
 
     /// The segments a packet counts for (`tcp_skb_pcount`).

@@ -169,7 +169,7 @@ impl Conn {
         Verdict::Keep
     }
 
-    fn set_closed(&mut self) -> Verdict {
+    pub(crate) fn set_closed(&mut self) -> Verdict {
         self.state = State::Closed;
         self.rto_at = None;
         self.ack.timer = None;
@@ -371,10 +371,14 @@ impl Conn {
             self.rttvar_us = self.mdev_max_us;
             self.rtt_seq = self.snd_nxt;
         }
-        // `tcp_set_rto`: srtt + rttvar (which holds the 200 ms floor), in
-        // whole jiffies rounded up.
+        self.rto = self.base_rto();
+    }
+
+    /// `__tcp_set_rto`: srtt + rttvar (which holds the 200 ms floor), in
+    /// whole jiffies rounded up, at most `TCP_RTO_MAX`.
+    pub(crate) fn base_rto(&self) -> crate::Nanos {
         let rto_us = (self.srtt_us >> 3) + self.rttvar_us;
-        self.rto = (rto_us.div_ceil(1000) * 1_000_000).min(crate::conn::TCP_RTO_MAX);
+        (rto_us.div_ceil(1000) * 1_000_000).min(crate::conn::TCP_RTO_MAX)
     }
 
     /// The state change when our FIN is acknowledged.

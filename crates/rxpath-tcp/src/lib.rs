@@ -11,8 +11,11 @@
 //! `__tcp_ack_snd_check`; `tcp_output.c`: `tcp_write_xmit`; `tcp_timer.c`).
 //! packetdrill's scripts judge it (`docs/RELIABILITY.md`).
 //!
-//! Not yet here (said in the README and the guide's TCP page): SYN
-//! cookies, urgent data, TCP Fast Open, ECN, pacing, the receive window's
+//! ICMP errors quoting its segments go in by the same door
+//! ([`Stack::input`]): path MTU, unreachable peers (`tcp_v4_err`).
+//!
+//! Not yet here (said in the README and the guide's TCP page): urgent
+//! data, TCP Fast Open, ECN, pacing, the receive window's
 //! autotuning, `SO_LINGER` timeouts. On the path `rxpath-core`'s socket
 //! layer drives it (a host with TCP); `rxpath-drill` drives it for
 //! packetdrill.
@@ -23,6 +26,7 @@
 pub mod config;
 pub mod conn;
 pub mod cubic;
+mod err;
 pub mod info;
 mod input;
 pub mod mib;

@@ -106,6 +106,9 @@ mib!(
         TCPHPHits,
         /// Pure ACKs received.
         TCPPureAcks,
+        /// ICMP errors quoting a sequence number outside what is in
+        /// flight.
+        OutOfWindowIcmps,
     }
 );
 

@@ -59,18 +59,22 @@ impl Conn {
     /// `tcp_retransmit_timer` with `tcp_write_timeout`'s give-up rule
     /// (counted in retransmissions; SYNs back off linearly four times, as
     /// `tcp_syn_linear_timeouts`).
-    fn retransmit_timer(&mut self, ctx: &mut Ctx<'_>) -> Verdict {
+    pub(crate) fn retransmit_timer(&mut self, ctx: &mut Ctx<'_>) -> Verdict {
         if self.rtx.is_empty() {
             return Verdict::Keep;
         }
         self.tlp_high_seq = None;
-        let limit = match self.state {
-            State::SynSent => ctx.cfg.tcp_syn_retries as u32 + SYN_LINEAR_TIMEOUTS,
-            State::SynRecv => ctx.cfg.tcp_synack_retries as u32,
-            _ => ctx.cfg.tcp_retries2 as u32,
+        // `tcp_write_timeout`: a handshake by its count of retransmissions,
+        // an open connection by the time since its first retransmission.
+        let expired = match self.state {
+            State::SynSent => {
+                self.retransmits >= ctx.cfg.tcp_syn_retries as u32 + SYN_LINEAR_TIMEOUTS
+            }
+            State::SynRecv => self.retransmits >= ctx.cfg.tcp_synack_retries as u32,
+            _ => self.retransmits_timed_out(ctx.now, ctx.cfg.tcp_retries2 as u32),
         };
-        if self.retransmits >= limit {
-            self.err = Some(libc::ETIMEDOUT);
+        if expired {
+            self.err = Some(self.err_soft.unwrap_or(libc::ETIMEDOUT));
             ctx.ext.TCPAbortOnTimeout += 1;
             if matches!(self.state, State::SynSent | State::SynRecv) {
                 ctx.mib.AttemptFails += 1;
@@ -91,6 +95,27 @@ impl Conn {
         self.rto_at = Some(ctx.now + self.rto);
         self.xmit_timer = XmitTimer::Retrans;
         Verdict::Keep
+    }
+
+    /// `retransmits_timed_out`: has the time since the first
+    /// retransmission passed what `boundary` retransmissions take backing
+    /// off from `TCP_RTO_MIN` (`tcp_model_timeout`)? An RTO undone by an
+    /// ICMP message (RFC 6069) so allows more retransmissions in that
+    /// time.
+    pub(crate) fn retransmits_timed_out(&self, now: crate::Nanos, boundary: u32) -> bool {
+        let Some(start) = self.retrans_stamp.filter(|_| self.retransmits > 0) else {
+            return false;
+        };
+        let base = TCP_RTO_MIN / crate::conn::MS;
+        let linear = (TCP_RTO_MAX / TCP_RTO_MIN).ilog2();
+        let timeout = if boundary <= linear {
+            ((2u64 << boundary) - 1) * base
+        } else {
+            ((2u64 << linear) - 1) * base
+                + (boundary - linear) as u64 * (TCP_RTO_MAX / crate::conn::MS)
+        };
+        let elapsed = self.ts_val(now).wrapping_sub(start);
+        (timeout as u32).wrapping_sub(elapsed) as i32 <= 0
     }
 
     /// `tcp_schedule_loss_probe`: a probe in two RTTs (plus the minimum
@@ -156,7 +181,7 @@ impl Conn {
             return Verdict::Keep;
         }
         if self.probes_out >= ctx.cfg.tcp_retries2 as u32 {
-            self.err = Some(libc::ETIMEDOUT);
+            self.err = Some(self.err_soft.unwrap_or(libc::ETIMEDOUT));
             ctx.ext.TCPAbortOnTimeout += 1;
             self.state = State::Closed;
             return Verdict::Closed;
@@ -224,7 +249,7 @@ impl Conn {
         if self.probes_out >= cnt {
             ctx.ext.TCPKeepAliveTimeouts += 1;
             self.send_active_reset(ctx);
-            self.err = Some(libc::ETIMEDOUT);
+            self.err = Some(self.err_soft.unwrap_or(libc::ETIMEDOUT));
             self.state = State::Closed;
             self.rto_at = None;
             self.ack.timer = None;

@@ -44,6 +44,7 @@ pub mod corpus;
 pub mod ethernet;
 pub mod flow;
 pub mod hash;
+pub mod icmp;
 pub mod ipv4;
 pub mod ipv6;
 pub mod parse;

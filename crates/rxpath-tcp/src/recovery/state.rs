@@ -110,7 +110,7 @@ impl Conn {
             .wrapping_add(self.reno_sacked.saturating_sub(prior));
     }
 
-    pub(super) fn set_ca_state(&mut self, s: CaState, now: Nanos) {
+    pub(crate) fn set_ca_state(&mut self, s: CaState, now: Nanos) {
         if s == CaState::Loss {
             let nxt = self.snd_nxt;
             self.cubic.on_loss_state(now, nxt);

@@ -124,7 +124,11 @@ impl Stack {
         let iss = (h(1) as u32).wrapping_add((now >> 6) as u32);
         let v6 = remote.is_ipv6()
             && !matches!(remote.ip(), IpAddr::V6(a) if a.to_ipv4_mapped().is_some());
-        let advmss = self.cfg.advmss(v6) as u32;
+        // The route's MTU (`dst_mtu`), a learnt path MTU included, sizes
+        // the MSS advertised (`ipv4_default_advmss`) and used.
+        let pmtu = self.path_mtu(remote.ip(), now);
+        let hdr = if v6 { 60 } else { 40 };
+        let advmss = (self.cfg.advmss(v6) as u32).min(pmtu.saturating_sub(hdr).max(88));
         let rcv_wscale = self.cfg.rcv_wscale();
         let rcv_wnd = (rcvbuf / 2).min(65535);
         Conn {
@@ -174,6 +178,7 @@ impl Stack {
             mss_clamp: crate::conn::TCP_MSS_DEFAULT,
             advmss,
             mss_cache: advmss,
+            pmtu_cookie: pmtu,
             nodelay: false,
             cork: false,
             sk_sndbuf: sndbuf,
@@ -252,6 +257,7 @@ impl Stack {
             wake_out: 0,
             nospace: false,
             err: None,
+            err_soft: None,
             shut_rd: false,
             shut_wr: false,
             orphan: false,

@@ -154,6 +154,9 @@ pub struct Stack {
     /// since [`Stack::take_touched`] last emptied it (the kernel's
     /// `sk_data_ready` / `sk_write_space` / `sk_state_change` calls).
     touched: Vec<SockId>,
+    /// Path MTUs learnt from ICMP, by destination, and when each expires
+    /// (the route's exception, `fib_nh_exception`).
+    pmtu: HashMap<IpAddr, (u32, Nanos)>,
 }
 
 macro_rules! ctx {
@@ -171,6 +174,7 @@ macro_rules! ctx {
 
 mod calls;
 mod cookies;
+mod icmp;
 mod options;
 mod segments;
 
@@ -192,6 +196,7 @@ impl Stack {
             next_port: 32768 + (secret % 28000) as u16,
             local_addrs,
             touched: Vec::new(),
+            pmtu: HashMap::new(),
         }
     }
 

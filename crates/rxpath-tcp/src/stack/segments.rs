@@ -5,7 +5,8 @@
 use super::*;
 
 impl Stack {
-    /// A packet from the device: an IP packet carrying TCP.
+    /// A packet from the device: an IP packet carrying TCP, or an ICMP
+    /// error quoting one of this host's segments.
     pub fn input(&mut self, pkt: &[u8], now: Nanos) {
         self.input_checked(pkt, false, now)
     }
@@ -14,6 +15,9 @@ impl Stack {
     /// already verified or trusted (`verified`), as `tcp_v4_rcv` skips
     /// `tcp_checksum_complete` for `CHECKSUM_UNNECESSARY`.
     pub fn input_checked(&mut self, pkt: &[u8], verified: bool, now: Nanos) {
+        if icmp::is_icmp(pkt) {
+            return self.icmp_input(pkt, now);
+        }
         self.mib.InSegs += 1;
         let seg = match wire::parse_checked(pkt, verified) {
             Ok(s) => s,
