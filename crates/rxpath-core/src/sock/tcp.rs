@@ -59,6 +59,8 @@ pub(crate) struct TcpLayer {
 
 struct TcpState {
     stack: Stack,
+    /// The latest time the machine was given: its clock never runs back.
+    now: u64,
     touched: Vec<SockId>,
     armed: Option<u64>,
     tx: TcpTxCounters,
@@ -78,12 +80,25 @@ impl TcpLayer {
         TcpLayer {
             st: Mutex::new(TcpState {
                 stack: Stack::new(cfg, secret, local_addrs),
+                now: 0,
                 touched: Vec::new(),
                 armed: None,
                 tx: TcpTxCounters::default(),
             }),
             wake: OnceLock::new(),
         }
+    }
+}
+
+impl TcpState {
+    /// The time for the machine: `now` from the caller's clock reading,
+    /// or the latest time it was given if that is later. A NAPI's time
+    /// is its poll's, older than a program's call made since: the
+    /// machine's timestamps (`tsval`) and timers must not run back, or
+    /// the peer's PAWS drops what it sends.
+    fn clock(&mut self, now: u64) -> u64 {
+        self.now = self.now.max(now);
+        self.now
     }
 }
 
@@ -111,6 +126,7 @@ impl Sockets {
     pub(crate) fn tcp_input(&self, pkt: &[u8], verified: bool, now: u64, from: (u32, u32)) {
         if let Some(t) = self.tcp_layer() {
             let mut st = lock(&t.st);
+            let now = st.clock(now);
             st.stack.input_checked(pkt, verified, now);
             self.tcp_after(t, &mut st, from);
         }
@@ -122,6 +138,7 @@ impl Sockets {
     pub fn tcp_call<R>(&self, now: u64, f: impl FnOnce(&mut Stack, u64) -> R) -> Option<R> {
         let t = self.tcp_layer()?;
         let mut st = lock(&t.st);
+        let now = st.clock(now);
         let r = f(&mut st.stack, now);
         self.tcp_after(t, &mut st, (0, 0));
         Some(r)
@@ -132,6 +149,7 @@ impl Sockets {
     pub fn tcp_timeout(&self, now: u64) {
         if let Some(t) = self.tcp_layer() {
             let mut st = lock(&t.st);
+            let now = st.clock(now);
             if st.stack.next_deadline().is_some_and(|d| d <= now) {
                 st.stack.on_timeout(now);
             }
@@ -241,5 +259,23 @@ fn ip_dst(pkt: &[u8]) -> Option<(IpAddr, u16)> {
             Some((IpAddr::from(a), 0x86dd))
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A NAPI's older poll time after a program's call does not take the
+    /// machine's clock back: its timestamps stay in order for the peer's
+    /// PAWS.
+    #[test]
+    fn the_machines_clock_never_runs_back() {
+        let layer = TcpLayer::new(TcpConfig::default(), 7, Vec::new());
+        let mut st = lock(&layer.st);
+        assert_eq!(st.clock(5_000_000), 5_000_000);
+        assert_eq!(st.clock(17_000_000), 17_000_000);
+        assert_eq!(st.clock(9_000_000), 17_000_000);
+        assert_eq!(st.clock(18_000_000), 18_000_000);
     }
 }
