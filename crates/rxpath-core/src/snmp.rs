@@ -103,6 +103,45 @@ impl UdpMib {
     }
 }
 
+/// The ICMP errors IP input took for rxpath's TCP (`Icmp:`, `Icmp6`):
+/// the rest of ICMP is the kernel's and counted there.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct IcmpMib {
+    /// Messages received (`InMsgs`).
+    pub in_msgs: u64,
+    /// Messages with an error: a bad checksum, a quote cut short (`InErrors`).
+    pub in_errors: u64,
+    /// Bad ICMP checksums (`InCsumErrors`).
+    pub in_csum_errors: u64,
+    /// "Destination unreachable" (`InDestUnreachs`).
+    pub in_dest_unreachs: u64,
+    /// "Time exceeded" (`InTimeExcds`).
+    pub in_time_excds: u64,
+    /// "Parameter problem" (`InParmProbs`; ICMPv6 `InParmProblems`).
+    pub in_parm_probs: u64,
+    /// "Source quench" (`InSrcQuenchs`, IPv4).
+    pub in_src_quenchs: u64,
+    /// Redirects (`InRedirects`, IPv4).
+    pub in_redirects: u64,
+    /// "Packet too big" (`InPktTooBigs`, ICMPv6).
+    pub in_pkt_too_bigs: u64,
+}
+
+impl IcmpMib {
+    fn merge(&mut self, o: &IcmpMib) {
+        self.in_msgs += o.in_msgs;
+        self.in_errors += o.in_errors;
+        self.in_csum_errors += o.in_csum_errors;
+        self.in_dest_unreachs += o.in_dest_unreachs;
+        self.in_time_excds += o.in_time_excds;
+        self.in_parm_probs += o.in_parm_probs;
+        self.in_src_quenchs += o.in_src_quenchs;
+        self.in_redirects += o.in_redirects;
+        self.in_pkt_too_bigs += o.in_pkt_too_bigs;
+    }
+}
+
 /// What rxpath counts where the kernel has no SNMP counter.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
@@ -159,6 +198,10 @@ pub struct Snmp {
     pub udp: UdpMib,
     /// UDP over IPv6 (`Udp6*`).
     pub udp6: UdpMib,
+    /// ICMP errors taken for TCP (`Icmp:`).
+    pub icmp: IcmpMib,
+    /// ICMPv6 errors taken for TCP (`Icmp6*`).
+    pub icmp6: IcmpMib,
     /// rxpath's own.
     pub ext: RxExt,
 }
@@ -170,6 +213,8 @@ impl Snmp {
         self.ip6.merge(&o.ip6);
         self.udp.merge(&o.udp);
         self.udp6.merge(&o.udp6);
+        self.icmp.merge(&o.icmp);
+        self.icmp6.merge(&o.icmp6);
         self.ext.merge(&o.ext);
     }
 
@@ -191,9 +236,18 @@ impl Snmp {
         }
     }
 
+    /// The ICMP MIB of a family.
+    pub fn icmp_mut(&mut self, v6: bool) -> &mut IcmpMib {
+        if v6 {
+            &mut self.icmp6
+        } else {
+            &mut self.icmp
+        }
+    }
+
     /// The counters by section and name, as the kernel prints them:
-    /// `Ip:` and `Udp:` of `/proc/net/snmp`, `IpExt:` of
-    /// `/proc/net/netstat`, and `Ip6`/`Udp6` of `/proc/net/snmp6` (whose
+    /// `Ip:`, `Icmp:` and `Udp:` of `/proc/net/snmp`, `IpExt:` of
+    /// `/proc/net/netstat`, and `Ip6`/`Icmp6`/`Udp6` of `/proc/net/snmp6` (whose
     /// names carry the section as a prefix: `Ip6InReceives`), then `Rxpath`.
     pub fn sections(&self) -> Vec<(&'static str, Vec<(&'static str, u64)>)> {
         let ip = |m: &IpMib, v6: bool| {
@@ -228,6 +282,24 @@ impl Snmp {
                 ("IgnoredMulti", m.ignored_multi),
             ]
         };
+        let icmp = |m: &IcmpMib, v6: bool| {
+            let mut v = vec![
+                ("InMsgs", m.in_msgs),
+                ("InErrors", m.in_errors),
+                ("InCsumErrors", m.in_csum_errors),
+                ("InDestUnreachs", m.in_dest_unreachs),
+                ("InTimeExcds", m.in_time_excds),
+            ];
+            if v6 {
+                v.push(("InParmProblems", m.in_parm_probs));
+                v.push(("InPktTooBigs", m.in_pkt_too_bigs));
+            } else {
+                v.push(("InParmProbs", m.in_parm_probs));
+                v.push(("InSrcQuenchs", m.in_src_quenchs));
+                v.push(("InRedirects", m.in_redirects));
+            }
+            v
+        };
         let e = &self.ext;
         vec![
             ("Ip", ip(&self.ip, false)),
@@ -239,8 +311,10 @@ impl Snmp {
                     ("ReasmOverlaps", self.ip.reasm_overlaps),
                 ],
             ),
+            ("Icmp", icmp(&self.icmp, false)),
             ("Udp", udp(&self.udp)),
             ("Ip6", ip(&self.ip6, true)),
+            ("Icmp6", icmp(&self.icmp6, true)),
             ("Udp6", udp(&self.udp6)),
             (
                 "Rxpath",

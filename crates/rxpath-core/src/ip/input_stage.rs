@@ -321,9 +321,18 @@ fn udp_input<S: Stack, H: Hook>(
     pkt: Packet,
     ctx: &mut RxCtx<'_>,
 ) -> Option<Packet> {
-    if cfg.tcp && matches!(pkt.meta.headers.l4, L4::Tcp { .. }) && !pkt.meta.headers.fragment {
-        tcp_input(cfg, hook, inner, pkt, ctx);
-        return None;
+    if cfg.tcp && !pkt.meta.headers.fragment {
+        match pkt.meta.headers.l4 {
+            L4::Tcp { .. } => {
+                tcp_input(cfg, hook, inner, pkt, ctx);
+                return None;
+            }
+            L4::Other(1 | 58) if pkt.frags.is_empty() => {
+                icmp_input(cfg, hook, inner, pkt, ctx);
+                return None;
+            }
+            _ => {}
+        }
     }
     let more = if pkt.frags.is_empty() {
         0
@@ -387,6 +396,29 @@ fn tcp_input<S: Stack, H: Hook>(
     let csum = CsumStatus::of(&pkt.meta);
     let r = hooked(hook, &pkt, ctx, |bytes, snmp, judge| {
         super::input_tcp_at(bytes, more, csum, cfg, snmp, judge)
+    });
+    match r {
+        Ok(seg) => inner.receive_tcp(pkt, &seg, ctx),
+        Err(reason) => {
+            inner.refused(reason);
+            ctx.drop(pkt, reason)
+        }
+    }
+}
+
+/// An ICMP error quoting TCP, in front of a socket layer with TCP: on to
+/// `inner` as [`Stack::receive_tcp`] (the machine takes it as the kernel's
+/// `tcp_v4_err`), or dropped.
+#[cold]
+fn icmp_input<S: Stack, H: Hook>(
+    cfg: &IpConfig,
+    hook: &mut H,
+    inner: &mut S,
+    pkt: Packet,
+    ctx: &mut RxCtx<'_>,
+) {
+    let r = hooked(hook, &pkt, ctx, |bytes, snmp, judge| {
+        super::input_icmp_at(bytes, cfg, snmp, judge)
     });
     match r {
         Ok(seg) => inner.receive_tcp(pkt, &seg, ctx),

@@ -33,6 +33,7 @@
 //! property test at the end feeds random and mutated frames).
 
 mod defrag;
+mod icmp;
 mod input_stage;
 pub mod mcast;
 mod tcp;
@@ -411,6 +412,31 @@ pub(crate) fn input_tcp_at(
         return Err(DropReason::UnhandledProto);
     }
     Ok(tcp::rcv(frame, more, l3, l4, csum, cfg, snmp))
+}
+
+/// L2 and IP input of an ICMP or ICMPv6 packet in front of a socket
+/// layer with TCP: an error quoting TCP through the `INPUT` hook to
+/// `icmp_rcv()`, for the TCP machine; anything else left to the kernel.
+#[inline(never)]
+pub(crate) fn input_icmp_at(
+    frame: &[u8],
+    cfg: &IpConfig,
+    snmp: &mut Snmp,
+    filter: Option<InputHook<'_>>,
+) -> Result<TcpSeg, DropReason> {
+    let (etype, l3) = l2_rcv(frame, cfg, snmp)?;
+    let l4 = l3_rcv(frame, 0, etype, l3, false, cfg, snmp)?;
+    if !matches!(l4.proto, 1 | 58) || !icmp::wanted(frame, l3) {
+        snmp.ext.left_to_kernel += 1;
+        return Err(DropReason::UnhandledProto);
+    }
+    if let Some(hook) = filter {
+        if let Some(reason) = hook(frame, &local_in(l3, &l4, 0)) {
+            return Err(reason);
+        }
+    }
+    delivered(snmp, etype == ethertype::IPV6);
+    icmp::rcv(frame, l3, &l4, snmp)
 }
 
 /// L2 and IP input up to the transport (`ip_local_deliver()`): the

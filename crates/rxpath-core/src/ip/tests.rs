@@ -410,3 +410,55 @@ fn the_input_hook_runs_between_ip_and_udp() {
     assert_eq!(through(&hdr, &mut s), Err(DropReason::IpHeader));
     assert_eq!(rule(&handle).0, 1);
 }
+
+/// An ICMP message of `typ`/`code` (word `rest`) from a router to the
+/// server, quoting a segment the server sent (protocol `quoted`).
+fn icmp4(typ: u8, code: u8, rest: [u8; 4], quoted: u8) -> Vec<u8> {
+    let mut f = v4(&[0u8; 36]);
+    f[14 + 9] = 1;
+    f[26..30].copy_from_slice(&[198, 18, 0, 254]);
+    let mut msg = vec![typ, code, 0, 0, rest[0], rest[1], rest[2], rest[3]];
+    let mut q = [0u8; 28];
+    q[0] = 0x45;
+    q[2..4].copy_from_slice(&1500u16.to_be_bytes());
+    q[9] = quoted;
+    q[12..16].copy_from_slice(&[198, 18, 9, 6]);
+    q[16..20].copy_from_slice(&[198, 19, 2, 1]);
+    msg.extend_from_slice(&q);
+    let c = !rxpath_wire::checksum::fold(rxpath_wire::checksum::sum(&msg));
+    msg[2..4].copy_from_slice(&c.to_be_bytes());
+    f.truncate(34);
+    f.extend_from_slice(&msg);
+    f[16..18].copy_from_slice(&((20 + msg.len()) as u16).to_be_bytes());
+    fix_ip_csum(&mut f);
+    f
+}
+
+#[test]
+fn icmp_errors_quoting_tcp_go_to_tcp_and_the_rest_to_the_kernel() {
+    let c = IpConfig { tcp: true, ..cfg() };
+    let mut s = Snmp::default();
+    let frag = icmp4(3, 4, [0, 0, 0x04, 0xb0], 6);
+    let seg = input_icmp_at(&frag, &c, &mut s, None).unwrap();
+    assert_eq!((seg.l3, seg.verified), (14, true));
+    assert_eq!((s.icmp.in_msgs, s.icmp.in_dest_unreachs), (1, 1));
+    assert_eq!(s.ip.in_delivers, 1);
+    // About UDP, or an echo: the kernel's.
+    for f in [icmp4(3, 3, [0; 4], 17), icmp4(8, 0, [0; 4], 0)] {
+        assert_eq!(
+            input_icmp_at(&f, &c, &mut s, None),
+            Err(DropReason::UnhandledProto)
+        );
+    }
+    assert_eq!((s.ext.left_to_kernel, s.icmp.in_msgs), (2, 1));
+    // A damaged message is counted as icmp_rcv counts it.
+    let mut bad = frag.clone();
+    *bad.last_mut().unwrap() ^= 1;
+    assert_eq!(
+        input_icmp_at(&bad, &c, &mut s, None),
+        Err(DropReason::BadChecksum)
+    );
+    assert_eq!((s.icmp.in_csum_errors, s.icmp.in_errors), (1, 1));
+    let names: Vec<_> = s.sections().into_iter().map(|(n, _)| n).collect();
+    assert!(names.contains(&"Icmp") && names.contains(&"Icmp6"));
+}

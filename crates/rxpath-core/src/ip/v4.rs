@@ -147,13 +147,15 @@ fn deliver(
     match proto {
         // `InDelivers` is counted by the caller once the `INPUT` hook let
         // the packet through (`ip_protocol_deliver_rcu()`).
-        proto if proto == 17 || cfg.deliver_all || (proto == 6 && cfg.tcp) => Ok(L4 {
-            src: src.into(),
-            dst: dst.into(),
-            off,
-            len,
-            proto,
-        }),
+        proto if proto == 17 || cfg.deliver_all || ((proto == 6 || proto == 1) && cfg.tcp) => {
+            Ok(L4 {
+                src: src.into(),
+                dst: dst.into(),
+                off,
+                len,
+                proto,
+            })
+        }
         proto if KERNEL_PROTOS.contains(&proto) => {
             snmp.ext.left_to_kernel += 1;
             Err(DropReason::UnhandledProto)

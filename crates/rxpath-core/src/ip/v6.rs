@@ -215,7 +215,7 @@ pub(super) fn upper(p: &[u8], at: Walk, cfg: &IpConfig, snmp: &mut Snmp) -> Resu
             // (as the IPv4 side does).
             // `InDelivers`: counted by the caller after the `INPUT` hook.
             nh if nh == NEXTHDR_UDP
-                || (nh == NEXTHDR_TCP && cfg.tcp)
+                || ((nh == NEXTHDR_TCP || nh == NEXTHDR_ICMP) && cfg.tcp)
                 || (cfg.deliver_all && nh != NEXTHDR_HOP) =>
             {
                 return Ok(L4 {

@@ -424,9 +424,10 @@ mod tests {
             assert_eq!((p[at].regs >> 4, p[at].imm), (src, fd), "load at {at}");
         }
         // Two port-map lookups per family (the address, then the
-        // family's wildcard); a redirect.
+        // family's wildcard), for a segment and for an ICMP error quoting
+        // one; a redirect.
         let calls = |n| p.iter().filter(|i| i.code == 0x85 && i.imm == n).count();
-        assert_eq!(calls(BPF_FUNC_MAP_LOOKUP_ELEM), 4);
+        assert_eq!(calls(BPF_FUNC_MAP_LOOKUP_ELEM), 8);
         assert!(calls(BPF_FUNC_REDIRECT_MAP) >= 1);
         // IPv4 fragments go to the kernel: MF and the offset are tested.
         assert!(p.iter().any(|i| i.code == 0x57 && i.imm == 0xff3f));
@@ -459,6 +460,17 @@ mod tests {
             },
             XdpFilter {
                 port_map: true,
+                ..udp
+            },
+            // TCP by port, with the ICMP errors about its segments.
+            XdpFilter {
+                port_map: true,
+                protocol: None,
+                ..udp
+            },
+            XdpFilter {
+                protocol: Some(6),
+                dst_port: Some(7000),
                 ..udp
             },
         ];

@@ -4,7 +4,8 @@
 // to the kernel.
 //
 // A frame it takes is redirected to the AF_XDP socket of the queue it
-// arrived on (XDP_PASS when that queue has none); everything else goes to
+// arrived on (XDP_PASS when that queue has none), ICMP errors about the
+// TCP segments of the ports it takes included; everything else goes to
 // the kernel: ARP and ND, what the configuration does not ask for, and
 // whatever this program cannot judge by itself (IP fragments, IPv6 AH
 // and ESP headers, VLAN tags with an ID), which the kernel then
@@ -27,8 +28,10 @@ typedef unsigned long long u64;
 
 #define SEC(name) __attribute__((section(name), used))
 #define XDP_PASS 2
+#define IPPROTO_ICMP 1
 #define IPPROTO_TCP 6
 #define IPPROTO_UDP 17
+#define IPPROTO_ICMPV6 58
 #define ETH_HLEN 14
 #define IP4_HLEN 20
 #define IP6_HLEN 40
@@ -93,14 +96,13 @@ struct port_key {
 	u8 addr[16];
 };
 
-// Is the destination at `l4 + 2` (the port) and `daddr` (`alen` bytes of
-// address, 4 or 16) one this program takes? The bound address first, then
-// the wildcard, as the kernel's socket lookup falls back to it.
-static __attribute__((always_inline)) int port_taken(const u8 *l4, u8 proto, u8 family,
+// Is the destination port `dport` (network order) at `daddr` (4 or 16
+// bytes of address, by `family`) one this program takes? The bound
+// address first, then the wildcard, as the kernel's socket lookup falls
+// back to it.
+static __attribute__((always_inline)) int port_taken(u16 dport, u8 proto, u8 family,
 						     const u8 *daddr)
 {
-	u16 dport = load16(l4 + 2);
-
 	if (cfg.port_map) {
 		struct port_key key = {};
 
@@ -140,6 +142,48 @@ static __attribute__((always_inline)) int wanted(u8 p)
 	return !cfg.port_map || p == IPPROTO_UDP || p == IPPROTO_TCP;
 }
 
+// Does this program take TCP by port (the ICMP errors about its
+// connections go where their segments go)?
+static __attribute__((always_inline)) int tcp_by_port(void)
+{
+	return by_port() && (cfg.protocol == 0 || cfg.protocol == IPPROTO_TCP);
+}
+
+// An ICMP error (destination unreachable, time exceeded, parameter
+// problem) quoting a TCP segment sent from a port this program takes:
+// the TCP behind that port hears of it (tcp_v4_err). `icmp` is the ICMP
+// header; the quoted source is this host's end.
+static __attribute__((always_inline)) int take_icmp_v4(const u8 *icmp, const u8 *end)
+{
+	const u8 *q = icmp + 8;
+	const u8 *ql4;
+
+	if (q + IP4_HLEN > end)
+		return 0;
+	if (icmp[0] != 3 && icmp[0] != 11 && icmp[0] != 12)
+		return 0;
+	if ((q[0] >> 4) != 4 || (q[0] & 0x0f) < 5 || q[9] != IPPROTO_TCP)
+		return 0;
+	ql4 = q + (q[0] & 0x0f) * 4;
+	if (ql4 + 8 > end)
+		return 0;
+	return port_taken(load16(ql4), IPPROTO_TCP, 4, q + 12);
+}
+
+// ICMPv6's errors (types 1 to 4) as take_icmp_v4's: the quoted IPv6
+// header followed by TCP (a quote with extension headers is the
+// kernel's).
+static __attribute__((always_inline)) int take_icmp_v6(const u8 *icmp, const u8 *end)
+{
+	const u8 *q = icmp + 8;
+
+	if (q + IP6_HLEN + 8 > end)
+		return 0;
+	if (icmp[0] < 1 || icmp[0] > 4 || q[6] != IPPROTO_TCP)
+		return 0;
+	return port_taken(load16(q + IP6_HLEN), IPPROTO_TCP, 6, q + 8);
+}
+
 // `l3` is the IP header (after the Ethernet header and any priority
 // tags), `end` the frame's end; the caller checked IP4_HLEN bytes there.
 static __attribute__((always_inline)) int take_v4(const u8 *l3, const u8 *end)
@@ -147,6 +191,11 @@ static __attribute__((always_inline)) int take_v4(const u8 *l3, const u8 *end)
 	const u8 *l4;
 	u32 ihl = l3[0] & 0x0f;
 
+	if (l3[9] == IPPROTO_ICMP && tcp_by_port()) {
+		if ((l3[0] >> 4) != 4 || ihl < 5 || (load16(l3 + 6) & __builtin_bswap16(0x3fff)))
+			return 0;
+		return take_icmp_v4(l3 + ihl * 4, end);
+	}
 	if (!wanted(l3[9]))
 		return 0;
 	if (!by_port())
@@ -164,7 +213,7 @@ static __attribute__((always_inline)) int take_v4(const u8 *l3, const u8 *end)
 	l4 = l3 + ihl * 4;
 	if (l4 + 4 > end)
 		return 0;
-	return port_taken(l4, l3[9], 4, l3 + 16);
+	return port_taken(load16(l4 + 2), l3[9], 4, l3 + 16);
 }
 
 // The IPv6 header chain, walked as ipv6_rcv and ip6_protocol_deliver_rcu
@@ -183,6 +232,10 @@ static __attribute__((always_inline)) int take_v6(const u8 *l3, const u8 *end)
 		return next == cfg.protocol;
 	if (l3 + IP6_HLEN > end)
 		return 0;
+	// An ICMPv6 error right after the header (one behind extension
+	// headers is the kernel's, which drops it: no socket of its own).
+	if (next == IPPROTO_ICMPV6 && tcp_by_port())
+		return take_icmp_v6(l3 + IP6_HLEN, end);
 	for (int i = 0; i < V6_EXT_MAX; i++) {
 		const u8 *h;
 
@@ -208,7 +261,7 @@ static __attribute__((always_inline)) int take_v6(const u8 *l3, const u8 *end)
 	l4 = l3 + off;
 	if (l4 + 4 > end)
 		return 0;
-	return port_taken(l4, next, 6, l3 + 24);
+	return port_taken(load16(l4 + 2), next, 6, l3 + 24);
 }
 
 SEC("xdp")
