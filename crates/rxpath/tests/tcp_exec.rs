@@ -472,38 +472,51 @@ fn iperf3_client_connects_out_through_rxpath() {
             if reverse {
                 args.push("-R");
             }
-            let mut c = None;
-            for _ in 0..40 {
-                let s = server(&p, exec, &args);
-                let out = s.wait_with_output().expect("iperf3 -c");
-                // iperf3's JSON first, then exec's report.
-                let mut it = serde_json::Deserializer::from_slice(&out.stdout).into_iter();
-                let j: serde_json::Value = it.next().and_then(Result::ok).unwrap_or_default();
-                if out.status.success() && j["end"].is_object() {
-                    c = Some((j, String::from_utf8_lossy(&out.stdout).to_string()));
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(250));
-            }
-            let mut srv = srv;
-            let _ = srv.wait();
-            let (j, out) = c.expect("the iperf3 client never ran");
-            let sent = j["end"]["sum_sent"]["bytes"].as_u64().unwrap_or(0);
-            let got = j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
-            assert!(
-                sent > 1_000_000,
-                "{peer} {exec:?} -R {reverse}: {}",
-                j["end"]
-            );
-            let ok = sent.checked_sub(got).is_some_and(|d| d < IN_FLIGHT);
-            assert!(ok, "{peer} {exec:?} -R {reverse}: {}", j["end"]);
-            if exec.is_some() {
-                assert!(!out.contains("sockets on rxpath 0 "), "{out}");
-                assert!(out.contains("back in the pool: ok"), "{out}");
-                assert!(!out.contains("MISMATCH"), "{out}");
-            }
+            let what = format!("{peer} {exec:?} -R {reverse}");
+            iperf3_client_counts_every_byte(&p, exec, &args, srv, &what);
         }
     }
+}
+
+/// Run `iperf3 -c` (`args`) in the server namespace, under exec or not,
+/// until it ran against `srv` (an `iperf3 -s -1`, killed if the client
+/// never ran): what it sent, the server received, short only of what was
+/// in flight at the end; under exec the path's accounting holds.
+fn iperf3_client_counts_every_byte(
+    p: &Pair,
+    exec: Option<&[&str]>,
+    args: &[&str],
+    mut srv: std::process::Child,
+    what: &str,
+) -> serde_json::Value {
+    let mut c = None;
+    for _ in 0..40 {
+        let out = server(p, exec, args).wait_with_output().expect("iperf3 -c");
+        // iperf3's JSON first, then exec's report.
+        let mut it = serde_json::Deserializer::from_slice(&out.stdout).into_iter();
+        let j: serde_json::Value = it.next().and_then(Result::ok).unwrap_or_default();
+        if out.status.success() && j["end"].is_object() {
+            c = Some((j, String::from_utf8_lossy(&out.stdout).to_string()));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    if c.is_none() {
+        let _ = srv.kill();
+    }
+    let _ = srv.wait();
+    let (j, out) = c.expect("the iperf3 client never ran");
+    let sent = j["end"]["sum_sent"]["bytes"].as_u64().unwrap_or(0);
+    let got = j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+    assert!(sent > 1_000_000, "{what}: {}\n{out}", j["end"]);
+    let ok = sent.checked_sub(got).is_some_and(|d| d < IN_FLIGHT);
+    assert!(ok, "{what}: {}\n{out}", j["end"]);
+    if exec.is_some() {
+        assert!(!out.contains("sockets on rxpath 0 "), "{out}");
+        assert!(out.contains("back in the pool: ok"), "{out}");
+        assert!(!out.contains("MISMATCH"), "{out}");
+    }
+    j
 }
 
 const FORKING_SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/forking_server.py");
@@ -748,35 +761,7 @@ fn a_narrow_link_behind_a_router_is_learnt_from_icmp() {
             "1",
             "--json",
         ];
-        let mut c = None;
-        for _ in 0..40 {
-            let out = server(&p, exec, &args)
-                .wait_with_output()
-                .expect("iperf3 -c");
-            let mut it = serde_json::Deserializer::from_slice(&out.stdout).into_iter();
-            let j: serde_json::Value = it.next().and_then(Result::ok).unwrap_or_default();
-            if out.status.success() && j["end"].is_object() {
-                c = Some((j, String::from_utf8_lossy(&out.stdout).to_string()));
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        let mut srv = srv;
-        if c.is_none() {
-            let _ = srv.kill();
-        }
-        let _ = srv.wait();
-        let (j, out) = c.expect("the iperf3 client never ran");
-        let sent = j["end"]["sum_sent"]["bytes"].as_u64().unwrap_or(0);
-        let got = j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
-        assert!(sent > 1_000_000, "{exec:?}: {}\n{out}", j["end"]);
-        let ok = sent.checked_sub(got).is_some_and(|d| d < IN_FLIGHT);
-        assert!(ok, "{exec:?}: {}\n{out}", j["end"]);
-        if exec.is_some() {
-            assert!(!out.contains("sockets on rxpath 0 "), "{out}");
-            assert!(out.contains("back in the pool: ok"), "{out}");
-            assert!(!out.contains("MISMATCH"), "{out}");
-        }
+        let j = iperf3_client_counts_every_byte(&p, exec, &args, srv, &format!("{exec:?}"));
         eprintln!("{exec:?}: {}", j["end"]["sum_sent"]);
     }
 }
