@@ -485,3 +485,57 @@ fn without_timestamps_a_cookie_connection_has_no_window_scaling_or_sack() {
     // The MSS the cookie could keep: 1300 of msstab, for the SYN's 1400.
     assert_eq!(info.tcpi_snd_mss, 1300);
 }
+
+/// `SO_REUSEPORT` listeners on one address (as a server with a listener
+/// per thread): a third socket without it cannot bind there; each
+/// connection is made by exactly one of the group, picked by its flow
+/// (a retransmitted SYN goes where the first went), and the group as a
+/// whole shares them out.
+#[test]
+fn reuseport_listeners_share_the_connections_of_their_address() {
+    let mut st = Stack::new(TcpConfig::default(), 7, vec![]);
+    let group: Vec<SockId> = (0..4)
+        .map(|_| {
+            let l = st.socket(false);
+            st.set_option(l, rxpath_tcp::SockOpt::ReusePort, 1, 0)
+                .unwrap();
+            st.bind(l, local()).unwrap();
+            st.listen(l, 128).unwrap();
+            l
+        })
+        .collect();
+    let lone = st.socket(false);
+    assert_eq!(st.bind(lone, local()), Err(libc::EADDRINUSE));
+    let mut chosen = std::collections::HashMap::new();
+    for port in 0..64u16 {
+        // Each SYN twice: the retransmission answers the same half-open
+        // child, whichever listener holds it.
+        for _ in 0..2 {
+            let (_, s) = syn_from(42000 + port, 9, OptsOut::default());
+            st.input(&wire::build(&s), 0);
+        }
+        let o = out(&mut st);
+        assert!(!o.is_empty() && o.iter().all(|x| x.0 == SYN | ACK), "{o:?}");
+        assert_eq!(o[0].1, o[o.len() - 1].1, "one child per flow");
+        let (_, s) = syn_from(42000 + port, 10, OptsOut::default());
+        let ack = SegOut {
+            ack: o[0].1.wrapping_add(1),
+            flags: ACK,
+            ..s
+        };
+        st.input(&wire::build(&ack), MS);
+        assert!(out(&mut st).is_empty());
+        let took: Vec<usize> = group
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &l)| st.accept(l).ok().map(|_| i))
+            .collect();
+        assert_eq!(took.len(), 1, "port {port}: accepted by {took:?}");
+        *chosen.entry(took[0]).or_insert(0) += 1;
+    }
+    assert!(
+        chosen.len() >= 3,
+        "the group shares the connections: {chosen:?}"
+    );
+    assert_eq!(chosen.values().sum::<i32>(), 64);
+}

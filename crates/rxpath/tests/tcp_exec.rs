@@ -11,6 +11,7 @@ mod common;
 
 use common::exec::server;
 use common::Pair;
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -463,6 +464,7 @@ fn iperf3_client_connects_out_through_rxpath() {
                     "netns", "exec", &p.cli, "iperf3", "-s", "-1", "-B", peer, "-p", "5322",
                 ])
                 .stdout(std::process::Stdio::null())
+                .process_group(0)
                 .spawn()
                 .expect("iperf3 -s");
             let _ = Command::new("ip")
@@ -491,12 +493,13 @@ fn iperf3_client_counts_every_byte(
 ) -> serde_json::Value {
     let mut c = None;
     for _ in 0..40 {
-        let out = server(p, exec, args).wait_with_output().expect("iperf3 -c");
+        // A client that hangs is stopped after 20 s.
+        let (status, out, _) = finish(server(p, exec, args));
         // iperf3's JSON first, then exec's report.
-        let mut it = serde_json::Deserializer::from_slice(&out.stdout).into_iter();
+        let mut it = serde_json::Deserializer::from_str(&out).into_iter();
         let j: serde_json::Value = it.next().and_then(Result::ok).unwrap_or_default();
-        if out.status.success() && j["end"].is_object() {
-            c = Some((j, String::from_utf8_lossy(&out.stdout).to_string()));
+        if status.success() && j["error"].is_null() && j["end"]["sum_sent"].is_object() {
+            c = Some((j, out));
             break;
         }
         std::thread::sleep(Duration::from_millis(250));
@@ -504,7 +507,7 @@ fn iperf3_client_counts_every_byte(
     if c.is_none() {
         let _ = srv.kill();
     }
-    let _ = srv.wait();
+    let _ = finish(srv);
     let (j, out) = c.expect("the iperf3 client never ran");
     let sent = j["end"]["sum_sent"]["bytes"].as_u64().unwrap_or(0);
     let got = j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
@@ -517,6 +520,53 @@ fn iperf3_client_counts_every_byte(
         assert!(!out.contains("MISMATCH"), "{out}");
     }
     j
+}
+
+const REUSEPORT_SERVER: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/apps/reuseport_server.py"
+);
+const MANY_CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/many_client.py");
+
+/// A listener per thread with `SO_REUSEPORT` (four, on one address):
+/// under exec all four are rxpath's group, each of 32 connections is
+/// accepted by one of them and echoed as on the kernel, and the group
+/// shares them out as the kernel's does.
+#[test]
+fn reuseport_listeners_per_thread_share_their_connections() {
+    let Some(p) = Pair::new("tu", true, &["python3"]) else {
+        return;
+    };
+    let mut seen = Vec::new();
+    for exec in [None, Some(EXEC)] {
+        let s = server(
+            &p,
+            exec,
+            &["python3", REUSEPORT_SERVER, SRV, "5370", "4", "32"],
+        );
+        let c = in_client(
+            &p,
+            &["timeout", "60", "python3", MANY_CLIENT, SRV, "5370", "32"],
+        );
+        let got = String::from_utf8_lossy(&c.stdout).to_string();
+        let (status, out, err) = finish(s);
+        assert!(status.success(), "{exec:?}: {out}\n{err}");
+        assert_eq!(got.lines().count(), 32, "{exec:?}: {got}\n{out}\n{err}");
+        assert!(out.contains("served 32"), "{exec:?}: {out}");
+        let used = out
+            .lines()
+            .filter(|l| l.starts_with("listener ") && !l.ends_with(": 0"))
+            .count();
+        assert!(used >= 2, "{exec:?}: one listener took them all: {out}");
+        if exec.is_some() {
+            assert!(out.contains("sockets on rxpath 4 "), "{out}");
+            assert!(out.contains(":5370 rxpath x4\n"), "{out}");
+            assert!(!out.contains("MISMATCH"), "{out}");
+            assert!(out.contains("back in the pool: ok"), "{out}");
+        }
+        seen.push(got);
+    }
+    assert_eq!(seen[0], seen[1]);
 }
 
 const FORKING_SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/forking_server.py");
@@ -665,7 +715,8 @@ fn servers_forking_per_connection_answer_as_on_the_kernel() {
 }
 
 /// A third namespace behind the client one, which routes to it over a
-/// link of `mtu` bytes; removed with what runs there.
+/// link of `mtu` bytes (both ends) and advertises a 1460-byte MSS all
+/// the same; removed with what runs there.
 struct Far {
     ns: String,
 }
@@ -700,16 +751,17 @@ impl Far {
         );
         sh(&p.cli, &["ip", "link", "set", &near_if, "up"]);
         sh(&p.cli, &["sysctl", "-q", "net.ipv4.ip_forward=1"]);
+        sh(&far.ns, &["ip", "link", "set", &far_if, "mtu", &mtu]);
         sh(
             &far.ns,
             &["ip", "addr", "add", "198.18.98.2/24", "dev", &far_if],
         );
         sh(&far.ns, &["ip", "link", "set", &far_if, "up"]);
         sh(&far.ns, &["ip", "link", "set", "lo", "up"]);
-        sh(
-            &far.ns,
-            &["ip", "route", "add", "default", "via", "198.18.98.1"],
-        );
+        // The far end advertises a full-sized MSS (as a host behind a
+        // second router would): only the router's ICMP tells the sender.
+        #[rustfmt::skip]
+        sh(&far.ns, &["ip", "route", "add", "default", "via", "198.18.98.1", "advmss", "1460"]);
         sh(
             &p.srv,
             &["ip", "route", "add", "198.18.98.0/24", "via", "198.18.9.5"],
@@ -749,6 +801,7 @@ fn a_narrow_link_behind_a_router_is_learnt_from_icmp() {
             .args(["netns", "exec", &far.ns])
             .args(["iperf3", "-s", "-1", "-B", "198.18.98.2", "-p", "5323"])
             .stdout(std::process::Stdio::null())
+            .process_group(0)
             .spawn()
             .expect("iperf3 -s");
         let args = [

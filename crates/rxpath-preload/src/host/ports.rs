@@ -83,7 +83,7 @@ impl Global {
         &self,
         addr: SocketAddr,
         backlog: i32,
-        v6only: bool,
+        share: rxpath_runtime::ListenShare,
     ) -> Result<(TcpListener, Vec<PortKey>), (Fallback, String)> {
         if !self.cfg.protocols.tcp() {
             return Err((Fallback::Protocol, "TCP (--protocols udp)".into()));
@@ -92,9 +92,9 @@ impl Global {
         let r = tcp_running(&mut s)?;
         let l = r
             .host
-            .tcp_listen_held(addr, backlog, v6only)
+            .tcp_listen_held(addr, backlog, share)
             .map_err(|e| (Fallback::BindRefused, format!("{addr}: {e}")))?;
-        let keys = keys_of(libc::IPPROTO_TCP as u8, addr, v6only);
+        let keys = keys_of(libc::IPPROTO_TCP as u8, addr, share.v6only);
         take_keys(r, addr, &keys)?;
         if self.cfg.busy_poll_us > 0 {
             l.set_busy_poll(self.cfg.busy_poll_us);

@@ -36,11 +36,17 @@ pub(crate) fn on_listen(fd: RawFd, backlog: i32) {
     let Some(addr) = crate::sys::local_addr(fd) else {
         return;
     };
-    let v6only = addr.is_ipv6()
-        && crate::sys::sockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) == Some(1);
+    let share = rxpath_runtime::ListenShare {
+        v6only: addr.is_ipv6()
+            && crate::sys::sockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) == Some(1),
+        // Listeners sharing the address with `SO_REUSEPORT` (one per
+        // thread) are rxpath's group, as the kernel sockets are the
+        // kernel's (for loopback).
+        reuseport: crate::sys::sockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT) == Some(1),
+    };
     // The kernel's backlog as `__sys_listen` takes it.
     let backlog = backlog.clamp(0, somaxconn());
-    let (l, keys) = match g.tcp_listen(addr, backlog, v6only) {
+    let (l, keys) = match g.tcp_listen(addr, backlog, share) {
         Ok(x) => x,
         Err((why, detail)) => return g.fallback(why, &detail),
     };

@@ -23,7 +23,7 @@ mod threads;
 mod tx;
 
 use crate::run::RunError;
-use crate::sock::{BacklogServer, TcpListener, TcpStream, TcpWaits, UdpSocket};
+use crate::sock::{BacklogServer, ListenShare, TcpListener, TcpStream, TcpWaits, UdpSocket};
 use crate::steer::Workers;
 use rxpath_core::gro::GroKnob;
 use rxpath_core::napi::{BundleMode, NAPI_POLL_WEIGHT};
@@ -399,7 +399,7 @@ impl Host {
     pub fn tcp_listen(&self, addr: SocketAddr, backlog: i32) -> std::io::Result<TcpListener> {
         let tcp = self.tcp_host()?;
         let addr = self.hold_tcp(addr)?;
-        TcpListener::listen(tcp, addr, backlog, false)
+        TcpListener::listen(tcp, addr, backlog, ListenShare::default())
     }
 
     /// TCP connections still sending (data or a FIN not yet
@@ -427,15 +427,15 @@ impl Host {
     /// A TCP socket listening on `addr`, whose port the caller holds: in
     /// the kernel (a preloaded program's own socket, bound there) and in
     /// the port map ([`Self::take_port`]), as
-    /// [`Self::udp_bind_held_with`] is for UDP. `v6only`: an IPv6
-    /// listener that takes no IPv4 (`IPV6_V6ONLY`).
+    /// [`Self::udp_bind_held_with`] is for UDP; `share`: `IPV6_V6ONLY`,
+    /// `SO_REUSEPORT`.
     pub fn tcp_listen_held(
         &self,
         addr: SocketAddr,
         backlog: i32,
-        v6only: bool,
+        share: ListenShare,
     ) -> std::io::Result<TcpListener> {
-        TcpListener::listen(self.tcp_host()?, addr, backlog, v6only)
+        TcpListener::listen(self.tcp_host()?, addr, backlog, share)
     }
 
     /// A TCP connection to `to` from `from` (its port 0: one the kernel

@@ -254,19 +254,32 @@ pub struct TcpListener {
     closed: AtomicBool,
 }
 
+/// How a listener shares its address, chosen before its `bind`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ListenShare {
+    /// `IPV6_V6ONLY`: an IPv6 listener that takes no IPv4.
+    pub v6only: bool,
+    /// `SO_REUSEPORT`: listeners on one address split its connections by
+    /// their flow's hash (a listener per thread).
+    pub reuseport: bool,
+}
+
 impl TcpListener {
     pub(crate) fn listen(
         host: TcpHost,
         addr: SocketAddr,
         backlog: i32,
-        v6only: bool,
+        share: ListenShare,
     ) -> io::Result<Self> {
         let id = host.call(|s, _| s.socket(addr.is_ipv6()))?;
         let w = host.waits.waiter(id);
         let r = host.call(|s, _| {
             s.set_option(id, SockOpt::ReuseAddr, 1, 0)?;
-            if v6only {
+            if share.v6only {
                 s.set_option(id, SockOpt::V6Only, 1, 0)?;
+            }
+            if share.reuseport {
+                s.set_option(id, SockOpt::ReusePort, 1, 0)?;
             }
             s.bind(id, addr)?;
             s.listen(id, backlog)?;

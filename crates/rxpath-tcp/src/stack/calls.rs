@@ -13,7 +13,8 @@ impl Stack {
         })
     }
 
-    pub(super) fn port_in_use(&self, addr: SocketAddr, reuse: bool, v6only: bool) -> bool {
+    pub(super) fn port_in_use(&self, addr: SocketAddr, me: &Sock) -> bool {
+        let (reuse, reuseport, v6only) = (me.reuseaddr, me.reuseport, me.v6only);
         self.socks.iter().flatten().any(|s| {
             let Some(b) = s.bound else { return false };
             // Across families only an IPv6 wildcard that takes IPv4 too
@@ -27,7 +28,10 @@ impl Stack {
                 addr.ip().is_unspecified() && !v6only
             };
             let listening = s.listener.is_some();
-            b.port() == addr.port() && overlap && (!(reuse && s.reuseaddr) || listening)
+            // `SO_REUSEADDR` on both: unless the other listens;
+            // `SO_REUSEPORT` on both: always (one program, one uid).
+            let shared = (reuse && s.reuseaddr && !listening) || (reuseport && s.reuseport);
+            b.port() == addr.port() && overlap && !shared
         })
     }
 
@@ -53,16 +57,12 @@ impl Stack {
 
     /// `bind`.
     pub fn bind(&mut self, id: SockId, mut addr: SocketAddr) -> Result<(), Errno> {
-        let (reuse, v6only) = {
-            let s = self.sock(id)?;
-            (s.reuseaddr, s.v6only)
-        };
         if self.sock(id)?.bound.is_some() {
             return Err(libc::EINVAL);
         }
         if addr.port() == 0 {
             addr.set_port(self.ephemeral_port());
-        } else if self.port_in_use(addr, reuse, v6only) {
+        } else if self.port_in_use(addr, self.sock(id)?) {
             return Err(libc::EADDRINUSE);
         }
         self.sock_mut(id)?.bound = Some(addr);

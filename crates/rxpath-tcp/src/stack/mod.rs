@@ -35,6 +35,9 @@ pub enum SockOpt {
     Cork,
     /// `SO_REUSEADDR`.
     ReuseAddr,
+    /// `SO_REUSEPORT`: listeners bound to one address share its
+    /// connections (set before `bind`).
+    ReusePort,
     /// `SO_SNDBUF` (set doubles it, as the kernel does).
     SndBuf,
     /// `SO_RCVBUF` (likewise).
@@ -71,6 +74,7 @@ impl SockOpt {
     pub fn by_name(level: i32, name: i32) -> Option<SockOpt> {
         Some(match (level, name) {
             (libc::SOL_SOCKET, libc::SO_REUSEADDR) => SockOpt::ReuseAddr,
+            (libc::SOL_SOCKET, libc::SO_REUSEPORT) => SockOpt::ReusePort,
             (libc::SOL_SOCKET, libc::SO_SNDBUF) => SockOpt::SndBuf,
             (libc::SOL_SOCKET, libc::SO_RCVBUF) => SockOpt::RcvBuf,
             (libc::SOL_SOCKET, libc::SO_ERROR) => SockOpt::Error,
@@ -107,6 +111,7 @@ struct Sock {
     v6only: bool,
     bound: Option<SocketAddr>,
     reuseaddr: bool,
+    reuseport: bool,
     keepalive: bool,
     nodelay: bool,
     cork: bool,

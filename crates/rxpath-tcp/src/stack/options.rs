@@ -62,6 +62,7 @@ impl Stack {
                 }
             }
             SockOpt::ReuseAddr => s.reuseaddr = val != 0,
+            SockOpt::ReusePort => s.reuseport = val != 0,
             SockOpt::KeepAlive => s.keepalive = val != 0,
             SockOpt::KeepIdle | SockOpt::KeepIntvl | SockOpt::KeepCnt => {
                 let max = if opt == SockOpt::KeepCnt { 127 } else { 32767 };
@@ -197,6 +198,7 @@ impl Stack {
             SockOpt::NoDelay => s.nodelay as i32,
             SockOpt::Cork => s.cork as i32,
             SockOpt::ReuseAddr => s.reuseaddr as i32,
+            SockOpt::ReusePort => s.reuseport as i32,
             SockOpt::KeepAlive => s.keepalive as i32,
             SockOpt::SndBuf => snd as i32,
             SockOpt::RcvBuf => rcv as i32,

@@ -116,8 +116,17 @@ impl Stack {
         }
     }
 
-    pub(super) fn find_listener(&self, local: SocketAddr) -> Option<SockId> {
-        let mut wild = None;
+    /// The listener a SYN from `remote` to `local` goes to
+    /// (`__inet_lookup_listener`): one bound to `local`'s address before
+    /// one bound to the wildcard (an IPv4 socket before an IPv6 one that
+    /// takes IPv4). Listeners sharing that address with `SO_REUSEPORT`
+    /// split the connections by the flow's hash (`reuseport_select_sock`:
+    /// `reciprocal_scale(hash, n)` over the group), so one flow always
+    /// finds the same one.
+    pub(super) fn find_listener(&self, local: SocketAddr, remote: SocketAddr) -> Option<SockId> {
+        // (score, address, id): a bound address 2, a wildcard of the
+        // packet's family 1, an IPv6 wildcard taking IPv4 0.
+        let mut found: Vec<(u8, IpAddr, SockId)> = Vec::new();
         for (i, s) in self.socks.iter().enumerate() {
             let Some(s) = s.as_ref().filter(|s| s.listener.is_some() && !s.orphan) else {
                 continue;
@@ -126,22 +135,38 @@ impl Stack {
                 continue;
             };
             let v4_on_v6 = local.is_ipv4() && s.v6 && !s.v6only;
-            if b.ip() == local.ip() || mapped_eq(b.ip(), local.ip()) {
-                return Some(SockId(i));
-            }
-            if b.ip().is_unspecified()
-                && (b.is_ipv4() == local.is_ipv4() || v4_on_v6 || local.is_ipv6())
-            {
-                wild = Some(SockId(i));
-            }
+            let score = if b.ip() == local.ip() || mapped_eq(b.ip(), local.ip()) {
+                2
+            } else if b.ip().is_unspecified() && b.is_ipv4() == local.is_ipv4() {
+                1
+            } else if b.ip().is_unspecified() && (v4_on_v6 || local.is_ipv6()) {
+                0
+            } else {
+                continue;
+            };
+            found.push((score, b.ip(), SockId(i)));
         }
-        wild
+        let best = found.iter().map(|f| f.0).max()?;
+        let &(_, ip, first) = found.iter().find(|f| f.0 == best)?;
+        let group: Vec<SockId> = found
+            .iter()
+            .filter(|f| f.0 == best && f.1 == ip)
+            .map(|f| f.2)
+            .filter(|id| self.socks[id.0].as_ref().is_some_and(|s| s.reuseport))
+            .collect();
+        if group.len() < 2 {
+            return Some(first);
+        }
+        let hash =
+            foldhash::fast::FixedState::with_seed(self.secret ^ 3).hash_one(key(local, remote));
+        let i = ((hash as u32 as u64 * group.len() as u64) >> 32) as usize;
+        Some(group[i])
     }
 
     /// `tcp_v4_rcv` for a segment no connection took: a listener's SYN,
     /// or a reset.
     pub(super) fn listen_input(&mut self, seg: &SegIn<'_>, now: Nanos) {
-        let Some(lid) = self.find_listener(seg.dst) else {
+        let Some(lid) = self.find_listener(seg.dst, seg.src) else {
             let mut ctx = ctx!(self, now);
             reset_for(&mut ctx, seg);
             return;
