@@ -569,6 +569,57 @@ fn reuseport_listeners_per_thread_share_their_connections() {
     assert_eq!(seen[0], seen[1]);
 }
 
+/// A TCP echo server that reads with `recvmmsg` (`MSG_WAITFORONE`) and
+/// writes with `sendmmsg` (`tests/apps/tcp_mmsg_echo.c`, built here):
+/// under exec the client gets its 2 MB back as on the kernel, and the
+/// server counted them all.
+#[test]
+fn recvmmsg_and_sendmmsg_on_a_connection_answer_as_on_the_kernel() {
+    let Some(p) = Pair::new("tv", true, &["cc", "python3"]) else {
+        return;
+    };
+    let bin = std::env::temp_dir().join(format!("rxpath-tcp-mmsg-{}", std::process::id()));
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/tcp_mmsg_echo.c");
+    let st = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&bin)
+        .arg(src)
+        .status();
+    assert!(st.is_ok_and(|s| s.success()), "compiling {src}");
+    let bin = bin.to_string_lossy().to_string();
+    let client = "import hashlib, socket, sys, threading, time\n\
+        d = bytes(i % 253 for i in range(2_000_000))\n\
+        for _ in range(100):\n\
+        \x20   try:\n\
+        \x20       s = socket.create_connection((sys.argv[1], 5380), timeout=20); break\n\
+        \x20   except OSError: time.sleep(0.1)\n\
+        t = threading.Thread(target=lambda: (s.sendall(d), s.shutdown(socket.SHUT_WR)))\n\
+        t.start()\n\
+        got = b''\n\
+        while True:\n\
+        \x20   b = s.recv(65536)\n\
+        \x20   if not b: break\n\
+        \x20   got += b\n\
+        t.join()\n\
+        print(len(got), got == d)\n";
+    for exec in [None, Some(EXEC)] {
+        let s = server(&p, exec, &[&bin, SRV, "5380"]);
+        let c = in_client(&p, &["timeout", "60", "python3", "-c", client, SRV]);
+        let got = String::from_utf8_lossy(&c.stdout).to_string();
+        let (status, out, err) = finish(s);
+        assert_eq!(got.trim(), "2000000 True", "{exec:?}: {got}\n{out}\n{err}");
+        assert!(status.success(), "{exec:?}: {out}\n{err}");
+        assert!(
+            out.contains("batches some bytes 2000000"),
+            "{exec:?}: {out}"
+        );
+        if exec.is_some() {
+            served_cleanly(&out);
+        }
+    }
+    let _ = std::fs::remove_file(&bin);
+}
+
 const FORKING_SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/forking_server.py");
 const FORK_CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/fork_client.py");
 const CALLS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/tcp_calls.py");

@@ -317,6 +317,20 @@ pub extern "C" fn recvmsg(fd: c_int, m: *mut msghdr, flags: c_int) -> ssize_t {
     read_either(fd, &a, rx, kernel)
 }
 
+/// When a `recvmmsg` with this timeout stops taking more (checked after
+/// each message, as `do_recvmmsg` checks it).
+pub(super) fn deadline(timeout: *const timespec) -> Option<std::time::Instant> {
+    (!timeout.is_null()).then(|| {
+        // SAFETY: a non-null timeout is a readable timespec.
+        let t = unsafe { *timeout };
+        std::time::Instant::now()
+            + Duration::new(
+                t.tv_sec.max(0) as u64,
+                t.tv_nsec.clamp(0, 999_999_999) as u32,
+            )
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn recvmmsg(
     fd: c_int,
@@ -325,6 +339,9 @@ pub extern "C" fn recvmmsg(
     flags: c_int,
     timeout: *mut timespec,
 ) -> c_int {
+    if let Some(t) = table::tcp(fd) {
+        return tcp::recvmmsg(&t, v, vlen, flags, deadline(timeout));
+    }
     let Some(a) = ops::Rx::of(fd) else {
         // SAFETY: the C library's recvmmsg with the program's arguments.
         return unsafe { real::recvmmsg()(fd, v, vlen, flags, timeout) };
@@ -334,15 +351,7 @@ pub extern "C" fn recvmmsg(
     }
     // SAFETY: the program passed `vlen` writable mmsghdrs at `v`.
     let msgs = unsafe { std::slice::from_raw_parts_mut(v, vlen as usize) };
-    let end = (!timeout.is_null()).then(|| {
-        // SAFETY: a non-null timeout is a readable timespec.
-        let t = unsafe { *timeout };
-        std::time::Instant::now()
-            + Duration::new(
-                t.tv_sec.max(0) as u64,
-                t.tv_nsec.clamp(0, 999_999_999) as u32,
-            )
-    });
+    let end = deadline(timeout);
     let mut n = 0;
     while n < msgs.len() {
         // What is queued goes in one batch; one at a time otherwise.
@@ -519,6 +528,9 @@ pub extern "C" fn sendmsg(fd: c_int, m: *const msghdr, flags: c_int) -> ssize_t 
 
 #[no_mangle]
 pub extern "C" fn sendmmsg(fd: c_int, v: *mut mmsghdr, vlen: c_uint, flags: c_int) -> c_int {
+    if let Some(t) = table::tcp(fd) {
+        return tcp::sendmmsg(&t, v, vlen, flags);
+    }
     let Some(a) = table::socket(fd) else {
         // SAFETY: the C library's sendmmsg with the program's arguments.
         return unsafe { real::sendmmsg()(fd, v, vlen, flags) };

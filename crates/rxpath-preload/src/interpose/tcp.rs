@@ -7,7 +7,7 @@ use crate::ops::{self, Accepted};
 use crate::sys::real;
 use crate::table;
 use crate::tcp::sock::TcpSock;
-use libc::{c_int, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
+use libc::{c_int, c_uint, c_void, iovec, mmsghdr, msghdr, size_t, sockaddr, socklen_t, ssize_t};
 
 #[no_mangle]
 pub extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
@@ -200,6 +200,77 @@ pub(super) fn recvmsg(t: &TcpSock, m: *mut msghdr, flags: c_int) -> ssize_t {
         m.msg_flags = 0;
     }
     ret(r)
+}
+
+/// `recvmmsg` on a served TCP connection, as `do_recvmmsg` runs it on a
+/// stream: one `recvmsg` per entry (the end of the stream fills an entry
+/// with 0 bytes, and the next ones too); after the first,
+/// `MSG_WAITFORONE` makes the rest non-blocking; an error ends the batch
+/// (returned if nothing was read); `end` is checked after each entry.
+pub(super) fn recvmmsg(
+    t: &TcpSock,
+    v: *mut mmsghdr,
+    vlen: c_uint,
+    flags: c_int,
+    end: Option<std::time::Instant>,
+) -> c_int {
+    if v.is_null() {
+        return fail(libc::EFAULT) as c_int;
+    }
+    // SAFETY: the program passed `vlen` writable mmsghdrs at `v`.
+    let msgs = unsafe { std::slice::from_raw_parts_mut(v, vlen as usize) };
+    let mut n = 0;
+    for m in msgs.iter_mut() {
+        let mut f = flags & !libc::MSG_WAITFORONE;
+        if n > 0 && flags & libc::MSG_WAITFORONE != 0 {
+            f |= libc::MSG_DONTWAIT;
+        }
+        let r = recvmsg(t, &mut m.msg_hdr, f);
+        if r < 0 {
+            if n == 0 {
+                return -1;
+            }
+            break;
+        }
+        m.msg_len = r as c_uint;
+        n += 1;
+        if end.is_some_and(|e| std::time::Instant::now() >= e) {
+            break;
+        }
+    }
+    n
+}
+
+/// `sendmmsg` on a served TCP connection, as `__sys_sendmmsg` runs it: one
+/// `sendmsg` per entry, its count in `msg_len`; an error (returned if
+/// nothing was sent) or a message sent in part ends the batch.
+pub(super) fn sendmmsg(t: &TcpSock, v: *mut mmsghdr, vlen: c_uint, flags: c_int) -> c_int {
+    if v.is_null() {
+        return fail(libc::EFAULT) as c_int;
+    }
+    // SAFETY: the program passed `vlen` mmsghdrs at `v`.
+    let msgs = unsafe { std::slice::from_raw_parts_mut(v, vlen as usize) };
+    let mut n = 0;
+    for m in msgs.iter_mut() {
+        let h = &m.msg_hdr;
+        let want: usize = iovs(h.msg_iov, h.msg_iovlen)
+            .iter()
+            .map(|x| x.iov_len)
+            .sum();
+        let r = sendmsg(t, h, flags);
+        if r < 0 {
+            if n == 0 {
+                return -1;
+            }
+            break;
+        }
+        m.msg_len = r as c_uint;
+        n += 1;
+        if (r as usize) < want {
+            break;
+        }
+    }
+    n
 }
 
 /// A send on a served TCP connection.
