@@ -230,6 +230,11 @@ pub struct Conn {
     pub mss_cache: u32,
     /// The path MTU `mss_cache` was last sized for (`icsk_pmtu_cookie`).
     pub pmtu_cookie: u32,
+    /// A listener's child: its listener's `TCP_DEFER_ACCEPT`, in SYN-ACK
+    /// retransmissions (`rskq_defer_accept`).
+    pub defer_accept: u8,
+    /// A bare ACK came while deferring (`inet_rsk(req)->acked`).
+    pub defer_acked: bool,
     /// `TCP_NODELAY`.
     pub nodelay: bool,
     /// `TCP_CORK`.

@@ -262,6 +262,15 @@ impl Conn {
                 crate::output::reset_for(ctx, seg);
                 return Verdict::Keep;
             }
+            // `tcp_check_req` under `TCP_DEFER_ACCEPT`: a bare ACK is
+            // dropped until the SYN-ACK went out that many times more.
+            if self.retransmits < u32::from(self.defer_accept)
+                && seg.end_seq() == self.irs.wrapping_add(1)
+            {
+                self.defer_acked = true;
+                ctx.ext.TCPDeferAcceptDrop += 1;
+                return Verdict::Keep;
+            }
             self.state = State::Established;
             self.wake_all();
             self.snd_wnd = (seg.wnd as u32) << self.snd_wscale;

@@ -109,6 +109,8 @@ mib!(
         /// ICMP errors quoting a sequence number outside what is in
         /// flight.
         OutOfWindowIcmps,
+        /// Bare ACKs dropped while `TCP_DEFER_ACCEPT` waits for data.
+        TCPDeferAcceptDrop,
     }
 );
 

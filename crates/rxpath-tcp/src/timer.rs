@@ -70,6 +70,11 @@ impl Conn {
             State::SynSent => {
                 self.retransmits >= ctx.cfg.tcp_syn_retries as u32 + SYN_LINEAR_TIMEOUTS
             }
+            // `syn_ack_recalc` with the deferral as the retries: a
+            // deferring child lasts the deferral, ACKed or not.
+            State::SynRecv if self.defer_accept > 0 => {
+                self.retransmits >= u32::from(self.defer_accept)
+            }
             State::SynRecv => self.retransmits >= ctx.cfg.tcp_synack_retries as u32,
             _ => self.retransmits_timed_out(ctx.now, ctx.cfg.tcp_retries2 as u32),
         };
@@ -87,7 +92,14 @@ impl Conn {
         self.total_rto = self.total_rto.saturating_add(1);
         self.enter_loss(ctx);
         self.retransmits += 1;
-        self.retransmit_skb(ctx, 0, 1);
+        // A deferring child whose ACK came waits for data without a
+        // SYN-ACK, until the last chance before its deferral ends.
+        let quiet = self.state == State::SynRecv
+            && self.defer_acked
+            && self.retransmits < u32::from(self.defer_accept);
+        if !quiet {
+            self.retransmit_skb(ctx, 0, 1);
+        }
         self.backoff += 1;
         if self.state != State::SynSent || self.backoff > SYN_LINEAR_TIMEOUTS {
             self.rto = (self.rto << 1).min(TCP_RTO_MAX);

@@ -620,6 +620,67 @@ fn recvmmsg_and_sendmmsg_on_a_connection_answer_as_on_the_kernel() {
     let _ = std::fs::remove_file(&bin);
 }
 
+/// `TCP_DEFER_ACCEPT` (set after `listen`, as nginx's `deferred` sets
+/// it): a client that connects and waits 0.3 s before its request is
+/// accepted only once the request came, so the server finds it readable
+/// at once, under exec as on the kernel.
+#[test]
+fn defer_accept_hands_out_connections_with_their_request() {
+    let Some(p) = Pair::new("td", true, &["python3"]) else {
+        return;
+    };
+    let srv = "import socket, sys\n\
+        l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+        l.bind((sys.argv[1], 5390)); l.listen(8)\n\
+        l.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, 5)\n\
+        print('defer', l.getsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT), flush=True)\n\
+        for _ in range(3):\n\
+        \x20   c, _ = l.accept()\n\
+        \x20   c.setblocking(False)\n\
+        \x20   try: got = c.recv(100)\n\
+        \x20   except BlockingIOError: got = b'(nothing yet)'\n\
+        \x20   print('accepted with', got.decode(), flush=True)\n\
+        \x20   c.close()\n";
+    let client = "import socket, sys, time\n\
+        for i in range(3):\n\
+        \x20   for _ in range(100):\n\
+        \x20       try: s = socket.create_connection((sys.argv[1], 5390), timeout=20); break\n\
+        \x20       except OSError: time.sleep(0.1)\n\
+        \x20   time.sleep(0.3)\n\
+        \x20   s.sendall(b'GET %d' % i)\n\
+        \x20   s.recv(10)\n\
+        \x20   s.close()\n";
+    let mut seen = Vec::new();
+    for exec in [None, Some(EXEC)] {
+        let s = server(&p, exec, &["python3", "-c", srv, SRV]);
+        let c = in_client(&p, &["timeout", "30", "python3", "-c", client, SRV]);
+        let (status, out, err) = finish(s);
+        assert!(
+            status.success() && c.status.success(),
+            "{exec:?}: {out}\n{err}"
+        );
+        let lines: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("accepted") || l.starts_with("defer"))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "defer 7",
+                "accepted with GET 0",
+                "accepted with GET 1",
+                "accepted with GET 2"
+            ],
+            "{exec:?}: {out}\n{err}"
+        );
+        if exec.is_some() {
+            served_cleanly(&out);
+        }
+        seen.push(lines.join("\n"));
+    }
+    assert_eq!(seen[0], seen[1]);
+}
+
 const FORKING_SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/forking_server.py");
 const FORK_CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/fork_client.py");
 const CALLS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/tcp_calls.py");

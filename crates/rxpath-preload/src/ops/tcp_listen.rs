@@ -85,9 +85,9 @@ pub(crate) fn listen_done(fd: RawFd, ok: bool) {
     }
 }
 
-/// Options a listener's connections inherit, read from its kernel socket
-/// at `listen`, by their kernel names.
-const INHERITED: [(i32, i32, rxpath_tcp::SockOpt); 5] = [
+/// Options a listener and its connections take from its kernel socket at
+/// `listen`, by their kernel names.
+const INHERITED: [(i32, i32, rxpath_tcp::SockOpt); 6] = [
     (
         libc::IPPROTO_TCP,
         libc::TCP_NODELAY,
@@ -112,6 +112,13 @@ const INHERITED: [(i32, i32, rxpath_tcp::SockOpt); 5] = [
         libc::IPPROTO_TCP,
         libc::TCP_KEEPCNT,
         rxpath_tcp::SockOpt::KeepCnt,
+    ),
+    // The kernel says it in seconds; rxpath keeps the retransmissions
+    // they round to, as the kernel does.
+    (
+        libc::IPPROTO_TCP,
+        libc::TCP_DEFER_ACCEPT,
+        rxpath_tcp::SockOpt::DeferAccept,
     ),
 ];
 

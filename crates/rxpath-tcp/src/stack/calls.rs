@@ -179,6 +179,8 @@ impl Stack {
             advmss,
             mss_cache: advmss,
             pmtu_cookie: pmtu,
+            defer_accept: 0,
+            defer_acked: false,
             nodelay: false,
             cork: false,
             sk_sndbuf: sndbuf,

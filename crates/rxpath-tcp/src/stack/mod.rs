@@ -38,6 +38,9 @@ pub enum SockOpt {
     /// `SO_REUSEPORT`: listeners bound to one address share its
     /// connections (set before `bind`).
     ReusePort,
+    /// `TCP_DEFER_ACCEPT` (seconds, kept as SYN-ACK retransmissions): a
+    /// listener's connection waits for data before `accept` sees it.
+    DeferAccept,
     /// `SO_SNDBUF` (set doubles it, as the kernel does).
     SndBuf,
     /// `SO_RCVBUF` (likewise).
@@ -75,6 +78,7 @@ impl SockOpt {
         Some(match (level, name) {
             (libc::SOL_SOCKET, libc::SO_REUSEADDR) => SockOpt::ReuseAddr,
             (libc::SOL_SOCKET, libc::SO_REUSEPORT) => SockOpt::ReusePort,
+            (libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT) => SockOpt::DeferAccept,
             (libc::SOL_SOCKET, libc::SO_SNDBUF) => SockOpt::SndBuf,
             (libc::SOL_SOCKET, libc::SO_RCVBUF) => SockOpt::RcvBuf,
             (libc::SOL_SOCKET, libc::SO_ERROR) => SockOpt::Error,
@@ -112,6 +116,8 @@ struct Sock {
     bound: Option<SocketAddr>,
     reuseaddr: bool,
     reuseport: bool,
+    /// `TCP_DEFER_ACCEPT` as SYN-ACK retransmissions (`rskq_defer_accept`).
+    defer_accept: u8,
     keepalive: bool,
     nodelay: bool,
     cork: bool,

@@ -63,6 +63,7 @@ impl Stack {
             }
             SockOpt::ReuseAddr => s.reuseaddr = val != 0,
             SockOpt::ReusePort => s.reuseport = val != 0,
+            SockOpt::DeferAccept => s.defer_accept = secs_to_retrans(val),
             SockOpt::KeepAlive => s.keepalive = val != 0,
             SockOpt::KeepIdle | SockOpt::KeepIntvl | SockOpt::KeepCnt => {
                 let max = if opt == SockOpt::KeepCnt { 127 } else { 32767 };
@@ -199,6 +200,7 @@ impl Stack {
             SockOpt::Cork => s.cork as i32,
             SockOpt::ReuseAddr => s.reuseaddr as i32,
             SockOpt::ReusePort => s.reuseport as i32,
+            SockOpt::DeferAccept => retrans_to_secs(s.defer_accept),
             SockOpt::KeepAlive => s.keepalive as i32,
             SockOpt::SndBuf => snd as i32,
             SockOpt::RcvBuf => rcv as i32,
@@ -217,5 +219,48 @@ impl Stack {
             SockOpt::KeepCnt => s.keep_cnt.unwrap_or(ka_cnt) as i32,
             SockOpt::Error => s.conn.as_mut().and_then(|c| c.err.take()).unwrap_or(0),
         })
+    }
+}
+
+/// `secs_to_retrans`: the SYN-ACK retransmissions (from a 1 s timeout,
+/// doubling up to `TCP_RTO_MAX`) that cover `secs`.
+fn secs_to_retrans(secs: i32) -> u8 {
+    if secs <= 0 {
+        return 0;
+    }
+    let (mut res, mut timeout, mut period) = (1u8, 1i32, 1i32);
+    while secs > period && res < 255 {
+        res += 1;
+        timeout = (timeout << 1).min(120);
+        period += timeout;
+    }
+    res
+}
+
+/// `retrans_to_secs`: the seconds `retrans` SYN-ACK retransmissions
+/// take (what `getsockopt(TCP_DEFER_ACCEPT)` says).
+fn retrans_to_secs(retrans: u8) -> i32 {
+    let (mut timeout, mut period) = (1i32, 0i32);
+    for i in 0..retrans {
+        if i > 0 {
+            timeout = (timeout << 1).min(120);
+        }
+        period += timeout;
+    }
+    period
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defer_accept_seconds_round_to_retransmissions_as_the_kernels() {
+        assert_eq!(secs_to_retrans(0), 0);
+        assert_eq!(secs_to_retrans(1), 1);
+        assert_eq!(secs_to_retrans(5), 3);
+        assert_eq!(retrans_to_secs(3), 7);
+        assert_eq!(retrans_to_secs(secs_to_retrans(1)), 1);
+        assert_eq!(retrans_to_secs(0), 0);
     }
 }

@@ -225,6 +225,7 @@ impl Stack {
         let (snd, rcv) = self.bufs(l);
         let mut c = self.new_conn(local, remote, State::SynRecv, now, snd, rcv);
         apply_sock_opts(&mut c, l);
+        c.defer_accept = l.defer_accept;
         c
     }
 
