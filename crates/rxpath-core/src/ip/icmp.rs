@@ -12,25 +12,31 @@ use crate::packet::TcpSeg;
 use crate::snmp::IcmpMib;
 use crate::stats::DropReason;
 
-/// Is the IP packet at `l3` an ICMP error this stage takes: one quoting
-/// TCP, or one too damaged to say what it quotes (counted and dropped
-/// here, as `icmp_rcv` counts it)? Anything else is left to the kernel.
-pub(super) fn wanted(frame: &[u8], l3: usize) -> bool {
+/// The IP packet at `l3` parsed once, if this stage takes it: an error
+/// quoting TCP (its type), or one too damaged to say what it quotes
+/// (counted and dropped by [`rcv`], as `icmp_rcv` counts it). `None`:
+/// anything else, left to the kernel.
+pub(super) fn wanted(frame: &[u8], l3: usize) -> Option<Result<u8, Bad>> {
     match icmp::parse_error(&frame[l3..]) {
-        Ok(e) => e.proto == 6,
-        Err(Bad::NotError) => false,
-        Err(_) => true,
+        Ok(e) if e.proto == 6 => Some(Ok(e.typ)),
+        Ok(_) | Err(Bad::NotError) => None,
+        Err(bad) => Some(Err(bad)),
     }
 }
 
 /// `icmp_rcv()` of a message [`wanted`] took: its counters, then on to TCP.
-pub(super) fn rcv(frame: &[u8], l3: usize, l4: &L4, snmp: &mut Snmp) -> Result<TcpSeg, DropReason> {
+pub(super) fn rcv(
+    parsed: Result<u8, Bad>,
+    l3: usize,
+    l4: &L4,
+    snmp: &mut Snmp,
+) -> Result<TcpSeg, DropReason> {
     let v6 = l4.proto == 58;
     let m = snmp.icmp_mut(v6);
     m.in_msgs += 1;
-    match icmp::parse_error(&frame[l3..]) {
-        Ok(e) => {
-            count_type(m, v6, e.typ);
+    match parsed {
+        Ok(typ) => {
+            count_type(m, v6, typ);
             Ok(TcpSeg {
                 l3,
                 src: l4.src,

@@ -426,17 +426,21 @@ pub(crate) fn input_icmp_at(
 ) -> Result<TcpSeg, DropReason> {
     let (etype, l3) = l2_rcv(frame, cfg, snmp)?;
     let l4 = l3_rcv(frame, 0, etype, l3, false, cfg, snmp)?;
-    if !matches!(l4.proto, 1 | 58) || !icmp::wanted(frame, l3) {
+    let parsed = match l4.proto {
+        1 | 58 => icmp::wanted(frame, l3),
+        _ => None,
+    };
+    let Some(parsed) = parsed else {
         snmp.ext.left_to_kernel += 1;
         return Err(DropReason::UnhandledProto);
-    }
+    };
     if let Some(hook) = filter {
         if let Some(reason) = hook(frame, &local_in(l3, &l4, 0)) {
             return Err(reason);
         }
     }
     delivered(snmp, etype == ethertype::IPV6);
-    icmp::rcv(frame, l3, &l4, snmp)
+    icmp::rcv(parsed, l3, &l4, snmp)
 }
 
 /// L2 and IP input up to the transport (`ip_local_deliver()`): the
