@@ -270,6 +270,21 @@ impl Peer {
         }
     }
 
+    /// Wait up to `grace` for a peer that ends by itself (a one-off
+    /// server) to exit: whether it did.
+    pub(crate) fn wait_exit(&mut self, grace: Duration) -> Result<bool> {
+        let until = std::time::Instant::now() + grace;
+        loop {
+            if self.child.try_wait()?.is_some() {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= until {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// An error if the peer has already exited (it died while the bench
     /// needed it).
     pub(crate) fn check_alive(&mut self) -> Result<()> {
@@ -381,8 +396,9 @@ pub(crate) fn steal_pct(before: Option<(u64, u64)>, after: Option<(u64, u64)>) -
     (t1 > t0).then(|| s1.saturating_sub(s0) as f64 * 100.0 / (t1 - t0) as f64)
 }
 
-/// utime + stime of `pid` and of its children (the program under
-/// `rxpath exec`, `sockperf` under `taskset`), in seconds.
+/// utime + stime of `pid` and of every descendant alive (the program
+/// under `rxpath exec`, `sockperf` under `taskset`, nginx's workers under
+/// its master), in seconds.
 pub(crate) fn cpu_secs(pid: u32) -> f64 {
     fn one(pid: u32) -> u64 {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -395,14 +411,19 @@ pub(crate) fn cpu_secs(pid: u32) -> f64 {
         // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
         f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)
     }
-    let kids =
-        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-    let ticks: u64 = one(pid)
-        + kids
-            .split_whitespace()
-            .filter_map(|k| k.parse().ok())
-            .map(one)
-            .sum::<u64>();
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() && tree.len() < 4096 {
+        let p = tree[i];
+        let kids =
+            std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
+        tree.extend(
+            kids.split_whitespace()
+                .filter_map(|k| k.parse::<u32>().ok()),
+        );
+        i += 1;
+    }
+    let ticks: u64 = tree.into_iter().map(one).sum();
     ticks as f64 / rxpath_os::sched::clock_ticks() as f64
 }
 

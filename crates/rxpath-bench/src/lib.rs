@@ -24,6 +24,7 @@ mod rxdrop;
 mod sockperf;
 mod steer;
 mod tcp;
+mod tcp_apps;
 
 pub use apps::AppsArgs;
 pub use dns::DnsArgs;
@@ -37,6 +38,7 @@ pub use rr::RrArgs;
 pub use rxdrop::RxdropArgs;
 pub use steer::SteerBenchArgs;
 pub use tcp::TcpBenchArgs;
+pub use tcp_apps::TcpAppsArgs;
 
 /// `rxpath bench [--require-peers] KIND ...`.
 #[derive(Debug, clap::Args)]
@@ -108,6 +110,11 @@ pub enum BenchCmd {
     /// gro_flush_timeout 0 vs N ns beside the kernel's socket; ACKs/s,
     /// Gbit/s, receiver CPU. (Seed 000's TCP round trips: rr --tcp.)
     Tcp(TcpBenchArgs),
+    /// Unmodified TCP servers (root; Debian's redis-server, nginx, iperf3
+    /// and their clients): on the kernel's sockets and under `rxpath exec`;
+    /// redis GETs/s (sleeping, busy polling), accepted connections/s, nginx
+    /// requests/s, iperf3 Gbit/s per server CPU.
+    TcpApps(TcpAppsArgs),
 }
 
 /// Run the bench `a` names.
@@ -129,6 +136,7 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
         BenchCmd::Dns(_) => "dns",
         BenchCmd::Reasm(_) => "reasm",
         BenchCmd::Tcp(_) => "tcp",
+        BenchCmd::TcpApps(_) => "tcp-apps",
     };
     let mut rep = plot::ReportDir::open(a.report.as_deref(), name)?;
     let code = match a.cmd {
@@ -144,6 +152,7 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode> {
         BenchCmd::Dns(a) => dns::dns(a, &mut rep),
         BenchCmd::Reasm(a) => reasm::reasm(a, &mut rep),
         BenchCmd::Tcp(a) => tcp::tcp(a, &mut rep),
+        BenchCmd::TcpApps(a) => tcp_apps::tcp_apps(a, &mut rep),
     }?;
     let missing = harness::take_unmeasured();
     if let Some(r) = rep {

@@ -1456,6 +1456,76 @@ fn bench_tcp_measures_every_receiver() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `rxpath bench tcp-apps`, short (root, Debian's redis-server and
+/// redis-tools): redis on the kernel and under exec (sleeping, busy
+/// polling) answers `redis-benchmark`'s GETs and its new connections in
+/// the round, exec's accounting holding (the bench fails a run where it
+/// does not), and every target judged in the JSON.
+#[test]
+fn bench_tcp_apps_measures_redis_on_every_path() {
+    use rxpath_testkit::Need;
+    let needs = [
+        Need::Root,
+        Need::Tool("redis-server"),
+        Need::Tool("redis-benchmark"),
+    ];
+    if !rxpath_testkit::can_run(&needs) {
+        return;
+    }
+    let _lab = KERNEL_LAB.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join(format!("rxpath-btap-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = rxpath(&[
+        "bench",
+        "--report",
+        dir.to_str().unwrap(),
+        "tcp-apps",
+        "--apps",
+        "redis,accepts",
+        "--rounds",
+        "1",
+        "--requests",
+        "5000",
+        "--accepts",
+        "2000",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(report_file(&dir, "tcp-apps", "json")).unwrap(),
+    )
+    .unwrap();
+    let configs = j["configs"].as_array().expect("configs");
+    let keys: Vec<&str> = configs
+        .iter()
+        .filter_map(|c| c["config"].as_str())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "redis-kernel",
+            "redis-exec",
+            "redis-exec-busy",
+            "accepts-kernel",
+            "accepts-exec"
+        ],
+        "{j}"
+    );
+    for c in configs {
+        let m = &c["rounds"][0];
+        assert!(m["rate"].as_f64().unwrap_or(0.0) > 0.0, "{c}\n{out}");
+        assert!(m["server_cpu"].as_f64().unwrap_or(0.0) > 0.0, "{c}");
+    }
+    let targets = j["targets"].as_array().expect("targets");
+    assert_eq!(targets.len(), 3, "{j}");
+    assert!(targets.iter().all(|t| t["met"].is_boolean()), "{j}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `rxpath bench rfs --tcp`, short (root, two cores, sockperf): seed 002
 /// on TCP flows. Every server answers on both placements of the flow, and
 /// rxpath's RFS processes every segment on the reader's worker, the flow
