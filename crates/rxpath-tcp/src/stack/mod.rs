@@ -149,7 +149,7 @@ struct Sock {
 pub struct Stack {
     /// The knobs.
     pub cfg: TcpConfig,
-    socks: Vec<Option<Sock>>,
+    socks: Socks,
     free: Vec<usize>,
     conns: HashMap<(SocketAddr, SocketAddr), SockId>,
     out: VecDeque<Transmit>,
@@ -188,6 +188,9 @@ mod cookies;
 mod icmp;
 mod options;
 mod segments;
+mod table;
+
+use table::Socks;
 
 impl Stack {
     /// A stack with these knobs; `secret` keys the ISNs and timestamp
@@ -196,7 +199,7 @@ impl Stack {
     pub fn new(cfg: TcpConfig, secret: u64, local_addrs: Vec<IpAddr>) -> Self {
         Stack {
             cfg,
-            socks: Vec::new(),
+            socks: Socks::default(),
             free: Vec::new(),
             conns: HashMap::new(),
             out: VecDeque::new(),
@@ -296,28 +299,13 @@ impl Stack {
     }
 
     /// The earliest timer deadline of any connection.
-    pub fn next_deadline(&self) -> Option<Nanos> {
-        self.socks
-            .iter()
-            .flatten()
-            .filter_map(|s| s.conn.as_ref())
-            .filter_map(|c| c.next_deadline())
-            .min()
+    pub fn next_deadline(&mut self) -> Option<Nanos> {
+        self.socks.next_deadline()
     }
 
     /// Run the timers due at `now`.
     pub fn on_timeout(&mut self, now: Nanos) {
-        let due: Vec<SockId> = (0..self.socks.len())
-            .filter(|&i| {
-                self.socks[i]
-                    .as_ref()
-                    .and_then(|s| s.conn.as_ref())
-                    .and_then(|c| c.next_deadline())
-                    .is_some_and(|t| t <= now)
-            })
-            .map(SockId)
-            .collect();
-        for id in due {
+        for id in self.socks.due(now).into_iter().map(SockId) {
             self.touch(id);
             let mut ctx = ctx!(self, now);
             let Some(c) = self.socks[id.0]
