@@ -193,7 +193,8 @@ options! {
     iface: Option<String> = "", key "iface", var "RXPATH_IFACE", Kind::Text, unit "";
     /// The protocols whose sockets rxpath takes: `udp,tcp` takes TCP
     /// listeners and the connections they accept too (AF_XDP only; not
-    /// finished: no client `connect`, no forked workers, see the README).
+    /// finished: listeners in pre-forked workers go to the kernel at the
+    /// fork, see the README).
     protocols: Protocols = "udp", key "protocols", var "RXPATH_PROTOCOLS",
         Kind::Choice(&["udp", "udp,tcp"]), unit "";
     /// How the interface is opened: AF_XDP, AF_PACKET, or AF_XDP with
