@@ -9,7 +9,7 @@
 //! before.
 
 use crate::udp::sock::{readable, Accel};
-use rxpath_core::sock::SharedNapi;
+use rxpath_core::sock::{SharedNapi, Sockets};
 use rxpath_core::NapiId;
 use rxpath_dev::sync::lock;
 use std::collections::HashMap;
@@ -20,14 +20,13 @@ use std::sync::{Arc, Mutex};
 /// live as long as the host).
 static DEVICES: Mutex<Option<HashMap<NapiId, OwnedFd>>> = Mutex::new(None);
 
-fn device_fd(a: &Accel) -> Option<RawFd> {
-    let id = a.sock.napi_id();
+fn device_fd(host: &Sockets, id: NapiId) -> Option<RawFd> {
     let mut g = lock(&DEVICES);
     let m = g.get_or_insert_with(HashMap::new);
     if let Some(fd) = m.get(&id) {
         return Some(fd.as_raw_fd());
     }
-    let fd = a.sock.socket().napi_readiness_fd()?.ok()?;
+    let fd = host.napi_readiness_fd(id)?.ok()?;
     let raw = fd.as_raw_fd();
     m.insert(id, fd);
     Some(raw)
@@ -37,30 +36,27 @@ fn device_fd(a: &Accel) -> Option<RawFd> {
 /// on ([`SharedNapi::sleep_on_device`]: the NAPI thread leaves the
 /// interrupt to the waiter). When it is dropped (the waiter woke, for
 /// whatever reason) the marks go and the waiter polls those NAPIs once,
-/// which defers their interrupts anew: a NAPI is never left masked with
-/// nobody to poll it.
+/// `budget` packets, until `ready()`: that defers their interrupts anew,
+/// and a NAPI is never left masked with nobody to poll it.
 pub(crate) struct DeviceSleep<'a> {
     /// The device descriptors to sleep on.
     pub(crate) fds: Vec<RawFd>,
     napis: Vec<Arc<SharedNapi>>,
-    socks: &'a [&'a Arc<Accel>],
+    host: Option<&'a Sockets>,
+    budget: usize,
+    ready: Box<dyn Fn() -> bool + 'a>,
 }
 
 impl Drop for DeviceSleep<'_> {
     fn drop(&mut self) {
-        if self.napis.is_empty() {
+        let Some(host) = self.host.filter(|_| !self.napis.is_empty()) else {
             return;
-        }
+        };
         for n in &self.napis {
             n.wake_from_device();
         }
         let ids: Vec<NapiId> = self.napis.iter().map(|n| n.id).collect();
-        let socks = self.socks;
-        if let Some(first) = socks.first() {
-            let ready = || socks.iter().any(|a| readable(a));
-            let budget = crate::udp::sock::budget_of(socks);
-            rxpath_runtime::sock::busy_loop(first.sock.host(), &ids, 0, budget, &ready);
-        }
+        rxpath_runtime::sock::busy_loop(host, &ids, 0, self.budget, &*self.ready);
     }
 }
 
@@ -69,18 +65,35 @@ impl Drop for DeviceSleep<'_> {
 /// NAPI without one (the simulated NIC) has its interrupt raised again
 /// now, as nobody will poll it soon.
 pub(crate) fn sleep_devices<'a>(socks: &'a [&'a Arc<Accel>]) -> DeviceSleep<'a> {
+    let Some(first) = socks.first() else {
+        return sleep_on(None, &[], 0, Box::new(|| false));
+    };
+    let ids: Vec<NapiId> = socks.iter().map(|a| a.sock.napi_id()).collect();
+    let ready = Box::new(move || socks.iter().any(|a| readable(a)));
+    let budget = crate::udp::sock::budget_of(socks);
+    sleep_on(Some(first.sock.host()), &ids, budget, ready)
+}
+
+/// [`sleep_devices`] for the NAPIs `ids` of `host` (repeats and 0
+/// skipped), polled `budget` packets at a time until `ready()` on waking.
+pub(crate) fn sleep_on<'a>(
+    host: Option<&'a Sockets>,
+    ids: &[NapiId],
+    budget: usize,
+    ready: Box<dyn Fn() -> bool + 'a>,
+) -> DeviceSleep<'a> {
     let mut sleep = DeviceSleep {
         fds: Vec::new(),
         napis: Vec::new(),
-        socks,
+        host,
+        budget,
+        ready,
     };
-    let Some(first) = socks.first() else {
+    let Some(host) = host else {
         return sleep;
     };
-    let host = first.sock.host();
     let mut seen = Vec::new();
-    for a in socks {
-        let id = a.sock.napi_id();
+    for &id in ids {
         if id.0 == 0 || seen.contains(&id) {
             continue;
         }
@@ -88,7 +101,7 @@ pub(crate) fn sleep_devices<'a>(socks: &'a [&'a Arc<Accel>]) -> DeviceSleep<'a> 
         let Some(n) = host.napi_by_id(id).filter(|n| n.deferred_until() != 0) else {
             continue;
         };
-        match device_fd(a) {
+        match device_fd(host, id) {
             Some(fd) => {
                 n.sleep_on_device();
                 sleep.fds.push(fd);

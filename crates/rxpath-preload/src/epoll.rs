@@ -228,20 +228,24 @@ impl EpSet {
     /// Busy-poll the NAPIs of its TCP members for their window, until
     /// one of them is touched; false if none busy-polls.
     fn busy_wait_tcp(&self) -> bool {
-        let tcp: Vec<Arc<crate::tcp::sock::TcpSock>> = lock(&self.members)
-            .iter()
-            .filter_map(|m| match &m.sock {
-                Served::Tcp(t) => Some(t.clone()),
-                Served::Udp(_) => None,
-            })
-            .collect();
+        let tcp = self.tcp_members();
         if tcp.is_empty() {
             return false;
         }
         let seen: Vec<u64> = tcp.iter().map(|t| t.watch.edges()).collect();
         let refs: Vec<&crate::tcp::sock::TcpSock> = tcp.iter().map(|t| &**t).collect();
         let moved = || tcp.iter().zip(&seen).any(|(t, e)| t.watch.edges() != *e);
-        crate::tcp::sock::busy_wait_all(&refs, &moved)
+        crate::tcp::sock::busy_wait_all(&refs, &moved, true)
+    }
+
+    fn tcp_members(&self) -> Vec<Arc<crate::tcp::sock::TcpSock>> {
+        lock(&self.members)
+            .iter()
+            .filter_map(|m| match &m.sock {
+                Served::Tcp(t) => Some(t.clone()),
+                Served::Udp(_) => None,
+            })
+            .collect()
     }
 
     fn scan(&self, out: &mut [libc::epoll_event], timeout: i32) -> Result<usize, i32> {
@@ -297,17 +301,21 @@ impl EpSet {
                 if x.events & libc::EPOLLONESHOT as u32 != 0 {
                     x.disabled = true;
                 }
-                if let Some(a) = x.sock.udp() {
-                    let id = a.sock.napi_id();
-                    if id.0 != 0 && !ids.contains(&id) {
-                        let _ = ids.try_push(id);
-                    }
+                let id = match &x.sock {
+                    Served::Udp(a) => a.sock.napi_id(),
+                    Served::Tcp(t) => t.busy_of().1,
+                };
+                if id.0 != 0 && !ids.contains(&id) {
+                    let _ = ids.try_push(id);
                 }
             }
         }
-        let first_udp = m.iter().find_map(|x| x.sock.udp());
-        if let Some(first) = first_udp.filter(|_| !ids.is_empty()) {
-            rxpath_runtime::sock::suspend_irqs(first.sock.host(), &ids);
+        let host = m.first().map(|x| match &x.sock {
+            Served::Udp(a) => &**a.sock.host(),
+            Served::Tcp(t) => t.busy_of().2,
+        });
+        if let Some(h) = host.filter(|_| !ids.is_empty()) {
+            rxpath_runtime::sock::suspend_irqs(h, &ids);
         }
         n
     }
@@ -322,7 +330,10 @@ impl EpSet {
         // The devices of deferred NAPIs wake the set too.
         let refs: Vec<&Arc<Accel>> = socks.iter().collect();
         let dev = crate::device::sleep_devices(&refs);
-        self.watch_devices(&dev.fds);
+        let tcp = self.tcp_members();
+        let tdev = tcp_devices(&tcp);
+        let fds: Vec<RawFd> = dev.fds.iter().chain(&tdev.fds).copied().collect();
+        self.watch_devices(&fds);
         let n = self.scan_members(out);
         let r = if n > 0 {
             Ok(n)
@@ -334,6 +345,7 @@ impl EpSet {
         }
         // Awake: the devices slept on are polled once.
         drop(dev);
+        drop(tdev);
         let n = r?;
         if n > 0 {
             return Ok(n);
@@ -430,4 +442,18 @@ fn udp_events(x: &mut Member) -> u32 {
         ev |= libc::EPOLLHUP as u32;
     }
     ev
+}
+
+/// The devices of the deferred NAPIs of an epoll set's TCP members, to
+/// sleep on beside the set (IRQ suspension for TCP as for UDP): woken,
+/// the set polls them once until a member is touched.
+fn tcp_devices(tcp: &[Arc<crate::tcp::sock::TcpSock>]) -> crate::device::DeviceSleep<'_> {
+    let Some(host) = tcp.first().map(|t| t.busy_of().2) else {
+        return crate::device::sleep_on(None, &[], 0, Box::new(|| false));
+    };
+    let ids: Vec<NapiId> = tcp.iter().map(|t| t.busy_of().1).collect();
+    let seen: Vec<u64> = tcp.iter().map(|t| t.watch.edges()).collect();
+    let moved = move || tcp.iter().zip(&seen).any(|(t, e)| t.watch.edges() != *e);
+    let budget = rxpath_core::sock::BUSY_POLL_BUDGET;
+    crate::device::sleep_on(Some(host), &ids, budget, Box::new(moved))
 }

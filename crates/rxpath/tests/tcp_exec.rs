@@ -930,3 +930,98 @@ fn a_narrow_link_behind_a_router_is_learnt_from_icmp() {
         eprintln!("{exec:?}: {}", j["end"]["sum_sent"]);
     }
 }
+
+/// An epoll echo server (Python's `select.epoll`, one connection).
+const EPOLL_ECHO: &str = "import socket, select, sys\n\
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+l.bind((sys.argv[1], int(sys.argv[2]))); l.listen(8); l.setblocking(False)\n\
+ep = select.epoll(); ep.register(l.fileno(), select.EPOLLIN)\n\
+print('ready', flush=True)\n\
+conn, n = None, 0\n\
+while True:\n\
+\x20   for fd, ev in ep.poll():\n\
+\x20       if fd == l.fileno():\n\
+\x20           conn, _ = l.accept(); conn.setblocking(False)\n\
+\x20           ep.register(conn.fileno(), select.EPOLLIN)\n\
+\x20           continue\n\
+\x20       d = conn.recv(65536)\n\
+\x20       if not d:\n\
+\x20           print('echoed', n, flush=True); sys.exit(0)\n\
+\x20       n += len(d); conn.sendall(d)\n";
+
+/// `n` request/answer round trips of 32 bytes on one connection: how many
+/// came back right.
+const RR_CLIENT: &str = "import socket, sys, time\n\
+for i in range(100):\n\
+\x20   try:\n\
+\x20       s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5); break\n\
+\x20   except OSError: time.sleep(0.1)\n\
+ok = 0\n\
+for i in range(int(sys.argv[3])):\n\
+\x20   m = b'%032d' % i; s.sendall(m); got = b''\n\
+\x20   while len(got) < len(m): got += s.recv(64)\n\
+\x20   ok += got == m\n\
+s.close(); print(ok)\n";
+
+/// IRQ suspension for TCP as for UDP: an epoll server's thread that goes
+/// to sleep with the queue's interrupt suspended (`--irq-suspend-timeout`,
+/// on by default) waits on the device itself and polls the NAPI when it
+/// wakes, so a round trip raises no interrupt of its own; with the
+/// suspension off nearly every segment raises one (the interrupt thread,
+/// then the server). Every answer comes back either way.
+#[test]
+fn an_epoll_server_sleeps_on_the_device_between_segments() {
+    let Some(p) = Pair::new("tq", true, &["python3"]) else {
+        return;
+    };
+    let n = 300;
+    for suspend in [None, Some("0")] {
+        let mut args = EXEC.to_vec();
+        args.push("--json");
+        if let Some(s) = suspend {
+            args.extend(["--irq-suspend-timeout", s]);
+        }
+        let prog = ["python3", "-c", EPOLL_ECHO, SRV, "5350"];
+        let mut s = server(&p, Some(&args), &prog);
+        common::exec::wait_ready(&mut s);
+        let c = in_client(
+            &p,
+            &[
+                "timeout",
+                "60",
+                "python3",
+                "-c",
+                RR_CLIENT,
+                SRV,
+                "5350",
+                &n.to_string(),
+            ],
+        );
+        let (status, out, err) = common::exec::finish(s);
+        let what = format!("suspension {suspend:?}");
+        assert!(status.success(), "{what}: {out}\n{err}");
+        let got = String::from_utf8_lossy(&c.stdout);
+        assert_eq!(got.trim(), n.to_string(), "{what}: {got}\n{out}\n{err}");
+        assert!(out.contains(&format!("echoed {}", n * 32)), "{what}: {out}");
+        let rep: serde_json::Value = out
+            .lines()
+            .find_map(|l| {
+                serde_json::from_str(l)
+                    .ok()
+                    .filter(|v: &serde_json::Value| v["accounting"].is_object())
+            })
+            .unwrap_or_else(|| panic!("{what}: no JSON report: {out}"));
+        let acc = &rep["accounting"];
+        assert_eq!(acc["frames_home"], acc["frames_total"], "{what}: {rep}");
+        let rx = rep["accounting"]["received"].as_u64().unwrap_or(0);
+        let irqs = rep["host"]["queues"][0]["device"]["wakeups"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{what}: no interrupt count: {rep}"));
+        assert!(rx >= n as u64, "{what}: received {rx}");
+        if suspend.is_some() {
+            assert!(irqs * 2 >= rx, "{what}: {irqs} interrupts for {rx} frames");
+        } else {
+            assert!(irqs * 4 < rx, "{what}: {irqs} interrupts for {rx} frames");
+        }
+    }
+}

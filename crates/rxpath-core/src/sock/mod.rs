@@ -496,6 +496,14 @@ impl Sockets {
         read_lock(&self.napis).get(&id).cloned()
     }
 
+    /// A descriptor that becomes readable when NAPI `id`'s device queue
+    /// has packets ([`Socket::napi_readiness_fd`] by the NAPI's id).
+    pub fn napi_readiness_fd(&self, id: NapiId) -> Option<std::io::Result<std::os::fd::OwnedFd>> {
+        let napi = self.napi_by_id(id)?;
+        let g = napi.cell();
+        g.as_ref()?.readiness_fd()
+    }
+
     /// Forget every NAPI (`napi_hash_del`, at shutdown).
     pub fn unregister_napis(&self) -> Vec<Arc<SharedNapi>> {
         let mut m = write_lock(&self.napis);

@@ -633,9 +633,7 @@ impl Socket {
         if id == 0 {
             return None;
         }
-        let napi = read_lock(&self.host.napis).get(&NapiId(id))?.clone();
-        let g = napi.cell();
-        g.as_ref()?.readiness_fd()
+        self.host.napi_readiness_fd(NapiId(id))
     }
 
     fn after_read(&self, n: usize) {

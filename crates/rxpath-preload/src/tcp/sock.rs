@@ -86,7 +86,7 @@ impl TcpSock {
     /// `sk_busy_loop` before a TCP wait sleeps). False if nothing was
     /// polled (no window, no NAPI yet).
     pub(crate) fn busy_wait(&self, ready: &dyn Fn() -> bool) -> bool {
-        busy_wait_all(&[self], ready)
+        busy_wait_all(&[self], ready, false)
     }
 
     /// Its readiness as `poll` has it (`EPOLLIN`, `EPOLLOUT`, `EPOLLRDHUP`,
@@ -107,27 +107,40 @@ impl TcpSock {
 }
 
 /// Busy-poll the NAPIs of `socks` for the longest of their windows, or
-/// until `ready()`; false if none has a window and a NAPI.
-pub(crate) fn busy_wait_all(socks: &[&TcpSock], ready: &dyn Fn() -> bool) -> bool {
+/// until `ready()`; false if none has a window and a NAPI. A waiter that
+/// sleeps on the devices next (`on_device`: an epoll set,
+/// [`crate::device`]) polls once with no window too where IRQ suspension
+/// or prefer-busy-poll is on, and leaves the interrupts deferred, as
+/// UDP's waiters do; any other raises them again.
+pub(crate) fn busy_wait_all(socks: &[&TcpSock], ready: &dyn Fn() -> bool, on_device: bool) -> bool {
     let mut ids = Vec::new();
     let mut us = 0;
     let mut host = None;
     for t in socks {
         let (w, id, h) = t.busy_of();
-        if w > 0 && id.0 != 0 {
-            us = us.max(w);
-            if !ids.contains(&id) {
-                ids.push(id);
-            }
-            host.get_or_insert(h);
+        if id.0 == 0 || !(w > 0 || on_device && suspends(h, id)) {
+            continue;
         }
+        us = us.max(w);
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+        host.get_or_insert(h);
     }
     let Some(h) = host else { return false };
     rxpath_runtime::sock::busy_loop(h, &ids, us, rxpath_core::sock::BUSY_POLL_BUDGET, ready);
-    // The waiter may sleep next: nobody would poll a NAPI left deferred
-    // (UDP's waiters sleep on the device instead, `crate::device`), so
-    // its interrupt is raised again now, as a busy poll without
-    // `prefer_busy_poll` leaves it in the kernel.
-    h.resume_irqs(&ids);
+    if !on_device {
+        // The waiter sleeps next with nobody to poll a NAPI left
+        // deferred: its interrupt is raised again now, as a busy poll
+        // without `prefer_busy_poll` leaves it in the kernel.
+        h.resume_irqs(&ids);
+    }
     true
+}
+
+/// NAPI `id` keeps its interrupt deferred after a poll (IRQ suspension or
+/// prefer-busy-poll).
+fn suspends(h: &rxpath_core::sock::Sockets, id: rxpath_core::NapiId) -> bool {
+    h.napi_by_id(id)
+        .is_some_and(|n| n.prefer_busy_poll() > 0 || n.irq_suspend_timeout() > 0)
 }
