@@ -144,6 +144,16 @@ impl Sockets {
         Some(r)
     }
 
+    /// Run a query of the program on the machine that sends nothing and
+    /// moves no timer (`poll`'s readiness, [`rxpath_tcp::Stack::events`]):
+    /// no clock is read and nothing is sent or woken after it. `None` on
+    /// a host without TCP.
+    pub fn tcp_query<R>(&self, f: impl FnOnce(&mut Stack) -> R) -> Option<R> {
+        let t = self.tcp_layer()?;
+        let mut st = lock(&t.st);
+        Some(f(&mut st.stack))
+    }
+
     /// Run the machine's timers due at `now` (the timer owner calls this
     /// at the deadline [`TcpWake::rearm`] gave).
     pub fn tcp_timeout(&self, now: u64) {

@@ -118,14 +118,18 @@ pub(crate) fn busy_wait_all(socks: &[&TcpSock], ready: &dyn Fn() -> bool, on_dev
     let mut host = None;
     for t in socks {
         let (w, id, h) = t.busy_of();
-        if id.0 == 0 || !(w > 0 || on_device && suspends(h, id)) {
+        if id.0 == 0 {
             continue;
         }
-        us = us.max(w);
-        if !ids.contains(&id) {
-            ids.push(id);
+        if ids.contains(&id) {
+            us = us.max(w);
+            continue;
         }
-        host.get_or_insert(h);
+        if w > 0 || on_device && suspends(h, id) {
+            us = us.max(w);
+            ids.push(id);
+            host.get_or_insert(h);
+        }
     }
     let Some(h) = host else { return false };
     rxpath_runtime::sock::busy_loop(h, &ids, us, rxpath_core::sock::BUSY_POLL_BUDGET, ready);

@@ -213,6 +213,14 @@ impl TcpHost {
             .ok_or_else(|| io::Error::new(io::ErrorKind::Unsupported, "this host runs no TCP"))
     }
 
+    /// [`Self::call`] for a query that sends nothing and moves no timer
+    /// (readiness): no clock read, nothing to send after it.
+    fn query<R>(&self, f: impl FnOnce(&mut Stack) -> R) -> io::Result<R> {
+        self.socks
+            .tcp_query(f)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::Unsupported, "this host runs no TCP"))
+    }
+
     /// Run `f` until it stops saying `EAGAIN` (or `nonblocking`): between
     /// tries busy-poll the socket's NAPI for `busy_us` µs, then sleep
     /// until the machine touches the socket.
@@ -349,7 +357,7 @@ impl TcpListener {
     /// while a connection waits to be accepted).
     pub fn events(&self) -> io::Result<u32> {
         let id = self.id;
-        self.host.call(|s, _| s.events(id))?.map_err(errno)
+        self.host.query(|s| s.events(id))?.map_err(errno)
     }
 
     /// Tell `w` each time the machine touches the listener (see
@@ -509,7 +517,7 @@ impl TcpStream {
     /// `EPOLLRDHUP`, `EPOLLHUP`, `EPOLLERR`).
     pub fn events(&self) -> io::Result<u32> {
         let id = self.id;
-        self.host.call(|s, _| s.events(id))?.map_err(errno)
+        self.host.query(|s| s.events(id))?.map_err(errno)
     }
 
     /// Tell `w` each time the machine touches the connection (see
