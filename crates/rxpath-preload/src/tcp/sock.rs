@@ -121,6 +121,11 @@ pub(crate) fn busy_wait_all(socks: &[&TcpSock], ready: &dyn Fn() -> bool, on_dev
         if id.0 == 0 {
             continue;
         }
+        if !on_device && w == 0 {
+            // Not polled here, but maybe deferred by another waiter (an
+            // epoll set's): raised again, as this one sleeps.
+            h.resume_irqs(&[id]);
+        }
         if ids.contains(&id) {
             us = us.max(w);
             continue;

@@ -246,6 +246,12 @@ impl TcpHost {
                     continue;
                 }
             }
+            if napi != 0 {
+                // A sleeper polls nothing: a deferral (its own busy poll's,
+                // or an epoll set's) ends, the interrupt raised again
+                // (`napi_resume_irqs`), so what comes is not left waiting.
+                self.socks.resume_irqs(&[NapiId(napi)]);
+            }
             w.wait_past(seen);
         }
     }
