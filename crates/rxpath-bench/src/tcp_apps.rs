@@ -176,24 +176,13 @@ impl Config {
 
 /// Every configuration, in the order of a round.
 fn configs(apps: &[App]) -> Vec<Config> {
-    let mut v = Vec::new();
-    for &app in apps {
-        v.push(Config {
-            app,
-            mode: Mode::Kernel,
-        });
-        v.push(Config {
-            app,
-            mode: Mode::Exec,
-        });
-        if app == App::Redis {
-            v.push(Config {
-                app,
-                mode: Mode::ExecBusy,
-            });
-        }
-    }
-    v
+    let modes = |app| match app {
+        App::Redis => &[Mode::Kernel, Mode::Exec, Mode::ExecBusy][..],
+        _ => &[Mode::Kernel, Mode::Exec][..],
+    };
+    apps.iter()
+        .flat_map(|&app| modes(app).iter().map(move |&mode| Config { app, mode }))
+        .collect()
 }
 
 /// One run's figures.
