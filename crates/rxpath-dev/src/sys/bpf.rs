@@ -166,8 +166,22 @@ pub(in crate::sys) fn load(
     a[1] = insns.as_ptr() as u64;
     a[2] = license.as_ptr() as u64;
     put32(&mut a, 68, attach);
-    bpf(BPF_PROG_LOAD, &mut a)
-        .map_err(|e| with_hint(e, &format!("loading {what}{}", verifier_log(a))))
+    prog_load(&mut a).map_err(|e| with_hint(e, &format!("loading {what}{}", verifier_log(a))))
+}
+
+/// `BPF_PROG_LOAD`, tried again while the kernel says `EAGAIN`: its
+/// verifier gives up with that when a signal arrives while it walks the
+/// program (a child's `SIGCHLD`, a timer), which says nothing about the
+/// program. libbpf tries five times; a long walk in a busy process may
+/// meet more signals than that, so this tries a few more.
+fn prog_load(attr: &mut [u64; 16]) -> io::Result<OwnedFd> {
+    let mut tries = 16;
+    loop {
+        match bpf(BPF_PROG_LOAD, attr) {
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && tries > 1 => tries -= 1,
+            done => return done,
+        }
+    }
 }
 
 /// A map of `kind` with `key`- and `value`-byte entries, `entries` of them.
@@ -227,7 +241,7 @@ fn verifier_log(mut attr: [u64; 16]) -> String {
     put32(&mut attr, 24, 1); // log_level
     put32(&mut attr, 28, log.len() as u32); // log_size
     attr[4] = log.as_mut_ptr() as u64; // log_buf
-    if let Ok(fd) = bpf(BPF_PROG_LOAD, &mut attr) {
+    if let Ok(fd) = prog_load(&mut attr) {
         drop(fd);
         return String::new();
     }

@@ -499,6 +499,51 @@ mod tests {
         assert!(e.contains("the verifier says"), "{e}");
     }
 
+    /// Root: a signal that reaches the loading thread while the verifier
+    /// walks the program (it takes a few hundred milliseconds) makes the
+    /// kernel answer `EAGAIN`; the load is tried again, not failed.
+    #[test]
+    fn signals_during_the_verifiers_walk_do_not_fail_the_load() {
+        if !rxpath_os::sched::is_root() {
+            eprintln!("SKIPPED signals_during_the_verifiers_walk: needs root (CAP_BPF)");
+            return;
+        }
+        extern "C" fn nothing(_: libc::c_int) {}
+        // SAFETY: a zeroed sigaction with a handler that touches nothing
+        // is a valid action; SIGUSR1 is not used elsewhere in these tests.
+        unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = nothing as *const () as usize;
+            act.sa_flags = libc::SA_RESTART;
+            assert_eq!(
+                libc::sigaction(libc::SIGUSR1, &act, std::ptr::null_mut()),
+                0
+            );
+        }
+        // SAFETY: pthread_self has no preconditions.
+        let me = unsafe { libc::pthread_self() } as usize;
+        let kicker = std::thread::spawn(move || {
+            for _ in 0..3 {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                // SAFETY: the loading thread outlives this one (joined
+                // below, after the load).
+                unsafe { libc::pthread_kill(me as libc::pthread_t, libc::SIGUSR1) };
+            }
+        });
+        let b = Built::new(
+            2,
+            XdpFilter {
+                protocol: Some(17),
+                port_map: true,
+                ..XdpFilter::default()
+            },
+        )
+        .unwrap();
+        let loaded = load(&b.insns);
+        kicker.join().unwrap();
+        loaded.expect("loaded despite the signals");
+    }
+
     #[test]
     fn the_configuration_is_laid_out_as_the_program_reads_it() {
         let f = XdpFilter {
