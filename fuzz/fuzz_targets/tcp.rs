@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
-use rxpath_tcp::wire::{self, OptsOut, SegOut};
+use rxpath_tcp::wire::{self, FoCookie, OptsOut, SegOut};
 use rxpath_tcp::{SockOpt, Stack, TcpConfig};
 
 #[derive(Arbitrary, Debug)]
@@ -145,6 +145,11 @@ fuzz_target!(|ops: Vec<Op>| {
                     ts,
                     wscale: wscale.map(|w| w % 16),
                     sacks,
+                    // A Fast Open option (a listener ignores it) of the
+                    // payload's first bytes, any length.
+                    fastopen: (flags & 0x200 != 0)
+                        .then(|| FoCookie::new(&data[..data.len().min(16) & !1]))
+                        .flatten(),
                 };
                 let payload = &data[..(len as usize).min(data.len())];
                 st.input(&seg(seq, ack, flags & 0x1ff, wnd, payload, opts), now);

@@ -55,6 +55,10 @@ pub struct TcpConfig {
     pub tcp_notsent_lowat: u32,
     /// `tcp_slow_start_after_idle`.
     pub tcp_slow_start_after_idle: bool,
+    /// `tcp_fastopen`: bit 0 lets clients use Fast Open (the default 1),
+    /// bit 2 sends data in a SYN without a cookie. (The server's bits are
+    /// read and not acted on: a listener ignores Fast Open.)
+    pub tcp_fastopen: u32,
     /// The device segments large packets (TSO, or the kernel's GSO before
     /// a device without it): the send queue builds skbs of up to 64 KB.
     /// Off: every skb is one MSS.
@@ -89,6 +93,7 @@ impl Default for TcpConfig {
             somaxconn: 4096,
             tcp_notsent_lowat: u32::MAX,
             tcp_slow_start_after_idle: true,
+            tcp_fastopen: 1,
             gso: true,
             mtu: 1500,
         }
@@ -120,6 +125,7 @@ pub const SYSCTLS: &[&str] = &[
     "somaxconn",
     "tcp_notsent_lowat",
     "tcp_slow_start_after_idle",
+    "tcp_fastopen",
 ];
 
 /// Where `/proc/sys` keeps the sysctl `name` (one of [`SYSCTLS`]).
@@ -173,6 +179,7 @@ impl TcpConfig {
             "somaxconn" => self.somaxconn = small(u32::MAX as u64)? as u32,
             "tcp_notsent_lowat" => self.tcp_notsent_lowat = small(u32::MAX as u64)? as u32,
             "tcp_slow_start_after_idle" => self.tcp_slow_start_after_idle = small(1)? != 0,
+            "tcp_fastopen" => self.tcp_fastopen = small(u32::MAX as u64)? as u32,
             _ => return Err(format!("{name}: not a TCP knob rxpath knows")),
         }
         Ok(())

@@ -204,6 +204,13 @@ pub struct Conn {
     pub gso: bool,
     /// `TCP_MAXSEG` set by the program (`user_mss`).
     pub user_mss: Option<u32>,
+    /// Fast Open (the client's half).
+    pub fo: crate::state::ClientFo,
+    /// `TCP_SYNCNT` (`icsk_syn_retries`): none, the sysctl's.
+    pub syn_retries: Option<u8>,
+    /// A writer waits for the handshake to end (`sk_write_pending`): the
+    /// SYN-ACK's ACK waits for the data it is about to write.
+    pub write_pending: bool,
     /// `TCP_NOTSENT_LOWAT`.
     pub notsent_lowat: u32,
     /// `IP_TOS` (IPv6: the traffic class).

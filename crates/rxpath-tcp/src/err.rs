@@ -8,7 +8,6 @@
 
 use crate::conn::{Conn, State, TCP_RTO_MAX, TCP_TIMEOUT_INIT};
 use crate::input::Verdict;
-use crate::state::CaState;
 use crate::{Ctx, Nanos};
 
 impl Conn {
@@ -71,6 +70,17 @@ impl Conn {
     /// one its segments' size); the window is left alone (the same data,
     /// in smaller units) and the loss state entered for them.
     fn simple_retransmit(&mut self, ctx: &mut Ctx<'_>, old_mss: u32) {
+        if self.state == State::SynSent {
+            // The SYN (with Fast Open's data, queued apart) was lost to
+            // the path: all of it is, and the SYN goes again at once,
+            // advertising the smaller MSS; its data waits for the window
+            // the SYN-ACK opens.
+            for i in 0..self.rtx.len() {
+                self.mark_lost(i);
+            }
+            self.retransmit_skb(ctx, 0, 1);
+            return;
+        }
         let mss = self.mss_cache;
         for i in 0..self.rtx.len() {
             let x = self.rtx[i];
@@ -82,14 +92,8 @@ impl Conn {
         if self.lost_out() == 0 {
             return;
         }
-        if self.ca_state != CaState::Loss {
-            self.high_seq = self.snd_nxt;
-            self.snd_ssthresh = self.current_ssthresh();
-            self.prior_ssthresh = 0;
-            self.undo_marker = None;
-            self.set_ca_state(CaState::Loss, ctx.now);
-        }
-        self.xmit_retransmit_queue(ctx);
+        // The window stays: the units changed, not the data in flight.
+        self.non_congestion_loss_retransmit(ctx);
     }
 
     /// `tcp_ld_RTO_revert` (RFC 6069): an unreachable message about the

@@ -11,6 +11,8 @@ pub const TCPI_OPT_TIMESTAMPS: u8 = 1;
 pub const TCPI_OPT_SACK: u8 = 2;
 /// Window scaling agreed.
 pub const TCPI_OPT_WSCALE: u8 = 4;
+/// The SYN's data was acknowledged (Fast Open).
+pub const TCPI_OPT_SYN_DATA: u8 = 32;
 
 /// The kernel's `struct tcp_info`, field for field (bit-fields packed
 /// into the bytes they share, low bits first, as GCC lays them out on a
@@ -210,6 +212,9 @@ impl Conn {
         }
         if self.wscale_ok {
             options |= TCPI_OPT_WSCALE;
+        }
+        if self.fo.syn_data_acked {
+            options |= TCPI_OPT_SYN_DATA;
         }
         let (snd_ws, rcv_ws) = if self.wscale_ok {
             (self.snd_wscale, self.rcv_wscale)

@@ -89,6 +89,21 @@ impl Conn {
             }
             return Verdict::Keep;
         }
+        // An echoed timestamp from before the first SYN or the future.
+        if let (true, Some((_, ecr)), Some(first)) = (
+            seg.has(ACK) && ctx.cfg.tcp_timestamps,
+            seg.opts.ts,
+            self.retrans_stamp,
+        ) {
+            let now = self.ts_val(ctx.now);
+            if ecr != 0 && (before(ecr, first) || after(ecr, now)) {
+                ctx.ext.PAWSActiveRejected += 1;
+                if !seg.has(RST) {
+                    crate::output::reset_for(ctx, seg);
+                }
+                return Verdict::Keep;
+            }
+        }
         if seg.has(RST) {
             if seg.has(ACK) {
                 self.err = Some(libc::ECONNREFUSED);
@@ -111,6 +126,18 @@ impl Conn {
         self.state = State::Established;
         self.wake_all();
         self.init_transfer(ctx);
+        // The SYN's data sent again carries the ACK.
+        if self.rcv_fastopen_synack(ctx, seg) {
+            return Verdict::Keep;
+        }
+        if self.write_pending {
+            // "Save one ACK": the data being written carries it, or the
+            // delayed-ACK timer sends it.
+            self.ack.pending = true;
+            self.enter_quickack_mode(TCP_MAX_QUICKACKS);
+            self.ack.timer = Some(ctx.now + crate::conn::TCP_DELACK_MAX);
+            return Verdict::Keep;
+        }
         self.send_ack(ctx);
         self.write_xmit(ctx, self.nonagle());
         Verdict::Keep
@@ -273,6 +300,8 @@ impl Conn {
             }
             self.state = State::Established;
             self.wake_all();
+            // The SYN-ACK was delivered (`tcp_ack` does not count it).
+            self.delivered = self.delivered.wrapping_add(1);
             self.snd_wnd = (seg.wnd as u32) << self.snd_wscale;
             self.snd_wl1 = seg.seq;
             self.init_transfer(ctx);
@@ -325,14 +354,17 @@ impl Conn {
     }
 
     /// The SYN-ACK acknowledged our SYN (`tcp_ack` in SYN-SENT): its RTT
-    /// sample unless the SYN was sent again.
+    /// sample unless the SYN was sent again; the SYN counts as delivered.
     fn ack_syn(&mut self, ctx: &mut Ctx<'_>, ack: u32) {
         if let Some(h) = self.rtx.front().copied().filter(|h| h.syn) {
             self.rtx.pop_front();
+            self.delivered = self.delivered.wrapping_add(1);
+            self.retrans_stamp = None;
             if !h.ever_retrans {
                 self.rtt_estimator(ctx.now.saturating_sub(h.sent_at) / 1000);
             }
         }
+        self.ack_syn_data(ack);
         self.snd_una = ack;
         self.snd_sml = ack;
         self.rto_at = None;
@@ -512,7 +544,7 @@ impl Conn {
     }
 
     /// `tcp_fin`.
-    fn rcv_fin(&mut self, ctx: &mut Ctx<'_>) {
+    pub(crate) fn rcv_fin(&mut self, ctx: &mut Ctx<'_>) {
         self.wake_all();
         self.rcv_nxt = self.rcv_nxt.wrapping_add(1);
         self.fin_rcvd = true;

@@ -27,6 +27,7 @@ pub mod config;
 pub mod conn;
 pub mod cubic;
 mod err;
+pub mod fastopen;
 pub mod info;
 mod input;
 pub mod mib;
@@ -41,7 +42,7 @@ pub mod wire;
 pub use config::TcpConfig;
 pub use conn::State;
 pub use info::TcpInfo;
-pub use stack::{Errno, SockId, SockOpt, Stack};
+pub use stack::{Errno, SockId, SockOpt, Stack, TCP_FASTOPEN_CONNECT};
 
 use std::collections::VecDeque;
 
@@ -78,6 +79,7 @@ pub(crate) struct Ctx<'a> {
     pub ext: &'a mut mib::TcpExt,
     pub now: Nanos,
     pub ip_id: &'a mut u16,
+    pub fo_cache: &'a mut state::Cache,
 }
 
 impl Ctx<'_> {

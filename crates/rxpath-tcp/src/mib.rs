@@ -57,6 +57,8 @@ mib!(
         DelayedACKs,
         /// Segments dropped by PAWS in an established connection.
         PAWSEstab,
+        /// SYN-ACKs reset for echoing a timestamp this end never sent.
+        PAWSActiveRejected,
         /// Retransmission timeouts.
         TCPTimeouts,
         /// D-SACKs sent for old data.
@@ -111,6 +113,11 @@ mib!(
         OutOfWindowIcmps,
         /// Bare ACKs dropped while `TCP_DEFER_ACCEPT` waits for data.
         TCPDeferAcceptDrop,
+        /// SYNs whose data (Fast Open) the peer acknowledged.
+        TCPFastOpenActive,
+        /// SYNs with data the peer did not acknowledge: the data went
+        /// again after the handshake.
+        TCPFastOpenActiveFail,
     }
 );
 

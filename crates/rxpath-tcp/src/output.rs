@@ -154,6 +154,13 @@ impl Conn {
     /// The SYN or SYN-ACK with this host's options, as
     /// `tcp_syn_options`/`tcp_synack_options` lay them out.
     pub(crate) fn send_syn(&mut self, ctx: &mut Ctx<'_>, with_ack: bool) {
+        self.send_syn_with(ctx, with_ack, 0);
+    }
+
+    /// [`Conn::send_syn`], a SYN carrying the Fast Open option the
+    /// connection holds (taken: only the first SYN carries it) and the
+    /// first `data` bytes of the send buffer.
+    pub(crate) fn send_syn_with(&mut self, ctx: &mut Ctx<'_>, with_ack: bool, data: usize) {
         let mut o = OptsOut {
             mss: Some(self.advmss as u16),
             sack_ok: self.sack_ok,
@@ -168,6 +175,11 @@ impl Conn {
         if self.rcv_wscale > 0 || self.snd_wscale > 0 || self.wscale_offered(ctx) {
             o.wscale = Some(self.rcv_wscale);
         }
+        if !with_ack {
+            o.fastopen = self.fo.req.take();
+            self.fo.syn_fastopen |= o.fastopen.is_some();
+        }
+        let payload: Vec<u8> = self.sndbuf.range(..data).copied().collect();
         let fl = if with_ack { SYN | ACK } else { SYN };
         let seg = SegOut {
             src: self.local,
@@ -177,12 +189,16 @@ impl Conn {
             flags: fl,
             wnd: self.rcv_wnd.min(65535) as u16,
             opts: o,
-            payload: &[],
+            payload: &payload,
             ip_id: 0,
             tos: self.tos,
         };
         ctx.out.push_back(Transmit::one(build(&seg)));
         ctx.mib.OutSegs += 1;
+        if data > 0 {
+            self.data_segs_out = self.data_segs_out.wrapping_add(1);
+            self.bytes_sent += data as u64;
+        }
     }
 
     fn wscale_offered(&self, ctx: &Ctx<'_>) -> bool {

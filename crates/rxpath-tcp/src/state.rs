@@ -1,8 +1,12 @@
 //! The small state records a connection carries beside its sequence
-//! numbers: the congestion-avoidance state, RACK's, the chronographs.
-//! A leaf: `conn` holds them, the modules that act on them take them from
-//! here.
+//! numbers: the congestion-avoidance state, RACK's, the chronographs,
+//! Fast Open's (and the stack's cache of cookies). A leaf: `conn` holds
+//! them, the modules that act on them take them from here.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use crate::wire::FoCookie;
 use crate::Nanos;
 
 /// `TCPF_CA_*`: the congestion-avoidance state (`icsk_ca_state`).
@@ -121,4 +125,63 @@ pub struct Rack {
     pub advanced: bool,
     /// Reordering was seen.
     pub reord: bool,
+}
+
+/// A connection's Fast Open state.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClientFo {
+    /// The option the next SYN carries (`tp->fastopen_req`): the cookie,
+    /// or empty to ask for one. The first SYN takes it: a SYN sent again
+    /// carries neither it nor data, as the kernel's after a non-blocking
+    /// call.
+    pub req: Option<FoCookie>,
+    /// `connect` under `TCP_FASTOPEN_CONNECT` with a cookie kept: no SYN
+    /// yet; the first write sends it with its data (`defer_connect`).
+    pub deferred: bool,
+    /// The SYN carried the option (`syn_fastopen`).
+    pub syn_fastopen: bool,
+    /// The SYN carried data (`syn_data`).
+    pub syn_data: bool,
+    /// The SYN-ACK acknowledged that data (`syn_data_acked`,
+    /// `TCPI_OPT_SYN_DATA`).
+    pub syn_data_acked: bool,
+}
+
+/// What a destination's last Fast Open SYN-ACK said (`tcp_fastopen_metrics`).
+#[derive(Debug, Clone, Copy, Default)]
+struct Entry {
+    mss: u16,
+    cookie: Option<FoCookie>,
+}
+
+/// Cookies and MSSes by destination.
+#[derive(Debug, Default)]
+pub struct Cache(HashMap<IpAddr, Entry>);
+
+impl Cache {
+    /// `tcp_fastopen_cache_get`: the MSS (0 when none is kept) and the
+    /// cookie kept for `dst`.
+    pub fn get(&self, dst: IpAddr) -> (u16, Option<FoCookie>) {
+        self.0
+            .get(&dst)
+            .map(|e| (e.mss, e.cookie))
+            .unwrap_or_default()
+    }
+
+    /// `tcp_fastopen_cache_set`: a non-zero MSS replaces the kept one, a
+    /// non-empty cookie the kept cookie.
+    pub fn set(&mut self, dst: IpAddr, mss: u16, cookie: Option<FoCookie>) {
+        let e = self.0.entry(dst).or_default();
+        if mss != 0 {
+            e.mss = mss;
+        }
+        if let Some(c) = cookie.filter(|c| !c.is_empty()) {
+            e.cookie = Some(c);
+        }
+    }
+
+    /// Forget every destination (`ip tcp_metrics flush`).
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
 }

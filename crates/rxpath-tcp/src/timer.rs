@@ -67,8 +67,14 @@ impl Conn {
         // `tcp_write_timeout`: a handshake by its count of retransmissions,
         // an open connection by the time since its first retransmission.
         let expired = match self.state {
+            // By count (the linear timeouts added) or by the time the
+            // retries would take backing off from a second, from the
+            // first SYN (`retransmits_timed_out`, which the kernel asks
+            // of a SYN too).
             State::SynSent => {
-                self.retransmits >= ctx.cfg.tcp_syn_retries as u32 + SYN_LINEAR_TIMEOUTS
+                let retries = self.syn_retries.unwrap_or(ctx.cfg.tcp_syn_retries) as u32;
+                self.retransmits >= retries + SYN_LINEAR_TIMEOUTS
+                    || self.retransmits_timed_out(ctx.now, retries)
             }
             // `syn_ack_recalc` with the deferral as the retries: a
             // deferring child lasts the deferral, ACKed or not.
@@ -110,16 +116,22 @@ impl Conn {
     }
 
     /// `retransmits_timed_out`: has the time since the first
-    /// retransmission passed what `boundary` retransmissions take backing
-    /// off from `TCP_RTO_MIN` (`tcp_model_timeout`)? An RTO undone by an
-    /// ICMP message (RFC 6069) so allows more retransmissions in that
+    /// retransmission (of a SYN: since the first SYN) passed what
+    /// `boundary` retransmissions take backing off from `TCP_RTO_MIN` (a
+    /// SYN's: `TCP_TIMEOUT_INIT`; `tcp_model_timeout`)? An RTO undone by
+    /// an ICMP message (RFC 6069) so allows more retransmissions in that
     /// time.
     pub(crate) fn retransmits_timed_out(&self, now: crate::Nanos, boundary: u32) -> bool {
         let Some(start) = self.retrans_stamp.filter(|_| self.retransmits > 0) else {
             return false;
         };
-        let base = TCP_RTO_MIN / crate::conn::MS;
-        let linear = (TCP_RTO_MAX / TCP_RTO_MIN).ilog2();
+        let rto_base = if matches!(self.state, State::SynSent | State::SynRecv) {
+            crate::conn::TCP_TIMEOUT_INIT
+        } else {
+            TCP_RTO_MIN
+        };
+        let base = rto_base / crate::conn::MS;
+        let linear = (TCP_RTO_MAX / rto_base).ilog2();
         let timeout = if boundary <= linear {
             ((2u64 << boundary) - 1) * base
         } else {

@@ -20,6 +20,44 @@ pub struct OptsIn {
     pub ts: Option<(u32, u32)>,
     /// SACK blocks, as sent (start, end); at most four.
     pub sacks: Vec<(u32, u32)>,
+    /// A Fast Open option (RFC 7413, kind 34) of a valid length: a
+    /// cookie, or empty (a cookie request). One of another length counts
+    /// as absent, as `tcp_parse_fastopen_option` has it.
+    pub fastopen: Option<FoCookie>,
+}
+
+/// A TCP Fast Open cookie: 4 to 16 bytes, an even number
+/// (`TCP_FASTOPEN_COOKIE_MIN`/`MAX`), or none at all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FoCookie {
+    len: u8,
+    val: [u8; 16],
+}
+
+impl FoCookie {
+    /// The cookie `b`, when its length is one a cookie may have (zero
+    /// included).
+    pub fn new(b: &[u8]) -> Option<FoCookie> {
+        if !b.is_empty() && (b.len() < 4 || b.len() > 16 || b.len() % 2 == 1) {
+            return None;
+        }
+        let mut val = [0; 16];
+        val[..b.len()].copy_from_slice(b);
+        Some(FoCookie {
+            len: b.len() as u8,
+            val,
+        })
+    }
+
+    /// Its bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.val[..self.len as usize]
+    }
+
+    /// No bytes: in a SYN, a cookie request.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 /// An incoming segment.
@@ -130,6 +168,7 @@ pub fn parse_checked(pkt: &[u8], verified: bool) -> Result<SegIn<'_>, BadSegment
                     })
                     .collect();
             }
+            TcpOption::Other(34, data) => opts.fastopen = FoCookie::new(data),
             _ => {}
         }
     }
@@ -161,13 +200,16 @@ pub struct OptsOut {
     pub wscale: Option<u8>,
     /// SACK blocks (D-SACK first).
     pub sacks: Vec<(u32, u32)>,
+    /// A Fast Open option: the cookie, or empty to ask for one.
+    pub fastopen: Option<FoCookie>,
 }
 
 impl OptsOut {
     /// The options area, padded to whole words, exactly as the kernel lays
     /// it out: MSS; then SACK-permitted packed before the timestamps, or
     /// two NOPs before either alone; NOP and window scale; NOP NOP and the
-    /// SACK blocks.
+    /// SACK blocks; the Fast Open option, two NOPs after it when its
+    /// length leaves half a word.
     pub fn write(&self, out: &mut Vec<u8>) {
         if let Some(m) = self.mss {
             out.extend_from_slice(&[2, 4]);
@@ -194,6 +236,13 @@ impl OptsOut {
             for (s, e) in &self.sacks {
                 out.extend_from_slice(&s.to_be_bytes());
                 out.extend_from_slice(&e.to_be_bytes());
+            }
+        }
+        if let Some(c) = &self.fastopen {
+            out.extend_from_slice(&[34, 2 + c.len]);
+            out.extend_from_slice(c.bytes());
+            if (2 + c.len) & 3 == 2 {
+                out.extend_from_slice(&[1, 1]);
             }
         }
     }
@@ -382,20 +431,23 @@ mod tests {
                 ts: Some((100, 5)),
                 wscale: Some(8),
                 sacks: vec![],
+                fastopen: FoCookie::new(&[1, 2, 3, 4, 5, 6, 7, 8]),
             },
             payload: b"",
             ip_id: 0,
             tos: 0,
         };
         let pkt = build(&seg);
-        // mss, sackOK+TS packed, nop wscale: 4 + 12 + 4 option bytes.
-        assert_eq!(pkt.len(), 20 + 20 + 20);
+        // mss, sackOK+TS packed, nop wscale, a Fast Open cookie of 8
+        // bytes with two NOPs: 4 + 12 + 4 + 12 option bytes.
+        assert_eq!(pkt.len(), 20 + 20 + 32);
         let p = parse(&pkt).unwrap();
         assert_eq!((p.seq, p.ack, p.wnd), (7, 9, 65535));
         assert_eq!(p.opts.mss, Some(1460));
         assert_eq!(p.opts.wscale, Some(8));
         assert!(p.opts.sack_ok);
         assert_eq!(p.opts.ts, Some((100, 5)));
+        assert_eq!(p.opts.fastopen, FoCookie::new(&[1, 2, 3, 4, 5, 6, 7, 8]));
         assert_eq!(segment(&pkt, 1000), vec![pkt.clone()]);
         let mut bad = pkt.clone();
         bad[45] ^= 1;

@@ -369,6 +369,7 @@ fn a_full_syn_queue_answers_with_cookies_and_their_acks_make_connections() {
         ts: Some((5000, 0)),
         wscale: Some(7),
         sacks: vec![],
+        fastopen: None,
     };
     let (src, syn) = syn_from(42001, 900, opts);
     st.input(&wire::build(&syn), MS);

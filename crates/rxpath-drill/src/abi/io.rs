@@ -41,19 +41,7 @@ pub(super) fn do_send(
     len: size_t,
     flags: c_int,
 ) -> Result<usize, Errno> {
-    if buf.is_null() && len > 0 {
-        return Err(libc::EFAULT);
-    }
-    if len > isize::MAX as usize {
-        return Err(libc::EINVAL);
-    }
-    let len = len.min(MAX_RW);
-    let data: &[u8] = if len == 0 {
-        &[]
-    } else {
-        // SAFETY: non-null, `len` bytes from the caller.
-        unsafe { std::slice::from_raw_parts(buf as *const u8, len) }
-    };
+    let data = send_buf(buf, len)?;
     w.send(
         fd,
         data,
@@ -171,6 +159,44 @@ pub(super) unsafe extern "C" fn pd_recvmsg(
     ret(r.map(|n| n as i64)) as ssize_t
 }
 
+/// The caller's `len` bytes at `buf` (`EFAULT` for a null pointer with a
+/// length).
+fn send_buf<'a>(buf: *const c_void, len: size_t) -> Result<&'a [u8], Errno> {
+    if buf.is_null() && len > 0 {
+        return Err(libc::EFAULT);
+    }
+    if len > isize::MAX as usize {
+        return Err(libc::EINVAL);
+    }
+    let len = len.min(MAX_RW);
+    Ok(if len == 0 {
+        &[]
+    } else {
+        // SAFETY: non-null, `len` bytes from the caller.
+        unsafe { std::slice::from_raw_parts(buf as *const u8, len) }
+    })
+}
+
+/// The address of a `MSG_FASTOPEN` send: none, or where to connect
+/// (`AF_UNSPEC` is `EOPNOTSUPP`, as `tcp_sendmsg_fastopen` says).
+///
+/// # Safety
+/// `a` points to `l` readable bytes, or is null.
+unsafe fn fastopen_addr(a: *const sockaddr, l: socklen_t) -> Result<Option<SocketAddr>, Errno> {
+    if a.is_null() {
+        return Ok(None);
+    }
+    if l as usize >= size_of::<libc::sa_family_t>()
+        // SAFETY: non-null, `l` bytes cover the family.
+        && unsafe { std::ptr::read_unaligned(a as *const libc::sa_family_t) } as c_int
+            == libc::AF_UNSPEC
+    {
+        return Err(libc::EOPNOTSUPP);
+    }
+    // SAFETY: as the caller vouches.
+    unsafe { read_addr(a, l) }.map(Some)
+}
+
 pub(super) unsafe extern "C" fn pd_write(
     ud: Ud,
     fd: c_int,
@@ -198,11 +224,20 @@ pub(super) unsafe extern "C" fn pd_sendto(
     buf: *const c_void,
     len: size_t,
     flags: c_int,
-    _a: *const sockaddr,
-    _l: socklen_t,
+    a: *const sockaddr,
+    l: socklen_t,
 ) -> ssize_t {
     // SAFETY: `ud` is ours. A connected stream socket ignores the address.
-    ret(do_send(unsafe { world(ud) }, fd, buf, len, flags).map(|n| n as i64)) as ssize_t
+    let w = unsafe { world(ud) };
+    if flags & libc::MSG_FASTOPEN != 0 {
+        // SAFETY: `a` has `l` bytes or is null, per sendto(2).
+        let r = unsafe { fastopen_addr(a, l) }.and_then(|to| {
+            let data = send_buf(buf, len)?;
+            w.send_fastopen(fd, to, data, flags & libc::MSG_DONTWAIT != 0)
+        });
+        return ret(r.map(|n| n as i64)) as ssize_t;
+    }
+    ret(do_send(w, fd, buf, len, flags).map(|n| n as i64)) as ssize_t
 }
 
 pub(super) unsafe extern "C" fn pd_writev(
@@ -231,17 +266,22 @@ pub(super) unsafe extern "C" fn pd_sendmsg(
     // SAFETY: `ud` is ours; `msg` non-null per sendmsg(2).
     let r = unsafe {
         let m = &*msg;
-        iovs(m.msg_iov, m.msg_iovlen as c_int)
-            .and_then(gather)
-            .and_then(|d| {
-                world(ud).send(
-                    fd,
-                    &d,
-                    flags & libc::MSG_MORE != 0,
-                    flags & libc::MSG_EOR != 0,
-                    flags & libc::MSG_DONTWAIT != 0,
-                )
-            })
+        let data = iovs(m.msg_iov, m.msg_iovlen as c_int).and_then(gather);
+        if flags & libc::MSG_FASTOPEN != 0 {
+            let r = fastopen_addr(m.msg_name as *const sockaddr, m.msg_namelen).and_then(|to| {
+                world(ud).send_fastopen(fd, to, &data?, flags & libc::MSG_DONTWAIT != 0)
+            });
+            return ret(r.map(|n| n as i64)) as ssize_t;
+        }
+        data.and_then(|d| {
+            world(ud).send(
+                fd,
+                &d,
+                flags & libc::MSG_MORE != 0,
+                flags & libc::MSG_EOR != 0,
+                flags & libc::MSG_DONTWAIT != 0,
+            )
+        })
     };
     ret(r.map(|n| n as i64)) as ssize_t
 }

@@ -430,15 +430,23 @@ impl Shared {
             (nb, connecting)
         };
         if !connecting {
-            self.op(|w| {
+            let deferred = self.op(|w| {
                 let (id, _) = w.tcp(fd)?;
                 let now = w.now;
                 w.stack.connect(id, addr, now)?;
+                if w.stack.fastopen_deferred(id)? {
+                    // No SYN until the first write: connected, as far as
+                    // the program can tell.
+                    return Ok(true);
+                }
                 if let Some(Fd::Tcp { connecting, .. }) = w.fds.get_mut(&fd) {
                     *connecting = true;
                 }
-                Ok::<(), Errno>(())
+                Ok::<bool, Errno>(false)
             })?;
+            if deferred {
+                return Ok(());
+            }
             if nonblock {
                 return Err(libc::EINPROGRESS);
             }
@@ -508,7 +516,42 @@ impl Shared {
         dontwait: bool,
     ) -> Result<usize, Errno> {
         let (_, nonblock) = self.lock().tcp(fd)?;
+        let (deferred, connecting) = self.op(|w| {
+            let (id, _) = w.tcp(fd)?;
+            let deferred = w.stack.fastopen_deferred(id)?;
+            let connecting = matches!(w.stack.state(id)?, State::SynSent | State::SynRecv);
+            Ok::<_, Errno>((deferred, connecting))
+        })?;
+        if deferred {
+            // The write sends the SYN a Fast Open connect left for it.
+            return self.send_fastopen(fd, None, data, dontwait);
+        }
         let nonblock = nonblock || dontwait;
+        if connecting && !nonblock {
+            // `sk_stream_wait_connect`: a writer pending.
+            self.op(|w| {
+                let (id, _) = w.tcp(fd)?;
+                w.stack.set_write_pending(id, true)
+            })?;
+        }
+        let r = self.send_inner(fd, data, more, eor, nonblock);
+        if connecting && !nonblock {
+            let _ = self.op(|w| {
+                let (id, _) = w.tcp(fd)?;
+                w.stack.set_write_pending(id, false)
+            });
+        }
+        r
+    }
+
+    fn send_inner(
+        &self,
+        fd: i32,
+        data: &[u8],
+        more: bool,
+        eor: bool,
+        nonblock: bool,
+    ) -> Result<usize, Errno> {
         let mut sent = 0;
         loop {
             let r = self.block(nonblock, None, |w| {
@@ -530,6 +573,70 @@ impl Shared {
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    /// `sendto` or `sendmsg` with `MSG_FASTOPEN` to `to`: connect with
+    /// data on the SYN ([`Stack::send_fastopen`]). Non-blocking, the call
+    /// returns what the SYN carried (`EINPROGRESS` for nothing); blocking,
+    /// it waits for the connection and sends the rest. On a connected
+    /// socket, a plain send.
+    pub fn send_fastopen(
+        &self,
+        fd: i32,
+        to: Option<SocketAddr>,
+        data: &[u8],
+        dontwait: bool,
+    ) -> Result<usize, Errno> {
+        let (_, nonblock) = self.lock().tcp(fd)?;
+        let nonblock = nonblock || dontwait;
+        let open = self.op(|w| {
+            let (id, _) = w.tcp(fd)?;
+            Ok::<_, Errno>(!matches!(
+                w.stack.state(id)?,
+                State::Closed | State::Listen | State::SynSent | State::SynRecv
+            ))
+        })?;
+        if open {
+            return self.send(fd, data, false, false, dontwait);
+        }
+        let n = self.op(|w| {
+            w.refresh_sysctls();
+            let (id, _) = w.tcp(fd)?;
+            let now = w.now;
+            w.stack.send_fastopen(id, to, data, now)
+        })?;
+        if nonblock {
+            return if n > 0 { Ok(n) } else { Err(libc::EINPROGRESS) };
+        }
+        // The call waits for the handshake (`inet_wait_for_connect`), a
+        // writer pending when data is left after the SYN's
+        // (`tcp_send_syn_data` clears `fo->data` when all fit).
+        let pending = n < data.len();
+        self.op(|w| {
+            let (id, _) = w.tcp(fd)?;
+            w.stack.set_write_pending(id, pending)
+        })?;
+        let connected = self.block(false, None, |w| {
+            let (id, _) = w.tcp(fd)?;
+            match w.stack.state(id)? {
+                State::SynSent | State::SynRecv => Err(libc::EAGAIN),
+                State::Closed => Err(w.stack.take_error(id)?.unwrap_or(libc::ECONNREFUSED)),
+                _ => Ok(()),
+            }
+        });
+        let _ = self.op(|w| {
+            let (id, _) = w.tcp(fd)?;
+            w.stack.set_write_pending(id, false)
+        });
+        connected?;
+        if n == data.len() {
+            return Ok(n);
+        }
+        match self.send(fd, &data[n..], false, false, false) {
+            Ok(m) => Ok(n + m),
+            Err(_) if n > 0 => Ok(n),
+            Err(e) => Err(e),
         }
     }
 
@@ -606,6 +713,10 @@ impl Shared {
     /// An integer socket option.
     pub fn setsockopt(&self, fd: i32, opt: SockOpt, val: i32) -> Result<(), Errno> {
         self.op(|w| {
+            if opt == SockOpt::FastopenConnect {
+                // `tcp_fastopen` is read at the call.
+                w.refresh_sysctls();
+            }
             let (id, _) = w.tcp(fd)?;
             let now = w.now;
             w.stack.set_option(id, opt, val, now)

@@ -335,6 +335,10 @@ impl Conn {
             }
             self.rtx.pop_front();
             acked_syn |= h.syn;
+            if h.syn {
+                // `FLAG_SYN_ACKED`.
+                self.retrans_stamp = None;
+            }
             let n = if h.syn { 0 } else { self.pcount(&h) };
             c.acked_pkts += n;
             if !h.sacked {

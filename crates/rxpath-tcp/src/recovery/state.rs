@@ -158,7 +158,11 @@ impl Conn {
         } else {
             -1
         };
-        self.retrans_stamp = None;
+        // The next retransmission dates the episode; a SYN's stays its
+        // first sending (`tcp_connect`), which its timeout counts from.
+        if self.state != crate::conn::State::SynSent {
+            self.retrans_stamp = None;
+        }
     }
 
     /// `tcp_may_undo`: every retransmission proved needless (D-SACKed), or
@@ -339,6 +343,20 @@ impl Conn {
         self.high_seq = self.snd_nxt;
         self.tlp_high_seq = None;
         self.frto = ctx.cfg.tcp_frto > 0 && (new_recovery || self.retransmits > 0);
+    }
+
+    /// `tcp_non_congestion_loss_retransmit`: resend what is marked lost
+    /// without touching the window (a path MTU's shrink, a Fast Open
+    /// SYN-ACK that took only the SYN).
+    pub(crate) fn non_congestion_loss_retransmit(&mut self, ctx: &mut Ctx<'_>) {
+        if self.ca_state != CaState::Loss {
+            self.high_seq = self.snd_nxt;
+            self.snd_ssthresh = self.current_ssthresh();
+            self.prior_ssthresh = 0;
+            self.undo_marker = None;
+            self.set_ca_state(CaState::Loss, ctx.now);
+        }
+        self.xmit_retransmit_queue(ctx);
     }
 
     /// `tcp_xmit_recovery`.

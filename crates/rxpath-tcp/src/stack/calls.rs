@@ -165,6 +165,9 @@ impl Stack {
             gso: self.cfg.gso,
             min_tso_segs: self.cfg.tcp_min_tso_segs,
             user_mss: None,
+            fo: Default::default(),
+            write_pending: false,
+            syn_retries: None,
             notsent_lowat: self.cfg.tcp_notsent_lowat,
             tos: 0,
             keepalive: false,
@@ -275,14 +278,33 @@ impl Stack {
     }
 
     /// `connect`: sends the SYN; the caller waits for [`Stack::state`] to
-    /// leave `SynSent` (or returns `EINPROGRESS`).
+    /// leave `SynSent` (or returns `EINPROGRESS`), unless
+    /// [`Stack::fastopen_deferred`] says the SYN waits for the first
+    /// write (`TCP_FASTOPEN_CONNECT`).
     pub fn connect(&mut self, id: SockId, remote: SocketAddr, now: Nanos) -> Result<(), Errno> {
+        let fo = self.sock(id)?.fastopen_connect;
+        self.connect_as(id, remote, now, |st, c, now| {
+            st.first_syn(c, fo, None, now);
+        })
+    }
+
+    /// `connect`'s checks, the connection's source address and port, and
+    /// its first SYN as `syn` sends it.
+    pub(super) fn connect_as<T>(
+        &mut self,
+        id: SockId,
+        remote: SocketAddr,
+        now: Nanos,
+        syn: impl FnOnce(&mut Stack, &mut Conn, Nanos) -> T,
+    ) -> Result<T, Errno> {
         let s = self.sock(id)?;
         if s.listener.is_some() {
             return Err(libc::EISCONN);
         }
         if let Some(c) = &s.conn {
             return Err(match c.state {
+                // A Fast Open connect waiting for its first write.
+                State::SynSent if c.fo.deferred => libc::EISCONN,
                 State::SynSent | State::SynRecv => libc::EALREADY,
                 State::Closed => libc::ECONNABORTED,
                 _ => libc::EISCONN,
@@ -314,14 +336,12 @@ impl Stack {
         let _ = (nodelay, cork);
         apply_sock_opts(&mut c, self.sock(id)?);
         c.sync_mss();
-        let mut ctx = ctx!(self, now);
-        c.send_syn(&mut ctx, false);
-        self.mib.ActiveOpens += 1;
+        let out = syn(self, &mut c, now);
         self.conns.insert(key(local, remote), id);
         let s = self.sock_mut(id)?;
         s.bound = Some(local);
         s.conn = Some(Box::new(c));
-        Ok(())
+        Ok(out)
     }
 
     /// The connection's state (`Closed` for a socket never connected,
@@ -355,6 +375,13 @@ impl Stack {
         let Some(c) = s.conn.as_deref_mut() else {
             return Err(libc::EPIPE);
         };
+        if c.fo.deferred {
+            // The first write after a deferred connect sends the SYN.
+            return match self.send_fastopen(id, None, data, now)? {
+                0 => Err(libc::EINPROGRESS),
+                n => Ok(n),
+            };
+        }
         c.nospace |= !c.writeable();
         if let Some(e) = c.err.take() {
             return Err(e);
@@ -622,10 +649,17 @@ impl Stack {
         if c.state == State::Closed || (c.shut_wr && c.fin_rcvd) {
             m |= hup;
         }
-        if c.fin_rcvd || c.shut_rd {
+        // A connection done (`tcp_done`: reset, timed out, closed) is shut
+        // both ways: readable, to read its end or error.
+        if c.fin_rcvd || c.shut_rd || c.state == State::Closed {
             m |= inb | rdhup;
         }
         if matches!(c.state, State::SynSent | State::SynRecv) {
+            // A connect Fast Open deferred: writable, the write sends
+            // the SYN.
+            if c.fo.deferred {
+                m |= out;
+            }
             return Ok(m);
         }
         if !c.rcvq.is_empty() {

@@ -21,6 +21,9 @@ use crate::{Ctx, Nanos, Transmit};
 /// An error as the system call returns it (a positive `errno`).
 pub type Errno = i32;
 
+/// `TCP_FASTOPEN_CONNECT` (`include/uapi/linux/tcp.h`).
+pub const TCP_FASTOPEN_CONNECT: i32 = 30;
+
 /// A socket's handle in the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SockId(pub usize);
@@ -68,6 +71,12 @@ pub enum SockOpt {
     /// `IPV6_V6ONLY`: an IPv6 socket that takes no IPv4 (set before
     /// `bind`).
     V6Only,
+    /// `TCP_FASTOPEN_CONNECT`: `connect` sends no SYN when a Fast Open
+    /// cookie is kept; the first write sends it with its data.
+    FastopenConnect,
+    /// `TCP_SYNCNT`: SYN retransmissions before `connect` gives up (the
+    /// `tcp_syn_retries` sysctl's, for this socket).
+    SynCnt,
 }
 
 impl SockOpt {
@@ -91,6 +100,8 @@ impl SockOpt {
             (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => SockOpt::KeepIdle,
             (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL) => SockOpt::KeepIntvl,
             (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => SockOpt::KeepCnt,
+            (libc::IPPROTO_TCP, TCP_FASTOPEN_CONNECT) => SockOpt::FastopenConnect,
+            (libc::IPPROTO_TCP, libc::TCP_SYNCNT) => SockOpt::SynCnt,
             (libc::IPPROTO_IP, libc::IP_TOS) | (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
                 SockOpt::Tos
             }
@@ -131,6 +142,10 @@ struct Sock {
     keep_idle: Option<u32>,
     keep_intvl: Option<u32>,
     keep_cnt: Option<u8>,
+    /// `TCP_FASTOPEN_CONNECT`.
+    fastopen_connect: bool,
+    /// `TCP_SYNCNT`.
+    syn_retries: Option<u8>,
     listener: Option<Listener>,
     conn: Option<Box<Conn>>,
     /// Wakeups of the socket itself (a listener's accept queue).
@@ -168,6 +183,8 @@ pub struct Stack {
     /// Path MTUs learnt from ICMP, by destination, and when each expires
     /// (the route's exception, `fib_nh_exception`).
     pmtu: HashMap<IpAddr, (u32, Nanos)>,
+    /// Fast Open cookies and MSSes by destination.
+    pub fo_cache: crate::state::Cache,
 }
 
 macro_rules! ctx {
@@ -179,12 +196,14 @@ macro_rules! ctx {
             ext: &mut $s.ext,
             now: $now,
             ip_id: &mut $s.ip_id,
+            fo_cache: &mut $s.fo_cache,
         }
     };
 }
 
 mod calls;
 mod cookies;
+mod fastopen;
 mod icmp;
 mod options;
 mod segments;
@@ -211,6 +230,7 @@ impl Stack {
             local_addrs,
             touched: Vec::new(),
             pmtu: HashMap::new(),
+            fo_cache: Default::default(),
         }
     }
 
@@ -329,6 +349,7 @@ fn apply_sock_opts(c: &mut Conn, s: &Sock) {
     c.keep_idle = s.keep_idle;
     c.keep_intvl = s.keep_intvl;
     c.keep_cnt = s.keep_cnt;
+    c.syn_retries = s.syn_retries;
     c.tos = s.tos;
     c.sndbuf_locked = s.sndbuf.is_some();
     c.nodelay = s.nodelay;

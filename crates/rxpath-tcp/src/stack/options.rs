@@ -47,6 +47,7 @@ impl Stack {
         now: Nanos,
     ) -> Result<(), Errno> {
         let sysctl_lowat = self.cfg.tcp_notsent_lowat;
+        let fastopen = self.cfg.tcp_fastopen;
         let s = self.sock_mut(id)?;
         match opt {
             SockOpt::NoDelay => {
@@ -65,6 +66,27 @@ impl Stack {
             SockOpt::ReusePort => s.reuseport = val != 0,
             SockOpt::DeferAccept => s.defer_accept = secs_to_retrans(val),
             SockOpt::KeepAlive => s.keepalive = val != 0,
+            SockOpt::SynCnt => {
+                if !(1..=127).contains(&val) {
+                    return Err(libc::EINVAL);
+                }
+                s.syn_retries = Some(val as u8);
+                if let Some(c) = s.conn.as_deref_mut() {
+                    c.syn_retries = Some(val as u8);
+                }
+            }
+            SockOpt::FastopenConnect => {
+                if !(0..=1).contains(&val) {
+                    return Err(libc::EINVAL);
+                }
+                if fastopen & crate::fastopen::TFO_CLIENT_ENABLE == 0 {
+                    return Err(libc::EOPNOTSUPP);
+                }
+                if s.conn.is_some() || s.listener.is_some() {
+                    return Err(libc::EINVAL);
+                }
+                s.fastopen_connect = val != 0;
+            }
             SockOpt::KeepIdle | SockOpt::KeepIntvl | SockOpt::KeepCnt => {
                 let max = if opt == SockOpt::KeepCnt { 127 } else { 32767 };
                 if !(1..=max).contains(&val) {
@@ -189,6 +211,7 @@ impl Stack {
             let s = self.sock(id)?;
             self.bufs(s)
         };
+        let syn_retries = self.cfg.tcp_syn_retries;
         let (ka_time, ka_intvl, ka_cnt) = (
             self.cfg.tcp_keepalive_time,
             self.cfg.tcp_keepalive_intvl,
@@ -214,6 +237,8 @@ impl Stack {
             SockOpt::Tos => s.tos as i32,
             SockOpt::Inq => s.inq as i32,
             SockOpt::V6Only => s.v6only as i32,
+            SockOpt::FastopenConnect => s.fastopen_connect as i32,
+            SockOpt::SynCnt => s.syn_retries.unwrap_or(syn_retries) as i32,
             SockOpt::KeepIdle => s.keep_idle.unwrap_or(ka_time) as i32,
             SockOpt::KeepIntvl => s.keep_intvl.unwrap_or(ka_intvl) as i32,
             SockOpt::KeepCnt => s.keep_cnt.unwrap_or(ka_cnt) as i32,
