@@ -52,4 +52,4 @@ pub use run::{
     check_iface, run, CaptureAt, GroSettings, IfName, Producer, Report, RunConfig, RunError,
     StackKind, Tick,
 };
-pub use sock::{Epoll, ListenShare, TcpListener, TcpStream, UdpSocket};
+pub use sock::{Epoll, ListenShare, Opening, TcpListener, TcpStream, UdpSocket};

@@ -1025,3 +1025,116 @@ fn an_epoll_server_sleeps_on_the_device_between_segments() {
         }
     }
 }
+
+/// A Fast Open server, the kernel's (`TCP_FASTOPEN`): `n` connections,
+/// each answered with its request in capitals.
+const TFO_SERVER: &str = "import socket, sys\n\
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+l.setsockopt(socket.IPPROTO_TCP, socket.TCP_FASTOPEN, 16)\n\
+l.bind((sys.argv[1], int(sys.argv[2]))); l.listen(16)\n\
+print('ready', flush=True)\n\
+for i in range(int(sys.argv[3])):\n\
+\x20   c, _ = l.accept(); c.sendall(c.recv(4096).upper()); c.close()\n";
+
+/// A Fast Open client: `n` connections opened with `TCP_FASTOPEN_CONNECT`
+/// (`connect`) or `sendto(MSG_FASTOPEN)` (`sendto`); per connection, the
+/// answer and whether its SYN's data was acknowledged (`TCP_INFO`'s
+/// `TCPI_OPT_SYN_DATA`).
+const TFO_CLIENT: &str = "import socket, sys\n\
+to = (sys.argv[1], int(sys.argv[2]))\n\
+for i in range(int(sys.argv[3])):\n\
+\x20   s = socket.socket(); m = b'fast open %d' % i\n\
+\x20   if sys.argv[4] == 'connect':\n\
+\x20       s.setsockopt(socket.IPPROTO_TCP, 30, 1); s.connect(to); s.sendall(m)\n\
+\x20   else:\n\
+\x20       s.sendto(m, socket.MSG_FASTOPEN, to)\n\
+\x20   got = b''\n\
+\x20   while True:\n\
+\x20       d = s.recv(4096)\n\
+\x20       if not d: break\n\
+\x20       got += d\n\
+\x20   info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)\n\
+\x20   print(i, got.decode(), info[5] & 32, flush=True); s.close()\n";
+
+/// A `TcpExt` counter of the namespace `ns`.
+fn tcp_ext(ns: &str, name: &str) -> u64 {
+    let o = Command::new("ip")
+        .args(["netns", "exec", ns, "cat", "/proc/net/netstat"])
+        .output()
+        .expect("/proc/net/netstat");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("TcpExt:")).collect();
+    let (names, values) = (lines[0].split_whitespace(), lines[1].split_whitespace());
+    names
+        .zip(values)
+        .find(|(n, _)| *n == name)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or_else(|| panic!("no TcpExt {name}"))
+}
+
+/// TCP Fast Open's client under exec, with the kernel's server as the
+/// peer: the first connection asks for a cookie, the next ones carry
+/// their request on the SYN and the server takes it there
+/// (`TCPFastOpenPassive`), through `TCP_FASTOPEN_CONNECT` and through
+/// `sendto(MSG_FASTOPEN)`: the answers, `TCP_INFO`'s SYN-data bit and the
+/// server's count as with the kernel's own client.
+#[test]
+fn a_fast_open_client_sends_its_request_on_the_syn_as_on_the_kernel() {
+    let Some(p) = Pair::new("to", true, &["python3"]) else {
+        return;
+    };
+    let sysctl = in_client(&p, &["sysctl", "-qw", "net.ipv4.tcp_fastopen=3"]);
+    assert!(sysctl.status.success(), "{sysctl:?}");
+    let n = 4;
+    for how in ["connect", "sendto"] {
+        let mut seen = Vec::new();
+        for exec in [None, Some(EXEC)] {
+            // The kernel client's cookie from an earlier run is forgotten.
+            let _ = Command::new("ip")
+                .args(["netns", "exec", &p.srv, "ip", "tcp_metrics", "flush", "all"])
+                .output();
+            let mut srv = Command::new("ip")
+                .args(["netns", "exec", &p.cli, "python3", "-c", TFO_SERVER])
+                .args(["198.18.9.5", "5360", &n.to_string()])
+                .stdout(std::process::Stdio::piped())
+                .process_group(0)
+                .spawn()
+                .expect("the Fast Open server");
+            common::exec::wait_ready(&mut srv);
+            let before = tcp_ext(&p.cli, "TCPFastOpenPassive");
+            let prog = ["python3", "-c", TFO_CLIENT, "198.18.9.5", "5360", "4", how];
+            let (status, out, err) = finish(server(&p, exec, &prog));
+            let _ = common::exec::finish(srv);
+            let what = format!("{how} {exec:?}");
+            assert!(status.success(), "{what}: {out}\n{err}");
+            let passive = tcp_ext(&p.cli, "TCPFastOpenPassive") - before;
+            assert_eq!(
+                passive,
+                n - 1,
+                "{what}: data on every SYN after the first: {out}"
+            );
+            let answers: Vec<String> = out
+                .lines()
+                .filter(|l| l.contains("FAST OPEN"))
+                .map(str::to_owned)
+                .collect();
+            assert_eq!(answers.len(), n as usize, "{what}: {out}\n{err}");
+            assert!(answers[0].ends_with(" 0"), "{what}: the first asks: {out}");
+            assert!(
+                answers[1..].iter().all(|a| a.ends_with(" 32")),
+                "{what}: {out}"
+            );
+            if exec.is_some() {
+                // Every connection rxpath's, the path's accounting whole.
+                assert!(
+                    out.contains(&format!("sockets on rxpath {n} ")),
+                    "{what}: {out}"
+                );
+                assert!(out.contains("back in the pool: ok"), "{what}: {out}");
+                assert!(!out.contains("MISMATCH"), "{what}: {out}");
+            }
+            seen.push(answers);
+        }
+        assert_eq!(seen[0], seen[1], "{how}: as on the kernel");
+    }
+}

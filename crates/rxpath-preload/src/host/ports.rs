@@ -108,12 +108,14 @@ impl Global {
     /// destinations the port map now takes for it; or why not. Served:
     /// destinations on a link of the interface (the next hop is the
     /// destination), whose neighbour the kernel's table has or resolves
-    /// (asked as its own connect would); others are the kernel's.
+    /// (asked as its own connect would); others are the kernel's. `how`:
+    /// a plain SYN or Fast Open's; the count is the bytes the SYN carried.
     pub(crate) fn tcp_connect(
         &self,
         from: SocketAddr,
         to: SocketAddr,
-    ) -> Result<(rxpath_runtime::TcpStream, Vec<PortKey>), (Fallback, String)> {
+        how: rxpath_runtime::Opening<'_>,
+    ) -> Result<(rxpath_runtime::TcpStream, Vec<PortKey>, usize), (Fallback, String)> {
         let iface = self.cfg.iface.clone().unwrap_or_default();
         // The next hop as the kernel's connect finds it: the peer itself
         // on a link of the interface, else the gateway of the kernel's
@@ -176,10 +178,10 @@ impl Global {
         }
         let keys = keys_of(libc::IPPROTO_TCP as u8, from, true);
         take_keys(r, from, &keys)?;
-        match r.host.tcp_connect_held(from, to) {
-            Ok(c) => {
+        match r.host.tcp_open_held(from, to, how) {
+            Ok((c, carried)) => {
                 s.accelerated += 1;
-                Ok((c, keys))
+                Ok((c, keys, carried))
             }
             Err(e) => {
                 drop(s);

@@ -442,6 +442,14 @@ pub extern "C" fn sendto(
             return ret(r);
         }
     }
+    if flags & libc::MSG_FASTOPEN != 0 && table::kind(fd) == table::KERNEL {
+        // Fast Open's connect, with the data on the SYN.
+        if let Some(dst) = addr_in(to, tolen).filter(|_| !b.is_null() || n == 0) {
+            if let Route::Done(r) = crate::ops::tcp_sendto_fastopen(fd, dst, buf(b, n), flags) {
+                return ret(r);
+            }
+        }
+    }
     // SAFETY: the C library's sendto with the program's arguments.
     unsafe { real::sendto()(fd, b, n, flags, to, tolen) }
 }

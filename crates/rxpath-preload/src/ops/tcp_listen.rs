@@ -7,6 +7,7 @@ use super::*;
 use crate::host::global;
 use crate::table::{self, Entry};
 use crate::tcp::sock::{End, TcpSock};
+use rxpath_runtime::Opening;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
@@ -231,7 +232,52 @@ pub(crate) fn tcp_before_fork() {
 /// the program bound one) and rxpath opens the connection: `Done` with
 /// `connect`'s answer (`EINPROGRESS` on a non-blocking socket). Else the
 /// kernel's call (a fallback said once, when TCP was asked for).
+/// `TCP_FASTOPEN_CONNECT` set on the kernel socket is honoured.
 pub(crate) fn tcp_connect(fd: RawFd, to: SocketAddr) -> Route<()> {
+    let fo = crate::sys::sockopt_int(fd, libc::IPPROTO_TCP, rxpath_tcp::TCP_FASTOPEN_CONNECT);
+    let how = match fo {
+        Some(1) => Opening::FastopenConnect,
+        _ => Opening::Connect,
+    };
+    match tcp_open(fd, to, how, crate::sys::nonblocking(fd)) {
+        Route::Done(r) => Route::Done(r.map(drop)),
+        Route::Kernel => Route::Kernel,
+    }
+}
+
+/// `sendto(fd, data, MSG_FASTOPEN, to)` on a kernel TCP socket, as
+/// [`tcp_connect`] routes it: rxpath opens the connection with Fast
+/// Open's SYN. `Done` with `sendto`'s answer: non-blocking, the bytes the
+/// SYN carried (`EINPROGRESS` for none); blocking, after the handshake,
+/// with the rest sent.
+pub(crate) fn tcp_sendto_fastopen(
+    fd: RawFd,
+    to: SocketAddr,
+    data: &[u8],
+    flags: i32,
+) -> Route<usize> {
+    let nb = crate::sys::nonblocking(fd) || flags & libc::MSG_DONTWAIT != 0;
+    let carried = match tcp_open(fd, to, Opening::FastopenData(data), nb) {
+        Route::Done(Ok(n)) if !nb && n < data.len() => n,
+        other => return other,
+    };
+    let Some(t) = table::tcp(fd) else {
+        return Route::Done(Ok(carried));
+    };
+    Route::Done(
+        match super::tcp_stream::tcp_send(&t, &data[carried..], flags) {
+            Ok(m) => Ok(carried + m),
+            Err(_) if carried > 0 => Ok(carried),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// The connection [`tcp_connect`] and [`tcp_sendto_fastopen`] open:
+/// `Done` with the bytes its SYN carried once it is connected (at once
+/// when `nb`: `EINPROGRESS` unless the SYN carried data, or the SYN
+/// waits for the first write).
+fn tcp_open(fd: RawFd, to: SocketAddr, how: Opening<'_>, nb: bool) -> Route<usize> {
     let g = global();
     if table::kind(fd) != table::KERNEL
         || !table::in_range(fd)
@@ -261,7 +307,7 @@ pub(crate) fn tcp_connect(fd: RawFd, to: SocketAddr) -> Route<()> {
     if from.ip().is_unspecified() {
         from.set_ip(src);
     }
-    let (c, keys) = match g.tcp_connect(from, to) {
+    let (c, keys, carried) = match g.tcp_connect(from, to, how) {
         Ok(x) => x,
         Err((why, detail)) => {
             g.fallback(why, &detail);
@@ -269,16 +315,24 @@ pub(crate) fn tcp_connect(fd: RawFd, to: SocketAddr) -> Route<()> {
         }
     };
     c.set_nonblocking(true);
-    let nb = crate::sys::nonblocking(fd);
-    let t = TcpSock::new(End::Stream(c), nb, 0, usize::MAX);
+    let deferred = c.fastopen_deferred();
+    let t = TcpSock::new(End::Stream(c), crate::sys::nonblocking(fd), 0, usize::MAX);
     *rxpath_dev::sync::lock(&t.keys) = keys;
     table::set(fd, Entry::Tcp(t.clone()));
+    if deferred {
+        // No SYN until the first write: connected, as the program sees it.
+        return Route::Done(Ok(0));
+    }
     if nb {
-        return Route::Done(Err(libc::EINPROGRESS));
+        return Route::Done(if carried > 0 {
+            Ok(carried)
+        } else {
+            Err(libc::EINPROGRESS)
+        });
     }
     let r = t.stream().map(|s| s.wait_connected());
     Route::Done(match r {
-        Some(Ok(())) => Ok(()),
+        Some(Ok(())) => Ok(carried),
         Some(Err(e)) => Err(e.raw_os_error().unwrap_or(libc::ECONNREFUSED)),
         None => Err(libc::EINVAL),
     })

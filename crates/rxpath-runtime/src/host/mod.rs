@@ -455,6 +455,17 @@ impl Host {
         TcpStream::connect_start(self.tcp_host()?, from, to)
     }
 
+    /// [`Self::tcp_connect_held`], the connection opened as `how` says
+    /// (Fast Open); with the bytes its SYN carried.
+    pub fn tcp_open_held(
+        &self,
+        from: SocketAddr,
+        to: SocketAddr,
+        how: crate::sock::Opening<'_>,
+    ) -> std::io::Result<(TcpStream, usize)> {
+        TcpStream::open(self.tcp_host()?, from, to, how)
+    }
+
     /// Hold `addr` for rxpath's TCP: the kernel's port guard and the port
     /// map's entry. Returns the address with the port the kernel gave.
     fn hold_tcp(&self, mut addr: SocketAddr) -> std::io::Result<SocketAddr> {

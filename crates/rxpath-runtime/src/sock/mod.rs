@@ -28,7 +28,7 @@ mod wait;
 pub use busy::{busy_loop, suspend_irqs, SESSION_NAPIS};
 pub use epoll::Epoll;
 pub(crate) use tcp::TcpHost;
-pub use tcp::{ListenShare, TcpListener, TcpStream, TcpWaits};
+pub use tcp::{ListenShare, Opening, TcpListener, TcpStream, TcpWaits};
 
 /// Who watches a socket's readiness from outside its reads: an [`Epoll`]
 /// set, or a preloaded program's `poll`/`epoll` (told on the edge from

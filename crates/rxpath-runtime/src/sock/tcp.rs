@@ -414,6 +414,20 @@ impl Drop for TcpListener {
     }
 }
 
+/// How [`crate::Host::tcp_open_held`] opens a connection.
+#[derive(Debug, Clone, Copy)]
+pub enum Opening<'a> {
+    /// `connect`: the SYN now.
+    Connect,
+    /// `connect` with `TCP_FASTOPEN_CONNECT`: with a Fast Open cookie
+    /// kept for the peer, no SYN until the first write, which it carries;
+    /// else a SYN asking for a cookie.
+    FastopenConnect,
+    /// `sendto` with `MSG_FASTOPEN`: the SYN carries the cookie and what
+    /// of these bytes fits (asks for a cookie when none is kept).
+    FastopenData(&'a [u8]),
+}
+
 /// A TCP connection on an rxpath host. Reads and writes may come from
 /// different threads at once. Dropping it closes it (`close`: a FIN after
 /// what was written, as the kernel sends it).
@@ -441,6 +455,17 @@ impl TcpStream {
         from: SocketAddr,
         to: SocketAddr,
     ) -> io::Result<Self> {
+        Self::open(host, from, to, Opening::Connect).map(|(s, _)| s)
+    }
+
+    /// A connection from `from` to `to` opened as `how` says; with the
+    /// bytes its SYN carried (Fast Open).
+    pub(crate) fn open(
+        host: TcpHost,
+        from: SocketAddr,
+        to: SocketAddr,
+        how: Opening<'_>,
+    ) -> io::Result<(Self, usize)> {
         let id = host.call(|s, _| s.socket(to.is_ipv6()))?;
         let w = host.waits.waiter(id);
         let s = TcpStream {
@@ -450,13 +475,28 @@ impl TcpStream {
             w,
             nonblocking: AtomicBool::new(false),
         };
-        s.host
+        let carried = s
+            .host
             .call(|st, now| {
                 st.bind(id, from)?;
-                st.connect(id, to, now)
+                match how {
+                    Opening::Connect => st.connect(id, to, now).map(|_| 0),
+                    Opening::FastopenConnect => {
+                        st.set_option(id, rxpath_tcp::SockOpt::FastopenConnect, 1, now)?;
+                        st.connect(id, to, now).map(|_| 0)
+                    }
+                    Opening::FastopenData(d) => st.send_fastopen(id, Some(to), d, now),
+                }
             })?
             .map_err(errno)?;
-        Ok(s)
+        Ok((s, carried))
+    }
+
+    /// Whether the connection's `connect` left its SYN for the first
+    /// write (`TCP_FASTOPEN_CONNECT` with a cookie kept).
+    pub fn fastopen_deferred(&self) -> bool {
+        let id = self.id;
+        matches!(self.host.query(|st| st.fastopen_deferred(id)), Ok(Ok(true)))
     }
 
     /// `inet_wait_for_connect`: until the handshake ends either way (the
