@@ -542,6 +542,9 @@ fn reassembled<S: Stack, H: Hook>(
                     return inner.receive_udp(pkt, &d, ctx);
                 }
             }
+            if proto == 6 && cfg.tcp && !cfg.deliver_all {
+                return reassembled_tcp(inner, pkt, l3, data, ctx);
+            }
             if proto == 17 {
                 let v6 = pkt.meta.headers.l3 == rxpath_wire::L3::Ipv6;
                 ctx.snmp().udp_mut(v6).in_datagrams += 1;
@@ -553,4 +556,46 @@ fn reassembled<S: Stack, H: Hook>(
             ctx.drop(pkt, reason)
         }
     }
+}
+
+/// A reassembled TCP segment (the XDP program takes the pieces of the
+/// datagrams whose first piece went to one of rxpath's ports) on to the
+/// TCP machine as any segment. IPv6's fragment header, which reassembly
+/// leaves, is taken out (the headers before it moved over it, as the
+/// kernel's `ip6_frag_reasm` does).
+fn reassembled_tcp<S: Stack>(
+    inner: &mut S,
+    mut pkt: Packet,
+    l3: usize,
+    data: usize,
+    ctx: &mut RxCtx<'_>,
+) {
+    let v6 = pkt.meta.headers.l3 == rxpath_wire::L3::Ipv6;
+    let at = pkt.off as usize + l3;
+    let b = &mut ctx.umem().data_mut(&mut pkt.frame)[at..];
+    let (l3, src) = if v6 {
+        // Only a fragment header right behind the fixed header; one
+        // behind other extension headers stays, and the machine counts
+        // the segment malformed.
+        let frag = data - l3;
+        if frag == 48 {
+            let next = b[40];
+            b[6] = next;
+            let plen = u16::from_be_bytes([b[4], b[5]]).saturating_sub(8);
+            b[4..6].copy_from_slice(&plen.to_be_bytes());
+            b.copy_within(0..40, 8);
+        }
+        let off = if frag == 48 { 8 } else { 0 };
+        let src: [u8; 16] = b[off + 8..off + 24].try_into().expect("16 bytes");
+        (l3 + off, std::net::IpAddr::from(src))
+    } else {
+        let src: [u8; 4] = b[12..16].try_into().expect("4 bytes");
+        (l3, std::net::IpAddr::from(src))
+    };
+    let seg = crate::packet::TcpSeg {
+        l3,
+        src,
+        verified: false,
+    };
+    inner.receive_tcp(pkt, &seg, ctx)
 }

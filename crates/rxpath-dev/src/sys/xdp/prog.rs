@@ -110,6 +110,9 @@ pub(in crate::sys) fn cfg_bytes(f: XdpFilter, port_map: bool) -> [u8; CFG_LEN] {
 struct Built {
     xsks: OwnedFd,
     ports: OwnedFd,
+    /// The TCP datagrams whose first fragment the program took (it holds
+    /// the map; nothing here reads it).
+    _frags: OwnedFd,
     /// The filter asks for the port map.
     port_map: bool,
     /// The configuration's map (the loaded program holds it too).
@@ -134,12 +137,21 @@ impl Built {
         // The program names the port map whatever it is asked: without
         // one it never looks in it (the verifier knows), so it is tiny.
         let ports = port_map_new(if port_map { PORT_MAP_ENTRIES } else { 1 })?;
+        let frags = bpf::map(
+            BPF_MAP_TYPE_LRU_HASH,
+            FRAG_KEY_LEN,
+            1,
+            if port_map { FRAG_MAP_ENTRIES } else { 1 },
+        )
+        .map_err(|e| ctx(e, "creating the fragments' map"))?;
         let obj = Object::parse(OBJECT, "xdp", &MAPS)?;
         let ro = cfg_map(&obj, cfg_bytes(filter, port_map))?;
-        let insns = obj.linked(&[xsks.as_raw_fd(), ports.as_raw_fd()], ro.as_raw_fd());
+        let fds = [xsks.as_raw_fd(), ports.as_raw_fd(), frags.as_raw_fd()];
+        let insns = obj.linked(&fds, ro.as_raw_fd());
         Ok(Built {
             xsks,
             ports,
+            _frags: frags,
             port_map,
             _rodata: ro,
             insns,
@@ -189,7 +201,15 @@ const PORT_KEY_LEN: u32 = 20;
 
 /// The maps the XDP program names, in the order [`Object::linked`] takes
 /// their descriptors.
-const MAPS: [&str; 2] = ["xsks", "ports"];
+const MAPS: [&str; 3] = ["xsks", "ports", "frags"];
+
+/// `BPF_MAP_TYPE_LRU_HASH`.
+const BPF_MAP_TYPE_LRU_HASH: u32 = 9;
+/// The fragments' map's key size (`struct frag_key`).
+const FRAG_KEY_LEN: u32 = 40;
+/// Fragmented TCP datagrams followed at once (more age out, oldest
+/// first: a datagram whose last piece never came).
+const FRAG_MAP_ENTRIES: u32 = 4096;
 
 /// A new port map of `entries` destinations (a hash map of
 /// `struct port_key`).
@@ -366,6 +386,8 @@ mod tests {
     use crate::sys::bpf::{Target, PSEUDO_MAP_FD, PSEUDO_MAP_VALUE};
 
     const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
+    const BPF_FUNC_MAP_UPDATE_ELEM: i32 = 2;
+    const BPF_FUNC_MAP_DELETE_ELEM: i32 = 3;
     const BPF_FUNC_REDIRECT_MAP: i32 = 51;
 
     #[test]
@@ -412,13 +434,13 @@ mod tests {
     fn the_object_links_its_maps_and_configuration() {
         let obj = Object::parse(OBJECT, "xdp", &MAPS).unwrap();
         let has = |t: Target| obj.relocs.iter().any(|r| r.1 == t);
-        assert!(has(Target::Map(0)) && has(Target::Map(1)));
+        assert!(has(Target::Map(0)) && has(Target::Map(1)) && has(Target::Map(2)));
         assert!(obj.relocs.iter().any(|r| matches!(r.1, Target::Rodata(_))));
         assert_eq!(obj.rodata.len(), obj.cfg + CFG_LEN, "cfg is all of .rodata");
-        let p = obj.linked(&[3, 4], 5);
+        let p = obj.linked(&[3, 4, 6], 5);
         for &(at, t) in &obj.relocs {
             let (src, fd) = match t {
-                Target::Map(i) => (PSEUDO_MAP_FD, 3 + i as i32),
+                Target::Map(i) => (PSEUDO_MAP_FD, [3, 4, 6][i]),
                 Target::Rodata(_) => (PSEUDO_MAP_VALUE, 5),
             };
             assert_eq!((p[at].regs >> 4, p[at].imm), (src, fd), "load at {at}");
@@ -427,7 +449,13 @@ mod tests {
         // family's wildcard), for a segment and for an ICMP error quoting
         // one; a redirect.
         let calls = |n| p.iter().filter(|i| i.code == 0x85 && i.imm == n).count();
-        assert_eq!(calls(BPF_FUNC_MAP_LOOKUP_ELEM), 8);
+        // Per family, a TCP datagram's first fragment looks up its port
+        // (two more) and a later one its datagram (one).
+        assert_eq!(calls(BPF_FUNC_MAP_LOOKUP_ELEM), 8 + 2 * 3);
+        // A TCP datagram's first fragment is recorded, its last forgets
+        // it (each a call the compiler may share between the families).
+        assert!(calls(BPF_FUNC_MAP_UPDATE_ELEM) >= 1);
+        assert!(calls(BPF_FUNC_MAP_DELETE_ELEM) >= 1);
         assert!(calls(BPF_FUNC_REDIRECT_MAP) >= 1);
         // IPv4 fragments go to the kernel: MF and the offset are tested.
         assert!(p.iter().any(|i| i.code == 0x57 && i.imm == 0xff3f));

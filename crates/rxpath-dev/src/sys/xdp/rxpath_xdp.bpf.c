@@ -7,9 +7,10 @@
 // arrived on (XDP_PASS when that queue has none), ICMP errors about the
 // TCP segments of the ports it takes included; everything else goes to
 // the kernel: ARP and ND, what the configuration does not ask for, and
-// whatever this program cannot judge by itself (IP fragments, IPv6 AH
-// and ESP headers, VLAN tags with an ID), which the kernel then
-// handles as it always does (reassembly included), and frames longer
+// whatever this program cannot judge by itself (IP fragments of a
+// datagram whose first piece it did not take, IPv6 AH and ESP headers,
+// VLAN tags with an ID), which the kernel then handles as it always does
+// (reassembly included), and frames longer
 // than an AF_XDP frame holds (jumbo frames), which the kernel would drop
 // on the way to the socket.
 //
@@ -54,6 +55,9 @@ struct xdp_md {
 
 // The helpers, by number (include/uapi/linux/bpf.h).
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
+static long (*bpf_map_update_elem)(void *map, const void *key, const void *value,
+				   u64 flags) = (void *)2;
+static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
 static long (*bpf_redirect_map)(void *map, u64 key, u64 flags) = (void *)51;
 
 // The maps: made by the loader, which puts their descriptors where these
@@ -62,6 +66,10 @@ static long (*bpf_redirect_map)(void *map, u64 key, u64 flags) = (void *)51;
 // below (a hash map the loader updates as sockets are bound and closed).
 char xsks[4] SEC("maps");
 char ports[4] SEC("maps");
+// `frags`: the TCP datagrams this program took the first fragment of, by
+// struct frag_key (an LRU hash map: a datagram whose last piece never
+// came ages out).
+char frags[4] SEC("maps");
 
 // What to take (the Rust XdpFilter).
 struct rxpath_cfg {
@@ -96,6 +104,17 @@ struct port_key {
 	u8 proto;
 	u16 port;  // in network order
 	u8 addr[16];
+};
+
+// A fragmented datagram, as the kernel's reassembly keys it: family,
+// protocol, identification, source and destination.
+struct frag_key {
+	u8 family;
+	u8 proto;
+	u16 pad;
+	u32 id;
+	u8 src[16];
+	u8 dst[16];
 };
 
 // Is the destination port `dport` (network order) at `daddr` (4 or 16
@@ -186,6 +205,32 @@ static __attribute__((always_inline)) int take_icmp_v6(const u8 *icmp, const u8 
 	return port_taken(load16(q + IP6_HLEN), IPPROTO_TCP, 6, q + 8);
 }
 
+// A fragment of a TCP datagram (`k` its key, `first`: the piece at
+// offset 0, whose TCP header is at `l4`; `last`: no more fragments after
+// it). The first goes where its destination port says, and if this
+// program takes it, the datagram's later pieces follow it (the kernel
+// would reassemble them into a segment of a connection it does not know
+// and reset it). A later piece that came before the first is the
+// kernel's: that datagram is lost, and TCP sends it again.
+static __attribute__((always_inline)) int take_tcp_frag(struct frag_key *k, int first,
+							  int last, const u8 *l4, const u8 *end,
+							  const u8 *daddr)
+{
+	u8 take = TAKE;
+
+	if (first) {
+		if (l4 + 4 > end || !port_taken(load16(l4 + 2), IPPROTO_TCP, k->family, daddr))
+			return 0;
+		bpf_map_update_elem(frags, k, &take, 0);
+		return 1;
+	}
+	if (!bpf_map_lookup_elem(frags, k))
+		return 0;
+	if (last)
+		bpf_map_delete_elem(frags, k);
+	return 1;
+}
+
 // `l3` is the IP header (after the Ethernet header and any priority
 // tags), `end` the frame's end; the caller checked IP4_HLEN bytes there.
 static __attribute__((always_inline)) int take_v4(const u8 *l3, const u8 *end)
@@ -208,9 +253,24 @@ static __attribute__((always_inline)) int take_v4(const u8 *l3, const u8 *end)
 		return 0;
 	// A fragment (MF or an offset): its ports are not where ports are,
 	// or not there at all; the kernel reassembles it, unless this host
-	// reassembles what reaches it (a host with no kernel socket behind).
-	if (load16(l3 + 6) & __builtin_bswap16(0x3fff))
-		return cfg.frags;
+	// reassembles what reaches it (a host with no kernel socket behind),
+	// or it is TCP to a port this program takes.
+	if (load16(l3 + 6) & __builtin_bswap16(0x3fff)) {
+		struct frag_key k = {};
+
+		if (cfg.frags)
+			return 1;
+		if (l3[9] != IPPROTO_TCP || !tcp_by_port())
+			return 0;
+		k.family = 4;
+		k.proto = IPPROTO_TCP;
+		k.id = load16(l3 + 4);
+		__builtin_memcpy(k.src, l3 + 12, 4);
+		__builtin_memcpy(k.dst, l3 + 16, 4);
+		return take_tcp_frag(&k, !(load16(l3 + 6) & __builtin_bswap16(0x1fff)),
+				     !(load16(l3 + 6) & __builtin_bswap16(0x2000)), l3 + ihl * 4,
+				     end, l3 + 16);
+	}
 	// Options or not, the ports follow the header (ihl words).
 	l4 = l3 + ihl * 4;
 	if (l4 + 4 > end)
@@ -249,8 +309,22 @@ static __attribute__((always_inline)) int take_v6(const u8 *l3, const u8 *end)
 		if (next != 0 && next != 43 && next != 60 && next != 44 && wanted(next))
 			break;
 		// A fragment header: as IPv4's fragments.
-		if (next == 44)
-			return cfg.frags;
+		if (next == 44) {
+			struct frag_key k = {};
+
+			if (cfg.frags)
+				return 1;
+			if (h + 8 > end || h[0] != IPPROTO_TCP || !tcp_by_port())
+				return 0;
+			k.family = 6;
+			k.proto = IPPROTO_TCP;
+			k.id = *(const u32 *)(h + 4);
+			__builtin_memcpy(k.src, l3 + 8, 16);
+			__builtin_memcpy(k.dst, l3 + 24, 16);
+			return take_tcp_frag(&k, !(load16(h + 2) & __builtin_bswap16(0xfff8)),
+					     !(load16(h + 2) & __builtin_bswap16(0x0001)), h + 8, end,
+					     l3 + 24);
+		}
 		if (next != 0 && next != 43 && next != 60)
 			return 0;
 		if (h + 2 > end)
