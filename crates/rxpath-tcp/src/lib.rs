@@ -80,6 +80,8 @@ pub(crate) struct Ctx<'a> {
     pub now: Nanos,
     pub ip_id: &'a mut u16,
     pub fo_cache: &'a mut state::Cache,
+    /// The device refuses packets now (a full queue, `NET_XMIT_DROP`).
+    pub tx_stopped: bool,
 }
 
 impl Ctx<'_> {

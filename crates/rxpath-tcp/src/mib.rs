@@ -99,6 +99,8 @@ mib!(
         TCPKeepAlive,
         /// Connections given up after unanswered keepalive probes.
         TCPKeepAliveTimeouts,
+        /// Retransmissions the device refused (`NET_XMIT_DROP`).
+        TCPRetransFail,
         /// Tail-loss probes sent.
         TCPLossProbes,
         /// Zero-window probes sent.

@@ -83,14 +83,17 @@ impl Conn {
         o
     }
 
-    /// Write one segment from this connection.
+    /// Write one segment from this connection; false when the device
+    /// refused it (`NET_XMIT_DROP`: counted as sent all the same, as
+    /// `__tcp_transmit_skb` counts before the queue, and the window
+    /// reduced as `tcp_enter_cwr`).
     pub(crate) fn emit(
         &mut self,
         ctx: &mut Ctx<'_>,
         seq: u32,
         fl: u16,
         payload_from: Option<(usize, usize)>,
-    ) {
+    ) -> bool {
         let opts = self.options(ctx.now);
         let wnd = if fl & SYN != 0 {
             self.rcv_wnd.min(65535) as u16
@@ -118,10 +121,12 @@ impl Conn {
         // The device's segments take the IDs after this one.
         *ctx.ip_id = ctx.ip_id.wrapping_add(segs as u16 - 1);
         let gso_size = if data.len() > mss { mss as u16 } else { 0 };
-        ctx.out.push_back(Transmit {
-            packet: build(&seg),
-            gso_size,
-        });
+        if !ctx.tx_stopped {
+            ctx.out.push_back(Transmit {
+                packet: build(&seg),
+                gso_size,
+            });
+        }
         ctx.mib.OutSegs += segs as u64;
         self.segs_out = self.segs_out.wrapping_add(segs as u32);
         if !data.is_empty() {
@@ -131,6 +136,11 @@ impl Conn {
         if fl & ACK != 0 {
             self.ack_sent();
         }
+        if ctx.tx_stopped {
+            self.enter_cwr(ctx);
+            return false;
+        }
+        true
     }
 
     /// `tcp_event_ack_sent`: any segment with ACK carries the owed ACK.
@@ -443,8 +453,7 @@ impl Conn {
                 if fin_now {
                     // A bare FIN (`tcp_send_fin` found nothing to ride on);
                     // `tcp_cwnd_test` lets a lone FIN past the window.
-                    self.send_data(ctx, 0, true);
-                    sent_any = true;
+                    sent_any |= self.send_data(ctx, 0, true);
                 }
                 break;
             }
@@ -458,7 +467,9 @@ impl Conn {
                 break;
             };
             let fin = self.fin_queued && len == unsent;
-            self.send_data(ctx, len, fin);
+            if !self.send_data(ctx, len, fin) {
+                break;
+            }
             sent_any = true;
             if len < self.mss_cache * len.div_ceil(self.mss_cache) {
                 // `tcp_minshall_update`.
@@ -582,7 +593,10 @@ impl Conn {
         self.retransmit_skb(ctx, i, 1);
     }
 
-    fn send_data(&mut self, ctx: &mut Ctx<'_>, len: u32, fin: bool) {
+    /// Send `len` bytes (and a FIN) from the send head; false when the
+    /// device refused the packet (it stays unsent, `tcp_write_xmit`
+    /// stops).
+    fn send_data(&mut self, ctx: &mut Ctx<'_>, len: u32, fin: bool) -> bool {
         let prior_out = self.rtx.len();
         if self.in_flight() == 0 {
             // `CA_EVENT_TX_START`: an idle sender's curve resumes.
@@ -613,7 +627,9 @@ impl Conn {
         } else {
             None
         };
-        self.emit(ctx, seq, fl, payload);
+        if !self.emit(ctx, seq, fl, payload) {
+            return false;
+        }
         let end = seq.wrapping_add(len + fin as u32);
         while self.skb_ends.front().is_some_and(|&b| !after(b, end)) {
             self.skb_ends.pop_front();
@@ -644,6 +660,7 @@ impl Conn {
             self.rearm_rto(ctx.now);
         }
         self.data_sent(ctx.now);
+        true
     }
 
     /// `tcp_event_data_sent`: a reply within an ATO of the last arrival
@@ -667,10 +684,12 @@ impl Conn {
     }
 
     /// `tcp_retransmit_skb`: resend retransmission-queue entry `i`, up to
-    /// `segs` segments of it (a larger TSO packet is cut), or the SYN.
-    pub(crate) fn retransmit_skb(&mut self, ctx: &mut Ctx<'_>, i: usize, segs: u32) {
+    /// `segs` segments of it (a larger TSO packet is cut), or the SYN;
+    /// false when the device refused it (not counted as a retransmission:
+    /// `TCPRetransFail`).
+    pub(crate) fn retransmit_skb(&mut self, ctx: &mut Ctx<'_>, i: usize, segs: u32) -> bool {
         let Some(x) = self.rtx.get(i).copied() else {
-            return;
+            return false;
         };
         let mut len = 0;
         if x.syn {
@@ -693,9 +712,15 @@ impl Conn {
                 fl |= PSH;
             }
             let payload = (len > 0).then_some((off, len as usize));
-            self.emit(ctx, x.seq, fl, payload);
+            if !self.emit(ctx, x.seq, fl, payload) {
+                let n = self.pcount(&self.rtx[i]);
+                ctx.mib.OutSegs -= n as u64;
+                ctx.ext.TCPRetransFail += n as u64;
+                return false;
+            }
         }
         self.mark_retransmitted(ctx, i, len);
+        true
     }
 
     /// The bookkeeping of a retransmission: counters, `TCPCB_RETRANS`,

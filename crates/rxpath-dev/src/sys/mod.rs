@@ -10,6 +10,7 @@ pub use rxpath_frames::sys::{clock, ring, umem};
 mod bpf;
 pub mod iface;
 pub mod neigh;
+pub mod qdisc;
 #[cfg(feature = "tokio")]
 pub mod reactor;
 pub mod route;

@@ -131,8 +131,22 @@ impl World {
         self.tso = on("tx-tcp-segmentation:").unwrap_or(true);
     }
 
+    /// The device as the script set it: a root FIFO of limit 0 on tun0
+    /// (`tc qdisc replace dev tun0 root pfifo limit 0`) drops what the
+    /// stack sends, and the stack hears of it as the kernel's does
+    /// (`NET_XMIT_DROP`). Read before every call and every move of the
+    /// clock: a script's command runs between those.
+    fn refresh_qdisc(&mut self) {
+        let drops = rxpath_dev::sys::af_packet::ifindex("tun0")
+            .ok()
+            .and_then(|i| rxpath_dev::sys::qdisc::root(i as u32).ok().flatten())
+            .is_some_and(|r| r.drops_all());
+        self.stack.set_tx_stopped(drops);
+    }
+
     /// Move the clock to `t`, running every timer due on the way.
     fn advance_to(&mut self, t: Nanos) {
+        self.refresh_qdisc();
         while let Some(d) = self.stack.next_deadline().filter(|&d| d <= t) {
             self.now = self.now.max(d);
             let now = self.now;
@@ -233,6 +247,7 @@ impl Shared {
     fn op<T>(&self, f: impl FnOnce(&mut World) -> T) -> T {
         let mut w = self.lock();
         w.clock_reads = 0;
+        w.refresh_qdisc();
         let r = f(&mut w);
         w.flush();
         w.gen += 1;

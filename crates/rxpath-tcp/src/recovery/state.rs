@@ -128,16 +128,32 @@ impl Conn {
         self.init_undo();
         if !matches!(self.ca_state, CaState::Cwr | CaState::Recovery) {
             self.prior_ssthresh = self.current_ssthresh();
-            self.high_seq = self.snd_nxt;
-            self.tlp_high_seq = None;
-            self.snd_cwnd_cnt = 0;
-            self.prior_cwnd = self.snd_cwnd;
-            self.prr_delivered = 0;
-            self.prr_out = 0;
-            let cwnd = self.snd_cwnd;
-            self.snd_ssthresh = self.cubic.recalc_ssthresh(cwnd);
+            self.init_cwnd_reduction();
         }
         self.set_ca_state(CaState::Recovery, ctx.now);
+    }
+
+    /// `tcp_init_cwnd_reduction`: PRR starts from the window now.
+    fn init_cwnd_reduction(&mut self) {
+        self.high_seq = self.snd_nxt;
+        self.tlp_high_seq = None;
+        self.snd_cwnd_cnt = 0;
+        self.prior_cwnd = self.snd_cwnd;
+        self.prr_delivered = 0;
+        self.prr_out = 0;
+        let cwnd = self.snd_cwnd;
+        self.snd_ssthresh = self.cubic.recalc_ssthresh(cwnd);
+    }
+
+    /// `tcp_enter_cwr`: the device refused a packet (local congestion);
+    /// the window is reduced as for ECN's CWR, unless a reduction is on.
+    pub(crate) fn enter_cwr(&mut self, ctx: &mut Ctx<'_>) {
+        self.prior_ssthresh = 0;
+        if matches!(self.ca_state, CaState::Open | CaState::Disorder) {
+            self.undo_marker = None;
+            self.init_cwnd_reduction();
+            self.set_ca_state(CaState::Cwr, ctx.now);
+        }
     }
 
     /// `tcp_current_ssthresh`.
@@ -394,7 +410,9 @@ impl Conn {
                 continue;
             }
             let segs = (segs as u32).min(self.tso_segs_now());
-            self.retransmit_skb(ctx, i, segs);
+            if !self.retransmit_skb(ctx, i, segs) {
+                break;
+            }
             if i == 0 && self.xmit_timer != XmitTimer::ReoTimeout {
                 rearm = true;
             }

@@ -185,6 +185,8 @@ pub struct Stack {
     pmtu: HashMap<IpAddr, (u32, Nanos)>,
     /// Fast Open cookies and MSSes by destination.
     pub fo_cache: crate::state::Cache,
+    /// The device takes no packets now ([`Stack::set_tx_stopped`]).
+    tx_stopped: bool,
 }
 
 macro_rules! ctx {
@@ -197,6 +199,7 @@ macro_rules! ctx {
             now: $now,
             ip_id: &mut $s.ip_id,
             fo_cache: &mut $s.fo_cache,
+            tx_stopped: $s.tx_stopped,
         }
     };
 }
@@ -231,6 +234,7 @@ impl Stack {
             touched: Vec::new(),
             pmtu: HashMap::new(),
             fo_cache: Default::default(),
+            tx_stopped: false,
         }
     }
 
@@ -311,6 +315,15 @@ impl Stack {
                 self.touched.push(id);
             }
         }
+    }
+
+    /// The device below takes no packets (`stopped`: its queue is full,
+    /// a qdisc that drops) or does again. While it does not, a packet the
+    /// connections send fails as the kernel's does on `NET_XMIT_DROP`:
+    /// new data stays unsent, a retransmission is not counted as one
+    /// (`TCPRetransFail`), and the window shrinks as in CWR.
+    pub fn set_tx_stopped(&mut self, stopped: bool) {
+        self.tx_stopped = stopped;
     }
 
     /// The next packet to send, IP header first.
