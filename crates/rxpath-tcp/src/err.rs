@@ -70,14 +70,15 @@ impl Conn {
     /// one its segments' size); the window is left alone (the same data,
     /// in smaller units) and the loss state entered for them.
     fn simple_retransmit(&mut self, ctx: &mut Ctx<'_>, old_mss: u32) {
-        if self.state == State::SynSent {
-            // The SYN (with Fast Open's data, queued apart) was lost to
-            // the path: all of it is, and the SYN goes again at once,
+        if self.state == State::SynSent && self.fo.syn_data {
+            // A Fast Open SYN (its data queued apart) was lost to the
+            // path: all of it is, and the SYN goes again at once,
             // advertising the smaller MSS; its data waits for the window
-            // the SYN-ACK opens.
+            // the SYN-ACK opens. (A plain SYN is no longer than any MSS.)
             for i in 0..self.rtx.len() {
                 self.mark_lost(i);
             }
+            self.non_congestion_loss_retransmit(ctx);
             self.retransmit_skb(ctx, 0, 1);
             return;
         }

@@ -30,6 +30,11 @@ pub(crate) enum Verdict {
 impl Conn {
     /// A segment for this connection.
     pub(crate) fn input(&mut self, ctx: &mut Ctx<'_>, seg: &SegIn<'_>) -> Verdict {
+        if self.fo.deferred {
+            // No SYN has left (a Fast Open connect waiting for its first
+            // write): nothing the peer sends belongs to it yet.
+            return Verdict::Keep;
+        }
         self.segs_in = self.segs_in.wrapping_add(1);
         if !seg.payload.is_empty() {
             self.data_segs_in = self.data_segs_in.wrapping_add(1);
@@ -367,7 +372,11 @@ impl Conn {
         self.ack_syn_data(ack);
         self.snd_una = ack;
         self.snd_sml = ack;
+        // Fast Open's data still out keeps the timer (`tcp_ack`).
         self.rto_at = None;
+        if !self.rtx.is_empty() {
+            self.rearm_rto(ctx.now);
+        }
     }
 
     /// `tcp_rtt_estimator` and `tcp_set_rto` (µs; `srtt_us` ×8, `mdev_us` ×4).

@@ -203,7 +203,9 @@ impl Conn {
             ip_id: 0,
             tos: self.tos,
         };
-        ctx.out.push_back(Transmit::one(build(&seg)));
+        if !ctx.tx_stopped {
+            ctx.out.push_back(Transmit::one(build(&seg)));
+        }
         ctx.mib.OutSegs += 1;
         if data > 0 {
             self.data_segs_out = self.data_segs_out.wrapping_add(1);
@@ -579,9 +581,9 @@ impl Conn {
 
     /// A loss probe that resends the last MSS sent (`tcp_send_loss_probe`
     /// without new data).
-    pub(crate) fn retransmit_tail(&mut self, ctx: &mut Ctx<'_>) {
+    pub(crate) fn retransmit_tail(&mut self, ctx: &mut Ctx<'_>) -> bool {
         let Some(tail) = self.rtx.back().copied() else {
-            return;
+            return false;
         };
         let pcount = self.pcount(&tail);
         let mut i = self.rtx.len() - 1;
@@ -590,7 +592,7 @@ impl Conn {
             self.split_at(i, tail.seq.wrapping_add((pcount - 1) * self.mss_cache));
             i += 1;
         }
-        self.retransmit_skb(ctx, i, 1);
+        self.retransmit_skb(ctx, i, 1)
     }
 
     /// Send `len` bytes (and a FIN) from the send head; false when the
@@ -713,9 +715,10 @@ impl Conn {
             }
             let payload = (len > 0).then_some((off, len as usize));
             if !self.emit(ctx, x.seq, fl, payload) {
-                let n = self.pcount(&self.rtx[i]);
-                ctx.mib.OutSegs -= n as u64;
-                ctx.ext.TCPRetransFail += n as u64;
+                // An attempt all the same (`tcp_retransmit_skb`): counted,
+                // dated, never an RTT sample; not in flight again.
+                ctx.ext.TCPRetransFail += self.pcount(&self.rtx[i]) as u64;
+                self.retransmit_attempted(ctx, i, len);
                 return false;
             }
         }
@@ -723,11 +726,11 @@ impl Conn {
         true
     }
 
-    /// The bookkeeping of a retransmission: counters, `TCPCB_RETRANS`,
-    /// the undo count, PRR's sent count.
-    fn mark_retransmitted(&mut self, ctx: &mut Ctx<'_>, i: usize, len: u32) {
-        let x = self.rtx[i];
-        let n = self.pcount(&x);
+    /// What every attempted retransmission counts, sent or refused:
+    /// `RetransSegs`, the totals, the first attempt's time, the undo
+    /// count, `TCPCB_EVER_RETRANS`.
+    fn retransmit_attempted(&mut self, ctx: &mut Ctx<'_>, i: usize, len: u32) {
+        let n = self.pcount(&self.rtx[i]);
         ctx.mib.OutSegs -= n as u64;
         ctx.mib.RetransSegs += n as u64;
         self.total_retrans = self.total_retrans.wrapping_add(n);
@@ -739,6 +742,14 @@ impl Conn {
             self.undo_retrans = 0;
         }
         self.undo_retrans += n as i32;
+        self.rtx[i].ever_retrans = true;
+    }
+
+    /// The bookkeeping of a retransmission that left: the attempt's,
+    /// `TCPCB_RETRANS`, PRR's sent count.
+    fn mark_retransmitted(&mut self, ctx: &mut Ctx<'_>, i: usize, len: u32) {
+        self.retransmit_attempted(ctx, i, len);
+        let n = self.pcount(&self.rtx[i]);
         if matches!(
             self.ca_state,
             crate::state::CaState::Cwr | crate::state::CaState::Recovery
@@ -747,7 +758,6 @@ impl Conn {
         }
         let e = &mut self.rtx[i];
         e.retrans = true;
-        e.ever_retrans = true;
         e.sent_at = ctx.now;
     }
 
@@ -817,7 +827,10 @@ pub(crate) fn reset_for(ctx: &mut Ctx<'_>, seg: &SegIn<'_>) {
         ip_id: 0,
         tos: 0,
     };
-    ctx.out.push_back(Transmit::one(build(&out)));
+    // A device that refuses packets drops the reset too.
+    if !ctx.tx_stopped {
+        ctx.out.push_back(Transmit::one(build(&out)));
+    }
     ctx.mib.OutSegs += 1;
     ctx.mib.OutRsts += 1;
 }

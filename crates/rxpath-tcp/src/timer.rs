@@ -103,8 +103,12 @@ impl Conn {
         let quiet = self.state == State::SynRecv
             && self.defer_acked
             && self.retransmits < u32::from(self.defer_accept);
-        if !quiet {
-            self.retransmit_skb(ctx, 0, 1);
+        if !quiet && !self.retransmit_skb(ctx, 0, 1) && self.state != State::SynSent {
+            // Local congestion (the device refused it): try again soon,
+            // without backing off (`TCP_RESOURCE_PROBE_INTERVAL`).
+            self.rto_at = Some(ctx.now + TCP_RESOURCE_PROBE_INTERVAL);
+            self.xmit_timer = XmitTimer::Retrans;
+            return Verdict::Keep;
         }
         self.backoff += 1;
         if self.state != State::SynSent || self.backoff > SYN_LINEAR_TIMEOUTS {
@@ -186,13 +190,16 @@ impl Conn {
     /// the last MSS sent again; then the RTO.
     fn send_loss_probe(&mut self, ctx: &mut Ctx<'_>) {
         let wnd_end = self.snd_una.wrapping_add(self.snd_wnd);
-        if self.unsent() > 0 && crate::seq::before(self.snd_nxt, wnd_end) {
+        let sent = if self.unsent() > 0 && crate::seq::before(self.snd_nxt, wnd_end) {
             self.write_probe_segment(ctx);
+            true
         } else {
-            self.retransmit_tail(ctx);
+            self.retransmit_tail(ctx)
+        };
+        if sent {
+            ctx.ext.TCPLossProbes += 1;
+            self.tlp_high_seq = Some(self.snd_nxt);
         }
-        ctx.ext.TCPLossProbes += 1;
-        self.tlp_high_seq = Some(self.snd_nxt);
         self.xmit_timer = XmitTimer::LossProbe;
         self.rearm_rto(ctx.now);
     }
@@ -236,6 +243,9 @@ impl Conn {
 /// `tcp_syn_linear_timeouts`: SYNs retransmitted at the initial RTO before
 /// backing off.
 const SYN_LINEAR_TIMEOUTS: u32 = 4;
+/// `TCP_RESOURCE_PROBE_INTERVAL`: a retransmission the device refused is
+/// tried again this soon.
+const TCP_RESOURCE_PROBE_INTERVAL: crate::Nanos = 500 * crate::conn::MS;
 
 impl Conn {
     /// The idle time before the first keepalive probe (`keepalive_time_when`).

@@ -859,9 +859,10 @@ fn an_epoll_sets_busy_poll_parameters_are_honoured() {
         let tried = polls + sock["busy_poll_contended"].as_u64().unwrap_or(0);
         if busy {
             // A wait busy-polls before it sleeps. One poll may take
-            // several requests, so not one a request: a quarter of the 40
-            // at least (seen: 19 to 40; busy polling off: none).
-            assert!(tried >= 10, "{mode:?}: {tried} busy polls tried: {sock}");
+            // several requests, so not one a request: a tenth of the 40
+            // at least (seen: 19 to 40 on a quiet machine, 7 with both
+            // cores compiling; busy polling off: none).
+            assert!(tried >= 4, "{mode:?}: {tried} busy polls tried: {sock}");
             assert!(sock["busy_poll_ns"].as_u64() > Some(0), "{sock}");
         } else {
             assert_eq!(tried, 0, "{mode:?}: busy polling is off: {sock}");

@@ -96,6 +96,9 @@ pub(crate) fn tcp_send(t: &TcpSock, data: &[u8], flags: i32) -> Result<usize, Er
                     };
                 }
             }
+            // A Fast Open SYN that carried nothing: a blocking write
+            // waits for the handshake, as the kernel's.
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) && !dontwait => {}
             Err(_) if sent > 0 => return Ok(sent),
             Err(e) => {
                 let e = io_errno(e);

@@ -377,7 +377,7 @@ impl Stack {
         let Some(c) = s.conn.as_deref_mut() else {
             return Err(libc::EPIPE);
         };
-        if c.fo.deferred {
+        if c.fo.deferred && !c.shut_wr && c.err.is_none() && c.state == State::SynSent {
             // The first write after a deferred connect sends the SYN.
             return match self.send_fastopen(id, None, data, now)? {
                 0 => Err(libc::EINPROGRESS),

@@ -383,6 +383,7 @@ fn close_state(c: &mut Conn, ctx: &mut Ctx<'_>) {
         State::CloseWait => State::LastAck,
         State::SynSent => {
             c.rto_at = None;
+            c.fo.deferred = false;
             State::Closed
         }
         s => s,

@@ -110,8 +110,8 @@ pub(in crate::sys) fn cfg_bytes(f: XdpFilter, port_map: bool) -> [u8; CFG_LEN] {
 struct Built {
     xsks: OwnedFd,
     ports: OwnedFd,
-    /// The TCP datagrams whose first fragment the program took (it holds
-    /// the map; nothing here reads it).
+    /// The TCP datagrams whose first fragment the program took, with
+    /// when (it holds the map; nothing here reads it).
     _frags: OwnedFd,
     /// The filter asks for the port map.
     port_map: bool,
@@ -137,11 +137,14 @@ impl Built {
         // The program names the port map whatever it is asked: without
         // one it never looks in it (the verifier knows), so it is tiny.
         let ports = port_map_new(if port_map { PORT_MAP_ENTRIES } else { 1 })?;
+        // Followed when the program takes TCP by port (a port map, or
+        // one port).
+        let tcp_ports = port_map || (filter.dst_port.is_some() && filter.protocol == Some(6));
         let frags = bpf::map(
             BPF_MAP_TYPE_LRU_HASH,
             FRAG_KEY_LEN,
-            1,
-            if port_map { FRAG_MAP_ENTRIES } else { 1 },
+            8,
+            if tcp_ports { FRAG_MAP_ENTRIES } else { 1 },
         )
         .map_err(|e| ctx(e, "creating the fragments' map"))?;
         let obj = Object::parse(OBJECT, "xdp", &MAPS)?;

@@ -58,6 +58,7 @@ static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
 static long (*bpf_map_update_elem)(void *map, const void *key, const void *value,
 				   u64 flags) = (void *)2;
 static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
+static u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 static long (*bpf_redirect_map)(void *map, u64 key, u64 flags) = (void *)51;
 
 // The maps: made by the loader, which puts their descriptors where these
@@ -67,9 +68,11 @@ static long (*bpf_redirect_map)(void *map, u64 key, u64 flags) = (void *)51;
 char xsks[4] SEC("maps");
 char ports[4] SEC("maps");
 // `frags`: the TCP datagrams this program took the first fragment of, by
-// struct frag_key (an LRU hash map: a datagram whose last piece never
-// came ages out).
+// struct frag_key, with the time it came (an LRU hash map; an entry
+// older than FRAG_TTL_NS is no longer followed: the datagram's last piece
+// never came, and its ID may now be another datagram's).
 char frags[4] SEC("maps");
+#define FRAG_TTL_NS 1000000000ull
 
 // What to take (the Rust XdpFilter).
 struct rxpath_cfg {
@@ -216,18 +219,28 @@ static __attribute__((always_inline)) int take_tcp_frag(struct frag_key *k, int 
 							  int last, const u8 *l4, const u8 *end,
 							  const u8 *daddr)
 {
-	u8 take = TAKE;
+	u64 now = bpf_ktime_get_ns();
+	u64 *seen;
 
 	if (first) {
-		if (l4 + 4 > end || !port_taken(load16(l4 + 2), IPPROTO_TCP, k->family, daddr))
+		if (l4 + 4 > end || !port_taken(load16(l4 + 2), IPPROTO_TCP, k->family, daddr)) {
+			// The kernel's datagram: no earlier one of its key is
+			// followed any more.
+			bpf_map_delete_elem(frags, k);
 			return 0;
-		bpf_map_update_elem(frags, k, &take, 0);
+		}
+		// One piece only (an atomic fragment): nothing to follow.
+		if (!last)
+			bpf_map_update_elem(frags, k, &now, 0);
 		return 1;
 	}
-	if (!bpf_map_lookup_elem(frags, k))
+	seen = bpf_map_lookup_elem(frags, k);
+	if (!seen)
 		return 0;
-	if (last)
+	if (now - *seen > FRAG_TTL_NS || last) {
 		bpf_map_delete_elem(frags, k);
+		return now - *seen <= FRAG_TTL_NS;
+	}
 	return 1;
 }
 
