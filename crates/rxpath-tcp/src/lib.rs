@@ -33,6 +33,7 @@ mod input;
 pub mod mib;
 mod output;
 pub mod recovery;
+mod retransmit;
 pub mod seq;
 mod stack;
 pub mod state;

@@ -156,6 +156,17 @@ impl World {
         self.now = self.now.max(t);
     }
 
+    /// `inet_wait_for_connect`'s test: `EAGAIN` while the handshake is
+    /// on, its error if it failed.
+    fn handshake_done(&mut self, fd: i32) -> Result<(), Errno> {
+        let (id, _) = self.tcp(fd)?;
+        match self.stack.state(id)? {
+            State::SynSent | State::SynRecv => Err(libc::EAGAIN),
+            State::Closed => Err(self.stack.take_error(id)?.unwrap_or(libc::ECONNREFUSED)),
+            _ => Ok(()),
+        }
+    }
+
     fn tcp(&self, fd: i32) -> Result<(SockId, bool), Errno> {
         match self.fds.get(&fd) {
             Some(Fd::Tcp { id, nonblock, .. }) => Ok((*id, *nonblock)),
@@ -466,14 +477,7 @@ impl Shared {
                 return Err(libc::EINPROGRESS);
             }
         }
-        let r = self.block(nonblock, None, |w| {
-            let (id, _) = w.tcp(fd)?;
-            match w.stack.state(id)? {
-                State::SynSent | State::SynRecv => Err(libc::EAGAIN),
-                State::Closed => Err(w.stack.take_error(id)?.unwrap_or(libc::ECONNREFUSED)),
-                _ => Ok(()),
-            }
-        });
+        let r = self.block(nonblock, None, |w| w.handshake_done(fd));
         let mut w = self.lock();
         if let Some(Fd::Tcp { connecting, .. }) = w.fds.get_mut(&fd) {
             if !matches!(r, Err(libc::EAGAIN)) {
@@ -544,17 +548,11 @@ impl Shared {
         let nonblock = nonblock || dontwait;
         if connecting && !nonblock {
             // `sk_stream_wait_connect`: a writer pending.
-            self.op(|w| {
-                let (id, _) = w.tcp(fd)?;
-                w.stack.set_write_pending(id, true)
-            })?;
+            self.write_pending(fd, true)?;
         }
         let r = self.send_inner(fd, data, more, eor, nonblock);
         if connecting && !nonblock {
-            let _ = self.op(|w| {
-                let (id, _) = w.tcp(fd)?;
-                w.stack.set_write_pending(id, false)
-            });
+            let _ = self.write_pending(fd, false);
         }
         r
     }
@@ -589,6 +587,15 @@ impl Shared {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// A writer on `fd` waits for its handshake (`pending`), or no
+    /// longer: [`Stack::set_write_pending`].
+    fn write_pending(&self, fd: i32, pending: bool) -> Result<(), Errno> {
+        self.op(|w| {
+            let (id, _) = w.tcp(fd)?;
+            w.stack.set_write_pending(id, pending)
+        })
     }
 
     /// `sendto` or `sendmsg` with `MSG_FASTOPEN` to `to`: connect with
@@ -628,22 +635,9 @@ impl Shared {
         // writer pending when data is left after the SYN's
         // (`tcp_send_syn_data` clears `fo->data` when all fit).
         let pending = n < data.len();
-        self.op(|w| {
-            let (id, _) = w.tcp(fd)?;
-            w.stack.set_write_pending(id, pending)
-        })?;
-        let connected = self.block(false, None, |w| {
-            let (id, _) = w.tcp(fd)?;
-            match w.stack.state(id)? {
-                State::SynSent | State::SynRecv => Err(libc::EAGAIN),
-                State::Closed => Err(w.stack.take_error(id)?.unwrap_or(libc::ECONNREFUSED)),
-                _ => Ok(()),
-            }
-        });
-        let _ = self.op(|w| {
-            let (id, _) = w.tcp(fd)?;
-            w.stack.set_write_pending(id, false)
-        });
+        self.write_pending(fd, pending)?;
+        let connected = self.block(false, None, |w| w.handshake_done(fd));
+        let _ = self.write_pending(fd, false);
         connected?;
         if n == data.len() {
             return Ok(n);
