@@ -19,7 +19,10 @@ const SRV: &str = "198.18.9.6";
 /// The most a one-second iperf3 test leaves unread at its end: the
 /// receiver's and the sender's socket buffers (`tcp_rmem`, `tcp_wmem`
 /// maxima: 6 MB and 4 MB).
-const IN_FLIGHT: u64 = 10 << 20;
+/// What may be in flight when an iperf3 test ends: the sender's send
+/// buffer and the receiver's unread queue at their largest (`tcp_wmem`
+/// and `tcp_rmem`, pinned by `common::kernel_tcp_defaults`).
+const IN_FLIGHT: u64 = 4194304 + 6291456;
 const EXEC: &[&str] = &["--mode", "xdp", "--protocols", "udp,tcp"];
 
 fn in_client(p: &Pair, args: &[&str]) -> Output {
@@ -872,6 +875,7 @@ impl Far {
         };
         let o = Command::new("ip").args(["netns", "add", &far.ns]).output();
         assert!(o.is_ok_and(|o| o.status.success()), "ip netns add");
+        common::kernel_tcp_defaults(&far.ns);
         let mtu = mtu.to_string();
         #[rustfmt::skip]
         sh(&p.cli, &["ip", "link", "add", &near_if, "mtu", &mtu, "type", "veth", "peer", "name", &far_if, "netns", &far.ns]);

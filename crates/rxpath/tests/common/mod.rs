@@ -43,6 +43,25 @@ pub fn wait_out(c: Child, name: &str) -> (String, String) {
     )
 }
 
+/// A new namespace inherits the host's TCP tuning (a CI host's BBR and
+/// 32 MiB receive buffers); the tests' namespaces take the kernel's
+/// built-in defaults instead, so what a test bounds (bytes still in
+/// flight when an iperf3 test ends: the sender's `tcp_wmem` and the
+/// receiver's `tcp_rmem` at most) holds on every host.
+pub fn kernel_tcp_defaults(ns: &str) {
+    for kv in [
+        "net.ipv4.tcp_wmem=4096 16384 4194304",
+        "net.ipv4.tcp_rmem=4096 131072 6291456",
+    ] {
+        sh(&["ip", "netns", "exec", ns, "sysctl", "-qw", kv]);
+    }
+    // CUBIC, the kernel's default, where the host chose another.
+    let _ = Command::new("ip")
+        .args(["netns", "exec", ns, "sysctl", "-qw"])
+        .arg("net.ipv4.tcp_congestion_control=cubic")
+        .output();
+}
+
 pub fn sh(args: &[&str]) -> String {
     let out = Command::new(args[0])
         .args(&args[1..])
@@ -111,6 +130,7 @@ impl Pair {
         for ns in [&p.srv, &p.cli] {
             let _ = Command::new("ip").args(["netns", "del", ns]).output();
             sh(&["ip", "netns", "add", ns]);
+            kernel_tcp_defaults(ns);
         }
         p.make_link(client_addrs);
         std::thread::sleep(Duration::from_millis(300));
