@@ -566,11 +566,22 @@ impl Shared {
         nonblock: bool,
     ) -> Result<usize, Errno> {
         let mut sent = 0;
+        // `sk_stream_wait_memory`: a writer that found no room sleeps
+        // until `sk_stream_write_space` wakes it, which it does only once
+        // the socket is writable as `poll` says (a third of the buffer
+        // free), or on an error; freed bytes alone do not wake it.
+        let mut asleep = false;
+        let wakes = (libc::EPOLLOUT | libc::EPOLLERR | libc::EPOLLHUP) as u32;
         loop {
             let r = self.block(nonblock, None, |w| {
                 let (id, _) = w.tcp(fd)?;
+                if asleep && w.stack.events(id)? & wakes == 0 {
+                    return Err(libc::EAGAIN);
+                }
                 let now = w.now;
-                w.stack.send(id, &data[sent..], more, eor, now)
+                let r = w.stack.send(id, &data[sent..], more, eor, now);
+                asleep = r == Err(libc::EAGAIN);
+                r
             });
             match r {
                 Ok(Some(n)) => {
