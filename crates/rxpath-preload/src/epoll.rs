@@ -5,6 +5,7 @@
 use crate::served::Served;
 use crate::sys;
 use crate::sys::{deadline, errno, left_ms};
+use crate::tcp::sock::TcpSock;
 use crate::udp::sock::{busy_wait_with, readable, Accel, BusyParams};
 use rxpath_core::NapiId;
 use rxpath_dev::sync::lock;
@@ -32,6 +33,14 @@ struct Member {
     out_seen: bool,
     /// `EPOLLONESHOT` fired: nothing until the next `MOD`.
     disabled: bool,
+    /// A TCP member found not ready, at this many edges: not asked again
+    /// until its next edge. A TCP socket becomes ready only through one
+    /// (the machine touched it: a segment, a timer, a call that can
+    /// raise readiness; or its kernel socket behind woke), as the
+    /// kernel's ready list holds only what a wakeup callback put there;
+    /// so a scan costs the ready members, not every member's look under
+    /// the machine's lock.
+    idle: Option<u64>,
 }
 
 /// The events EPOLLEXCLUSIVE may come with (`EPOLLEXCLUSIVE_OK_BITS`).
@@ -61,6 +70,32 @@ pub(crate) struct EpSet {
     devices: Mutex<Vec<RawFd>>,
     /// `EPIOCSPARAMS`: the set's busy-poll parameters.
     params: Mutex<BusyParams>,
+    /// The members' sockets as of the set's last change.
+    socks: Mutex<Arc<MemberSocks>>,
+}
+
+/// An epoll set's sockets, kept from one `epoll_ctl` to the next and
+/// shared by its waiters: a wait takes the lists, it does not build them.
+#[derive(Debug, Default)]
+struct MemberSocks {
+    all: Vec<Served>,
+    udp: Vec<Arc<Accel>>,
+    tcp: Vec<Arc<TcpSock>>,
+}
+
+impl MemberSocks {
+    fn of(m: &[Member]) -> MemberSocks {
+        let all: Vec<Served> = m.iter().map(|m| m.sock.clone()).collect();
+        let udp = all.iter().filter_map(|s| s.udp().cloned()).collect();
+        let tcp = all
+            .iter()
+            .filter_map(|s| match s {
+                Served::Tcp(t) => Some(t.clone()),
+                Served::Udp(_) => None,
+            })
+            .collect();
+        MemberSocks { all, udp, tcp }
+    }
 }
 
 impl EpSet {
@@ -73,6 +108,7 @@ impl EpSet {
             efd: Mutex::new(None),
             devices: Mutex::default(),
             params: Mutex::default(),
+            socks: Mutex::default(),
         }
     }
 
@@ -84,12 +120,17 @@ impl EpSet {
     /// The rxpath sockets in the set.
     /// Its UDP sockets.
     pub(crate) fn sockets(&self) -> Vec<Arc<Accel>> {
-        self.udp_members()
+        self.socks().udp.clone()
     }
 
-    fn udp_members(&self) -> Vec<Arc<Accel>> {
-        let m = lock(&self.members);
-        m.iter().filter_map(|m| m.sock.udp().cloned()).collect()
+    fn socks(&self) -> Arc<MemberSocks> {
+        lock(&self.socks).clone()
+    }
+
+    /// The members changed: their lists again (under the members' lock,
+    /// so two changes store their lists in their order).
+    fn members_changed(&self, m: &[Member]) {
+        *lock(&self.socks) = Arc::new(MemberSocks::of(m));
     }
 
     /// `epoll_ctl` for an rxpath socket.
@@ -126,7 +167,9 @@ impl EpSet {
                     seen,
                     out_seen: false,
                     disabled: false,
+                    idle: None,
                 });
+                self.members_changed(&m);
                 Ok(())
             }
             (libc::EPOLL_CTL_MOD, Some(i)) => {
@@ -136,11 +179,13 @@ impl EpSet {
                 x.data = ev.u64;
                 x.seen = first_seen(&x.sock, ev.events);
                 x.out_seen = false;
+                x.idle = None;
                 x.disabled = false;
                 Ok(())
             }
             (libc::EPOLL_CTL_DEL, Some(i)) => {
                 m.swap_remove(i);
+                self.members_changed(&m);
                 Ok(())
             }
             (libc::EPOLL_CTL_MOD | libc::EPOLL_CTL_DEL, None) => Err(libc::ENOENT),
@@ -162,7 +207,12 @@ impl EpSet {
 
     /// A closed fd leaves the set (the kernel drops closed fds itself).
     pub(crate) fn forget(&self, fd: RawFd) {
-        lock(&self.members).retain(|m| m.fd != fd);
+        let mut m = lock(&self.members);
+        let was = m.len();
+        m.retain(|m| m.fd != fd);
+        if m.len() != was {
+            self.members_changed(&m);
+        }
     }
 
     /// The set's eventfd, registered in its kernel set on first use.
@@ -203,8 +253,8 @@ impl EpSet {
             }
             if !busy_done {
                 busy_done = true;
-                let socks = self.udp_members();
-                let refs: Vec<&Arc<Accel>> = socks.iter().collect();
+                let socks = self.socks();
+                let refs: Vec<&Arc<Accel>> = socks.udp.iter().collect();
                 if busy_wait_with(&refs, *lock(&self.params)) {
                     continue;
                 }
@@ -228,24 +278,15 @@ impl EpSet {
     /// Busy-poll the NAPIs of its TCP members for their window, until
     /// one of them is touched; false if none busy-polls.
     fn busy_wait_tcp(&self) -> bool {
-        let tcp = self.tcp_members();
+        let socks = self.socks();
+        let tcp = &socks.tcp;
         if tcp.is_empty() {
             return false;
         }
         let seen: Vec<u64> = tcp.iter().map(|t| t.watch.edges()).collect();
-        let refs: Vec<&crate::tcp::sock::TcpSock> = tcp.iter().map(|t| &**t).collect();
+        let refs: Vec<&TcpSock> = tcp.iter().map(|t| &**t).collect();
         let moved = || tcp.iter().zip(&seen).any(|(t, e)| t.watch.edges() != *e);
         crate::tcp::sock::busy_wait_all(&refs, &moved, true)
-    }
-
-    fn tcp_members(&self) -> Vec<Arc<crate::tcp::sock::TcpSock>> {
-        lock(&self.members)
-            .iter()
-            .filter_map(|m| match &m.sock {
-                Served::Tcp(t) => Some(t.clone()),
-                Served::Udp(_) => None,
-            })
-            .collect()
     }
 
     fn scan(&self, out: &mut [libc::epoll_event], timeout: i32) -> Result<usize, i32> {
@@ -322,16 +363,14 @@ impl EpSet {
 
     fn sleep(&self, out: &mut [libc::epoll_event], until: Option<Instant>) -> Result<usize, i32> {
         let efd = self.wake_fd()?;
-        let all: Vec<Served> = lock(&self.members).iter().map(|m| m.sock.clone()).collect();
-        for a in &all {
+        let socks = self.socks();
+        for a in &socks.all {
             a.watch().arm(efd);
         }
-        let socks = self.udp_members();
         // The devices of deferred NAPIs wake the set too.
-        let refs: Vec<&Arc<Accel>> = socks.iter().collect();
+        let refs: Vec<&Arc<Accel>> = socks.udp.iter().collect();
         let dev = crate::device::sleep_devices(&refs);
-        let tcp = self.tcp_members();
-        let tdev = tcp_devices(&tcp);
+        let tdev = tcp_devices(&socks.tcp);
         let fds: Vec<RawFd> = dev.fds.iter().chain(&tdev.fds).copied().collect();
         self.watch_devices(&fds);
         let n = self.scan_members(out);
@@ -340,7 +379,7 @@ impl EpSet {
         } else {
             self.kernel_wait(out, left_ms(until))
         };
-        for a in &all {
+        for a in &socks.all {
             a.watch().disarm(efd);
         }
         // Awake: the devices slept on are polled once.
@@ -405,13 +444,19 @@ fn member_events(x: &mut Member) -> u32 {
 /// of the mask, and `EPOLLERR`/`EPOLLHUP` always; edge-triggered, once
 /// per edge the machine made (`ep_poll_callback`).
 fn tcp_events(x: &mut Member) -> u32 {
+    // Read before the look: an edge after it is seen next time.
+    let edges = x.sock.watch().edges();
+    if x.idle == Some(edges) {
+        return 0;
+    }
     let always = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
     let ev = x.sock.mask() & (x.events | always);
     if ev == 0 {
+        x.idle = Some(edges);
         return 0;
     }
+    x.idle = None;
     if x.events & libc::EPOLLET as u32 != 0 {
-        let edges = x.sock.watch().edges();
         if edges == x.seen {
             return 0;
         }
@@ -447,7 +492,7 @@ fn udp_events(x: &mut Member) -> u32 {
 /// The devices of the deferred NAPIs of an epoll set's TCP members, to
 /// sleep on beside the set (IRQ suspension for TCP as for UDP): woken,
 /// the set polls them once until a member is touched.
-fn tcp_devices(tcp: &[Arc<crate::tcp::sock::TcpSock>]) -> crate::device::DeviceSleep<'_> {
+fn tcp_devices(tcp: &[Arc<TcpSock>]) -> crate::device::DeviceSleep<'_> {
     let Some(host) = tcp.first().map(|t| t.busy_of().2) else {
         return crate::device::sleep_on(None, &[], 0, Box::new(|| false));
     };

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use rxpath_tcp::wire::{self, OptsOut, SegOut};
-use rxpath_tcp::{Nanos, SockId, Stack, State, TcpConfig};
+use rxpath_tcp::{Nanos, SockId, SockOpt, Stack, State, TcpConfig};
 use rxpath_wire::tcp::flags::{ACK, FIN, PSH, RST, SYN};
 
 const MS: Nanos = 1_000_000;
@@ -539,4 +539,40 @@ fn reuseport_listeners_share_the_connections_of_their_address() {
         "the group shares the connections: {chosen:?}"
     );
     assert_eq!(chosen.values().sum::<i32>(), 64);
+}
+
+/// What a waiter that found a socket not ready relies on to skip it until
+/// it is touched (`Stack::take_touched`; the preload's epoll sets): the
+/// calls that can make a socket ready touch it, as the kernel's wakeup
+/// callbacks from them do. `shutdown(SHUT_RD)` makes an idle connection
+/// readable; `TCP_NOTSENT_LOWAT`, `listen` and `connect` touch theirs.
+#[test]
+fn calls_that_can_make_a_socket_ready_touch_it() {
+    let mut st = Stack::new(TcpConfig::default(), 7, vec![]);
+    let (_, c, _) = established(&mut st);
+    let mut touched = Vec::new();
+    st.take_touched(&mut touched);
+    let readable = libc::EPOLLIN as u32;
+    assert_eq!(st.events(c).unwrap() & readable, 0, "idle");
+    st.shutdown(c, true, false, 2 * MS).unwrap();
+    assert_ne!(st.events(c).unwrap() & readable, 0, "readable: its end");
+    st.take_touched(&mut touched);
+    assert_eq!(touched, [c], "shutdown(SHUT_RD)");
+    st.set_option(c, SockOpt::NotsentLowat, 1 << 20, 2 * MS)
+        .unwrap();
+    st.take_touched(&mut touched);
+    assert_eq!(touched, [c], "TCP_NOTSENT_LOWAT");
+    let l = st.socket(false);
+    st.bind(l, "198.18.0.1:8081".parse().unwrap()).unwrap();
+    st.take_touched(&mut touched);
+    st.listen(l, 8).unwrap();
+    st.take_touched(&mut touched);
+    assert_eq!(touched, [l], "listen");
+    let k = st.socket(false);
+    st.bind(k, "198.18.0.1:0".parse().unwrap()).unwrap();
+    st.take_touched(&mut touched);
+    st.connect(k, "198.18.0.2:80".parse().unwrap(), 3 * MS)
+        .unwrap_or_else(|e| assert_eq!(e, libc::EINPROGRESS));
+    st.take_touched(&mut touched);
+    assert_eq!(touched, [k], "connect");
 }

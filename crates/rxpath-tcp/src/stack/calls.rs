@@ -72,6 +72,7 @@ impl Stack {
     /// `listen`: the accept queue holds `min(backlog, somaxconn)` (+1, as
     /// `sk_acceptq_is_full` compares with `>`).
     pub fn listen(&mut self, id: SockId, backlog: i32) -> Result<(), Errno> {
+        self.touch(id);
         let somax = self.cfg.somaxconn;
         let s = self.sock(id)?;
         if s.conn.is_some() {
@@ -284,6 +285,7 @@ impl Stack {
     /// [`Stack::fastopen_deferred`] says the SYN waits for the first
     /// write (`TCP_FASTOPEN_CONNECT`).
     pub fn connect(&mut self, id: SockId, remote: SocketAddr, now: Nanos) -> Result<(), Errno> {
+        self.touch(id);
         let fo = self.sock(id)?.fastopen_connect;
         self.connect_as(id, remote, now, |st, c, now| {
             st.first_syn(c, fo, None, now);
@@ -501,6 +503,7 @@ impl Stack {
 
     /// `shutdown`: `rd`, `wr` as `SHUT_RD`, `SHUT_WR`, `SHUT_RDWR`.
     pub fn shutdown(&mut self, id: SockId, rd: bool, wr: bool, now: Nanos) -> Result<(), Errno> {
+        self.touch(id);
         let s = self.sock_mut(id)?;
         if s.listener.is_some() {
             return Ok(());

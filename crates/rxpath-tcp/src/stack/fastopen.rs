@@ -87,6 +87,7 @@ impl Stack {
         data: &[u8],
         now: Nanos,
     ) -> Result<usize, Errno> {
+        self.touch(id);
         if self.cfg.tcp_fastopen & TFO_CLIENT_ENABLE == 0 {
             return Err(libc::EOPNOTSUPP);
         }

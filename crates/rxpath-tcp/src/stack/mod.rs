@@ -307,7 +307,12 @@ impl Stack {
 
     /// Note `id` for [`Stack::take_touched`]: once until taken, so the
     /// list stays as short as the table (a driver that never takes it,
-    /// packetdrill's, keeps no more).
+    /// packetdrill's, keeps no more). A touch is the kernel's wakeup
+    /// callback: every segment and timer, and the calls that can raise
+    /// readiness (`connect`, `listen`, `shutdown`: `sk_state_change`;
+    /// options that move a threshold: `sk_write_space`,
+    /// `sk_data_ready`), so a waiter that found a socket not ready need
+    /// not look again until it is touched.
     fn touch(&mut self, id: SockId) {
         if let Some(s) = self.socks.get_mut(id.0).and_then(|s| s.as_mut()) {
             if !s.touched {

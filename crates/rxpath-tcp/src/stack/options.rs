@@ -46,6 +46,7 @@ impl Stack {
         val: i32,
         now: Nanos,
     ) -> Result<(), Errno> {
+        self.touch(id);
         let sysctl_lowat = self.cfg.tcp_notsent_lowat;
         let fastopen = self.cfg.tcp_fastopen;
         let s = self.sock_mut(id)?;

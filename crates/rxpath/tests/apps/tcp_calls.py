@@ -4,11 +4,13 @@ what it saw, line by line, so that its output under `rxpath exec` can be
 compared with its output on the kernel: a level-triggered listener and
 edge-triggered connections in epoll (EPOLLIN, EPOLLRDHUP, EPOLLOUT),
 poll(), MSG_PEEK, MSG_WAITALL, FIONREAD, TCP_INFO's state, the addresses,
-non-blocking sends until EAGAIN, SO_LINGER, shutdown and close.
+non-blocking sends until EAGAIN, SO_LINGER, shutdown and close; a
+level-triggered set that sees an idle connection become readable by the
+server's own shutdown(SHUT_RD).
 
 usage: tcp_calls.py ADDR PORT   (prints "ready" once listening)
 The client (tcp_calls_client.py) sends b"hello", b" world", b"more" a
-moment apart, then shuts down its sending side and reads the reply.
+moment apart on its first connection (a second stays idle), then shuts down its sending side and reads the reply.
 """
 import fcntl, select, socket, struct, sys, termios
 
@@ -38,6 +40,17 @@ say("accepted from the client's address:", peer[0])
 say("sockname", c.getsockname() == (addr, port), "peername", c.getpeername() == peer)
 info = c.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
 say("tcp_info state", info[0])
+# The client's second, idle connection: not ready in a level-triggered
+# set until the server's own shutdown(SHUT_RD) makes it readable (the
+# kernel's sk_state_change wakes the set; no packet comes).
+l.setblocking(True)
+c2, _ = l.accept()
+l.setblocking(False)
+lt = select.epoll()
+lt.register(c2.fileno(), select.EPOLLIN | select.EPOLLRDHUP)
+say("idle", lt.poll(0))
+c2.shutdown(socket.SHUT_RD)
+say("after shutdown(SHUT_RD)", [names(m) for _, m in lt.poll(0)])
 c.setblocking(False)
 ep.register(c.fileno(), select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET)
 
@@ -81,5 +94,6 @@ say("sent", sent, "met EAGAIN", eagain > 0)
 c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 5))
 c.shutdown(socket.SHUT_WR)
 c.close()
+c2.close()
 l.close()
 say("done")

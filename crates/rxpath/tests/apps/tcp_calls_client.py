@@ -9,6 +9,8 @@ for _ in range(100):
         break
     except OSError:
         time.sleep(0.1)
+# A second connection, left idle (the server shuts its reading side).
+s2 = socket.create_connection((addr, port), timeout=10)
 for part in (b"hello", b" world", b"more"):
     time.sleep(0.4)
     s.sendall(part)
