@@ -70,8 +70,8 @@ pub(crate) struct EpSet {
     devices: Mutex<Vec<RawFd>>,
     /// `EPIOCSPARAMS`: the set's busy-poll parameters.
     params: Mutex<BusyParams>,
-    /// The members' sockets as of the set's last change.
-    socks: Mutex<Arc<MemberSocks>>,
+    /// The members' sockets, made again after the members changed.
+    socks: Mutex<Option<Arc<MemberSocks>>>,
 }
 
 /// An epoll set's sockets, kept from one `epoll_ctl` to the next and
@@ -124,13 +124,22 @@ impl EpSet {
     }
 
     fn socks(&self) -> Arc<MemberSocks> {
-        lock(&self.socks).clone()
+        if let Some(s) = lock(&self.socks).as_ref() {
+            return s.clone();
+        }
+        // Under the members' lock: no change between the look and the
+        // store.
+        let m = lock(&self.members);
+        let s = Arc::new(MemberSocks::of(&m));
+        *lock(&self.socks) = Some(s.clone());
+        s
     }
 
-    /// The members changed: their lists again (under the members' lock,
-    /// so two changes store their lists in their order).
-    fn members_changed(&self, m: &[Member]) {
-        *lock(&self.socks) = Arc::new(MemberSocks::of(m));
+    /// The members changed (the caller holds their lock): the lists are
+    /// made again by the next wait, once for any number of changes (an
+    /// accept loop adding its connections).
+    fn members_changed(&self) {
+        *lock(&self.socks) = None;
     }
 
     /// `epoll_ctl` for an rxpath socket.
@@ -169,7 +178,7 @@ impl EpSet {
                     disabled: false,
                     idle: None,
                 });
-                self.members_changed(&m);
+                self.members_changed();
                 Ok(())
             }
             (libc::EPOLL_CTL_MOD, Some(i)) => {
@@ -185,7 +194,7 @@ impl EpSet {
             }
             (libc::EPOLL_CTL_DEL, Some(i)) => {
                 m.swap_remove(i);
-                self.members_changed(&m);
+                self.members_changed();
                 Ok(())
             }
             (libc::EPOLL_CTL_MOD | libc::EPOLL_CTL_DEL, None) => Err(libc::ENOENT),
@@ -211,7 +220,7 @@ impl EpSet {
         let was = m.len();
         m.retain(|m| m.fd != fd);
         if m.len() != was {
-            self.members_changed(&m);
+            self.members_changed();
         }
     }
 

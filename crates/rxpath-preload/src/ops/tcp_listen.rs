@@ -149,29 +149,8 @@ pub(crate) fn accept(fd: RawFd, t: &Arc<TcpSock>, flags: i32) -> Result<Accepted
         return Err(libc::EINVAL);
     };
     loop {
-        // The fd first: without one (EMFILE) the connection stays queued,
-        // as the kernel leaves it.
-        let v6 = l.local_addr().is_ipv6();
-        let nfd = crate::sys::stream_placeholder(v6, flags).map_err(crate::sys::errno)?;
-        if !table::in_range(nfd) {
-            crate::sys::close_fd(nfd);
-            global().unsupported("an fd above 65535 for an accepted TCP connection");
-            return Err(libc::EMFILE);
-        }
-        match l.try_accept() {
-            Ok((s, peer)) => {
-                s.set_nonblocking(true);
-                let nb = flags & libc::SOCK_NONBLOCK != 0;
-                let c = TcpSock::new(End::Stream(s), nb, 0, t.report_id);
-                table::set(nfd, Entry::Tcp(c));
-                return Ok(Accepted::Rxpath(nfd, peer));
-            }
-            Err(e) => {
-                crate::sys::close_fd(nfd);
-                if e.kind() != std::io::ErrorKind::WouldBlock {
-                    return Err(e.raw_os_error().unwrap_or(libc::EINVAL));
-                }
-            }
+        if let Some(a) = accept_queued(l, t, flags)? {
+            return Ok(a);
         }
         if t.kernel_ready.swap(false, Ordering::SeqCst) && crate::sys::readable_now(fd) {
             return Ok(Accepted::Kernel);
@@ -180,6 +159,45 @@ pub(crate) fn accept(fd: RawFd, t: &Arc<TcpSock>, flags: i32) -> Result<Accepted
             return Err(libc::EAGAIN);
         }
         crate::readiness::wait_tcp(t, libc::EPOLLIN as u32, Some(fd), None)?;
+    }
+}
+
+/// A connection from rxpath's accept queue, if it holds one. The fd
+/// first: without one (`EMFILE`) the connection stays queued, as the
+/// kernel leaves it; but only when the queue holds one, so an accept loop
+/// that ends on `EAGAIN` makes and closes no socket for its last call.
+fn accept_queued(
+    l: &rxpath_runtime::sock::TcpListener,
+    t: &TcpSock,
+    flags: i32,
+) -> Result<Option<Accepted>, Errno> {
+    // A listener that cannot say (closed) goes on to `accept`'s error.
+    let queued = l.events().map_or(true, |m| m & libc::EPOLLIN as u32 != 0);
+    if !queued {
+        return Ok(None);
+    }
+    let v6 = l.local_addr().is_ipv6();
+    let nfd = crate::sys::stream_placeholder(v6, flags).map_err(crate::sys::errno)?;
+    if !table::in_range(nfd) {
+        crate::sys::close_fd(nfd);
+        global().unsupported("an fd above 65535 for an accepted TCP connection");
+        return Err(libc::EMFILE);
+    }
+    match l.try_accept() {
+        Ok((s, peer)) => {
+            s.set_nonblocking(true);
+            let nb = flags & libc::SOCK_NONBLOCK != 0;
+            let c = TcpSock::new(End::Stream(s), nb, 0, t.report_id);
+            table::set(nfd, Entry::Tcp(c));
+            Ok(Some(Accepted::Rxpath(nfd, peer)))
+        }
+        Err(e) => {
+            crate::sys::close_fd(nfd);
+            if e.kind() != std::io::ErrorKind::WouldBlock {
+                return Err(e.raw_os_error().unwrap_or(libc::EINVAL));
+            }
+            Ok(None)
+        }
     }
 }
 
