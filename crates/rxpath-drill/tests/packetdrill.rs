@@ -99,7 +99,8 @@ fn os(args: &[&str]) -> Vec<OsString> {
 
 /// rxpath's own scripts for the state machine's corners (a lost SYN-ACK,
 /// resets in SYN_SENT, SYN_RECV, CLOSE_WAIT and after close, a zero
-/// window, a peer that vanishes, keepalive, ICMP errors and path MTU):
+/// window, a peer that vanishes, keepalive, ICMP errors and path MTU,
+/// ECN agreed, echoed and answered, and its SYN fallback):
 /// each passes on the kernel, the oracle
 /// of what goes on the wire, and under rxpath, in every family.
 #[test]
@@ -183,9 +184,10 @@ fn packetdrill_suites_give_the_recorded_verdicts() {
     ];
     args.extend(os(&["--retries", "0", "--timeout", "60"]));
     let mut got = run_suites(&args, &out);
-    // Fast Open's client suite beside the 18 (rxpath only: the
-    // kernel's verdicts on it are a result file, not a CI run).
-    args.extend(os(&["--suites", "fastopen/client"]));
+    // Fast Open's client suite, ECN's and the congestion window's
+    // moderation (ECN's CWR) beside the 18 (rxpath only: the
+    // kernel's verdicts on them are result files, not a CI run).
+    args.extend(os(&["--suites", "fastopen/client ecn cwnd_moderation"]));
     got.extend(run_suites(
         &args,
         &repo().join("target/packetdrill-rxpath-fastopen.json"),

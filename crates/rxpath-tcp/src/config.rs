@@ -59,6 +59,13 @@ pub struct TcpConfig {
     /// bit 2 sends data in a SYN without a cookie. (The server's bits are
     /// read and not acted on: a listener ignores Fast Open.)
     pub tcp_fastopen: u32,
+    /// `tcp_ecn`: RFC 3168's ECN, asked for by this host's SYNs with 1
+    /// (and 4), agreed to when a peer's SYN asks with any other value but
+    /// 0 (the default 2: agreed to, never asked). Accurate ECN (3 to 5
+    /// asking for it) is not built: such a peer gets classic ECN.
+    pub tcp_ecn: u8,
+    /// `tcp_ecn_fallback`: a SYN sent again asks for ECN no more.
+    pub tcp_ecn_fallback: bool,
     /// The device segments large packets (TSO, or the kernel's GSO before
     /// a device without it): the send queue builds skbs of up to 64 KB.
     /// Off: every skb is one MSS.
@@ -94,6 +101,8 @@ impl Default for TcpConfig {
             tcp_notsent_lowat: u32::MAX,
             tcp_slow_start_after_idle: true,
             tcp_fastopen: 1,
+            tcp_ecn: 2,
+            tcp_ecn_fallback: true,
             gso: true,
             mtu: 1500,
         }
@@ -126,6 +135,8 @@ pub const SYSCTLS: &[&str] = &[
     "tcp_notsent_lowat",
     "tcp_slow_start_after_idle",
     "tcp_fastopen",
+    "tcp_ecn",
+    "tcp_ecn_fallback",
 ];
 
 /// Where `/proc/sys` keeps the sysctl `name` (one of [`SYSCTLS`]).
@@ -180,6 +191,8 @@ impl TcpConfig {
             "tcp_notsent_lowat" => self.tcp_notsent_lowat = small(u32::MAX as u64)? as u32,
             "tcp_slow_start_after_idle" => self.tcp_slow_start_after_idle = small(1)? != 0,
             "tcp_fastopen" => self.tcp_fastopen = small(u32::MAX as u64)? as u32,
+            "tcp_ecn" => self.tcp_ecn = small(5)? as u8,
+            "tcp_ecn_fallback" => self.tcp_ecn_fallback = small(1)? != 0,
             _ => return Err(format!("{name}: not a TCP knob rxpath knows")),
         }
         Ok(())

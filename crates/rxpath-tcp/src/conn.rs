@@ -215,6 +215,8 @@ pub struct Conn {
     pub notsent_lowat: u32,
     /// `IP_TOS` (IPv6: the traffic class).
     pub tos: u8,
+    /// ECN (`ecn_flags`).
+    pub ecn: crate::ecn::Ecn,
     /// `SO_KEEPALIVE`, and the keepalive timer's deadline.
     pub keepalive: bool,
     /// See `keepalive`.

@@ -11,6 +11,10 @@ pub const TCPI_OPT_TIMESTAMPS: u8 = 1;
 pub const TCPI_OPT_SACK: u8 = 2;
 /// Window scaling agreed.
 pub const TCPI_OPT_WSCALE: u8 = 4;
+/// ECN agreed.
+pub const TCPI_OPT_ECN: u8 = 8;
+/// An ECT or CE segment arrived on an ECN connection.
+pub const TCPI_OPT_ECN_SEEN: u8 = 16;
 /// The SYN's data was acknowledged (Fast Open).
 pub const TCPI_OPT_SYN_DATA: u8 = 32;
 
@@ -213,6 +217,12 @@ impl Conn {
         if self.wscale_ok {
             options |= TCPI_OPT_WSCALE;
         }
+        if self.ecn.ok() {
+            options |= TCPI_OPT_ECN;
+        }
+        if self.ecn.seen() {
+            options |= TCPI_OPT_ECN_SEEN;
+        }
         if self.fo.syn_data_acked {
             options |= TCPI_OPT_SYN_DATA;
         }
@@ -278,7 +288,7 @@ impl Conn {
             tcpi_rwnd_limited: self.chrono.rwnd_limited(now) / 1000,
             tcpi_sndbuf_limited: self.chrono.sndbuf_limited(now) / 1000,
             tcpi_delivered: self.delivered,
-            tcpi_delivered_ce: 0,
+            tcpi_delivered_ce: self.ecn.delivered_ce,
             tcpi_bytes_sent: self.bytes_sent,
             tcpi_bytes_retrans: self.bytes_retrans,
             tcpi_dsack_dups: 0,

@@ -121,6 +121,7 @@ impl Conn {
             return Verdict::Keep;
         }
         self.take_syn_options(ctx, seg);
+        self.ecn.rcv_syn(seg);
         if !seg.has(ACK) {
             // Simultaneous open.
             self.state = State::SynRecv;
@@ -492,6 +493,7 @@ impl Conn {
             seq = self.rcv_nxt;
         }
         if seq != self.rcv_nxt {
+            self.ecn_check_ce(seg.ecn);
             self.data_queue_ofo(ctx, seq, data, fin);
             return;
         }
@@ -508,6 +510,7 @@ impl Conn {
             self.bytes_received += data.len() as u64;
             self.rcv_nxt = self.rcv_nxt.wrapping_add(data.len() as u32);
             self.event_data_recv(ctx, data.len() as u32);
+            self.ecn_check_ce(seg.ecn);
             ctx.ext.TCPHPHits += 1;
         }
         if fin {
@@ -549,6 +552,14 @@ impl Conn {
         // `tcp_grow_window`, simplified: two segments per arrival.
         if self.rcv_ssthresh < self.window_clamp {
             self.rcv_ssthresh = (self.rcv_ssthresh + 2 * self.ack.rcv_mss).min(self.window_clamp);
+        }
+    }
+
+    /// `tcp_ecn_check_ce`: a CE mark (or a Not-ECT segment after ECT ones)
+    /// is ACKed without delay.
+    fn ecn_check_ce(&mut self, field: u8) {
+        if self.ecn.check_ce(field) {
+            self.enter_quickack_mode(2);
         }
     }
 

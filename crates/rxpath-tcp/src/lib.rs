@@ -26,6 +26,7 @@
 pub mod config;
 pub mod conn;
 pub mod cubic;
+pub mod ecn;
 mod err;
 pub mod fastopen;
 pub mod info;

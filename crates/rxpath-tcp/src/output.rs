@@ -104,17 +104,20 @@ impl Conn {
             Some((off, len)) => self.sndbuf.range(off..off + len).copied().collect(),
             None => Vec::new(),
         };
+        // New data (not a retransmission) goes ECT(0) where ECN was agreed.
+        let new_data = !data.is_empty() && !before(seq, self.snd_nxt);
+        let (ecn_fl, field) = self.ecn.send(new_data);
         let seg = SegOut {
             src: self.local,
             dst: self.remote,
             seq,
             ack: self.rcv_nxt,
-            flags: fl,
+            flags: fl | ecn_fl,
             wnd,
             opts,
             payload: &data,
             ip_id: ctx.next_ip_id(),
-            tos: self.tos,
+            tos: self.tos_with(field),
         };
         let mss = self.mss_cache as usize;
         let segs = data.len().div_ceil(mss).max(1);
@@ -141,6 +144,12 @@ impl Conn {
             return false;
         }
         true
+    }
+
+    /// The IP header's TOS byte: the program's `IP_TOS` with the ECN field
+    /// TCP chose (a stream socket's `IP_TOS` never sets it).
+    fn tos_with(&self, ecn_field: u8) -> u8 {
+        (self.tos & !3) | ecn_field
     }
 
     /// `tcp_event_ack_sent`: any segment with ACK carries the owed ACK.
@@ -190,7 +199,7 @@ impl Conn {
             self.fo.syn_fastopen |= o.fastopen.is_some();
         }
         let payload: Vec<u8> = self.sndbuf.range(..data).copied().collect();
-        let fl = if with_ack { SYN | ACK } else { SYN };
+        let fl = if with_ack { SYN | ACK } else { SYN } | self.ecn.syn_flags(with_ack);
         let seg = SegOut {
             src: self.local,
             dst: self.remote,
@@ -201,7 +210,7 @@ impl Conn {
             opts: o,
             payload: &payload,
             ip_id: 0,
-            tos: self.tos,
+            tos: self.tos_with(crate::ecn::INET_ECN_NOT_ECT),
         };
         if !ctx.tx_stopped {
             ctx.out.push_back(Transmit::one(build(&seg)));

@@ -35,6 +35,9 @@ impl Conn {
         let mut len = 0;
         if x.syn {
             let synack = self.state == State::SynRecv;
+            if !synack {
+                self.ecn.clear_syn(ctx.cfg);
+            }
             self.send_syn(ctx, synack);
         } else {
             let data_len = x.end_seq.wrapping_sub(x.seq) - x.fin as u32;

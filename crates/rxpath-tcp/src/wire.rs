@@ -79,6 +79,9 @@ pub struct SegIn<'a> {
     pub opts: OptsIn,
     /// Data.
     pub payload: &'a [u8],
+    /// The IP header's ECN field (`INET_ECN_*`: 0 Not-ECT, 1 ECT(1),
+    /// 2 ECT(0), 3 CE).
+    pub ecn: u8,
 }
 
 impl SegIn<'_> {
@@ -184,7 +187,17 @@ pub fn parse_checked(pkt: &[u8], verified: bool) -> Result<SegIn<'_>, BadSegment
         wnd,
         opts,
         payload: &l4[hl..],
+        ecn: ip_ecn(pkt),
     })
+}
+
+/// The ECN field of IP packet `pkt` (its version checked by the caller):
+/// IPv4's TOS or IPv6's traffic class, low two bits.
+fn ip_ecn(pkt: &[u8]) -> u8 {
+    match pkt.first().map(|b| b >> 4) {
+        Some(4) => pkt.get(1).map_or(0, |t| t & 3),
+        _ => pkt.get(1).map_or(0, |t| (t >> 4) & 3),
+    }
 }
 
 /// Options to write, in `tcp_options_write`'s layout.
@@ -357,11 +370,17 @@ pub fn segment(pkt: &[u8], mss: usize) -> Vec<Vec<u8>> {
         p.extend_from_slice(chunk);
         let seq = tcp.seq().wrapping_add((i * mss) as u32);
         p[l4_off + 4..l4_off + 8].copy_from_slice(&seq.to_be_bytes());
+        // PSH and FIN on the last piece only, CWR on the first only
+        // (`tcp_gso_segment`, `SKB_GSO_TCP_ECN`).
+        let mut clear = 0;
         if i != last {
-            let fl =
-                u16::from_be_bytes([p[l4_off + 12], p[l4_off + 13]]) & !(flags::PSH | flags::FIN);
-            p[l4_off + 12..l4_off + 14].copy_from_slice(&fl.to_be_bytes());
+            clear |= flags::PSH | flags::FIN;
         }
+        if i != 0 {
+            clear |= flags::CWR;
+        }
+        let fl = u16::from_be_bytes([p[l4_off + 12], p[l4_off + 13]]) & !clear;
+        p[l4_off + 12..l4_off + 14].copy_from_slice(&fl.to_be_bytes());
         if l4_off == 20 && pkt[0] >> 4 == 4 {
             let total = p.len() as u16;
             p[2..4].copy_from_slice(&total.to_be_bytes());

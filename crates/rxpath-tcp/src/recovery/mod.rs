@@ -35,6 +35,8 @@ pub(crate) struct AckFlags {
     pub dsack: bool,
     /// Never-retransmitted data was (S)ACKed (`FLAG_ORIG_SACK_ACKED`).
     pub orig_sack_acked: bool,
+    /// It echoed congestion (`FLAG_ECE`).
+    pub ece: bool,
 }
 
 impl AckFlags {
@@ -128,6 +130,7 @@ impl Conn {
         let mut flag = AckFlags {
             data: !seg.payload.is_empty(),
             snd_una_advanced: after(ack, self.snd_una),
+            ece: self.ecn.echo(seg),
             ..AckFlags::default()
         };
         self.ack_update_window(ctx, seg, &mut flag);
@@ -135,6 +138,10 @@ impl Conn {
         let prior_fack = (self.sacked_before && self.sacked_out() > 0).then_some(self.highest_sack);
         if self.sack_ok && !seg.opts.sacks.is_empty() {
             self.sacktag(ctx, seg, prior_snd_una, &mut flag);
+        }
+        // On any ACK, data or not (`tcp_ack`: CWR on a pure ACK counts).
+        if self.ecn.accept_cwr(seg) {
+            self.ack.force = true;
         }
         if prior_packets == 0 {
             self.ack_with_nothing_out(ctx, seg, &flag);
@@ -149,12 +156,18 @@ impl Conn {
         self.ack_samples_and_timer(ctx, ack, &cleaned, flag.acked);
         let is_dupack = !flag.snd_una_advanced && !flag.not_dup();
         let mut rexmit = Rexmit::None;
-        let dubious =
-            !flag.not_dup() || flag.data_sacked || flag.dsack || self.ca_state != CaState::Open;
+        let dubious = !flag.not_dup()
+            || flag.data_sacked
+            || flag.dsack
+            || flag.ece
+            || self.ca_state != CaState::Open;
         if dubious {
             self.fastretrans_alert(ctx, prior_snd_una, is_dupack as u32, &flag, &mut rexmit);
         }
         let delivered = self.delivered.wrapping_sub(prior_delivered);
+        if flag.ece {
+            self.ecn.delivered_ce = self.ecn.delivered_ce.wrapping_add(delivered);
+        }
         let newly_lost = self.lost_out().saturating_sub(prior_lost);
         if matches!(self.ca_state, CaState::Cwr | CaState::Recovery) {
             self.cwnd_reduction(delivered, newly_lost, &flag);

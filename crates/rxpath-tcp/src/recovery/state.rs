@@ -72,8 +72,12 @@ impl Conn {
             }
             self.identify_packet_loss(now, flag.snd_una_advanced);
             if self.lost_out() == 0 {
-                // `tcp_try_to_open`.
-                if self.ca_state != CaState::Loss {
+                // `tcp_try_to_open`: an ECN echo reduces the window; CWR
+                // holds until `high_seq` is acknowledged (D. above).
+                if flag.ece {
+                    self.enter_cwr(ctx);
+                }
+                if !matches!(self.ca_state, CaState::Loss | CaState::Cwr) {
                     let state = if self.sacked_out() + self.lost_out() > 0 || self.retrans_out() > 0
                     {
                         CaState::Disorder
@@ -143,10 +147,11 @@ impl Conn {
         self.prr_out = 0;
         let cwnd = self.snd_cwnd;
         self.snd_ssthresh = self.cubic.recalc_ssthresh(cwnd);
+        self.ecn.queue_cwr();
     }
 
-    /// `tcp_enter_cwr`: the device refused a packet (local congestion);
-    /// the window is reduced as for ECN's CWR, unless a reduction is on.
+    /// `tcp_enter_cwr`: an ECN echo, or the device refused a packet (local
+    /// congestion); the window is reduced, unless a reduction is on.
     pub(crate) fn enter_cwr(&mut self, ctx: &mut Ctx<'_>) {
         self.prior_ssthresh = 0;
         if matches!(self.ca_state, CaState::Open | CaState::Disorder) {
@@ -206,6 +211,7 @@ impl Conn {
             self.snd_cwnd = self.snd_cwnd.max(self.prior_cwnd);
             if self.prior_ssthresh > self.snd_ssthresh {
                 self.snd_ssthresh = self.prior_ssthresh;
+                self.ecn.withdraw_cwr();
             }
         }
         self.undo_marker = None;
@@ -358,6 +364,7 @@ impl Conn {
         self.set_ca_state(CaState::Loss, now);
         self.high_seq = self.snd_nxt;
         self.tlp_high_seq = None;
+        self.ecn.queue_cwr();
         self.frto = ctx.cfg.tcp_frto > 0 && (new_recovery || self.retransmits > 0);
     }
 

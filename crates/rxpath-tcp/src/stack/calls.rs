@@ -173,6 +173,7 @@ impl Stack {
             syn_retries: None,
             notsent_lowat: self.cfg.tcp_notsent_lowat,
             tos: 0,
+            ecn: Default::default(),
             keepalive: false,
             ka_at: None,
             keep_idle: None,
@@ -340,6 +341,7 @@ impl Stack {
         let _ = (nodelay, cork);
         apply_sock_opts(&mut c, self.sock(id)?);
         c.sync_mss();
+        c.ecn.send_syn(&self.cfg);
         let out = syn(self, &mut c, now);
         self.conns.insert(key(local, remote), id);
         let s = self.sock_mut(id)?;

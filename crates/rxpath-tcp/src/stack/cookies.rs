@@ -26,6 +26,7 @@ const MSSTAB6: [u16; 4] = [1280 - 60, 1480 - 60, 1500 - 60, 9000 - 60];
 const TSBITS: u32 = 6;
 const TS_OPT_WSCALE_MASK: u32 = 0xf;
 const TS_OPT_SACK: u32 = 1 << 4;
+const TS_OPT_ECN: u32 = 1 << 5;
 
 /// `tcp_cookie_time`: minutes.
 fn minutes(now: Nanos) -> u32 {
@@ -99,6 +100,9 @@ pub(super) fn ts_options(c: &Conn) -> u32 {
     if c.sack_ok {
         o |= TS_OPT_SACK;
     }
+    if c.ecn.ok() {
+        o |= TS_OPT_ECN;
+    }
     o
 }
 
@@ -114,11 +118,13 @@ pub(super) fn ts_with_options(ts_now: u32, options: u32) -> u32 {
 }
 
 /// What a cookie's echoed timestamp (less the offset) says: the peer's
-/// window scale, if any, and SACK (`cookie_timestamp_decode`).
-pub(super) fn ts_decode(tsecr: u32) -> (Option<u8>, bool) {
+/// window scale, if any, SACK (`cookie_timestamp_decode`) and ECN
+/// (`cookie_ecn_ok`).
+pub(super) fn ts_decode(tsecr: u32) -> (Option<u8>, bool, bool) {
     let w = tsecr & TS_OPT_WSCALE_MASK;
     (
         (w != TS_OPT_WSCALE_MASK).then_some(w as u8),
         tsecr & TS_OPT_SACK != 0,
+        tsecr & TS_OPT_ECN != 0,
     )
 }

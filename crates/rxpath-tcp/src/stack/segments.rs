@@ -212,6 +212,7 @@ impl Stack {
         let mut c = self.child_conn(lid, seg, now);
         let mut ctx = ctx!(self, now);
         c.take_syn_options(&ctx, seg);
+        c.ecn.create_request(ctx.cfg, seg);
         c.send_syn(&mut ctx, true);
         self.mib.PassiveOpens += 1;
         self.insert_child(lid, c, seg);
@@ -263,6 +264,7 @@ impl Stack {
         let mut c = self.child_conn(lid, seg, now);
         let ctx = ctx!(self, now);
         c.take_syn_options(&ctx, seg);
+        c.ecn.create_request(ctx.cfg, seg);
         let (iss, mss) = self.cookie_isn(seg, now);
         c.set_iss(iss);
         c.mss_clamp = c.mss_clamp.min(u32::from(mss));
@@ -323,13 +325,16 @@ impl Stack {
             ..seg.clone()
         };
         let mut c = self.child_conn(lid, &syn, now);
+        let mut ecn_ok = false;
         if let Some((_, ecr)) = seg.opts.ts {
-            let (wscale, sack_ok) = cookies::ts_decode(ecr.wrapping_sub(c.ts_off));
+            let (wscale, sack_ok, ecn) = cookies::ts_decode(ecr.wrapping_sub(c.ts_off));
             syn.opts.wscale = wscale;
             syn.opts.sack_ok = sack_ok;
+            ecn_ok = ecn && self.cfg.tcp_ecn != 0;
         }
         let ctx = ctx!(self, now);
         c.take_syn_options(&ctx, &syn);
+        c.ecn.set_ok(ecn_ok);
         c.set_iss(seg.ack.wrapping_sub(1));
         // The SYN-ACK was not timed: no RTT sample from it.
         if let Some(s) = c.rtx.front_mut() {
