@@ -1200,3 +1200,71 @@ fn a_fast_open_client_sends_its_request_on_the_syn_as_on_the_kernel() {
         assert_eq!(seen[0], seen[1], "{how}: as on the kernel");
     }
 }
+
+/// One connection echoed whole; the server prints whether ECN was agreed
+/// (`TCP_INFO`'s `TCPI_OPT_ECN`) and what it echoed.
+const ECN_ECHO: &str = "import socket, struct, sys\n\
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+l.bind((sys.argv[1], int(sys.argv[2]))); l.listen(8)\n\
+print('ready', flush=True)\n\
+c, _ = l.accept(); n = 0\n\
+opts = c.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)[5]\n\
+while True:\n\
+\x20   d = c.recv(65536)\n\
+\x20   if not d: break\n\
+\x20   n += len(d); c.sendall(d)\n\
+c.close(); print('server ecn', opts & 8 != 0, 'echoed', n, flush=True)\n";
+
+/// Sends 1 MB, reads it back, and says whether ECN was agreed.
+const ECN_CLIENT: &str = "import socket, struct, sys, threading, time\n\
+for i in range(100):\n\
+\x20   try:\n\
+\x20       s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10); break\n\
+\x20   except OSError: time.sleep(0.1)\n\
+opts = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)[5]\n\
+data = bytes(range(256)) * 4096\n\
+t = threading.Thread(target=lambda: (s.sendall(data), s.shutdown(socket.SHUT_WR))); t.start()\n\
+got = b''\n\
+while True:\n\
+\x20   d = s.recv(65536)\n\
+\x20   if not d: break\n\
+\x20   got += d\n\
+t.join(); print('client ecn', opts & 8 != 0, 'same', got == data)\n";
+
+/// ECN with a kernel peer that asks for it (`tcp_ecn` 1 in its namespace):
+/// a server under exec agrees as the kernel's does (`tcp_ecn` 2, the
+/// default), both ends say so in `TCP_INFO`, and 1 MB of ECT(0) data
+/// each way comes back whole.
+#[test]
+fn an_ecn_asking_client_gets_ecn_from_a_server_under_exec_as_on_the_kernel() {
+    let Some(p) = Pair::new("te", true, &["python3"]) else {
+        return;
+    };
+    let ok = |o: Output| assert!(o.status.success(), "{o:?}");
+    ok(in_ns(&p.cli, &["sysctl", "-qw", "net.ipv4.tcp_ecn=1"]));
+    ok(in_ns(&p.srv, &["sysctl", "-qw", "net.ipv4.tcp_ecn=2"]));
+    let mut seen = Vec::new();
+    for exec in [None, Some(EXEC)] {
+        let mut s = server(&p, exec, &["python3", "-c", ECN_ECHO, SRV, "5370"]);
+        common::exec::wait_ready(&mut s);
+        let c = in_client(
+            &p,
+            &["timeout", "30", "python3", "-c", ECN_CLIENT, SRV, "5370"],
+        );
+        let got = String::from_utf8_lossy(&c.stdout).trim().to_string();
+        let (status, out, err) = common::exec::finish(s);
+        assert!(status.success(), "{exec:?}: {out}\n{err}");
+        assert_eq!(got, "client ecn True same True", "{exec:?}: {out}\n{err}");
+        let line = out.lines().find(|l| l.starts_with("server ecn"));
+        assert_eq!(
+            line,
+            Some("server ecn True echoed 1048576"),
+            "{exec:?}: {out}"
+        );
+        if exec.is_some() {
+            served_cleanly(&out);
+        }
+        seen.push((got, line.map(str::to_owned)));
+    }
+    assert_eq!(seen[0], seen[1]);
+}
