@@ -211,3 +211,25 @@ fn without_a_cookie_the_syn_asks_for_one_and_carries_no_data() {
         "an odd length is no cookie"
     );
 }
+
+/// `TCP_FASTOPEN` on a listener is kept as the kernel keeps it (capped at
+/// `somaxconn`) and read back; a connection refuses it (`EINVAL`).
+#[test]
+fn a_listeners_fast_open_queue_length_is_kept() {
+    let mut st = stack();
+    st.cfg.somaxconn = 128;
+    let l = st.socket(false);
+    st.bind(l, server()).unwrap();
+    st.listen(l, 8).unwrap();
+    st.set_option(l, SockOpt::Fastopen, 1000, 0).unwrap();
+    assert_eq!(st.option(l, SockOpt::Fastopen), Ok(128));
+    st.set_option(l, SockOpt::Fastopen, 5, 0).unwrap();
+    assert_eq!(st.option(l, SockOpt::Fastopen), Ok(5));
+    assert_eq!(
+        st.set_option(l, SockOpt::Fastopen, -1, 0),
+        Err(libc::EINVAL)
+    );
+    let c = st.socket(false);
+    let _ = st.connect(c, "198.18.0.2:80".parse().unwrap(), 0);
+    assert_eq!(st.set_option(c, SockOpt::Fastopen, 5, 0), Err(libc::EINVAL));
+}

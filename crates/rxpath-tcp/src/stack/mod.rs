@@ -77,6 +77,12 @@ pub enum SockOpt {
     /// `TCP_SYNCNT`: SYN retransmissions before `connect` gives up (the
     /// `tcp_syn_retries` sysctl's, for this socket).
     SynCnt,
+    /// `TCP_FASTOPEN` on a listener: the queue of Fast Open children
+    /// (`fastopen_queue_tune`: at most `somaxconn`). Kept and read back;
+    /// the server's half of Fast Open is not built, so the listener
+    /// answers as the kernel's does with `tcp_fastopen`'s server bit off
+    /// (its default): data on a SYN waits for the handshake.
+    Fastopen,
 }
 
 impl SockOpt {
@@ -102,6 +108,7 @@ impl SockOpt {
             (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => SockOpt::KeepCnt,
             (libc::IPPROTO_TCP, TCP_FASTOPEN_CONNECT) => SockOpt::FastopenConnect,
             (libc::IPPROTO_TCP, libc::TCP_SYNCNT) => SockOpt::SynCnt,
+            (libc::IPPROTO_TCP, libc::TCP_FASTOPEN) => SockOpt::Fastopen,
             (libc::IPPROTO_IP, libc::IP_TOS) | (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
                 SockOpt::Tos
             }
@@ -146,6 +153,8 @@ struct Sock {
     fastopen_connect: bool,
     /// `TCP_SYNCNT`.
     syn_retries: Option<u8>,
+    /// `TCP_FASTOPEN`'s queue length.
+    fastopen_qlen: u32,
     listener: Option<Listener>,
     conn: Option<Box<Conn>>,
     /// Wakeups of the socket itself (a listener's accept queue).

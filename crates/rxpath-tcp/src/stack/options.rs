@@ -49,6 +49,7 @@ impl Stack {
         self.touch(id);
         let sysctl_lowat = self.cfg.tcp_notsent_lowat;
         let fastopen = self.cfg.tcp_fastopen;
+        let somaxconn = self.cfg.somaxconn;
         let s = self.sock_mut(id)?;
         match opt {
             SockOpt::NoDelay => {
@@ -75,6 +76,13 @@ impl Stack {
                 if let Some(c) = s.conn.as_deref_mut() {
                     c.syn_retries = Some(val as u8);
                 }
+            }
+            SockOpt::Fastopen => {
+                // `do_tcp_setsockopt`: a closed or listening socket only.
+                if val < 0 || s.conn.is_some() {
+                    return Err(libc::EINVAL);
+                }
+                s.fastopen_qlen = (val as u32).min(somaxconn);
             }
             SockOpt::FastopenConnect => {
                 if !(0..=1).contains(&val) {
@@ -239,6 +247,7 @@ impl Stack {
             SockOpt::Inq => s.inq as i32,
             SockOpt::V6Only => s.v6only as i32,
             SockOpt::FastopenConnect => s.fastopen_connect as i32,
+            SockOpt::Fastopen => s.fastopen_qlen as i32,
             SockOpt::SynCnt => s.syn_retries.unwrap_or(syn_retries) as i32,
             SockOpt::KeepIdle => s.keep_idle.unwrap_or(ka_time) as i32,
             SockOpt::KeepIntvl => s.keep_intvl.unwrap_or(ka_intvl) as i32,
