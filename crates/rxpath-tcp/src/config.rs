@@ -56,9 +56,14 @@ pub struct TcpConfig {
     /// `tcp_slow_start_after_idle`.
     pub tcp_slow_start_after_idle: bool,
     /// `tcp_fastopen`: bit 0 lets clients use Fast Open (the default 1),
-    /// bit 2 sends data in a SYN without a cookie. (The server's bits are
-    /// read and not acted on: a listener ignores Fast Open.)
+    /// bit 2 sends data in a SYN without a cookie; bit 1 lets listeners
+    /// with `TCP_FASTOPEN` take data on a SYN, `0x200` without a cookie,
+    /// `0x400` every listener.
     pub tcp_fastopen: u32,
+    /// `tcp_fastopen_key`: the primary key a listener's cookies are made
+    /// with, as the sysctl's four 32-bit words; all zero (the kernel shows
+    /// that before it made one): a key of the host's own.
+    pub tcp_fastopen_key: [u32; 4],
     /// `tcp_ecn`: RFC 3168's ECN, asked for by this host's SYNs with 1
     /// (and 4), agreed to when a peer's SYN asks with any other value but
     /// 0 (the default 2: agreed to, never asked). Accurate ECN (3 to 5
@@ -101,6 +106,7 @@ impl Default for TcpConfig {
             tcp_notsent_lowat: u32::MAX,
             tcp_slow_start_after_idle: true,
             tcp_fastopen: 1,
+            tcp_fastopen_key: [0; 4],
             tcp_ecn: 2,
             tcp_ecn_fallback: true,
             gso: true,
@@ -135,6 +141,7 @@ pub const SYSCTLS: &[&str] = &[
     "tcp_notsent_lowat",
     "tcp_slow_start_after_idle",
     "tcp_fastopen",
+    "tcp_fastopen_key",
     "tcp_ecn",
     "tcp_ecn_fallback",
 ];
@@ -192,6 +199,16 @@ impl TcpConfig {
             "tcp_slow_start_after_idle" => self.tcp_slow_start_after_idle = small(1)? != 0,
             "tcp_fastopen" => self.tcp_fastopen = small(u32::MAX as u64)? as u32,
             "tcp_ecn" => self.tcp_ecn = small(5)? as u8,
+            "tcp_fastopen_key" => {
+                // `%x-%x-%x-%x`, a backup key after a comma (not used).
+                let primary = value.trim().split(',').next().unwrap_or("");
+                let words: Vec<u32> = primary
+                    .split('-')
+                    .map(|w| u32::from_str_radix(w, 16))
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| bad())?;
+                self.tcp_fastopen_key = <[u32; 4]>::try_from(words).map_err(|_| bad())?;
+            }
             "tcp_ecn_fallback" => self.tcp_ecn_fallback = small(1)? != 0,
             _ => return Err(format!("{name}: not a TCP knob rxpath knows")),
         }

@@ -6,8 +6,8 @@
 //! in `tcp_metrics`). With a cookie kept, the next connection's SYN
 //! carries it and the first write's data, as much as the cached MSS less
 //! 40 bytes of option room. A SYN-ACK that acknowledges only the SYN
-//! sends the data again at once. The server's half (cookies made for
-//! SYNs that ask) is not built: a listener ignores the option.
+//! sends the data again at once. The server's half is the stack's
+//! `fastopen_listen`.
 
 use std::net::IpAddr;
 
@@ -22,6 +22,13 @@ use rxpath_wire::tcp::flags::FIN;
 pub const TFO_CLIENT_ENABLE: u32 = 1;
 /// `tcp_fastopen` bit 2: a client sends data in its SYN without a cookie.
 pub const TFO_CLIENT_NO_COOKIE: u32 = 4;
+/// `tcp_fastopen` bit 1: listeners with `TCP_FASTOPEN` take data on SYNs.
+pub const TFO_SERVER_ENABLE: u32 = 2;
+/// `tcp_fastopen` `0x200`: a listener takes a SYN's data without a cookie.
+pub const TFO_SERVER_COOKIE_NOT_REQD: u32 = 0x200;
+/// `tcp_fastopen` `0x400`: every listener takes Fast Open, `TCP_FASTOPEN`
+/// or not.
+pub const TFO_SERVER_WO_SOCKOPT1: u32 = 0x400;
 /// `MAX_TCP_OPTION_SPACE`: the option room a SYN's data leaves free.
 const MAX_TCP_OPTION_SPACE: u32 = 40;
 

@@ -310,7 +310,15 @@ impl Conn {
             self.delivered = self.delivered.wrapping_add(1);
             self.snd_wnd = (seg.wnd as u32) << self.snd_wscale;
             self.snd_wl1 = seg.seq;
-            self.init_transfer(ctx);
+            if std::mem::take(&mut self.fo.passive) {
+                // `tcp_rcv_synrecv_state_fastopen`: the transfer began at
+                // the SYN; the SYN-ACK's retransmissions are forgotten.
+                self.retrans_stamp = None;
+                self.retransmits = 0;
+                self.rearm_rto(ctx.now);
+            } else {
+                self.init_transfer(ctx);
+            }
             verdict = Verdict::Established;
         }
         if after(seg.ack, self.snd_nxt) {

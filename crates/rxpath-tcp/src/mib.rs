@@ -120,6 +120,17 @@ mib!(
         /// SYNs with data the peer did not acknowledge: the data went
         /// again after the handshake.
         TCPFastOpenActiveFail,
+        /// SYNs whose data a listener took with a valid cookie (or none
+        /// needed): a connection before the handshake ends.
+        TCPFastOpenPassive,
+        /// SYNs with a cookie that did not check: data left for the
+        /// handshake, the right cookie in the SYN-ACK.
+        TCPFastOpenPassiveFail,
+        /// SYNs a Fast Open listener could not take for its queue of
+        /// half-open Fast Open connections being full.
+        TCPFastOpenListenOverflow,
+        /// SYNs asking for a cookie.
+        TCPFastOpenCookieReqd,
     }
 );
 

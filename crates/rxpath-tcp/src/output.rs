@@ -194,8 +194,10 @@ impl Conn {
         if self.rcv_wscale > 0 || self.snd_wscale > 0 || self.wscale_offered(ctx) {
             o.wscale = Some(self.rcv_wscale);
         }
+        // A client's first SYN carries its cookie or request; a
+        // listener's first SYN-ACK the cookie it made for the peer.
+        o.fastopen = self.fo.req.take();
         if !with_ack {
-            o.fastopen = self.fo.req.take();
             self.fo.syn_fastopen |= o.fastopen.is_some();
         }
         let payload: Vec<u8> = self.sndbuf.range(..data).copied().collect();
@@ -446,14 +448,16 @@ impl Conn {
 
     /// `tcp_write_xmit`; `one` sends at most one packet (`tcp_push_one`).
     fn write_xmit_inner(&mut self, ctx: &mut Ctx<'_>, nonagle: Nonagle, one: bool) {
-        if !matches!(
+        // A listener's Fast Open child sends before its handshake ends.
+        let open = matches!(
             self.state,
             State::Established
                 | State::CloseWait
                 | State::FinWait1
                 | State::LastAck
                 | State::Closing
-        ) {
+        ) || (self.state == State::SynRecv && self.fo.passive);
+        if !open {
             return;
         }
         let mut sent_any = false;

@@ -143,8 +143,12 @@ pub struct ClientFo {
     /// The SYN carried data (`syn_data`).
     pub syn_data: bool,
     /// The SYN-ACK acknowledged that data (`syn_data_acked`,
-    /// `TCPI_OPT_SYN_DATA`).
+    /// `TCPI_OPT_SYN_DATA`); on a listener's child, its SYN's data was
+    /// taken.
     pub syn_data_acked: bool,
+    /// A listener's Fast Open child whose handshake has not ended
+    /// (`tcp_passive_fastopen`): readable and writable already.
+    pub passive: bool,
 }
 
 /// What a destination's last Fast Open SYN-ACK said (`tcp_fastopen_metrics`).

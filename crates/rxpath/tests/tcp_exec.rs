@@ -1268,3 +1268,56 @@ fn an_ecn_asking_client_gets_ecn_from_a_server_under_exec_as_on_the_kernel() {
     }
     assert_eq!(seen[0], seen[1]);
 }
+
+/// TCP Fast Open's server half under exec, the kernel's client as the
+/// peer, one key in the server's namespace (`tcp_fastopen_key`): first
+/// the kernel's server, which gives the client its cookie and takes the
+/// next requests on their SYNs; then the server under exec, whose
+/// cookies are the kernel's (SipHash of the addresses under that key):
+/// every request rides on its SYN, the kernel's cookie taken, and each
+/// answer comes back with the client's `TCPI_OPT_SYN_DATA` set.
+#[test]
+fn a_fast_open_server_under_exec_takes_the_kernels_cookie_and_data() {
+    let Some(p) = Pair::new("tw", true, &["python3"]) else {
+        return;
+    };
+    let key = "net.ipv4.tcp_fastopen_key=a0bf63f7-ed803d81-cd641d30-cebc4a90";
+    for (ns, kv) in [
+        (&p.srv, "net.ipv4.tcp_fastopen=3"),
+        (&p.srv, key),
+        (&p.cli, "net.ipv4.tcp_fastopen=1"),
+    ] {
+        let o = in_ns(ns, &["sysctl", "-qw", kv]);
+        assert!(o.status.success(), "{o:?}");
+    }
+    let n = 4;
+    let mut runs = Vec::new();
+    for exec in [None, Some(EXEC)] {
+        let prog = ["python3", "-c", TFO_SERVER, SRV, "5380", "4"];
+        let mut s = server(&p, exec, &prog);
+        common::exec::wait_ready(&mut s);
+        #[rustfmt::skip]
+        let c = in_client(&p, &["timeout", "30", "python3", "-c", TFO_CLIENT, SRV, "5380", "4", "sendto"]);
+        let (status, out, err) = common::exec::finish(s);
+        assert!(status.success(), "{exec:?}: {out}\n{err}");
+        let got = String::from_utf8_lossy(&c.stdout).to_string();
+        let lines: Vec<String> = got.lines().map(str::to_owned).collect();
+        assert_eq!(lines.len(), n, "{exec:?}: {got}\n{out}\n{err}");
+        for (i, l) in lines.iter().enumerate() {
+            assert!(l.starts_with(&format!("{i} FAST OPEN {i} ")), "{l}");
+        }
+        if exec.is_some() {
+            served_cleanly(&out);
+        }
+        runs.push(lines);
+    }
+    // The kernel's server: the first connection asks, the next carry data.
+    assert!(runs[0][0].ends_with(" 0"), "{:?}", runs[0]);
+    assert!(
+        runs[0][1..].iter().all(|l| l.ends_with(" 32")),
+        "{:?}",
+        runs[0]
+    );
+    // Under exec: the cookie the kernel gave is rxpath's too.
+    assert!(runs[1].iter().all(|l| l.ends_with(" 32")), "{:?}", runs[1]);
+}

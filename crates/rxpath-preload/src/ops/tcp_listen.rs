@@ -88,7 +88,7 @@ pub(crate) fn listen_done(fd: RawFd, ok: bool) {
 
 /// Options a listener and its connections take from its kernel socket at
 /// `listen`, by their kernel names.
-const INHERITED: [(i32, i32, rxpath_tcp::SockOpt); 6] = [
+const INHERITED: [(i32, i32, rxpath_tcp::SockOpt); 7] = [
     (
         libc::IPPROTO_TCP,
         libc::TCP_NODELAY,
@@ -120,6 +120,12 @@ const INHERITED: [(i32, i32, rxpath_tcp::SockOpt); 6] = [
         libc::IPPROTO_TCP,
         libc::TCP_DEFER_ACCEPT,
         rxpath_tcp::SockOpt::DeferAccept,
+    ),
+    // The listener's own: its Fast Open queue.
+    (
+        libc::IPPROTO_TCP,
+        libc::TCP_FASTOPEN,
+        rxpath_tcp::SockOpt::Fastopen,
     ),
 ];
 

@@ -156,12 +156,16 @@ fn machine_option(level: i32, name: i32) -> Option<SockOpt> {
 /// as its seconds when on. Others (`TCP_QUICKACK`, priorities, ...) ask
 /// nothing of rxpath's machine.
 pub(crate) fn tcp_setsockopt(t: &TcpSock, level: i32, name: i32, v: OptVal) -> Result<(), Errno> {
-    // On a listener, `TCP_DEFER_ACCEPT` set after `listen` (nginx's
-    // `deferred`) reaches rxpath's listener too.
-    if let (crate::tcp::sock::End::Listener(l, _), Some(SockOpt::DeferAccept), OptVal::Int(x)) =
-        (&t.end, SockOpt::by_name(level, name), &v)
+    // On a listener, `TCP_DEFER_ACCEPT` and `TCP_FASTOPEN` set after
+    // `listen` (nginx's `deferred`, `fastopen=`) reach rxpath's listener
+    // too.
+    if let (
+        crate::tcp::sock::End::Listener(l, _),
+        Some(o @ (SockOpt::DeferAccept | SockOpt::Fastopen)),
+        OptVal::Int(x),
+    ) = (&t.end, SockOpt::by_name(level, name), &v)
     {
-        return l.set_option(SockOpt::DeferAccept, *x).map_err(io_errno);
+        return l.set_option(o, *x).map_err(io_errno);
     }
     let Some(s) = t.stream() else { return Ok(()) };
     if (level, name) == (libc::SOL_SOCKET, libc::SO_LINGER) {

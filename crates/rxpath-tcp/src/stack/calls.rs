@@ -90,6 +90,7 @@ impl Stack {
         let s = self.sock_mut(id)?;
         let backlog = (backlog.max(0) as u32).min(somax);
         s.listener.get_or_insert_with(Listener::default).backlog = backlog;
+        self.fastopen_listen(id, backlog);
         Ok(())
     }
 
@@ -397,6 +398,8 @@ impl Stack {
         }
         match c.state {
             State::Established | State::CloseWait => {}
+            // A listener's Fast Open child sends before its handshake ends.
+            State::SynRecv if c.fo.passive => {}
             State::SynSent | State::SynRecv => return Err(libc::EAGAIN),
             _ => return Err(libc::EPIPE),
         }
@@ -661,7 +664,7 @@ impl Stack {
         if c.fin_rcvd || c.shut_rd || c.state == State::Closed {
             m |= inb | rdhup;
         }
-        if matches!(c.state, State::SynSent | State::SynRecv) {
+        if matches!(c.state, State::SynSent | State::SynRecv) && !c.fo.passive {
             // A connect Fast Open deferred: writable, the write sends
             // the SYN.
             if c.fo.deferred {

@@ -78,10 +78,8 @@ pub enum SockOpt {
     /// `tcp_syn_retries` sysctl's, for this socket).
     SynCnt,
     /// `TCP_FASTOPEN` on a listener: the queue of Fast Open children
-    /// (`fastopen_queue_tune`: at most `somaxconn`). Kept and read back;
-    /// the server's half of Fast Open is not built, so the listener
-    /// answers as the kernel's does with `tcp_fastopen`'s server bit off
-    /// (its default): data on a SYN waits for the handshake.
+    /// (`fastopen_queue_tune`: at most `somaxconn`); with `tcp_fastopen`'s
+    /// server bit (not the default) its SYNs' data is taken.
     Fastopen,
 }
 
@@ -125,6 +123,8 @@ struct Listener {
     cookie_at: Option<Nanos>,
     /// Children not yet established (`inet_csk_reqsk_queue_len`).
     syn_q: usize,
+    /// Fast Open children not yet established (`fastopenq.qlen`).
+    tfo_qlen: usize,
 }
 
 #[derive(Debug, Default)]
@@ -163,6 +163,9 @@ struct Sock {
     parent: Option<SockId>,
     /// Counted in its listener's [`Listener::syn_q`].
     in_syn_q: bool,
+    /// A Fast Open child counted in this listener's
+    /// [`Listener::tfo_qlen`] until its handshake ends.
+    tfo_listener: Option<SockId>,
     /// The program closed it; it lives on until its connection ends.
     orphan: bool,
     /// In [`Stack::touched`] (taken by [`Stack::take_touched`]).
@@ -216,6 +219,7 @@ macro_rules! ctx {
 mod calls;
 mod cookies;
 mod fastopen;
+mod fastopen_listen;
 mod icmp;
 mod options;
 mod segments;

@@ -2,6 +2,7 @@
 //! `tcp_v4_rcv` finds it: `__inet_lookup_established`, then the
 //! listener, whose SYN makes a child.
 
+use super::fastopen_listen::Passive;
 use super::*;
 
 impl Stack {
@@ -67,6 +68,7 @@ impl Stack {
     }
 
     pub(super) fn conn_closed(&mut self, id: SockId) {
+        self.fastopen_done(id);
         let Some(s) = self.socks[id.0].as_mut() else {
             return;
         };
@@ -90,6 +92,14 @@ impl Stack {
     }
 
     pub(super) fn child_established(&mut self, id: SockId, _now: Nanos) {
+        if self.socks[id.0]
+            .as_ref()
+            .is_some_and(|s| s.tfo_listener.is_some())
+        {
+            // A Fast Open child: in the accept queue since its SYN.
+            self.fastopen_done(id);
+            return;
+        }
         let Some(parent) = self.socks[id.0].as_ref().and_then(|s| s.parent) else {
             return;
         };
@@ -210,12 +220,42 @@ impl Stack {
             return;
         }
         let mut c = self.child_conn(lid, seg, now);
+        {
+            let ctx = ctx!(self, now);
+            c.take_syn_options(&ctx, seg);
+            c.ecn.create_request(ctx.cfg, seg);
+        }
+        let passive = self.try_fastopen(lid, &mut c, seg);
         let mut ctx = ctx!(self, now);
-        c.take_syn_options(&ctx, seg);
-        c.ecn.create_request(ctx.cfg, seg);
+        match passive {
+            // `tcp_fastopen_create_child`: the transfer begins now.
+            Passive::Child => c.init_transfer(&ctx),
+            Passive::No(cookie) => c.fo.req = cookie,
+        }
         c.send_syn(&mut ctx, true);
         self.mib.PassiveOpens += 1;
-        self.insert_child(lid, c, seg);
+        let id = self.insert_child(lid, c, seg);
+        if passive == Passive::Child {
+            self.fastopen_child_queued(lid, id);
+        }
+    }
+
+    /// A Fast Open child goes straight to its listener's accept queue
+    /// (`inet_csk_reqsk_queue_add`), counted half-open for Fast Open.
+    fn fastopen_child_queued(&mut self, lid: SockId, id: SockId) {
+        if let Some(s) = self.socks[id.0].as_mut() {
+            s.in_syn_q = false;
+            s.tfo_listener = Some(lid);
+        }
+        if let Some(p) = self.socks[lid.0].as_mut() {
+            p.wake_in += 1;
+            if let Some(l) = p.listener.as_mut() {
+                l.syn_q = l.syn_q.saturating_sub(1);
+                l.tfo_qlen += 1;
+                l.accept_q.push_back(id);
+            }
+        }
+        self.touch(lid);
     }
 
     /// A connection for listener `lid`'s SYN `seg` (its options not yet
@@ -265,6 +305,10 @@ impl Stack {
         let ctx = ctx!(self, now);
         c.take_syn_options(&ctx, seg);
         c.ecn.create_request(ctx.cfg, seg);
+        if !c.ts_ok {
+            // No timestamp to keep the agreement in (`tcp_conn_request`).
+            c.ecn.set_ok(false);
+        }
         let (iss, mss) = self.cookie_isn(seg, now);
         c.set_iss(iss);
         c.mss_clamp = c.mss_clamp.min(u32::from(mss));
