@@ -6,8 +6,8 @@
 use crate::epoll::EpSet;
 use crate::tcp::sock::TcpSock;
 use crate::udp::sock::{Accel, Pending};
+use foldhash::HashMap;
 use rxpath_dev::sync::{read_lock, write_lock};
-use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};

@@ -3,7 +3,7 @@
 //! Fast Open's (and the stack's cache of cookies). A leaf: `conn` holds
 //! them, the modules that act on them take them from here.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::net::IpAddr;
 
 use crate::wire::FoCookie;

@@ -15,10 +15,10 @@
 //! sleeps on its [`Waiter`] until the machine touches the socket.
 
 use super::{busy_loop, lock, Watch};
+use foldhash::HashMap;
 use rxpath_core::sock::{Sockets, TcpWake, BUSY_POLL_BUDGET};
 use rxpath_core::NapiId;
 use rxpath_tcp::{SockId, SockOpt, Stack, State};
-use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

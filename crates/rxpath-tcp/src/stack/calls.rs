@@ -90,6 +90,9 @@ impl Stack {
         let s = self.sock_mut(id)?;
         let backlog = (backlog.max(0) as u32).min(somax);
         s.listener.get_or_insert_with(Listener::default).backlog = backlog;
+        if let Err(at) = self.listeners.binary_search(&id) {
+            self.listeners.insert(at, id);
+        }
         self.fastopen_listen(id, backlog);
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! a program makes are in `calls` (and `options`), a segment's way to its
 //! socket in `segments`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hasher};
 use std::net::{IpAddr, SocketAddr};
 
@@ -178,7 +178,13 @@ pub struct Stack {
     pub cfg: TcpConfig,
     socks: Socks,
     free: Vec<usize>,
+    /// Established and half-open connections by (local, remote): the
+    /// kernel's `ehash`.
     conns: HashMap<(SocketAddr, SocketAddr), SockId>,
+    /// The slots that were made listeners, in slot order (the kernel's
+    /// `lhash2`): a SYN looks at these, not at every socket. A slot whose
+    /// listener went stays until the slot is freed; readers check.
+    listeners: Vec<SockId>,
     out: VecDeque<Transmit>,
     /// `Tcp:` counters.
     pub mib: mib::Tcp,
@@ -227,6 +233,11 @@ mod table;
 
 use table::Socks;
 
+/// The stack's maps: keyed by addresses a peer chooses, hashed with a
+/// per-process random seed (as the kernel's `inet_ehashfn` keys `jhash`
+/// with `net_secret`), and cheaper per segment than SipHash.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
 impl Stack {
     /// A stack with these knobs; `secret` keys the ISNs and timestamp
     /// offsets (`secure_tcp_seq`), `local_addrs` are the addresses
@@ -236,7 +247,8 @@ impl Stack {
             cfg,
             socks: Socks::default(),
             free: Vec::new(),
-            conns: HashMap::new(),
+            conns: HashMap::default(),
+            listeners: Vec::new(),
             out: VecDeque::new(),
             mib: mib::Tcp::default(),
             ext: mib::TcpExt::default(),
@@ -245,7 +257,7 @@ impl Stack {
             next_port: 32768 + (secret % 28000) as u16,
             local_addrs,
             touched: Vec::new(),
-            pmtu: HashMap::new(),
+            pmtu: HashMap::default(),
             fo_cache: Default::default(),
             tx_stopped: false,
         }
@@ -299,6 +311,7 @@ impl Stack {
                     l.syn_q = l.syn_q.saturating_sub(1);
                 }
             }
+            self.listeners.retain(|&l| l != id);
             self.free.push(id.0);
         }
     }

@@ -137,8 +137,11 @@ impl Stack {
         // (score, address, id): a bound address 2, a wildcard of the
         // packet's family 1, an IPv6 wildcard taking IPv4 0.
         let mut found: Vec<(u8, IpAddr, SockId)> = Vec::new();
-        for (i, s) in self.socks.iter().enumerate() {
-            let Some(s) = s.as_ref().filter(|s| s.listener.is_some() && !s.orphan) else {
+        for &SockId(i) in &self.listeners {
+            let Some(s) = self.socks[i]
+                .as_ref()
+                .filter(|s| s.listener.is_some() && !s.orphan)
+            else {
                 continue;
             };
             let Some(b) = s.bound.filter(|b| b.port() == local.port()) else {
