@@ -15,24 +15,27 @@ impl Stack {
 
     pub(super) fn port_in_use(&self, addr: SocketAddr, me: &Sock) -> bool {
         let (reuse, reuseport, v6only) = (me.reuseaddr, me.reuseport, me.v6only);
-        self.socks.iter().flatten().any(|s| {
-            let Some(b) = s.bound else { return false };
-            // Across families only an IPv6 wildcard that takes IPv4 too
-            // (no `IPV6_V6ONLY`) overlaps an IPv4 address, as
-            // `inet_bind_conflict` has it.
-            let overlap = if b.is_ipv4() == addr.is_ipv4() {
-                b.ip().is_unspecified() || addr.ip().is_unspecified() || b.ip() == addr.ip()
-            } else if b.is_ipv6() {
-                b.ip().is_unspecified() && !s.v6only
-            } else {
-                addr.ip().is_unspecified() && !v6only
-            };
-            let listening = s.listener.is_some();
-            // `SO_REUSEADDR` on both: unless the other listens;
-            // `SO_REUSEPORT` on both: always (one program, one uid).
-            let shared = (reuse && s.reuseaddr && !listening) || (reuseport && s.reuseport);
-            b.port() == addr.port() && overlap && !shared
-        })
+        let on = self.ports.get(&addr.port()).map_or(&[][..], Vec::as_slice);
+        on.iter()
+            .filter_map(|id| self.socks[id.0].as_ref())
+            .any(|s| {
+                let Some(b) = s.bound else { return false };
+                // Across families only an IPv6 wildcard that takes IPv4 too
+                // (no `IPV6_V6ONLY`) overlaps an IPv4 address, as
+                // `inet_bind_conflict` has it.
+                let overlap = if b.is_ipv4() == addr.is_ipv4() {
+                    b.ip().is_unspecified() || addr.ip().is_unspecified() || b.ip() == addr.ip()
+                } else if b.is_ipv6() {
+                    b.ip().is_unspecified() && !s.v6only
+                } else {
+                    addr.ip().is_unspecified() && !v6only
+                };
+                let listening = s.listener.is_some();
+                // `SO_REUSEADDR` on both: unless the other listens;
+                // `SO_REUSEPORT` on both: always (one program, one uid).
+                let shared = (reuse && s.reuseaddr && !listening) || (reuseport && s.reuseport);
+                b.port() == addr.port() && overlap && !shared
+            })
     }
 
     pub(super) fn ephemeral_port(&mut self) -> u16 {
@@ -43,12 +46,7 @@ impl Stack {
                 self.next_port + 1
             };
             let p = self.next_port;
-            if !self
-                .socks
-                .iter()
-                .flatten()
-                .any(|s| s.bound.is_some_and(|b| b.port() == p))
-            {
+            if !self.ports.contains_key(&p) {
                 return p;
             }
         }
@@ -66,6 +64,7 @@ impl Stack {
             return Err(libc::EADDRINUSE);
         }
         self.sock_mut(id)?.bound = Some(addr);
+        self.note_bound(id, addr.port());
         Ok(())
     }
 
@@ -86,6 +85,7 @@ impl Stack {
             };
             let port = self.ephemeral_port();
             self.sock_mut(id)?.bound = Some(SocketAddr::new(unspec, port));
+            self.note_bound(id, port);
         }
         let s = self.sock_mut(id)?;
         let backlog = (backlog.max(0) as u32).min(somax);
@@ -351,6 +351,7 @@ impl Stack {
         let s = self.sock_mut(id)?;
         s.bound = Some(local);
         s.conn = Some(Box::new(c));
+        self.note_bound(id, port);
         Ok(out)
     }
 

@@ -185,6 +185,10 @@ pub struct Stack {
     /// `lhash2`): a SYN looks at these, not at every socket. A slot whose
     /// listener went stays until the slot is freed; readers check.
     listeners: Vec<SockId>,
+    /// The sockets bound to each local port (the kernel's `bhash`):
+    /// `bind`, `connect` and the ephemeral port search look here, not at
+    /// every socket.
+    ports: HashMap<u16, Vec<SockId>>,
     out: VecDeque<Transmit>,
     /// `Tcp:` counters.
     pub mib: mib::Tcp,
@@ -249,6 +253,7 @@ impl Stack {
             free: Vec::new(),
             conns: HashMap::default(),
             listeners: Vec::new(),
+            ports: HashMap::default(),
             out: VecDeque::new(),
             mib: mib::Tcp::default(),
             ext: mib::TcpExt::default(),
@@ -280,6 +285,23 @@ impl Stack {
     }
 
     fn insert(&mut self, s: Sock) -> SockId {
+        let port = s.bound.map(|b| b.port());
+        let id = self.insert_slot(s);
+        if let Some(p) = port {
+            self.note_bound(id, p);
+        }
+        id
+    }
+
+    /// Index `id`, just bound, under its port.
+    fn note_bound(&mut self, id: SockId, port: u16) {
+        let on = self.ports.entry(port).or_default();
+        if !on.contains(&id) {
+            on.push(id);
+        }
+    }
+
+    fn insert_slot(&mut self, s: Sock) -> SockId {
         match self.free.pop() {
             Some(i) => {
                 self.socks[i] = Some(s);
@@ -312,6 +334,14 @@ impl Stack {
                 }
             }
             self.listeners.retain(|&l| l != id);
+            if let Some(p) = s.bound.map(|b| b.port()) {
+                if let Some(on) = self.ports.get_mut(&p) {
+                    on.retain(|&b| b != id);
+                    if on.is_empty() {
+                        self.ports.remove(&p);
+                    }
+                }
+            }
             self.free.push(id.0);
         }
     }
