@@ -15,7 +15,9 @@ impl Stack {
 
     pub(super) fn port_in_use(&self, addr: SocketAddr, me: &Sock) -> bool {
         let (reuse, reuseport, v6only) = (me.reuseaddr, me.reuseport, me.v6only);
-        let on = self.ports.get(&addr.port()).map_or(&[][..], Vec::as_slice);
+        let Some(on) = self.ports.get(&addr.port()) else {
+            return false;
+        };
         on.iter()
             .filter_map(|id| self.socks[id.0].as_ref())
             .any(|s| {

@@ -188,7 +188,7 @@ pub struct Stack {
     /// The sockets bound to each local port (the kernel's `bhash`):
     /// `bind`, `connect` and the ephemeral port search look here, not at
     /// every socket.
-    ports: HashMap<u16, Vec<SockId>>,
+    ports: HashMap<u16, foldhash::HashSet<SockId>>,
     out: VecDeque<Transmit>,
     /// `Tcp:` counters.
     pub mib: mib::Tcp,
@@ -295,10 +295,7 @@ impl Stack {
 
     /// Index `id`, just bound, under its port.
     fn note_bound(&mut self, id: SockId, port: u16) {
-        let on = self.ports.entry(port).or_default();
-        if !on.contains(&id) {
-            on.push(id);
-        }
+        self.ports.entry(port).or_default().insert(id);
     }
 
     fn insert_slot(&mut self, s: Sock) -> SockId {
@@ -336,7 +333,7 @@ impl Stack {
             self.listeners.retain(|&l| l != id);
             if let Some(p) = s.bound.map(|b| b.port()) {
                 if let Some(on) = self.ports.get_mut(&p) {
-                    on.retain(|&b| b != id);
+                    on.remove(&id);
                     if on.is_empty() {
                         self.ports.remove(&p);
                     }
