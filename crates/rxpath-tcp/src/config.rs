@@ -10,6 +10,13 @@
 pub struct TcpConfig {
     /// `tcp_rmem`: min, default, max receive buffer in bytes.
     pub tcp_rmem: [u32; 3],
+    /// `tcp_moderate_rcvbuf`: grow a connection's receive buffer to what
+    /// its reader takes per RTT ([`crate::rcvbuf`]).
+    pub tcp_moderate_rcvbuf: bool,
+    /// `tcp_rcvbuf_low_rtt` (µs; Linux 6.19): below this receiver RTT
+    /// the buffer grows by a fraction of the slow-start allowance. 0 (as a
+    /// kernel without the sysctl, 6.18 and before): always the whole.
+    pub tcp_rcvbuf_low_rtt: u32,
     /// `tcp_wmem`: min, default, max send buffer in bytes.
     pub tcp_wmem: [u32; 3],
     /// `tcp_timestamps`: offer and accept RFC 7323 timestamps.
@@ -84,6 +91,8 @@ impl Default for TcpConfig {
     fn default() -> Self {
         TcpConfig {
             tcp_rmem: [4096, 131072, 6291456],
+            tcp_moderate_rcvbuf: true,
+            tcp_rcvbuf_low_rtt: 0,
             tcp_wmem: [4096, 16384, 4194304],
             tcp_timestamps: true,
             tcp_window_scaling: true,
@@ -119,6 +128,8 @@ impl Default for TcpConfig {
 /// `net.core.` prefix.
 pub const SYSCTLS: &[&str] = &[
     "tcp_rmem",
+    "tcp_moderate_rcvbuf",
+    "tcp_rcvbuf_low_rtt",
     "tcp_wmem",
     "tcp_timestamps",
     "tcp_window_scaling",
@@ -177,6 +188,8 @@ impl TcpConfig {
         match name {
             "tcp_rmem" => self.tcp_rmem = triple()?,
             "tcp_wmem" => self.tcp_wmem = triple()?,
+            "tcp_moderate_rcvbuf" => self.tcp_moderate_rcvbuf = small(1)? != 0,
+            "tcp_rcvbuf_low_rtt" => self.tcp_rcvbuf_low_rtt = small(i32::MAX as u64)? as u32,
             "tcp_timestamps" => self.tcp_timestamps = small(2)? != 0,
             "tcp_window_scaling" => self.tcp_window_scaling = small(1)? != 0,
             "tcp_sack" => self.tcp_sack = small(1)? != 0,

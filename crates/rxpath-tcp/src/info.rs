@@ -266,8 +266,8 @@ impl Conn {
                     0
                 },
             tcpi_reordering: self.reordering,
-            tcpi_rcv_rtt: 0,
-            tcpi_rcv_space: self.rcv_wnd,
+            tcpi_rcv_rtt: self.rcv_rtt.rtt_us >> 3,
+            tcpi_rcv_space: self.rcvq_space.space,
             tcpi_total_retrans: self.total_retrans,
             tcpi_pacing_rate: self.pacing_rate(),
             tcpi_max_pacing_rate: u64::MAX,

@@ -169,6 +169,7 @@ impl Conn {
         self.arm_keepalive(ctx);
         self.sndbuf_expand(ctx);
         self.rcv_ssthresh = self.rcv_wnd;
+        self.init_buffer_space(ctx.now);
     }
 
     /// `tcp_sndbuf_expand`: room for two windows of full-sized skbs
@@ -282,7 +283,8 @@ impl Conn {
         if !seg.has(ACK) {
             return Verdict::Keep;
         }
-        if let Some((v, _)) = seg.opts.ts.filter(|_| self.ts_ok) {
+        if let Some((v, ecr)) = seg.opts.ts.filter(|_| self.ts_ok) {
+            self.rcv_tsecr = ecr;
             // `tcp_replace_ts_recent`.
             if !after(seg.seq, self.rcv_wup) {
                 self.ts_recent = v;
@@ -342,7 +344,13 @@ impl Conn {
                 self.send_active_reset(ctx);
                 return self.rcv_reset(ctx);
             }
-            _ => self.data_queue(ctx, seg),
+            _ => {
+                if self.state == State::Established && seg.opts.ts.is_some() && self.ts_ok {
+                    let len = seg.end_seq().wrapping_sub(seg.seq);
+                    self.rcv_rtt_measure_ts(ctx.now, len);
+                }
+                self.data_queue(ctx, seg)
+            }
         }
         if self.state == State::TimeWait && self.orphan {
             self.close_at = Some(ctx.now + TCP_TIMEWAIT_LEN);
@@ -539,6 +547,7 @@ impl Conn {
         if len >= self.ack.rcv_mss {
             self.ack.rcv_mss = len.min(self.advmss);
         }
+        self.rcv_rtt_measure(ctx.now);
         let now = ctx.now;
         if self.ack.ato == 0 {
             self.incr_quickack(TCP_MAX_QUICKACKS);
@@ -557,10 +566,7 @@ impl Conn {
             }
         }
         self.ack.lrcvtime = now;
-        // `tcp_grow_window`, simplified: two segments per arrival.
-        if self.rcv_ssthresh < self.window_clamp {
-            self.rcv_ssthresh = (self.rcv_ssthresh + 2 * self.ack.rcv_mss).min(self.window_clamp);
-        }
+        self.grow_window(len);
     }
 
     /// `tcp_ecn_check_ce`: a CE mark (or a Not-ECT segment after ECT ones)
@@ -638,6 +644,7 @@ impl Conn {
         if self.sack_ok {
             self.sack_new_ofo(seq, end);
         }
+        self.grow_after_ofo(ctx, data.len() as u32);
     }
 
     /// `tcp_sack_new_ofo_skb`: the block holding the new segment goes

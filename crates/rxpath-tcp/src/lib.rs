@@ -15,8 +15,8 @@
 //! ([`Stack::input`]): path MTU, unreachable peers (`tcp_v4_err`).
 //!
 //! Not yet here (said in the README and the guide's TCP page): urgent
-//! data, TCP Fast Open, ECN, pacing, the receive window's
-//! autotuning, `SO_LINGER` timeouts. On the path `rxpath-core`'s socket
+//! data, the experimental Fast Open option, Accurate ECN, pacing,
+//! `SO_LINGER` timeouts. On the path `rxpath-core`'s socket
 //! layer drives it (a host with TCP); `rxpath-drill` drives it for
 //! packetdrill.
 
@@ -33,6 +33,7 @@ pub mod info;
 mod input;
 pub mod mib;
 mod output;
+pub mod rcvbuf;
 pub mod recovery;
 mod retransmit;
 pub mod seq;

@@ -229,6 +229,11 @@ impl Stack {
             rcvq: VecDeque::new(),
             ofo: Vec::new(),
             sk_rcvbuf: rcvbuf,
+            rcvbuf_locked: false,
+            copied: 0,
+            rcvq_space: Default::default(),
+            rcv_rtt: Default::default(),
+            rcv_rtt_last_tsecr: 0,
             fin_rcvd: false,
             ts_ok: self.cfg.tcp_timestamps,
             ts_recent: 0,
@@ -430,6 +435,7 @@ impl Stack {
         peek: bool,
         now: Nanos,
     ) -> Result<usize, Errno> {
+        let tune = crate::rcvbuf::Tune::of(&self.cfg);
         let s = self.sock_mut(id)?;
         if s.listener.is_some() {
             return Err(libc::ENOTCONN);
@@ -454,6 +460,10 @@ impl Stack {
         buf[k..n].copy_from_slice(&b[..n - k]);
         if !peek {
             c.rcvq.drain(..n);
+            c.copied += n as u64;
+        }
+        c.rcv_space_adjust(tune, now);
+        if !peek {
             // `tcp_cleanup_rbuf`: announce a window that at least doubled.
             let now_wnd = c.receive_window();
             let mut time_to_ack = false;

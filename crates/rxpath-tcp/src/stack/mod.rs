@@ -423,6 +423,7 @@ fn apply_sock_opts(c: &mut Conn, s: &Sock) {
     c.syn_retries = s.syn_retries;
     c.tos = s.tos;
     c.sndbuf_locked = s.sndbuf.is_some();
+    c.rcvbuf_locked = s.rcvbuf.is_some();
     c.nodelay = s.nodelay;
     c.cork = s.cork;
     if let Some(m) = s.user_mss {

@@ -120,7 +120,9 @@ impl Stack {
                 let v = (val.max(1152) as u32).saturating_mul(2);
                 s.rcvbuf = Some(v);
                 if let Some(c) = s.conn.as_deref_mut() {
+                    // `SOCK_RCVBUF_LOCK`: no autotuning from here on.
                     c.sk_rcvbuf = v;
+                    c.rcvbuf_locked = true;
                 }
             }
             SockOpt::Linger => s.linger = (val >= 0).then_some(val as u32),
@@ -235,7 +237,8 @@ impl Stack {
             SockOpt::DeferAccept => retrans_to_secs(s.defer_accept),
             SockOpt::KeepAlive => s.keepalive as i32,
             SockOpt::SndBuf => snd as i32,
-            SockOpt::RcvBuf => rcv as i32,
+            // A connection's buffer as autotuning grew it (`sk_rcvbuf`).
+            SockOpt::RcvBuf => s.conn.as_ref().map_or(rcv, |c| c.sk_rcvbuf) as i32,
             SockOpt::Linger => s.linger.map(|l| l as i32).unwrap_or(-1),
             SockOpt::MaxSeg => match (&s.conn, s.user_mss) {
                 (Some(c), _) if c.synchronized() => c.mss_cache as i32,
