@@ -15,8 +15,7 @@
 //! ([`Stack::input`]): path MTU, unreachable peers (`tcp_v4_err`).
 //!
 //! Not yet here (said in the README and the guide's TCP page): urgent
-//! data, the experimental Fast Open option, Accurate ECN, pacing,
-//! `SO_LINGER` timeouts. On the path `rxpath-core`'s socket
+//! data, the experimental Fast Open option, Accurate ECN, pacing. On the path `rxpath-core`'s socket
 //! layer drives it (a host with TCP); `rxpath-drill` drives it for
 //! packetdrill.
 

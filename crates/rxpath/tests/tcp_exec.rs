@@ -1321,3 +1321,67 @@ fn a_fast_open_server_under_exec_takes_the_kernels_cookie_and_data() {
     // Under exec: the cookie the kernel gave is rxpath's too.
     assert!(runs[1].iter().all(|l| l.ends_with(" 32")), "{:?}", runs[1]);
 }
+
+const LINGER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/tcp_linger.py");
+const LINGER_CLIENT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/apps/tcp_linger_client.py"
+);
+
+/// `SO_LINGER` with a timeout, as the kernel: `close()` of a connection
+/// with data the client has not read yet returns once the client read it
+/// and the FIN was acknowledged, or at the timeout, after which the data
+/// still reaches the client whole (the server has exited by then: its
+/// host stays until the connection is done).
+#[test]
+fn so_linger_makes_close_wait_for_the_peer_as_on_the_kernel() {
+    let Some(p) = Pair::new("tz", true, &["python3"]) else {
+        return;
+    };
+    let mut seen = Vec::new();
+    for exec in [None, Some(EXEC)] {
+        let mut s = server(&p, exec, &["python3", LINGER, SRV, "5350"]);
+        common::exec::wait_ready(&mut s);
+        let c = in_client(
+            &p,
+            &["timeout", "60", "python3", LINGER_CLIENT, SRV, "5350"],
+        );
+        let got = String::from_utf8_lossy(&c.stdout).to_string();
+        let (status, out, err) = common::exec::finish(s);
+        assert!(status.success(), "{exec:?}: {out}\n{err}");
+        if exec.is_some() {
+            served_cleanly(&out);
+        }
+        let lines: Vec<&str> = out
+            .lines()
+            .take_while(|l| !l.starts_with("rxpath exec:"))
+            .collect();
+        assert_eq!(lines.len(), 3, "{exec:?}: {out}\n{err}");
+        let sent: Vec<&str> = lines[..2]
+            .iter()
+            .map(|l| l.split_whitespace().nth(2).unwrap_or(""))
+            .collect();
+        let gots: Vec<&str> = got.lines().map(|l| l.trim_start_matches("got ")).collect();
+        assert_eq!(
+            sent, gots,
+            "{exec:?}: every byte sent reaches the client: {out}\n{got}"
+        );
+        for l in &lines[..2] {
+            assert!(l.ends_with("True"), "{exec:?}: {l}\n{out}\n{err}");
+        }
+        // Without the byte counts (buffer sizes differ), line for line.
+        let shape: Vec<String> = lines
+            .iter()
+            .map(|l| {
+                l.split_whitespace()
+                    .enumerate()
+                    .filter(|&(i, _)| i != 2)
+                    .map(|(_, w)| w)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
+        seen.push(shape);
+    }
+    assert_eq!(seen[0], seen[1]);
+}

@@ -181,8 +181,13 @@ fn close_tcp(fd: RawFd, t: &std::sync::Arc<crate::tcp::sock::TcpSock>, open: boo
     // A forked child may keep the connection: then it lives on, relayed
     // (and closes when the relay ends), and its port is let go below as
     // for any connection still open.
-    if t.stream().is_some() {
-        super::hand_to_child(t);
+    if let Some(s) = t.stream() {
+        // `SO_LINGER` with a timeout: `close` waits for the peer to
+        // acknowledge what was written and the FIN (`sk_stream_wait_close`).
+        let linger = s.option(rxpath_tcp::SockOpt::Linger).unwrap_or(-1);
+        if !super::hand_to_child(t) && linger > 0 {
+            s.close_linger(std::time::Duration::from_secs(linger as u64));
+        }
     }
     // A connection this process opened: its port (the machine closes it
     // once what was written is sent). A listener: its port, which the

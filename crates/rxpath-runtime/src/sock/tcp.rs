@@ -68,6 +68,21 @@ impl Waiter {
         lock(&self.gen).n
     }
 
+    /// Sleep until the generation moves past `seen` or `most` passes.
+    fn wait_past_for(&self, seen: u64, most: std::time::Duration) {
+        let mut g = lock(&self.gen);
+        if g.n != seen {
+            return;
+        }
+        g.sleepers += 1;
+        g = self
+            .cv
+            .wait_timeout(g, most)
+            .map(|(g, _)| g)
+            .unwrap_or_else(|e| e.into_inner().0);
+        g.sleepers -= 1;
+    }
+
     /// Sleep until the generation moves past `seen`.
     fn wait_past(&self, seen: u64) {
         let mut g = lock(&self.gen);
@@ -389,6 +404,7 @@ impl TcpListener {
                 w,
                 busy_us: AtomicU32::new(busy),
                 nonblocking: AtomicBool::new(false),
+                closed: AtomicBool::new(false),
             },
             peer,
         ))
@@ -438,6 +454,9 @@ pub struct TcpStream {
     w: Arc<Waiter>,
     busy_us: AtomicU32,
     nonblocking: AtomicBool,
+    /// Closed by [`Self::close_linger`] (the slot may name another
+    /// socket since).
+    closed: AtomicBool,
 }
 
 impl TcpStream {
@@ -474,6 +493,7 @@ impl TcpStream {
             id,
             w,
             nonblocking: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
         };
         let carried = s
             .host
@@ -552,6 +572,39 @@ impl TcpStream {
         self.host.until_ready(&self.w, 0, nonblocking, |s, now| {
             s.send(id, buf, more, false, now)
         })
+    }
+
+    /// `close` with `SO_LINGER` on for `linger` (`tcp_close` then
+    /// `sk_stream_wait_close`): the FIN goes after what was written (or a
+    /// reset, if unread data waits), and the call returns once the peer
+    /// acknowledged them (the connection left `FIN_WAIT1`, `CLOSING` and
+    /// `LAST_ACK`) or `linger` passed; the connection goes on either way.
+    /// Says whether it got there in time. Dropping the stream after it
+    /// closes nothing more.
+    pub fn close_linger(&self, linger: std::time::Duration) -> bool {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return true;
+        }
+        let id = self.id;
+        let ends = self.addrs().ok().and_then(|(l, r)| Some((l?, r?)));
+        let _ = self.host.call(|s, now| s.close(id, now));
+        let deadline = std::time::Instant::now() + linger;
+        let done = loop {
+            let seen = self.w.generation();
+            let closing =
+                ends.is_some_and(|(l, r)| self.host.query(|s| s.closing(l, r)).unwrap_or(false));
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if !closing || left.is_zero() {
+                break !closing;
+            }
+            // The machine touches the socket as the FIN is acknowledged;
+            // a look every 10 ms bounds a touch that never comes (the
+            // slot freed as the connection closed).
+            self.w
+                .wait_past_for(seen, left.min(std::time::Duration::from_millis(10)));
+        };
+        self.host.waits.forget(id);
+        done
     }
 
     /// Is the stream in non-blocking mode ([`Self::set_nonblocking`])?
@@ -683,6 +736,9 @@ impl TcpStream {
 
 impl Drop for TcpStream {
     fn drop(&mut self) {
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
         let id = self.id;
         let _ = self.host.call(|s, now| s.close(id, now));
         self.host.waits.forget(id);

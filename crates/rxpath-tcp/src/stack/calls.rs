@@ -618,6 +618,17 @@ impl Stack {
         Ok(())
     }
 
+    /// `sk_stream_wait_close`'s question after a `close` with `SO_LINGER`:
+    /// is the connection from `local` to `remote` still delivering what
+    /// was written and its FIN (`FIN_WAIT1`, `CLOSING`, `LAST_ACK`)?
+    pub fn closing(&self, local: SocketAddr, remote: SocketAddr) -> bool {
+        self.conns
+            .get(&key(local, remote))
+            .and_then(|id| self.socks[id.0].as_ref())
+            .and_then(|s| s.conn.as_ref())
+            .is_some_and(|c| matches!(c.state, State::FinWait1 | State::Closing | State::LastAck))
+    }
+
     /// The bound address and the peer's.
     pub fn addrs(&self, id: SockId) -> Result<(Option<SocketAddr>, Option<SocketAddr>), Errno> {
         let s = self.sock(id)?;
