@@ -11,7 +11,7 @@ pub struct TcpConfig {
     /// `tcp_rmem`: min, default, max receive buffer in bytes.
     pub tcp_rmem: [u32; 3],
     /// `tcp_moderate_rcvbuf`: grow a connection's receive buffer to what
-    /// its reader takes per RTT ([`crate::rcvbuf`]).
+    /// its reader takes per RTT (`rcvbuf.rs`).
     pub tcp_moderate_rcvbuf: bool,
     /// `tcp_rcvbuf_low_rtt` (µs; Linux 6.19): below this receiver RTT
     /// the buffer grows by a fraction of the slow-start allowance. 0 (as a

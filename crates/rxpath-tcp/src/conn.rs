@@ -318,16 +318,16 @@ pub struct Conn {
     /// Out-of-order segments, by sequence.
     pub ofo: Vec<(u32, Vec<u8>)>,
     /// The receive buffer's size (`sk_rcvbuf`), grown by autotuning
-    /// ([`crate::rcvbuf`]).
+    /// (`rcvbuf.rs`).
     pub sk_rcvbuf: u32,
     /// The program set `SO_RCVBUF` (`SOCK_RCVBUF_LOCK`): no autotuning.
     pub rcvbuf_locked: bool,
     /// Bytes the program has read (`copied_seq`, from the start).
     pub copied: u64,
     /// `rcvq_space`: what the program reads per receiver RTT.
-    pub rcvq_space: crate::rcvbuf::RcvqSpace,
+    pub rcvq_space: crate::state::RcvqSpace,
     /// `rcv_rtt_est`: the receiver's RTT.
-    pub rcv_rtt: crate::rcvbuf::RcvRtt,
+    pub rcv_rtt: crate::state::RcvRtt,
     /// `rcv_rtt_last_tsecr`: the echo the last RTT sample came from.
     pub rcv_rtt_last_tsecr: u32,
     /// The peer's FIN has been taken in order.

@@ -57,15 +57,6 @@ impl Conn {
         w
     }
 
-    /// Free receive space as a window (`tcp_space`): the buffer's window
-    /// (`tcp_win_from_space`, the kernel's default scaling ratio) less
-    /// what is queued (payload bytes, which the kernel counts at twice
-    /// their size with that ratio).
-    pub(crate) fn free_space(&self) -> u32 {
-        let queued = self.rcvq.len() + self.ofo.iter().map(|(_, d)| d.len()).sum::<usize>();
-        (crate::rcvbuf::win_from_space(self.sk_rcvbuf) as usize).saturating_sub(queued) as u32
-    }
-
     fn options(&mut self, now: crate::Nanos) -> OptsOut {
         let mut o = OptsOut::default();
         if self.ts_ok {

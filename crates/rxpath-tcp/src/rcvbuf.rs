@@ -24,29 +24,6 @@ const TCP_APP_WIN: u32 = 31;
 const US: Nanos = 1_000;
 const MS: Nanos = 1_000_000;
 
-/// `rcvq_space`: the most the program read in one receiver RTT, and the
-/// measure under way.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RcvqSpace {
-    /// Bytes (`rcvq_space.space`, `tcpi_rcv_space`).
-    pub space: u32,
-    /// [`Conn::copied`] when the measure began (`rcvq_space.seq`).
-    pub copied: u64,
-    /// When it began (`rcvq_space.time`).
-    pub time: Nanos,
-}
-
-/// `rcv_rtt_est`: the receiver's RTT estimate.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RcvRtt {
-    /// µs, times 8 (0: no sample yet).
-    pub rtt_us: u32,
-    /// The window-based measure ends when `rcv_nxt` reaches this.
-    pub seq: u32,
-    /// When it began (0: none under way).
-    pub time: Nanos,
-}
-
 /// The knobs autotuning reads (`tcp_moderate_rcvbuf`,
 /// `tcp_rcvbuf_low_rtt`, `tcp_rmem[2]`).
 #[derive(Debug, Clone, Copy)]
@@ -67,7 +44,7 @@ impl Tune {
 }
 
 /// `tcp_win_from_space`.
-pub(crate) fn win_from_space(space: u32) -> u32 {
+fn win_from_space(space: u32) -> u32 {
     ((space as u64 * SCALING_RATIO) >> RMEM_TO_WIN_SCALE) as u32
 }
 
@@ -81,6 +58,14 @@ impl Conn {
     /// timestamp option when one is agreed (what `tcpi_advmss` says).
     fn advmss_ts(&self) -> u32 {
         self.advmss - if self.ts_ok { 12 } else { 0 }
+    }
+
+    /// Free receive space as a window (`tcp_space`): the buffer's window
+    /// less what is queued (payload bytes, which the kernel counts at
+    /// twice their size with its default ratio).
+    pub(crate) fn free_space(&self) -> u32 {
+        let queued = self.rcvq.len() + self.ofo.iter().map(|(_, d)| d.len()).sum::<usize>();
+        (win_from_space(self.sk_rcvbuf) as usize).saturating_sub(queued) as u32
     }
 
     /// `tcp_full_space`.

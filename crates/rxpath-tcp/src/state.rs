@@ -189,3 +189,26 @@ impl Cache {
         self.0.clear();
     }
 }
+
+/// `rcvq_space`: the most the program read in one receiver RTT, and the
+/// measure under way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RcvqSpace {
+    /// Bytes (`rcvq_space.space`, `tcpi_rcv_space`).
+    pub space: u32,
+    /// `Conn::copied` when the measure began (`rcvq_space.seq`).
+    pub copied: u64,
+    /// When it began (`rcvq_space.time`).
+    pub time: Nanos,
+}
+
+/// `rcv_rtt_est`: the receiver's RTT estimate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RcvRtt {
+    /// µs, times 8 (0: no sample yet).
+    pub rtt_us: u32,
+    /// The window-based measure ends when `rcv_nxt` reaches this.
+    pub seq: u32,
+    /// When it began (0: none under way).
+    pub time: Nanos,
+}
