@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
-use crate::Nanos;
+use crate::time::Nanos;
 
 /// Milliseconds in [`Nanos`].
 pub const MS: Nanos = 1_000_000;

@@ -4,7 +4,7 @@
 //! 1/1024 s, the TCP-friendly region, fast convergence.
 
 use crate::seq::after;
-use crate::Nanos;
+use crate::time::Nanos;
 
 /// `BICTCP_BETA_SCALE`.
 const BETA_SCALE: u32 = 1024;

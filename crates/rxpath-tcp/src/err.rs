@@ -7,8 +7,9 @@
 //! retransmission undoes one RTO backoff (`tcp_ld_RTO_revert`, RFC 6069).
 
 use crate::conn::{Conn, State, TCP_RTO_MAX, TCP_TIMEOUT_INIT};
+use crate::ctx::Ctx;
 use crate::input::Verdict;
-use crate::{Ctx, Nanos};
+use crate::time::Nanos;
 
 impl Conn {
     /// `tcp_done_with_error`: a connection still opening hears its peer

@@ -12,10 +12,10 @@
 use std::net::IpAddr;
 
 use crate::conn::{Conn, Sent};
+use crate::ctx::Ctx;
 use crate::seq::after;
 use crate::state::Cache;
 use crate::wire::{FoCookie, SegIn};
-use crate::Ctx;
 use rxpath_wire::tcp::flags::FIN;
 
 /// `tcp_fastopen` bit 0: clients may use Fast Open.

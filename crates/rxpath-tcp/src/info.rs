@@ -3,7 +3,7 @@
 
 use crate::conn::{Conn, MS};
 pub use crate::state::{CaState, Chrono, ChronoType};
-use crate::Nanos;
+use crate::time::Nanos;
 
 /// `tcpi_options` bits.
 pub const TCPI_OPT_TIMESTAMPS: u8 = 1;

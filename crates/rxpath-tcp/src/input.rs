@@ -9,9 +9,9 @@ use crate::conn::{
     Conn, State, TCP_DELACK_MIN, TCP_INIT_CWND, TCP_MAX_QUICKACKS, TCP_MSS_DEFAULT,
     TCP_TIMEWAIT_LEN,
 };
+use crate::ctx::Ctx;
 use crate::seq::{after, before};
 use crate::wire::SegIn;
-use crate::Ctx;
 
 /// What the socket table has to do after a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -443,7 +443,7 @@ impl Conn {
 
     /// `__tcp_set_rto`: srtt + rttvar (which holds the 200 ms floor), in
     /// whole jiffies rounded up, at most `TCP_RTO_MAX`.
-    pub(crate) fn base_rto(&self) -> crate::Nanos {
+    pub(crate) fn base_rto(&self) -> crate::time::Nanos {
         let rto_us = (self.srtt_us >> 3) + self.rttvar_us;
         (rto_us.div_ceil(1000) * 1_000_000).min(crate::conn::TCP_RTO_MAX)
     }

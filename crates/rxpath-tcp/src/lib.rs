@@ -24,6 +24,7 @@
 
 pub mod config;
 pub mod conn;
+mod ctx;
 pub mod cubic;
 pub mod ecn;
 mod err;
@@ -38,57 +39,13 @@ mod retransmit;
 pub mod seq;
 mod stack;
 pub mod state;
+pub mod time;
 mod timer;
 pub mod wire;
 
 pub use config::TcpConfig;
 pub use conn::State;
+pub use ctx::Transmit;
 pub use info::TcpInfo;
 pub use stack::{Errno, SockId, SockOpt, Stack, TCP_FASTOPEN_CONNECT};
-
-use std::collections::VecDeque;
-
-/// A packet to send.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Transmit {
-    /// The IP packet, IP header first.
-    pub packet: Vec<u8>,
-    /// For a packet carrying more than one MSS (a TSO packet): the MSS
-    /// the device cuts it into ([`wire::segment`]); 0 for one segment.
-    pub gso_size: u16,
-}
-
-impl Transmit {
-    /// A single-segment packet.
-    pub fn one(packet: Vec<u8>) -> Self {
-        Transmit {
-            packet,
-            gso_size: 0,
-        }
-    }
-}
-
-/// Time in nanoseconds from an origin the driver chooses (the machine
-/// only compares and subtracts).
-pub type Nanos = u64;
-
-/// What a connection's handlers write into: the knobs, the outgoing
-/// packets and the counters.
-pub(crate) struct Ctx<'a> {
-    pub cfg: &'a TcpConfig,
-    pub out: &'a mut VecDeque<Transmit>,
-    pub mib: &'a mut mib::Tcp,
-    pub ext: &'a mut mib::TcpExt,
-    pub now: Nanos,
-    pub ip_id: &'a mut u16,
-    pub fo_cache: &'a mut state::Cache,
-    /// The device refuses packets now (a full queue, `NET_XMIT_DROP`).
-    pub tx_stopped: bool,
-}
-
-impl Ctx<'_> {
-    pub(crate) fn next_ip_id(&mut self) -> u16 {
-        *self.ip_id = self.ip_id.wrapping_add(1);
-        *self.ip_id
-    }
-}
+pub use time::Nanos;

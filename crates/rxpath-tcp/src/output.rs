@@ -8,9 +8,10 @@
 use rxpath_wire::tcp::flags::{ACK, FIN, PSH, RST, SYN};
 
 use crate::conn::{Conn, Sent, State, XmitTimer, MS, TCP_DELACK_MAX, TCP_DELACK_MIN};
+use crate::ctx::Ctx;
+use crate::ctx::Transmit;
 use crate::seq::{after, before};
 use crate::wire::{build, OptsOut, SegIn, SegOut};
-use crate::{Ctx, Transmit};
 
 /// `sk_pacing_shift`: TSO packets hold about 1 ms of the pacing rate.
 const PACING_SHIFT: u32 = 10;
@@ -57,7 +58,7 @@ impl Conn {
         w
     }
 
-    fn options(&mut self, now: crate::Nanos) -> OptsOut {
+    fn options(&mut self, now: crate::time::Nanos) -> OptsOut {
         let mut o = OptsOut::default();
         if self.ts_ok {
             o.ts = Some((self.ts_val(now), self.ts_recent));
@@ -657,7 +658,7 @@ impl Conn {
 
     /// `tcp_event_data_sent`: a reply within an ATO of the last arrival
     /// counts towards interactive (ping-pong) mode.
-    fn data_sent(&mut self, now: crate::Nanos) {
+    fn data_sent(&mut self, now: crate::time::Nanos) {
         self.lsndtime = now;
         if now.saturating_sub(self.ack.lrcvtime) < self.ack.ato {
             self.ack.pingpong = self.ack.pingpong.saturating_add(1);

@@ -12,8 +12,9 @@
 //! what the kernel offers before its first ratio measure.
 
 use crate::conn::{Conn, TCP_INIT_CWND};
+use crate::ctx::Ctx;
 use crate::seq::before;
-use crate::{Ctx, Nanos};
+use crate::time::Nanos;
 
 /// `TCP_RMEM_TO_WIN_SCALE`.
 const RMEM_TO_WIN_SCALE: u32 = 8;
@@ -34,7 +35,7 @@ pub(crate) struct Tune {
 }
 
 impl Tune {
-    pub(crate) fn of(cfg: &crate::TcpConfig) -> Self {
+    pub(crate) fn of(cfg: &crate::config::TcpConfig) -> Self {
         Tune {
             moderate: cfg.tcp_moderate_rcvbuf,
             low_rtt_us: cfg.tcp_rcvbuf_low_rtt,

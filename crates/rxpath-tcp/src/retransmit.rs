@@ -5,7 +5,7 @@
 use rxpath_wire::tcp::flags::{ACK, FIN, PSH};
 
 use crate::conn::{Conn, State};
-use crate::Ctx;
+use crate::ctx::Ctx;
 
 impl Conn {
     /// A loss probe that resends the last MSS sent (`tcp_send_loss_probe`

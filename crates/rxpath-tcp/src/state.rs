@@ -6,8 +6,8 @@
 use foldhash::HashMap;
 use std::net::IpAddr;
 
+use crate::time::Nanos;
 use crate::wire::FoCookie;
-use crate::Nanos;
 
 /// `TCPF_CA_*`: the congestion-avoidance state (`icsk_ca_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -2,12 +2,12 @@
 //! ACK, TIME_WAIT and an orphan's FIN_WAIT2.
 
 use crate::conn::{Conn, State, XmitTimer, TCP_DELACK_MIN, TCP_RTO_MAX, TCP_RTO_MIN};
+use crate::ctx::Ctx;
 use crate::input::Verdict;
-use crate::Ctx;
 
 impl Conn {
     /// The earliest deadline this connection has.
-    pub(crate) fn next_deadline(&self) -> Option<crate::Nanos> {
+    pub(crate) fn next_deadline(&self) -> Option<crate::time::Nanos> {
         [self.rto_at, self.ack.timer, self.close_at, self.ka_at]
             .into_iter()
             .flatten()
@@ -125,7 +125,7 @@ impl Conn {
     /// SYN's: `TCP_TIMEOUT_INIT`; `tcp_model_timeout`)? An RTO undone by
     /// an ICMP message (RFC 6069) so allows more retransmissions in that
     /// time.
-    pub(crate) fn retransmits_timed_out(&self, now: crate::Nanos, boundary: u32) -> bool {
+    pub(crate) fn retransmits_timed_out(&self, now: crate::time::Nanos, boundary: u32) -> bool {
         let Some(start) = self.retrans_stamp.filter(|_| self.retransmits > 0) else {
             return false;
         };
@@ -227,7 +227,7 @@ impl Conn {
 
     /// `tcp_check_probe_timer`: nothing in flight, data queued that the
     /// window will not take: arm the zero-window probe.
-    pub(crate) fn check_probe_timer(&mut self, now: crate::Nanos) {
+    pub(crate) fn check_probe_timer(&mut self, now: crate::time::Nanos) {
         if self.rtx.is_empty() && self.unsent() > 0 && self.rto_at.is_none() {
             self.rto_at = Some(now + self.probe0_when());
             self.xmit_timer = XmitTimer::Probe0;
@@ -235,7 +235,7 @@ impl Conn {
     }
 
     /// `tcp_probe0_when`: `max(RTO, TCP_RTO_MIN)` backed off.
-    pub(crate) fn probe0_when(&self) -> crate::Nanos {
+    pub(crate) fn probe0_when(&self) -> crate::time::Nanos {
         (self.rto.max(TCP_RTO_MIN) << self.backoff.min(10)).min(TCP_RTO_MAX)
     }
 }
@@ -245,11 +245,11 @@ impl Conn {
 const SYN_LINEAR_TIMEOUTS: u32 = 4;
 /// `TCP_RESOURCE_PROBE_INTERVAL`: a retransmission the device refused is
 /// tried again this soon.
-const TCP_RESOURCE_PROBE_INTERVAL: crate::Nanos = 500 * crate::conn::MS;
+const TCP_RESOURCE_PROBE_INTERVAL: crate::time::Nanos = 500 * crate::conn::MS;
 
 impl Conn {
     /// The idle time before the first keepalive probe (`keepalive_time_when`).
-    pub(crate) fn keep_time(&self, ctx: &Ctx<'_>) -> crate::Nanos {
+    pub(crate) fn keep_time(&self, ctx: &Ctx<'_>) -> crate::time::Nanos {
         self.keep_idle.unwrap_or(ctx.cfg.tcp_keepalive_time) as u64 * 1_000_000_000
     }
 

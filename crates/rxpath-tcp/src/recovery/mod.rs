@@ -6,11 +6,12 @@
 use rxpath_wire::tcp::flags::{FIN, SYN};
 
 use crate::conn::{Conn, Sent, XmitTimer, TCP_INFINITE_SSTHRESH};
+use crate::ctx::Ctx;
 use crate::cubic::CaView;
 use crate::seq::{after, before};
 use crate::state::CaState;
+use crate::time::Nanos;
 use crate::wire::SegIn;
-use crate::{Ctx, Nanos};
 
 mod rack;
 mod sack;

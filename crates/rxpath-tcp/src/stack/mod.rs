@@ -12,11 +12,13 @@ use crate::config::TcpConfig;
 use crate::conn::{
     AckState, Conn, Sent, State, XmitTimer, TCP_INFINITE_SSTHRESH, TCP_INIT_CWND, TCP_TIMEOUT_INIT,
 };
+use crate::ctx::Ctx;
+use crate::ctx::Transmit;
 use crate::input::Verdict;
 use crate::mib;
 use crate::output::{reset_for, Nonagle};
+use crate::time::Nanos;
 use crate::wire::{self, BadSegment, SegIn};
-use crate::{Ctx, Nanos, Transmit};
 
 /// An error as the system call returns it (a positive `errno`).
 pub type Errno = i32;

@@ -5,11 +5,11 @@ use super::*;
 
 impl Stack {
     /// `getsockopt(TCP_INFO)`.
-    pub fn tcp_info(&self, id: SockId, now: Nanos) -> Result<crate::TcpInfo, Errno> {
+    pub fn tcp_info(&self, id: SockId, now: Nanos) -> Result<crate::info::TcpInfo, Errno> {
         let s = self.sock(id)?;
         Ok(match (&s.conn, &s.listener) {
             (Some(c), _) => c.tcp_info(now),
-            (None, l) => crate::TcpInfo {
+            (None, l) => crate::info::TcpInfo {
                 tcpi_state: if l.is_some() {
                     State::Listen
                 } else {
@@ -22,7 +22,7 @@ impl Stack {
                 tcpi_snd_ssthresh: TCP_INFINITE_SSTHRESH,
                 tcpi_reordering: 3,
                 tcpi_pmtu: 1500,
-                ..crate::TcpInfo::default()
+                ..crate::info::TcpInfo::default()
             },
         })
     }

@@ -7,7 +7,7 @@
 //! mutable borrow of its slot, so none is missed.
 
 use super::Sock;
-use crate::Nanos;
+use crate::time::Nanos;
 use std::collections::BTreeSet;
 
 /// The socket slots of a [`super::Stack`], with the deadline each armed.
