@@ -110,7 +110,8 @@ impl Conn {
             if win_dep || !self.rcvq.is_empty() {
                 return;
             }
-            old - (old >> 3) + sample_us
+            // A peer chooses the echo a sample comes from: no wrap.
+            (old - (old >> 3)).saturating_add(sample_us)
         };
         self.rcv_rtt.rtt_us = new;
     }
@@ -198,13 +199,17 @@ impl Conn {
         let grow = if rtt_us < tune.low_rtt_us as u64 {
             rcvwin * rtt_us / tune.low_rtt_us as u64
         } else {
-            ((rcvwin << 1) * newval.saturating_sub(old) as u64) / old.max(1) as u64
+            (rcvwin << 1).saturating_mul(newval.saturating_sub(old) as u64) / old.max(1) as u64
         };
-        rcvwin += grow;
-        if let Some((s, d)) = self.ofo.last() {
-            let end = s.wrapping_add(d.len() as u32);
-            rcvwin += end.wrapping_sub(self.rcv_nxt) as u64;
-        }
+        rcvwin = rcvwin.saturating_add(grow);
+        // The out-of-order span: to the end furthest ahead.
+        let span = self
+            .ofo
+            .iter()
+            .map(|(s, d)| s.wrapping_add(d.len() as u32).wrapping_sub(self.rcv_nxt))
+            .filter(|&n| n < 1 << 31)
+            .max();
+        rcvwin = rcvwin.saturating_add(span.unwrap_or(0) as u64);
         let rcvbuf = space_from_win(rcvwin).min(tune.rmem_max as u64) as u32;
         if rcvbuf > self.sk_rcvbuf {
             self.sk_rcvbuf = rcvbuf;

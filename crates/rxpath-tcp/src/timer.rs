@@ -15,7 +15,10 @@ impl Conn {
             (x, None) => x,
             (None, y) => y,
         };
-        min(min(self.rto_at, self.ack.timer), min(self.close_at, self.ka_at))
+        min(
+            min(self.rto_at, self.ack.timer),
+            min(self.close_at, self.ka_at),
+        )
     }
 
     /// Run every timer due at `ctx.now`.

@@ -181,12 +181,15 @@ fn close_tcp(fd: RawFd, t: &std::sync::Arc<crate::tcp::sock::TcpSock>, open: boo
     // A forked child may keep the connection: then it lives on, relayed
     // (and closes when the relay ends), and its port is let go below as
     // for any connection still open.
+    let mut linger = None;
     if let Some(s) = t.stream() {
-        // `SO_LINGER` with a timeout: `close` waits for the peer to
-        // acknowledge what was written and the FIN (`sk_stream_wait_close`).
-        let linger = s.option(rxpath_tcp::SockOpt::Linger).unwrap_or(-1);
-        if !super::hand_to_child(t) && linger > 0 {
-            s.close_linger(std::time::Duration::from_secs(linger as u64));
+        let secs = s.option(rxpath_tcp::SockOpt::Linger).unwrap_or(-1);
+        // `SO_LINGER` with a timeout: the program's `close` waits (below)
+        // as the kernel's last `fput` does, so only when no other call
+        // holds the socket (a thread blocked in it); then it closes
+        // without the wait, when the last holder lets go.
+        if !super::hand_to_child(t) && open && secs > 0 && std::sync::Arc::strong_count(t) == 1 {
+            linger = Some(std::time::Duration::from_secs(secs as u64));
         }
     }
     // A connection this process opened: its port (the machine closes it
@@ -211,6 +214,10 @@ fn close_tcp(fd: RawFd, t: &std::sync::Arc<crate::tcp::sock::TcpSock>, open: boo
         if !t.handed.load(Ordering::SeqCst) {
             keys = lkeys.clone();
         }
+    }
+    // The port was read above: a closed connection has no addresses.
+    if let (Some(d), Some(s)) = (linger, t.stream()) {
+        s.close_linger(d);
     }
     global().release_tcp(port, keys, hold);
 }

@@ -156,6 +156,18 @@ impl TcpWaits {
         }
     }
 
+    /// [`Self::forget`] `id`'s waiter if it is still `mine`: a closed
+    /// connection's slot may be a new socket's by now, with a waiter of
+    /// its own.
+    fn forget_mine(&self, id: SockId, mine: &Arc<Waiter>) {
+        let mut ws = lock(&self.waiters);
+        if ws.get(&id).is_some_and(|w| Arc::ptr_eq(w, mine)) {
+            ws.remove(&id);
+        }
+        drop(ws);
+        mine.bump();
+    }
+
     /// Start the thread that runs the machine's timers on `socks`
     /// (`tcp_write_timer`, `tcp_delack_timer`, `tcp_keepalive_timer`):
     /// it sleeps until the deadline the core last gave, then runs what is
@@ -588,8 +600,18 @@ impl TcpStream {
         let id = self.id;
         let ends = self.addrs().ok().and_then(|(l, r)| Some((l?, r?)));
         let _ = self.host.call(|s, now| s.close(id, now));
+        // The slot may be freed while this waits and given to a new
+        // socket: this waiter leaves the map now; the loop below looks
+        // every 10 ms.
+        self.host.waits.forget_mine(id, &self.w);
+        let napi = self.w.napi.load(Ordering::Relaxed);
+        if napi != 0 {
+            // Deferred interrupts go back on: the peer's ACKs are not left
+            // waiting for the deferral to end.
+            self.host.socks.resume_irqs(&[NapiId(napi)]);
+        }
         let deadline = std::time::Instant::now() + linger;
-        let done = loop {
+        loop {
             let seen = self.w.generation();
             let closing =
                 ends.is_some_and(|(l, r)| self.host.query(|s| s.closing(l, r)).unwrap_or(false));
@@ -597,14 +619,11 @@ impl TcpStream {
             if !closing || left.is_zero() {
                 break !closing;
             }
-            // The machine touches the socket as the FIN is acknowledged;
-            // a look every 10 ms bounds a touch that never comes (the
-            // slot freed as the connection closed).
+            // The waiter left the map: a look every 10 ms (the kernel's
+            // wait is woken by the ACK itself).
             self.w
                 .wait_past_for(seen, left.min(std::time::Duration::from_millis(10)));
-        };
-        self.host.waits.forget(id);
-        done
+        }
     }
 
     /// Is the stream in non-blocking mode ([`Self::set_nonblocking`])?
@@ -741,7 +760,7 @@ impl Drop for TcpStream {
         }
         let id = self.id;
         let _ = self.host.call(|s, now| s.close(id, now));
-        self.host.waits.forget(id);
+        self.host.waits.forget_mine(id, &self.w);
     }
 }
 
