@@ -576,3 +576,31 @@ fn calls_that_can_make_a_socket_ready_touch_it() {
     st.take_touched(&mut touched);
     assert_eq!(touched, [k], "connect");
 }
+
+/// `sk_clone_lock` copies `sk_reuseport`: once a `SO_REUSEPORT` listener
+/// accepted a connection, another listener of its group still binds the
+/// port (the child does not conflict), and the child says it has the
+/// option, as the kernel's.
+#[test]
+fn a_reuseport_listeners_children_leave_the_port_to_its_group() {
+    let mut st = Stack::new(TcpConfig::default(), 7, vec![]);
+    let l = st.socket(false);
+    st.set_option(l, SockOpt::ReusePort, 1, 0).unwrap();
+    st.bind(l, local()).unwrap();
+    st.listen(l, 8).unwrap();
+    let mut p = Peer { seq: 1000, ack: 0 };
+    let syn = p.seg(SYN, b"", 65535);
+    st.input(&syn, 0);
+    let o = out(&mut st);
+    p.ack = o[0].1.wrapping_add(1);
+    let ack = p.seg(ACK, b"", 65535);
+    st.input(&ack, MS);
+    let (c, _) = st.accept(l).unwrap();
+    assert_eq!(st.option(c, SockOpt::ReusePort), Ok(1));
+    let second = st.socket(false);
+    st.set_option(second, SockOpt::ReusePort, 1, 0).unwrap();
+    assert_eq!(st.bind(second, local()), Ok(()));
+    // Without the option, the port is taken, as on the kernel.
+    let third = st.socket(false);
+    assert_eq!(st.bind(third, local()), Err(libc::EADDRINUSE));
+}

@@ -278,9 +278,11 @@ impl Stack {
     fn insert_child(&mut self, lid: SockId, c: Conn, seg: &SegIn<'_>) -> SockId {
         let l = self.socks[lid.0].as_ref().expect("a listener");
         let (nodelay, cork, user_mss, lowat) = (l.nodelay, l.cork, l.user_mss, l.notsent_lowat);
-        // `sk_clone_lock` copies `sk_reuse`: a child in TIME_WAIT does not
-        // keep its listener's successor from binding the port.
-        let (reuseaddr, v6) = (l.reuseaddr, l.v6);
+        // `sk_clone_lock` copies `sk_reuse` and `sk_reuseport`: a child
+        // (in TIME_WAIT or not) does not keep its listener's successor,
+        // or another listener of its `SO_REUSEPORT` group, from binding
+        // the port.
+        let (reuseaddr, reuseport, v6) = (l.reuseaddr, l.reuseport, l.v6);
         let id = self.insert(Sock {
             v6,
             bound: Some(c.local),
@@ -289,6 +291,7 @@ impl Stack {
             user_mss,
             notsent_lowat: lowat,
             reuseaddr,
+            reuseport,
             parent: Some(lid),
             in_syn_q: true,
             conn: Some(Box::new(c)),
