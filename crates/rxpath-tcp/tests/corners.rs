@@ -54,7 +54,16 @@ fn out(st: &mut Stack) -> Vec<(u16, u32, u32, usize)> {
 
 /// A listener and an established connection accepted from it.
 fn established(st: &mut Stack) -> (SockId, SockId, Peer) {
+    established_with(st, |_, _| {})
+}
+
+/// [`established`], the listener given `opts` before its `bind`.
+fn established_with(
+    st: &mut Stack,
+    opts: impl FnOnce(&mut Stack, SockId),
+) -> (SockId, SockId, Peer) {
     let l = st.socket(false);
+    opts(st, l);
     st.bind(l, local()).unwrap();
     st.listen(l, 8).unwrap();
     let mut p = Peer { seq: 1000, ack: 0 };
@@ -584,18 +593,9 @@ fn calls_that_can_make_a_socket_ready_touch_it() {
 #[test]
 fn a_reuseport_listeners_children_leave_the_port_to_its_group() {
     let mut st = Stack::new(TcpConfig::default(), 7, vec![]);
-    let l = st.socket(false);
-    st.set_option(l, SockOpt::ReusePort, 1, 0).unwrap();
-    st.bind(l, local()).unwrap();
-    st.listen(l, 8).unwrap();
-    let mut p = Peer { seq: 1000, ack: 0 };
-    let syn = p.seg(SYN, b"", 65535);
-    st.input(&syn, 0);
-    let o = out(&mut st);
-    p.ack = o[0].1.wrapping_add(1);
-    let ack = p.seg(ACK, b"", 65535);
-    st.input(&ack, MS);
-    let (c, _) = st.accept(l).unwrap();
+    let (_, c, _) = established_with(&mut st, |st, l| {
+        st.set_option(l, SockOpt::ReusePort, 1, 0).unwrap();
+    });
     assert_eq!(st.option(c, SockOpt::ReusePort), Ok(1));
     let second = st.socket(false);
     st.set_option(second, SockOpt::ReusePort, 1, 0).unwrap();
