@@ -710,6 +710,38 @@ const CALLS_CLIENT: &str = concat!(
     "/tests/apps/tcp_calls_client.py"
 );
 
+/// A Python server and its client, on the kernel and then under exec:
+/// per run, the server's own lines (exec's report after them is exec's),
+/// the client's output and stderr, and the server's whole output and
+/// stderr. Each run's server exited cleanly; under exec it was served.
+fn script_runs(
+    p: &Pair,
+    srv: &str,
+    cli: &str,
+    port: &str,
+) -> Vec<(Vec<String>, String, String, String)> {
+    let mut runs = Vec::new();
+    for exec in [None, Some(EXEC)] {
+        let mut s = server(p, exec, &["python3", srv, SRV, port]);
+        common::exec::wait_ready(&mut s);
+        let c = in_client(p, &["timeout", "60", "python3", cli, SRV, port]);
+        let got = String::from_utf8_lossy(&c.stdout).to_string();
+        let cerr = String::from_utf8_lossy(&c.stderr).to_string();
+        let (status, out, err) = common::exec::finish(s);
+        assert!(status.success(), "{exec:?}: {out}\n{err}");
+        if exec.is_some() {
+            served_cleanly(&out);
+        }
+        let lines = out
+            .lines()
+            .take_while(|l| !l.starts_with("rxpath exec:"))
+            .map(str::to_string)
+            .collect();
+        runs.push((lines, got, cerr, format!("{out}\n{err}")));
+    }
+    runs
+}
+
 /// The socket calls a real server makes, walked by a Python server that
 /// prints what it saw (`tests/apps/tcp_calls.py`): a level-triggered
 /// listener and edge-triggered connections in epoll (`EPOLLIN`,
@@ -724,27 +756,9 @@ fn the_socket_calls_of_a_server_answer_as_on_the_kernel() {
         return;
     };
     let mut seen = Vec::new();
-    for exec in [None, Some(EXEC)] {
-        let mut s = server(&p, exec, &["python3", CALLS, SRV, "5340"]);
-        common::exec::wait_ready(&mut s);
-        let c = in_client(&p, &["timeout", "60", "python3", CALLS_CLIENT, SRV, "5340"]);
-        let got = String::from_utf8_lossy(&c.stdout).to_string();
-        let (status, out, err) = common::exec::finish(s);
-        assert!(status.success(), "{exec:?}: {out}\n{err}");
-        let cerr = String::from_utf8_lossy(&c.stderr);
-        assert!(
-            got.starts_with("8388608 "),
-            "{exec:?}: {got} {cerr}\n{out}\n{err}"
-        );
-        if exec.is_some() {
-            served_cleanly(&out);
-        }
-        // The server's own lines (exec's report after them is exec's).
-        let lines: Vec<&str> = out
-            .lines()
-            .take_while(|l| !l.starts_with("rxpath exec:"))
-            .collect();
-        assert!(lines.last() == Some(&"done"), "{exec:?}: {out}\n{err}");
+    for (lines, got, cerr, all) in script_runs(&p, CALLS, CALLS_CLIENT, "5340") {
+        assert!(got.starts_with("8388608 "), "{got} {cerr}\n{all}");
+        assert!(lines.last().map(String::as_str) == Some("done"), "{all}");
         seen.push((lines.join("\n"), got));
     }
     assert_eq!(seen[0], seen[1]);
@@ -1339,24 +1353,8 @@ fn so_linger_makes_close_wait_for_the_peer_as_on_the_kernel() {
         return;
     };
     let mut seen = Vec::new();
-    for exec in [None, Some(EXEC)] {
-        let mut s = server(&p, exec, &["python3", LINGER, SRV, "5350"]);
-        common::exec::wait_ready(&mut s);
-        let c = in_client(
-            &p,
-            &["timeout", "60", "python3", LINGER_CLIENT, SRV, "5350"],
-        );
-        let got = String::from_utf8_lossy(&c.stdout).to_string();
-        let (status, out, err) = common::exec::finish(s);
-        assert!(status.success(), "{exec:?}: {out}\n{err}");
-        if exec.is_some() {
-            served_cleanly(&out);
-        }
-        let lines: Vec<&str> = out
-            .lines()
-            .take_while(|l| !l.starts_with("rxpath exec:"))
-            .collect();
-        assert_eq!(lines.len(), 3, "{exec:?}: {out}\n{err}");
+    for (lines, got, _, all) in script_runs(&p, LINGER, LINGER_CLIENT, "5350") {
+        assert_eq!(lines.len(), 3, "{all}");
         let sent: Vec<&str> = lines[..2]
             .iter()
             .map(|l| l.split_whitespace().nth(2).unwrap_or(""))
@@ -1364,10 +1362,10 @@ fn so_linger_makes_close_wait_for_the_peer_as_on_the_kernel() {
         let gots: Vec<&str> = got.lines().map(|l| l.trim_start_matches("got ")).collect();
         assert_eq!(
             sent, gots,
-            "{exec:?}: every byte sent reaches the client: {out}\n{got}"
+            "every byte sent reaches the client: {all}\n{got}"
         );
         for l in &lines[..2] {
-            assert!(l.ends_with("True"), "{exec:?}: {l}\n{out}\n{err}");
+            assert!(l.ends_with("True"), "{l}\n{all}");
         }
         // Without the byte counts (buffer sizes differ), line for line.
         let shape: Vec<String> = lines
