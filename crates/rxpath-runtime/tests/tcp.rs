@@ -269,3 +269,56 @@ fn a_read_records_the_readers_cpu_for_rfs() {
     drop(l);
     assert_clean(h);
 }
+
+/// A child keeps the flow its segments gave it before `accept`
+/// (`sk_rxhash`): a reader that finds all its data and the FIN queued,
+/// and so sees no segment after `accept`, still records its CPU for the
+/// flow.
+#[test]
+fn a_child_keeps_the_flow_its_segments_gave_it_before_accept() {
+    if !can_run(&[Need::Root]) {
+        return;
+    }
+    let cpu = std::thread::available_parallelism().map_or(1, |n| n.get()) - 1;
+    let (guard, h) = tcp_host("tca", true);
+    let addr: SocketAddr = format!("{HOST_ADDR}:7104").parse().unwrap();
+    let l = h.tcp_listen(addr, 4).expect("listen");
+    let (sent_tx, sent) = std::sync::mpsc::channel();
+    let client = in_peer(&guard, move || {
+        let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+        c.write_all(&pattern(4096, 5)).expect("write");
+        c.shutdown(Shutdown::Write).expect("shutdown");
+        sent_tx.send(()).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut rest = Vec::new();
+        c.read_to_end(&mut rest).expect("read to the end");
+        rest.len()
+    });
+    sent.recv().expect("the client wrote");
+    // Let the data and the FIN land in the child's queue first.
+    std::thread::sleep(Duration::from_millis(200));
+    let (s, peer) = l.accept().expect("accept");
+    let key = rxpath_wire::FlowKey::new(peer.ip(), addr.ip(), peer.port(), addr.port(), 6);
+    let hash = rxpath_wire::hash::flow_hash(&key);
+    let flows = h.sockets().sock_flows().clone();
+    let reader = std::thread::spawn(move || {
+        sched::pin(0, cpu).expect("pin the reader");
+        let mut buf = vec![0u8; 65536];
+        let mut total = 0;
+        loop {
+            match s.read(&mut buf).expect("read") {
+                0 => return total,
+                n => total += n,
+            }
+        }
+    });
+    assert_eq!(reader.join().expect("reader"), 4096);
+    assert_eq!(client.join().expect("client"), 0);
+    assert_eq!(
+        flows.desired_cpu(hash),
+        Some(cpu as u32),
+        "the child's flow is not recorded on the reader's CPU"
+    );
+    drop(l);
+    assert_clean(h);
+}

@@ -117,17 +117,23 @@ pub struct TcpWaits {
 
 impl TcpWake for TcpWaits {
     fn changed(&self, ids: &[SockId], napi: u32, rxhash: u32) {
-        let w = lock(&self.waiters);
+        let mut w = lock(&self.waiters);
         for id in ids {
-            if let Some(x) = w.get(id) {
-                if napi != 0 {
-                    x.napi.store(napi, Ordering::Relaxed);
-                }
-                if rxhash != 0 && x.rxhash.load(Ordering::Relaxed) != rxhash {
-                    x.rxhash.store(rxhash, Ordering::Relaxed);
-                }
-                x.bump();
+            // A socket without a waiter yet (a child in the accept queue)
+            // gets one from a segment, as the kernel's child keeps its
+            // `sk_napi_id` and `sk_rxhash` from before `accept`.
+            let x = match w.get(id) {
+                Some(x) => x,
+                None if napi != 0 || rxhash != 0 => w.entry(*id).or_default(),
+                None => continue,
+            };
+            if napi != 0 {
+                x.napi.store(napi, Ordering::Relaxed);
             }
+            if rxhash != 0 && x.rxhash.load(Ordering::Relaxed) != rxhash {
+                x.rxhash.store(rxhash, Ordering::Relaxed);
+            }
+            x.bump();
         }
     }
 
@@ -146,8 +152,18 @@ impl TcpWake for TcpWaits {
 }
 
 impl TcpWaits {
+    /// The waiter of `id`, an accepted child: the one its segments made
+    /// before `accept`, if any.
     fn waiter(&self, id: SockId) -> Arc<Waiter> {
         lock(&self.waiters).entry(id).or_default().clone()
+    }
+
+    /// A new waiter for `id`, a socket just made: nothing of the slot's
+    /// earlier owner (its flow, its NAPI, its watch) carries over.
+    fn fresh_waiter(&self, id: SockId) -> Arc<Waiter> {
+        let w = Arc::new(Waiter::default());
+        lock(&self.waiters).insert(id, w.clone());
+        w
     }
 
     fn forget(&self, id: SockId) {
@@ -313,7 +329,7 @@ impl TcpListener {
         share: ListenShare,
     ) -> io::Result<Self> {
         let id = host.call(|s, _| s.socket(addr.is_ipv6()))?;
-        let w = host.waits.waiter(id);
+        let w = host.waits.fresh_waiter(id);
         let r = host.call(|s, _| {
             s.set_option(id, SockOpt::ReuseAddr, 1, 0)?;
             if share.v6only {
@@ -406,9 +422,6 @@ impl TcpListener {
             .host
             .until_ready(&self.w, busy, nonblocking, |s, _| s.accept(id))?;
         let w = self.host.waits.waiter(child);
-        // The connection may have been touched before it had a waiter.
-        w.napi
-            .store(self.w.napi.load(Ordering::Relaxed), Ordering::Relaxed);
         Ok((
             TcpStream {
                 host: self.host.clone(),
@@ -498,7 +511,7 @@ impl TcpStream {
         how: Opening<'_>,
     ) -> io::Result<(Self, usize)> {
         let id = host.call(|s, _| s.socket(to.is_ipv6()))?;
-        let w = host.waits.waiter(id);
+        let w = host.waits.fresh_waiter(id);
         let s = TcpStream {
             busy_us: AtomicU32::new(host.socks.busy_read()),
             host,
