@@ -382,9 +382,10 @@ impl Conn {
                 if self.sndbuf.len() >= self.sk_sndbuf as usize
                     || self.unsent() >= self.notsent_lowat
                 {
+                    // `wait_for_space`: SOCK_NOSPACE; the chrono starts only
+                    // once the window is not what holds the data back
+                    // (`tcp_cwnd_validate`).
                     self.nospace = true;
-                    self.chrono
-                        .start(crate::state::ChronoType::SndbufLimited, ctx.now);
                     break;
                 }
                 if self.unsent() > 0 {
@@ -488,9 +489,13 @@ impl Conn {
                 break;
             }
         }
-        // `tcp_write_xmit`'s chronograph: held by the peer's window?
+        // `tcp_write_xmit`'s chronograph: held by the peer's window? Only
+        // if the congestion window let it try (`tcp_cwnd_test` comes
+        // before `tcp_snd_wnd_test`).
         let wnd_end = self.snd_una.wrapping_add(self.snd_wnd);
+        let in_flight = self.in_flight();
         let rwnd_limited = self.unsent() > 0
+            && in_flight < self.snd_cwnd
             && after(
                 self.snd_nxt.wrapping_add(self.unsent().min(self.mss_cache)),
                 wnd_end,
@@ -503,9 +508,9 @@ impl Conn {
             self.chrono
                 .stop(crate::state::ChronoType::RwndLimited, ctx.now, empty);
         }
-        let cwnd_limited = self.in_flight() >= self.snd_cwnd;
+        let cwnd_limited = in_flight >= self.snd_cwnd;
         if sent_any || cwnd_limited {
-            self.cwnd_validate(cwnd_limited);
+            self.cwnd_validate(cwnd_limited, ctx.now);
         }
         if sent_any {
             self.schedule_loss_probe(ctx, false);

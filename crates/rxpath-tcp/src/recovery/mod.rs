@@ -5,7 +5,7 @@
 
 use rxpath_wire::tcp::flags::{FIN, SYN};
 
-use crate::conn::{Conn, Sent, XmitTimer, TCP_INFINITE_SSTHRESH};
+use crate::conn::{Conn, Sent, State, XmitTimer, TCP_INFINITE_SSTHRESH};
 use crate::ctx::Ctx;
 use crate::cubic::CaView;
 use crate::seq::{after, before};
@@ -293,8 +293,10 @@ impl Conn {
     }
 
     /// `tcp_cwnd_validate`: remember how much of the window the last
-    /// round used.
-    pub(crate) fn cwnd_validate(&mut self, cwnd_limited: bool) {
+    /// round used; a sender that is not held by the window, has sent all
+    /// it has and whose writer found the buffer full is held by its send
+    /// buffer (`TCP_CHRONO_SNDBUF_LIMITED`).
+    pub(crate) fn cwnd_validate(&mut self, cwnd_limited: bool, now: Nanos) {
         let packets_out = self.packets_out_all();
         if !before(self.snd_una, self.cwnd_usage_seq)
             || cwnd_limited
@@ -303,6 +305,14 @@ impl Conn {
             self.cwnd_limited = cwnd_limited;
             self.max_packets_out = packets_out;
             self.cwnd_usage_seq = self.snd_nxt;
+        }
+        if !self.is_cwnd_limited()
+            && self.unsent() == 0
+            && self.nospace
+            && matches!(self.state, State::Established | State::CloseWait)
+        {
+            self.chrono
+                .start(crate::state::ChronoType::SndbufLimited, now);
         }
     }
 
