@@ -3,8 +3,9 @@
 //! server machine's nanoseconds (its `input`, calls, `poll_transmit`, and
 //! the `next_deadline` and `take_touched` the runtime asks after each) per
 //! request/response and per accepted connection, with a few or many other
-//! connections in its table: what rxpath's TCP costs a server before any
-//! device or system call, and whether that grows with the table.
+//! connections in its table, and per MB of a bulk send: what rxpath's TCP
+//! costs a server before any device or system call, and whether that
+//! grows with the table or with what is in flight.
 //!
 //! `cargo bench -p rxpath-tcp --bench machine` (release build). For a
 //! before/after, run the same file on both trees.
@@ -165,6 +166,67 @@ fn accepts(idle: usize, n: usize) -> f64 {
     p.spent.as_nanos() as f64 / n as f64
 }
 
+/// ns of the server's machine per MB it sends to a client that reads all
+/// it gets, one round trip (100 µs) a round, and the congestion window
+/// at the end: the sender's cost per ACK must not grow with what is in
+/// flight.
+fn bulk(total: usize) -> (f64, u32) {
+    let mut p = Pair::new();
+    let l = listener(&mut p);
+    let (a, c) = p.connect(l);
+    let chunk = vec![b'd'; 64 << 10];
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut sent, mut got) = (0, 0);
+    p.spent = Duration::ZERO;
+    while got < total {
+        while sent < total {
+            match p.on_server(|s, now| {
+                s.send(
+                    a,
+                    &chunk[..(total - sent).min(chunk.len())],
+                    false,
+                    false,
+                    now,
+                )
+            }) {
+                Ok(n) => sent += n,
+                Err(_) => break,
+            }
+        }
+        // One round: what the server sent reaches the client, which reads
+        // it all; its ACKs reach the server.
+        let t0 = Instant::now();
+        let mut from_server = Vec::new();
+        while let Some(t) = p.s.poll_transmit() {
+            from_server.push(t);
+        }
+        p.spent += t0.elapsed();
+        p.now += 50 * US;
+        for t in from_server {
+            p.c.input(&t.packet, p.now);
+        }
+        while let Ok(n) = p.c.recv(c, &mut buf, false, p.now) {
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        if p.c.next_deadline().is_some_and(|d| d <= p.now) {
+            p.c.on_timeout(p.now);
+        }
+        p.now += 50 * US;
+        while let Some(t) = p.c.poll_transmit() {
+            p.on_server(|s, now| s.input(&t.packet, now));
+        }
+        let now = p.now;
+        if p.s.next_deadline().is_some_and(|d| d <= now) {
+            p.on_server(|s, now| s.on_timeout(now));
+        }
+    }
+    let cwnd = p.s.tcp_info(a, p.now).expect("info").tcpi_snd_cwnd;
+    (p.spent.as_nanos() as f64 / (total as f64 / 1e6), cwnd)
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; a `cargo test` run of benches
     // passes nothing: keep that one short.
@@ -182,5 +244,9 @@ fn main() {
         println!(
             "  {idle:>6} other connections: {r:>8.0} per request/response, {a:>8.0} per accepted connection"
         );
+    }
+    for mb in [1, if quick { 4 } else { 256 }] {
+        let (ns, cwnd) = bulk(mb << 20);
+        println!("  bulk send of {mb:>3} MiB: {ns:>8.0} per MB, cwnd at the end {cwnd}");
     }
 }
