@@ -232,7 +232,7 @@ fn spawn_producer(
     trace: Option<rxpath_dev::pcap::Trace>,
     mut traffic: Traffic,
     core: Option<core_affinity::CoreId>,
-    (stop, done): (Arc<AtomicBool>, Arc<AtomicBool>),
+    (stop, done, finished): (Arc<AtomicBool>, Arc<AtomicBool>, Arc<AtomicBool>),
 ) -> Result<thread::JoinHandle<sim::SimPort>, RunError> {
     thread::Builder::new()
         .name("rxpath-nic".into())
@@ -260,6 +260,7 @@ fn spawn_producer(
                 }
                 _ => {}
             }
+            finished.store(true, Ordering::Release);
             port
         })
         .map_err(|e| RunError::Thread(e.to_string()))
@@ -285,6 +286,7 @@ fn run_sim(cfg: &RunConfig, traffic: Traffic, ctx: &mut Ctx) -> Result<Report, R
         groups[i % cfg.threads].push(napi);
     }
     let stop_producer = Arc::new(AtomicBool::new(false));
+    let producer_finished = Arc::new(AtomicBool::new(false));
     // A replay of a file with an end ends the run when it is done.
     let source_done = Arc::new(AtomicBool::new(false));
     let done = source_done.clone();
@@ -299,7 +301,7 @@ fn run_sim(cfg: &RunConfig, traffic: Traffic, ctx: &mut Ctx) -> Result<Report, R
         trace,
         traffic,
         producer_core,
-        (stop_producer.clone(), done),
+        (stop_producer.clone(), done, producer_finished.clone()),
     )?;
     let stop_p = stop_producer.clone();
     let mut c = cfg.clone();
@@ -312,7 +314,13 @@ fn run_sim(cfg: &RunConfig, traffic: Traffic, ctx: &mut Ctx) -> Result<Report, R
         &ctx.stop_napi,
         &ctx.window_over,
         Source {
-            stop: Some(move || stop_p.store(true, Ordering::Relaxed)),
+            // Stopping waits for the producer's last frames to be in the
+            // rings: the NAPI threads' drain comes after it, and a frame
+            // written later would be offered and never received.
+            stop: Some(move || {
+                stop_p.store(true, Ordering::Relaxed);
+                wait_for(&producer_finished, Duration::from_secs(10));
+            }),
             done: Some(source_done),
             rules,
         },
@@ -482,4 +490,12 @@ fn own_queues<Q: RxQueue + OwnPool + Send + 'static>(
         stopped_early: None,
         faults,
     })
+}
+
+/// Wait until `flag` is set, at most `limit`.
+fn wait_for(flag: &AtomicBool, limit: Duration) {
+    let t0 = std::time::Instant::now();
+    while !flag.load(Ordering::Acquire) && t0.elapsed() < limit {
+        thread::sleep(Duration::from_millis(1));
+    }
 }
