@@ -20,6 +20,7 @@
 
 #[allow(unsafe_code)]
 pub mod abi;
+pub mod metrics;
 pub mod world;
 
 use std::net::IpAddr;

@@ -184,12 +184,12 @@ fn packetdrill_suites_give_the_recorded_verdicts() {
     ];
     args.extend(os(&["--retries", "0", "--timeout", "60"]));
     let mut got = run_suites(&args, &out);
-    // Fast Open's client and server (RFC option) suites, ECN's and the
+    // Fast Open's client and server (both options) suites, ECN's and the
     // congestion window's moderation (ECN's CWR) beside the 18 (rxpath only: the
     // kernel's verdicts on them are result files, not a CI run).
     args.extend(os(&[
         "--suites",
-        "fastopen/client fastopen/server/opt34 ecn cwnd_moderation",
+        "fastopen/client fastopen/server fastopen/server/opt34 ecn cwnd_moderation",
     ]));
     got.extend(run_suites(
         &args,

@@ -440,6 +440,10 @@ pub struct Conn {
     pub shut_wr: bool,
     /// `close()` was called: no one will read again.
     pub orphan: bool,
+    /// A listener's child not yet taken by `accept`: no socket holds it
+    /// (the kernel's `sk->sk_socket` is NULL until `accept`, and again
+    /// after `close`, see [`Conn::has_socket`]).
+    pub unaccepted: bool,
     /// The reset came in or went out (reads see `ECONNRESET` once).
     pub reset: bool,
 }
@@ -521,6 +525,12 @@ impl Conn {
     pub fn writeable(&self) -> bool {
         self.sndbuf.len() * 3 / 2 <= self.sk_sndbuf as usize
             && (self.unsent() as u64) * 2 < self.notsent_lowat as u64
+    }
+
+    /// A program's socket holds the connection (`sk->sk_socket`): not a
+    /// child waiting for `accept`, not closed.
+    pub fn has_socket(&self) -> bool {
+        !self.unaccepted && !self.orphan
     }
 
     /// A state change wakes readers and writers (`sk_state_change`).

@@ -37,19 +37,19 @@ pub(crate) enum Syn {
     /// Data may ride on the SYN, with this option (none: no-cookie mode)
     /// and this MSS from the cache (0: none kept).
     Data(Option<FoCookie>, u16),
-    /// A plain SYN asking for a cookie.
-    Request,
+    /// A plain SYN asking for a cookie with this (empty) option.
+    Request(FoCookie),
 }
 
 /// `tcp_fastopen_cookie_check` under the `tcp_fastopen` sysctl `mode`.
 pub(crate) fn cookie_check(cache: &Cache, mode: u32, dst: IpAddr) -> Syn {
-    let (mss, cookie) = cache.get(dst);
+    let (mss, cookie, exp) = cache.get(dst);
     if mode & TFO_CLIENT_NO_COOKIE != 0 {
         return Syn::Data(None, mss);
     }
     match cookie {
         Some(c) => Syn::Data(Some(c), mss),
-        None => Syn::Request,
+        None => Syn::Request(FoCookie::default().with_exp(exp)),
     }
 }
 
@@ -144,7 +144,23 @@ impl Conn {
         let mss = seg.opts.mss.unwrap_or(0);
         // An unsolicited cookie is ignored.
         let cookie = seg.opts.fastopen.filter(|_| self.fo.syn_fastopen);
-        ctx.fo_cache.set(self.remote.ip(), mss, cookie);
+        // A request the SYN-ACK ignored, the SYN never sent again: the
+        // other option next time, or back to the RFC's for good after the
+        // experimental one.
+        let try_exp = if self.fo.syn_fastopen
+            && self.total_retrans == 0
+            && cookie.is_none()
+            && !self.fo.syn_data
+        {
+            if self.fo.syn_fastopen_exp {
+                2
+            } else {
+                1
+            }
+        } else {
+            0
+        };
+        ctx.fo_cache.set(self.remote.ip(), mss, cookie, try_exp);
         let unacked = self.fo.syn_data && !self.rtx.is_empty();
         if unacked {
             ctx.ext.TCPFastOpenActiveFail += 1;

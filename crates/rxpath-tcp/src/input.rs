@@ -235,6 +235,7 @@ impl Conn {
     /// a duplicate.
     fn send_dupack(&mut self, ctx: &mut Ctx<'_>, seg: &SegIn<'_>) {
         if seg.seq_len() > 0 && before(seg.seq, self.rcv_nxt) {
+            ctx.ext.DelayedACKLost += 1;
             self.enter_quickack_mode(TCP_MAX_QUICKACKS);
             if self.sack_ok && ctx.cfg.tcp_dsack {
                 let end = if after(seg.end_seq(), self.rcv_nxt) {
@@ -276,7 +277,7 @@ impl Conn {
             self.challenge_ack(ctx);
             return Verdict::Keep;
         }
-        if seg.has(SYN) {
+        if seg.has(SYN) && !self.simultaneous_syn_ack(seg) {
             self.challenge_ack(ctx);
             return Verdict::Keep;
         }
@@ -358,6 +359,19 @@ impl Conn {
         self.write_xmit(ctx, self.nonagle());
         self.ack_snd_check(ctx);
         verdict
+    }
+
+    /// `tcp_validate_incoming`'s exception to the challenge ACK: in a
+    /// simultaneous open (SYN_RECV with a socket, not a listener's child)
+    /// the peer's SYN-ACK answering ours, which repeats the SYN we have
+    /// and acknowledges all we sent, goes on as an ACK.
+    fn simultaneous_syn_ack(&self, seg: &SegIn<'_>) -> bool {
+        self.state == State::SynRecv
+            && self.has_socket()
+            && seg.has(ACK)
+            && seg.seq.wrapping_add(1) == seg.end_seq()
+            && seg.seq.wrapping_add(1) == self.rcv_nxt
+            && seg.ack == self.snd_nxt
     }
 
     /// `tcp_paws_discard`: a timestamp older than the last one echoed.
@@ -476,16 +490,17 @@ impl Conn {
     /// `tcp_data_queue`.
     fn data_queue(&mut self, ctx: &mut Ctx<'_>, seg: &SegIn<'_>) {
         let fin = seg.has(FIN);
-        if seg.payload.is_empty() && !fin {
+        if seg.seq == seg.end_seq() {
             return;
         }
-        let len = seg.payload.len() as u32;
         let mut seq = seg.seq;
         let mut data = seg.payload;
         if !after(seg.end_seq(), self.rcv_nxt) {
-            // A retransmission of what we have: D-SACK it, ACK at once.
-            if self.sack_ok && ctx.cfg.tcp_dsack && len > 0 {
-                self.dsack = Some((seg.seq, seg.seq.wrapping_add(len)));
+            // A retransmission of what we have (data, a FIN, a SYN):
+            // D-SACK it, ACK at once.
+            ctx.ext.DelayedACKLost += 1;
+            if self.sack_ok && ctx.cfg.tcp_dsack {
+                self.dsack = Some((seg.seq, seg.end_seq()));
                 ctx.ext.TCPDSACKOldSent += 1;
             }
             self.enter_quickack_mode(TCP_MAX_QUICKACKS);

@@ -55,6 +55,9 @@ mib!(
         ListenDrops,
         /// Delayed ACKs sent by the timer.
         DelayedACKs,
+        /// Segments received again that a delayed ACK may have failed to
+        /// acknowledge (a retransmission of what is in already).
+        DelayedACKLost,
         /// Segments dropped by PAWS in an established connection.
         PAWSEstab,
         /// SYN-ACKs reset for echoing a timestamp this end never sent.

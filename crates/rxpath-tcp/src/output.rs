@@ -191,8 +191,9 @@ impl Conn {
         // A client's first SYN carries its cookie or request; a
         // listener's first SYN-ACK the cookie it made for the peer.
         o.fastopen = self.fo.req.take();
-        if !with_ack {
-            self.fo.syn_fastopen |= o.fastopen.is_some();
+        if !with_ack && o.fastopen.is_some() {
+            self.fo.syn_fastopen = true;
+            self.fo.syn_fastopen_exp = o.fastopen.is_some_and(|c| c.exp);
         }
         let payload: Vec<u8> = self.sndbuf.range(..data).copied().collect();
         let fl = if with_ack { SYN | ACK } else { SYN } | self.ecn.syn_flags(with_ack);

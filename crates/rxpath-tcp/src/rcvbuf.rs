@@ -219,12 +219,13 @@ impl Conn {
 
     /// `tcp_data_queue_ofo`'s growth after a segment of `len` bytes was
     /// kept: the window (SACK flows), and the buffer for the span out of
-    /// order (not for a connection the program let go of).
+    /// order (not for a child not yet accepted, nor a connection the
+    /// program let go of: `if (sk->sk_socket)`).
     pub(crate) fn grow_after_ofo(&mut self, ctx: &Ctx<'_>, len: u32) {
         if self.sack_ok {
             self.grow_window(len);
         }
-        if !self.orphan {
+        if self.has_socket() {
             let space = self.rcvq_space.space;
             self.rcvbuf_grow(Tune::of(ctx.cfg), space);
         }

@@ -140,6 +140,8 @@ pub struct ClientFo {
     pub deferred: bool,
     /// The SYN carried the option (`syn_fastopen`).
     pub syn_fastopen: bool,
+    /// In its experimental form (`syn_fastopen_exp`).
+    pub syn_fastopen_exp: bool,
     /// The SYN carried data (`syn_data`).
     pub syn_data: bool,
     /// The SYN-ACK acknowledged that data (`syn_data_acked`,
@@ -156,6 +158,10 @@ pub struct ClientFo {
 struct Entry {
     mss: u16,
     cookie: Option<FoCookie>,
+    /// `try_exp`: 1 after a SYN-ACK ignored the RFC option (ask with the
+    /// experimental one next), 2 after it ignored that too (the RFC
+    /// option from then on).
+    try_exp: u8,
 }
 
 /// Cookies and MSSes by destination.
@@ -163,24 +169,28 @@ struct Entry {
 pub struct Cache(HashMap<IpAddr, Entry>);
 
 impl Cache {
-    /// `tcp_fastopen_cache_get`: the MSS (0 when none is kept) and the
-    /// cookie kept for `dst`.
-    pub fn get(&self, dst: IpAddr) -> (u16, Option<FoCookie>) {
+    /// `tcp_fastopen_cache_get`: the MSS (0 when none is kept), the
+    /// cookie kept for `dst`, and whether a request for one goes in the
+    /// experimental option.
+    pub fn get(&self, dst: IpAddr) -> (u16, Option<FoCookie>, bool) {
         self.0
             .get(&dst)
-            .map(|e| (e.mss, e.cookie))
+            .map(|e| (e.mss, e.cookie, e.cookie.is_none() && e.try_exp == 1))
             .unwrap_or_default()
     }
 
     /// `tcp_fastopen_cache_set`: a non-zero MSS replaces the kept one, a
-    /// non-empty cookie the kept cookie.
-    pub fn set(&mut self, dst: IpAddr, mss: u16, cookie: Option<FoCookie>) {
+    /// non-empty cookie the kept cookie; without one, a higher `try_exp`
+    /// the kept one.
+    pub fn set(&mut self, dst: IpAddr, mss: u16, cookie: Option<FoCookie>, try_exp: u8) {
         let e = self.0.entry(dst).or_default();
         if mss != 0 {
             e.mss = mss;
         }
         if let Some(c) = cookie.filter(|c| !c.is_empty()) {
             e.cookie = Some(c);
+        } else if try_exp > e.try_exp && e.cookie.is_none() {
+            e.try_exp = try_exp;
         }
     }
 

@@ -27,12 +27,21 @@ pub struct OptsIn {
 }
 
 /// A TCP Fast Open cookie: 4 to 16 bytes, an even number
-/// (`TCP_FASTOPEN_COOKIE_MIN`/`MAX`), or none at all.
+/// (`TCP_FASTOPEN_COOKIE_MIN`/`MAX`), or none at all; and the option it
+/// travels in (`exp`: the experimental one, kind 254 with magic 0xF989,
+/// which clients used before RFC 7413).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FoCookie {
     len: u8,
     val: [u8; 16],
+    /// Carried in the experimental option (`tcp_fastopen_cookie.exp`).
+    pub exp: bool,
 }
+
+/// The experimental option's kind (`TCPOPT_EXP`).
+const TCPOPT_EXP: u8 = 254;
+/// The experimental option's magic for Fast Open (`TCPOPT_FASTOPEN_MAGIC`).
+const TCPOPT_FASTOPEN_MAGIC: [u8; 2] = [0xF9, 0x89];
 
 impl FoCookie {
     /// The cookie `b`, when its length is one a cookie may have (zero
@@ -46,7 +55,19 @@ impl FoCookie {
         Some(FoCookie {
             len: b.len() as u8,
             val,
+            exp: false,
         })
+    }
+
+    /// The same cookie in the option `exp` says.
+    pub fn with_exp(self, exp: bool) -> FoCookie {
+        FoCookie { exp, ..self }
+    }
+
+    /// The same bytes (`tcp_fastopen_cookie_match`: the option it came in
+    /// does not count).
+    pub fn same_bytes(&self, o: &FoCookie) -> bool {
+        self.bytes() == o.bytes()
     }
 
     /// Its bytes.
@@ -172,6 +193,9 @@ pub fn parse_checked(pkt: &[u8], verified: bool) -> Result<SegIn<'_>, BadSegment
                     .collect();
             }
             TcpOption::Other(34, data) => opts.fastopen = FoCookie::new(data),
+            TcpOption::Other(TCPOPT_EXP, data) if data.starts_with(&TCPOPT_FASTOPEN_MAGIC) => {
+                opts.fastopen = FoCookie::new(&data[2..]).map(|c| c.with_exp(true));
+            }
             _ => {}
         }
     }
@@ -252,9 +276,16 @@ impl OptsOut {
             }
         }
         if let Some(c) = &self.fastopen {
-            out.extend_from_slice(&[34, 2 + c.len]);
+            let len = if c.exp {
+                out.extend_from_slice(&[TCPOPT_EXP, 4 + c.len]);
+                out.extend_from_slice(&TCPOPT_FASTOPEN_MAGIC);
+                4 + c.len
+            } else {
+                out.extend_from_slice(&[34, 2 + c.len]);
+                2 + c.len
+            };
             out.extend_from_slice(c.bytes());
-            if (2 + c.len) & 3 == 2 {
+            if len & 3 == 2 {
                 out.extend_from_slice(&[1, 1]);
             }
         }
@@ -472,6 +503,43 @@ mod tests {
         bad[45] ^= 1;
         assert_eq!(parse(&bad).unwrap_err(), BadSegment::Checksum);
         assert_eq!(parse(&pkt[..30]).unwrap_err(), BadSegment::Malformed);
+    }
+
+    #[test]
+    fn the_experimental_fast_open_option_is_written_and_read_as_the_kernels() {
+        let opts = |c: Option<FoCookie>| OptsOut {
+            fastopen: c,
+            ..OptsOut::default()
+        };
+        let mut out = Vec::new();
+        // A request: kind 254, length 4, the magic; no padding.
+        opts(Some(FoCookie::default().with_exp(true))).write(&mut out);
+        assert_eq!(out, [254, 4, 0xF9, 0x89]);
+        out.clear();
+        let c = FoCookie::new(&[0x12, 0x34, 0xab, 0xcd]).unwrap().with_exp(true);
+        opts(Some(c)).write(&mut out);
+        assert_eq!(out, [254, 8, 0xF9, 0x89, 0x12, 0x34, 0xab, 0xcd]);
+        let seg = SegOut {
+            src: "198.18.0.2:4000".parse().unwrap(),
+            dst: "198.18.0.1:80".parse().unwrap(),
+            seq: 1,
+            ack: 0,
+            flags: flags::SYN,
+            wnd: 65535,
+            opts: opts(Some(c)),
+            payload: b"",
+            ip_id: 0,
+            tos: 0,
+        };
+        let pkt = build(&seg);
+        let p = parse(&pkt).unwrap();
+        assert_eq!(p.opts.fastopen, Some(c));
+        assert!(p.opts.fastopen.unwrap().exp);
+        // The same bytes in the RFC's option match (the option is not
+        // part of the cookie), but they are not the same option.
+        let rfc = FoCookie::new(&[0x12, 0x34, 0xab, 0xcd]).unwrap();
+        assert!(c.same_bytes(&rfc));
+        assert_ne!(c, rfc);
     }
 }
 

@@ -23,6 +23,19 @@ use opts::*;
 
 type Ud = *mut c_void;
 
+/// Run as the library loads, in packetdrill and in each shell command of
+/// a script it runs ([`crate::metrics::note_flush`]).
+// SAFETY: an `.init_array` entry is a plain `extern "C" fn()` the loader
+// calls once, after relocation; it takes no arguments and the function
+// only reads /proc and writes a file.
+#[used]
+#[link_section = ".init_array"]
+static NOTE_METRICS_FLUSH: extern "C" fn() = note_metrics_flush;
+
+extern "C" fn note_metrics_flush() {
+    crate::metrics::note_flush();
+}
+
 /// The interface's layout, field for field as `packetdrill.h` declares it.
 #[repr(C)]
 pub struct PacketdrillInterface {

@@ -187,12 +187,17 @@ impl World {
     }
 
     /// Read the TCP sysctls as the kernel reads them, at use: the scripts
-    /// set them (`defaults.sh`) after the stack was made.
+    /// set them (`defaults.sh`) after the stack was made; and forget the
+    /// Fast Open cookies if the script flushed the kernel's `tcp_metrics`
+    /// since ([`crate::metrics`]).
     fn refresh_sysctls(&mut self) {
         for name in rxpath_tcp::config::SYSCTLS {
             if let Ok(v) = std::fs::read_to_string(rxpath_tcp::config::sysctl_path(name)) {
                 let _ = self.stack.cfg.set(name, &v);
             }
+        }
+        if crate::metrics::flushed() {
+            self.stack.fo_cache.clear();
         }
     }
 

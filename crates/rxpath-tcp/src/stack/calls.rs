@@ -106,11 +106,9 @@ impl Stack {
         let child = l.accept_q.pop_front().ok_or(libc::EAGAIN)?;
         let c = self.socks[child.0].as_mut().ok_or(libc::ECONNABORTED)?;
         c.parent = None;
-        let peer = c
-            .conn
-            .as_ref()
-            .map(|c| c.remote)
-            .ok_or(libc::ECONNABORTED)?;
+        let conn = c.conn.as_mut().ok_or(libc::ECONNABORTED)?;
+        conn.unaccepted = false;
+        let peer = conn.remote;
         Ok((child, peer))
     }
 
@@ -281,6 +279,7 @@ impl Stack {
             shut_rd: false,
             shut_wr: false,
             orphan: false,
+            unaccepted: false,
             reset: false,
         }
     }

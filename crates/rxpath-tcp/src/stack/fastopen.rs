@@ -5,7 +5,6 @@
 use super::*;
 use crate::conn::TCP_TIMEOUT_INIT;
 use crate::fastopen::{cookie_check, Syn, TFO_CLIENT_ENABLE};
-use crate::wire::FoCookie;
 
 impl Stack {
     /// `tcp_connect`'s first SYN for `c`. With Fast Open asked for (`fo`)
@@ -43,8 +42,8 @@ impl Stack {
                 let room = c.syn_data_room(mss);
                 c.send_syn_data(&mut ctx, cookie, room, data.unwrap_or(&[]))
             }
-            Some(Syn::Request) => {
-                c.fo.req = Some(FoCookie::default());
+            Some(Syn::Request(req)) => {
+                c.fo.req = Some(req);
                 c.send_syn(&mut ctx, false);
                 0
             }

@@ -41,12 +41,13 @@ impl Stack {
         }
         if mode & TFO_SERVER_COOKIE_NOT_REQD == 0 {
             let valid = self.fastopen_cookie(seg.src.ip(), seg.dst.ip());
+            // The SYN-ACK's cookie goes in the option the SYN's came in.
             match foc {
-                Some(f) if f.is_empty() => return Passive::No(Some(valid)),
-                Some(f) if f == valid => {}
-                Some(_) => {
+                Some(f) if f.is_empty() => return Passive::No(Some(valid.with_exp(f.exp))),
+                Some(f) if f.same_bytes(&valid) => {}
+                Some(f) => {
                     self.ext.TCPFastOpenPassiveFail += 1;
-                    return Passive::No(Some(valid));
+                    return Passive::No(Some(valid.with_exp(f.exp)));
                 }
                 None => return Passive::No(None),
             }

@@ -268,6 +268,7 @@ impl Stack {
         let (local, remote) = child_addrs(l.v6, seg);
         let (snd, rcv) = self.bufs(l);
         let mut c = self.new_conn(local, remote, State::SynRecv, now, snd, rcv);
+        c.unaccepted = true;
         apply_sock_opts(&mut c, l);
         c.defer_accept = l.defer_accept;
         c
