@@ -604,3 +604,42 @@ fn a_reuseport_listeners_children_leave_the_port_to_its_group() {
     let third = st.socket(false);
     assert_eq!(st.bind(third, local()), Err(libc::EADDRINUSE));
 }
+
+/// An accepted connection has its listener's options (`sk_clone_lock`
+/// copies the socket whole): what a program set on the listener before
+/// `listen` reads back on each child and acts there (`SO_LINGER` of 0:
+/// `close` resets), but not what belongs to the accept queue
+/// (`TCP_FASTOPEN`'s queue length).
+#[test]
+fn a_child_has_its_listeners_options() {
+    let mut st = Stack::new(TcpConfig::default(), 7, vec![]);
+    let set = [
+        (SockOpt::KeepAlive, 1),
+        (SockOpt::KeepIdle, 30),
+        (SockOpt::KeepIntvl, 5),
+        (SockOpt::KeepCnt, 4),
+        (SockOpt::Linger, 0),
+        (SockOpt::Tos, 0x10),
+        (SockOpt::Inq, 1),
+        (SockOpt::SynCnt, 3),
+        (SockOpt::NoDelay, 1),
+        (SockOpt::SndBuf, 65536),
+    ];
+    let (l, c, _) = established_with(&mut st, |st, l| {
+        for (o, v) in set {
+            st.set_option(l, o, v, 0).unwrap();
+        }
+        st.set_option(l, SockOpt::Fastopen, 5, 0).unwrap();
+    });
+    for (o, _) in set {
+        assert_eq!(st.option(c, o), st.option(l, o), "{o:?}");
+    }
+    assert_eq!(st.option(c, SockOpt::KeepAlive), Ok(1));
+    assert_eq!(st.option(c, SockOpt::Linger), Ok(0));
+    assert_eq!(st.option(l, SockOpt::Fastopen), Ok(5));
+    assert_eq!(st.option(c, SockOpt::Fastopen), Ok(0));
+    // The listener's linger of 0 is the child's: its close resets.
+    st.close(c, 2 * MS).unwrap();
+    let o = out(&mut st);
+    assert!(o.iter().any(|s| s.0 & RST != 0), "{o:?}");
+}

@@ -278,26 +278,41 @@ impl Stack {
     /// the table.
     fn insert_child(&mut self, lid: SockId, c: Conn, seg: &SegIn<'_>) -> SockId {
         let l = self.socks[lid.0].as_ref().expect("a listener");
-        let (nodelay, cork, user_mss, lowat) = (l.nodelay, l.cork, l.user_mss, l.notsent_lowat);
-        // `sk_clone_lock` copies `sk_reuse` and `sk_reuseport`: a child
-        // (in TIME_WAIT or not) does not keep its listener's successor,
-        // or another listener of its `SO_REUSEPORT` group, from binding
-        // the port.
-        let (reuseaddr, reuseport, v6) = (l.reuseaddr, l.reuseport, l.v6);
-        let id = self.insert(Sock {
-            v6,
+        // `sk_clone_lock` copies the listener whole, its options with it
+        // (`SO_KEEPALIVE` and the keepalive times, `SO_LINGER`, the
+        // buffer sizes a program set, `IP_TOS`, `TCP_INQ`, `TCP_SYNCNT`,
+        // `TCP_NODELAY`, `TCP_CORK`, `TCP_MAXSEG`, `TCP_NOTSENT_LOWAT`),
+        // and `sk_reuse` and `sk_reuseport`: a child (in TIME_WAIT or not)
+        // does not keep its listener's successor, or another listener of
+        // its `SO_REUSEPORT` group, from binding the port. What belongs to
+        // the accept queue (`TCP_DEFER_ACCEPT`, `TCP_FASTOPEN`) is the
+        // listener's alone (`inet_csk_clone_lock` clears it).
+        let child = Sock {
+            v6: l.v6,
+            v6only: l.v6only,
             bound: Some(c.local),
-            nodelay,
-            cork,
-            user_mss,
-            notsent_lowat: lowat,
-            reuseaddr,
-            reuseport,
+            reuseaddr: l.reuseaddr,
+            reuseport: l.reuseport,
+            keepalive: l.keepalive,
+            nodelay: l.nodelay,
+            cork: l.cork,
+            sndbuf: l.sndbuf,
+            rcvbuf: l.rcvbuf,
+            linger: l.linger,
+            user_mss: l.user_mss,
+            notsent_lowat: l.notsent_lowat,
+            tos: l.tos,
+            inq: l.inq,
+            keep_idle: l.keep_idle,
+            keep_intvl: l.keep_intvl,
+            keep_cnt: l.keep_cnt,
+            syn_retries: l.syn_retries,
             parent: Some(lid),
             in_syn_q: true,
             conn: Some(Box::new(c)),
             ..Sock::default()
-        });
+        };
+        let id = self.insert(child);
         self.conns.insert(key(seg.dst, seg.src), id);
         if let Some(q) = self.socks[lid.0].as_mut().and_then(|s| s.listener.as_mut()) {
             q.syn_q += 1;
