@@ -31,7 +31,11 @@ pub fn note_flush() {
         return;
     }
     if let Some(pid) = packetdrill_above(std::process::id()) {
-        let _ = std::fs::write(mark(pid), b"");
+        // A new file only: never through a link someone left there.
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(mark(pid));
     }
 }
 

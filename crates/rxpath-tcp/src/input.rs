@@ -265,7 +265,11 @@ impl Conn {
         // `tcp_sequence`.
         let wnd_end = self.rcv_nxt.wrapping_add(self.receive_window());
         if before(seg.end_seq(), self.rcv_wup) || after(seg.seq, wnd_end) {
-            if !seg.has(RST) {
+            // `tcp_validate_incoming`: a SYN out of the window draws a
+            // challenge ACK, other segments a duplicate ACK.
+            if seg.has(SYN) {
+                self.challenge_ack(ctx);
+            } else if !seg.has(RST) {
                 self.send_dupack(ctx, seg);
             }
             return Verdict::Keep;
@@ -330,6 +334,13 @@ impl Conn {
             return verdict;
         }
         self.tcp_ack(ctx, seg);
+        if verdict == Verdict::Established {
+            // `tcp_rcv_state_process` sets the window after `tcp_ack`,
+            // scaled, even from a SYN-ACK (a simultaneous open's), whose
+            // window `tcp_ack` would take unscaled.
+            self.snd_wnd = (seg.wnd as u32) << self.snd_wscale;
+            self.snd_wl1 = seg.seq;
+        }
         if let Some(v) = self.fin_acked_transition(ctx) {
             return v;
         }
@@ -520,7 +531,7 @@ impl Conn {
                 self.dsack = Some((seq, self.rcv_nxt));
                 ctx.ext.TCPDSACKOldSent += 1;
             }
-            data = &data[old as usize..];
+            data = data.get(old as usize..).unwrap_or_default();
             seq = self.rcv_nxt;
         }
         if seq != self.rcv_nxt {

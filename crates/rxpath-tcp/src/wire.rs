@@ -192,8 +192,14 @@ pub fn parse_checked(pkt: &[u8], verified: bool) -> Result<SegIn<'_>, BadSegment
                     })
                     .collect();
             }
-            TcpOption::Other(34, data) => opts.fastopen = FoCookie::new(data),
-            TcpOption::Other(TCPOPT_EXP, data) if data.starts_with(&TCPOPT_FASTOPEN_MAGIC) => {
+            // `tcp_parse_fastopen_option`: an odd length leaves what an
+            // earlier option said; another wrong length says no cookie.
+            TcpOption::Other(34, data) if data.len() % 2 == 0 => {
+                opts.fastopen = FoCookie::new(data);
+            }
+            TcpOption::Other(TCPOPT_EXP, data)
+                if data.starts_with(&TCPOPT_FASTOPEN_MAGIC) && data.len() % 2 == 0 =>
+            {
                 opts.fastopen = FoCookie::new(&data[2..]).map(|c| c.with_exp(true));
             }
             _ => {}
@@ -516,7 +522,9 @@ mod tests {
         opts(Some(FoCookie::default().with_exp(true))).write(&mut out);
         assert_eq!(out, [254, 4, 0xF9, 0x89]);
         out.clear();
-        let c = FoCookie::new(&[0x12, 0x34, 0xab, 0xcd]).unwrap().with_exp(true);
+        let c = FoCookie::new(&[0x12, 0x34, 0xab, 0xcd])
+            .unwrap()
+            .with_exp(true);
         opts(Some(c)).write(&mut out);
         assert_eq!(out, [254, 8, 0xF9, 0x89, 0x12, 0x34, 0xab, 0xcd]);
         let seg = SegOut {

@@ -1531,7 +1531,8 @@ fn bench_tcp_apps_measures_redis_on_every_path() {
 /// rxpath's RFS processes every segment on the reader's worker, the flow
 /// hashed there or not (the reads of `echo --tcp` record the reader's
 /// CPU); its RPS row puts the flow where its hash says (on the reader's
-/// worker for one placement, off it for the other). The p99 target is the bench's to judge, not a test's.
+/// worker for the placement hashed there, off it for the others). The
+/// p99 target is the bench's to judge, not a test's.
 #[test]
 fn bench_rfs_tcp_steers_every_segment_to_the_reader() {
     use rxpath_testkit::Need;
@@ -1577,7 +1578,7 @@ fn bench_rfs_tcp_steers_every_segment_to_the_reader() {
     );
     // RPS puts each placement's segments where the flow's hash says: all
     // on the reader's worker for the port hashed there, none for the
-    // other (per placement: the two run at different rates, so their
+    // others (per placement: they run at different rates, so their
     // pooled share says nothing).
     let reader = j["reader_cpu"].as_u64().expect("reader_cpu") as usize;
     for cell in servers[0]["rounds"][0].as_array().expect("a round") {
@@ -1587,14 +1588,15 @@ fn bench_rfs_tcp_steers_every_segment_to_the_reader() {
             .iter()
             .map(|x| x.as_u64().unwrap_or(0))
             .collect();
-        let on = processed.get(reader).copied().unwrap_or(0) as f64;
-        let share = on / processed.iter().sum::<u64>().max(1) as f64;
+        let all = processed.iter().sum::<u64>();
+        assert!(all > 0, "RPS counted nothing: {cell}\n{out}");
+        let share = processed.get(reader).copied().unwrap_or(0) as f64 / all as f64;
         let hashed_to_reader = cell["rps_worker"].as_u64() == Some(reader as u64);
         assert!(
             if hashed_to_reader {
-                share >= 0.99
+                share >= 0.95
             } else {
-                share <= 0.01
+                share <= 0.05
             },
             "RPS, the flow hashed to worker {}: {share} on the reader's\n{out}",
             cell["rps_worker"]

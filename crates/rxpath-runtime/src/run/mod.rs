@@ -237,6 +237,8 @@ fn spawn_producer(
     thread::Builder::new()
         .name("rxpath-nic".into())
         .spawn(move || {
+            // Set when the thread ends, by a panic too.
+            let _finished = SetOnDrop(finished);
             if let Some(c) = core {
                 core_affinity::set_for_current(c);
             }
@@ -260,7 +262,6 @@ fn spawn_producer(
                 }
                 _ => {}
             }
-            finished.store(true, Ordering::Release);
             port
         })
         .map_err(|e| RunError::Thread(e.to_string()))
@@ -497,5 +498,14 @@ fn wait_for(flag: &AtomicBool, limit: Duration) {
     let t0 = std::time::Instant::now();
     while !flag.load(Ordering::Acquire) && t0.elapsed() < limit {
         thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Sets its flag when dropped.
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
     }
 }

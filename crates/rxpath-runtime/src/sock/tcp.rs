@@ -166,15 +166,9 @@ impl TcpWaits {
         w
     }
 
-    fn forget(&self, id: SockId) {
-        if let Some(w) = lock(&self.waiters).remove(&id) {
-            w.bump();
-        }
-    }
-
-    /// [`Self::forget`] `id`'s waiter if it is still `mine`: a closed
-    /// connection's slot may be a new socket's by now, with a waiter of
-    /// its own.
+    /// Forget `id`'s waiter if it is still `mine` (and wake who sleeps
+    /// on it): a closed socket's slot may be a new socket's by now, with
+    /// a waiter of its own.
     fn forget_mine(&self, id: SockId, mine: &Arc<Waiter>) {
         let mut ws = lock(&self.waiters);
         if ws.get(&id).is_some_and(|w| Arc::ptr_eq(w, mine)) {
@@ -347,7 +341,7 @@ impl TcpListener {
             Ok((None, _)) => addr,
             Err(e) => {
                 let _ = host.call(|s, now| s.close(id, now));
-                host.waits.forget(id);
+                host.waits.forget_mine(id, &w);
                 return Err(errno(e));
             }
         };
@@ -444,7 +438,8 @@ impl TcpListener {
         if !self.closed.swap(true, Ordering::AcqRel) {
             let id = self.id;
             let _ = self.host.call(|s, now| s.close(id, now));
-            self.host.waits.forget(id);
+            // The slot may be a new socket's by now.
+            self.host.waits.forget_mine(id, &self.w);
         }
     }
 }

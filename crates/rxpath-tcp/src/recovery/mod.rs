@@ -309,6 +309,7 @@ impl Conn {
         if !self.is_cwnd_limited()
             && self.unsent() == 0
             && self.nospace
+            && self.has_socket()
             && matches!(self.state, State::Established | State::CloseWait)
         {
             self.chrono
