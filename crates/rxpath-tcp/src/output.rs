@@ -492,15 +492,18 @@ impl Conn {
         }
         // `tcp_write_xmit`'s chronograph: held by the peer's window? Only
         // if the congestion window let it try (`tcp_cwnd_test` comes
-        // before `tcp_snd_wnd_test`).
+        // before `tcp_snd_wnd_test`), and the head skb's first segment
+        // did not fit (`tcp_snd_wnd_test`).
         let wnd_end = self.snd_una.wrapping_add(self.snd_wnd);
         let in_flight = self.in_flight();
-        let rwnd_limited = self.unsent() > 0
+        let unsent = self.unsent();
+        let head = self
+            .skb_ends
+            .front()
+            .map_or(unsent, |&b| b.wrapping_sub(self.snd_nxt));
+        let rwnd_limited = unsent > 0
             && in_flight < self.snd_cwnd
-            && after(
-                self.snd_nxt.wrapping_add(self.unsent().min(self.mss_cache)),
-                wnd_end,
-            );
+            && after(self.snd_nxt.wrapping_add(head.min(self.mss_cache)), wnd_end);
         let empty = self.rtx.is_empty() && self.unsent() == 0;
         if rwnd_limited {
             self.chrono
