@@ -1383,3 +1383,40 @@ fn so_linger_makes_close_wait_for_the_peer_as_on_the_kernel() {
     }
     assert_eq!(seen[0], seen[1]);
 }
+
+const LISTENER_OPTS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/apps/tcp_listener_opts.py"
+);
+const LISTENER_OPTS_CLIENT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/apps/tcp_listener_opts_client.py"
+);
+
+/// Options a server sets on its listener before `listen` are its
+/// connections', as on the kernel (`sk_clone_lock`): the accepted
+/// connection reads back `SO_LINGER {1, 0}`, `SO_KEEPALIVE`,
+/// `TCP_NODELAY` and `IP_TOS`, and its `close` resets the connection,
+/// which the client sees as on the kernel.
+#[test]
+fn a_listeners_options_are_its_connections_as_on_the_kernel() {
+    let Some(p) = Pair::new("ty", true, &["python3"]) else {
+        return;
+    };
+    let runs = script_runs(&p, LISTENER_OPTS, LISTENER_OPTS_CLIENT, "5360");
+    let want = [
+        "linger (1, 0)",
+        "keepalive 1",
+        "nodelay 1",
+        "tos 0x20",
+        "done",
+    ];
+    for (lines, got, _, all) in &runs {
+        assert_eq!(lines, &want, "{all}");
+        assert_eq!(
+            got.lines().collect::<Vec<_>>(),
+            ["got hello", "reset"],
+            "{all}\n{got}"
+        );
+    }
+}

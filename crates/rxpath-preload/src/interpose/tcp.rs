@@ -129,6 +129,21 @@ pub extern "C" fn getsockopt(
                 };
             }
         }
+        if (level, name) == (libc::SOL_SOCKET, libc::SO_LINGER) {
+            if let Some(r) = ops::tcp_linger(&t) {
+                return match r {
+                    Ok((on, secs)) => opt_out(
+                        &libc::linger {
+                            l_onoff: on as c_int,
+                            l_linger: secs,
+                        },
+                        val,
+                        len,
+                    ),
+                    Err(e) => fail(e) as c_int,
+                };
+            }
+        }
         if let Some(r) = ops::tcp_getsockopt(&t, level, name) {
             return match r {
                 Ok(v) => opt_out(&v, val, len),

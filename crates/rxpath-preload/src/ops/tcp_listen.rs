@@ -59,6 +59,9 @@ pub(crate) fn on_listen(fd: RawFd, backlog: i32) {
             }
         }
     }
+    if let Some((true, secs)) = crate::sys::sockopt_linger(fd) {
+        let _ = l.set_option(rxpath_tcp::SockOpt::Linger, secs.max(0));
+    }
     let id = g.served(addr);
     let t = TcpSock::new(
         End::Listener(l, keys),
@@ -87,8 +90,8 @@ pub(crate) fn listen_done(fd: RawFd, ok: bool) {
 }
 
 /// Options a listener and its connections take from its kernel socket at
-/// `listen`, by their kernel names.
-const INHERITED: [(i32, i32, rxpath_tcp::SockOpt); 7] = [
+/// `listen`, by their kernel names (and `SO_LINGER`, a struct).
+const INHERITED: [(i32, i32, rxpath_tcp::SockOpt); 8] = [
     (
         libc::IPPROTO_TCP,
         libc::TCP_NODELAY,
@@ -114,6 +117,7 @@ const INHERITED: [(i32, i32, rxpath_tcp::SockOpt); 7] = [
         libc::TCP_KEEPCNT,
         rxpath_tcp::SockOpt::KeepCnt,
     ),
+    (libc::IPPROTO_IP, libc::IP_TOS, rxpath_tcp::SockOpt::Tos),
     // The kernel says it in seconds; rxpath keeps the retransmissions
     // they round to, as the kernel does.
     (

@@ -191,6 +191,17 @@ pub(crate) fn tcp_getsockopt(t: &TcpSock, level: i32, name: i32) -> Option<Resul
     Some(s.option(o).map_err(io_errno))
 }
 
+/// `getsockopt(SO_LINGER)` on a served connection: the machine's (a
+/// connection may have it from its listener), as `l_onoff` and seconds.
+pub(crate) fn tcp_linger(t: &TcpSock) -> Option<Result<(bool, i32), Errno>> {
+    let s = t.stream()?;
+    Some(
+        s.option(SockOpt::Linger)
+            .map(|secs| (secs >= 0, secs.max(0)))
+            .map_err(io_errno),
+    )
+}
+
 /// `getsockopt(TCP_INFO)` on a served connection.
 pub(crate) fn tcp_info(t: &TcpSock) -> Option<Result<rxpath_tcp::TcpInfo, Errno>> {
     Some(t.stream()?.tcp_info().map_err(io_errno))

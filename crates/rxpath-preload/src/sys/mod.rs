@@ -227,6 +227,26 @@ pub(crate) fn sockopt_int(fd: RawFd, level: i32, name: i32) -> Option<i32> {
     (r == 0).then_some(v)
 }
 
+/// A socket's `SO_LINGER` as the kernel has it: on, and the seconds.
+pub(crate) fn sockopt_linger(fd: RawFd) -> Option<(bool, i32)> {
+    let mut v = libc::linger {
+        l_onoff: 0,
+        l_linger: 0,
+    };
+    let mut len = std::mem::size_of::<libc::linger>() as libc::socklen_t;
+    // SAFETY: writes at most `len` bytes into a live `struct linger`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&mut v as *mut libc::linger).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some((v.l_onoff != 0, v.l_linger))
+}
+
 /// The address a socket is bound to, as the kernel has it.
 pub(crate) fn local_addr(fd: RawFd) -> Option<std::net::SocketAddr> {
     // SAFETY: an all-zero sockaddr_storage is valid.
