@@ -144,7 +144,20 @@ pub struct AckState {
     /// The largest segment received, an estimate of the peer's MSS
     /// (`rcv_mss`).
     pub rcv_mss: u32,
+    /// The last small segment's length when it looked full-sized, its
+    /// headers taken off (`last_seg_size`).
+    pub last_seg_size: u32,
+    /// `ICSK_ACK_PUSHED` (bit 0: a pushed or short segment arrived) and
+    /// `ICSK_ACK_PUSHED2` (bit 1: a second one), cleared with the owed ACK.
+    pub pushed: u8,
 }
+
+/// `ICSK_ACK_PUSHED`.
+pub(crate) const ACK_PUSHED: u8 = 1;
+/// `ICSK_ACK_PUSHED2`.
+pub(crate) const ACK_PUSHED2: u8 = 2;
+/// `TCP_MIN_MSS`.
+pub(crate) const TCP_MIN_MSS: u32 = 88;
 
 /// One TCP connection.
 #[derive(Debug, Clone)]

@@ -3,11 +3,11 @@
 //! `tcp_validate_incoming`'s order (PAWS, sequence, RST, SYN), `tcp_ack`,
 //! and the data path (`tcp_data_queue`, the out-of-order queue, FIN).
 
-use rxpath_wire::tcp::flags::{ACK, FIN, RST, SYN};
+use rxpath_wire::tcp::flags::{ACK, FIN, PSH, RST, SYN, URG};
 
 use crate::conn::{
-    Conn, State, TCP_DELACK_MIN, TCP_INIT_CWND, TCP_MAX_QUICKACKS, TCP_MSS_DEFAULT,
-    TCP_TIMEWAIT_LEN,
+    Conn, State, ACK_PUSHED, ACK_PUSHED2, TCP_DELACK_MIN, TCP_INIT_CWND, TCP_MAX_QUICKACKS,
+    TCP_MIN_MSS, TCP_MSS_DEFAULT, TCP_PINGPONG_THRESH, TCP_TIMEWAIT_LEN,
 };
 use crate::ctx::Ctx;
 use crate::seq::{after, before};
@@ -551,6 +551,7 @@ impl Conn {
             self.wake_in += 1;
             self.bytes_received += data.len() as u64;
             self.rcv_nxt = self.rcv_nxt.wrapping_add(data.len() as u32);
+            self.measure_rcv_mss(data.len() as u32, seg);
             self.event_data_recv(ctx, data.len() as u32);
             self.ecn_check_ce(seg.ecn);
             ctx.ext.TCPHPHits += 1;
@@ -567,12 +568,50 @@ impl Conn {
         }
     }
 
-    /// `tcp_event_data_recv`: the receiver's MSS estimate and the ACK
-    /// timeout from the arrival gaps.
-    fn event_data_recv(&mut self, ctx: &Ctx<'_>, len: u32) {
+    /// `tcp_measure_rcv_mss`: the peer's MSS from what it sends in order,
+    /// and whether it pushed (a short segment, or a full one with PSH: an
+    /// application's write ended, so the reader's read ACKs at once).
+    fn measure_rcv_mss(&mut self, len: u32, seg: &SegIn<'_>) {
+        let lss = self.ack.last_seg_size;
+        self.ack.last_seg_size = 0;
         if len >= self.ack.rcv_mss {
             self.ack.rcv_mss = len.min(self.advmss);
+            if seg.has(PSH) {
+                self.ack.pushed |= ACK_PUSHED;
+            }
+            return;
         }
+        // The length with the TCP header, whose SACK blocks vary: a
+        // segment of a full-sized sender (not the end of a write) says the
+        // MSS once two in a row agree.
+        let len = len + seg.hdr_len as u32;
+        let remnant = seg.flags & (FIN | URG | SYN | PSH) != 0;
+        if len >= TCP_MSS_DEFAULT + 20 || (len >= TCP_MIN_MSS + 20 && !remnant) {
+            let len = len.saturating_sub(self.tcp_header_len());
+            self.ack.last_seg_size = len;
+            if len == lss {
+                self.ack.rcv_mss = len;
+                return;
+            }
+        }
+        if self.ack.pushed & ACK_PUSHED != 0 {
+            self.ack.pushed |= ACK_PUSHED2;
+        }
+        self.ack.pushed |= ACK_PUSHED;
+    }
+
+    /// `tp->tcp_header_len`: the header every segment of ours carries.
+    fn tcp_header_len(&self) -> u32 {
+        if self.ts_ok {
+            32
+        } else {
+            20
+        }
+    }
+
+    /// `tcp_event_data_recv`: the ACK timeout from the arrival gaps (the
+    /// MSS estimate is the caller's).
+    fn event_data_recv(&mut self, ctx: &Ctx<'_>, len: u32) {
         self.rcv_rtt_measure(ctx.now);
         let now = ctx.now;
         if self.ack.ato == 0 {
@@ -705,11 +744,43 @@ impl Conn {
                 let skip = self.rcv_nxt.wrapping_sub(s) as usize;
                 self.rcvq.extend(&d[skip..]);
                 self.rcv_nxt = end;
-                self.event_data_recv(ctx, (d.len() - skip) as u32);
+                let len = (d.len() - skip) as u32;
+                if len >= self.ack.rcv_mss {
+                    self.ack.rcv_mss = len.min(self.advmss);
+                }
+                self.event_data_recv(ctx, len);
             }
         }
         let nxt = self.rcv_nxt;
         self.sacks.retain(|&(_, e)| after(e, nxt));
+    }
+
+    /// `__tcp_cleanup_rbuf` after a read of `copied` bytes: whether to ACK
+    /// now. An owed ACK goes when more than a segment came since the last
+    /// window update (the every-second-segment ACK that
+    /// [`Self::ack_snd_check`] held back because the data still sat
+    /// unread), or when this read emptied the queue of a pushed segment;
+    /// and a window that at least doubled is announced.
+    pub(crate) fn cleanup_rbuf(&self, copied: usize) -> bool {
+        if self.ack.pending {
+            let p = self.ack.pushed;
+            let pushed = p & ACK_PUSHED2 != 0
+                || (p & ACK_PUSHED != 0 && self.ack.pingpong < TCP_PINGPONG_THRESH);
+            if self.rcv_nxt.wrapping_sub(self.rcv_wup) > self.ack.rcv_mss
+                || (copied > 0 && pushed && self.rcvq.is_empty() && self.ofo.is_empty())
+            {
+                return true;
+            }
+        }
+        if copied == 0 || !self.synchronized() || self.fin_rcvd || self.shut_rd {
+            return false;
+        }
+        let now_wnd = self.receive_window();
+        if 2 * now_wnd > self.window_clamp {
+            return false;
+        }
+        let new = self.window_after_read();
+        new > 0 && new >= 2 * now_wnd
     }
 
     /// `__tcp_ack_snd_check`: ACK now, or arm the delayed ACK.

@@ -155,6 +155,7 @@ impl Conn {
             }
         }
         self.ack.pending = false;
+        self.ack.pushed = 0;
         self.ack.timer = None;
     }
 
@@ -691,7 +692,7 @@ impl Conn {
         let mut ato = self.ack.ato;
         if ato > TCP_DELACK_MIN {
             let mut max_ato = 500 * MS;
-            if self.ack.pingpong > 0 {
+            if self.ack.pingpong > 0 || self.ack.pushed & crate::conn::ACK_PUSHED != 0 {
                 max_ato = TCP_DELACK_MAX;
             }
             if self.srtt_us > 0 {

@@ -100,6 +100,8 @@ pub struct SegIn<'a> {
     pub opts: OptsIn,
     /// Data.
     pub payload: &'a [u8],
+    /// The TCP header's length, options included (`doff * 4`).
+    pub hdr_len: u8,
     /// The IP header's ECN field (`INET_ECN_*`: 0 Not-ECT, 1 ECT(1),
     /// 2 ECT(0), 3 CE).
     pub ecn: u8,
@@ -217,6 +219,7 @@ pub fn parse_checked(pkt: &[u8], verified: bool) -> Result<SegIn<'_>, BadSegment
         wnd,
         opts,
         payload: &l4[hl..],
+        hdr_len: hl as u8,
         ecn: ip_ecn(pkt),
     })
 }

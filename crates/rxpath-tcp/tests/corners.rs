@@ -643,3 +643,67 @@ fn a_child_has_its_listeners_options() {
     let o = out(&mut st);
     assert!(o.iter().any(|s| s.0 & RST != 0), "{o:?}");
 }
+
+/// A connection past its quick ACKs (16 full segments, `read` as they
+/// came or left queued): from here ACKs wait for the rules, not for the
+/// count.
+fn past_quickacks(st: &mut Stack, read: bool) -> (SockId, Peer, Nanos) {
+    let (_l, c, mut p) = established(st);
+    let mut t = 2 * MS;
+    let mut buf = [0u8; 4096];
+    for _ in 0..16 {
+        let d = p.seg(ACK, &[7u8; 536], 65535);
+        st.input(&d, t);
+        assert_eq!(out(st).len(), 1, "a quick ACK for each");
+        if read {
+            assert_eq!(st.recv(c, &mut buf, false, t), Ok(536));
+        }
+        t += 10_000;
+    }
+    (c, p, t)
+}
+
+#[test]
+fn a_read_sends_the_ack_that_unread_data_held_back() {
+    // `__tcp_ack_snd_check` ACKs every second segment only when the window
+    // it would offer is no smaller than the one offered; unread data makes
+    // it smaller, and the reader's `tcp_cleanup_rbuf` sends the ACK.
+    let mut st = Stack::new(TcpConfig::default(), 7, vec![]);
+    let (c, mut p, mut t) = past_quickacks(&mut st, false);
+    for _ in 0..10 {
+        let d = p.seg(ACK, &[7u8; 536], 65535);
+        st.input(&d, t);
+        t += 10_000;
+    }
+    assert!(out(&mut st).is_empty(), "unread data holds the ACKs");
+    let mut buf = [0u8; 100];
+    assert_eq!(st.recv(c, &mut buf, false, t), Ok(100));
+    let acks = out(&mut st);
+    assert_eq!(acks.len(), 1, "the read sends the owed ACK: {acks:?}");
+    assert_eq!((acks[0].0, acks[0].2), (ACK, p.seq), "up to all received");
+    assert_eq!(st.recv(c, &mut buf, false, t), Ok(100));
+    assert!(out(&mut st).is_empty(), "nothing more is owed");
+}
+
+#[test]
+fn reading_a_pushed_segment_whole_acks_it() {
+    // A short segment is the end of the peer's write (`ICSK_ACK_PUSHED`):
+    // the read that empties the queue ACKs it, not the delayed-ACK timer.
+    let mut st = Stack::new(TcpConfig::default(), 7, vec![]);
+    let (c, mut p, t) = past_quickacks(&mut st, true);
+    let d = p.seg(ACK | PSH, b"end of a write", 65535);
+    st.input(&d, t);
+    assert!(out(&mut st).is_empty(), "one short segment: the ACK waits");
+    let mut buf = [0u8; 4];
+    assert_eq!(st.recv(c, &mut buf, false, t), Ok(4));
+    assert!(out(&mut st).is_empty(), "not while data is left to read");
+    let mut rest = [0u8; 64];
+    assert_eq!(st.recv(c, &mut rest, false, t), Ok(10));
+    let acks = out(&mut st);
+    assert_eq!(
+        acks.len(),
+        1,
+        "the read that emptied the queue ACKs: {acks:?}"
+    );
+    assert_eq!(acks[0].2, p.seq);
+}

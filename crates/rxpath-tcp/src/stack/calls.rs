@@ -462,22 +462,13 @@ impl Stack {
             c.copied += n as u64;
         }
         c.rcv_space_adjust(tune, now);
-        if !peek {
-            // `tcp_cleanup_rbuf`: announce a window that at least doubled.
-            let now_wnd = c.receive_window();
-            let mut time_to_ack = false;
-            if c.synchronized() && !c.fin_rcvd && !c.shut_rd && 2 * now_wnd <= c.window_clamp {
-                let new = c.window_after_read();
-                time_to_ack = new > 0 && new >= 2 * now_wnd;
-            }
-            if time_to_ack {
-                let mut ctx = ctx!(self, now);
-                let c = self.socks[id.0]
-                    .as_mut()
-                    .and_then(|s| s.conn.as_deref_mut())
-                    .expect("checked above");
-                c.send_ack(&mut ctx);
-            }
+        if c.cleanup_rbuf(n) {
+            let mut ctx = ctx!(self, now);
+            let c = self.socks[id.0]
+                .as_mut()
+                .and_then(|s| s.conn.as_deref_mut())
+                .expect("checked above");
+            c.send_ack(&mut ctx);
         }
         Ok(n)
     }
