@@ -322,3 +322,32 @@ fn a_child_keeps_the_flow_its_segments_gave_it_before_accept() {
     drop(l);
     assert_clean(h);
 }
+
+/// A port whose kernel connections wait in TIME_WAIT stays the kernel's,
+/// as for a kernel socket bound without `SO_REUSEADDR` (rxpath's hold on
+/// it never listens, so with `SO_REUSEADDR` any server could share it):
+/// the listener is refused and says why.
+#[test]
+fn a_port_an_earlier_kernel_server_left_in_time_wait_is_refused_with_why() {
+    if !can_run(&[Need::Root]) {
+        return;
+    }
+    let (guard, h) = tcp_host("tcw", true);
+    let addr: SocketAddr = format!("{HOST_ADDR}:7105").parse().unwrap();
+    let kernel = TcpListener::bind(addr).expect("the kernel's listener");
+    let client = in_peer(&guard, move || {
+        let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut rest = Vec::new();
+        c.read_to_end(&mut rest).expect("read to the end");
+    });
+    // The server closes first: its end of the pair waits in TIME_WAIT.
+    drop(kernel.accept().expect("the kernel's accept"));
+    client.join().expect("client");
+    drop(kernel);
+    let e = h.tcp_listen(addr, 4).expect_err("the port is in TIME_WAIT");
+    assert_eq!(e.raw_os_error(), None, "a message, not a bare errno");
+    assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse);
+    assert!(e.to_string().contains("TIME_WAIT"), "{e}");
+    assert_clean(h);
+}

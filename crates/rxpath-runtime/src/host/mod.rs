@@ -477,7 +477,18 @@ impl Host {
             ));
         }
         if let Some(g) = &self.guards {
-            let guard = KernelPortGuard::bind_tcp(addr)?;
+            let guard = KernelPortGuard::bind_tcp(addr).map_err(|e| match e.raw_os_error() {
+                Some(libc::EADDRINUSE) => std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "TCP {addr} is taken in the kernel: a socket bound there, or an \
+                         earlier server's connections waiting in TIME_WAIT (up to 60 s; \
+                         `ss -tan sport = :{}`)",
+                        addr.port()
+                    ),
+                ),
+                _ => e,
+            })?;
             addr = guard.local_addr()?;
             lock(g).push(guard);
         }
