@@ -7,9 +7,10 @@ use crate::sys;
 use crate::sys::{deadline, errno, left_ms};
 use crate::tcp::sock::TcpSock;
 use crate::udp::sock::{busy_wait_with, readable, Accel, BusyParams};
+use crate::watchers::SetWaker;
 use rxpath_core::NapiId;
 use rxpath_dev::sync::lock;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -63,7 +64,8 @@ pub(crate) struct EpSet {
     kfd: RawFd,
     members: Mutex<Vec<Member>>,
     kernel_fds: AtomicUsize,
-    efd: Mutex<Option<OwnedFd>>,
+    /// The set's eventfd in its kernel set, on every member's watchers.
+    waker: Mutex<Option<Arc<SetWaker>>>,
     /// The device descriptors in the kernel set: added when a sleep needs
     /// them, removed when one does not (no `epoll_ctl` per sleep while a
     /// program keeps waiting on the same devices).
@@ -78,23 +80,21 @@ pub(crate) struct EpSet {
 /// shared by its waiters: a wait takes the lists, it does not build them.
 #[derive(Debug, Default)]
 struct MemberSocks {
-    all: Vec<Served>,
     udp: Vec<Arc<Accel>>,
     tcp: Vec<Arc<TcpSock>>,
 }
 
 impl MemberSocks {
     fn of(m: &[Member]) -> MemberSocks {
-        let all: Vec<Served> = m.iter().map(|m| m.sock.clone()).collect();
-        let udp = all.iter().filter_map(|s| s.udp().cloned()).collect();
-        let tcp = all
+        let udp = m.iter().filter_map(|m| m.sock.udp().cloned()).collect();
+        let tcp = m
             .iter()
-            .filter_map(|s| match s {
+            .filter_map(|m| match &m.sock {
                 Served::Tcp(t) => Some(t.clone()),
                 Served::Udp(_) => None,
             })
             .collect();
-        MemberSocks { all, udp, tcp }
+        MemberSocks { udp, tcp }
     }
 }
 
@@ -105,7 +105,7 @@ impl EpSet {
             kfd,
             members: Mutex::default(),
             kernel_fds: AtomicUsize::new(0),
-            efd: Mutex::new(None),
+            waker: Mutex::new(None),
             devices: Mutex::default(),
             params: Mutex::default(),
             socks: Mutex::default(),
@@ -166,7 +166,7 @@ impl EpSet {
             (libc::EPOLL_CTL_ADD, Some(_)) => Err(libc::EEXIST),
             (libc::EPOLL_CTL_ADD, None) => {
                 let ev = ev.ok_or(libc::EFAULT)?;
-                self.wake_fd()?;
+                sock.watch().join(&self.waker()?);
                 let seen = first_seen(&sock, ev.events);
                 m.push(Member {
                     fd,
@@ -193,7 +193,8 @@ impl EpSet {
                 Ok(())
             }
             (libc::EPOLL_CTL_DEL, Some(i)) => {
-                m.swap_remove(i);
+                let x = m.swap_remove(i);
+                self.left(&x);
                 self.members_changed();
                 Ok(())
             }
@@ -218,17 +219,30 @@ impl EpSet {
     pub(crate) fn forget(&self, fd: RawFd) {
         let mut m = lock(&self.members);
         let was = m.len();
-        m.retain(|m| m.fd != fd);
+        m.retain(|x| {
+            let gone = x.fd == fd;
+            if gone {
+                self.left(x);
+            }
+            !gone
+        });
         if m.len() != was {
             self.members_changed();
         }
     }
 
+    /// A member left: its socket no longer wakes the set.
+    fn left(&self, x: &Member) {
+        if let Some(w) = lock(&self.waker).as_ref() {
+            x.sock.watch().leave(w);
+        }
+    }
+
     /// The set's eventfd, registered in its kernel set on first use.
-    fn wake_fd(&self) -> Result<RawFd, i32> {
-        let mut g = lock(&self.efd);
-        if let Some(f) = g.as_ref() {
-            return Ok(f.as_raw_fd());
+    fn waker(&self) -> Result<Arc<SetWaker>, i32> {
+        let mut g = lock(&self.waker);
+        if let Some(w) = g.as_ref() {
+            return Ok(w.clone());
         }
         let f = sys::eventfd().map_err(errno)?;
         let ev = libc::epoll_event {
@@ -236,9 +250,9 @@ impl EpSet {
             u64: WAKE,
         };
         sys::kepoll_ctl(self.kfd, libc::EPOLL_CTL_ADD, f.as_raw_fd(), Some(ev)).map_err(errno)?;
-        let fd = f.as_raw_fd();
-        *g = Some(f);
-        Ok(fd)
+        let w = Arc::new(SetWaker::new(f));
+        *g = Some(w.clone());
+        Ok(w)
     }
 
     /// `epoll_wait` on this set.
@@ -313,8 +327,8 @@ impl EpSet {
         let mut n = 0;
         for i in 0..k {
             if out[i].u64 == WAKE {
-                if let Some(f) = lock(&self.efd).as_ref() {
-                    sys::eventfd_drain(f.as_raw_fd());
+                if let Some(w) = lock(&self.waker).as_ref() {
+                    sys::eventfd_drain(w.fd());
                 }
                 continue;
             }
@@ -371,11 +385,9 @@ impl EpSet {
     }
 
     fn sleep(&self, out: &mut [libc::epoll_event], until: Option<Instant>) -> Result<usize, i32> {
-        let efd = self.wake_fd()?;
+        let waker = self.waker()?;
         let socks = self.socks();
-        for a in &socks.all {
-            a.watch().arm(efd);
-        }
+        waker.sleep();
         // The devices of deferred NAPIs wake the set too.
         let refs: Vec<&Arc<Accel>> = socks.udp.iter().collect();
         let dev = crate::device::sleep_devices(&refs);
@@ -388,9 +400,7 @@ impl EpSet {
         } else {
             self.kernel_wait(out, left_ms(until))
         };
-        for a in &socks.all {
-            a.watch().disarm(efd);
-        }
+        waker.woke();
         // Awake: the devices slept on are polled once.
         drop(dev);
         drop(tdev);
@@ -421,6 +431,17 @@ impl EpSet {
                 false
             }
         });
+    }
+}
+
+impl Drop for EpSet {
+    /// The set is gone (its last descriptor closed): its members no
+    /// longer wake it.
+    fn drop(&mut self) {
+        let m = std::mem::take(&mut *lock(&self.members));
+        for x in &m {
+            self.left(x);
+        }
     }
 }
 

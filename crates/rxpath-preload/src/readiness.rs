@@ -410,4 +410,54 @@ mod tests {
         let r = h.shutdown();
         assert_eq!(r.frames_home, r.frames_total);
     }
+
+    /// A member wakes a sleeper on its epoll set from `ADD` on, with no
+    /// arming per wait, and stops being the set's when it leaves: by
+    /// `DEL`, by its descriptor's close, or by the set's.
+    #[test]
+    fn an_epoll_member_wakes_its_set_until_it_leaves() {
+        let h = sim_host();
+        let sock = h
+            .udp_bind_held(format!("{HOST}:7002").parse().unwrap())
+            .unwrap();
+        let a = Accel::for_test(sock);
+        let kfd = sys::kepoll_create().unwrap();
+        let set = crate::epoll::EpSet::new(kfd.as_raw_fd());
+        let ev = Some(libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: 9,
+        });
+        let served = || crate::served::Served::Udp(a.clone());
+        let fd = 63_002;
+        set.ctl_socket(libc::EPOLL_CTL_ADD, fd, served(), ev)
+            .unwrap();
+        assert_eq!(a.watch.sets(), 1);
+        let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
+        let t = std::time::Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                inject(&h, 7002, b"wake");
+            });
+            assert_eq!(set.wait(&mut out, 20_000), Ok(1));
+        });
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "the datagram woke the sleeper, not the timeout"
+        );
+        set.ctl_socket(libc::EPOLL_CTL_DEL, fd, served(), None)
+            .unwrap();
+        assert_eq!(a.watch.sets(), 0, "DEL");
+        set.ctl_socket(libc::EPOLL_CTL_ADD, fd, served(), ev)
+            .unwrap();
+        set.forget(fd);
+        assert_eq!(a.watch.sets(), 0, "the member's close");
+        set.ctl_socket(libc::EPOLL_CTL_ADD, fd, served(), ev)
+            .unwrap();
+        drop(set);
+        assert_eq!(a.watch.sets(), 0, "the set's close");
+        drop(a);
+        let r = h.shutdown();
+        assert_eq!(r.frames_home, r.frames_total);
+    }
 }
