@@ -1409,6 +1409,8 @@ fn a_listeners_options_are_its_connections_as_on_the_kernel() {
         "keepalive 1",
         "nodelay 1",
         "tos 0x20",
+        "rcvbuf 100000",
+        "sndbuf 65536",
         "done",
     ];
     for (lines, got, _, all) in &runs {

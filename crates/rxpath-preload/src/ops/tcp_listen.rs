@@ -62,6 +62,12 @@ pub(crate) fn on_listen(fd: RawFd, backlog: i32) {
     if let Some((true, secs)) = crate::sys::sockopt_linger(fd) {
         let _ = l.set_option(rxpath_tcp::SockOpt::Linger, secs.max(0));
     }
+    for (name, opt) in BUFFERS {
+        if let Some(v) = buffer_set(fd, addr.is_ipv6(), name) {
+            // The kernel doubled what was asked; rxpath's option doubles.
+            let _ = l.set_option(opt, v / 2);
+        }
+    }
     let id = g.served(addr);
     let t = TcpSock::new(
         End::Listener(l, keys),
@@ -87,6 +93,25 @@ pub(crate) fn listen_done(fd: RawFd, ok: bool) {
         global().release(keys);
         global().went_to_kernel(t.report_id, "the kernel's listen failed");
     }
+}
+
+/// The buffer sizes a listener passes to its connections, fixed (no
+/// autotuning: `SOCK_RCVBUF_LOCK`, `SOCK_SNDBUF_LOCK`) when set.
+const BUFFERS: [(i32, rxpath_tcp::SockOpt); 2] = [
+    (libc::SO_RCVBUF, rxpath_tcp::SockOpt::RcvBuf),
+    (libc::SO_SNDBUF, rxpath_tcp::SockOpt::SndBuf),
+];
+
+/// The buffer size `name` of kernel socket `fd` if the program set it:
+/// `getsockopt` cannot say so, but a size other than a new TCP socket's
+/// (`tcp_rmem[1]`, `tcp_wmem[1]`) was set. A size set to exactly the
+/// default reads as not set (its connections autotune).
+fn buffer_set(fd: RawFd, v6: bool, name: i32) -> Option<i32> {
+    let v = crate::sys::sockopt_int(fd, libc::SOL_SOCKET, name)?;
+    let fresh = crate::sys::stream_placeholder(v6, libc::SOCK_CLOEXEC).ok()?;
+    let default = crate::sys::sockopt_int(fresh, libc::SOL_SOCKET, name);
+    crate::sys::close_fd(fresh);
+    (Some(v) != default).then_some(v)
 }
 
 /// Options a listener and its connections take from its kernel socket at
