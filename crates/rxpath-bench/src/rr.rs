@@ -43,8 +43,8 @@ pub struct RrArgs {
     #[arg(long, value_delimiter = ',')]
     pub servers: Vec<String>,
     /// TCP round trips (seed 000's TCP_RR): sockperf --tcp, rxpath's
-    /// servers on rxpath's TCP (`echo --tcp`), the kernel's on its own.
-    /// The exec rows are not measured: the preload serves no TCP yet.
+    /// servers on rxpath's TCP (`echo --tcp`), the kernel's on its own,
+    /// and `sockperf server --tcp` under `rxpath exec --protocols udp,tcp`.
     #[arg(long)]
     pub tcp: bool,
 }
@@ -144,12 +144,21 @@ pub(crate) enum Running {
 }
 
 /// The unmodified `sockperf server` under `rxpath exec` (this binary),
-/// pinned to `cpu` with every thread the preloaded host starts.
-pub(crate) fn start_exec(t: &Topology, busy_us: u32, cpu: Option<usize>) -> Result<Running> {
+/// pinned to `cpu` with every thread the preloaded host starts; with
+/// `tcp`, `sockperf server --tcp` on rxpath's TCP.
+pub(crate) fn start_exec(
+    t: &Topology,
+    busy_us: u32,
+    cpu: Option<usize>,
+    tcp: bool,
+) -> Result<Running> {
     let exe = std::env::current_exe().context("locating this binary")?;
     let mut cmd = Command::new(exe);
-    cmd.args(["exec", "--iface", &t.host_if, "--mode", "xdp"])
-        .args(["--busy-poll", &busy_us.to_string(), "--"]);
+    cmd.args(["exec", "--iface", &t.host_if, "--mode", "xdp"]);
+    if tcp {
+        cmd.args(["--protocols", "udp,tcp"]);
+    }
+    cmd.args(["--busy-poll", &busy_us.to_string(), "--"]);
     if let Some(c) = cpu {
         cmd.args(["taskset", "-c", &c.to_string()]);
     }
@@ -161,6 +170,9 @@ pub(crate) fn start_exec(t: &Topology, busy_us: u32, cpu: Option<usize>) -> Resu
         "-p",
         &PORT.to_string(),
     ]);
+    if tcp {
+        cmd.arg("--tcp");
+    }
     let mut peer = crate::harness::Peer::spawn("rxpath exec sockperf server", cmd)?;
     let out = peer.stdout();
     Ok(Running::Exec(peer, out))
@@ -202,8 +214,8 @@ pub(crate) fn stop_exec(
 
 fn start(s: Server, t: &Topology, a: &RrArgs, cpu: Option<usize>) -> Result<Running> {
     match s {
-        Server::ExecSleep => start_exec(t, 0, cpu),
-        Server::ExecBusy => start_exec(t, a.busy_poll, cpu),
+        Server::ExecSleep => start_exec(t, 0, cpu, a.tcp),
+        Server::ExecBusy => start_exec(t, a.busy_poll, cpu, a.tcp),
         Server::Kernel | Server::KernelBusy => {
             let busy = if s == Server::KernelBusy {
                 a.busy_poll.to_string()
@@ -501,12 +513,7 @@ pub fn rr(a: RrArgs, rep: &mut Option<ReportDir>) -> Result<ExitCode> {
     }
     // The exec rows run this binary's preload library; without it they
     // are said not measured, and the rest runs.
-    let preload = match a.tcp {
-        true => Err(anyhow::anyhow!(
-            "rxpath exec serves no TCP yet (the preload leaves TCP to the kernel)"
-        )),
-        false => rxpath_cli::exec::find_preload(),
-    };
+    let preload = rxpath_cli::exec::find_preload();
     if let Err(e) = &preload {
         for s in [Server::ExecSleep, Server::ExecBusy] {
             if a.servers.is_empty() || a.servers.iter().any(|k| k == s.key()) {
