@@ -309,7 +309,7 @@ impl EpSet {
         let seen: Vec<u64> = tcp.iter().map(|t| t.watch.edges()).collect();
         let refs: Vec<&TcpSock> = tcp.iter().map(|t| &**t).collect();
         let moved = || tcp.iter().zip(&seen).any(|(t, e)| t.watch.edges() != *e);
-        crate::tcp::sock::busy_wait_all(&refs, &moved, true)
+        crate::tcp::sock::busy_wait_all(&refs, &moved)
     }
 
     fn scan(&self, out: &mut [libc::epoll_event], timeout: i32) -> Result<usize, i32> {

@@ -90,9 +90,13 @@ pub(crate) fn wait_readable(a: &Arc<Accel>, until: Option<Instant>) -> Result<()
 
 /// Wait until served TCP socket `t` is ready for something in `want`
 /// (`EPOLL*` bits; errors and hang-ups always end the wait), or until
-/// `until`: asleep on an eventfd its watcher signals, and on `kernel`
-/// (a listener's kernel socket, for what comes over loopback) when
-/// given. `EAGAIN` at the deadline, `EINTR` if a signal came.
+/// `until`: asleep on an eventfd its watcher signals, on `kernel` (a
+/// listener's kernel socket, for what comes over loopback) when given,
+/// and on the device where the socket's NAPI keeps its interrupt
+/// deferred (IRQ suspension, exec's default: the waiter polls the NAPI
+/// itself when the device has packets, one wakeup a request instead of
+/// the interrupt thread's and then the waiter's), as UDP's waits do.
+/// `EAGAIN` at the deadline, `EINTR` if a signal came.
 pub(crate) fn wait_tcp(
     t: &crate::tcp::sock::TcpSock,
     want: u32,
@@ -108,13 +112,19 @@ pub(crate) fn wait_tcp(
             return Err(libc::EAGAIN);
         }
         let seen = t.watch.edges();
-        if t.busy_wait(&|| t.watch.edges() != seen) && t.events() & want != 0 {
+        let moved = move || t.watch.edges() != seen;
+        let polled = crate::tcp::sock::busy_wait_all(&[t], &moved);
+        if polled && t.events() & want != 0 {
             return Ok(());
         }
+        let (_, id, host) = t.busy_of();
+        let budget = rxpath_core::sock::BUSY_POLL_BUDGET;
+        let dev = crate::device::sleep_on(Some(host), &[id], budget, Box::new(moved));
         let r = with_poll_efd(|efd| {
             t.watch.arm(efd);
             let mut p: Vec<libc::pollfd> = std::iter::once(efd)
                 .chain(kernel)
+                .chain(dev.fds.iter().copied())
                 .map(|fd| libc::pollfd {
                     fd,
                     events: libc::POLLIN,
@@ -130,12 +140,14 @@ pub(crate) fn wait_tcp(
             if p[0].revents & libc::POLLIN != 0 {
                 sys::eventfd_drain(efd);
             }
-            if p.get(1).is_some_and(|k| k.revents & libc::POLLIN != 0) {
+            if kernel.is_some() && p.get(1).is_some_and(|k| k.revents & libc::POLLIN != 0) {
                 t.kernel_ready
                     .store(true, std::sync::atomic::Ordering::SeqCst);
             }
             r
         })?;
+        // Awake: the devices slept on are polled once.
+        drop(dev);
         r?;
     }
 }

@@ -1040,6 +1040,19 @@ while True:\n\
 \x20           print('echoed', n, flush=True); sys.exit(0)\n\
 \x20       n += len(d); conn.sendall(d)\n";
 
+/// A TCP echo server that blocks in `accept` and `recv` (as `sockperf
+/// server --tcp`): prints how many bytes it echoed when its peer closes.
+const BLOCKING_ECHO: &str = "import socket, sys\n\
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+l.bind((sys.argv[1], int(sys.argv[2]))); l.listen(8)\n\
+print('ready', flush=True)\n\
+conn, _ = l.accept(); n = 0\n\
+while True:\n\
+\x20   d = conn.recv(65536)\n\
+\x20   if not d:\n\
+\x20       print('echoed', n, flush=True); sys.exit(0)\n\
+\x20   n += len(d); conn.sendall(d)\n";
+
 /// `n` request/answer round trips of 32 bytes on one connection: how many
 /// came back right.
 const RR_CLIENT: &str = "import socket, sys, time\n\
@@ -1054,15 +1067,27 @@ for i in range(int(sys.argv[3])):\n\
 \x20   ok += got == m\n\
 s.close(); print(ok)\n";
 
-/// IRQ suspension for TCP as for UDP: an epoll server's thread that goes
-/// to sleep with the queue's interrupt suspended (`--irq-suspend-timeout`,
-/// on by default) waits on the device itself and polls the NAPI when it
-/// wakes, so a round trip raises no interrupt of its own; with the
-/// suspension off nearly every segment raises one (the interrupt thread,
-/// then the server). Every answer comes back either way.
+/// IRQ suspension for TCP as for UDP: a server's thread that goes to
+/// sleep with the queue's interrupt suspended (`--irq-suspend-timeout`,
+/// on by default), in `epoll_wait` or in a blocking `recv`, waits on the
+/// device itself and polls the NAPI when it wakes, so a round trip raises
+/// no interrupt of its own; with the suspension off nearly every segment
+/// raises one (the interrupt thread, then the server). Every answer comes
+/// back either way.
 #[test]
 fn an_epoll_server_sleeps_on_the_device_between_segments() {
-    let Some(p) = Pair::new("tq", true, &["python3"]) else {
+    sleeps_on_the_device("tq", EPOLL_ECHO, "5350");
+}
+
+/// [`an_epoll_server_sleeps_on_the_device_between_segments`] for a
+/// server that blocks in `recv`.
+#[test]
+fn a_blocking_reader_sleeps_on_the_device_between_segments() {
+    sleeps_on_the_device("tr", BLOCKING_ECHO, "5351");
+}
+
+fn sleeps_on_the_device(tag: &str, server_src: &str, port: &str) {
+    let Some(p) = Pair::new(tag, true, &["python3"]) else {
         return;
     };
     let n = 300;
@@ -1072,7 +1097,7 @@ fn an_epoll_server_sleeps_on_the_device_between_segments() {
         if let Some(s) = suspend {
             args.extend(["--irq-suspend-timeout", s]);
         }
-        let prog = ["python3", "-c", EPOLL_ECHO, SRV, "5350"];
+        let prog = ["python3", "-c", server_src, SRV, port];
         let mut s = server(&p, Some(&args), &prog);
         common::exec::wait_ready(&mut s);
         let c = in_client(
@@ -1084,7 +1109,7 @@ fn an_epoll_server_sleeps_on_the_device_between_segments() {
                 "-c",
                 RR_CLIENT,
                 SRV,
-                "5350",
+                port,
                 &n.to_string(),
             ],
         );

@@ -82,13 +82,6 @@ impl TcpSock {
         }
     }
 
-    /// Busy-poll its NAPI for its window or until `ready()` (the kernel's
-    /// `sk_busy_loop` before a TCP wait sleeps). False if nothing was
-    /// polled (no window, no NAPI yet).
-    pub(crate) fn busy_wait(&self, ready: &dyn Fn() -> bool) -> bool {
-        busy_wait_all(&[self], ready, false)
-    }
-
     /// Its readiness as `poll` has it (`EPOLLIN`, `EPOLLOUT`, `EPOLLRDHUP`,
     /// `EPOLLHUP`, `EPOLLERR`): the machine's (`tcp_poll`,
     /// `inet_csk_listen_poll`), and a connection waiting in a listener's
@@ -107,12 +100,11 @@ impl TcpSock {
 }
 
 /// Busy-poll the NAPIs of `socks` for the longest of their windows, or
-/// until `ready()`; false if none has a window and a NAPI. A waiter that
-/// sleeps on the devices next (`on_device`: an epoll set,
-/// [`crate::device`]) polls once with no window too where IRQ suspension
-/// or prefer-busy-poll is on, and leaves the interrupts deferred, as
-/// UDP's waiters do; any other raises them again.
-pub(crate) fn busy_wait_all(socks: &[&TcpSock], ready: &dyn Fn() -> bool, on_device: bool) -> bool {
+/// until `ready()`; false if none has a window and a NAPI. The waiter
+/// sleeps on the devices next ([`crate::device`]), so where IRQ
+/// suspension or prefer-busy-poll is on it polls once with no window too
+/// and leaves the interrupts deferred, as UDP's waiters do.
+pub(crate) fn busy_wait_all(socks: &[&TcpSock], ready: &dyn Fn() -> bool) -> bool {
     let mut ids = Vec::new();
     let mut us = 0;
     let mut host = None;
@@ -121,16 +113,11 @@ pub(crate) fn busy_wait_all(socks: &[&TcpSock], ready: &dyn Fn() -> bool, on_dev
         if id.0 == 0 {
             continue;
         }
-        if !on_device && w == 0 {
-            // Not polled here, but maybe deferred by another waiter (an
-            // epoll set's): raised again, as this one sleeps.
-            h.resume_irqs(&[id]);
-        }
         if ids.contains(&id) {
             us = us.max(w);
             continue;
         }
-        if w > 0 || on_device && suspends(h, id) {
+        if w > 0 || suspends(h, id) {
             us = us.max(w);
             ids.push(id);
             host.get_or_insert(h);
@@ -138,12 +125,6 @@ pub(crate) fn busy_wait_all(socks: &[&TcpSock], ready: &dyn Fn() -> bool, on_dev
     }
     let Some(h) = host else { return false };
     rxpath_runtime::sock::busy_loop(h, &ids, us, rxpath_core::sock::BUSY_POLL_BUDGET, ready);
-    if !on_device {
-        // The waiter sleeps next with nobody to poll a NAPI left
-        // deferred: its interrupt is raised again now, as a busy poll
-        // without `prefer_busy_poll` leaves it in the kernel.
-        h.resume_irqs(&ids);
-    }
     true
 }
 
