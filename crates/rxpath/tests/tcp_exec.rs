@@ -1083,7 +1083,7 @@ fn an_epoll_server_sleeps_on_the_device_between_segments() {
 /// server that blocks in `recv`.
 #[test]
 fn a_blocking_reader_sleeps_on_the_device_between_segments() {
-    sleeps_on_the_device("tr", BLOCKING_ECHO, "5351");
+    sleeps_on_the_device("tb", BLOCKING_ECHO, "5351");
 }
 
 fn sleeps_on_the_device(tag: &str, server_src: &str, port: &str) {
