@@ -466,11 +466,18 @@ impl Conn {
     /// (`tcp_sync_mss`).
     pub fn sync_mss(&mut self) {
         let pmtu_mss = self.pmtu_cookie.saturating_sub(self.net_header_len() + 20);
-        let mut mss = self.mss_clamp.min(self.advmss).min(pmtu_mss);
+        let mss = self.mss_clamp.min(self.advmss).min(pmtu_mss);
+        self.mss_cache = mss.saturating_sub(self.tcp_header_len() - 20).max(48);
+    }
+
+    /// `tp->tcp_header_len`: the TCP header every segment of ours
+    /// carries, its fixed options (timestamps) included.
+    pub(crate) fn tcp_header_len(&self) -> u32 {
         if self.ts_ok {
-            mss = mss.saturating_sub(12);
+            32
+        } else {
+            20
         }
-        self.mss_cache = mss.max(48);
     }
 
     /// The IP header's length: 40 over IPv6, 20 over IPv4 (an IPv6

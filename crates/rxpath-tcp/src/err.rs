@@ -59,11 +59,7 @@ impl Conn {
             .saturating_sub(self.net_header_len() + 20)
             .min(self.mss_clamp)
             .max(48);
-        if self.ts_ok {
-            mss.saturating_sub(12)
-        } else {
-            mss
-        }
+        mss.saturating_sub(self.tcp_header_len() - 20)
     }
 
     /// `tcp_simple_retransmit`: every packet longer than the new MSS is

@@ -600,15 +600,6 @@ impl Conn {
         self.ack.pushed |= ACK_PUSHED;
     }
 
-    /// `tp->tcp_header_len`: the header every segment of ours carries.
-    fn tcp_header_len(&self) -> u32 {
-        if self.ts_ok {
-            32
-        } else {
-            20
-        }
-    }
-
     /// `tcp_event_data_recv`: the ACK timeout from the arrival gaps (the
     /// MSS estimate is the caller's).
     fn event_data_recv(&mut self, ctx: &Ctx<'_>, len: u32) {

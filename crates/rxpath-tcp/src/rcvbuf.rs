@@ -58,7 +58,7 @@ impl Conn {
     /// `tp->advmss` as the kernel keeps it once established: less the
     /// timestamp option when one is agreed (what `tcpi_advmss` says).
     fn advmss_ts(&self) -> u32 {
-        self.advmss - if self.ts_ok { 12 } else { 0 }
+        self.advmss - (self.tcp_header_len() - 20)
     }
 
     /// Free receive space as a window (`tcp_space`): the buffer's window

@@ -62,11 +62,9 @@ pub(crate) fn on_listen(fd: RawFd, backlog: i32) {
     if let Some((true, secs)) = crate::sys::sockopt_linger(fd) {
         let _ = l.set_option(rxpath_tcp::SockOpt::Linger, secs.max(0));
     }
-    for (name, opt) in BUFFERS {
-        if let Some(v) = buffer_set(fd, addr.is_ipv6(), name) {
-            // The kernel doubled what was asked; rxpath's option doubles.
-            let _ = l.set_option(opt, v / 2);
-        }
+    for (opt, v) in buffers_set(fd, addr.is_ipv6()) {
+        // The kernel doubled what was asked; rxpath's option doubles.
+        let _ = l.set_option(opt, v / 2);
     }
     let id = g.served(addr);
     let t = TcpSock::new(
@@ -102,16 +100,24 @@ const BUFFERS: [(i32, rxpath_tcp::SockOpt); 2] = [
     (libc::SO_SNDBUF, rxpath_tcp::SockOpt::SndBuf),
 ];
 
-/// The buffer size `name` of kernel socket `fd` if the program set it:
+/// The buffer sizes of kernel socket `fd` that the program set:
 /// `getsockopt` cannot say so, but a size other than a new TCP socket's
 /// (`tcp_rmem[1]`, `tcp_wmem[1]`) was set. A size set to exactly the
 /// default reads as not set (its connections autotune).
-fn buffer_set(fd: RawFd, v6: bool, name: i32) -> Option<i32> {
-    let v = crate::sys::sockopt_int(fd, libc::SOL_SOCKET, name)?;
-    let fresh = crate::sys::stream_placeholder(v6, libc::SOCK_CLOEXEC).ok()?;
-    let default = crate::sys::sockopt_int(fresh, libc::SOL_SOCKET, name);
+fn buffers_set(fd: RawFd, v6: bool) -> Vec<(rxpath_tcp::SockOpt, i32)> {
+    let Ok(fresh) = crate::sys::stream_placeholder(v6, libc::SOCK_CLOEXEC) else {
+        return Vec::new();
+    };
+    let get = |f, name| crate::sys::sockopt_int(f, libc::SOL_SOCKET, name);
+    let set = BUFFERS
+        .into_iter()
+        .filter_map(|(name, opt)| {
+            let v = get(fd, name)?;
+            (Some(v) != get(fresh, name)).then_some((opt, v))
+        })
+        .collect();
     crate::sys::close_fd(fresh);
-    (Some(v) != default).then_some(v)
+    set
 }
 
 /// Options a listener and its connections take from its kernel socket at
