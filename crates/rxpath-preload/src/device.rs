@@ -13,12 +13,12 @@ use rxpath_core::sock::{SharedNapi, Sockets};
 use rxpath_core::NapiId;
 use rxpath_dev::sync::lock;
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex};
 
 /// The device descriptors by NAPI, made once each (a NAPI and its queue
 /// live as long as the host).
-static DEVICES: Mutex<Option<HashMap<NapiId, OwnedFd>>> = Mutex::new(None);
+static DEVICES: Mutex<Option<HashMap<NapiId, crate::sys::Ours>>> = Mutex::new(None);
 
 fn device_fd(host: &Sockets, id: NapiId) -> Option<RawFd> {
     let mut g = lock(&DEVICES);
@@ -27,6 +27,7 @@ fn device_fd(host: &Sockets, id: NapiId) -> Option<RawFd> {
         return Some(fd.as_raw_fd());
     }
     let fd = host.napi_readiness_fd(id)?.ok()?;
+    let fd = crate::sys::Ours::new(fd);
     let raw = fd.as_raw_fd();
     m.insert(id, fd);
     Some(raw)

@@ -11,7 +11,7 @@ use crate::sys;
 use crate::udp::sock::Accel;
 use rxpath_runtime::sock::Watch;
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -24,7 +24,7 @@ pub(crate) trait KernelWatched: Send + Sync {
 }
 
 struct KernelSide {
-    epfd: OwnedFd,
+    epfd: crate::sys::Ours,
     socks: Mutex<HashMap<u64, Weak<dyn KernelWatched>>>,
 }
 

@@ -15,13 +15,13 @@ use crate::sys;
 use crate::sys::{deadline, errno, left_ms};
 use crate::table;
 use crate::udp::sock::{busy_wait, readable, Accel};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::Instant;
 
 thread_local! {
     /// This thread's eventfd for `poll`/`select` sleeps.
-    static POLL_EFD: std::cell::RefCell<Option<OwnedFd>> = const { std::cell::RefCell::new(None) };
+    static POLL_EFD: std::cell::RefCell<Option<crate::sys::Ours>> = const { std::cell::RefCell::new(None) };
 }
 
 fn with_poll_efd<R>(f: impl FnOnce(RawFd) -> R) -> Result<R, i32> {

@@ -6,7 +6,7 @@
 use crate::sys;
 use rxpath_dev::sync::lock;
 use rxpath_runtime::sock::Watch;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -55,12 +55,12 @@ impl Watch for Watchers {
 /// reused descriptor.
 #[derive(Debug)]
 pub(crate) struct SetWaker {
-    fd: OwnedFd,
+    fd: crate::sys::Ours,
     sleeping: AtomicUsize,
 }
 
 impl SetWaker {
-    pub(crate) fn new(fd: OwnedFd) -> SetWaker {
+    pub(crate) fn new(fd: crate::sys::Ours) -> SetWaker {
         SetWaker {
             fd,
             sleeping: AtomicUsize::new(0),

@@ -388,6 +388,37 @@ fn close_while_a_read_is_blocked_keeps_the_file_as_the_kernel_does() {
     assert_eq!(said[1], said[0], "exec as the kernel");
 }
 
+const DOUBLE_CLOSE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/double_close.py");
+
+/// A program that closes a number twice (iperf3's server does): between
+/// the closes the preload may make a descriptor of its own on the freed
+/// number (an epoll set's eventfd, the device it sleeps on). The second
+/// close fails with `EBADF`, as on the kernel, and takes nothing from the
+/// path: every datagram after it is answered at its first try. The
+/// kernel run is the oracle.
+#[test]
+fn a_second_close_of_a_number_takes_nothing_from_the_path() {
+    let Some(p) = pair("ed") else { return };
+    let prog = ["python3", DOUBLE_CLOSE, "--port", "5414"];
+    let mut said = Vec::new();
+    for exec in [None, Some(&[][..])] {
+        let mut s = server(&p, exec, &prog);
+        let before = wait_ready(&mut s);
+        let c = client(&p, &["5414", "50", "--tries", "1", "--wait", "3"]);
+        let (st, out, err) = finish(s);
+        assert!(st.success(), "{exec:?}: {before:?}\n{out}\n{err}");
+        assert_eq!(c["missing"], 0, "{exec:?}: {c}\n{out}\n{err}");
+        assert_eq!(c["bye"], true, "{exec:?}: {c}\n{out}\n{err}");
+        if exec.is_some() {
+            assert!(!out.contains("MISMATCH"), "{out}");
+            assert!(out.contains("back in the pool: ok"), "{out}");
+        }
+        said.push(before);
+    }
+    assert_eq!(said[0], ["second close: EBADF"], "the kernel");
+    assert_eq!(said[1], said[0], "exec as the kernel");
+}
+
 const ECHO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/udp_echo.py");
 
 /// Finding 2: a socket served by forked workers, children or grandchildren

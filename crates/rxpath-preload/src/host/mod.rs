@@ -64,7 +64,7 @@ struct State {
     /// With each, the kernel socket that held a client's port (a dup of
     /// its fd): the kernel must not give the port to another socket
     /// while rxpath's connection on it lives.
-    tcp_deferred: Vec<(u16, Vec<PortKey>, Option<std::os::fd::OwnedFd>)>,
+    tcp_deferred: Vec<(u16, Vec<PortKey>, Option<crate::sys::Ours>)>,
 }
 
 /// The process's preload state.
@@ -353,7 +353,7 @@ impl Global {
         &self,
         port: u16,
         keys: Vec<PortKey>,
-        hold: Option<std::os::fd::OwnedFd>,
+        hold: Option<crate::sys::Ours>,
     ) {
         let (free, left): (Vec<PortKey>, bool) = {
             let mut s = self.state();

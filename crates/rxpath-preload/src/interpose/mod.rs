@@ -203,6 +203,11 @@ pub extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c
 
 #[no_mangle]
 pub extern "C" fn close(fd: c_int) -> c_int {
+    if crate::sys::ours::held(fd) {
+        // A second close of a number now the library's: the kernel's
+        // answer to a second close (see `sys::ours`).
+        return fail(libc::EBADF) as c_int;
+    }
     if table::kind(fd) != table::KERNEL {
         ops::on_close(fd);
     }
@@ -236,6 +241,9 @@ pub extern "C" fn syscall(
         crate::host::before_privileges_drop();
     }
     let fd = a1 as c_int;
+    if n == libc::SYS_close && crate::sys::ours::held(fd) {
+        return fail(libc::EBADF) as _;
+    }
     if table::kind(fd) != table::KERNEL {
         // libuv (1.44, Debian 12's) reads and writes its UDP batches with
         // syscall(__NR_recvmmsg / __NR_sendmmsg): the same calls as the C

@@ -15,12 +15,13 @@
 
 use crate::host::global;
 use crate::sys::pair;
+use crate::sys::Ours;
 use crate::table;
 use crate::tcp::sock::TcpSock;
 use rxpath_dev::sync::lock;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -33,8 +34,8 @@ struct Staged {
     /// the child must not take the machine's lock, which another thread
     /// may have held as the fork copied it.
     addrs: Option<(SocketAddr, SocketAddr)>,
-    parent: OwnedFd,
-    child: OwnedFd,
+    parent: Ours,
+    child: Ours,
 }
 
 /// What [`fork_prepare`] made, for [`fork_child`] or [`fork_parent`].
@@ -45,7 +46,7 @@ pub(crate) struct Fork(Vec<Staged>);
 #[derive(Debug)]
 struct Pending {
     t: Arc<TcpSock>,
-    end: OwnedFd,
+    end: Ours,
 }
 
 fn pending() -> &'static Mutex<Vec<Pending>> {

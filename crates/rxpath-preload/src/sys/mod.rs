@@ -4,8 +4,11 @@
 //! [`crate::interpose`] it is the interposition layer, the only `unsafe`
 //! of the crate, each block with its `SAFETY` line.
 
+pub(crate) mod ours;
 pub(crate) mod pair;
 pub(crate) mod real;
+
+pub(crate) use ours::Ours;
 
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
@@ -47,8 +50,13 @@ pub(crate) fn signals_blocked<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// A new non-blocking, close-on-exec eventfd of the library's own.
+pub(crate) fn eventfd() -> io::Result<Ours> {
+    eventfd_owned().map(Ours::new)
+}
+
 /// A new non-blocking, close-on-exec eventfd.
-pub(crate) fn eventfd() -> io::Result<OwnedFd> {
+fn eventfd_owned() -> io::Result<OwnedFd> {
     // SAFETY: eventfd takes two integers and returns a new fd or -1.
     let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
     if fd < 0 {
@@ -95,8 +103,9 @@ pub(crate) fn readable_now(fd: RawFd) -> bool {
     kpoll(&mut p, 0).is_ok_and(|n| n > 0 && p[0].revents & libc::POLLIN != 0)
 }
 
-/// Another fd for what `fd` names (close-on-exec), as `dup` makes.
-pub(crate) fn dup_cloexec(fd: RawFd) -> io::Result<OwnedFd> {
+/// Another fd for what `fd` names (close-on-exec), as `dup` makes, the
+/// library's own.
+pub(crate) fn dup_cloexec(fd: RawFd) -> io::Result<Ours> {
     // SAFETY: the C library's fcntl(F_DUPFD_CLOEXEC) on the caller's fd;
     // a new fd or -1.
     let r = unsafe { real::fcntl()(fd, libc::F_DUPFD_CLOEXEC, 0 as libc::c_ulong) };
@@ -104,18 +113,18 @@ pub(crate) fn dup_cloexec(fd: RawFd) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: `r` is a new fd that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(r) })
+    Ok(Ours::new(unsafe { OwnedFd::from_raw_fd(r) }))
 }
 
-/// A new kernel epoll set (close-on-exec).
-pub(crate) fn kepoll_create() -> io::Result<OwnedFd> {
+/// A new kernel epoll set (close-on-exec), the library's own.
+pub(crate) fn kepoll_create() -> io::Result<Ours> {
     // SAFETY: the C library's epoll_create1 with a flag; a new fd or -1.
     let fd = unsafe { real::epoll_create1()(libc::EPOLL_CLOEXEC) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: `fd` was just made and is owned by no one else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(Ours::new(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
 /// The kernel's `epoll_ctl`.

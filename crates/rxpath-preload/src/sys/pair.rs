@@ -2,12 +2,12 @@
 //! ([`crate::tcp::relay`]): the kernel's own calls, never the program's
 //! interposed ones.
 
-use super::real;
+use super::{real, Ours};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// A new pair of connected UNIX stream sockets, close-on-exec.
-pub(crate) fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn socketpair() -> io::Result<(Ours, Ours)> {
     let mut fds = [-1; 2];
     // SAFETY: socketpair writes two fds into the live two-int array.
     let r = unsafe {
@@ -22,7 +22,8 @@ pub(crate) fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: both fds were just made and are owned by no one else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    let (a, b) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    Ok((Ours::new(a), Ours::new(b)))
 }
 
 /// Look up the C library's calls [`put_at`] and the child's clean-up
@@ -33,7 +34,7 @@ pub(crate) fn resolve_calls() {
 
 /// Put `src` at number `dst` (closing what was there), keeping `dst`'s
 /// close-on-exec flag and setting `O_NONBLOCK` as `nonblock` says.
-pub(crate) fn put_at(src: &OwnedFd, dst: RawFd, nonblock: bool) -> io::Result<()> {
+pub(crate) fn put_at(src: &Ours, dst: RawFd, nonblock: bool) -> io::Result<()> {
     // SAFETY: F_GETFD takes no argument and only reads the fd's flags.
     let fdfl = unsafe { real::fcntl()(dst, libc::F_GETFD) };
     let cloexec = if fdfl > 0 && fdfl & libc::FD_CLOEXEC != 0 {
@@ -59,7 +60,7 @@ pub(crate) fn put_at(src: &OwnedFd, dst: RawFd, nonblock: bool) -> io::Result<()
 }
 
 /// `recv` into `buf`, waiting (0 at the end of the stream).
-pub(crate) fn recv(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
+pub(crate) fn recv(fd: &Ours, buf: &mut [u8]) -> io::Result<usize> {
     loop {
         // SAFETY: `buf` is live and writable for its length.
         let n = unsafe { real::recv()(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
@@ -75,7 +76,7 @@ pub(crate) fn recv(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
 
 /// Send all of `buf`, waiting for room (`EPIPE` once the other end is
 /// gone, with no `SIGPIPE`).
-pub(crate) fn send_all(fd: &OwnedFd, mut buf: &[u8]) -> io::Result<()> {
+pub(crate) fn send_all(fd: &Ours, mut buf: &[u8]) -> io::Result<()> {
     while !buf.is_empty() {
         // SAFETY: `buf` is live and readable for its length.
         let n = unsafe {
@@ -99,26 +100,26 @@ pub(crate) fn send_all(fd: &OwnedFd, mut buf: &[u8]) -> io::Result<()> {
 }
 
 /// `shutdown(fd, SHUT_WR)`: the other end reads the end of the stream.
-pub(crate) fn shut_write(fd: &OwnedFd) {
+pub(crate) fn shut_write(fd: &Ours) {
     // SAFETY: shutdown on a live fd; an error (already shut) is harmless.
     unsafe { real::shutdown()(fd.as_raw_fd(), libc::SHUT_WR) };
 }
 
 /// `shutdown(fd, SHUT_RD)`: the other end's writes fail (`EPIPE`).
-pub(crate) fn shut_read(fd: &OwnedFd) {
+pub(crate) fn shut_read(fd: &Ours) {
     // SAFETY: shutdown on a live fd; an error (already shut) is harmless.
     unsafe { real::shutdown()(fd.as_raw_fd(), libc::SHUT_RD) };
 }
 
 /// The socket's pending error (`SO_ERROR`, which reading clears), if any.
-pub(crate) fn take_error(fd: &OwnedFd) -> Option<i32> {
+pub(crate) fn take_error(fd: &Ours) -> Option<i32> {
     super::sockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_ERROR).filter(|&e| e != 0)
 }
 
 /// What `poll` says of `fd` now: (hung up, readable). A UNIX stream
 /// socket is hung up once both directions are shut: the other end
 /// closed, or it shut its writing and this end shut its own.
-pub(crate) fn state(fd: &OwnedFd) -> (bool, bool) {
+pub(crate) fn state(fd: &Ours) -> (bool, bool) {
     let mut p = [libc::pollfd {
         fd: fd.as_raw_fd(),
         events: libc::POLLIN,
@@ -134,7 +135,7 @@ pub(crate) fn state(fd: &OwnedFd) -> (bool, bool) {
 }
 
 /// Wait until `fd` is hung up ([`state`]).
-pub(crate) fn wait_hangup(fd: &OwnedFd) {
+pub(crate) fn wait_hangup(fd: &Ours) {
     let mut p = [libc::pollfd {
         fd: fd.as_raw_fd(),
         // Only the hang-up is asked for (POLLHUP is always reported).

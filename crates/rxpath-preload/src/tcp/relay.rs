@@ -8,9 +8,10 @@
 
 use super::sock::TcpSock;
 use crate::sys::pair;
+use crate::sys::Ours;
 use rxpath_dev::sync::lock;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -49,7 +50,7 @@ pub(crate) fn running() -> usize {
 /// rxpath's). The relay holds the socket: when it stops, the connection
 /// closes as it would at its last fd's close (a FIN after what was
 /// written; a reset if the child left bytes unread).
-pub(crate) fn start(t: Arc<TcpSock>, end: OwnedFd) -> io::Result<()> {
+pub(crate) fn start(t: Arc<TcpSock>, end: Ours) -> io::Result<()> {
     let end = Arc::new(end);
     let fd = end.as_raw_fd();
     lock(ends()).push(fd);
@@ -77,7 +78,7 @@ pub(crate) fn start(t: Arc<TcpSock>, end: OwnedFd) -> io::Result<()> {
 
 /// The child's bytes to the peer (this thread), the peer's to the child
 /// (a second thread), then the end: see the module's text.
-fn from_child_then_close(t: &Arc<TcpSock>, end: &Arc<OwnedFd>) {
+fn from_child_then_close(t: &Arc<TcpSock>, end: &Arc<Ours>) {
     let Some(s) = t.stream() else { return };
     let to_child = {
         let (t, end) = (t.clone(), end.clone());
@@ -126,7 +127,7 @@ fn from_child_then_close(t: &Arc<TcpSock>, end: &Arc<OwnedFd>) {
 }
 
 /// The peer's bytes to the child until either side's stream ends.
-fn to_child(t: &TcpSock, end: &OwnedFd) {
+fn to_child(t: &TcpSock, end: &Ours) {
     let Some(s) = t.stream() else { return };
     let mut buf = vec![0u8; CHUNK];
     loop {

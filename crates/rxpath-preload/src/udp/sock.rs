@@ -85,7 +85,7 @@ pub(crate) struct Accel {
     /// Its last fd closed while a read was blocked on it: the kernel
     /// socket, kept open (the port held) until that read returns, as the
     /// kernel's blocked call holds the open file.
-    pub(crate) parked: Mutex<Option<std::os::fd::OwnedFd>>,
+    pub(crate) parked: Mutex<Option<crate::sys::Ours>>,
     /// A word shared with the children forked while it was served: one
     /// that reads the socket sets it ([`crate::udp::forkq::child_uses`]) as it
     /// takes the port out of the port map, and this process then reads

@@ -1,0 +1,91 @@
+//! The library's own descriptors: the eventfds its waiters sleep on, its
+//! kernel epoll sets, the device descriptors it sleeps on, its relays'
+//! socket pairs and the kernel sockets it keeps open for a port. Each is
+//! held in a bitmap from when it is made until the library closes it, and
+//! a `close` from the program on one of these numbers fails with `EBADF`
+//! and closes nothing. That is what the program gets where rxpath is not:
+//! it can only name one of these numbers by closing a number twice (its
+//! own a moment ago, given to the library in between), and the kernel
+//! answers a second close `EBADF`. Without the bitmap, the program's
+//! mistake would take the descriptor from under the path.
+
+use super::real;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Numbers at or above this are never held (the library's own are made
+/// low, as the kernel gives the lowest free number).
+const MAX_FD: usize = 1 << 16;
+
+static HELD: [AtomicU64; MAX_FD / 64] = [const { AtomicU64::new(0) }; MAX_FD / 64];
+
+fn slot(fd: RawFd) -> Option<(&'static AtomicU64, u64)> {
+    let i = usize::try_from(fd).ok().filter(|&i| i < MAX_FD)?;
+    Some((&HELD[i / 64], 1 << (i % 64)))
+}
+
+/// `fd` is one of the library's own descriptors.
+#[inline]
+pub(crate) fn held(fd: RawFd) -> bool {
+    slot(fd).is_some_and(|(w, bit)| w.load(Ordering::Acquire) & bit != 0)
+}
+
+/// A descriptor of the library's own, held (see the module) while it
+/// lives and closed when it is dropped.
+#[derive(Debug)]
+pub(crate) struct Ours(RawFd);
+
+impl Ours {
+    /// Take `fd` as the library's own.
+    pub(crate) fn new(fd: OwnedFd) -> Ours {
+        let fd = fd.into_raw_fd();
+        if let Some((w, bit)) = slot(fd) {
+            w.fetch_or(bit, Ordering::AcqRel);
+        }
+        Ours(fd)
+    }
+}
+
+impl Drop for Ours {
+    fn drop(&mut self) {
+        // Let the number go before closing it: once closed, the kernel may
+        // give it to the program at once.
+        if let Some((w, bit)) = slot(self.0) {
+            w.fetch_and(!bit, Ordering::AcqRel);
+        }
+        // SAFETY: the C library's close on the fd this value owns, once;
+        // an error (the program closed it between the two lines above) has
+        // nothing left to undo.
+        unsafe { real::close()(self.0) };
+    }
+}
+
+impl AsRawFd for Ours {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+impl AsFd for Ours {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the fd is open for as long as `self` lives.
+        unsafe { BorrowedFd::borrow_raw(self.0) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_number_is_held_while_its_descriptor_lives() {
+        let fd = Ours::new(super::super::eventfd_owned().expect("an eventfd"));
+        let n = fd.as_raw_fd();
+        assert!(held(n));
+        drop(fd);
+        assert!(!held(n));
+        // The number is free again: the kernel says so.
+        // SAFETY: F_GETFD only reads the flags of an fd, open or not.
+        assert_eq!(unsafe { libc::fcntl(n, libc::F_GETFD) }, -1);
+    }
+}
