@@ -8,6 +8,7 @@
 //! the deferral, the NAPI thread takes the queue back at its deadline, as
 //! before.
 
+use crate::tcp::sock::TcpSock;
 use crate::udp::sock::{readable, Accel};
 use rxpath_core::sock::{SharedNapi, Sockets};
 use rxpath_core::NapiId;
@@ -73,6 +74,19 @@ pub(crate) fn sleep_devices<'a>(socks: &'a [&'a Arc<Accel>]) -> DeviceSleep<'a> 
     let ready = Box::new(move || socks.iter().any(|a| readable(a)));
     let budget = crate::udp::sock::budget_of(socks);
     sleep_on(Some(first.sock.host()), &ids, budget, ready)
+}
+
+/// [`sleep_devices`] for TCP sockets: woken, the waiter polls the
+/// devices once until one of `tcp` is touched.
+pub(crate) fn sleep_tcp(tcp: &[Arc<TcpSock>]) -> DeviceSleep<'_> {
+    let Some(host) = tcp.first().map(|t| t.busy_of().2) else {
+        return sleep_on(None, &[], 0, Box::new(|| false));
+    };
+    let ids: Vec<NapiId> = tcp.iter().map(|t| t.busy_of().1).collect();
+    let seen: Vec<u64> = tcp.iter().map(|t| t.watch.edges()).collect();
+    let moved = move || tcp.iter().zip(&seen).any(|(t, e)| t.watch.edges() != *e);
+    let budget = rxpath_core::sock::BUSY_POLL_BUDGET;
+    sleep_on(Some(host), &ids, budget, Box::new(moved))
 }
 
 /// [`sleep_devices`] for the NAPIs `ids` of `host` (repeats and 0

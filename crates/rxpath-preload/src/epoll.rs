@@ -281,7 +281,7 @@ impl EpSet {
                 if busy_wait_with(&refs, *lock(&self.params)) {
                     continue;
                 }
-                if self.busy_wait_tcp() {
+                if crate::tcp::sock::busy_wait_touched(&socks.tcp) {
                     continue;
                 }
             }
@@ -298,20 +298,6 @@ impl EpSet {
 
     /// What is ready now: the rxpath sockets, then (if the set has kernel
     /// fds, and room is left) the kernel's with `timeout`.
-    /// Busy-poll the NAPIs of its TCP members for their window, until
-    /// one of them is touched; false if none busy-polls.
-    fn busy_wait_tcp(&self) -> bool {
-        let socks = self.socks();
-        let tcp = &socks.tcp;
-        if tcp.is_empty() {
-            return false;
-        }
-        let seen: Vec<u64> = tcp.iter().map(|t| t.watch.edges()).collect();
-        let refs: Vec<&TcpSock> = tcp.iter().map(|t| &**t).collect();
-        let moved = || tcp.iter().zip(&seen).any(|(t, e)| t.watch.edges() != *e);
-        crate::tcp::sock::busy_wait_all(&refs, &moved)
-    }
-
     fn scan(&self, out: &mut [libc::epoll_event], timeout: i32) -> Result<usize, i32> {
         let mut n = self.scan_members(out);
         let has_kernel = self.kernel_fds.load(Ordering::Relaxed) > 0;
@@ -391,7 +377,7 @@ impl EpSet {
         // The devices of deferred NAPIs wake the set too.
         let refs: Vec<&Arc<Accel>> = socks.udp.iter().collect();
         let dev = crate::device::sleep_devices(&refs);
-        let tdev = tcp_devices(&socks.tcp);
+        let tdev = crate::device::sleep_tcp(&socks.tcp);
         let fds: Vec<RawFd> = dev.fds.iter().chain(&tdev.fds).copied().collect();
         self.watch_devices(&fds);
         let n = self.scan_members(out);
@@ -517,18 +503,4 @@ fn udp_events(x: &mut Member) -> u32 {
         ev |= libc::EPOLLHUP as u32;
     }
     ev
-}
-
-/// The devices of the deferred NAPIs of an epoll set's TCP members, to
-/// sleep on beside the set (IRQ suspension for TCP as for UDP): woken,
-/// the set polls them once until a member is touched.
-fn tcp_devices(tcp: &[Arc<TcpSock>]) -> crate::device::DeviceSleep<'_> {
-    let Some(host) = tcp.first().map(|t| t.busy_of().2) else {
-        return crate::device::sleep_on(None, &[], 0, Box::new(|| false));
-    };
-    let ids: Vec<NapiId> = tcp.iter().map(|t| t.busy_of().1).collect();
-    let seen: Vec<u64> = tcp.iter().map(|t| t.watch.edges()).collect();
-    let moved = move || tcp.iter().zip(&seen).any(|(t, e)| t.watch.edges() != *e);
-    let budget = rxpath_core::sock::BUSY_POLL_BUDGET;
-    crate::device::sleep_on(Some(host), &ids, budget, Box::new(moved))
 }

@@ -14,6 +14,7 @@ use crate::served::Served;
 use crate::sys;
 use crate::sys::{deadline, errno, left_ms};
 use crate::table;
+use crate::tcp::sock::TcpSock;
 use crate::udp::sock::{busy_wait, readable, Accel};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
@@ -157,6 +158,12 @@ pub(crate) fn wait_tcp(
 pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Result<usize, i32> {
     let accel: Vec<Option<Served>> = fds.iter().map(|p| table::served_sock(p.fd)).collect();
     let socks: Vec<&Arc<Accel>> = accel.iter().flatten().filter_map(Served::udp).collect();
+    let tcp: Vec<Arc<TcpSock>> = accel
+        .iter()
+        .flatten()
+        .filter_map(Served::tcp)
+        .cloned()
+        .collect();
     let kernel: Vec<usize> = (0..fds.len())
         .filter(|&i| accel[i].is_none() && fds[i].fd >= 0)
         .collect();
@@ -169,14 +176,17 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Result<usize, i
         }
         if !busy_done {
             busy_done = true;
-            if busy_wait(&socks) {
+            if busy_wait(&socks) || crate::tcp::sock::busy_wait_touched(&tcp) {
                 continue;
             }
         }
         let dev = crate::device::sleep_devices(&socks);
-        let sleep = |efd| poll_sleep(fds, &accel, &kernel, &dev.fds, efd, until);
+        let tdev = crate::device::sleep_tcp(&tcp);
+        let devs: Vec<RawFd> = dev.fds.iter().chain(&tdev.fds).copied().collect();
+        let sleep = |efd| poll_sleep(fds, &accel, &kernel, &devs, efd, until);
         let n = with_poll_efd(sleep)??;
         drop(dev);
+        drop(tdev);
         if n > 0 || left_ms(until) == 0 {
             return Ok(n);
         }

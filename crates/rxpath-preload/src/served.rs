@@ -1,6 +1,6 @@
 //! A served socket of either protocol, as `poll`, `select` and `epoll`
 //! see it: its readiness and who sleeps on it. UDP's busy polling and
-//! device sleep stay UDP's ([`Served::udp`]).
+//! device sleep go by protocol ([`Served::udp`], [`Served::tcp`]).
 
 use crate::tcp::sock::TcpSock;
 use crate::udp::sock::{readable, Accel};
@@ -27,6 +27,14 @@ impl Served {
         match self {
             Served::Udp(a) => Some(a),
             Served::Tcp(_) => None,
+        }
+    }
+
+    /// The TCP socket, if it is one.
+    pub(crate) fn tcp(&self) -> Option<&Arc<TcpSock>> {
+        match self {
+            Served::Udp(_) => None,
+            Served::Tcp(t) => Some(t),
         }
     }
 

@@ -1053,6 +1053,21 @@ while True:\n\
 \x20       print('echoed', n, flush=True); sys.exit(0)\n\
 \x20   n += len(d); conn.sendall(d)\n";
 
+/// A TCP echo server that blocks in `accept` and then waits for its
+/// connection in `poll()` (as `select`- and `poll`-driven servers do).
+const POLL_ECHO: &str = "import socket, select, sys\n\
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+l.bind((sys.argv[1], int(sys.argv[2]))); l.listen(8)\n\
+print('ready', flush=True)\n\
+conn, _ = l.accept(); conn.setblocking(False); n = 0\n\
+p = select.poll(); p.register(conn.fileno(), select.POLLIN)\n\
+while True:\n\
+\x20   p.poll()\n\
+\x20   d = conn.recv(65536)\n\
+\x20   if not d:\n\
+\x20       print('echoed', n, flush=True); sys.exit(0)\n\
+\x20   n += len(d); conn.sendall(d)\n";
+
 /// `n` request/answer round trips of 32 bytes on one connection: how many
 /// came back right.
 const RR_CLIENT: &str = "import socket, sys, time\n\
@@ -1084,6 +1099,14 @@ fn an_epoll_server_sleeps_on_the_device_between_segments() {
 #[test]
 fn a_blocking_reader_sleeps_on_the_device_between_segments() {
     sleeps_on_the_device("tb", BLOCKING_ECHO, "5351");
+}
+
+/// [`an_epoll_server_sleeps_on_the_device_between_segments`] for a
+/// server that waits in `poll()` (and so in `select()`, which rxpath
+/// answers with the same wait).
+#[test]
+fn a_poll_server_sleeps_on_the_device_between_segments() {
+    sleeps_on_the_device("tj", POLL_ECHO, "5352");
 }
 
 fn sleeps_on_the_device(tag: &str, server_src: &str, port: &str) {

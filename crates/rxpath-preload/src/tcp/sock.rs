@@ -128,6 +128,18 @@ pub(crate) fn busy_wait_all(socks: &[&TcpSock], ready: &dyn Fn() -> bool) -> boo
     true
 }
 
+/// [`busy_wait_all`] until one of `tcp` is touched (a segment, a
+/// state change); false if none busy-polls.
+pub(crate) fn busy_wait_touched(tcp: &[Arc<TcpSock>]) -> bool {
+    if tcp.is_empty() {
+        return false;
+    }
+    let seen: Vec<u64> = tcp.iter().map(|t| t.watch.edges()).collect();
+    let refs: Vec<&TcpSock> = tcp.iter().map(|t| &**t).collect();
+    let moved = || tcp.iter().zip(&seen).any(|(t, e)| t.watch.edges() != *e);
+    busy_wait_all(&refs, &moved)
+}
+
 /// NAPI `id` keeps its interrupt deferred after a poll (IRQ suspension or
 /// prefer-busy-poll).
 fn suspends(h: &rxpath_core::sock::Sockets, id: rxpath_core::NapiId) -> bool {
