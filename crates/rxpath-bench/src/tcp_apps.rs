@@ -10,7 +10,8 @@
 //!   connection per request);
 //! - nginx small files: Debian's `nginx.conf` (a master and its workers),
 //!   `wrk` on the default page;
-//! - iperf3: one flow into `iperf3 -s`, Gbit/s per server CPU share.
+//! - iperf3: one flow into `iperf3 -s`, Gbit/s per server CPU share;
+//!   `iperf3-send`: the same server sending (`iperf3 -c -R`), the TX half.
 //!
 //! The server (with rxpath's threads, which live in its process) is pinned
 //! to one CPU, the client to the other. Per run: the client's rate and p99,
@@ -53,7 +54,8 @@ pub struct TcpAppsArgs {
     /// Busy-poll time of the busy-polling server, µs.
     #[arg(long, default_value_t = 50)]
     pub busy_poll: u32,
-    /// Only these programs (comma-separated: redis, accepts, nginx, iperf3).
+    /// Only these programs (comma-separated: redis, accepts, nginx, iperf3,
+    /// iperf3-send).
     #[arg(long, value_delimiter = ',')]
     pub apps: Vec<String>,
 }
@@ -65,10 +67,23 @@ pub(crate) enum App {
     Accepts,
     Nginx,
     Iperf3,
+    /// iperf3 with the server sending (`-R`).
+    Iperf3Send,
 }
 
 impl App {
-    const ALL: [App; 4] = [App::Redis, App::Accepts, App::Nginx, App::Iperf3];
+    const ALL: [App; 5] = [
+        App::Redis,
+        App::Accepts,
+        App::Nginx,
+        App::Iperf3,
+        App::Iperf3Send,
+    ];
+
+    /// An iperf3 test (`iperf3 -s -1`: one test, then it exits).
+    fn is_iperf3(self) -> bool {
+        matches!(self, App::Iperf3 | App::Iperf3Send)
+    }
 
     fn key(self) -> &'static str {
         match self {
@@ -76,6 +91,7 @@ impl App {
             App::Accepts => "accepts",
             App::Nginx => "nginx",
             App::Iperf3 => "iperf3",
+            App::Iperf3Send => "iperf3-send",
         }
     }
 
@@ -84,7 +100,7 @@ impl App {
         match self {
             App::Redis | App::Nginx => "requests/s",
             App::Accepts => "connections/s",
-            App::Iperf3 => "Gbit/s",
+            App::Iperf3 | App::Iperf3Send => "Gbit/s",
         }
     }
 
@@ -93,7 +109,7 @@ impl App {
         match self {
             App::Redis | App::Accepts => &["redis-server", "redis-benchmark", "redis-cli"],
             App::Nginx => &["nginx", "wrk"],
-            App::Iperf3 => &["iperf3"],
+            App::Iperf3 | App::Iperf3Send => &["iperf3"],
         }
     }
 
@@ -101,7 +117,7 @@ impl App {
         match self {
             App::Redis | App::Accepts => 6390,
             App::Nginx => 80,
-            App::Iperf3 => 5201,
+            App::Iperf3 | App::Iperf3Send => 5201,
         }
     }
 
@@ -133,7 +149,9 @@ impl App {
                 "no",
             ],
             App::Nginx => vec!["nginx", "-g", "daemon off;"],
-            App::Iperf3 => vec!["iperf3", "-s", "-1", "-B", HOST_ADDR, "-p", "5201"],
+            App::Iperf3 | App::Iperf3Send => {
+                vec!["iperf3", "-s", "-1", "-B", HOST_ADDR, "-p", "5201"]
+            }
         };
         v.into_iter().map(String::from).collect()
     }
@@ -238,7 +256,7 @@ fn start(c: Config, t: &Topology, a: &TcpAppsArgs, dir: &str, cpu: Option<usize>
 /// exec, its accounting must hold. Whether exec handed a listener to the
 /// kernel at a fork.
 fn stop(c: Config, mut p: Peer) -> Result<bool> {
-    if c.app == App::Iperf3 {
+    if c.app.is_iperf3() {
         // `iperf3 -s -1` ends after its test; a signal while it writes its
         // last report would cut it short.
         p.wait_exit(Duration::from_secs(10))?;

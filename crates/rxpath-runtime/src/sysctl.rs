@@ -45,12 +45,14 @@ pub fn reasm_frames(base: Reasm, frames: usize) -> Reasm {
 }
 
 /// TCP's knobs as the namespace's sysctls set them, for a device whose
-/// link MTU is `mtu` and whose TX port sends one frame per segment (no
-/// TSO: the machine cuts at the MSS itself).
-pub fn tcp(mtu: usize) -> rxpath_tcp::TcpConfig {
+/// link MTU is `mtu`. `gso`: the machine builds packets of up to 64 KB
+/// (`sk_can_gso`), which the TX port hands over whole as GSO packets
+/// where it can (AF_XDP's packet socket beside the ring) and cuts at the
+/// MSS itself where it cannot; off, every packet is one MSS.
+pub fn tcp(mtu: usize, gso: bool) -> rxpath_tcp::TcpConfig {
     let mut c = rxpath_tcp::TcpConfig {
         mtu: mtu as u32,
-        gso: false,
+        gso,
         ..Default::default()
     };
     for name in rxpath_tcp::config::SYSCTLS {

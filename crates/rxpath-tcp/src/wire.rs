@@ -389,56 +389,100 @@ pub fn build(seg: &SegOut<'_>) -> Vec<u8> {
 /// last, IPv4 identifications counting up, lengths and checksums
 /// rewritten. A packet that is not such a packet comes back whole.
 pub fn segment(pkt: &[u8], mss: usize) -> Vec<Vec<u8>> {
-    let Some((l3, l4_off)) = headers(pkt) else {
-        return vec![pkt.to_vec()];
+    (0..segment_count(pkt, mss))
+        .map(|i| {
+            let mut p = vec![0; pkt.len()];
+            let n = write_segment(pkt, mss, i, &mut p).unwrap_or(0);
+            p.truncate(n);
+            p
+        })
+        .collect()
+}
+
+/// How many packets [`segment`] cuts `pkt` into (1 for one it leaves
+/// whole).
+pub fn segment_count(pkt: &[u8], mss: usize) -> usize {
+    match tso_layout(pkt, mss) {
+        Some((_, l4_off, th)) => (pkt.len() - l4_off - th).div_ceil(mss),
+        None => 1,
+    }
+}
+
+/// Write the `i`th packet [`segment`] cuts `pkt` into at the start of
+/// `out` (the packet whole, for one it leaves whole): its length, or
+/// `None` if `out` is too short or there is no `i`th.
+pub fn write_segment(pkt: &[u8], mss: usize, i: usize, out: &mut [u8]) -> Option<usize> {
+    let Some(((src, dst), l4_off, th)) = tso_layout(pkt, mss) else {
+        let p = out.get_mut(..pkt.len()).filter(|_| i == 0)?;
+        p.copy_from_slice(pkt);
+        return Some(pkt.len());
     };
-    let Ok(tcp) = Packet::new_checked(&pkt[l4_off..]) else {
-        return vec![pkt.to_vec()];
-    };
-    let th = tcp.header_len();
     let payload = &pkt[l4_off + th..];
-    if mss == 0 || payload.len() <= mss {
-        return vec![pkt.to_vec()];
+    let chunk = payload.chunks(mss).nth(i)?;
+    let last = i == payload.len().div_ceil(mss) - 1;
+    let len = l4_off + th + chunk.len();
+    let p = out.get_mut(..len)?;
+    p[..l4_off + th].copy_from_slice(&pkt[..l4_off + th]);
+    p[l4_off + th..].copy_from_slice(chunk);
+    let seq0 = u32::from_be_bytes([
+        pkt[l4_off + 4],
+        pkt[l4_off + 5],
+        pkt[l4_off + 6],
+        pkt[l4_off + 7],
+    ]);
+    let seq = seq0.wrapping_add((i * mss) as u32);
+    p[l4_off + 4..l4_off + 8].copy_from_slice(&seq.to_be_bytes());
+    // PSH and FIN on the last piece only, CWR on the first only
+    // (`tcp_gso_segment`, `SKB_GSO_TCP_ECN`).
+    let mut clear = 0;
+    if !last {
+        clear |= flags::PSH | flags::FIN;
     }
-    let (src, dst) = l3;
-    let chunks: Vec<&[u8]> = payload.chunks(mss).collect();
-    let last = chunks.len() - 1;
-    let mut out = Vec::with_capacity(chunks.len());
-    for (i, chunk) in chunks.into_iter().enumerate() {
-        let mut p = Vec::with_capacity(l4_off + th + chunk.len());
-        p.extend_from_slice(&pkt[..l4_off + th]);
-        p.extend_from_slice(chunk);
-        let seq = tcp.seq().wrapping_add((i * mss) as u32);
-        p[l4_off + 4..l4_off + 8].copy_from_slice(&seq.to_be_bytes());
-        // PSH and FIN on the last piece only, CWR on the first only
-        // (`tcp_gso_segment`, `SKB_GSO_TCP_ECN`).
-        let mut clear = 0;
-        if i != last {
-            clear |= flags::PSH | flags::FIN;
-        }
-        if i != 0 {
-            clear |= flags::CWR;
-        }
-        let fl = u16::from_be_bytes([p[l4_off + 12], p[l4_off + 13]]) & !clear;
-        p[l4_off + 12..l4_off + 14].copy_from_slice(&fl.to_be_bytes());
-        if l4_off == 20 && pkt[0] >> 4 == 4 {
-            let total = p.len() as u16;
-            p[2..4].copy_from_slice(&total.to_be_bytes());
-            let id = u16::from_be_bytes([pkt[4], pkt[5]]).wrapping_add(i as u16);
-            p[4..6].copy_from_slice(&id.to_be_bytes());
-            p[10..12].copy_from_slice(&[0, 0]);
-            let c = !checksum::fold(checksum::sum(&p[..20]));
-            p[10..12].copy_from_slice(&c.to_be_bytes());
-        } else {
-            let plen = (p.len() - ipv6::HEADER_LEN) as u16;
-            p[4..6].copy_from_slice(&plen.to_be_bytes());
-        }
-        p[l4_off + 16..l4_off + 18].copy_from_slice(&[0, 0]);
-        let c = checksum::l4(src, dst, 6, &p[l4_off..]);
-        p[l4_off + 16..l4_off + 18].copy_from_slice(&c.to_be_bytes());
-        out.push(p);
+    if i != 0 {
+        clear |= flags::CWR;
     }
-    out
+    let fl = u16::from_be_bytes([p[l4_off + 12], p[l4_off + 13]]) & !clear;
+    p[l4_off + 12..l4_off + 14].copy_from_slice(&fl.to_be_bytes());
+    if l4_off == 20 && pkt[0] >> 4 == 4 {
+        let total = len as u16;
+        p[2..4].copy_from_slice(&total.to_be_bytes());
+        let id = u16::from_be_bytes([pkt[4], pkt[5]]).wrapping_add(i as u16);
+        p[4..6].copy_from_slice(&id.to_be_bytes());
+        p[10..12].copy_from_slice(&[0, 0]);
+        let c = !checksum::fold(checksum::sum(&p[..20]));
+        p[10..12].copy_from_slice(&c.to_be_bytes());
+    } else {
+        let plen = (len - ipv6::HEADER_LEN) as u16;
+        p[4..6].copy_from_slice(&plen.to_be_bytes());
+    }
+    p[l4_off + 16..l4_off + 18].copy_from_slice(&[0, 0]);
+    let c = checksum::l4(src, dst, 6, &p[l4_off..]);
+    p[l4_off + 16..l4_off + 18].copy_from_slice(&c.to_be_bytes());
+    Some(len)
+}
+
+/// Make a packet [`segment`] would cut ready for a device's TSO or the
+/// kernel's software GSO to cut instead: its TCP checksum becomes the
+/// pseudo-header sum of the whole (not complemented), as the kernel's own
+/// `CHECKSUM_PARTIAL` TSO packets carry. Returns the IP and TCP headers'
+/// length, whether it is IPv6, and whether CWR is set (kept on the first
+/// segment only); `None` (the packet untouched) for one [`segment`]
+/// leaves whole.
+pub fn gso_prepare(pkt: &mut [u8], mss: usize) -> Option<(usize, bool, bool)> {
+    let ((src, dst), l4_off, th) = tso_layout(pkt, mss)?;
+    let sum = checksum::pseudo_header(src, dst, 6, (pkt.len() - l4_off) as u32);
+    pkt[l4_off + 16..l4_off + 18].copy_from_slice(&checksum::fold(sum).to_be_bytes());
+    let cwr = u16::from(pkt[l4_off + 13]) & flags::CWR != 0;
+    Some((l4_off + th, src.is_ipv6(), cwr))
+}
+
+/// A packet [`segment`] cuts: its addresses, TCP header offset and TCP
+/// header length (`None`: one it leaves whole).
+fn tso_layout(pkt: &[u8], mss: usize) -> Option<((IpAddr, IpAddr), usize, usize)> {
+    let (l3, l4_off) = headers(pkt)?;
+    let th = Packet::new_checked(&pkt[l4_off..]).ok()?.header_len();
+    let payload = pkt.len().checked_sub(l4_off + th)?;
+    (mss > 0 && payload > mss).then_some((l3, l4_off, th))
 }
 
 /// The addresses and the TCP header's offset of an IPv4 (without
@@ -590,5 +634,18 @@ mod segment_tests {
             joined.extend_from_slice(s.payload);
         }
         assert_eq!(joined, data);
+        // One piece at a time, in place: the same bytes; a buffer too
+        // short for a piece, or a piece past the last, writes nothing.
+        let pkt = build(&seg);
+        assert_eq!(segment_count(&pkt, 1000), 3);
+        let mut buf = [0u8; 2048];
+        for (i, p) in parts.iter().enumerate() {
+            assert_eq!(write_segment(&pkt, 1000, i, &mut buf), Some(p.len()));
+            assert_eq!(&buf[..p.len()], &p[..]);
+        }
+        assert_eq!(write_segment(&pkt, 1000, 3, &mut buf), None);
+        assert_eq!(write_segment(&pkt, 1000, 0, &mut buf[..500]), None);
+        assert_eq!(segment_count(&pkt, 0), 1);
+        assert_eq!(write_segment(&pkt, 0, 0, &mut buf[..100]), None);
     }
 }

@@ -113,7 +113,8 @@ fn iperf3_tcp_both_directions_count_every_byte() {
     let Some(p) = Pair::new("ti", true, &["iperf3"]) else {
         return;
     };
-    for exec in [None, Some(EXEC)] {
+    let exec_json: Vec<&str> = EXEC.iter().copied().chain(["--json"]).collect();
+    for exec in [None, Some(&exec_json[..])] {
         for reverse in [false, true] {
             let (j, out) = iperf3_once(&p, exec, reverse);
             let sent = j["end"]["sum_sent"]["bytes"].as_u64().unwrap_or(0);
@@ -126,10 +127,31 @@ fn iperf3_tcp_both_directions_count_every_byte() {
             let ok = short.is_some_and(|d| d < IN_FLIGHT);
             assert!(ok, "{exec:?} -R {reverse}: {}\n{out}", j["end"]);
             if exec.is_some() {
-                served_cleanly(&out);
+                let rep = report_of(&out);
+                let acc = &rep["accounting"];
+                assert_eq!(acc["frames_home"], acc["frames_total"], "{rep}");
+                assert_eq!(rep["sockets"][0]["path"], "rxpath", "{rep}");
+                // The server's TSO packets leave whole, as GSO packets
+                // the kernel cuts (or the veth's peer takes whole), as
+                // the kernel's own TCP sends them.
+                let gso = rep["host"]["tx"]["tcp_gso_tx_packets"]
+                    .as_u64()
+                    .unwrap_or(0);
+                assert_eq!(gso > 0, reverse, "-R {reverse}: {gso} TCP GSO packets");
             }
         }
     }
+}
+
+/// The JSON report `rxpath exec --json` printed among its lines.
+fn report_of(out: &str) -> serde_json::Value {
+    out.lines()
+        .find_map(|l| {
+            serde_json::from_str(l)
+                .ok()
+                .filter(|v: &serde_json::Value| v["accounting"].is_object())
+        })
+        .unwrap_or_else(|| panic!("no JSON report: {out}"))
 }
 
 /// Commands for redis-cli: SET, GET, INCR, APPEND, MGET, DEL, LPUSH,
@@ -1142,14 +1164,7 @@ fn sleeps_on_the_device(tag: &str, server_src: &str, port: &str) {
         let got = String::from_utf8_lossy(&c.stdout);
         assert_eq!(got.trim(), n.to_string(), "{what}: {got}\n{out}\n{err}");
         assert!(out.contains(&format!("echoed {}", n * 32)), "{what}: {out}");
-        let rep: serde_json::Value = out
-            .lines()
-            .find_map(|l| {
-                serde_json::from_str(l)
-                    .ok()
-                    .filter(|v: &serde_json::Value| v["accounting"].is_object())
-            })
-            .unwrap_or_else(|| panic!("{what}: no JSON report: {out}"));
+        let rep = report_of(&out);
         let acc = &rep["accounting"];
         assert_eq!(acc["frames_home"], acc["frames_total"], "{what}: {rep}");
         let rx = rep["accounting"]["received"].as_u64().unwrap_or(0);

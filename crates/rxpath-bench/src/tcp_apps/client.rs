@@ -43,7 +43,7 @@ fn connects(t: &Topology, port: u16) -> Result<bool> {
 /// Wait until the server of `app` takes connections (20 s at most). iperf3
 /// serves one test (`-1`): its client is tried again instead.
 pub(super) fn ready(app: App, t: &Topology, p: &mut Peer) -> Result<()> {
-    if app == App::Iperf3 {
+    if app.is_iperf3() {
         return Ok(());
     }
     let give_up = Instant::now() + Duration::from_secs(20);
@@ -93,9 +93,12 @@ fn command(app: App, t: &Topology, a: &TcpAppsArgs, cpu: Option<usize>) -> Comma
             let url = format!("http://{HOST_ADDR}/");
             cmd.args(["wrk", "-t1", "-c", &conns, "-d", &secs, "--latency", &url]);
         }
-        App::Iperf3 => {
+        App::Iperf3 | App::Iperf3Send => {
             cmd.args(["iperf3", "-c", HOST_ADDR, "-p", "5201", "-J"])
                 .args(["-t", &a.duration.as_secs().max(1).to_string()]);
+            if app == App::Iperf3Send {
+                cmd.arg("-R");
+            }
         }
     }
     cmd
@@ -117,12 +120,12 @@ pub(super) fn run_client(
         let got = match app {
             App::Redis | App::Accepts => redis_csv(&text),
             App::Nginx => wrk(&text),
-            App::Iperf3 => iperf3_received(&text).map(|g| (g, None)),
+            App::Iperf3 | App::Iperf3Send => iperf3_received(&text).map(|g| (g, None)),
         };
         match got {
             Some(g) if out.status.success() => return Ok(g),
             // iperf3 -c before the server listens: tried again.
-            _ if app == App::Iperf3
+            _ if app.is_iperf3()
                 && text.contains("unable to connect")
                 && Instant::now() < give_up =>
             {
@@ -176,7 +179,8 @@ fn duration_ms(v: &str) -> Option<f64> {
     num.parse::<f64>().ok().map(|x| x * scale)
 }
 
-/// iperf3 `-J`: what the server received, Gbit/s.
+/// iperf3 `-J`: what the receiver (the server, or with `-R` the client)
+/// received, Gbit/s.
 fn iperf3_received(text: &str) -> Option<f64> {
     let j: serde_json::Value = serde_json::from_str(text).ok()?;
     if j.get("error").is_some_and(|e| !e.is_null()) {

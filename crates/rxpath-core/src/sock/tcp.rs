@@ -17,8 +17,10 @@
 //! segment or a timer may have changed, and of the next timer deadline,
 //! through the [`TcpWake`] it sets.
 
+use super::tx::FRAME_MAX;
 use super::{lock, Sockets};
-use rxpath_tcp::{SockId, Stack, TcpConfig, Transmit};
+use rxpath_tcp::{SockId, Stack, TcpConfig};
+use rxpath_wire::ethernet::Mac;
 use serde::Serialize;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -49,6 +51,9 @@ pub struct TcpTxCounters {
     pub no_neighbour: u64,
     /// Frames the TX port did not take (its ring full, or no port).
     pub tx_busy: u64,
+    /// TSO packets handed to the TX port whole, for the device or the
+    /// kernel's software GSO to cut (their segments are in `frames_sent`).
+    pub gso_packets: u64,
 }
 
 /// One host's TCP: the machine and what drives it.
@@ -207,54 +212,144 @@ impl Sockets {
         }
     }
 
-    /// The machine's packets out as Ethernet frames through the TX port:
-    /// a TSO packet cut as GSO cuts it, each to its neighbour's MAC.
+    /// The machine's packets out as Ethernet frames through the TX port,
+    /// each written once, in place (into its AF_XDP TX frame): a TSO
+    /// packet cut there as GSO cuts it, each to its neighbour's MAC.
     fn tcp_transmit(&self, st: &mut TcpState) {
-        let mut frames: Vec<Vec<u8>> = Vec::new();
+        let mut out = Outgoing::default();
         while let Some(t) = st.stack.poll_transmit() {
-            for pkt in pieces(t) {
-                let Some((dst, etype)) = ip_dst(&pkt) else {
-                    continue;
+            let Some((dst, etype)) = ip_dst(&t.packet) else {
+                continue;
+            };
+            let Some(mac) = self.neighbor(dst) else {
+                st.tx.no_neighbour += 1;
+                continue;
+            };
+            let mss = t.gso_size as usize;
+            let n = rxpath_tcp::wire::segment_count(&t.packet, mss);
+            let mut packet = t.packet;
+            if n > 1 && self.tcp_gso(st, &mut out, &mut packet, mss, (mac, etype)) {
+                continue;
+            }
+            if !out.frames.is_empty() && out.frames.len() + n > TX_BATCH {
+                self.tcp_send_frames(st, &mut out);
+            }
+            for piece in 0..n {
+                out.frames.push((out.packets.len(), piece));
+            }
+            out.packets.push((packet, mss, mac, etype));
+        }
+        if !out.frames.is_empty() {
+            self.tcp_send_frames(st, &mut out);
+        }
+    }
+
+    /// Send a TSO packet whole, as a GSO packet the device or the kernel
+    /// cuts (on a veth the peer takes it whole, as from the kernel's own
+    /// TCP), if the TX port sends them; the frames queued before it go
+    /// first. False (the packet to be cut here) if the port sends none or
+    /// this one failed.
+    fn tcp_gso(
+        &self,
+        st: &mut TcpState,
+        out: &mut Outgoing,
+        packet: &mut [u8],
+        mss: usize,
+        (mac, etype): (Mac, u16),
+    ) -> bool {
+        if !lock(&self.tx).as_ref().is_some_and(|p| p.tcp_gso()) {
+            return false;
+        }
+        let Some((hdr, v6, ecn)) = rxpath_tcp::wire::gso_prepare(packet, mss) else {
+            return false;
+        };
+        if !out.frames.is_empty() {
+            self.tcp_send_frames(st, out);
+        }
+        let mut eth = [0u8; 14];
+        eth[..6].copy_from_slice(&mac);
+        eth[6..12].copy_from_slice(&self.cfg.mac);
+        eth[12..].copy_from_slice(&etype.to_be_bytes());
+        let sent = lock(&self.tx)
+            .as_mut()
+            .map(|p| p.send_tcp_gso(&eth, packet, (14 + hdr, mss as u16), (v6, ecn)));
+        match sent {
+            Some(Ok(_)) => {
+                st.tx.gso_packets += 1;
+                st.tx.frames_sent += rxpath_tcp::wire::segment_count(packet, mss) as u64;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Hand `out`'s frames to the TX port, [`TX_BATCH`] at a time, until
+    /// one is not taken (the ring or its frames ran out: the rest are
+    /// counted busy, as a full device queue drops them).
+    fn tcp_send_frames(&self, st: &mut TcpState, out: &mut Outgoing) {
+        let n = out.frames.len();
+        let me = self.cfg.mac;
+        // A frame past what a scratch frame holds (a jumbo MTU's segment)
+        // goes through the port's copying send instead.
+        let in_place = out.packets.iter().all(|(p, mss, ..)| {
+            let longest = if *mss > 0 { mss + MAX_HEADERS } else { p.len() };
+            14 + longest <= FRAME_MAX
+        });
+        let mut sent = 0;
+        if let Some(port) = lock(&self.tx).as_mut() {
+            let write = |i: usize, buf: &mut [u8]| {
+                let &(k, piece) = out.frames.get(i)?;
+                let (pkt, mss, mac, etype) = out.packets.get(k)?;
+                let eth = buf.get_mut(..14)?;
+                eth[..6].copy_from_slice(mac);
+                eth[6..12].copy_from_slice(&me);
+                eth[12..].copy_from_slice(&etype.to_be_bytes());
+                let len = rxpath_tcp::wire::write_segment(pkt, *mss, piece, &mut buf[14..])?;
+                Some(14 + len)
+            };
+            while sent < n {
+                let batch = (n - sent).min(TX_BATCH);
+                let took = if in_place {
+                    let mut at = |i: usize, buf: &mut [u8]| write(sent + i, buf);
+                    port.send_with(batch, &mut at).unwrap_or(0)
+                } else {
+                    let frames: Vec<Vec<u8>> = (sent..sent + batch)
+                        .filter_map(|i| {
+                            let mut f =
+                                vec![0; 14 + MAX_HEADERS + out.packets[out.frames[i].0].0.len()];
+                            let len = write(i, &mut f)?;
+                            f.truncate(len);
+                            Some(f)
+                        })
+                        .collect();
+                    let refs: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
+                    port.send(&refs).unwrap_or(0)
                 };
-                let Some(mac) = self.neighbor(dst) else {
-                    st.tx.no_neighbour += 1;
-                    continue;
-                };
-                let mut f = Vec::with_capacity(14 + pkt.len());
-                f.extend_from_slice(&mac);
-                f.extend_from_slice(&self.cfg.mac);
-                f.extend_from_slice(&etype.to_be_bytes());
-                f.extend_from_slice(&pkt);
-                frames.push(f);
-                if frames.len() == TX_BATCH {
-                    self.tcp_send_frames(st, &mut frames);
+                sent += took.min(batch);
+                if took < batch {
+                    break;
                 }
             }
         }
-        if !frames.is_empty() {
-            self.tcp_send_frames(st, &mut frames);
-        }
-    }
-
-    fn tcp_send_frames(&self, st: &mut TcpState, frames: &mut Vec<Vec<u8>>) {
-        let refs: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
-        let sent = match lock(&self.tx).as_mut() {
-            Some(port) => port.send(&refs).unwrap_or(0),
-            None => 0,
-        };
         st.tx.frames_sent += sent as u64;
-        st.tx.tx_busy += (frames.len() - sent.min(frames.len())) as u64;
-        frames.clear();
+        st.tx.tx_busy += (n - sent) as u64;
+        out.frames.clear();
+        out.packets.clear();
     }
 }
 
-/// A transmit as the packets that leave: a TSO packet cut at its MSS.
-fn pieces(t: Transmit) -> Vec<Vec<u8>> {
-    if t.gso_size > 0 {
-        rxpath_tcp::wire::segment(&t.packet, t.gso_size as usize)
-    } else {
-        vec![t.packet]
-    }
+/// The most an IP and a TCP header take (IPv6's 40 bytes and a TCP header
+/// with options), to size a segment's frame by its MSS.
+const MAX_HEADERS: usize = 100;
+
+/// The packets a transmit hands the TX port, and the frames they make.
+#[derive(Default)]
+struct Outgoing {
+    /// Each packet: its bytes, the MSS a TSO packet is cut at (0: one
+    /// segment), and its Ethernet destination and type.
+    packets: Vec<(Vec<u8>, usize, Mac, u16)>,
+    /// Each frame: its packet's index and the piece of it.
+    frames: Vec<(usize, usize)>,
 }
 
 /// An IP packet's destination and the ethertype it leaves with.

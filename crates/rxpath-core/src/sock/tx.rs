@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 /// as one `UDP_SEGMENT` send may carry (`UDP_MAX_SEGMENTS`), so a GSO send
 /// is one hand-over (one wakeup of the device).
 pub(crate) const TX_BATCH: usize = 64;
-const FRAME_MAX: usize = 2048;
+/// The scratch frame of [`TxPort::send_with`]'s default.
+pub(crate) const FRAME_MAX: usize = 2048;
 
 /// A device's transmit side. Calling context: any thread, serialized by
 /// the host (the kernel's TX queue lock).
@@ -49,6 +50,26 @@ pub trait TxPort: Send + std::fmt::Debug {
         _headers: &[u8],
         _payload: &[u8],
         _segment: u16,
+    ) -> std::io::Result<bool> {
+        Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
+    }
+    /// Whether the port sends TCP GSO packets ([`Self::send_tcp_gso`]).
+    fn tcp_gso(&self) -> bool {
+        false
+    }
+    /// One TCP GSO packet (the machine's TSO packet): `eth`, then
+    /// `packet` whose TCP checksum holds the pseudo-header sum
+    /// ([`rxpath_tcp::wire::gso_prepare`]), cut into segments of `mss`
+    /// payload bytes by the device's TSO or the kernel's software GSO, as
+    /// the kernel's own TCP leaves; `hdr_len` is the Ethernet, IP and TCP
+    /// headers' length, `ecn` that CWR is set. What
+    /// [`Self::send_udp_gso`] returns.
+    fn send_tcp_gso(
+        &mut self,
+        _eth: &[u8],
+        _packet: &[u8],
+        _hdr_len_mss: (usize, u16),
+        _v6_ecn: (bool, bool),
     ) -> std::io::Result<bool> {
         Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
     }

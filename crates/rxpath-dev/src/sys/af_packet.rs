@@ -92,29 +92,59 @@ impl RawSocket {
         vnet[4..6].copy_from_slice(&segment.to_ne_bytes());
         vnet[6..8].copy_from_slice(&(udp_at as u16).to_ne_bytes());
         vnet[8..10].copy_from_slice(&6u16.to_ne_bytes());
-        let iov = [
-            libc::iovec {
-                iov_base: vnet.as_ptr() as *mut libc::c_void,
-                iov_len: vnet.len(),
-            },
-            libc::iovec {
-                iov_base: headers.as_ptr() as *mut libc::c_void,
-                iov_len: headers.len(),
-            },
-            libc::iovec {
-                iov_base: payload.as_ptr() as *mut libc::c_void,
-                iov_len: payload.len(),
-            },
-        ];
+        self.send_vnet(&vnet, &[headers, payload])
+    }
+
+    /// On a [`Self::bind_gso_tx`] socket: one TCP GSO packet, `eth` (the
+    /// Ethernet header) then `packet` (IPv4 or IPv6, its lengths for the
+    /// whole packet, the TCP checksum holding the pseudo-header sum of
+    /// the whole, as the kernel's `CHECKSUM_PARTIAL` TSO packets), cut into
+    /// segments of `mss` payload bytes by the device's TSO or the kernel's
+    /// software GSO (`tcp_gso_segment`: sequence numbers, IP ids, lengths
+    /// and checksums per segment, PSH and FIN on the last). `hdr_len`: the
+    /// Ethernet, IP and TCP headers' length; `ecn`: CWR is set, to be kept
+    /// on the first segment only (`SKB_GSO_TCP_ECN`). What
+    /// [`Self::send_udp_gso`] returns.
+    pub fn send_tcp_gso(
+        &self,
+        eth: &[u8],
+        packet: &[u8],
+        (hdr_len, mss): (usize, u16),
+        (v6, ecn): (bool, bool),
+    ) -> io::Result<bool> {
+        const NEEDS_CSUM: u8 = 1; // VIRTIO_NET_HDR_F_NEEDS_CSUM
+        const GSO_TCPV4: u8 = 1; // VIRTIO_NET_HDR_GSO_TCPV4
+        const GSO_TCPV6: u8 = 4; // VIRTIO_NET_HDR_GSO_TCPV6
+        const GSO_ECN: u8 = 0x80; // VIRTIO_NET_HDR_GSO_ECN
+        let tcp_at = eth.len() + if v6 { 40 } else { 20 };
+        let mut vnet = [0u8; 10];
+        vnet[0] = NEEDS_CSUM;
+        vnet[1] = if v6 { GSO_TCPV6 } else { GSO_TCPV4 } | if ecn { GSO_ECN } else { 0 };
+        vnet[2..4].copy_from_slice(&(hdr_len as u16).to_ne_bytes());
+        vnet[4..6].copy_from_slice(&mss.to_ne_bytes());
+        vnet[6..8].copy_from_slice(&(tcp_at as u16).to_ne_bytes());
+        vnet[8..10].copy_from_slice(&16u16.to_ne_bytes());
+        self.send_vnet(&vnet, &[eth, packet])
+    }
+
+    /// One `sendmsg` of `vnet` then `parts`; `Ok(false)` for `ENOBUFS` (see
+    /// [`Self::send_udp_gso`]).
+    fn send_vnet(&self, vnet: &[u8; 10], parts: &[&[u8]]) -> io::Result<bool> {
+        let iov: Vec<libc::iovec> = std::iter::once(&vnet[..])
+            .chain(parts.iter().copied())
+            .map(|b| libc::iovec {
+                iov_base: b.as_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            })
+            .collect();
         // SAFETY: msghdr is plain data; all-zero is valid before we point
         // it at the iovecs.
         let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
         m.msg_iov = iov.as_ptr() as *mut libc::iovec;
         m.msg_iovlen = iov.len();
         // `m` points at live iovecs over live buffers for the call; the
-        // kernel only reads them.
-        // Never waits for socket memory (the caller holds the host's TX
-        // lock): `EAGAIN` instead, and nothing was sent.
+        // kernel only reads them. Never waits for socket memory (the
+        // caller holds the host's TX lock): `EAGAIN` instead.
         match syscall!(sendmsg(self.fd.as_raw_fd(), &m, libc::MSG_DONTWAIT)) {
             Ok(_) => Ok(true),
             Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => Ok(false),

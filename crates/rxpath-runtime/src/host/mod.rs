@@ -251,7 +251,9 @@ impl Host {
                     rxpath_dev::sys::iface::LinkState::of(iface).map(|l| l.mtu as usize)
                 }
             };
-            cfg.sock.tcp = Some(crate::sysctl::tcp(mtu.unwrap_or(cfg.sock.mtu)));
+            // AF_XDP's TX port sends TCP GSO packets (its packet socket).
+            let gso = matches!(dev, HostDevice::Xdp { .. });
+            cfg.sock.tcp = Some(crate::sysctl::tcp(mtu.unwrap_or(cfg.sock.mtu), gso));
             cfg.sock.tcp_secret = crate::sysctl::tcp_secret();
         }
         cfg.sock.current_cpu = || rxpath_os::sched::current_cpu().unwrap_or(0) as u32;

@@ -15,6 +15,8 @@ pub(super) struct XskTxPort {
     pub(super) gso: Option<RawSocket>,
     /// GSO packets sent, and the datagrams' bytes in them.
     pub(super) gso_sent: (u64, u64),
+    /// TCP GSO packets sent, and the segments' payload bytes in them.
+    pub(super) tcp_gso_sent: (u64, u64),
 }
 
 impl XskTxPort {
@@ -25,6 +27,7 @@ impl XskTxPort {
             last: Default::default(),
             gso: RawSocket::bind_gso_tx(iface).ok(),
             gso_sent: (0, 0),
+            tcp_gso_sent: (0, 0),
         }
     }
 }
@@ -86,6 +89,27 @@ impl TxPort for XskTxPort {
         Ok(all)
     }
 
+    fn tcp_gso(&self) -> bool {
+        self.gso.is_some()
+    }
+
+    /// Through the AF_PACKET socket, as [`Self::send_udp_gso`].
+    fn send_tcp_gso(
+        &mut self,
+        eth: &[u8],
+        packet: &[u8],
+        hdr_len_mss: (usize, u16),
+        v6_ecn: (bool, bool),
+    ) -> std::io::Result<bool> {
+        let Some(s) = &self.gso else {
+            return Err(std::io::Error::from(std::io::ErrorKind::Unsupported));
+        };
+        let all = s.send_tcp_gso(eth, packet, hdr_len_mss, v6_ecn)?;
+        self.tcp_gso_sent.0 += 1;
+        self.tcp_gso_sent.1 += (packet.len() + 14 - hdr_len_mss.0) as u64;
+        Ok(all)
+    }
+
     fn flush(&mut self) {
         if let Some(tx) = &mut self.tx {
             tx.flush();
@@ -112,6 +136,8 @@ impl TxPort for XskTxPort {
             ("xsk_tx_kicks", c.kicks),
             ("gso_tx_packets", self.gso_sent.0),
             ("gso_tx_payload_bytes", self.gso_sent.1),
+            ("tcp_gso_tx_packets", self.tcp_gso_sent.0),
+            ("tcp_gso_tx_payload_bytes", self.tcp_gso_sent.1),
         ]
     }
 
