@@ -11,7 +11,7 @@ use crate::conn::{Conn, Sent, State, XmitTimer, MS, TCP_DELACK_MAX, TCP_DELACK_M
 use crate::ctx::Ctx;
 use crate::ctx::Transmit;
 use crate::seq::{after, before};
-use crate::wire::{build, OptsOut, SegIn, SegOut};
+use crate::wire::{build, build_with_tail, OptsOut, SegIn, SegOut};
 
 /// `sk_pacing_shift`: TSO packets hold about 1 ms of the pacing rate.
 const PACING_SHIFT: u32 = 10;
@@ -94,12 +94,15 @@ impl Conn {
         } else {
             self.select_window()
         };
-        let data: Vec<u8> = match payload_from {
-            Some((off, len)) => self.sndbuf.range(off..off + len).copied().collect(),
-            None => Vec::new(),
+        // The send queue's bytes as the ring holds them: one or two pieces,
+        // copied once, into the packet.
+        let (head, tail) = match payload_from {
+            Some((off, len)) => ring_range(&self.sndbuf, off, len),
+            None => (&[][..], &[][..]),
         };
+        let data_len = head.len() + tail.len();
         // New data (not a retransmission) goes ECT(0) where ECN was agreed.
-        let new_data = !data.is_empty() && !before(seq, self.snd_nxt);
+        let new_data = data_len > 0 && !before(seq, self.snd_nxt);
         let (ecn_fl, field) = self.ecn.send(new_data);
         let seg = SegOut {
             src: self.local,
@@ -109,26 +112,26 @@ impl Conn {
             flags: fl | ecn_fl,
             wnd,
             opts,
-            payload: &data,
+            payload: head,
             ip_id: ctx.next_ip_id(),
             tos: self.tos_with(field),
         };
         let mss = self.mss_cache as usize;
-        let segs = data.len().div_ceil(mss).max(1);
+        let segs = data_len.div_ceil(mss).max(1);
         // The device's segments take the IDs after this one.
         *ctx.ip_id = ctx.ip_id.wrapping_add(segs as u16 - 1);
-        let gso_size = if data.len() > mss { mss as u16 } else { 0 };
+        let gso_size = if data_len > mss { mss as u16 } else { 0 };
         if !ctx.tx_stopped {
             ctx.out.push_back(Transmit {
-                packet: build(&seg),
+                packet: build_with_tail(&seg, tail),
                 gso_size,
             });
         }
         ctx.mib.OutSegs += segs as u64;
         self.segs_out = self.segs_out.wrapping_add(segs as u32);
-        if !data.is_empty() {
+        if data_len > 0 {
             self.data_segs_out = self.data_segs_out.wrapping_add(segs as u32);
-            self.bytes_sent += data.len() as u64;
+            self.bytes_sent += data_len as u64;
         }
         if fl & ACK != 0 {
             self.ack_sent();
@@ -758,4 +761,41 @@ pub(crate) fn reset_for(ctx: &mut Ctx<'_>, seg: &SegIn<'_>) {
     }
     ctx.mib.OutSegs += 1;
     ctx.mib.OutRsts += 1;
+}
+
+/// Bytes `off..off + len` of a ring as its two slices hold them (the
+/// second empty unless the range wraps).
+fn ring_range(q: &std::collections::VecDeque<u8>, off: usize, len: usize) -> (&[u8], &[u8]) {
+    let (a, b) = q.as_slices();
+    if off >= a.len() {
+        let o = off - a.len();
+        return (&b[o..o + len], &[]);
+    }
+    let first = (a.len() - off).min(len);
+    (&a[off..off + first], &b[..len - first])
+}
+
+#[cfg(test)]
+mod ring_tests {
+    use super::ring_range;
+    use std::collections::VecDeque;
+
+    /// A range of a ring that wrapped: the same bytes as the ring holds
+    /// them in order, whether it sits in the first slice, the second, or
+    /// spans both.
+    #[test]
+    fn a_ring_range_is_its_bytes_in_order() {
+        let mut q: VecDeque<u8> = VecDeque::with_capacity(16);
+        q.extend(0..12u8);
+        q.drain(..8);
+        q.extend(12..20u8);
+        assert!(!q.as_slices().1.is_empty(), "the ring wrapped");
+        let all: Vec<u8> = q.iter().copied().collect();
+        for off in 0..all.len() {
+            for len in 0..=all.len() - off {
+                let (a, b) = ring_range(&q, off, len);
+                assert_eq!([a, b].concat(), all[off..off + len], "{off}+{len}");
+            }
+        }
+    }
 }

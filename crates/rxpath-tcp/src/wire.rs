@@ -329,6 +329,13 @@ pub struct SegOut<'a> {
 /// Write `seg` as an IP packet: IPv4 with DF and TTL 64, or IPv6 with hop
 /// limit 64 (an IPv4-mapped pair of addresses leaves as IPv4).
 pub fn build(seg: &SegOut<'_>) -> Vec<u8> {
+    build_with_tail(seg, &[])
+}
+
+/// [`build`] with `tail` after `seg.payload` (a send queue's data in two
+/// pieces, as a ring holds it): the packet is written once, into one
+/// buffer.
+pub fn build_with_tail(seg: &SegOut<'_>, tail: &[u8]) -> Vec<u8> {
     let v4 = match (seg.src.ip(), seg.dst.ip()) {
         (IpAddr::V4(s), IpAddr::V4(d)) => Some((s, d)),
         (s, d) => match (mapped(s), mapped(d)) {
@@ -336,50 +343,56 @@ pub fn build(seg: &SegOut<'_>) -> Vec<u8> {
             _ => None,
         },
     };
-    let mut tcp = Vec::with_capacity(60 + seg.payload.len());
-    tcp.extend_from_slice(&seg.src.port().to_be_bytes());
-    tcp.extend_from_slice(&seg.dst.port().to_be_bytes());
-    tcp.extend_from_slice(&seg.seq.to_be_bytes());
+    let l4 = if v4.is_some() { 20 } else { 40 };
+    let data = seg.payload.len() + tail.len();
+    let mut pkt = Vec::with_capacity(l4 + 60 + data);
+    pkt.resize(l4, 0);
+    pkt.extend_from_slice(&seg.src.port().to_be_bytes());
+    pkt.extend_from_slice(&seg.dst.port().to_be_bytes());
+    pkt.extend_from_slice(&seg.seq.to_be_bytes());
     let ack = if seg.flags & flags::ACK != 0 {
         seg.ack
     } else {
         0
     };
-    tcp.extend_from_slice(&ack.to_be_bytes());
-    tcp.extend_from_slice(&[0, 0]);
-    tcp.extend_from_slice(&seg.wnd.to_be_bytes());
-    tcp.extend_from_slice(&[0, 0, 0, 0]);
-    seg.opts.write(&mut tcp);
-    let hl = tcp.len();
-    tcp[12..14].copy_from_slice(&((((hl / 4) as u16) << 12) | seg.flags).to_be_bytes());
-    tcp.extend_from_slice(seg.payload);
-    let mut pkt = Vec::with_capacity(40 + tcp.len());
-    match v4 {
+    pkt.extend_from_slice(&ack.to_be_bytes());
+    pkt.extend_from_slice(&[0, 0]);
+    pkt.extend_from_slice(&seg.wnd.to_be_bytes());
+    pkt.extend_from_slice(&[0, 0, 0, 0]);
+    seg.opts.write(&mut pkt);
+    let hl = pkt.len() - l4;
+    pkt[l4 + 12..l4 + 14].copy_from_slice(&((((hl / 4) as u16) << 12) | seg.flags).to_be_bytes());
+    pkt.extend_from_slice(seg.payload);
+    pkt.extend_from_slice(tail);
+    let tcp_len = pkt.len() - l4;
+    let (src, dst): (IpAddr, IpAddr) = match v4 {
         Some((s, d)) => {
-            let total = (20 + tcp.len()) as u16;
-            pkt.extend_from_slice(&[0x45, seg.tos]);
-            pkt.extend_from_slice(&total.to_be_bytes());
-            pkt.extend_from_slice(&seg.ip_id.to_be_bytes());
-            pkt.extend_from_slice(&[0x40, 0, 64, 6, 0, 0]);
-            pkt.extend_from_slice(&s.octets());
-            pkt.extend_from_slice(&d.octets());
-            let c = !checksum::fold(checksum::sum(&pkt[..20]));
-            pkt[10..12].copy_from_slice(&c.to_be_bytes());
-            let c = checksum::l4(s.into(), d.into(), 6, &tcp);
-            tcp[16..18].copy_from_slice(&c.to_be_bytes());
+            let mut h = [0u8; 20];
+            h[..2].copy_from_slice(&[0x45, seg.tos]);
+            h[2..4].copy_from_slice(&((20 + tcp_len) as u16).to_be_bytes());
+            h[4..6].copy_from_slice(&seg.ip_id.to_be_bytes());
+            h[6..12].copy_from_slice(&[0x40, 0, 64, 6, 0, 0]);
+            h[12..16].copy_from_slice(&s.octets());
+            h[16..20].copy_from_slice(&d.octets());
+            let c = !checksum::fold(checksum::sum(&h));
+            h[10..12].copy_from_slice(&c.to_be_bytes());
+            pkt[..20].copy_from_slice(&h);
+            (s.into(), d.into())
         }
         None => {
             let (s, d) = (v6(seg.src.ip()), v6(seg.dst.ip()));
-            pkt.extend_from_slice(&[0x60 | (seg.tos >> 4), (seg.tos & 0xf) << 4, 0, 0]);
-            pkt.extend_from_slice(&(tcp.len() as u16).to_be_bytes());
-            pkt.extend_from_slice(&[6, 64]);
-            pkt.extend_from_slice(&s.octets());
-            pkt.extend_from_slice(&d.octets());
-            let c = checksum::l4(s.into(), d.into(), 6, &tcp);
-            tcp[16..18].copy_from_slice(&c.to_be_bytes());
+            let mut h = [0u8; 40];
+            h[..4].copy_from_slice(&[0x60 | (seg.tos >> 4), (seg.tos & 0xf) << 4, 0, 0]);
+            h[4..6].copy_from_slice(&(tcp_len as u16).to_be_bytes());
+            h[6..8].copy_from_slice(&[6, 64]);
+            h[8..24].copy_from_slice(&s.octets());
+            h[24..40].copy_from_slice(&d.octets());
+            pkt[..40].copy_from_slice(&h);
+            (s.into(), d.into())
         }
-    }
-    pkt.extend_from_slice(&tcp);
+    };
+    let c = checksum::l4(src, dst, 6, &pkt[l4..]);
+    pkt[l4 + 16..l4 + 18].copy_from_slice(&c.to_be_bytes());
     pkt
 }
 
@@ -647,5 +660,8 @@ mod segment_tests {
         assert_eq!(write_segment(&pkt, 1000, 0, &mut buf[..500]), None);
         assert_eq!(segment_count(&pkt, 0), 1);
         assert_eq!(write_segment(&pkt, 0, 0, &mut buf[..100]), None);
+        // The payload in two pieces makes the same packet.
+        let (a, b) = data.split_at(900);
+        assert_eq!(build_with_tail(&SegOut { payload: a, ..seg }, b), pkt);
     }
 }
