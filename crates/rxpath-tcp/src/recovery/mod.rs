@@ -83,8 +83,30 @@ impl Conn {
     /// Segments in flight (`tcp_packets_in_flight`): sent, less SACKed
     /// and lost, plus retransmitted.
     pub fn in_flight(&self) -> u32 {
-        (self.packets_out_all() + self.retrans_out())
-            .saturating_sub(self.sacked_out() + self.lost_out())
+        // `packets_out + retrans_out - (sacked_out + lost_out)`, the four
+        // counts taken in one walk of the queue.
+        let (mut out, mut retrans, mut left) = (0u32, 0u32, self.reno_sacked);
+        for s in &self.rtx {
+            let n = self.pcount(s);
+            out += n;
+            if s.sacked {
+                left += n;
+                continue;
+            }
+            if s.retrans {
+                retrans += n;
+            }
+            if s.lost {
+                left += n;
+            }
+        }
+        let n = (out + retrans).saturating_sub(left);
+        debug_assert_eq!(
+            n,
+            (self.packets_out_all() + self.retrans_out())
+                .saturating_sub(self.sacked_out() + self.lost_out())
+        );
+        n
     }
 
     fn ca_view(&mut self, now: Nanos) -> (CaView<'_>, &mut crate::cubic::Cubic) {
