@@ -637,6 +637,8 @@ extern "C" fn in_fork_child() {
     crate::sys::close_host_fds(crate::udp::forkq::port_map());
     // The parent's ends of its TCP relays (see `ops::fork_child`).
     ops::tcp_in_fork_child();
+    // The library's numbers those closed are the child's program's again.
+    crate::sys::ours::release_closed();
     // What the parent's queues held at the fork, this child may read
     // (`socat UDP-RECVFROM:P,fork`: the child reads what the parent
     // peeked at).

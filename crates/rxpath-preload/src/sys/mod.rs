@@ -320,6 +320,7 @@ pub(crate) fn bind_any_port(
 
 /// Close `fd` with the C library's own call (an fd of rxpath's making).
 pub(crate) fn close_fd(fd: RawFd) {
+    ours::release(fd);
     // SAFETY: closes an fd this library made and nothing else holds.
     unsafe { real::close()(fd) };
 }

@@ -30,6 +30,32 @@ pub(crate) fn held(fd: RawFd) -> bool {
     slot(fd).is_some_and(|(w, bit)| w.load(Ordering::Acquire) & bit != 0)
 }
 
+/// Let go of every held number whose descriptor is closed: in a forked
+/// child, whose clean-up closes the parent's host descriptors and relay
+/// ends by number, so that the child's program may close what the kernel
+/// gives it on those numbers next.
+pub(crate) fn release_closed() {
+    for (i, w) in HELD.iter().enumerate() {
+        let mut bits = w.load(Ordering::Acquire);
+        while bits != 0 {
+            let b = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let fd = (i * 64 + b) as RawFd;
+            // SAFETY: F_GETFD only reads an fd's flags, open or not.
+            if unsafe { real::fcntl()(fd, libc::F_GETFD) } < 0 {
+                w.fetch_and(!(1u64 << b), Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+/// Let go of `fd` (the library closes it by number).
+pub(crate) fn release(fd: RawFd) {
+    if let Some((w, bit)) = slot(fd) {
+        w.fetch_and(!bit, Ordering::AcqRel);
+    }
+}
+
 /// A descriptor of the library's own, held (see the module) while it
 /// lives and closed when it is dropped.
 #[derive(Debug)]
@@ -50,9 +76,7 @@ impl Drop for Ours {
     fn drop(&mut self) {
         // Let the number go before closing it: once closed, the kernel may
         // give it to the program at once.
-        if let Some((w, bit)) = slot(self.0) {
-            w.fetch_and(!bit, Ordering::AcqRel);
-        }
+        release(self.0);
         // SAFETY: the C library's close on the fd this value owns, once;
         // an error (the program closed it between the two lines above) has
         // nothing left to undo.
@@ -87,5 +111,21 @@ mod tests {
         // The number is free again: the kernel says so.
         // SAFETY: F_GETFD only reads the flags of an fd, open or not.
         assert_eq!(unsafe { libc::fcntl(n, libc::F_GETFD) }, -1);
+    }
+
+    /// A held number closed by number (a forked child's clean-up) is let
+    /// go by the sweep; one still open stays held.
+    #[test]
+    fn the_sweep_lets_go_of_closed_numbers_only() {
+        let open = Ours::new(super::super::eventfd_owned().expect("an eventfd"));
+        let closed = Ours::new(super::super::eventfd_owned().expect("an eventfd"));
+        let n = closed.as_raw_fd();
+        std::mem::forget(closed);
+        // SAFETY: closes the fd `closed` owned, which is forgotten.
+        unsafe { real::close()(n) };
+        assert!(held(n));
+        release_closed();
+        assert!(!held(n));
+        assert!(held(open.as_raw_fd()));
     }
 }
