@@ -655,3 +655,44 @@ impl Conn {
         self.xmit_timer = XmitTimer::Retrans;
     }
 }
+
+/// Bytes `off..off + len` of a ring (the send queue) as its two slices hold them (the
+/// second empty unless the range wraps).
+pub(crate) fn ring_range(
+    q: &std::collections::VecDeque<u8>,
+    off: usize,
+    len: usize,
+) -> (&[u8], &[u8]) {
+    let (a, b) = q.as_slices();
+    if off >= a.len() {
+        let o = off - a.len();
+        return (&b[o..o + len], &[]);
+    }
+    let first = (a.len() - off).min(len);
+    (&a[off..off + first], &b[..len - first])
+}
+
+#[cfg(test)]
+mod ring_tests {
+    use super::ring_range;
+    use std::collections::VecDeque;
+
+    /// A range of a ring that wrapped: the same bytes as the ring holds
+    /// them in order, whether it sits in the first slice, the second, or
+    /// spans both.
+    #[test]
+    fn a_ring_range_is_its_bytes_in_order() {
+        let mut q: VecDeque<u8> = VecDeque::with_capacity(16);
+        q.extend(0..12u8);
+        q.drain(..8);
+        q.extend(12..20u8);
+        assert!(!q.as_slices().1.is_empty(), "the ring wrapped");
+        let all: Vec<u8> = q.iter().copied().collect();
+        for off in 0..all.len() {
+            for len in 0..=all.len() - off {
+                let (a, b) = ring_range(&q, off, len);
+                assert_eq!([a, b].concat(), all[off..off + len], "{off}+{len}");
+            }
+        }
+    }
+}
