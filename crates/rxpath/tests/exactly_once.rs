@@ -399,12 +399,30 @@ const DOUBLE_CLOSE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apps/doub
 #[test]
 fn a_second_close_of_a_number_takes_nothing_from_the_path() {
     let Some(p) = pair("ed") else { return };
-    let prog = ["python3", DOUBLE_CLOSE, "--port", "5414"];
+    second_close_takes_nothing(&p, &["python3", DOUBLE_CLOSE, "--port", "5414"]);
+}
+
+/// The same with the first close before the bind that starts rxpath's
+/// host: the number is free while the host makes its own descriptors
+/// (its AF_XDP and packet sockets, BPF maps and program, eventfds, the
+/// control socket), and none of them may be on it.
+#[test]
+fn a_second_close_after_the_host_started_takes_nothing_from_the_path() {
+    let Some(p) = pair("ee") else { return };
+    let prog = ["python3", DOUBLE_CLOSE, "--port", "5415", "--before-bind"];
+    second_close_takes_nothing(&p, &prog);
+}
+
+/// `prog` (double_close.py) on the kernel, then under exec: the second
+/// close fails `EBADF` both times, and 50 datagrams, each tried once,
+/// are all answered.
+fn second_close_takes_nothing(p: &Pair, prog: &[&str]) {
+    let port = prog[3];
     let mut said = Vec::new();
     for exec in [None, Some(&[][..])] {
-        let mut s = server(&p, exec, &prog);
+        let mut s = server(p, exec, prog);
         let before = wait_ready(&mut s);
-        let c = client(&p, &["5414", "50", "--tries", "1", "--wait", "3"]);
+        let c = client(p, &[port, "50", "--tries", "1", "--wait", "3"]);
         let (st, out, err) = finish(s);
         assert!(st.success(), "{exec:?}: {before:?}\n{out}\n{err}");
         assert_eq!(c["missing"], 0, "{exec:?}: {c}\n{out}\n{err}");

@@ -292,17 +292,23 @@ impl Global {
         if let Some(why) = &s.failed {
             return Err(why.clone());
         }
-        match as_library(|| crate::sys::signals_blocked(|| self.start(iface))) {
-            Ok(h) => {
+        // The host's descriptors, and the report's file, are numbered
+        // above those the program freed (`above_the_program`).
+        let start = || {
+            let h = crate::sys::signals_blocked(|| self.start(iface))?;
+            let report = self.cfg.report.as_ref().map(|p| (p, report_file(p)));
+            Ok::<_, String>((h, report))
+        };
+        match as_library(|| crate::sys::ours::above_the_program(start)) {
+            Ok((h, report)) => {
                 for k in &s.kernel_keys {
                     leave(&h.host, *k);
                 }
                 s.running = Some(h);
-                if let Some(path) = &self.cfg.report {
-                    match report_file(path) {
-                        Ok(f) => s.report = Some(f),
-                        Err(e) => say(&format!("the report at {}: {e}", path.display())),
-                    }
+                match report {
+                    Some((_, Ok(f))) => s.report = Some(f),
+                    Some((path, Err(e))) => say(&format!("the report at {}: {e}", path.display())),
+                    None => {}
                 }
                 Ok(())
             }

@@ -84,6 +84,62 @@ impl Drop for Ours {
     }
 }
 
+/// Free numbers kept from the library while it starts its host: the
+/// lowest free numbers are those the program closed last, and one it
+/// closes twice is one of them.
+const KEPT_FREE: usize = 64;
+
+/// Numbers under the soft `RLIMIT_NOFILE` left to the host's start
+/// whatever is kept free.
+const HEADROOM: u64 = 128;
+
+/// Run `f` (the host's start) with the lowest [`KEPT_FREE`] free numbers
+/// taken, and give them back after: every descriptor `f` makes, on this
+/// thread or on those it starts, is numbered above them, none on a number
+/// the program freed just before (the kernel gives the lowest free).
+/// Those descriptors are the host's (its AF_XDP and packet sockets, BPF
+/// maps and program, eventfds, the control socket), closed by number in a
+/// forked child, so the bitmap does not hold them; what keeps a program's
+/// second close off them is that none is on a number the program had. The
+/// numbers go back after `f`, in order, so the program's next descriptor
+/// is numbered as on the kernel. Fewer are taken near the soft limit.
+pub(crate) fn above_the_program<R>(f: impl FnOnce() -> R) -> R {
+    let mut soft = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    let limit = match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut soft) } {
+        0 => soft.rlim_cur.saturating_sub(HEADROOM),
+        _ => 0,
+    };
+    let mut kept: Vec<RawFd> = Vec::with_capacity(KEPT_FREE);
+    // SAFETY: open of a constant, NUL-terminated path; the result is
+    // checked and closed below.
+    let first = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if first >= 0 {
+        kept.push(first);
+    }
+    while first >= 0 && kept.len() < KEPT_FREE {
+        // SAFETY: F_DUPFD_CLOEXEC of an fd this function opened: a new fd
+        // on the lowest free number, or -1.
+        let fd = unsafe { real::fcntl()(first, libc::F_DUPFD_CLOEXEC, 0) };
+        if fd < 0 {
+            break;
+        }
+        kept.push(fd);
+        if fd as u64 >= limit {
+            break;
+        }
+    }
+    let r = f();
+    for fd in kept {
+        // SAFETY: close of an fd this function made and nobody else knows.
+        unsafe { real::close()(fd) };
+    }
+    r
+}
+
 impl AsRawFd for Ours {
     fn as_raw_fd(&self) -> RawFd {
         self.0

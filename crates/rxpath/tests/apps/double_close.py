@@ -21,13 +21,18 @@ import socket
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--before-bind", action="store_true")
     a = ap.parse_args()
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    ep = select.epoll()
+    if a.before_bind:
+        n = os.open("/dev/null", os.O_RDONLY)
+        os.close(n)
     s.bind(("0.0.0.0", a.port))
     s.setblocking(False)
-    ep = select.epoll()
-    n = os.open("/dev/null", os.O_RDONLY)
-    os.close(n)
+    if not a.before_bind:
+        n = os.open("/dev/null", os.O_RDONLY)
+        os.close(n)
     ep.register(s.fileno(), select.EPOLLIN)
     ep.poll(0.2)
     try:
