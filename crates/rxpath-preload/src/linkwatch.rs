@@ -65,14 +65,21 @@ fn watch(
     let mut was = first;
     let mut seen = std::collections::HashSet::new();
     let mut first_look = true;
+    // The addresses are read again only after a notification (or an
+    // error: one may have been lost): `getifaddrs` opens a socket of its
+    // own on the lowest free number, which a program closing a number
+    // twice must not find there every second.
+    let mut look = true;
     loop {
-        for (on, a) in host_addresses(name) {
-            if seen.insert(a) {
-                on_addr(a, &on, !first_look);
+        if look {
+            for (on, a) in host_addresses(name) {
+                if seen.insert(a) {
+                    on_addr(a, &on, !first_look);
+                }
             }
         }
         first_look = false;
-        let _ = events.wait(Duration::from_secs(1));
+        look = !matches!(events.wait(Duration::from_secs(1)), Ok(false));
         // Asked of the kernel, not read from /sys: a daemon that chrooted
         // still sees its interface. An error is no news.
         let Ok(now) = events.state(name) else {
