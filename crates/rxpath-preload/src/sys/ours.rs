@@ -117,20 +117,23 @@ pub(crate) fn above_the_program<R>(f: impl FnOnce() -> R) -> R {
     // SAFETY: open of a constant, NUL-terminated path; the result is
     // checked and closed below.
     let first = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    if first >= 0 {
-        kept.push(first);
-    }
-    while first >= 0 && kept.len() < KEPT_FREE {
+    let mut next = first;
+    // Each number taken is below the limit: the host's start keeps its
+    // headroom whatever the program holds.
+    while next >= 0 && (next as u64) < limit {
+        kept.push(next);
+        if kept.len() == KEPT_FREE {
+            next = -1;
+            break;
+        }
         // SAFETY: F_DUPFD_CLOEXEC of an fd this function opened: a new fd
         // on the lowest free number, or -1.
-        let fd = unsafe { real::fcntl()(first, libc::F_DUPFD_CLOEXEC, 0) };
-        if fd < 0 {
-            break;
-        }
-        kept.push(fd);
-        if fd as u64 >= limit {
-            break;
-        }
+        next = unsafe { real::fcntl()(first, libc::F_DUPFD_CLOEXEC, 0) };
+    }
+    if next >= 0 {
+        // Past the limit: not kept.
+        // SAFETY: close of an fd this function made and nobody else knows.
+        unsafe { real::close()(next) };
     }
     let r = f();
     for fd in kept {
